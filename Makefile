@@ -1,0 +1,41 @@
+# nekomem: `make serve` runs the server, `make test` runs the tests.
+# Each target creates .venv when missing and installs what it needs first.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.nekomem-installed
+MODEL := models/use-multilingual-v3/model.onnx
+HOST ?= 127.0.0.1
+PORT ?= 48912
+MEMORY_ROOT ?= ./memory
+
+.PHONY: serve test bench install model clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[embeddings,test]'
+	touch $(STAMP)
+
+$(MODEL): scripts/fetch_model.py | $(STAMP)
+	$(PY) scripts/fetch_model.py --dest models
+
+install: $(STAMP) $(MODEL)
+
+model: $(MODEL)
+
+serve: install
+	$(PY) -m nekomem serve --host $(HOST) --port $(PORT) --memory-root $(MEMORY_ROOT)
+
+test: install
+	$(PY) -m pytest tests
+
+bench: install
+	$(PY) -m bench.http_load
+	$(PY) -m bench.recall_latency
+
+clean:
+	rm -rf $(VENV) models

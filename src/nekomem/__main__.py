@@ -1,0 +1,3 @@
+from nekomem.cli import main
+
+raise SystemExit(main())

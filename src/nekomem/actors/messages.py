@@ -1,0 +1,127 @@
+"""Every message exchanged with and between the actors of a character.
+
+A message that expects an answer carries ``reply`` (a :class:`~nekomem.runtime.reply.Reply`);
+whichever actor finishes the work completes it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from nekomem.domain.messages import Turn
+
+WriteMode = Literal["cache", "process", "renew", "settle"]
+
+
+class Message(msgspec.Struct, kw_only=True):
+    reply: Any = None
+
+
+# -- supervision -------------------------------------------------------------------------
+class Deliver(Message):
+    child: str
+    message: Any
+
+
+class ChildCrashed(Message):
+    child: str
+    error: str
+    pending: list[Any]
+
+
+class Tick(Message):
+    """Periodic work; sent by the scheduler through the supervisor to every child."""
+
+    monotonic: float
+
+
+class Flush(Message):
+    """Write views that lag their journal now."""
+
+
+class Describe(Message):
+    """Ask the supervisor for its children's state (for /health and tests)."""
+
+
+# -- recent window -----------------------------------------------------------------------
+class AppendTurns(Message):
+    turns: list[Turn]
+    mode: WriteMode
+    session_id: str
+    idempotency_key: str | None = None
+
+
+class WriteResult(msgspec.Struct):
+    status: str
+    count: int
+    stored: int
+
+
+class GetRecent(Message):
+    """The window for /new_dialog and /get_recent_history; waits for an in-flight settle
+    or renew when ``wait_settle``."""
+
+    wait_settle: bool = False
+
+
+class RecentView(msgspec.Struct):
+    window: list[Turn]
+    last_timestamp: str | None
+    stored_total: int
+
+
+class CompressDone(Message):
+    token: int
+    result: Any
+    error: str | None
+
+
+class ReviewDone(Message):
+    token: int
+    result: Any
+    error: str | None
+    exhausted: bool = False
+
+
+class EditRecent(Message):
+    """Replace item ``index`` of the window (text only) or delete it when ``text`` is None."""
+
+    index: int
+    text: str | None
+
+
+# -- outbox ------------------------------------------------------------------------------
+class Enqueue(Message):
+    """Record background work durably, then answer ``reply`` with ``reply_value``."""
+
+    op_type: str
+    payload: dict[str, Any]
+    reply_value: Any = None
+
+
+class RunOp(Message):
+    """Sent by the outbox to the op's handler actor; the handler answers with OpFinished."""
+
+    op_id: str
+    op_type: str
+    payload: dict[str, Any]
+    attempt: int
+
+
+class OpFinished(Message):
+    op_id: str
+    ok: bool
+    error: str = ""
+    retry: bool = True
+
+
+class OutboxState(Message):
+    """Ask the outbox for its counts."""
+
+
+# -- reflections -------------------------------------------------------------------------
+class ResetConfirmedAt(Message):
+    """Set confirmed_at = now on every confirmed reflection (powerful memory switched off);
+    answers the number changed."""

@@ -1,0 +1,111 @@
+"""OutboxActor: re-runnable background work in outbox.ndjson.
+
+Work is recorded (fsync) before it starts and before the request that caused it is
+answered. Each record is dispatched to its handler actor as :class:`RunOp`; the handler
+answers :class:`OpFinished`. A failure is recorded as an attempt and retried after a delay;
+after ``outbox_max_attempts`` the record is dead-lettered. Pending records are replayed
+when the character is activated, so work pending at a crash runs after the restart.
+Handlers are idempotent (delivery is at least once).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nekomem.actors.base import ChildActor
+from nekomem.actors.messages import Enqueue, Flush, OpFinished, OutboxState, RunOp, Tick
+from nekomem.runtime.clock import iso
+from nekomem.stores.outbox import Outbox
+
+# op type -> the child actor that handles it
+HANDLERS: dict[str, str] = {
+    "extract_facts": "facts",
+}
+
+
+class OutboxActor(ChildActor):
+    child_name = "outbox"
+
+    def load(self) -> None:
+        self.settings = self.ctx.settings.runtime
+        self.outbox = Outbox(self.ctx.paths.outbox)
+        if self.outbox.line_count >= self.settings.outbox_compact_lines and not self.outbox.pending():
+            self.outbox.compact()
+        # op_id -> (type, payload, attempts)
+        self.pending: dict[str, tuple[str, dict[str, Any], int]] = {}
+        self.running: set[str] = set()
+        self.retry_at: dict[str, float] = {}
+        self.done_count = 0
+        self.dead_count = 0
+        for record in self.outbox.pending():
+            self.pending[record.op_id] = (record.type, record.payload, record.attempts)
+        if self.pending:
+            self.log.info("replaying %d pending outbox records", len(self.pending))
+        self._dispatch_ready()
+
+    def on_Enqueue(self, msg: Enqueue) -> None:
+        op_id = self.outbox.add(msg.op_type, msg.payload, iso(self.ctx.clock.now()))
+        self.pending[op_id] = (msg.op_type, msg.payload, 0)
+        if msg.reply is not None:
+            msg.reply.ok(msg.reply_value)
+        elif msg.reply_value is not None and hasattr(msg.reply_value, "write_id"):
+            # An acknowledgement message for the sender (process/renew/settle barrier).
+            self.ctx.send("recent", msg.reply_value)
+        self._dispatch_ready()
+
+    def _dispatch_ready(self) -> None:
+        now = self.ctx.clock.monotonic()
+        for op_id, (op_type, payload, attempts) in list(self.pending.items()):
+            if op_id in self.running or self.retry_at.get(op_id, 0.0) > now:
+                continue
+            if len(self.running) >= self.settings.replay_concurrency:
+                break
+            if attempts >= self.settings.outbox_max_attempts:
+                self._dead_letter(op_id, "attempts exhausted")
+                continue
+            child = HANDLERS.get(op_type)
+            if child is None:
+                self._dead_letter(op_id, f"no handler for {op_type}")
+                continue
+            self.running.add(op_id)
+            self.ctx.send(child, RunOp(op_id=op_id, op_type=op_type, payload=payload, attempt=attempts + 1))
+
+    def _dead_letter(self, op_id: str, why: str) -> None:
+        self.outbox.done(op_id, iso(self.ctx.clock.now()), dead=True)
+        self.pending.pop(op_id, None)
+        self.retry_at.pop(op_id, None)
+        self.dead_count += 1
+        self.log.warning("outbox record dead-lettered: %s", why)
+
+    def on_OpFinished(self, msg: OpFinished) -> None:
+        self.running.discard(msg.op_id)
+        entry = self.pending.get(msg.op_id)
+        if entry is None:
+            return  # a duplicate report; the record is already finished
+        now_iso = iso(self.ctx.clock.now())
+        if msg.ok:
+            self.outbox.done(msg.op_id, now_iso)
+            self.pending.pop(msg.op_id, None)
+            self.retry_at.pop(msg.op_id, None)
+            self.done_count += 1
+        else:
+            op_type, payload, attempts = entry
+            self.outbox.attempt(msg.op_id, msg.error[:500], now_iso)
+            attempts += 1
+            if not msg.retry or attempts >= self.settings.outbox_max_attempts:
+                self._dead_letter(msg.op_id, "handler failed")
+            else:
+                self.pending[msg.op_id] = (op_type, payload, attempts)
+                self.retry_at[msg.op_id] = self.ctx.clock.monotonic() + self.settings.outbox_retry_delay_seconds
+        self._dispatch_ready()
+
+    def on_Tick(self, msg: Tick) -> None:
+        if self.pending:
+            self._dispatch_ready()
+
+    def on_OutboxState(self, msg: OutboxState) -> None:
+        msg.reply.ok({"pending": len(self.pending), "running": len(self.running), "done": self.done_count, "dead": self.dead_count})
+
+    def on_Flush(self, msg: Flush) -> None:
+        if msg.reply is not None:
+            msg.reply.ok(True)

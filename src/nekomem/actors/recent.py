@@ -1,0 +1,408 @@
+"""RecentActor: the recent window (recent.json + recent_meta.json) and the raw journal
+(time_indexed.db).
+
+A write is durable before it is answered: the turns go to the time index (one SQLite
+transaction, which also stores the Idempotency-Key's response), then recent.json is
+replaced atomically, then the outbox records the post-turn work. Compression and review
+run on the model pool; while one is in flight the actor keeps serving, and the result is
+spliced in only if the window's head is still the snapshot it summarised.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from nekomem.actors.base import ChildActor
+from nekomem.actors.messages import (
+    AppendTurns,
+    CompressDone,
+    EditRecent,
+    Enqueue,
+    Flush,
+    GetRecent,
+    RecentView,
+    ReviewDone,
+    Tick,
+    WriteResult,
+)
+from nekomem.domain import recent_window, review
+from nekomem.domain.messages import Turn, from_disk
+from nekomem.domain.tokens import get_counter
+from nekomem.runtime.clock import iso
+from nekomem.runtime.pool import PoolFull
+from nekomem.runtime.reply import ActorFailure, Reply
+from nekomem.stores.atomic import atomic_write_json, read_json
+from nekomem.stores.timeindex import TimeIndex
+
+OP_POST_TURN = "extract_facts"  # wire value of the reference's OP_POST_TURN_SIGNALS
+
+
+class RecentMeta(msgspec.Struct, kw_only=True):
+    last_past_block_update_at: str | None = None
+    compress_failures: int = 0
+    last_compress_error: str | None = None
+    last_compress_at: str | None = None
+    compressions: int = 0
+    hard_cap_trims: int = 0
+    review: review.ReviewState = msgspec.field(default_factory=review.ReviewState)
+
+
+RESULT_STATUS = {"cache": "cached", "process": "processed", "renew": "processed", "settle": "settled"}
+
+
+@dataclass
+class _PendingWrite:
+    reply: Reply | None
+    value: dict[str, Any]
+    wait_outbox: bool
+    wait_compress: bool
+
+
+@dataclass
+class _Compression:
+    token: int
+    snapshot: list[Turn]
+    settle: bool
+    started: float
+    writes: list[_PendingWrite] = field(default_factory=list)
+
+
+class OutboxAck(msgspec.Struct):
+    """Sent back by the outbox once a post-turn record of a process/renew/settle is durable."""
+
+    write_id: int
+    reply: Any = None
+
+
+class RecentActor(ChildActor):
+    child_name = "recent"
+
+    def load(self) -> None:
+        paths = self.ctx.paths
+        self.settings = self.ctx.settings.recent
+        self.counter = get_counter(self.settings.recent_tokenizer_encoding)
+        raw, status = read_json(paths.recent, default=[])
+        window: list[Turn] = []
+        for item in raw if isinstance(raw, list) else []:
+            turn = from_disk(item)
+            if turn is not None:
+                window.append(turn)
+        self.window = window
+        self.tokens = [self.counter.count(t.text) for t in window]
+        meta_raw, _ = read_json(paths.recent_meta, default={})
+        try:
+            self.meta = msgspec.convert(meta_raw if isinstance(meta_raw, dict) else {}, RecentMeta, strict=False)
+        except msgspec.ValidationError:
+            self.meta = RecentMeta()
+        self.tindex = TimeIndex(paths.time_index_db)
+        self._token = 0
+        self._compression: _Compression | None = None
+        self._review_token: int | None = None
+        self._review_snapshot: list[Turn] | None = None
+        self._settle_waiters: list[GetRecent] = []
+        self._writes: dict[int, _PendingWrite] = {}
+        self._write_seq = 0
+        self._last_activity = self.ctx.clock.monotonic()
+        self._next_compress_try = 0.0
+        self._last_purge = 0.0
+
+    def close(self) -> None:
+        if getattr(self, "tindex", None) is not None:
+            self.tindex.close()
+
+    # -- writes ----------------------------------------------------------------------
+    def on_AppendTurns(self, msg: AppendTurns) -> None:
+        self._last_activity = self.ctx.clock.monotonic()
+        key = msg.idempotency_key
+        if key:
+            stored = self.tindex.idempotent_response(key)
+            if stored is not None:
+                msg.reply.ok(msgspec.json.decode(stored))
+                return
+        turns = msg.turns
+        if msg.mode == "settle" and turns:
+            turns = turns[self._overlap_with_stored_tail(turns) :]
+        value: dict[str, Any] = {"status": RESULT_STATUS[msg.mode]}
+        if msg.mode == "cache":
+            value["count"] = len(msg.turns)
+        if turns or key:
+            self.tindex.append(
+                msg.session_id,
+                turns,
+                idempotency_key=key,
+                response=msgspec.json.encode(value) if key else None,
+            )
+        if turns:
+            self.window.extend(turns)
+            self.tokens.extend(self.counter.count(t.text) for t in turns)
+            self._enforce_cap()
+            self._save_window()
+        write = _PendingWrite(reply=msg.reply, value=value, wait_outbox=bool(turns), wait_compress=False)
+        if turns:
+            payload = {"messages": [t.to_disk() for t in turns], "session_id": msg.session_id}
+            if msg.mode == "cache":
+                # The outbox answers the caller once the record is durable.
+                self.ctx.send("outbox", Enqueue(op_type=OP_POST_TURN, payload=payload, reply=msg.reply, reply_value=value))
+                write.reply = None
+                write.wait_outbox = False
+            else:
+                self._write_seq += 1
+                self._writes[self._write_seq] = write
+                self.ctx.send("outbox", Enqueue(op_type=OP_POST_TURN, payload=payload, reply_value=OutboxAck(write_id=self._write_seq)))
+        if msg.mode != "cache":
+            detailed = msg.mode in ("renew", "settle")
+            if self._compression is not None:
+                write.wait_compress = True
+                self._compression.writes.append(write)
+                self._compression.settle = self._compression.settle or detailed
+            elif recent_window.needs_compression(self.window, self.settings) and self._start_compression(detailed=detailed, settle=detailed):
+                assert self._compression is not None
+                write.wait_compress = True
+                self._compression.writes.append(write)
+            self._maybe_review()
+        self._finish_if_ready(write)
+
+    def on_OutboxAck(self, msg: OutboxAck) -> None:
+        write = self._writes.pop(msg.write_id, None)
+        if write is not None:
+            write.wait_outbox = False
+            self._finish_if_ready(write)
+
+    def _finish_if_ready(self, write: _PendingWrite) -> None:
+        if write.reply is not None and not write.wait_outbox and not write.wait_compress:
+            write.reply.ok(write.value)
+            write.reply = None
+
+    def _overlap_with_stored_tail(self, turns: list[Turn]) -> int:
+        """How many leading turns of a settle batch repeat the stored tail (role + text)."""
+        tail = self.tindex.tail(len(turns))
+        for k in range(min(len(tail), len(turns)), 0, -1):
+            if all(a.role == b.role and a.text == b.text for a, b in zip(tail[-k:], turns[:k])):
+                return k
+        return 0
+
+    def _enforce_cap(self) -> None:
+        if sum(self.tokens) <= self.settings.recent_hard_cap_tokens:
+            return
+        self.window = recent_window.enforce_hard_cap(self.window, self.settings, self.counter)
+        self.tokens = [self.counter.count(t.text) for t in self.window]
+        self.meta.hard_cap_trims += 1
+        self.log.info("hard cap trimmed the window to %d items", len(self.window))
+
+    def _save_window(self) -> None:
+        atomic_write_json(self.ctx.paths.recent, [t.to_disk() for t in self.window])
+
+    def _save_meta(self) -> None:
+        atomic_write_json(self.ctx.paths.recent_meta, self.meta)
+
+    # -- compression -----------------------------------------------------------------
+    def _llm_ready(self, tier: str) -> bool:
+        llm = self.ctx.services.llm
+        return llm is not None and llm.available(tier)
+
+    def _start_compression(self, *, detailed: bool, settle: bool) -> bool:
+        if not self._llm_ready("summary"):
+            return False
+        snapshot = list(recent_window.compression_snapshot(self.window, self.settings))
+        if not snapshot:
+            return False
+        self._token += 1
+        token = self._token
+        stale_hours = self._stale_hours()
+        llm = self.ctx.services.llm
+        settings = self.settings
+        counter = self.counter
+        name = self.ctx.name
+
+        def summarize(messages: list[dict[str, Any]]) -> str:
+            return llm.run("summarize_recent", messages).summary
+
+        def job() -> Any:
+            return recent_window.compress(
+                snapshot, summarize, settings, counter, character_name=name, detailed=detailed, stale_hours=stale_hours
+            )
+
+        try:
+            self.ctx.submit_model_job(
+                "recent", job, lambda result, error: CompressDone(token=token, result=result, error=None if error is None else repr(error))
+            )
+        except PoolFull:
+            return False
+        self._compression = _Compression(token=token, snapshot=snapshot, settle=settle, started=time.monotonic())
+        return True
+
+    def _stale_hours(self) -> float | None:
+        anchor = self.meta.last_past_block_update_at
+        if not anchor:
+            return None
+        from nekomem.domain.messages import parse_timestamp
+
+        try:
+            then = parse_timestamp(anchor)
+        except ValueError:
+            return None
+        return max(0.0, (self.ctx.clock.now() - then).total_seconds() / 3600.0)
+
+    def on_CompressDone(self, msg: CompressDone) -> None:
+        comp = self._compression
+        if comp is None or comp.token != msg.token:
+            return  # a late result of a superseded compression
+        self._compression = None
+        now = self.ctx.clock.now()
+        result = msg.result
+        if msg.error is None and result is not None:
+            spliced = recent_window.splice_memo(self.window, comp.snapshot, result.memo)
+            if spliced is not None:
+                self.window = spliced
+                self.tokens = [self.counter.count(t.text) for t in self.window]
+                self._enforce_cap()
+                self._save_window()
+                self.meta.compressions += 1
+                self.meta.compress_failures = 0
+                self.meta.last_compress_error = None
+                self.meta.last_compress_at = iso(now)
+                if self.meta.last_past_block_update_at is None or result.used_stale_hint:
+                    self.meta.last_past_block_update_at = iso(now)
+                self.log.info("compressed the window to %d items (%d llm calls)", len(self.window), result.llm_calls)
+            else:
+                self.log.info("compression result was moot: the window changed meanwhile")
+        else:
+            self.meta.compress_failures += 1
+            self.meta.last_compress_error = msg.error or "summariser returned nothing"
+            backoff = min(
+                self.ctx.settings.recent.recent_compress_retry_max_seconds,
+                self.ctx.settings.recent.recent_compress_retry_seconds * (2 ** (self.meta.compress_failures - 1)),
+            )
+            self._next_compress_try = self.ctx.clock.monotonic() + backoff
+            self.log.warning("compression failed (%d in a row); the hard cap keeps bounding the window", self.meta.compress_failures)
+        self._save_meta()
+        for write in comp.writes:
+            write.wait_compress = False
+            self._finish_if_ready(write)
+        waiters, self._settle_waiters = self._settle_waiters, []
+        for waiter in waiters:
+            self._answer_view(waiter)
+
+    # -- review ----------------------------------------------------------------------
+    def _maybe_review(self) -> None:
+        if self._review_token is not None or not self._llm_ready("correction"):
+            return
+        switch_on = self.ctx.services.switches.review_enabled() if self.ctx.services.switches else self.settings.review_enabled
+        reason = review.review_gate(
+            self.meta.review,
+            self.window,
+            time.time(),
+            self._last_activity_wall(),
+            switch_on,
+            self.settings,
+            self.counter,
+            in_flight=self._review_token is not None,
+        )
+        if reason is not None:
+            return
+        snapshot = list(self.window)
+        self._token += 1
+        token = self._token
+        llm = self.ctx.services.llm
+        messages = review.build_review_messages(snapshot, master_name=self.settings.master_name, character_name=self.ctx.name)
+        timeout = self.ctx.settings.llm.llm_review_timeout_seconds
+        max_tokens = self.ctx.settings.llm.llm_review_max_output_tokens
+
+        def job() -> Any:
+            return llm.run("review_recent", messages, max_output_tokens=max_tokens, timeout=timeout)
+
+        try:
+            self.ctx.submit_model_job(
+                "recent",
+                job,
+                lambda result, error: ReviewDone(
+                    token=token,
+                    result=result,
+                    error=None if error is None else repr(error),
+                    exhausted=bool(getattr(error, "output_exhausted", False)),
+                ),
+            )
+        except PoolFull:
+            return
+        self._review_token = token
+        self._review_snapshot = snapshot
+
+    def _last_activity_wall(self) -> float:
+        return time.time() - (self.ctx.clock.monotonic() - self._last_activity)
+
+    def on_ReviewDone(self, msg: ReviewDone) -> None:
+        if self._review_token != msg.token:
+            return
+        snapshot = self._review_snapshot or []
+        self._review_token = None
+        self._review_snapshot = None
+        now = time.time()
+        if msg.error is not None or msg.result is None:
+            if msg.exhausted:
+                tokens = sum(self.counter.count(t.text) for t in snapshot)
+                self.meta.review = review.record_output_exhausted(self.meta.review, tokens, now, self.settings)
+            else:
+                self.meta.review = review.record_failure(self.meta.review, snapshot, now, self.settings)
+            self._save_meta()
+            self.log.info("review failed")
+            return
+        corrected = [{"role": d.role, "content": d.content} for d in msg.result.corrected_dialogue]
+        outcome = review.apply_review_detailed(self.window, snapshot, corrected, self.settings, character_name=self.ctx.name)
+        if outcome.window is not None:
+            self.window = outcome.window
+            self.tokens = [self.counter.count(t.text) for t in self.window]
+            self._enforce_cap()
+            self._save_window()
+            self.meta.review = review.record_success(self.meta.review, now, outcome.cutoff_fingerprint)
+        else:
+            self.meta.review = review.record_white(self.meta.review)
+        self._save_meta()
+        self.log.info("review finished: %s", outcome.status)
+
+    # -- reads -----------------------------------------------------------------------
+    def on_GetRecent(self, msg: GetRecent) -> None:
+        if msg.wait_settle and self._compression is not None and self._compression.settle:
+            self._settle_waiters.append(msg)
+            return
+        self._answer_view(msg)
+
+    def _answer_view(self, msg: GetRecent) -> None:
+        msg.reply.ok(RecentView(window=list(self.window), last_timestamp=self.tindex.last_timestamp(), stored_total=self.tindex.count()))
+
+    def on_EditRecent(self, msg: EditRecent) -> None:
+        if not 0 <= msg.index < len(self.window):
+            raise ActorFailure("not_found", f"no recent item {msg.index}", 404)
+        if msg.text is None:
+            del self.window[msg.index]
+        else:
+            old = self.window[msg.index]
+            self.window[msg.index] = Turn(role=old.role, text=msg.text, ts=old.ts)
+        self.tokens = [self.counter.count(t.text) for t in self.window]
+        self._enforce_cap()
+        self._save_window()
+        msg.reply.ok(RecentView(window=list(self.window), last_timestamp=self.tindex.last_timestamp(), stored_total=self.tindex.count()))
+
+    # -- periodic --------------------------------------------------------------------
+    def on_Tick(self, msg: Tick) -> None:
+        now = msg.monotonic
+        idle = now - self._last_activity
+        if (
+            self._compression is None
+            and idle >= self.settings.recent_idle_compress_seconds
+            and now >= self._next_compress_try
+            and recent_window.needs_compression(self.window, self.settings)
+        ):
+            self._start_compression(detailed=True, settle=False)
+        if idle >= self.settings.recent_idle_compress_seconds:
+            self._maybe_review()
+        if now - self._last_purge >= self.ctx.settings.server.idempotency_purge_seconds:
+            self._last_purge = now
+            self.tindex.purge_idempotency(time.time() - self.ctx.settings.server.idempotency_ttl_seconds)
+
+    def on_Flush(self, msg: Flush) -> None:
+        if msg.reply is not None:
+            msg.reply.ok(True)

@@ -1,0 +1,62 @@
+"""Command line: ``nekomem serve`` and ``nekomem settings``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from nekomem.config import SettingsError, load_settings, settings_markdown
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nekomem", description="Local memory server for AI companion characters.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the HTTP server")
+    serve.add_argument("--host", help="bind address (default 127.0.0.1, env NEKOMEM_HOST)")
+    serve.add_argument("--port", type=int, help="port (default 48912, env NEKOMEM_PORT)")
+    serve.add_argument("--memory-root", help="data folder (default ./memory, env NEKOMEM_MEMORY_ROOT)")
+    serve.add_argument("--config", help="TOML settings file (env NEKOMEM_CONFIG)")
+    sub.add_parser("settings", help="print every setting with its default as Markdown")
+    return parser
+
+
+def make_embeddings(settings):  # type: ignore[no-untyped-def]
+    """The process-wide embedding service, or None when the optional parts are missing."""
+    try:
+        from nekomem.recall.embeddings import EmbeddingService
+    except ImportError:
+        return None
+    return EmbeddingService(settings.embeddings)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "settings":
+        print(settings_markdown())
+        return 0
+    try:
+        settings = load_settings(
+            args.config,
+            overrides={"host": args.host, "port": args.port, "memory_root": args.memory_root},
+        )
+    except SettingsError as exc:
+        print(f"nekomem: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=getattr(logging, settings.server.log_level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    import uvicorn
+
+    from nekomem.http.app import create_app
+
+    app = create_app(settings, embeddings=make_embeddings(settings))
+    uvicorn.run(
+        app,
+        host=settings.server.host,
+        port=settings.server.port,
+        log_level=settings.server.log_level.lower(),
+        access_log=False,
+    )
+    return 0

@@ -1,0 +1,35 @@
+"""Recall and embedding settings."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from nekomem.config.base import Section, doc
+
+
+class RecallSettings(Section):
+    embeddings_enabled: Annotated[bool, doc("Load the local embedding model in the background after start-up.")] = True
+
+    # Tokenizer (lexical leg).
+    recall_cjk_ngram_min: Annotated[int, doc("Shortest CJK character n-gram emitted for a run of ideographs/kana (a run shorter than this is emitted whole).", ge=1)] = 2
+    recall_cjk_ngram_max: Annotated[int, doc("Longest CJK character n-gram emitted for a run of ideographs/kana.", ge=1)] = 3
+    recall_word_min_chars: Annotated[int, doc("Latin/Cyrillic words shorter than this are dropped (pure numbers are always kept).", ge=1)] = 2
+    recall_fold_english_suffixes: Annotated[bool, doc("Fold English plurals and possessives (cats -> cat, boxes -> box, stories -> story) in both documents and queries.")] = True
+    recall_stop_name_min_chars: Annotated[int, doc("Master/character names (stop names) shorter than this are not stripped from texts.", ge=1)] = 2
+
+    # BM25.
+    recall_bm25_k1: Annotated[float, doc("Okapi BM25 term-frequency saturation k1.", ge=0)] = 1.5
+    recall_bm25_b: Annotated[float, doc("Okapi BM25 document-length normalisation b (0 = none, 1 = full).", ge=0, le=1)] = 0.75
+    recall_bm25_threshold: Annotated[float, doc("Lexical hits below this normalised BM25 score are dropped (1.0 = every query term found once in a document of average length).", ge=0)] = 0.1
+    recall_bm25_compact_dead_ratio: Annotated[float, doc("A term's postings are compacted when this fraction of them belongs to removed documents; the whole index is renumbered when this fraction of its document slots is dead.", gt=0, le=1)] = 0.25
+    recall_index_initial_capacity: Annotated[int, doc("Document slots (lexical) and matrix rows (vectors) allocated up front; both double when full.", ge=1)] = 1024
+    recall_bm25_compact_min_slots: Annotated[int, doc("The whole lexical index is never renumbered while it has fewer dead document slots than this.", ge=0)] = 1024
+
+    # Vectors.
+    recall_cosine_threshold: Annotated[float, doc("Vector hits below this cosine similarity are dropped (model-specific).", ge=-1, le=1)] = 0.3
+
+    # Fusion and budgets.
+    recall_budget_each: Annotated[int, doc("Hits kept from each leg (lexical, vector) after thresholding, before fusion.", ge=1)] = 4
+    recall_budget_total: Annotated[int, doc("Most results returned by a query recall after Reciprocal Rank Fusion.", ge=1)] = 8
+    recall_rrf_k: Annotated[int, doc("Reciprocal Rank Fusion constant k in 1/(k + rank), ranks starting at 1.", ge=0)] = 60
+    recall_time_budget: Annotated[int, doc("Most results returned by a time-only recall (nearest the window first).", ge=1)] = 8

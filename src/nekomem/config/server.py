@@ -1,0 +1,42 @@
+"""Server, storage and runtime settings."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from nekomem.config.base import Section, doc
+
+
+class ServerSettings(Section):
+    host: Annotated[str, doc("Address the HTTP server binds to.")] = "127.0.0.1"
+    port: Annotated[int, doc("TCP port of the HTTP server.", ge=0, le=65535)] = 48912
+    memory_root: Annotated[str, doc("Folder that holds one sub-folder per character.")] = "./memory"
+    log_level: Annotated[str, doc("Log level: DEBUG, INFO, WARNING or ERROR. Memory text is only logged at DEBUG.")] = "INFO"
+    max_body_bytes: Annotated[int, doc("Largest accepted request body in bytes; larger bodies get 413.", ge=1024)] = 8 * 1024 * 1024
+    ask_timeout_seconds: Annotated[float, doc("How long a request waits for its character's actor before answering 503.", gt=0)] = 30.0
+    settle_timeout_seconds: Annotated[float, doc("How long /process, /renew, /settle and /new_dialog wait for an in-flight compression before answering.", gt=0)] = 120.0
+    idempotency_ttl_seconds: Annotated[float, doc("How long an Idempotency-Key is remembered.", gt=0)] = 7 * 86400.0
+    idempotency_purge_seconds: Annotated[float, doc("How often expired Idempotency-Keys are purged.", gt=0)] = 3600.0
+    idempotency_key_max_length: Annotated[int, doc("Longest accepted Idempotency-Key header.", ge=1)] = 160
+    display_timezone: Annotated[str, doc("IANA time zone of the times written into /new_dialog (empty: the machine's local zone).")] = ""
+    name_max_length: Annotated[int, doc("Longest accepted character name.", ge=1, le=200)] = 50
+    message_max_chars: Annotated[int, doc("Longest accepted message content in characters; longer ones get 422.", ge=1)] = 200_000
+    batch_max_messages: Annotated[int, doc("Most messages accepted in one write request.", ge=1)] = 10_000
+
+
+class RuntimeSettings(Section):
+    max_active_characters: Annotated[int, doc("Most characters whose actors are alive at once; the least recently used idle one is passivated beyond this.", ge=1)] = 64
+    passivate_idle_seconds: Annotated[float, doc("A character idle this long has its actors stopped (state stays on disk).", gt=0)] = 600.0
+    scheduler_tick_seconds: Annotated[float, doc("How often the scheduler checks idle timers and periodic work.", gt=0)] = 1.0
+    restart_budget: Annotated[int, doc("Restarts of one child actor allowed within restart_window_seconds before the character is marked failed.", ge=0)] = 5
+    restart_window_seconds: Annotated[float, doc("Window of the restart budget.", gt=0)] = 60.0
+    model_workers: Annotated[int, doc("Threads of the shared pool that runs LLM and embedding calls.", ge=1)] = 8
+    model_queue_max: Annotated[int, doc("Most model jobs waiting for a worker; beyond this new jobs are refused and retried later.", ge=1)] = 10_000
+    model_jobs_per_character: Annotated[int, doc("Model jobs one character may run at once, so a slow model for one character leaves workers for the others.", ge=1)] = 2
+    replay_concurrency: Annotated[int, doc("Outbox records replayed at once per character at activation.", ge=1)] = 2
+    outbox_max_attempts: Annotated[int, doc("Attempts before an outbox record is dead-lettered.", ge=1)] = 5
+    outbox_retry_delay_seconds: Annotated[float, doc("Delay before a failed outbox record is tried again.", ge=0)] = 5.0
+    outbox_compact_lines: Annotated[int, doc("outbox.ndjson is compacted at activation once it has this many lines.", ge=10)] = 1000
+    events_compact_lines: Annotated[int, doc("events.ndjson is compacted once it has this many applied lines.", ge=10)] = 10_000
+    view_flush_seconds: Annotated[float, doc("Long-term views (facts, reflections, persona) are rewritten from the journal at most this often; the journal makes each change durable at once.", ge=0)] = 2.0
+    view_flush_changes: Annotated[int, doc("A view is rewritten as soon as this many journaled changes are waiting.", ge=1)] = 200

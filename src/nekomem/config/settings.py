@@ -1,0 +1,152 @@
+"""The complete settings tree and its loader.
+
+Precedence, lowest first: built-in defaults, the TOML file (``--config`` or
+``NEKOMEM_CONFIG``), environment variables ``NEKOMEM_<FIELD>``, then command-line flags.
+The TOML file may be flat (``port = 1``) or sectioned (``[server] port = 1``).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, get_args, get_origin, get_type_hints
+
+import msgspec
+
+from nekomem.config.embeddings import EmbeddingSettings
+from nekomem.config.llm import LLMSettings
+from nekomem.config.longterm import LongTermSettings
+from nekomem.config.recall import RecallSettings
+from nekomem.config.recent import RecentSettings
+from nekomem.config.server import RuntimeSettings, ServerSettings
+
+ENV_PREFIX = "NEKOMEM_"
+
+
+class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    server: ServerSettings = msgspec.field(default_factory=ServerSettings)
+    runtime: RuntimeSettings = msgspec.field(default_factory=RuntimeSettings)
+    llm: LLMSettings = msgspec.field(default_factory=LLMSettings)
+    recent: RecentSettings = msgspec.field(default_factory=RecentSettings)
+    longterm: LongTermSettings = msgspec.field(default_factory=LongTermSettings)
+    recall: RecallSettings = msgspec.field(default_factory=RecallSettings)
+    embeddings: EmbeddingSettings = msgspec.field(default_factory=EmbeddingSettings)
+
+
+class SettingsError(ValueError):
+    """A setting has an invalid value; the message names the setting."""
+
+
+def _sections() -> dict[str, type[msgspec.Struct]]:
+    return {f.name: f.type for f in msgspec.structs.fields(Settings)}  # type: ignore[misc]
+
+
+def field_index() -> dict[str, tuple[str, msgspec.structs.FieldInfo, Any]]:
+    """Map every field name to (section name, field info, annotated type)."""
+    index: dict[str, tuple[str, msgspec.structs.FieldInfo, Any]] = {}
+    for section, cls in _sections().items():
+        hints = get_type_hints(cls, include_extras=True)
+        for info in msgspec.structs.fields(cls):
+            if info.name in index:
+                raise RuntimeError(f"setting {info.name!r} is defined twice")
+            index[info.name] = (section, info, hints[info.name])
+    return index
+
+
+def describe(annotated: Any) -> str:
+    for extra in getattr(annotated, "__metadata__", ()):
+        if isinstance(extra, msgspec.Meta) and extra.description:
+            return extra.description
+    return ""
+
+
+def _base_type(annotated: Any) -> Any:
+    if get_origin(annotated) is not None and getattr(annotated, "__metadata__", None):
+        return get_args(annotated)[0]
+    return annotated
+
+
+def _coerce_env(name: str, raw: str, annotated: Any) -> Any:
+    base = _base_type(annotated)
+    if base is str:
+        return raw
+    if base is bool:
+        lowered = raw.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise SettingsError(f"setting {name} (from {ENV_PREFIX}{name.upper()}): expected a boolean, got {raw!r}")
+    try:
+        return msgspec.json.decode(raw.strip().encode())
+    except msgspec.DecodeError:
+        raise SettingsError(f"setting {name} (from {ENV_PREFIX}{name.upper()}): cannot parse {raw!r}") from None
+
+
+def load_settings(
+    config_path: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Build the settings from defaults, a TOML file, the environment and overrides.
+
+    ``overrides`` maps field names (e.g. ``"port"``) to values and wins over everything.
+    Raises SettingsError naming the setting when a value is unknown or invalid.
+    """
+    env = os.environ if env is None else env
+    index = field_index()
+    tree: dict[str, dict[str, Any]] = {name: {} for name in _sections()}
+
+    path = config_path or env.get(ENV_PREFIX + "CONFIG") or None
+    if path:
+        try:
+            raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise SettingsError(f"config file {path} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise SettingsError(f"config file {path} is not valid TOML: {exc}") from None
+        for key, value in raw.items():
+            if key in tree and isinstance(value, dict):
+                for sub, subvalue in value.items():
+                    if sub not in index or index[sub][0] != key:
+                        raise SettingsError(f"unknown setting {key}.{sub} in {path}")
+                    tree[key][sub] = subvalue
+            elif key in index:
+                tree[index[key][0]][key] = value
+            else:
+                raise SettingsError(f"unknown setting {key} in {path}")
+
+    for name, (section, _info, annotated) in index.items():
+        env_name = ENV_PREFIX + name.upper()
+        if env_name in env:
+            tree[section][name] = _coerce_env(name, env[env_name], annotated)
+
+    for name, value in (overrides or {}).items():
+        if value is None:
+            continue
+        if name not in index:
+            raise SettingsError(f"unknown setting {name}")
+        tree[index[name][0]][name] = value
+
+    try:
+        return msgspec.convert(tree, Settings, strict=False)
+    except msgspec.ValidationError as exc:
+        # msgspec names the path as `$.section.field`; keep just the field.
+        message = str(exc)
+        for name in index:
+            if f".{name}`" in message or f".{name}" in message.split("`")[-2:-1]:
+                raise SettingsError(f"invalid setting {name}: {message}") from None
+        raise SettingsError(f"invalid settings: {message}") from None
+
+
+def settings_markdown() -> str:
+    """A Markdown table of every setting, its environment variable and default."""
+    lines = ["| setting | environment variable | default | meaning |", "|---|---|---|---|"]
+    defaults = Settings()
+    for name, (section, _info, annotated) in field_index().items():
+        value = getattr(getattr(defaults, section), name)
+        shown = "(empty)" if value == "" else repr(value) if isinstance(value, str) else str(value)
+        lines.append(f"| `{section}.{name}` | `{ENV_PREFIX}{name.upper()}` | `{shown}` | {describe(annotated)} |")
+    return "\n".join(lines)

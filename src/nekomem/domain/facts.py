@@ -1,0 +1,513 @@
+"""Facts: normalising extracted facts, dedup, the extraction schedule and the fact archive.
+
+Pure functions over :class:`~nekomem.domain.records.Fact` lists; the FactActor owns the
+files and the LLM calls. ``now`` is always an argument.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+import msgspec
+
+from nekomem.config.longterm import LongTermSettings
+from nekomem.domain.messages import Turn
+from nekomem.domain.records import (
+    BUILTIN_ENTITIES,
+    IMPORTANCE_MAX,
+    IMPORTANCE_MIN,
+    DedupPair,
+    Fact,
+    FactSource,
+    fact_hash,
+    fact_id,
+    parse_time,
+    record_get,
+    to_iso,
+)
+
+# --- lexical keywords (shared with persona contradiction and mention checks) -------------
+
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u31f0-\u31ff"
+_CJK_RUN = re.compile(f"[{_CJK}]+")
+_WORD = re.compile(f"[^\\W{_CJK}_]+", re.UNICODE)
+
+
+def text_keywords(text: str, stop_names: Iterable[str] = (), *, min_cjk_len: int = 1) -> set[str]:
+    """Lexical keywords of a text: 2- and 3-grams of each CJK run (a run shorter than 2 is
+    kept whole when it has at least ``min_cjk_len`` characters) plus lower-cased words of
+    other scripts with at least 2 characters. ``stop_names`` are removed first."""
+    for name in sorted((n for n in stop_names if n), key=len, reverse=True):
+        text = text.replace(name, " ")
+    keys: set[str] = set()
+    for run in _CJK_RUN.findall(text):
+        if len(run) < 2:
+            if len(run) >= min_cjk_len:
+                keys.add(run)
+            continue
+        for n in (2, 3):
+            keys.update(run[i : i + n] for i in range(len(run) - n + 1))
+    for word in _WORD.findall(_CJK_RUN.sub(" ", text)):
+        if len(word) >= 2:
+            keys.add(word.lower())
+    return keys
+
+
+def jaccard(a: set[str], b: set[str]) -> float:
+    """|a & b| / |a | b| (0 when both are empty)."""
+    union = a | b
+    return len(a & b) / len(union) if union else 0.0
+
+
+# --- normalising extracted facts -------------------------------------------------------
+
+
+def clamp_importance(value: object, settings: LongTermSettings) -> int:
+    """An importance in 1..10; unparsable values give ``fact_importance_default``."""
+    try:
+        number = int(round(float(value)))  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return settings.fact_importance_default
+    return max(IMPORTANCE_MIN, min(IMPORTANCE_MAX, number))
+
+
+def normalize_entity(value: object, allowed: Iterable[str] = BUILTIN_ENTITIES, fallback: str = "master") -> str:
+    """``value`` if it is one of ``allowed`` (case-insensitive), else ``fallback``."""
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        for entity in allowed:
+            if lowered == entity:
+                return entity
+    return fallback
+
+
+def parse_event_time(value: object, like: datetime) -> datetime | None:
+    """An ISO 8601 event time (date or date-time) in ``like``'s zone; None if absent or invalid."""
+    return parse_time(value, like)
+
+
+def normalize_fact(
+    item: object,
+    *,
+    now: datetime,
+    source: FactSource,
+    settings: LongTermSettings,
+    signal_processed: bool | None = None,
+    hash_prefix: str = "",
+) -> Fact | None:
+    """Build a Fact from one extract_facts item ``{text, importance, entity, event_start_at,
+    event_end_at}``; None when the text is empty.
+
+    Importance is clamped to 1..10, an unknown entity becomes ``master``, unparsable event
+    times are dropped, the start falls back to ``now`` (the creation time) and an end before
+    the start is dropped. ``signal_processed`` defaults to False for ``user_observation``
+    (path A feeds Stage 2) and True for ``ai_disclosure`` (never self-reinforcing).
+    """
+    text = record_get(item, "text")
+    if not isinstance(text, str) or not text.strip():
+        return None
+    text = text.strip()
+    start = parse_event_time(record_get(item, "event_start_at"), now) or now
+    end = parse_event_time(record_get(item, "event_end_at"), now)
+    if end is not None and end < start:
+        end = None
+    if signal_processed is None:
+        signal_processed = source != "user_observation"
+    return Fact(
+        id=fact_id(now, hash_prefix + text),
+        text=text,
+        importance=clamp_importance(record_get(item, "importance"), settings),
+        entity=normalize_entity(record_get(item, "entity")),
+        source=source,
+        tags=[],
+        hash=fact_hash(text, hash_prefix),
+        created_at=to_iso(now),
+        event_start_at=to_iso(start),
+        event_end_at=to_iso(end) if end is not None else None,
+        absorbed=False,
+        signal_processed=signal_processed,
+    )
+
+
+def normalize_extraction(
+    output: object, *, now: datetime, source: FactSource, settings: LongTermSettings
+) -> list[Fact]:
+    """All valid facts of an extract_facts / extract_self_disclosure output ``{"facts": [...]}``
+    (a bare list is accepted too). Facts with the same text keep the first."""
+    items = output if isinstance(output, list) else record_get(output, "facts", None) or []
+    result: list[Fact] = []
+    seen: set[str] = set()
+    for item in items:
+        fact = normalize_fact(item, now=now, source=source, settings=settings)
+        if fact is None or fact.hash in seen:
+            continue
+        seen.add(fact.hash)
+        result.append(fact)
+    return result
+
+
+# --- dedup before persisting -------------------------------------------------------------
+
+
+class DedupOutcome(msgspec.Struct, frozen=True):
+    """What to persist after dedup.
+
+    ``accepted``: new facts to append. ``upgraded``: stored facts whose source goes from
+    ai_disclosure to user_observation (re-entering Stage 2). ``skipped_exact`` and
+    ``skipped_near``: (new text hash, id of the fact it duplicates).
+    """
+
+    accepted: list[Fact]
+    upgraded: list[Fact]
+    skipped_exact: list[tuple[str, str]]
+    skipped_near: list[tuple[str, str]]
+
+
+def dedup_new_facts(new_facts: Sequence[Fact], existing: Sequence[Fact], settings: LongTermSettings) -> DedupOutcome:
+    """Exact-hash then lexical near-duplicate check of ``new_facts`` against ``existing``
+    (active and archived facts) and against facts accepted earlier in the same batch.
+
+    Exact: same ``hash`` -> skipped; if the stored fact is ``ai_disclosure`` and the new one
+    ``user_observation``, the stored fact is upgraded (never downgraded). Near: token-set
+    Jaccard >= ``fact_near_dup_jaccard_threshold`` with a fact of the same entity -> skipped.
+    """
+    by_hash: dict[str, Fact] = {}
+    for fact in existing:
+        by_hash.setdefault(fact.hash, fact)
+    buckets: dict[str, list[tuple[set[str], str]]] = {}
+    for fact in existing:
+        buckets.setdefault(fact.entity, []).append((text_keywords(fact.text), fact.id))
+    accepted: list[Fact] = []
+    upgraded: dict[str, Fact] = {}
+    skipped_exact: list[tuple[str, str]] = []
+    skipped_near: list[tuple[str, str]] = []
+    threshold = settings.fact_near_dup_jaccard_threshold
+    for fact in new_facts:
+        same = by_hash.get(fact.hash)
+        if same is not None:
+            skipped_exact.append((fact.hash, same.id))
+            if same.source == "ai_disclosure" and fact.source == "user_observation" and same.id not in upgraded:
+                upgraded[same.id] = msgspec.structs.replace(same, source="user_observation", signal_processed=False)
+            continue
+        keys = text_keywords(fact.text)
+        bucket = buckets.setdefault(fact.entity, [])
+        near = next((fid for other, fid in bucket if keys and jaccard(keys, other) >= threshold), None)
+        if near is not None:
+            skipped_near.append((fact.hash, near))
+            continue
+        accepted.append(fact)
+        by_hash[fact.hash] = fact
+        bucket.append((keys, fact.id))
+    return DedupOutcome(accepted, list(upgraded.values()), skipped_exact, skipped_near)
+
+
+def paraphrase_pairs(
+    new_fact: Fact,
+    scored: Iterable[tuple[Fact, float]],
+    now: datetime,
+    settings: LongTermSettings,
+) -> list[DedupPair]:
+    """Paraphrase candidate pairs of ``new_fact`` given (older fact, cosine) scores.
+
+    Only non-absorbed facts of the same entity, other than the fact itself, with cosine >=
+    ``fact_dedup_cosine_threshold``; at most ``fact_dedup_pairs_per_new``, strongest first.
+    """
+    if new_fact.absorbed:
+        return []
+    eligible = [
+        (other, cos)
+        for other, cos in scored
+        if other.id != new_fact.id and not other.absorbed and other.entity == new_fact.entity
+        and cos >= settings.fact_dedup_cosine_threshold
+    ]
+    eligible.sort(key=lambda pair: -pair[1])
+    stamp = to_iso(now)
+    return [
+        DedupPair(
+            candidate_id=new_fact.id,
+            existing_id=other.id,
+            candidate_text=new_fact.text,
+            existing_text=other.text,
+            entity=new_fact.entity,
+            cosine=float(cos),
+            queued_at=stamp,
+        )
+        for other, cos in eligible[: settings.fact_dedup_pairs_per_new]
+    ]
+
+
+def enqueue_pairs(queue: Sequence[DedupPair], pairs: Iterable[DedupPair]) -> list[DedupPair]:
+    """``queue`` plus ``pairs`` that are not queued yet in either direction."""
+    result = list(queue)
+    keys = {frozenset((p.candidate_id, p.existing_id)) for p in result}
+    for pair in pairs:
+        key = frozenset((pair.candidate_id, pair.existing_id))
+        if key in keys or pair.candidate_id == pair.existing_id:
+            continue
+        keys.add(key)
+        result.append(pair)
+    return result
+
+
+def dedup_batch(queue: Sequence[DedupPair], settings: LongTermSettings) -> list[DedupPair]:
+    """The pairs of the next judge_duplicates call (oldest first, at most ``fact_dedup_batch_limit``)."""
+    return list(queue[: settings.fact_dedup_batch_limit])
+
+
+class DuplicateResolution(msgspec.Struct, frozen=True):
+    """Result of applying judge_duplicates decisions.
+
+    ``facts``: the new active list. ``queue``: the new pending-pair queue. ``removed_ids``:
+    facts dropped by merge/replace. ``changed_ids``: facts rewritten. ``decided``: how many
+    pairs a decision consumed. ``dropped_pairs``: pairs dead-lettered after too many failures.
+    """
+
+    facts: list[Fact]
+    queue: list[DedupPair]
+    removed_ids: list[str]
+    changed_ids: list[str]
+    decided: int
+    dropped_pairs: list[DedupPair]
+
+
+def _rewrite_text(fact: Fact, text: object) -> Fact:
+    if not isinstance(text, str) or not text.strip() or text.strip() == fact.text:
+        return fact
+    clean = text.strip()
+    return msgspec.structs.replace(
+        fact, text=clean, hash=fact_hash(clean), embedding=None, embedding_text_sha256=None, embedding_model_id=None
+    )
+
+
+def _pair_key(a: str, b: str) -> frozenset[str]:
+    return frozenset((a, b))
+
+
+def apply_duplicate_decisions(
+    facts: Sequence[Fact],
+    queue: Sequence[DedupPair],
+    batch: Sequence[DedupPair],
+    output: object,
+    settings: LongTermSettings,
+) -> DuplicateResolution:
+    """Apply a judge_duplicates output ``{"decisions": [{new_id, existing_id, action, text}]}``.
+
+    ``merge``: the candidate (new) fact is dropped; the existing one gains
+    ``fact_merge_importance_bonus`` importance (max 10), records the candidate (and its merge
+    chain) in ``merged_from_ids`` and takes ``text`` when one is given. ``replace``: the
+    existing fact is dropped; the candidate keeps the higher importance, inherits the merge
+    chain and takes ``text`` when given. ``keep_both``: nothing changes. The first decision of
+    a pair wins; a pair whose fact vanished is consumed; a batch pair without a decision
+    stays queued. A batch with no usable decision counts as a failure
+    (:func:`record_dedup_failure`).
+    """
+    by_id = {f.id: f for f in facts}
+    order = [f.id for f in facts]
+    batch_keys = {_pair_key(p.candidate_id, p.existing_id): p for p in batch}
+    consumed: set[frozenset[str]] = set()
+    removed: list[str] = []
+    changed: list[str] = []
+    for item in record_get(output, "decisions", None) or []:
+        new_id, existing_id, action = record_get(item, "new_id"), record_get(item, "existing_id"), record_get(item, "action")
+        if not isinstance(new_id, str) or not isinstance(existing_id, str):
+            continue
+        key = _pair_key(new_id, existing_id)
+        pair = batch_keys.get(key)
+        if pair is None or key in consumed or action not in ("merge", "replace", "keep_both"):
+            continue
+        consumed.add(key)
+        # The model may swap the two ids; the queued pair says which fact is the candidate.
+        candidate, existing = by_id.get(pair.candidate_id), by_id.get(pair.existing_id)
+        if candidate is None or existing is None or action == "keep_both":
+            continue
+        text = record_get(item, "text")
+        if action == "merge":
+            chain = [i for i in [*existing.merged_from_ids, candidate.id, *candidate.merged_from_ids] if i != existing.id]
+            kept = msgspec.structs.replace(
+                existing,
+                importance=min(IMPORTANCE_MAX, existing.importance + settings.fact_merge_importance_bonus),
+                merged_from_ids=list(dict.fromkeys(chain)),
+            )
+            kept = _rewrite_text(kept, text)
+            by_id[existing.id] = kept
+            del by_id[candidate.id]
+            removed.append(candidate.id)
+            changed.append(existing.id)
+        else:
+            chain = [i for i in [*candidate.merged_from_ids, existing.id, *existing.merged_from_ids] if i != candidate.id]
+            kept = msgspec.structs.replace(
+                candidate,
+                importance=max(candidate.importance, existing.importance),
+                merged_from_ids=list(dict.fromkeys(chain)),
+            )
+            kept = _rewrite_text(kept, text)
+            by_id[candidate.id] = kept
+            del by_id[existing.id]
+            removed.append(existing.id)
+            changed.append(candidate.id)
+    if not consumed:
+        new_queue, dropped = record_dedup_failure(queue, batch, settings)
+        return DuplicateResolution(list(facts), new_queue, [], [], 0, dropped)
+    gone = set(removed)
+    remaining = [
+        p for p in queue
+        if _pair_key(p.candidate_id, p.existing_id) not in consumed
+        and p.candidate_id not in gone and p.existing_id not in gone
+    ]
+    new_facts = [by_id[i] for i in order if i in by_id]
+    return DuplicateResolution(new_facts, remaining, removed, changed, len(consumed), [])
+
+
+def record_dedup_failure(
+    queue: Sequence[DedupPair], batch: Sequence[DedupPair], settings: LongTermSettings
+) -> tuple[list[DedupPair], list[DedupPair]]:
+    """A failed judge_duplicates call: each batch pair gains one attempt; pairs reaching
+    ``fact_dedup_max_attempts`` are dropped. Returns (new queue, dropped pairs)."""
+    keys = {_pair_key(p.candidate_id, p.existing_id) for p in batch}
+    result: list[DedupPair] = []
+    dropped: list[DedupPair] = []
+    for pair in queue:
+        if _pair_key(pair.candidate_id, pair.existing_id) in keys:
+            pair = msgspec.structs.replace(pair, resolve_attempts=pair.resolve_attempts + 1)
+            if pair.resolve_attempts >= settings.fact_dedup_max_attempts:
+                dropped.append(pair)
+                continue
+        result.append(pair)
+    return result, dropped
+
+
+# --- marks -----------------------------------------------------------------------------
+
+
+def mark_absorbed(facts: Sequence[Fact], ids: Iterable[str]) -> list[Fact]:
+    """``facts`` with ``absorbed=True`` on the given ids (monotonic: never set back to False)."""
+    wanted = set(ids)
+    return [msgspec.structs.replace(f, absorbed=True) if f.id in wanted and not f.absorbed else f for f in facts]
+
+
+def mark_signal_processed(facts: Sequence[Fact], ids: Iterable[str]) -> list[Fact]:
+    """``facts`` with ``signal_processed=True`` on the given ids (after every signal applied)."""
+    wanted = set(ids)
+    return [msgspec.structs.replace(f, signal_processed=True) if f.id in wanted and not f.signal_processed else f for f in facts]
+
+
+def signal_batch(facts: Iterable[Fact], settings: LongTermSettings) -> list[Fact]:
+    """The next Stage-2 batch: unprocessed facts not from ``ai_disclosure``, highest
+    importance first then oldest, at most ``evidence_map_max_new_facts``."""
+    queue = [f for f in facts if not f.signal_processed and f.source != "ai_disclosure"]
+    queue.sort(key=lambda f: (-f.importance, f.created_at))
+    return queue[: settings.evidence_map_max_new_facts]
+
+
+# --- extraction schedule ---------------------------------------------------------------
+
+
+def extraction_due(
+    turns_since: int,
+    last_check_at: datetime | None,
+    last_activity_at: datetime | None,
+    now: datetime,
+    settings: LongTermSettings,
+) -> bool:
+    """Whether a batch extraction (path A) should run now.
+
+    True when ``turns_since`` (user turns since the last check) reaches
+    ``fact_extract_every_n_turns``; or, with at least one turn, when
+    ``fact_extract_interval_minutes`` passed since ``last_check_at``; or, with at least one
+    turn, when the conversation has been idle ``fact_extract_idle_seconds`` (only before the
+    first check when ``fact_extract_idle_requires_first_run``).
+    """
+    if turns_since >= settings.fact_extract_every_n_turns:
+        return True
+    if turns_since <= 0:
+        return False
+    if last_check_at is not None and now - last_check_at >= timedelta(minutes=settings.fact_extract_interval_minutes):
+        return True
+    idle_rule = last_check_at is None or not settings.fact_extract_idle_requires_first_run
+    if idle_rule:
+        idle = last_activity_at is None or now - last_activity_at >= timedelta(seconds=settings.fact_extract_idle_seconds)
+        return idle
+    return False
+
+
+def extraction_window_start(last_check_at: datetime | None, now: datetime, settings: LongTermSettings) -> datetime:
+    """Start of the path-A window: the cursor, or now minus the cold-start lookback."""
+    if last_check_at is not None:
+        return last_check_at
+    return now - timedelta(minutes=settings.fact_extract_cold_start_lookback_minutes)
+
+
+def self_disclosure_due(successful_passes_since_last: int, settings: LongTermSettings) -> bool:
+    """True when path B is due: ``fact_self_disclosure_every_n_passes`` successful path-A
+    passes happened since the last path-B pass (the caller resets its counter after B)."""
+    return successful_passes_since_last >= settings.fact_self_disclosure_every_n_passes
+
+
+def self_disclosure_window_start(
+    last_b_check_at: datetime | None, path_a_latest: datetime, settings: LongTermSettings
+) -> datetime:
+    """Start of the path-B window: its cursor, or the last path-A message minus the cold-start lookback."""
+    if last_b_check_at is not None:
+        return last_b_check_at
+    return path_a_latest - timedelta(minutes=settings.fact_self_disclosure_cold_start_lookback_minutes)
+
+
+def user_turns_only(turns: Iterable[Turn]) -> list[Turn]:
+    """Path A sees user messages only (AI-only content never becomes memory)."""
+    return [t for t in turns if t.role == "human"]
+
+
+def trim_to_user_span(turns: Sequence[Turn], settings: LongTermSettings) -> list[Turn]:
+    """Path-B window: the first ``fact_self_disclosure_max_window_messages`` rows trimmed to
+    the span from the first to the last user message; empty when there is no user message."""
+    rows = list(turns[: settings.fact_self_disclosure_max_window_messages])
+    users = [i for i, t in enumerate(rows) if t.role == "human"]
+    if not users:
+        return []
+    return rows[users[0] : users[-1] + 1]
+
+
+def known_pool(facts: Iterable[Fact], since: datetime | None, now: datetime, settings: LongTermSettings) -> list[Fact]:
+    """Facts shown to path B as already known: created at or after ``since``, most important
+    first, at most ``fact_self_disclosure_known_pool_max``."""
+    pool = []
+    for fact in facts:
+        created = parse_time(fact.created_at, now)
+        if since is None or (created is not None and created >= since):
+            pool.append(fact)
+    pool.sort(key=lambda f: (-f.importance, f.created_at))
+    return pool[: settings.fact_self_disclosure_known_pool_max]
+
+
+# --- fact archive ------------------------------------------------------------------------
+
+
+def archive_split(
+    facts: Sequence[Fact], now: datetime, last_attempt_at: datetime | None, settings: LongTermSettings
+) -> tuple[list[Fact], list[Fact]] | None:
+    """Split ``facts`` into (kept, to archive) or None when the last attempt was less than
+    ``fact_archive_cooldown_hours`` ago. Archived: absorbed AND created more than
+    ``fact_archive_age_days`` ago (a fact without a valid created_at stays)."""
+    if last_attempt_at is not None and now - last_attempt_at < timedelta(hours=settings.fact_archive_cooldown_hours):
+        return None
+    limit = timedelta(days=settings.fact_archive_age_days)
+    kept: list[Fact] = []
+    archived: list[Fact] = []
+    for fact in facts:
+        created = parse_time(fact.created_at, now)
+        if fact.absorbed and created is not None and now - created > limit:
+            archived.append(fact)
+        else:
+            kept.append(fact)
+    return kept, archived
+
+
+def unabsorbed(facts: Iterable[Fact], min_importance: int) -> list[Fact]:
+    """Facts not yet used by a reflection with at least ``min_importance``."""
+    return [f for f in facts if not f.absorbed and f.importance >= min_importance]
+
+
+def facts_by_id(facts: Iterable[Fact]) -> Mapping[str, Fact]:
+    """Index facts by id (the last one wins)."""
+    return {f.id: f for f in facts}

@@ -1,0 +1,107 @@
+"""The Starlette application: one request becomes one actor message."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from nekomem.config import Settings
+from nekomem.http import conversation, system
+from nekomem.http.errors import (
+    ApiError,
+    actor_failure_handler,
+    api_error_handler,
+    error_response,
+    internal_error_handler,
+    not_found_handler,
+)
+from nekomem.runtime.clock import Clock
+from nekomem.runtime.reply import ActorFailure
+from nekomem.runtime.runtime import Runtime
+
+log = logging.getLogger("nekomem.http")
+
+UNFENCED = {"/health"}
+
+
+class LimitedModeMiddleware:
+    """While start-up recovery runs, every route but /health answers 409."""
+
+    def __init__(self, app: ASGIApp, runtime: Runtime) -> None:
+        self.app = app
+        self.runtime = runtime
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        reason = self.runtime.limited_reason
+        if scope["type"] == "http" and reason is not None and scope["path"] not in UNFENCED:
+            response = error_response(
+                409,
+                "storage_startup_blocked",
+                "the server is recovering its storage; try again shortly",
+                ok=False,
+                blocking_reason=reason,
+                limited_mode=True,
+            )
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def routes() -> list[Route]:
+    c, s = conversation, system
+    table: list[Route] = [
+        Route("/health", s.health, methods=["GET"]),
+        Route("/cache/{name:str}", c.cache, methods=["POST"]),
+        Route("/process/{name:str}", c.process, methods=["POST"]),
+        Route("/renew/{name:str}", c.renew, methods=["POST"]),
+        Route("/settle/{name:str}", c.settle, methods=["POST"]),
+        Route("/new_dialog/{name:str}", c.new_dialog, methods=["GET"]),
+        Route("/get_recent_history/{name:str}", c.get_recent_history, methods=["GET"]),
+        Route("/last_conversation_gap/{name:str}", c.last_conversation_gap, methods=["GET"]),
+        Route("/api/memory/powerful_memory_config", s.powerful_memory_get, methods=["GET"]),
+        Route("/api/memory/powerful_memory_config", s.powerful_memory_post, methods=["POST"]),
+        Route("/internal/memory/reset_confirmed_at", s.reset_confirmed_at, methods=["POST"]),
+    ]
+    return table
+
+
+def create_app(
+    settings: Settings,
+    *,
+    clock: Clock | None = None,
+    llm: Any = None,
+    embeddings: Any = None,
+    runtime: Runtime | None = None,
+) -> Starlette:
+    """Build the app and its runtime. The runtime starts with the app's lifespan."""
+    rt = runtime or Runtime(settings, clock, llm=llm, embeddings=embeddings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        rt.start()
+        try:
+            yield
+        finally:
+            rt.stop()
+
+    app = Starlette(
+        routes=routes(),
+        lifespan=lifespan,
+        exception_handlers={
+            ApiError: api_error_handler,
+            ActorFailure: actor_failure_handler,
+            HTTPException: not_found_handler,
+            Exception: internal_error_handler,
+        },
+    )
+    app.state.runtime = rt
+    app.state.longterm_renderer = None
+    app.add_middleware(LimitedModeMiddleware, runtime=rt)
+    return app

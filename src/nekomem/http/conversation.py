@@ -1,0 +1,113 @@
+"""Conversation routes: /cache, /process, /renew, /settle, /new_dialog and friends."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+
+from nekomem.actors.messages import AppendTurns, GetRecent, RecentView
+from nekomem.domain.context import gap_seconds, render_new_dialog, render_recent_history
+from nekomem.http.bodies import character_name, parse_history, read_json_object
+from nekomem.http.errors import ApiError
+from nekomem.runtime.clock import iso
+
+
+def _runtime(request: Request) -> Any:
+    return request.app.state.runtime
+
+
+def display_now(request: Request) -> Any:
+    rt = _runtime(request)
+    tz_name = rt.settings.server.display_timezone
+    now = rt.clock.now()
+    if not tz_name:
+        return now.astimezone()
+    from zoneinfo import ZoneInfo
+
+    return now.astimezone(ZoneInfo(tz_name))
+
+
+async def _write(request: Request, mode: str) -> Response:
+    rt = _runtime(request)
+    name = character_name(request)
+    body = await read_json_object(request)
+    server = rt.settings.server
+    turns = parse_history(body, iso(rt.clock.now()), server.message_max_chars, server.batch_max_messages)
+    key = request.headers.get("idempotency-key")
+    if key is not None:
+        key = key.strip()
+        if not key or len(key) > server.idempotency_key_max_length:
+            raise ApiError(400, "bad_idempotency_key", f"Idempotency-Key must have 1 to {server.idempotency_key_max_length} characters")
+    timeout = server.ask_timeout_seconds if mode == "cache" else server.settle_timeout_seconds
+    result = await rt.registry.ask(
+        name,
+        "recent",
+        lambda reply: AppendTurns(turns=turns, mode=mode, session_id=uuid.uuid4().hex, idempotency_key=key, reply=reply),
+        timeout=timeout,
+    )
+    return JSONResponse(result)
+
+
+async def cache(request: Request) -> Response:
+    return await _write(request, "cache")
+
+
+async def process(request: Request) -> Response:
+    return await _write(request, "process")
+
+
+async def renew(request: Request) -> Response:
+    return await _write(request, "renew")
+
+
+async def settle(request: Request) -> Response:
+    return await _write(request, "settle")
+
+
+async def recent_view(request: Request, name: str, *, wait_settle: bool) -> RecentView:
+    rt = _runtime(request)
+    return await rt.registry.ask(
+        name,
+        "recent",
+        lambda reply: GetRecent(wait_settle=wait_settle, reply=reply),
+        timeout=rt.settings.server.settle_timeout_seconds,
+    )
+
+
+async def new_dialog(request: Request) -> Response:
+    rt = _runtime(request)
+    name = character_name(request)
+    view = await recent_view(request, name, wait_settle=True)
+    longterm = ""
+    render = request.app.state.longterm_renderer
+    if render is not None:
+        longterm = await render(request, name)
+    text = render_new_dialog(
+        character_name=name,
+        master_name=rt.settings.recent.master_name,
+        window=view.window,
+        last_timestamp=view.last_timestamp,
+        now=display_now(request),
+        longterm=longterm,
+        gap_notice_seconds=rt.settings.recent.gap_notice_seconds,
+        gap_long_seconds=rt.settings.recent.gap_long_seconds,
+    )
+    return PlainTextResponse(text)
+
+
+async def get_recent_history(request: Request) -> Response:
+    rt = _runtime(request)
+    name = character_name(request)
+    view = await recent_view(request, name, wait_settle=False)
+    return PlainTextResponse(render_recent_history(view.window, rt.settings.recent.master_name, name))
+
+
+async def last_conversation_gap(request: Request) -> Response:
+    rt = _runtime(request)
+    name = character_name(request)
+    view = await recent_view(request, name, wait_settle=False)
+    gap = gap_seconds(view.last_timestamp, rt.clock.now())
+    return JSONResponse({"gap_seconds": -1 if gap is None else gap})

@@ -1,0 +1,95 @@
+"""Operational routes: /health, the powerful-memory switch, reset_confirmed_at."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+import nekomem
+from nekomem.actors.messages import ResetConfirmedAt
+from nekomem.http.bodies import read_json_object
+from nekomem.http.errors import ApiError
+from nekomem.runtime.switches import POWERFUL, SwitchError
+from nekomem.stores.layout import list_characters
+
+
+def embeddings_status(rt: Any) -> dict[str, Any]:
+    emb = rt.embeddings
+    if emb is None:
+        return {"state": "disabled", "model": "", "pending": 0, "reason": "no embedding service configured"}
+    status = {"state": emb.state, "model": getattr(emb, "model_id", "") or "", "pending": int(rt.services.hooks.get("embedding_pending", lambda: 0)())}
+    reason = getattr(emb, "reason", None)
+    if reason:
+        status["reason"] = reason
+    return status
+
+
+async def health(request: Request) -> Response:
+    rt = request.app.state.runtime
+    llm_status = rt.llm.status() if rt.llm is not None else {}
+    llm_available = any(t.get("configured") for t in llm_status.values())
+    skipped = [tier for tier, t in llm_status.items() if not t.get("configured")]
+    body = {
+        "status": "ok" if rt.limited_reason is None else "starting",
+        "app": "nekomem",
+        "service": "memory",
+        "version": nekomem.__version__,
+        "limited_mode": rt.limited_reason is not None,
+        "blocking_reason": rt.limited_reason,
+        "active_characters": rt.registry.active_count(),
+        "llm": {"available": llm_available, "tiers": llm_status, "skipped_tiers": skipped},
+        "embeddings": embeddings_status(rt),
+        "model_jobs": rt.pool.total_busy(),
+    }
+    return JSONResponse(body)
+
+
+def _toggle_lock(request: Request) -> asyncio.Lock:
+    lock = getattr(request.app.state, "toggle_lock", None)
+    if lock is None:
+        lock = request.app.state.toggle_lock = asyncio.Lock()
+    return lock
+
+
+async def powerful_memory_get(request: Request) -> Response:
+    rt = request.app.state.runtime
+    async with _toggle_lock(request):
+        try:
+            enabled = await asyncio.to_thread(rt.switches.get, POWERFUL)
+        except SwitchError as exc:
+            raise ApiError(503, "invalid_memory_setting", str(exc)) from None
+    return JSONResponse({"enabled": enabled})
+
+
+async def reset_all_confirmed_at(request: Request) -> int:
+    rt = request.app.state.runtime
+    names = await asyncio.to_thread(list_characters, rt.memory_root)
+    total = 0
+    for name in names:
+        total += int(await rt.registry.ask(name, "reflections", lambda reply: ResetConfirmedAt(reply=reply)))
+    return total
+
+
+async def powerful_memory_post(request: Request) -> Response:
+    rt = request.app.state.runtime
+    body = await read_json_object(request)
+    enabled = body.get("enabled")
+    if not isinstance(enabled, bool):
+        raise ApiError(400, "bad_enabled", "'enabled' must be true or false")
+    async with _toggle_lock(request):
+        try:
+            previous = await asyncio.to_thread(rt.switches.get, POWERFUL)
+        except SwitchError:
+            previous = True  # only a confirmed false may skip the migration
+        if previous and not enabled:
+            await reset_all_confirmed_at(request)
+        await asyncio.to_thread(rt.switches.set, POWERFUL, enabled)
+    return JSONResponse({"success": True, "enabled": enabled})
+
+
+async def reset_confirmed_at(request: Request) -> Response:
+    count = await reset_all_confirmed_at(request)
+    return JSONResponse({"ok": True, "count": count})

@@ -1,0 +1,445 @@
+"""OpenAI-compatible chat client for the LLM tasks of SPEC §6.1.
+
+One :class:`LLMClient` serves the whole process and is called from the model worker pool, so
+it is thread-safe: one pooled ``httpx.Client`` per base URL, counters behind a lock. Every
+call is ``POST {base_url}/chat/completions``; the answer's content is parsed defensively and
+validated against the task's output Struct. Connection errors, timeouts, 429, 5xx and
+malformed or invalid output are retried with exponential backoff; any other HTTP error is
+final at once.
+
+Logs at INFO carry the task, tier, attempt, status code and elapsed time only; neither the
+prompt nor the output is logged above DEBUG, and the API key never is.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import msgspec
+
+from nekomem.config.llm import TIERS, LLMSettings
+from nekomem.providers.jsonparse import ModelOutputError, extract_json_object
+from nekomem.providers.tasks import task_spec, validate_output
+
+__all__ = [
+    "Endpoint",
+    "LLMClient",
+    "LLMError",
+    "LLMNotConfigured",
+    "LLMTaskFailed",
+    "TASK_HEADER",
+    "resolve_endpoints",
+]
+
+log = logging.getLogger("nekomem.llm")
+
+TASK_HEADER = "X-Nekomem-Task"
+_EXHAUSTED_FINISH_REASONS = ("length", "max_tokens")
+
+
+class LLMError(Exception):
+    """Base of every error raised by :class:`LLMClient`."""
+
+
+class LLMNotConfigured(LLMError):
+    """The task's tier has no endpoint: the LLM stage is skipped, not faked."""
+
+    def __init__(self, task: str, tier: str) -> None:
+        super().__init__(f"LLM task {task} needs the {tier} tier, which has no endpoint configured")
+        self.task = task
+        self.tier = tier
+
+
+class LLMTaskFailed(LLMError):
+    """A task gave no valid answer within its attempts.
+
+    ``status_code`` is the HTTP status of the last attempt (None for a transport error or a
+    200 with bad output); ``output_exhausted`` says the last answer stopped on its
+    output-token limit.
+    """
+
+    def __init__(
+        self,
+        task: str,
+        attempts: int,
+        last_error: str,
+        *,
+        status_code: int | None = None,
+        output_exhausted: bool = False,
+    ) -> None:
+        super().__init__(f"LLM task {task} failed after {attempts} attempt(s): {last_error}")
+        self.task = task
+        self.attempts = attempts
+        self.last_error = last_error
+        self.status_code = status_code
+        self.output_exhausted = output_exhausted
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where one tier sends its requests. ``repr`` hides the key."""
+
+    base_url: str
+    model: str
+    api_key: str
+    timeout_seconds: float
+
+    def __repr__(self) -> str:
+        key = "set" if self.api_key else "none"
+        return f"Endpoint(base_url={_public_url(self.base_url)!r}, model={self.model!r}, api_key=<{key}>, timeout_seconds={self.timeout_seconds})"
+
+
+def _public_url(url: str) -> str:
+    """The URL without any user:password part, for status and logs."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+
+
+def resolve_endpoints(settings: LLMSettings) -> dict[str, Endpoint | None]:
+    """The endpoint of each tier; a tier's own fields win over the global ones.
+
+    A tier whose resolved base URL is empty maps to None (not configured).
+    """
+    endpoints: dict[str, Endpoint | None] = {}
+    for tier in TIERS:
+        base_url = (getattr(settings, f"llm_{tier}_base_url") or settings.llm_base_url).strip()
+        if not base_url:
+            endpoints[tier] = None
+            continue
+        timeout = getattr(settings, f"llm_{tier}_timeout_seconds") or settings.llm_timeout_seconds
+        endpoints[tier] = Endpoint(
+            base_url=base_url.rstrip("/"),
+            model=getattr(settings, f"llm_{tier}_model") or settings.llm_model,
+            api_key=getattr(settings, f"llm_{tier}_api_key") or settings.llm_api_key,
+            timeout_seconds=float(timeout),
+        )
+    return endpoints
+
+
+class _Attempt(Exception):
+    """Outcome of one failed attempt (internal)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        status_code: int | None = None,
+        retry_after: float | None = None,
+        output_exhausted: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retryable = retryable
+        self.status_code = status_code
+        self.retry_after = retry_after
+        self.output_exhausted = output_exhausted
+
+
+@dataclass
+class _TierStats:
+    calls: int = 0
+    attempts: int = 0
+    failures: int = 0
+    skipped: int = 0
+    last_error: str | None = None
+
+
+def _error_detail(response: httpx.Response) -> str:
+    """A short description of an error body (the provider's message if it has one)."""
+    limit = 200
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:limit].strip()
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return error["message"][:limit]
+        if isinstance(error, str):
+            return error[:limit]
+    return response.text[:limit].strip()
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    raw = response.headers.get("retry-after")
+    if raw is None:
+        return None
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        return None  # an HTTP-date: fall back to our own backoff
+
+
+def _content_of(body: Any) -> tuple[str, str | None]:
+    """(assistant content, finish_reason) of a chat completion body; raises _Attempt."""
+    if not isinstance(body, dict):
+        raise _Attempt("response body is not a JSON object", retryable=True)
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise _Attempt("response has no choices", retryable=True)
+    choice = choices[0]
+    finish_reason = choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise _Attempt("response choice has no message", retryable=True)
+    content = message.get("content")
+    if isinstance(content, list):  # content parts
+        content = "".join(
+            part.get("text", "") for part in content if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    exhausted = finish_reason in _EXHAUSTED_FINISH_REASONS
+    if not isinstance(content, str) or not content.strip():
+        if isinstance(message.get("refusal"), str):
+            raise _Attempt("model refused the task", retryable=True)
+        reason = f" (finish_reason={finish_reason})" if finish_reason else ""
+        raise _Attempt(f"response message has no content{reason}", retryable=True, output_exhausted=exhausted)
+    return content, finish_reason
+
+
+class LLMClient:
+    """Runs contract tasks against the configured tiers (thread-safe).
+
+    ``sleep`` is called with each backoff delay (inject a no-op in tests).
+    """
+
+    def __init__(self, settings: LLMSettings, *, sleep: Callable[[float], None] = time.sleep) -> None:
+        self._settings = settings
+        self._sleep = sleep
+        self._endpoints = resolve_endpoints(settings)
+        self._lock = threading.Lock()
+        self._http: dict[str, httpx.Client] = {}
+        self._stats = {tier: _TierStats() for tier in TIERS}
+        self._closed = False
+
+    # --- configuration ---------------------------------------------------------------------
+
+    @property
+    def endpoints(self) -> dict[str, Endpoint | None]:
+        return dict(self._endpoints)
+
+    def available(self, tier: str) -> bool:
+        """True when ``tier`` has an endpoint. Raises ValueError for an unknown tier."""
+        if tier not in self._endpoints:
+            raise ValueError(f"unknown LLM tier {tier!r} (expected one of {', '.join(TIERS)})")
+        return self._endpoints[tier] is not None
+
+    def tier_for(self, task: str) -> str:
+        """The tier that runs ``task``. Raises UnknownTaskError (a KeyError) for an unknown task."""
+        return task_spec(task).tier
+
+    def task_available(self, task: str) -> bool:
+        """True when the tier of ``task`` has an endpoint."""
+        return self.available(self.tier_for(task))
+
+    # --- calls -----------------------------------------------------------------------------
+
+    def run(
+        self,
+        task: str,
+        messages: list[dict[str, Any]],
+        *,
+        max_output_tokens: int | None = None,
+        timeout: float | None = None,
+        max_retries: int | None = None,
+    ) -> msgspec.Struct:
+        """Run ``task`` on its tier and return the validated output Struct.
+
+        ``max_output_tokens``, ``timeout`` and ``max_retries`` override the settings for this
+        call. Raises LLMNotConfigured when the tier has no endpoint, LLMTaskFailed when no
+        attempt gave a valid answer (after the retries, or at once for a 4xx other than
+        429), UnknownTaskError for a task outside the contract, LLMError once closed.
+        """
+        spec = task_spec(task)
+        tier = spec.tier
+        endpoint = self._endpoints[tier]
+        if endpoint is None:
+            with self._lock:
+                self._stats[tier].skipped += 1
+            log.info("llm task=%s tier=%s skipped: tier not configured", task, tier)
+            raise LLMNotConfigured(task, tier)
+        client = self._client_for(endpoint)
+        settings = self._settings
+
+        if timeout is None:
+            if task == "review_recent":
+                timeout = settings.llm_review_timeout_seconds
+            elif task == "rerank":
+                timeout = settings.llm_rerank_timeout_seconds
+            else:
+                timeout = endpoint.timeout_seconds
+        if max_output_tokens is None:
+            max_output_tokens = (
+                settings.llm_review_max_output_tokens if task == "review_recent" else settings.llm_max_output_tokens
+            )
+        if max_retries is None:
+            max_retries = settings.llm_rerank_max_retries if task == "rerank" else settings.llm_max_retries
+
+        payload: dict[str, Any] = {
+            "model": endpoint.model,
+            "messages": messages,
+            settings.llm_output_tokens_param: max_output_tokens,
+        }
+        if settings.llm_send_response_format:
+            payload["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": task, "schema": spec.schema},
+            }
+        headers = {TASK_HEADER: task, "Content-Type": "application/json"}
+        if endpoint.api_key:
+            headers["Authorization"] = f"Bearer {endpoint.api_key}"
+        body = msgspec.json.encode(payload)
+        url = f"{endpoint.base_url}/chat/completions"
+
+        with self._lock:
+            self._stats[tier].calls += 1
+
+        attempts = 0
+        last: _Attempt | None = None
+        total = max_retries + 1
+        while attempts < total:
+            if attempts:
+                self._sleep(self._backoff(attempts - 1, last))
+            attempts += 1
+            with self._lock:
+                self._stats[tier].attempts += 1
+            try:
+                result = self._attempt(client, url, body, headers, timeout, task, tier, attempts)
+            except _Attempt as failure:
+                last = failure
+                with self._lock:
+                    self._stats[tier].last_error = f"{task}: {failure.message}"
+                log.warning(
+                    "llm task=%s tier=%s attempt=%d/%d failed: %s",
+                    task, tier, attempts, total, failure.message,
+                )
+                if not failure.retryable:
+                    break
+                continue
+            return result
+
+        assert last is not None
+        with self._lock:
+            self._stats[tier].failures += 1
+        raise LLMTaskFailed(
+            task,
+            attempts,
+            last.message,
+            status_code=last.status_code,
+            output_exhausted=last.output_exhausted,
+        )
+
+    def _attempt(
+        self,
+        client: httpx.Client,
+        url: str,
+        body: bytes,
+        headers: dict[str, str],
+        timeout: float,
+        task: str,
+        tier: str,
+        attempt: int,
+    ) -> msgspec.Struct:
+        started = time.perf_counter()
+        try:
+            response = client.post(url, content=body, headers=headers, timeout=timeout)
+        except httpx.TimeoutException:
+            raise _Attempt(f"timed out after {timeout:g} s", retryable=True) from None
+        except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+            raise _Attempt(f"bad endpoint URL: {type(exc).__name__}", retryable=False) from None
+        except httpx.HTTPError as exc:
+            raise _Attempt(f"transport error: {type(exc).__name__}", retryable=True) from None
+        elapsed_ms = (time.perf_counter() - started) * 1000.0
+        status = response.status_code
+        log.info("llm task=%s tier=%s attempt=%d status=%d elapsed_ms=%.0f", task, tier, attempt, status, elapsed_ms)
+
+        if status == 429 or status >= 500:
+            raise _Attempt(
+                f"HTTP {status}: {_error_detail(response)}",
+                retryable=True,
+                status_code=status,
+                retry_after=_retry_after(response) if status == 429 else None,
+            )
+        if not 200 <= status < 300:
+            raise _Attempt(f"HTTP {status}: {_error_detail(response)}", retryable=False, status_code=status)
+
+        try:
+            decoded = response.json()
+        except ValueError:
+            raise _Attempt("response body is not JSON", retryable=True) from None
+        content, finish_reason = _content_of(decoded)
+        exhausted = finish_reason in _EXHAUSTED_FINISH_REASONS
+        log.debug("llm task=%s output: %s", task, content)
+        try:
+            return validate_output(task, extract_json_object(content))
+        except ModelOutputError as exc:
+            suffix = " (output stopped at its token limit)" if exhausted else ""
+            raise _Attempt(f"{exc}{suffix}", retryable=True, output_exhausted=exhausted) from None
+
+    def _backoff(self, retry_index: int, last: _Attempt | None) -> float:
+        settings = self._settings
+        delay = min(settings.llm_backoff_base_seconds * (2**retry_index), settings.llm_backoff_max_seconds)
+        if last is not None and last.retry_after is not None:
+            delay = min(max(delay, last.retry_after), settings.llm_backoff_max_seconds)
+        return delay
+
+    def _client_for(self, endpoint: Endpoint) -> httpx.Client:
+        with self._lock:
+            if self._closed:
+                raise LLMError("LLM client is closed")
+            client = self._http.get(endpoint.base_url)
+            if client is None:
+                client = httpx.Client(timeout=endpoint.timeout_seconds)
+                self._http[endpoint.base_url] = client
+            return client
+
+    # --- health and shutdown -------------------------------------------------------------
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        """Per-tier state for /health (never the key).
+
+        ``calls`` counts run() calls that reached an endpoint, ``attempts`` the HTTP
+        requests, ``failures`` the calls that ended in LLMTaskFailed, ``skipped`` the calls
+        refused because the tier is not configured.
+        """
+        with self._lock:
+            out: dict[str, dict[str, Any]] = {}
+            for tier in TIERS:
+                endpoint = self._endpoints[tier]
+                stats = self._stats[tier]
+                out[tier] = {
+                    "configured": endpoint is not None,
+                    "model": endpoint.model if endpoint else "",
+                    "base_url": _public_url(endpoint.base_url) if endpoint else "",
+                    "calls": stats.calls,
+                    "attempts": stats.attempts,
+                    "failures": stats.failures,
+                    "skipped": stats.skipped,
+                    "last_error": stats.last_error,
+                }
+            return out
+
+    def close(self) -> None:
+        """Close every pooled connection; later calls raise LLMError. Idempotent."""
+        with self._lock:
+            self._closed = True
+            clients = list(self._http.values())
+            self._http.clear()
+        for client in clients:
+            client.close()
+
+    def __enter__(self) -> LLMClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

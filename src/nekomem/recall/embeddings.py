@@ -1,0 +1,539 @@
+"""The local sentence-embedding service (onnxruntime on CPU), shared by every character.
+
+One ``EmbeddingService`` per process. ``start()`` loads the model in a background thread;
+until it is ready ``embed`` raises ``EmbeddingsUnavailable`` and callers take their
+no-vector fallback. Any load or inference failure disables the service for the rest of the
+process (the state is sticky), with a reason string ``"<code>: <detail>"``.
+
+Two kinds of model directory are understood:
+
+* ``use-string-input``: a graph that takes a string tensor and tokenises inside (the default
+  Universal Sentence Encoder multilingual model, whose SentencePiece op comes from
+  ``onnxruntime-extensions``). Installed by ``scripts/fetch_model.py``.
+* ``hf-tokenizer``: ``model.onnx`` plus ``tokenizer.json`` for the HuggingFace ``tokenizers``
+  library; inputs are discovered from the session, token outputs are pooled (mean, cls or
+  last token) and prefixes for queries and passages are configurable.
+
+Vectors come back as float32 ``[N, dim]`` rows with unit L2 norm. The model id names the
+model, its dimension and a sha256 prefix of the files (and of the settings that change the
+vectors), so caches on entries notice when the model changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from nekomem.config.embeddings import EmbeddingSettings
+
+log = logging.getLogger(__name__)
+
+EmbedKind = Literal["query", "passage"]
+State = Literal["loading", "ready", "disabled"]
+
+MODEL_FILE = "model.onnx"
+EXTERNAL_DATA_FILE = "model.onnx_data"
+TOKENIZER_FILE = "tokenizer.json"
+PROFILE_FILE = "profile.json"
+_HASH_CHUNK = 1 << 20
+_DIGEST_CHARS = 12
+_PROBE_TEXT = "probe"
+_TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids")
+_INT_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32}
+_MODEL_ID_DIM = re.compile(r"-(\d+)d(?=-|$)")
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class EmbeddingsUnavailable(RuntimeError):
+    """Embeddings cannot be computed now: the model is still loading or is disabled."""
+
+    def __init__(self, state: str, reason: str | None) -> None:
+        super().__init__(f"embeddings unavailable ({state}{': ' + reason if reason else ''})")
+        self.state = state
+        self.reason = reason
+
+
+class _Disable(Exception):
+    """Internal: loading failed with a reason code."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(f"{code}: {detail}")
+        self.reason = f"{code}: {detail}"
+
+
+def text_sha256(text: str) -> str:
+    """sha256 hex digest of the UTF-8 text (the cache key of a vector on an entry)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def parse_model_dim(model_id: str) -> int | None:
+    """Dimension encoded in a model id (``...-512d-...``), or None if there is none."""
+    found = _MODEL_ID_DIM.findall(model_id or "")
+    return int(found[-1]) if found else None
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(_HASH_CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def find_project_root(start: Path | None = None) -> Path | None:
+    """The nearest folder at or above start (default: this module) holding pyproject.toml."""
+    here = (start or Path(__file__)).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "pyproject.toml").is_file():
+            return folder
+    return None
+
+
+def resolve_model_dir(value: str, project_root: Path | None = None) -> Path:
+    """Resolve the embedding_model_dir setting.
+
+    An absolute path is used as it is. A relative one is looked up from the working
+    directory first, then from the project root; when neither exists the working-directory
+    form is returned (so the missing-file reason names it).
+    """
+    path = Path(value).expanduser()
+    if path.is_absolute():
+        return path
+    from_cwd = Path.cwd() / path
+    if from_cwd.exists():
+        return from_cwd
+    root = project_root if project_root is not None else find_project_root()
+    if root is not None and (root / path).exists():
+        return root / path
+    return from_cwd
+
+
+def plan_batches(lengths: Sequence[int], max_batch: int, budget: int, padded: bool) -> list[list[int]]:
+    """Group item indices into inference batches, shortest first.
+
+    ``padded`` True: a batch costs count x longest length (token models pad to the longest);
+    False: it costs the sum of lengths (string-input models). A batch never exceeds
+    max_batch items, nor budget unless it holds a single item.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches: list[list[int]] = []
+    current: list[int] = []
+    cost_sum = 0
+    for index in order:
+        length = max(int(lengths[index]), 1)
+        if current:
+            # Sorted ascending, so this item is the batch's longest one.
+            cost = (len(current) + 1) * length if padded else cost_sum + length
+            if len(current) >= max_batch or cost > budget:
+                batches.append(current)
+                current, cost_sum = [], 0
+        current.append(index)
+        cost_sum += length
+    if current:
+        batches.append(current)
+    return batches
+
+
+class _Backend(Protocol):
+    kind: str
+
+    def infer(self, texts: list[str]) -> np.ndarray:
+        """Raw (unnormalised) float32 [len(texts), dim] embeddings; raises on failure."""
+        ...
+
+
+class _StringInputBackend:
+    """A graph with one string tensor input that tokenises inside (custom ops)."""
+
+    kind = "use-string-input"
+
+    def __init__(self, session: Any, input_name: str, output_name: str, settings: EmbeddingSettings) -> None:
+        self._session = session
+        self._input = input_name
+        self._output = output_name
+        self._settings = settings
+
+    def infer(self, texts: list[str]) -> np.ndarray:
+        s = self._settings
+        rows: list[np.ndarray | None] = [None] * len(texts)
+        for batch in plan_batches([len(t) for t in texts], s.embedding_max_batch_size, s.embedding_batch_char_budget, padded=False):
+            feed = {self._input: np.array([texts[i] for i in batch], dtype=object)}
+            out = np.asarray(self._session.run([self._output], feed)[0], dtype=np.float32)
+            if out.ndim != 2 or out.shape[0] != len(batch):
+                raise ValueError(f"model output has shape {out.shape} for a batch of {len(batch)}")
+            for row, index in zip(out, batch, strict=True):
+                rows[index] = row
+        return np.stack(rows)  # type: ignore[arg-type]
+
+
+class _TokenizerBackend:
+    """model.onnx fed by a HuggingFace tokenizer, with pooling of token outputs."""
+
+    kind = "hf-tokenizer"
+
+    def __init__(self, session: Any, tokenizer: Any, output_name: str, settings: EmbeddingSettings) -> None:
+        self._session = session
+        self._tokenizer = tokenizer
+        self._output = output_name
+        self._settings = settings
+        self._inputs: dict[str, Any] = {}
+        for spec in session.get_inputs():
+            if spec.name not in _TOKEN_INPUTS:
+                raise _Disable("unsupported_model", f"unknown model input {spec.name!r}")
+            if spec.type not in _INT_TYPES:
+                raise _Disable("unsupported_model", f"input {spec.name!r} has type {spec.type}")
+            self._inputs[spec.name] = _INT_TYPES[spec.type]
+        if "input_ids" not in self._inputs:
+            raise _Disable("unsupported_model", "model has no input_ids input")
+        self._pad_id = self._find_pad_id(tokenizer)
+
+    @staticmethod
+    def _find_pad_id(tokenizer: Any) -> int:
+        padding = tokenizer.padding
+        if padding and isinstance(padding.get("pad_id"), int):
+            return int(padding["pad_id"])
+        for token in ("<pad>", "[PAD]", "<|endoftext|>"):
+            found = tokenizer.token_to_id(token)
+            if found is not None:
+                return int(found)
+        # Padded positions are masked out, so any id works when the vocabulary names none.
+        return 0
+
+    def infer(self, texts: list[str]) -> np.ndarray:
+        s = self._settings
+        encodings = self._tokenizer.encode_batch(texts)
+        ids = [enc.ids or [self._pad_id] for enc in encodings]
+        rows: list[np.ndarray | None] = [None] * len(texts)
+        for batch in plan_batches([len(x) for x in ids], s.embedding_max_batch_size, s.embedding_batch_token_budget, padded=True):
+            width = max(len(ids[i]) for i in batch)
+            input_ids = np.full((len(batch), width), self._pad_id, dtype=np.int64)
+            mask = np.zeros((len(batch), width), dtype=np.int64)
+            for row, index in enumerate(batch):
+                input_ids[row, : len(ids[index])] = ids[index]
+                mask[row, : len(ids[index])] = 1
+            feed: dict[str, np.ndarray] = {}
+            for name, dtype in self._inputs.items():
+                if name == "input_ids":
+                    value = input_ids
+                elif name == "attention_mask":
+                    value = mask
+                elif name == "token_type_ids":
+                    value = np.zeros_like(input_ids)
+                else:
+                    value = np.broadcast_to(np.arange(width, dtype=np.int64), input_ids.shape).copy()
+                feed[name] = value.astype(dtype, copy=False)
+            out = np.asarray(self._session.run([self._output], feed)[0], dtype=np.float32)
+            pooled = self._pool(out, mask)
+            if pooled.shape[0] != len(batch):
+                raise ValueError(f"model output has shape {out.shape} for a batch of {len(batch)}")
+            for vec, index in zip(pooled, batch, strict=True):
+                rows[index] = vec
+        return np.stack(rows)  # type: ignore[arg-type]
+
+    def _pool(self, out: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        if out.ndim == 2:
+            return out  # already one vector per text
+        if out.ndim != 3 or out.shape[:2] != mask.shape:
+            raise ValueError(f"model output has shape {out.shape}, expected [batch, tokens, dim] or [batch, dim]")
+        pooling = self._settings.embedding_pooling
+        if pooling == "cls":
+            return out[:, 0, :]
+        if pooling == "last":
+            last = mask.sum(axis=1) - 1
+            return out[np.arange(out.shape[0]), last, :]
+        weights = mask.astype(np.float32)[:, :, None]
+        return (out * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1.0)
+
+
+class EmbeddingService:
+    """Process-wide embedding model; thread-safe.
+
+    Lifecycle: state "loading" from construction until the background load finishes (or
+    until start has been called and the delay has passed), then "ready" or "disabled".
+    "disabled" is final. Inference calls are serialised: each uses the configured
+    intra-op threads, and concurrent runs would only oversubscribe the CPU.
+    """
+
+    def __init__(self, settings: EmbeddingSettings, project_root: Path | None = None) -> None:
+        self._settings = settings
+        self._project_root = project_root
+        self._lock = threading.Lock()
+        self._run_lock = threading.Lock()
+        self._settled = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._state: State = "loading"
+        self._reason: str | None = None
+        self._backend: _Backend | None = None
+        self._model_id: str | None = None
+        self._dim: int | None = None
+        if not settings.embedding_enabled:
+            self._state = "disabled"
+            self._reason = "disabled by configuration"
+            self._settled.set()
+
+    # -- status -----------------------------------------------------------------------
+
+    @property
+    def state(self) -> State:
+        """"loading" (not ready yet), "ready" or "disabled"."""
+        return self._state
+
+    @property
+    def reason(self) -> str | None:
+        """Why the service is disabled ("<code>: <detail>"), else None."""
+        return self._reason
+
+    @property
+    def model_id(self) -> str | None:
+        """Id of the loaded model (name, dim, sha256 prefix); None unless ready."""
+        return self._model_id if self._state == "ready" else None
+
+    @property
+    def dim(self) -> int | None:
+        """Vector dimension of the loaded model; None unless ready."""
+        return self._dim if self._state == "ready" else None
+
+    @property
+    def is_ready(self) -> bool:
+        return self._state == "ready"
+
+    def status(self) -> dict[str, Any]:
+        """Metadata for health output: state, model_id, dim, reason."""
+        with self._lock:
+            ready = self._state == "ready"
+            return {
+                "state": self._state,
+                "model_id": self._model_id if ready else None,
+                "dim": self._dim if ready else None,
+                "reason": self._reason,
+            }
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Begin loading in a background thread after embedding_load_delay_seconds.
+
+        Returns at once; calling it again, or on a disabled service, does nothing.
+        """
+        with self._lock:
+            if self._state != "loading" or self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._load_after_delay, name="nekomem-embeddings-load", daemon=True)
+            self._thread.start()
+
+    def load_now(self) -> None:
+        """Start loading without waiting for the rest of the delay (e.g. on first traffic)."""
+        self._wake.set()
+        self.start()
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Wait until loading has finished (or timeout seconds); True when ready.
+
+        Does not start loading by itself.
+        """
+        self._settled.wait(timeout)
+        return self._state == "ready"
+
+    def close(self) -> None:
+        """Disable the service and release the model (reason "closed" unless already disabled)."""
+        with self._lock:
+            if self._state != "disabled":
+                self._state = "disabled"
+                self._reason = "closed"
+            self._backend = None
+        self._wake.set()
+        self._settled.set()
+
+    def _load_after_delay(self) -> None:
+        self._wake.wait(self._settings.embedding_load_delay_seconds)
+        if self._state != "loading":
+            return
+        started = time.monotonic()
+        try:
+            backend, model_id, dim = self._load()
+        except _Disable as exc:
+            self._disable(exc.reason)
+            return
+        except Exception as exc:  # noqa: BLE001 - any load failure disables, never crashes
+            self._disable(f"load_raised: {type(exc).__name__}: {exc}")
+            return
+        with self._lock:
+            if self._state != "loading":
+                return  # closed while loading
+            self._backend, self._model_id, self._dim = backend, model_id, dim
+            self._state = "ready"
+        self._settled.set()
+        log.info("embedding model ready: id=%s dim=%d kind=%s load_seconds=%.2f",
+                 model_id, dim, backend.kind, time.monotonic() - started)
+
+    def _disable(self, reason: str) -> None:
+        with self._lock:
+            if self._state == "disabled":
+                return
+            self._state = "disabled"
+            self._reason = reason
+            self._backend = None
+        self._settled.set()
+        log.warning("embeddings disabled for this process: %s", reason)
+
+    # -- loading ----------------------------------------------------------------------
+
+    def _load(self) -> tuple[_Backend, str, int]:
+        s = self._settings
+        folder = resolve_model_dir(s.embedding_model_dir, self._project_root)
+        model_path = folder / MODEL_FILE
+        if not model_path.is_file() or model_path.stat().st_size == 0:
+            raise _Disable("model_file_missing", str(model_path))
+        try:
+            import onnxruntime as ort
+        except ImportError as exc:
+            raise _Disable("onnxruntime_not_importable", str(exc)) from None
+
+        profile = self._read_profile(folder)
+        kind = s.embedding_model_kind
+        if kind == "auto":
+            kind = "hf-tokenizer" if (folder / TOKENIZER_FILE).is_file() else "use-string-input"
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = s.embedding_intra_op_threads
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # Idle worker threads must not spin: the service mostly waits between small batches.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+
+        tokenizer = None
+        if kind == "use-string-input":
+            try:
+                import onnxruntime_extensions
+            except ImportError as exc:
+                raise _Disable("onnxruntime_extensions_not_importable", str(exc)) from None
+            options.register_custom_ops_library(onnxruntime_extensions.get_library_path())
+        else:
+            tokenizer_path = folder / TOKENIZER_FILE
+            if not tokenizer_path.is_file():
+                raise _Disable("tokenizer_file_missing", str(tokenizer_path))
+            try:
+                from tokenizers import Tokenizer
+            except ImportError as exc:
+                raise _Disable("tokenizers_not_importable", str(exc)) from None
+            try:
+                tokenizer = Tokenizer.from_file(str(tokenizer_path))
+                tokenizer.no_padding()
+                tokenizer.enable_truncation(max_length=s.embedding_max_length)
+            except Exception as exc:  # noqa: BLE001
+                raise _Disable("tokenizer_setup_failed", f"{type(exc).__name__}: {exc}") from None
+
+        session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+        output_name = self._pick_output(session, profile)
+        backend: _Backend
+        if kind == "use-string-input":
+            strings = [i.name for i in session.get_inputs() if i.type == "tensor(string)"]
+            if len(session.get_inputs()) != 1 or len(strings) != 1:
+                raise _Disable("unsupported_model", "a use-string-input model needs exactly one string tensor input")
+            backend = _StringInputBackend(session, strings[0], output_name, s)
+        else:
+            backend = _TokenizerBackend(session, tokenizer, output_name, s)
+
+        probe = backend.infer([_PROBE_TEXT])
+        if probe.ndim != 2 or probe.shape[0] != 1 or probe.shape[1] < 1 or not np.isfinite(probe).all():
+            raise _Disable("unsupported_model", f"probe inference gave shape {probe.shape}")
+        dim = int(probe.shape[1])
+        return backend, self._make_model_id(folder, profile, kind, dim), dim
+
+    @staticmethod
+    def _read_profile(folder: Path) -> dict[str, Any]:
+        path = folder / PROFILE_FILE
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _pick_output(self, session: Any, profile: dict[str, Any]) -> str:
+        names = [o.name for o in session.get_outputs()]
+        wanted = self._settings.embedding_output_name or profile.get("output_name") or ""
+        if wanted:
+            if wanted not in names:
+                raise _Disable("unsupported_model", f"model has no output {wanted!r} (outputs: {', '.join(names)})")
+            return str(wanted)
+        if not names:
+            raise _Disable("unsupported_model", "model has no outputs")
+        return names[0]
+
+    def _make_model_id(self, folder: Path, profile: dict[str, Any], kind: str, dim: int) -> str:
+        s = self._settings
+        name = profile.get("model_id") if isinstance(profile.get("model_id"), str) else folder.name
+        name = _NAME_UNSAFE.sub("_", name).strip("_-") or "model"
+        model_sha = _file_sha256(folder / MODEL_FILE)
+        # Everything else that changes the vectors is folded into the digest; for a bare
+        # model the digest is the model file's own sha256.
+        extras: list[str] = []
+        if (folder / EXTERNAL_DATA_FILE).is_file():
+            extras.append("data:" + _file_sha256(folder / EXTERNAL_DATA_FILE))
+        if kind == "hf-tokenizer":
+            extras.append("tokenizer:" + _file_sha256(folder / TOKENIZER_FILE))
+            extras.append(f"output:{s.embedding_output_name}")
+        if s.embedding_query_prefix or s.embedding_passage_prefix:
+            extras.append("prefixes:" + json.dumps([s.embedding_query_prefix, s.embedding_passage_prefix]))
+        digest = model_sha
+        if extras:
+            digest = hashlib.sha256("\n".join(["model:" + model_sha, *extras]).encode("utf-8")).hexdigest()
+        suffix = f"-{s.embedding_pooling}-mlen{s.embedding_max_length}" if kind == "hf-tokenizer" else ""
+        return f"{name}-{dim}d{suffix}-{digest[:_DIGEST_CHARS]}"
+
+    # -- inference --------------------------------------------------------------------
+
+    def embed(self, texts: Sequence[str], kind: EmbedKind = "passage") -> np.ndarray:
+        """Embed texts into float32 [len(texts), dim] rows of unit L2 norm (same order).
+
+        Texts are cut to embedding_max_text_chars and get the query or passage prefix.
+        Raises EmbeddingsUnavailable when the service is not ready, and also when inference
+        fails (which disables the service for the process). Raises TypeError for a non-str
+        item and ValueError for an unknown kind.
+        """
+        if kind not in ("query", "passage"):
+            raise ValueError(f"kind must be 'query' or 'passage', got {kind!r}")
+        if isinstance(texts, str):
+            raise TypeError("texts must be a list of strings, not a single string")
+        items = list(texts)
+        for item in items:
+            if not isinstance(item, str):
+                raise TypeError(f"texts must be strings, got {type(item).__name__}")
+        with self._lock:
+            backend, dim = self._backend, self._dim
+            if self._state != "ready" or backend is None or dim is None:
+                raise EmbeddingsUnavailable(self._state, self._reason)
+        if not items:
+            return np.zeros((0, dim), dtype=np.float32)
+        s = self._settings
+        prefix = s.embedding_query_prefix if kind == "query" else s.embedding_passage_prefix
+        prepared = [prefix + item[: s.embedding_max_text_chars] for item in items]
+        started = time.monotonic()
+        try:
+            with self._run_lock:
+                raw = backend.infer(prepared)
+            if raw.shape != (len(items), dim):
+                raise ValueError(f"embeddings have shape {raw.shape}, expected {(len(items), dim)}")
+            if not np.isfinite(raw).all():
+                raise ValueError("model produced non-finite values")
+        except Exception as exc:  # noqa: BLE001 - any inference failure disables, never crashes
+            self._disable(f"inference_raised: {type(exc).__name__}: {exc}")
+            raise EmbeddingsUnavailable("disabled", self._reason) from exc
+        norms = np.linalg.norm(raw, axis=1, keepdims=True)
+        vectors = (raw / np.maximum(norms, np.finfo(np.float32).tiny)).astype(np.float32, copy=False)
+        log.debug("embedded %d texts (%s) in %.1f ms", len(items), kind, (time.monotonic() - started) * 1000)
+        return vectors
+
+    def embed_one(self, text: str, kind: EmbedKind = "passage") -> np.ndarray:
+        """Embed one text into a float32 [dim] unit vector; raises like embed."""
+        return self.embed([text], kind)[0]

@@ -1,0 +1,308 @@
+"""An incremental Okapi BM25 index over short memory texts.
+
+Writes are incremental: ``add``/``remove``/``update`` touch only the postings of the
+document's own terms. A query touches only the postings of its own terms (numpy arrays
+gathered and scored in bulk), so its cost grows with how many documents contain the query
+terms, not with the corpus size.
+
+Scoring (per query term t with query multiplicity w_t, over live documents):
+
+    idf(t)   = ln((N - n_t + 0.5) / (n_t + 0.5) + 1)          (Robertson-Sparck Jones, > 0)
+    sat(t,d) = tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))
+    raw(d)   = sum_t w_t * idf(t) * sat(t, d)                 (textbook Okapi BM25)
+    score(d) = raw(d) / sum_t w_t * idf(t)                    (what ``search`` returns)
+
+N counts every live document, empty ones included; n_t is the live document frequency;
+dl is the document's token count and avgdl the mean over live documents. ``sat`` is 1.0
+for a term found once in a document of average length and tends to k1 + 1 as tf grows.
+So the normalised score is the idf-weighted average of ``sat`` over the query's terms
+(a term missing from the document counts 0, a term missing from the corpus still weighs
+in the denominator): 1.0 means "every query term, once, in an average-length document",
+0.1 means roughly a tenth of the query's weight matched once. It does not depend on the
+corpus size the way raw BM25 does, so one threshold (``recall_bm25_threshold``) fits a
+3-fact and a 100k-fact memory alike. Documents scoring 0 are never returned.
+
+Removed documents leave dead postings behind; a term's postings are compacted the next time
+a query reads them once the dead fraction passes ``recall_bm25_compact_dead_ratio``, and
+the document slots are renumbered (amortised, on a write) when that fraction of all slots
+is dead. Not thread-safe: one owner (an actor) calls it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Iterator
+
+import numpy as np
+
+from nekomem.config.recall import RecallSettings
+from nekomem.recall.fusion import top_k
+from nekomem.recall.tokenize import Tokenizer, normalise
+
+Allowed = Callable[[str], bool] | Collection[str] | None
+
+
+class _Postings:
+    """The documents containing one term: a numpy base plus a Python-list tail of new ones."""
+
+    __slots__ = ("term", "slots", "tfs", "tail_slots", "tail_tfs", "size", "dead")
+
+    def __init__(self, term: str) -> None:
+        self.term = term
+        self.slots: np.ndarray | None = None
+        self.tfs: np.ndarray | None = None
+        self.tail_slots: list[int] = []
+        self.tail_tfs: list[int] = []
+        self.size = 0  # postings held, dead ones included
+        self.dead = 0  # postings whose document was removed
+
+    @property
+    def live(self) -> int:
+        return self.size - self.dead
+
+    def append(self, slot: int, tf: int) -> None:
+        self.tail_slots.append(slot)
+        self.tail_tfs.append(tf)
+        self.size += 1
+
+    def arrays(self, alive: np.ndarray, dead_ratio: float) -> tuple[np.ndarray, np.ndarray]:
+        """Slots and term frequencies of the live postings (merging the tail, compacting lazily)."""
+        if self.tail_slots:
+            new_slots = np.array(self.tail_slots, dtype=np.int32)
+            new_tfs = np.array(self.tail_tfs, dtype=np.float64)
+            if self.slots is None:
+                self.slots, self.tfs = new_slots, new_tfs
+            else:
+                self.slots = np.concatenate((self.slots, new_slots))
+                self.tfs = np.concatenate((self.tfs, new_tfs))
+            self.tail_slots = []
+            self.tail_tfs = []
+        assert self.slots is not None and self.tfs is not None
+        if not self.dead:
+            return self.slots, self.tfs
+        mask = alive[self.slots]
+        if self.dead > dead_ratio * self.size:
+            self.slots, self.tfs = self.slots[mask], self.tfs[mask]
+            self.size -= self.dead
+            self.dead = 0
+            return self.slots, self.tfs
+        return self.slots[mask], self.tfs[mask]
+
+
+class LexicalIndex:
+    """Incremental BM25 over ``doc_id -> text`` (see the module docstring for the score)."""
+
+    def __init__(self, settings: RecallSettings | None = None, stop_names: Iterable[str] = ()) -> None:
+        s = settings or RecallSettings()
+        self._k1 = s.recall_bm25_k1
+        self._b = s.recall_bm25_b
+        self._dead_ratio = s.recall_bm25_compact_dead_ratio
+        self._compact_min = s.recall_bm25_compact_min_slots
+        self._tokenizer = Tokenizer(s)
+        self._stop_names: tuple[str, ...] = self._clean_names(stop_names)
+        self._postings: dict[str, _Postings] = {}
+        self._texts: dict[str, str] = {}
+        self._id_slot: dict[str, int] = {}
+        self._slot_ids: list[str | None] = []
+        self._slot_posts: list[tuple[_Postings, ...] | None] = []
+        capacity = s.recall_index_initial_capacity
+        self._dl = np.zeros(capacity, dtype=np.float64)
+        self._alive = np.zeros(capacity, dtype=bool)
+        self._scratch = np.zeros(capacity, dtype=np.float64)
+        self._total_len = 0
+        self._dead_slots = 0
+
+    # ------------------------------------------------------------------ writes
+
+    def add(self, doc_id: str, text: str) -> None:
+        """Index a new document. Raises ValueError if ``doc_id`` is empty or already present."""
+        if not doc_id:
+            raise ValueError("doc_id must be a non-empty string")
+        if doc_id in self._id_slot:
+            raise ValueError(f"document {doc_id!r} is already indexed")
+        text = "" if text is None else str(text)
+        self._texts[doc_id] = text
+        self._insert(doc_id, self._tokenizer(text, self._stop_names))
+
+    def remove(self, doc_id: str) -> bool:
+        """Drop a document; returns False (and does nothing) if it was not indexed."""
+        slot = self._id_slot.pop(doc_id, None)
+        if slot is None:
+            return False
+        del self._texts[doc_id]
+        posts = self._slot_posts[slot]
+        assert posts is not None
+        for p in posts:
+            p.dead += 1
+            if p.dead == p.size:
+                del self._postings[p.term]
+        self._slot_posts[slot] = None
+        self._slot_ids[slot] = None
+        self._alive[slot] = False
+        self._total_len -= int(self._dl[slot])
+        self._dead_slots += 1
+        if self._dead_slots >= self._compact_min and self._dead_slots > self._dead_ratio * len(self._slot_ids):
+            self._renumber()
+        return True
+
+    def update(self, doc_id: str, text: str) -> None:
+        """Replace a document's text, or add it if absent (unchanged text is a no-op)."""
+        text = "" if text is None else str(text)
+        if self._texts.get(doc_id) == text and doc_id in self._id_slot:
+            return
+        self.remove(doc_id)
+        self.add(doc_id, text)
+
+    def set_stop_names(self, names: Iterable[str]) -> None:
+        """Change the stop names; re-tokenises every document (only) if the set changed."""
+        cleaned = self._clean_names(names)
+        if cleaned == self._stop_names:
+            return
+        self._stop_names = cleaned
+        texts = list(self._texts.items())
+        self._postings.clear()
+        self._texts.clear()
+        self._id_slot.clear()
+        self._slot_ids.clear()
+        self._slot_posts.clear()
+        self._alive[:] = False
+        self._total_len = 0
+        self._dead_slots = 0
+        for doc_id, text in texts:
+            self.add(doc_id, text)
+
+    # ------------------------------------------------------------------ reads
+
+    def __len__(self) -> int:
+        return len(self._id_slot)
+
+    def __contains__(self, doc_id: object) -> bool:
+        return doc_id in self._id_slot
+
+    def ids(self) -> Iterator[str]:
+        """The indexed ids (insertion order, updates move to the end)."""
+        return iter(self._texts)
+
+    @property
+    def stop_names(self) -> tuple[str, ...]:
+        return self._stop_names
+
+    def search(
+        self,
+        query: str,
+        k: int,
+        allowed: Allowed = None,
+        *,
+        min_score: float = 0.0,
+        normalised: bool = True,
+    ) -> list[tuple[str, float]]:
+        """The best ``k`` ``(doc_id, score)`` pairs for ``query``, best first (ties by id).
+
+        ``allowed`` restricts the candidates: a set (or other collection) of ids, or a
+        predicate on the id. Hits scoring below ``min_score`` (in the returned scale) or 0
+        are dropped. ``normalised=False`` returns textbook raw BM25 instead of the
+        normalised score. An empty query or index gives ``[]``; never raises on text.
+        """
+        n_docs = len(self._id_slot)
+        if k <= 0 or n_docs == 0:
+            return []
+        weights = Counter(self._tokenizer(query, self._stop_names))
+        if not weights:
+            return []
+        avgdl = self._total_len / n_docs if self._total_len else 1.0
+        k1, b = self._k1, self._b
+        denominator = 0.0
+        touched: list[np.ndarray] = []
+        scratch = self._scratch
+        for term, weight in weights.items():
+            p = self._postings.get(term)
+            df = p.live if p is not None else 0
+            idf = math.log((n_docs - df + 0.5) / (df + 0.5) + 1.0)
+            denominator += weight * idf
+            if not df:
+                continue
+            assert p is not None
+            slots, tfs = p.arrays(self._alive, self._dead_ratio)
+            norm = k1 * (1.0 - b + b * self._dl[slots] / avgdl)
+            scratch[slots] += (weight * idf) * (tfs * (k1 + 1.0) / (tfs + norm))
+            touched.append(slots)
+        if not touched:
+            return []
+        cand = touched[0] if len(touched) == 1 else np.unique(np.concatenate(touched))
+        scores = scratch[cand]
+        scratch[cand] = 0.0
+        if normalised:
+            scores = scores / denominator
+        keep = scores > 0.0
+        if min_score > 0.0:
+            keep &= scores >= min_score
+        accept: Callable[[str], bool] | None = None
+        if allowed is not None and not callable(allowed):
+            keep &= self._allowed_mask(cand, allowed)
+        elif allowed is not None:
+            accept = allowed
+        if not keep.all():
+            cand, scores = cand[keep], scores[keep]
+        slot_ids = self._slot_ids
+        return top_k(cand, scores, k, lambda s: slot_ids[s], accept)  # type: ignore[arg-type,return-value]
+
+    # ------------------------------------------------------------------ internals
+
+    def _clean_names(self, names: Iterable[str]) -> tuple[str, ...]:
+        return tuple(sorted({normalise(n).strip() for n in names if n and normalise(n).strip()}))
+
+    def _allowed_mask(self, cand: np.ndarray, allowed: Collection[str]) -> np.ndarray:
+        if len(allowed) < len(cand):
+            slots = [self._id_slot[i] for i in allowed if i in self._id_slot]
+            return np.isin(cand, np.array(slots, dtype=np.int32))
+        slot_ids = self._slot_ids
+        return np.fromiter((slot_ids[s] in allowed for s in cand.tolist()), dtype=bool, count=len(cand))
+
+    def _insert(self, doc_id: str, tokens: list[str]) -> None:
+        slot = len(self._slot_ids)
+        if slot >= self._dl.shape[0]:
+            self._grow()
+        counts = Counter(tokens)
+        posts = []
+        for term, tf in counts.items():
+            p = self._postings.get(term)
+            if p is None:
+                p = self._postings[term] = _Postings(term)
+            p.append(slot, tf)
+            posts.append(p)
+        self._id_slot[doc_id] = slot
+        self._slot_ids.append(doc_id)
+        self._slot_posts.append(tuple(posts))
+        self._dl[slot] = len(tokens)
+        self._alive[slot] = True
+        self._total_len += len(tokens)
+
+    def _grow(self) -> None:
+        size = self._dl.shape[0] * 2
+        for name in ("_dl", "_alive", "_scratch"):
+            old = getattr(self, name)
+            new = np.zeros(size, dtype=old.dtype)
+            new[: old.shape[0]] = old
+            setattr(self, name, new)
+
+    def _renumber(self) -> None:
+        """Drop dead slots: every live document gets a dense new slot, postings are remapped."""
+        used = len(self._slot_ids)
+        alive = self._alive[:used]
+        remap = np.full(used, -1, dtype=np.int32)
+        remap[alive] = np.arange(int(alive.sum()), dtype=np.int32)
+        for p in self._postings.values():
+            slots, tfs = p.arrays(self._alive, self._dead_ratio)
+            p.slots, p.tfs = remap[slots], tfs
+            p.size, p.dead = int(slots.shape[0]), 0
+        keep = np.flatnonzero(alive).tolist()
+        self._slot_ids = [self._slot_ids[s] for s in keep]
+        self._slot_posts = [self._slot_posts[s] for s in keep]
+        live = len(keep)
+        self._dl[:live] = self._dl[keep]
+        self._dl[live:] = 0.0
+        self._alive[:live] = True
+        self._alive[live:] = False
+        self._id_slot = {doc_id: slot for slot, doc_id in enumerate(self._slot_ids)}  # type: ignore[misc]
+        self._dead_slots = 0

@@ -1,0 +1,152 @@
+"""Lexical tokens for recall: Latin/Cyrillic words, CJK character n-grams, Hangul words.
+
+Text is NFKC-normalised and case-folded first (so full-width letters and digits, half-width
+katakana and ``Ｒａｍｅｎ`` all meet their ordinary forms). Then it is cut into runs:
+
+- a run of word characters that are not CJK or Hangul (Latin, Cyrillic, Greek, digits, ...)
+  is one word; words shorter than ``recall_word_min_chars`` are dropped unless they are
+  pure numbers; plain English plurals and possessives are folded (``cats`` -> ``cat``);
+- a run of CJK ideographs and kana (Chinese and Japanese, which are written without
+  spaces) becomes every character n-gram from ``recall_cjk_ngram_min`` to
+  ``recall_cjk_ngram_max`` characters, sliding; a run shorter than the minimum is one
+  token. So ``昨日ラーメンを食べた`` and the query ``ラーメン`` share ``ラー``, ``ーメ``,
+  ``メン``, ``ラーメ`` and ``ーメン``;
+- a run of Hangul is one word.
+
+Repeats are kept (term frequency matters to BM25). Stop names (the master's and the
+character's names and nicknames) are removed before tokenising, from documents and
+queries alike, so that a name that appears in nearly every memory does not drown the rest.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable
+from functools import lru_cache
+
+from nekomem.config.recall import RecallSettings
+
+# Chinese/Japanese characters written without spaces: CJK ideographs (with extensions and
+# compatibility forms), the ideographic iteration/closing marks, hiragana and katakana
+# (the prolonged sound mark ー included, the katakana middle dot ・ excluded: it separates).
+_CJK_RANGES = (
+    "\u3005-\u3007"
+    "\u3041-\u3096\u309d-\u309f"
+    "\u30a1-\u30fa\u30fc-\u30ff"
+    "\u31f0-\u31ff"
+    "\u3400-\u4dbf"
+    "\u4e00-\u9fff"
+    "\uf900-\ufaff"
+    "\U00020000-\U0003134f"
+)
+_HANGUL_RANGES = "\u1100-\u11ff\u3131-\u318e\uac00-\ud7a3"
+
+# A word character that is neither CJK nor Hangul (nor the underscore).
+_WORD_CLASS = f"[^\\W_{_CJK_RANGES}{_HANGUL_RANGES}]"
+_RUN_RE = re.compile(
+    f"(?P<cjk>[{_CJK_RANGES}]+)|(?P<hangul>[{_HANGUL_RANGES}]+)|(?P<word>{_WORD_CLASS}+)"
+)
+_HAS_SPACELESS_RE = re.compile(f"[{_CJK_RANGES}{_HANGUL_RANGES}]")
+_ASCII_WORD_RE = re.compile(r"[a-z]+")
+
+_DEFAULT_SETTINGS = RecallSettings()
+
+
+def normalise(text: str) -> str:
+    """NFKC-normalise and case-fold ``text`` (what both documents and queries go through)."""
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
+def fold_english(word: str) -> str:
+    """Fold a plain English plural or possessive to its stem; other words are returned as is.
+
+    Only lowercase ASCII words of four letters or more are touched, so ``bus``, ``gas``
+    and ``this`` survive. ``stories`` -> ``story``, ``boxes`` -> ``box``, ``classes`` ->
+    ``class``, ``cats`` -> ``cat``; ``glass``, ``virus`` and ``analysis`` are unchanged.
+    """
+    if len(word) < 4 or not _ASCII_WORD_RE.fullmatch(word):
+        return word
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    if word.endswith(("sses", "shes", "ches", "xes", "zzes")):
+        return word[:-2]
+    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
+    return word
+
+
+@lru_cache(maxsize=64)
+def _stop_name_pattern(names: tuple[str, ...], min_chars: int) -> re.Pattern[str] | None:
+    """One alternation of the normalised stop names, longest first.
+
+    Names containing CJK or Hangul are matched as plain substrings (those scripts have no
+    word boundaries); other names only as whole words, so ``Ann`` does not eat ``annual``.
+    """
+    cleaned = sorted({n for n in (normalise(name).strip() for name in names) if len(n) >= min_chars},
+                     key=lambda n: (-len(n), n))
+    if not cleaned:
+        return None
+    parts = []
+    for name in cleaned:
+        escaped = re.escape(name)
+        if _HAS_SPACELESS_RE.search(name):
+            parts.append(escaped)
+        else:
+            parts.append(f"(?<!{_WORD_CLASS}){escaped}(?!{_WORD_CLASS})")
+    return re.compile("|".join(parts))
+
+
+def strip_stop_names(text: str, stop_names: Iterable[str], min_chars: int) -> str:
+    """Replace every stop name in already-normalised ``text`` by a space."""
+    pattern = _stop_name_pattern(tuple(sorted(set(stop_names))), min_chars)
+    return text if pattern is None else pattern.sub(" ", text)
+
+
+class Tokenizer:
+    """The recall tokenizer configured from a settings section (see the module docstring)."""
+
+    def __init__(self, settings: RecallSettings | None = None) -> None:
+        s = settings or _DEFAULT_SETTINGS
+        self._ngram_min = s.recall_cjk_ngram_min
+        self._ngram_max = max(s.recall_cjk_ngram_max, s.recall_cjk_ngram_min)
+        self._word_min = s.recall_word_min_chars
+        self._fold = s.recall_fold_english_suffixes
+        self._stop_min = s.recall_stop_name_min_chars
+
+    def __call__(self, text: object, stop_names: Iterable[str] = ()) -> list[str]:
+        """Tokens of ``text`` (repeats kept); ``None`` or non-string input is coerced, never raises."""
+        if text is None:
+            return []
+        if not isinstance(text, str):
+            text = str(text)
+        norm = normalise(text)
+        if stop_names:
+            norm = strip_stop_names(norm, stop_names, self._stop_min)
+        tokens: list[str] = []
+        lo, hi = self._ngram_min, self._ngram_max
+        for match in _RUN_RE.finditer(norm):
+            kind = match.lastgroup
+            run = match.group()
+            if kind == "cjk":
+                length = len(run)
+                if length < lo:
+                    tokens.append(run)
+                    continue
+                for n in range(lo, min(hi, length) + 1):
+                    tokens.extend(run[i : i + n] for i in range(length - n + 1))
+            elif kind == "hangul":
+                tokens.append(run)
+            else:
+                if len(run) < self._word_min and not run.isdigit():
+                    continue
+                tokens.append(fold_english(run) if self._fold else run)
+        return tokens
+
+
+_DEFAULT_TOKENIZER = Tokenizer()
+
+
+def tokenize(text: str, stop_names: Iterable[str] = ()) -> list[str]:
+    """Tokens of ``text`` with the default settings, stop names removed (see the module docstring)."""
+    return _DEFAULT_TOKENIZER(text, stop_names)

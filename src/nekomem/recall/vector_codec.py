@@ -1,0 +1,76 @@
+"""Compact text encoding of the embedding vectors cached on memory entries.
+
+A vector is stored as standard base64 of its little-endian float16 bytes (row-major, no
+header): 512 dimensions take 1,368 characters. The encoding is lossy only by float16
+rounding, which keeps the cosine to the original above 0.9999 for normalised vectors.
+Decoding re-normalises, so the dot product of two decoded vectors is their cosine.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+import numpy as np
+
+_WIRE_DTYPE = np.dtype("<f2")
+
+
+class VectorCodecError(ValueError):
+    """A cached vector cannot be encoded or decoded (wrong shape, size, or content)."""
+
+
+def encode(vec: np.ndarray) -> str:
+    """Encode a 1-D finite vector as base64 of little-endian float16.
+
+    Raises VectorCodecError when the vector is not 1-D, is empty, or holds non-finite values
+    (also after the float16 conversion, i.e. magnitudes beyond float16's range).
+    """
+    arr = np.asarray(vec)
+    if arr.ndim != 1 or arr.size == 0:
+        raise VectorCodecError(f"expected a non-empty 1-D vector, got shape {arr.shape}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        wire = arr.astype(_WIRE_DTYPE)
+    if not np.isfinite(wire).all():
+        raise VectorCodecError("vector has values that are not finite in float16")
+    return base64.b64encode(wire.tobytes()).decode("ascii")
+
+
+def decode(s: str | list[float], dim: int) -> np.ndarray:
+    """Decode a cached vector into an L2-normalised float32 array of length dim.
+
+    Accepts the base64 float16 string written by encode, or a legacy list of floats.
+    Raises VectorCodecError when the base64 is malformed, the length does not match dim,
+    or a value is not finite.
+    """
+    if isinstance(s, str):
+        try:
+            raw = base64.b64decode(s.encode("ascii"), validate=True)
+        except (binascii.Error, UnicodeEncodeError) as exc:
+            raise VectorCodecError(f"not valid base64: {exc}") from None
+        if len(raw) != dim * _WIRE_DTYPE.itemsize:
+            raise VectorCodecError(f"expected {dim * _WIRE_DTYPE.itemsize} bytes for {dim} dimensions, got {len(raw)}")
+        vec = np.frombuffer(raw, dtype=_WIRE_DTYPE).astype(np.float32)
+    elif isinstance(s, list):
+        try:
+            vec = np.asarray(s, dtype=np.float32)
+        except (TypeError, ValueError) as exc:
+            raise VectorCodecError(f"not a list of numbers: {exc}") from None
+        if vec.shape != (dim,):
+            raise VectorCodecError(f"expected {dim} numbers, got shape {vec.shape}")
+    else:
+        raise VectorCodecError(f"expected a base64 string or a list of floats, got {type(s).__name__}")
+    if not np.isfinite(vec).all():
+        raise VectorCodecError("vector has non-finite values")
+    norm = float(np.linalg.norm(vec))
+    return vec / norm if norm > 0.0 else vec
+
+
+def try_decode(s: object, dim: int) -> np.ndarray | None:
+    """Like decode, but returns None for anything invalid (a corrupt cache degrades quietly)."""
+    if not isinstance(s, (str, list)) or not s:
+        return None
+    try:
+        return decode(s, dim)
+    except VectorCodecError:
+        return None

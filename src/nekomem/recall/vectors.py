@@ -1,0 +1,177 @@
+"""An exact in-memory cosine index: ids to L2-normalised float32 rows of one growing matrix.
+
+Rows of removed ids go to a free list and are reused by later inserts; the matrix doubles
+when full. A search is one matrix-vector product over the used rows (or over the allowed
+rows only, when the allowed set is small) and an argpartition top-k. Not thread-safe: one
+owner (an actor) calls it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterator
+
+import numpy as np
+
+from nekomem.config.recall import RecallSettings
+from nekomem.recall.fusion import top_k
+
+Allowed = Callable[[str], bool] | Collection[str] | None
+
+
+def _unit(vec: object, dim: int) -> np.ndarray | None:
+    """``vec`` as a float32 unit vector of length ``dim``; None if its norm is 0 or not finite.
+
+    A ``(1, dim)`` row is accepted too. Raises ValueError for any other shape or for
+    non-numeric input.
+    """
+    try:
+        arr = np.asarray(vec, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise ValueError("vector must be a sequence of numbers") from None
+    if arr.ndim == 2 and arr.shape[0] == 1:
+        arr = arr[0]
+    if arr.ndim != 1 or arr.shape[0] != dim:
+        raise ValueError(f"expected a vector of {dim} numbers, got shape {arr.shape}")
+    norm = float(np.linalg.norm(arr.astype(np.float64)))
+    if not np.isfinite(norm) or norm == 0.0:
+        return None
+    return (arr / np.float32(norm)).astype(np.float32, copy=False)
+
+
+class VectorIndex:
+    """Cosine top-k over ``doc_id -> vector`` of a fixed dimension."""
+
+    def __init__(self, dim: int, settings: RecallSettings | None = None) -> None:
+        """Raises ValueError if ``dim`` is not positive."""
+        if dim <= 0:
+            raise ValueError("dim must be positive")
+        s = settings or RecallSettings()
+        self.dim = dim
+        capacity = s.recall_index_initial_capacity
+        self._matrix = np.zeros((capacity, dim), dtype=np.float32)
+        self._alive = np.zeros(capacity, dtype=bool)
+        self._row_ids: list[str | None] = []  # one per used row (the high-water mark)
+        self._id_row: dict[str, int] = {}
+        self._free: list[int] = []
+
+    # ------------------------------------------------------------------ writes
+
+    def upsert(self, doc_id: str, vec: object) -> None:
+        """Store (or replace) the vector of ``doc_id``, L2-normalised.
+
+        Raises ValueError if ``doc_id`` is empty, the vector has the wrong length, or its
+        norm is zero or not finite (such a vector has no direction to compare).
+        """
+        if not doc_id:
+            raise ValueError("doc_id must be a non-empty string")
+        unit = _unit(vec, self.dim)
+        if unit is None:
+            raise ValueError(f"vector of {doc_id!r} has zero or non-finite norm")
+        row = self._id_row.get(doc_id)
+        if row is None:
+            row = self._take_row()
+            self._id_row[doc_id] = row
+            self._row_ids[row] = doc_id
+            self._alive[row] = True
+        self._matrix[row] = unit
+
+    def remove(self, doc_id: str) -> bool:
+        """Drop the vector of ``doc_id``; False if there was none."""
+        row = self._id_row.pop(doc_id, None)
+        if row is None:
+            return False
+        self._alive[row] = False
+        self._row_ids[row] = None
+        self._matrix[row] = 0.0
+        self._free.append(row)
+        return True
+
+    # ------------------------------------------------------------------ reads
+
+    def __len__(self) -> int:
+        return len(self._id_row)
+
+    def __contains__(self, doc_id: object) -> bool:
+        return doc_id in self._id_row
+
+    def ids(self) -> Iterator[str]:
+        return iter(self._id_row)
+
+    def get(self, doc_id: str) -> np.ndarray | None:
+        """A copy of the stored unit vector of ``doc_id``, or None."""
+        row = self._id_row.get(doc_id)
+        return None if row is None else self._matrix[row].copy()
+
+    def search(
+        self,
+        qvec: object,
+        k: int,
+        allowed: Allowed = None,
+        *,
+        min_score: float | None = None,
+    ) -> list[tuple[str, float]]:
+        """The ``k`` ids most cosine-similar to ``qvec``, best first (ties by id).
+
+        ``allowed`` is a collection of ids or a predicate on the id; ``min_score`` drops
+        hits below that cosine. A zero query vector gives ``[]``. Raises ValueError if
+        ``qvec`` has the wrong length.
+        """
+        unit = _unit(qvec, self.dim)
+        if unit is None or k <= 0 or not self._id_row:
+            return []
+        return self._rank(unit, k, allowed, min_score, exclude=None)
+
+    def neighbours(
+        self, doc_id: str, k: int, allowed: Allowed = None, *, min_score: float | None = None
+    ) -> list[tuple[str, float]]:
+        """The ``k`` stored ids nearest to ``doc_id``'s own vector, itself excluded.
+
+        Raises KeyError if ``doc_id`` has no vector.
+        """
+        row = self._id_row.get(doc_id)
+        if row is None:
+            raise KeyError(doc_id)
+        if k <= 0:
+            return []
+        return self._rank(self._matrix[row].copy(), k, allowed, min_score, exclude=row)
+
+    # ------------------------------------------------------------------ internals
+
+    def _rank(
+        self, unit: np.ndarray, k: int, allowed: Allowed, min_score: float | None, exclude: int | None
+    ) -> list[tuple[str, float]]:
+        accept: Callable[[str], bool] | None = None
+        used = len(self._row_ids)
+        if allowed is not None and not callable(allowed):
+            rows = np.array(sorted(self._id_row[i] for i in allowed if i in self._id_row), dtype=np.int64)
+        else:
+            rows = np.flatnonzero(self._alive[:used])
+            accept = allowed
+        if exclude is not None:
+            rows = rows[rows != exclude]
+        if rows.shape[0] == 0:
+            return []
+        if 2 * rows.shape[0] > used:
+            # Most rows wanted: one product over the used block beats copying the rows out.
+            sims = (self._matrix[:used] @ unit)[rows].astype(np.float64)
+        else:
+            sims = (self._matrix[rows] @ unit).astype(np.float64)
+        if min_score is not None:
+            keep = sims >= min_score
+            rows, sims = rows[keep], sims[keep]
+        row_ids = self._row_ids
+        return top_k(rows, sims, k, lambda r: row_ids[r], accept)  # type: ignore[arg-type,return-value]
+
+    def _take_row(self) -> int:
+        if self._free:
+            return self._free.pop()
+        row = len(self._row_ids)
+        if row >= self._matrix.shape[0]:
+            size = self._matrix.shape[0] * 2
+            matrix = np.zeros((size, self.dim), dtype=np.float32)
+            matrix[:row] = self._matrix[:row]
+            alive = np.zeros(size, dtype=bool)
+            alive[:row] = self._alive[:row]
+            self._matrix, self._alive = matrix, alive
+        self._row_ids.append(None)
+        return row

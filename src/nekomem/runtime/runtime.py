@@ -1,0 +1,117 @@
+"""The process runtime: services, character registry, scheduler and start-up recovery."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from nekomem.actors.base import Services
+from nekomem.config import Settings
+from nekomem.runtime.clock import Clock, SystemClock
+from nekomem.runtime.pool import ModelPool
+from nekomem.runtime.registry import CharacterRegistry
+from nekomem.runtime.scheduler import Scheduler
+from nekomem.runtime.switches import Switches
+
+log = logging.getLogger("nekomem.runtime")
+
+
+class Runtime:
+    """Everything one nekomem process hosts.
+
+    ``start()`` creates the memory root, starts the scheduler and runs start-up recovery in
+    the background; until recovery ends ``limited_reason`` is set and the HTTP front end
+    answers 409 on every route but /health.
+    """
+
+    def __init__(self, settings: Settings, clock: Clock | None = None, *, llm: Any = None, embeddings: Any = None) -> None:
+        self.settings = settings
+        self.clock = clock or SystemClock()
+        root = Path(settings.server.memory_root).expanduser().resolve()
+        rt = settings.runtime
+        self.pool = ModelPool(rt.model_workers, rt.model_queue_max, rt.model_jobs_per_character)
+        if llm is None:
+            from nekomem.providers.llm import LLMClient
+
+            llm = LLMClient(settings.llm)
+        self.llm = llm
+        self.embeddings = embeddings
+        self.switches = Switches(
+            root,
+            powerful_default=settings.longterm.powerful_memory_default,
+            review_default=settings.recent.review_enabled,
+        )
+        self.services = Services(
+            settings=settings,
+            clock=self.clock,
+            pool=self.pool,
+            memory_root=root,
+            llm=llm,
+            embeddings=embeddings,
+            switches=self.switches,
+        )
+        self.registry = CharacterRegistry(self.services)
+        self.scheduler = Scheduler(self.registry, rt.scheduler_tick_seconds)
+        self.limited_reason: str | None = "runtime_initializing"
+        self.recovery_error: str | None = None
+        self._recovery: threading.Thread | None = None
+
+    @property
+    def memory_root(self) -> Path:
+        return self.services.memory_root
+
+    def start(self, *, background: bool = True) -> None:
+        self.memory_root.mkdir(parents=True, exist_ok=True)
+        if self.embeddings is not None and hasattr(self.embeddings, "start"):
+            self.embeddings.start()
+        if background:
+            self._recovery = threading.Thread(target=self._recover, name="nekomem-recovery", daemon=True)
+            self._recovery.start()
+        else:
+            self._recover()
+        self.scheduler.start()
+
+    def _recover(self) -> None:
+        """Activate every character with unfinished work, so that its actors reconcile the
+        journal and replay the outbox before normal service starts."""
+        from nekomem.actors.messages import OutboxState
+        from nekomem.stores.layout import CharacterPaths, list_characters
+
+        try:
+            names = [n for n in list_characters(self.memory_root) if self._has_unfinished(CharacterPaths(self.memory_root, n))]
+            for name in names:
+                self.registry.ask_sync(name, "outbox", lambda reply: OutboxState(reply=reply))
+            if names:
+                log.info("start-up recovery activated %d characters", len(names))
+            self.limited_reason = None
+        except Exception as exc:  # noqa: BLE001
+            log.exception("start-up recovery failed")
+            self.recovery_error = repr(exc)
+            self.limited_reason = "storage_recovery_failed"
+
+    @staticmethod
+    def _has_unfinished(paths: Any) -> bool:
+        from nekomem.actors.events import KNOWN_EVENT_TYPES
+        from nekomem.stores.journal import EventJournal
+        from nekomem.stores.outbox import Outbox
+
+        if paths.outbox.exists() and Outbox(paths.outbox).pending():
+            return True
+        if paths.events.exists():
+            journal = EventJournal(paths.events, paths.events_applied, known_types=KNOWN_EVENT_TYPES)
+            return bool(journal.unapplied())
+        return False
+
+    def wait_ready(self, timeout: float = 30.0) -> bool:
+        if self._recovery is not None:
+            self._recovery.join(timeout)
+        return self.limited_reason is None
+
+    def stop(self) -> None:
+        self.scheduler.stop()
+        self.registry.stop_all()
+        self.pool.shutdown(wait=False)
+        if self.llm is not None and hasattr(self.llm, "close"):
+            self.llm.close()

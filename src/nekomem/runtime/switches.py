@@ -1,0 +1,69 @@
+"""Process-wide switches persisted in ``<memory_root>/core_config.json``.
+
+``powerful_memory_enabled`` and ``recent_memory_auto_review`` are re-read from disk on
+every use, as the reference does, so an operator's edit takes effect without a restart.
+A missing key means the configured default; an unreadable file is reported, not guessed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from nekomem.stores.atomic import atomic_write_json, read_json
+
+log = logging.getLogger("nekomem.switches")
+
+POWERFUL = "powerful_memory_enabled"
+REVIEW = "recent_memory_auto_review"
+
+
+class SwitchError(Exception):
+    """core_config.json cannot be read or holds a non-boolean value."""
+
+
+class Switches:
+    def __init__(self, memory_root: Path, *, powerful_default: bool, review_default: bool) -> None:
+        self.path = memory_root / "core_config.json"
+        self.defaults = {POWERFUL: powerful_default, REVIEW: review_default}
+        self._write_lock = threading.Lock()  # serialises read-modify-write of one file
+
+    def _load(self) -> dict[str, Any]:
+        value, status = read_json(self.path, default={})
+        if not isinstance(value, dict):
+            raise SwitchError("core_config.json is not a JSON object")
+        return value
+
+    def get(self, key: str) -> bool:
+        """The current value; raises SwitchError when the stored value is not a boolean."""
+        data = self._load()
+        if key not in data:
+            return self.defaults[key]
+        value = data[key]
+        if not isinstance(value, bool):
+            raise SwitchError(f"{key} in core_config.json is not a boolean")
+        return value
+
+    def safe_get(self, key: str) -> bool:
+        try:
+            return self.get(key)
+        except SwitchError:
+            log.warning("core_config.json unreadable; using the default of %s", key)
+            return self.defaults[key]
+
+    def powerful_memory(self) -> bool:
+        return self.safe_get(POWERFUL)
+
+    def review_enabled(self) -> bool:
+        return self.safe_get(REVIEW)
+
+    def set(self, key: str, value: bool) -> None:
+        with self._write_lock:
+            try:
+                data = self._load()
+            except SwitchError:
+                data = {}
+            data[key] = bool(value)
+            atomic_write_json(self.path, data)

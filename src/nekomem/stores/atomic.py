@@ -1,0 +1,214 @@
+"""Crash-safe whole-file writes and tolerant JSON reads.
+
+Every JSON view of a character is replaced atomically: the new content goes to a temp file
+in the same folder (``.nkatmp<8 hex>.tmp``, created exclusively with mode 0600), is flushed
+and fsync'd, renamed over the target with :func:`os.replace`, and then the folder itself is
+fsync'd so that the rename survives a power loss. A reader therefore always sees either the
+complete old file or the complete new one.
+
+A file that cannot be decoded is never deleted: :func:`read_json` renames it aside to
+``<name>.corrupt-<UTC timestamp>`` and hands back the caller's default, so one bad file
+degrades to "not there" instead of stopping the server.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import re
+import secrets
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+log = logging.getLogger(__name__)
+
+ReadStatus = Literal["ok", "missing", "corrupt"]
+
+TEMP_PREFIX = ".nkatmp"
+TEMP_SUFFIX = ".tmp"
+_TEMP_RE = re.compile(r"^\.nkatmp[0-9a-f]{8}\.tmp$")
+# Name collisions among 8 random hex digits are astronomically rare; the bound only stops a
+# pathological folder (say, one full of directories with our names) from looping forever.
+_TEMP_NAME_TRIES = 32
+_JSON_INDENT = 2
+
+_encoder = msgspec.json.Encoder()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def fsync_dir(folder: Path) -> None:
+    """fsync a folder so that entries created, renamed or removed in it are durable.
+
+    A no-op on platforms that cannot open a folder (Windows). Raises OSError otherwise.
+    """
+    if os.name == "nt":
+        return
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _open_temp(folder: Path) -> tuple[int, Path]:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
+    last_error: OSError | None = None
+    for _ in range(_TEMP_NAME_TRIES):
+        candidate = folder / f"{TEMP_PREFIX}{secrets.token_hex(4)}{TEMP_SUFFIX}"
+        try:
+            return os.open(candidate, flags, 0o600), candidate
+        except FileExistsError as exc:
+            last_error = exc
+        except IsADirectoryError as exc:  # a folder squatting on the name
+            last_error = exc
+    raise FileExistsError(errno.EEXIST, f"no free temp file name in {folder}") from last_error
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically and durably.
+
+    Creates missing parent folders. When this returns, the new content is on disk (file and
+    folder fsync'd). On any exception (including KeyboardInterrupt) the temp file is removed
+    and ``path`` still holds its previous content. Raises OSError on I/O failure.
+    """
+    path = Path(path)
+    folder = path.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, temp = _open_temp(folder)
+    try:
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise
+    fsync_dir(folder)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """:func:`atomic_write_bytes` of ``text`` encoded as UTF-8."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def encode_json(obj: Any) -> bytes:
+    """Encode ``obj`` (plain values or msgspec Structs) as indented UTF-8 JSON with a final newline.
+
+    Raises TypeError for values msgspec cannot encode.
+    """
+    return msgspec.json.format(_encoder.encode(obj), indent=_JSON_INDENT) + b"\n"
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    """Atomically replace ``path`` with ``obj`` as indented JSON (see :func:`encode_json`).
+
+    The value is encoded before anything touches the disk, so an unencodable value raises
+    TypeError and leaves the file alone. Raises OSError on I/O failure.
+    """
+    atomic_write_bytes(path, encode_json(obj))
+
+
+def _corrupt_name(path: Path) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    candidate = path.with_name(f"{path.name}.corrupt-{stamp}")
+    counter = 1
+    while candidate.exists():
+        candidate = path.with_name(f"{path.name}.corrupt-{stamp}-{counter}")
+        counter += 1
+    return candidate
+
+
+def move_aside(path: Path, reason: str) -> Path:
+    """Rename a damaged file to ``<name>.corrupt-<UTC timestamp>`` (never deleting it).
+
+    Logs a WARNING with the reason (metadata only) and returns the new path. Raises OSError
+    if the rename fails.
+    """
+    target = _corrupt_name(path)
+    os.replace(path, target)
+    try:
+        fsync_dir(path.parent)
+    except OSError:
+        log.debug("could not fsync %s after moving a corrupt file aside", path.parent, exc_info=True)
+    log.warning("corrupt file %s moved aside to %s: %s", path, target.name, reason)
+    return target
+
+
+def read_json(path: Path, *, type: Any = None, default: Any = None) -> tuple[Any, ReadStatus]:
+    """Read and decode a JSON file.
+
+    ``type`` (a msgspec-compatible type, e.g. a Struct) makes the decode strict: a file that
+    parses but does not match the schema counts as corrupt. Returns ``(value, "ok")``,
+    ``(default, "missing")`` when the file does not exist, or ``(default, "corrupt")`` after
+    moving an undecodable file aside (see :func:`move_aside`). Other OSErrors (permissions,
+    a folder in place of the file) propagate: answering "missing" there would let the next
+    write clobber data that is merely unreadable right now.
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return default, "missing"
+    try:
+        if type is None:
+            value = msgspec.json.decode(raw)
+        else:
+            value = msgspec.json.decode(raw, type=type)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        reason = f"{exc.__class__.__name__}: {exc}" if isinstance(exc, msgspec.ValidationError) else "not valid JSON"
+        try:
+            move_aside(path, reason)
+        except OSError:
+            log.warning("corrupt file %s could not be moved aside (%s)", path, reason, exc_info=True)
+        return default, "corrupt"
+    return value, "ok"
+
+
+def sweep_temp_files(folder: Path, older_than_seconds: float, *, now: float | None = None) -> int:
+    """Remove leftover ``.nkatmp<8 hex>.tmp`` files in ``folder`` older than the given age.
+
+    Such files are what a crash between temp-file creation and rename leaves behind; they
+    never hold the only copy of anything. Only regular files matching the exact temp name
+    are touched, and the scan is not recursive. ``now`` defaults to ``time.time()``.
+    Returns how many files were removed; a missing folder removes nothing.
+    """
+    folder = Path(folder)
+    cutoff = (time.time() if now is None else now) - older_than_seconds
+    removed = 0
+    try:
+        entries = list(os.scandir(folder))
+    except FileNotFoundError:
+        return 0
+    for entry in entries:
+        if not _TEMP_RE.match(entry.name):
+            continue
+        try:
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            if entry.stat(follow_symlinks=False).st_mtime >= cutoff:
+                continue
+            os.unlink(entry.path)
+            removed += 1
+        except FileNotFoundError:
+            continue
+        except OSError:
+            log.warning("could not remove stale temp file %s", entry.path, exc_info=True)
+    if removed:
+        log.info("removed %d stale temp file(s) in %s", removed, folder)
+    return removed

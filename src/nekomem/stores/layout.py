@@ -1,0 +1,281 @@
+"""Where things live under the memory root, and which character names are allowed.
+
+``<memory_root>/<character>/`` holds every file of one character; the root itself holds
+only character folders plus ``core_config.json`` (process-wide switches such as powerful
+memory). A character name becomes a folder name, so :func:`validate_name` is the only gate
+between a URL segment and the file system.
+
+Name rules (SPEC §2, plus the portability decisions documented on :func:`validate_name`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import unicodedata
+from pathlib import Path
+
+from nekomem.stores.atomic import fsync_dir
+
+log = logging.getLogger(__name__)
+
+# Mirrors the default of ServerSettings.name_max_length; callers pass the setting.
+DEFAULT_NAME_MAX_LENGTH = 50
+
+CORE_CONFIG_FILE = "core_config.json"
+
+# Windows device names are reserved in every folder and with any extension ("nul.txt"). A
+# memory root must stay copyable between operating systems, so they are refused everywhere.
+_WINDOWS_DEVICE_NAMES = frozenset(
+    {"con", "prn", "aux", "nul"}
+    | {f"com{i}" for i in range(1, 10)}
+    | {f"lpt{i}" for i in range(1, 10)}
+)
+# Entries of the root that are not characters.
+_ROOT_RESERVED = frozenset({CORE_CONFIG_FILE.casefold()})
+_ALLOWED_PUNCTUATION = frozenset(" _-.")
+
+# Files of a character folder; a folder with at least one of them is a character.
+RECENT_FILE = "recent.json"
+RECENT_META_FILE = "recent_meta.json"
+TIME_INDEX_FILE = "time_indexed.db"
+FACTS_FILE = "facts.json"
+FACTS_ARCHIVE_FILE = "facts_archive.json"
+REFLECTIONS_FILE = "reflections.json"
+SURFACED_FILE = "surfaced.json"
+REFLECTION_ARCHIVE_DIR = "reflection_archive"
+PERSONA_FILE = "persona.json"
+PERSONA_CORRECTIONS_FILE = "persona_corrections.json"
+PERSONA_ARCHIVE_DIR = "persona_archive"
+OUTBOX_FILE = "outbox.ndjson"
+EVENTS_FILE = "events.ndjson"
+EVENTS_APPLIED_FILE = "events_applied.json"
+CURSORS_FILE = "cursors.json"
+STATE_FILE = "state.json"
+
+KNOWN_ENTRIES: tuple[str, ...] = (
+    RECENT_FILE,
+    RECENT_META_FILE,
+    TIME_INDEX_FILE,
+    FACTS_FILE,
+    FACTS_ARCHIVE_FILE,
+    REFLECTIONS_FILE,
+    SURFACED_FILE,
+    REFLECTION_ARCHIVE_DIR,
+    PERSONA_FILE,
+    PERSONA_CORRECTIONS_FILE,
+    PERSONA_ARCHIVE_DIR,
+    OUTBOX_FILE,
+    EVENTS_FILE,
+    EVENTS_APPLIED_FILE,
+    CURSORS_FILE,
+    STATE_FILE,
+)
+
+
+class InvalidName(ValueError):
+    """A character name breaks the name rules; ``code`` is the machine-readable reason.
+
+    Codes: ``name_empty``, ``name_too_long``, ``name_invalid_chars``, ``name_reserved``.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _char_allowed(ch: str, first: bool) -> bool:
+    if ch in _ALLOWED_PUNCTUATION:
+        return True
+    category = unicodedata.category(ch)
+    if category[0] == "L" or category == "Nd":
+        return True
+    # Combining marks are part of letters in many scripts (Devanagari, Thai, Hebrew
+    # points); they cannot start a name because alone they attach to nothing.
+    return category[0] == "M" and not first
+
+
+def validate_name(raw: str, max_length: int = DEFAULT_NAME_MAX_LENGTH) -> str:
+    """Check a character name and return its canonical form (stripped, Unicode NFC).
+
+    Allowed: 1..``max_length`` characters (counted after strip and NFC) of letters of any
+    script (with their combining marks), decimal digits of any script, the ASCII space,
+    ``_``, ``-`` and ``.``. Hence no path separator, no control or invisible formatting
+    character, nothing that can leave the memory root. Refused as ``name_reserved``:
+
+    - ``.`` and ``..``, and any name that starts or ends with a dot: a leading dot is a
+      hidden entry (nekomem's own temp files are ``.nkatmp*``), and Windows drops a
+      trailing dot, so ``neko.`` and ``neko`` would share one folder;
+    - Windows device names (``CON``, ``PRN``, ``AUX``, ``NUL``, ``COM1``-``9``, ``LPT1``-``9``,
+      any case, also followed by an extension such as ``nul.txt``), on every OS, so that a
+      memory root can be moved between systems;
+    - names of the root's own entries (``core_config.json``).
+
+    Case is preserved; on a case-insensitive file system ``Neko`` and ``neko`` share one
+    folder. Raises :class:`InvalidName`. The message never repeats the name.
+    """
+    if not isinstance(raw, str):
+        raise InvalidName("name_invalid_chars", "the character name must be a string")
+    name = unicodedata.normalize("NFC", raw.strip())
+    if not name:
+        raise InvalidName("name_empty", "the character name is empty")
+    if len(name) > max_length:
+        raise InvalidName("name_too_long", f"the character name has {len(name)} characters; the limit is {max_length}")
+    for index, ch in enumerate(name):
+        if not _char_allowed(ch, index == 0):
+            if ch in "/\\":
+                problem = "a path separator"
+            elif unicodedata.category(ch)[0] == "C":
+                problem = f"the control or format character U+{ord(ch):04X}"
+            else:
+                problem = f"the character U+{ord(ch):04X}"
+            raise InvalidName(
+                "name_invalid_chars",
+                f"the character name contains {problem}; allowed are letters, digits, space, '_', '-' and '.'",
+            )
+    if name in (".", ".."):
+        raise InvalidName("name_reserved", "'.' and '..' are not character names")
+    if name.startswith(".") or name.endswith("."):
+        raise InvalidName("name_reserved", "a character name cannot start or end with '.'")
+    stem = name.split(".", 1)[0].rstrip(" ").casefold()
+    if stem in _WINDOWS_DEVICE_NAMES:
+        raise InvalidName("name_reserved", "the character name is a reserved device name (CON, NUL, COM1, ...)")
+    if name.casefold() in _ROOT_RESERVED:
+        raise InvalidName("name_reserved", "the character name is reserved for a file of the memory root")
+    return name
+
+
+def core_config_path(root: Path) -> Path:
+    """Path of the root-level ``core_config.json`` (process-wide switches, e.g. powerful memory)."""
+    return Path(root) / CORE_CONFIG_FILE
+
+
+class CharacterPaths:
+    """Every path of one character's folder. Creating the object touches nothing on disk.
+
+    The name is validated (raises :class:`InvalidName`) and kept in canonical form in
+    ``name``. ``max_length`` should be the configured name_max_length.
+    """
+
+    def __init__(self, root: Path, name: str, *, max_length: int = DEFAULT_NAME_MAX_LENGTH) -> None:
+        self.root = Path(root)
+        self.name = validate_name(name, max_length)
+        self.folder = self.root / self.name
+
+    def __repr__(self) -> str:
+        return f"CharacterPaths(root={str(self.root)!r}, name={self.name!r})"
+
+    def ensure(self) -> Path:
+        """Create the character folder (and the root) if missing; return the folder.
+
+        A newly created folder is made durable by fsyncing the root. Raises OSError.
+        """
+        if not self.folder.is_dir():
+            self.root.mkdir(parents=True, exist_ok=True)
+            self.folder.mkdir(exist_ok=True)
+            fsync_dir(self.root)
+        return self.folder
+
+    def exists(self) -> bool:
+        """True when the folder holds at least one known file (the :func:`list_characters` rule)."""
+        return _has_known_entry(self.folder)
+
+    @property
+    def recent(self) -> Path:
+        return self.folder / RECENT_FILE
+
+    @property
+    def recent_meta(self) -> Path:
+        return self.folder / RECENT_META_FILE
+
+    @property
+    def time_index_db(self) -> Path:
+        return self.folder / TIME_INDEX_FILE
+
+    @property
+    def facts(self) -> Path:
+        return self.folder / FACTS_FILE
+
+    @property
+    def facts_archive(self) -> Path:
+        return self.folder / FACTS_ARCHIVE_FILE
+
+    @property
+    def reflections(self) -> Path:
+        return self.folder / REFLECTIONS_FILE
+
+    @property
+    def surfaced(self) -> Path:
+        return self.folder / SURFACED_FILE
+
+    @property
+    def reflection_archive_dir(self) -> Path:
+        return self.folder / REFLECTION_ARCHIVE_DIR
+
+    @property
+    def persona(self) -> Path:
+        return self.folder / PERSONA_FILE
+
+    @property
+    def persona_corrections(self) -> Path:
+        return self.folder / PERSONA_CORRECTIONS_FILE
+
+    @property
+    def persona_archive_dir(self) -> Path:
+        return self.folder / PERSONA_ARCHIVE_DIR
+
+    @property
+    def outbox(self) -> Path:
+        return self.folder / OUTBOX_FILE
+
+    @property
+    def events(self) -> Path:
+        return self.folder / EVENTS_FILE
+
+    @property
+    def events_applied(self) -> Path:
+        return self.folder / EVENTS_APPLIED_FILE
+
+    @property
+    def cursors(self) -> Path:
+        return self.folder / CURSORS_FILE
+
+    @property
+    def state(self) -> Path:
+        """``state.json``: small per-character flags."""
+        return self.folder / STATE_FILE
+
+
+def _has_known_entry(folder: Path) -> bool:
+    return any((folder / entry).exists() for entry in KNOWN_ENTRIES)
+
+
+def list_characters(root: Path, *, max_length: int = DEFAULT_NAME_MAX_LENGTH) -> list[str]:
+    """Names of the character folders under ``root``, sorted.
+
+    A folder counts when its name is valid, its canonical form names the same folder
+    (an NFD folder name on a normalising file system lists in NFC), and it holds at least
+    one known file. A missing root lists nothing; other OSErrors propagate.
+    """
+    root = Path(root)
+    try:
+        entries = list(os.scandir(root))
+    except FileNotFoundError:
+        return []
+    names: set[str] = set()
+    for entry in entries:
+        if not entry.is_dir():
+            continue
+        try:
+            name = validate_name(entry.name, max_length)
+        except InvalidName:
+            log.debug("skipping folder with an invalid character name under %s", root)
+            continue
+        folder = root / name
+        if name != entry.name and not folder.is_dir():
+            log.warning("skipping a character folder whose name is not in canonical (NFC) form")
+            continue
+        if _has_known_entry(folder):
+            names.add(name)
+    return sorted(names)

@@ -1,0 +1,218 @@
+"""The per-character outbox (outbox.ndjson): durable records of re-runnable background work.
+
+A piece of background work is registered (``pending``) before it starts; every failed run
+adds an ``attempt`` line and the end is a ``done`` line (``dead: true`` for a dead letter,
+i.e. given up after too many attempts). All three are appended and fsync'd one line each:
+
+- ``{"status": "pending", "op_id", "type", "payload", "ts"}``
+- ``{"status": "attempt", "op_id", "ts", "error"}``
+- ``{"status": "done", "op_id", "ts", "dead"}``
+
+The reference's lines (no ``error`` / ``dead`` keys) read the same way. Delivery is
+at-least-once: at activation every pending record is replayed, so handlers must be
+idempotent. How many attempts make a dead letter is the OutboxActor's policy, not this
+file's. Not thread-safe: one owning actor per character.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from nekomem.stores.jsonl import NdjsonLog, require_iso
+
+log = logging.getLogger(__name__)
+
+# An attempt's error text is diagnostic metadata (exception class and message); a stack
+# trace or an echoed model reply must not bloat the file.
+DEFAULT_ERROR_MAX_CHARS = 500
+
+
+class _PendingLine(msgspec.Struct, tag_field="status", tag="pending"):
+    op_id: str
+    type: str
+    ts: str
+    payload: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class _AttemptLine(msgspec.Struct, tag_field="status", tag="attempt"):
+    op_id: str
+    ts: str
+    error: str = ""
+
+
+class _DoneLine(msgspec.Struct, tag_field="status", tag="done"):
+    op_id: str
+    ts: str
+    dead: bool = False
+
+
+_Line = _PendingLine | _AttemptLine | _DoneLine
+
+
+class OutboxRecord(msgspec.Struct, frozen=True):
+    """A registered operation as the scan sees it.
+
+    ``attempts`` counts failed runs so far; ``last_error`` is the newest attempt's error;
+    ``done_ts`` is set only for finished records (dead letters).
+    """
+
+    op_id: str
+    type: str
+    payload: dict[str, Any]
+    attempts: int
+    ts: str
+    last_error: str = ""
+    done_ts: str | None = None
+
+
+class _Scan(msgspec.Struct):
+    pending: dict[str, _PendingLine]
+    attempts: dict[str, list[_AttemptLine]]
+    done: dict[str, _DoneLine]
+    raw: list[tuple[str, str, bytes]]  # (op_id, status, raw line) of every readable line
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(_Line)
+
+
+class Outbox:
+    """Append-only log of background operations.
+
+    ``known_types``, when given, is the registry of op types; :meth:`add` refuses anything
+    else with ValueError. Op type strings are a wire format: never rename one.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        known_types: Iterable[str] | None = None,
+        error_max_chars: int = DEFAULT_ERROR_MAX_CHARS,
+    ) -> None:
+        self.path = Path(path)
+        self.known_types = frozenset(known_types) if known_types is not None else None
+        self.error_max_chars = error_max_chars
+        self._log = NdjsonLog(self.path)
+
+    # -- writing -----------------------------------------------------------------------
+
+    def add(self, type: str, payload: Mapping[str, Any], ts: str) -> str:
+        """Register a pending operation durably; return its op_id (uuid4 hex).
+
+        Raises ValueError (unknown type, bad ts, payload not a mapping), TypeError
+        (payload not JSON encodable) before writing, OSError if the write fails.
+        """
+        if self.known_types is not None and type not in self.known_types:
+            raise ValueError(f"unknown outbox op type {type!r}")
+        if not isinstance(payload, Mapping):
+            raise ValueError("outbox payload must be a mapping")
+        op_id = uuid.uuid4().hex
+        line = _PendingLine(op_id=op_id, type=type, ts=require_iso(ts, "outbox ts"), payload=dict(payload))
+        self._log.append([_encoder.encode(line)])
+        return op_id
+
+    def attempt(self, op_id: str, error: str, ts: str) -> None:
+        """Record one failed run of ``op_id`` (error text is cut to ``error_max_chars``).
+
+        Raises ValueError for a bad ts, OSError if the write fails; a caller that cannot
+        persist the attempt should treat the failure as transient (the op stays pending).
+        """
+        text = error if len(error) <= self.error_max_chars else error[: self.error_max_chars] + "…"
+        line = _AttemptLine(op_id=op_id, ts=require_iso(ts, "outbox ts"), error=text)
+        self._log.append([_encoder.encode(line)])
+
+    def done(self, op_id: str, ts: str, dead: bool = False) -> None:
+        """Record that ``op_id`` finished (``dead=True``: given up as a dead letter).
+
+        Raises ValueError for a bad ts, OSError if the write fails.
+        """
+        line = _DoneLine(op_id=op_id, ts=require_iso(ts, "outbox ts"), dead=dead)
+        self._log.append([_encoder.encode(line)])
+
+    # -- reading -----------------------------------------------------------------------
+
+    def _scan(self) -> _Scan:
+        scan = _Scan(pending={}, attempts={}, done={}, raw=[])
+        for number, raw in self._log.read_lines():
+            try:
+                line = _decoder.decode(raw)
+            except msgspec.DecodeError as exc:
+                log.warning("%s line %d: skipping a corrupt record (%s)", self.path.name, number, exc.__class__.__name__)
+                continue
+            if isinstance(line, _PendingLine):
+                if line.op_id in scan.pending:
+                    log.warning("%s line %d: duplicate op_id %s ignored", self.path.name, number, line.op_id)
+                    continue
+                scan.pending[line.op_id] = line
+                scan.raw.append((line.op_id, "pending", raw))
+            elif isinstance(line, _AttemptLine):
+                scan.attempts.setdefault(line.op_id, []).append(line)
+                scan.raw.append((line.op_id, "attempt", raw))
+            else:
+                scan.done.setdefault(line.op_id, line)
+                scan.raw.append((line.op_id, "done", raw))
+        return scan
+
+    @staticmethod
+    def _record(scan: _Scan, op_id: str) -> OutboxRecord:
+        line = scan.pending[op_id]
+        attempts = scan.attempts.get(op_id, [])
+        done = scan.done.get(op_id)
+        return OutboxRecord(
+            op_id=op_id,
+            type=line.type,
+            payload=line.payload,
+            attempts=len(attempts),
+            ts=line.ts,
+            last_error=attempts[-1].error if attempts else "",
+            done_ts=done.ts if done is not None else None,
+        )
+
+    def pending(self) -> list[OutboxRecord]:
+        """Unfinished operations in registration order, each with its attempt count.
+
+        Corrupt lines and a torn last line are skipped (WARNING); attempt or done lines of
+        an unknown op_id are ignored.
+        """
+        scan = self._scan()
+        return [self._record(scan, op_id) for op_id in scan.pending if op_id not in scan.done]
+
+    def dead_letters(self) -> list[OutboxRecord]:
+        """Operations finished as dead letters, in registration order (until compacted away)."""
+        scan = self._scan()
+        return [
+            self._record(scan, op_id)
+            for op_id in scan.pending
+            if op_id in scan.done and scan.done[op_id].dead
+        ]
+
+    # -- maintenance ---------------------------------------------------------------------
+
+    def compact(self, *, keep_dead_letters: bool = False) -> int:
+        """Rewrite the file atomically with only the unfinished pending lines and their
+        attempts (plus the dead letters' lines when asked); return the lines kept.
+
+        Lines are kept byte for byte and in their original order. Corrupt lines go.
+        Raises OSError.
+        """
+        scan = self._scan()
+        keep = {op_id for op_id in scan.pending if op_id not in scan.done}
+        if keep_dead_letters:
+            keep |= {op_id for op_id in scan.pending if op_id in scan.done and scan.done[op_id].dead}
+        kept = [raw for op_id, _status, raw in scan.raw if op_id in keep]
+        before = self._log.line_count
+        self._log.rewrite(kept)
+        log.info("%s compacted: %d of %d lines kept", self.path.name, len(kept), before)
+        return len(kept)
+
+    @property
+    def line_count(self) -> int:
+        """Lines in outbox.ndjson (a torn tail excluded)."""
+        return self._log.line_count

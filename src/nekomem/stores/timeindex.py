@@ -1,0 +1,313 @@
+"""The raw conversation journal of one character: time_indexed.db (SQLite).
+
+Schema (compatible with the reference implementation's file):
+
+- ``time_indexed_original(id INTEGER PRIMARY KEY AUTOINCREMENT, session_id VARCHAR,
+  message TEXT, timestamp DATETIME)``: one row per turn; ``session_id`` is the id of the
+  write request that stored it, ``message`` the JSON of :meth:`Turn.to_disk`;
+- ``time_indexed_compressed`` with the same columns: created for compatibility, never
+  written;
+- ``idempotency(key TEXT PRIMARY KEY, response BLOB, created_at REAL)``: the answer of a
+  write request that carried an ``Idempotency-Key``, stored in the same transaction as its
+  rows, so a retried request is either fully new or fully answered from here.
+
+**Timestamps.** Every ``timestamp`` this module writes is UTC in one fixed-width form,
+``YYYY-MM-DDTHH:MM:SS.ffffff+00:00`` (see :func:`to_utc_iso`); inputs with another offset
+are converted, inputs without an offset are taken as UTC. SQLite compares the column as
+text, and with a single fixed-width UTC form text order is time order, which is what
+``MAX(timestamp)``, ``ORDER BY timestamp`` and ``BETWEEN`` rely on. (Rows imported from a
+reference database carry naive local ``YYYY-MM-DD HH:MM:SS`` stamps, which do not sort
+with these; such a file has to be converted before use.)
+
+Durability: WAL journal with ``synchronous=FULL``, so a committed append survives a crash
+or power loss. The connection is opened lazily and used by one owning actor at a time
+(``check_same_thread`` is off because that actor may be restarted on another thread).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import timezone
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from nekomem.domain.messages import Turn, from_disk, parse_timestamp
+from nekomem.stores.atomic import fsync_dir
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BUSY_TIMEOUT_MS = 5000
+# Rows fetched per query by iter_all: bounds memory, not a tunable.
+_ITER_BATCH_ROWS = 500
+
+_ORIGINAL = "time_indexed_original"
+_COMPRESSED = "time_indexed_compressed"
+_SCHEMA = (
+    f"CREATE TABLE IF NOT EXISTS {_ORIGINAL} (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+    "session_id VARCHAR, message TEXT, timestamp DATETIME)",
+    f"CREATE TABLE IF NOT EXISTS {_COMPRESSED} (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+    "session_id VARCHAR, message TEXT, timestamp DATETIME)",
+    "CREATE TABLE IF NOT EXISTS idempotency (key TEXT PRIMARY KEY, response BLOB, created_at REAL)",
+    "CREATE INDEX IF NOT EXISTS ix_idempotency_created_at ON idempotency(created_at)",
+)
+_TIMESTAMP_INDEX = f"CREATE INDEX IF NOT EXISTS ix_{_ORIGINAL}_timestamp ON {_ORIGINAL}(timestamp)"
+
+_encoder = msgspec.json.Encoder()
+
+
+def to_utc_iso(ts: str) -> str:
+    """Canonical stored form of an ISO 8601 timestamp: UTC, microseconds, ``+00:00``.
+
+    A value without offset is taken as UTC. Raises ValueError for anything unparseable.
+    """
+    if not isinstance(ts, str) or not ts.strip():
+        raise ValueError("timestamp must be a non-empty ISO 8601 string")
+    try:
+        parsed = parse_timestamp(ts)
+    except ValueError:
+        raise ValueError(f"timestamp {ts!r} is not ISO 8601") from None
+    return parsed.astimezone(timezone.utc).isoformat(timespec="microseconds")
+
+
+class IdempotencyConflict(ValueError):
+    """The idempotency key is already stored; nothing of the append was written."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__("idempotency key already stored")
+        self.key = key
+
+
+class TimeIndexRow(msgspec.Struct, frozen=True):
+    """A stored turn with its row id and the write request (session) that stored it."""
+
+    id: int
+    session_id: str | None
+    turn: Turn
+
+
+class TimeIndex:
+    """time_indexed.db of one character.
+
+    ``clock`` supplies ``created_at`` (epoch seconds) of idempotency rows. Every method
+    raises sqlite3.Error when the database cannot be used.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = Path(path)
+        self.busy_timeout_ms = busy_timeout_ms
+        self._clock = clock
+        self._db: sqlite3.Connection | None = None
+
+    # -- connection ----------------------------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is not None:
+            return self._db
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        created = not self.path.exists()
+        db = sqlite3.connect(
+            self.path,
+            timeout=self.busy_timeout_ms / 1000.0,
+            isolation_level=None,  # explicit BEGIN/COMMIT below
+            check_same_thread=False,
+        )
+        try:
+            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                log.warning("%s: journal_mode is %s, not wal", self.path.name, mode)
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in _SCHEMA:
+                    db.execute(statement)
+                for table in (_ORIGINAL, _COMPRESSED):
+                    columns = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+                    if "timestamp" not in columns:  # files from before the column existed
+                        db.execute(f"ALTER TABLE {table} ADD COLUMN timestamp DATETIME")
+                db.execute(_TIMESTAMP_INDEX)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            if created:
+                fsync_dir(self.path.parent)
+        except BaseException:
+            db.close()
+            raise
+        self._db = db
+        return db
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        db = self._conn()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        """Close the connection (it reopens on the next use)."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def __enter__(self) -> TimeIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing -----------------------------------------------------------------------
+
+    def append(
+        self,
+        session_id: str,
+        turns: Sequence[Turn],
+        *,
+        idempotency_key: str | None = None,
+        response: bytes | None = None,
+    ) -> int:
+        """Store the turns (and the idempotency answer, if a key is given) in one transaction.
+
+        Each row's ``timestamp`` is the turn's ``ts`` in UTC (:func:`to_utc_iso`); the stored
+        message carries the same value. Returns the number of rows written. Raises
+        ValueError (a turn without a valid ts, a key without a response) and
+        :class:`IdempotencyConflict` (key already stored) with nothing written.
+        """
+        if idempotency_key is not None and response is None:
+            raise ValueError("an idempotency key needs the response to remember")
+        rows: list[tuple[str, str, str]] = []
+        for index, turn in enumerate(turns):
+            try:
+                ts = to_utc_iso(turn.ts)
+            except ValueError as exc:
+                raise ValueError(f"turn {index}: {exc}") from None
+            stored = msgspec.structs.replace(turn, ts=ts)
+            rows.append((session_id, _encoder.encode(stored.to_disk()).decode("utf-8"), ts))
+        with self._transaction() as db:
+            db.executemany(
+                f"INSERT INTO {_ORIGINAL} (session_id, message, timestamp) VALUES (?, ?, ?)",
+                rows,
+            )
+            if idempotency_key is not None:
+                try:
+                    db.execute(
+                        "INSERT INTO idempotency (key, response, created_at) VALUES (?, ?, ?)",
+                        (idempotency_key, response, self._clock()),
+                    )
+                except sqlite3.IntegrityError:
+                    raise IdempotencyConflict(idempotency_key) from None
+        return len(rows)
+
+    def idempotent_response(self, key: str, *, newer_than: float | None = None) -> bytes | None:
+        """The stored answer for ``key``; None when unknown (or created before ``newer_than``)."""
+        row = self._conn().execute("SELECT response, created_at FROM idempotency WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        response, created_at = row
+        if newer_than is not None and (created_at is None or created_at < newer_than):
+            return None
+        return bytes(response) if response is not None else None
+
+    def purge_idempotency(self, older_than: float) -> int:
+        """Forget idempotency answers created before the epoch time ``older_than``; return how many."""
+        with self._transaction() as db:
+            cursor = db.execute("DELETE FROM idempotency WHERE created_at < ?", (older_than,))
+            return cursor.rowcount
+
+    # -- reading -----------------------------------------------------------------------
+
+    def _turn(self, row_id: int, message: Any, timestamp: Any) -> Turn | None:
+        try:
+            raw = msgspec.json.decode(message) if isinstance(message, (str, bytes)) else None
+        except msgspec.DecodeError:
+            raw = None
+        turn = from_disk(raw) if raw is not None else None
+        if turn is None:
+            log.warning("%s: row %d has no readable message; skipped", self.path.name, row_id)
+            return None
+        if isinstance(timestamp, str) and timestamp:
+            turn = msgspec.structs.replace(turn, ts=timestamp)
+        return turn
+
+    def _rows(self, sql: str, params: Sequence[Any]) -> list[TimeIndexRow]:
+        rows: list[TimeIndexRow] = []
+        for row_id, session_id, message, timestamp in self._conn().execute(sql, params):
+            turn = self._turn(row_id, message, timestamp)
+            if turn is not None:
+                rows.append(TimeIndexRow(id=row_id, session_id=session_id, turn=turn))
+        return rows
+
+    def last_timestamp(self) -> str | None:
+        """``MAX(timestamp)``: the newest stored turn's time, or None when empty."""
+        row = self._conn().execute(f"SELECT MAX(timestamp) FROM {_ORIGINAL}").fetchone()
+        return row[0] if row and row[0] is not None else None
+
+    def count(self) -> int:
+        """Number of stored turns."""
+        return int(self._conn().execute(f"SELECT COUNT(*) FROM {_ORIGINAL}").fetchone()[0])
+
+    def tail(self, n: int) -> list[Turn]:
+        """The newest ``n`` turns, oldest first (insertion order)."""
+        if n <= 0:
+            return []
+        rows = self._rows(
+            f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} ORDER BY id DESC LIMIT ?",
+            (n,),
+        )
+        return [row.turn for row in reversed(rows)]
+
+    def rows_between(self, start_iso: str, end_iso: str, limit: int | None = None) -> list[TimeIndexRow]:
+        """Rows with ``start <= timestamp <= end`` ordered by timestamp, then insertion.
+
+        Bounds are converted with :func:`to_utc_iso` (ValueError if unparseable). Rows that
+        share a timestamp come out together in insertion order, so a caller draining in
+        batches can extend a batch to the rows sharing its boundary timestamp.
+        """
+        start, end = to_utc_iso(start_iso), to_utc_iso(end_iso)
+        sql = (
+            f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} "
+            "WHERE timestamp BETWEEN ? AND ? ORDER BY timestamp, id"
+        )
+        params: list[Any] = [start, end]
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(max(0, limit))
+        return self._rows(sql, params)
+
+    def between(self, start_iso: str, end_iso: str, limit: int | None = None) -> list[Turn]:
+        """Turns of :meth:`rows_between`."""
+        return [row.turn for row in self.rows_between(start_iso, end_iso, limit)]
+
+    def iter_all(self) -> Iterator[Turn]:
+        """Every stored turn in insertion order, fetched in bounded batches."""
+        last_id = 0
+        while True:
+            batch = self._conn().execute(
+                f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} WHERE id > ? ORDER BY id LIMIT ?",
+                (last_id, _ITER_BATCH_ROWS),
+            ).fetchall()
+            if not batch:
+                return
+            for row_id, _session_id, message, timestamp in batch:
+                turn = self._turn(row_id, message, timestamp)
+                if turn is not None:
+                    yield turn
+            last_id = batch[-1][0]

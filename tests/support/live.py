@@ -1,0 +1,123 @@
+"""Real servers for tests: uvicorn in a thread (shares objects such as a ManualClock with
+the test) or ``python -m nekomem serve`` in a subprocess (for kill tests)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+
+from nekomem.config import Settings, load_settings
+from nekomem.http.app import create_app
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def make_settings(memory_root: Path, **overrides: Any) -> Settings:
+    """Settings for a test: defaults, this memory root, port 0, no environment."""
+    values: dict[str, Any] = {"memory_root": str(memory_root), "port": 0}
+    values.update(overrides)
+    return load_settings(None, env={}, overrides=values)
+
+
+class LiveServer:
+    """uvicorn serving a fresh app on 127.0.0.1 and an ephemeral port, in a thread."""
+
+    def __init__(self, settings: Settings, **app_kwargs: Any) -> None:
+        self.settings = settings
+        self.app = create_app(settings, **app_kwargs)
+        self.runtime = self.app.state.runtime
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", access_log=False)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.url = ""
+        self.client: httpx.Client | None = None
+
+    def __enter__(self) -> LiveServer:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.01)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self.client = httpx.Client(base_url=self.url, timeout=60)
+        assert self.runtime.wait_ready(20), "start-up recovery did not finish"
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.client is not None:
+            self.client.close()
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+    # conveniences
+    def post(self, path: str, **kwargs: Any) -> httpx.Response:
+        assert self.client is not None
+        return self.client.post(path, **kwargs)
+
+    def get(self, path: str, **kwargs: Any) -> httpx.Response:
+        assert self.client is not None
+        return self.client.get(path, **kwargs)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServerProcess:
+    """``python -m nekomem serve`` as a child process, for tests that kill it."""
+
+    def __init__(self, memory_root: Path, env: dict[str, str] | None = None, port: int | None = None) -> None:
+        self.memory_root = memory_root
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("NEKOMEM_")}
+        self.env.update(env or {})
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 30.0) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "nekomem", "serve", "--port", str(self.port), "--memory-root", str(self.memory_root)],
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("server exited: " + (self.proc.stderr.read().decode() if self.proc.stderr else ""))
+            try:
+                health = httpx.get(self.url + "/health", timeout=1).json()
+                if not health["limited_mode"]:
+                    return
+            except (httpx.HTTPError, ValueError, KeyError):
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("server did not become ready")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
