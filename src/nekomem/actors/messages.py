@@ -125,3 +125,48 @@ class OutboxState(Message):
 class ResetConfirmedAt(Message):
     """Set confirmed_at = now on every confirmed reflection (powerful memory switched off);
     answers the number changed."""
+
+
+# -- recall index feed -------------------------------------------------------------------
+class IndexEntry(msgspec.Struct, kw_only=True):
+    """What RecallActor needs of one searchable entry.
+
+    ``tier`` is "fact", "reflection" or "fact_archive". ``searchable`` is False for entries
+    the shared hard filter excludes (denied/archived/merged/promote_blocked reflections,
+    suppressed, protected, negative evidence score, empty text); RecallActor drops them.
+    ``vector`` is a cached vector in nekomem.recall.vector_codec form with ``vector_model``
+    and ``text_sha256`` so it is reused only when both still match.
+    """
+
+    id: str
+    tier: str
+    text: str
+    entity: str = ""
+    created_at: str | None = None
+    event_start_at: str | None = None
+    event_end_at: str | None = None
+    importance: int = 0
+    score: float = 0.0
+    searchable: bool = True
+    source: Any = None
+    vector: str | None = None
+    vector_model: str | None = None
+    text_sha256: str | None = None
+
+
+class IndexUpsert(Message):
+    """Owners (FactActor, ReflectionActor) tell RecallActor of new or changed entries.
+    ``replace_tier`` set: these entries are the complete set of that tier (used at load)."""
+
+    entries: list[IndexEntry]
+    replace_tier: str | None = None
+
+
+class IndexRemove(Message):
+    ids: list[str]
+
+
+class VectorsComputed(Message):
+    """RecallActor tells the owner the vectors it computed, so they are cached on entries."""
+
+    vectors: dict[str, tuple[str, str, str]]  # id -> (encoded vector, model id, text sha256)

@@ -26,7 +26,7 @@ class RecentSettings(Section):
     recent_truncation_marker: Annotated[str, doc("Text put between the head and the tail of a message cut to fit a token limit.")] = "…[middle omitted]…"
     recent_stage2_target_words: Annotated[int, doc("Stage-2 asks the summariser to compress an over-long summary to about this many words (characters for CJK).", ge=10)] = 700
     recent_sentence_final_marks: Annotated[str, doc("Characters that end a sentence; a stage-2 summary is cut back to the last of them.")] = ".!?。！？…\n"
-    recent_hard_cap_memo_share: Annotated[float, doc("When the head memo and the newest item do not fit the hard cap together, the memo keeps at most this share of the cap.", ge=0, le=1)] = 0.5
+    recent_hard_cap_memo_share: Annotated[float, doc("When the head memo and the newest item do not fit the hard cap together, the memo keeps at most this share of the cap (at most 0.9, so the newest item always keeps room).", ge=0, le=0.9)] = 0.5
     master_name: Annotated[str, doc("How the user is named in prompts and rendered history.")] = "Master"
     review_enabled: Annotated[bool, doc("Default of the recent-memory review switch (recent_memory_auto_review); the persisted switch wins.")] = True
     review_skip_history_len: Annotated[int, doc("The review runs only when the window has at least this many items.", ge=1)] = 8

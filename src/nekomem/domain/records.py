@@ -222,6 +222,8 @@ class PersonaEntry(TrackedFields, kw_only=True, frozen=True):
     last_refine_cluster_hash: str | None = None
     last_refine_at: str | None = None
     refine_attempts: int = 0
+    archived_at: str | None = None
+    archive_shard_path: str | None = None
 
 
 class PersonaSection(msgspec.Struct, kw_only=True, frozen=True):

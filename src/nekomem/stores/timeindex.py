@@ -69,10 +69,9 @@ def to_utc_iso(ts: str) -> str:
     if not isinstance(ts, str) or not ts.strip():
         raise ValueError("timestamp must be a non-empty ISO 8601 string")
     try:
-        parsed = parse_timestamp(ts)
-    except ValueError:
-        raise ValueError(f"timestamp {ts!r} is not ISO 8601") from None
-    return parsed.astimezone(timezone.utc).isoformat(timespec="microseconds")
+        return parse_timestamp(ts).astimezone(timezone.utc).isoformat(timespec="microseconds")
+    except (ValueError, OverflowError):
+        raise ValueError(f"timestamp {ts!r} is not ISO 8601 (or is out of range)") from None
 
 
 class IdempotencyConflict(ValueError):
