@@ -1,0 +1,89 @@
+"""Recall tokenizer: CJK n-grams, Latin words, Hangul, stop names, odd input."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from nekomem.config.recall import RecallSettings
+from nekomem.recall.tokenize import Tokenizer, fold_english, tokenize
+
+
+def test_cjk_run_gives_sliding_two_and_three_grams_with_repeats_kept() -> None:
+    assert tokenize("猫が好き") == ["猫が", "が好", "好き", "猫が好", "が好き"]
+    assert Counter(tokenize("猫猫猫")) == Counter({"猫猫": 2, "猫猫猫": 1})
+
+
+def test_single_characters_only_for_runs_of_length_one() -> None:
+    assert tokenize("猫") == ["猫"]
+    assert tokenize("猫、犬。鳥") == ["猫", "犬", "鳥"]
+    assert "猫" not in tokenize("猫が好き")
+
+
+def test_japanese_without_spaces_is_searchable_by_a_word() -> None:
+    doc = set(tokenize("昨日ラーメンを食べた"))
+    query = tokenize("ラーメン")
+    assert query == ["ラー", "ーメ", "メン", "ラーメ", "ーメン"]
+    assert set(query) <= doc
+
+
+def test_chinese_without_spaces_is_searchable_by_a_word() -> None:
+    assert set(tokenize("拉面")) <= set(tokenize("主人昨天晚上吃了一碗拉面"))
+    assert not set(tokenize("咖啡")) & set(tokenize("主人昨天晚上吃了一碗拉面"))
+
+
+def test_halfwidth_katakana_and_fullwidth_latin_are_normalised() -> None:
+    assert tokenize("ﾗｰﾒﾝ") == tokenize("ラーメン")
+    assert tokenize("Ｒａｍｅｎ　２０２６") == ["ramen", "2026"]
+
+
+def test_latin_words_lowercased_short_ones_dropped_numbers_kept() -> None:
+    assert tokenize("I have a Cat, 3 dogs and an MP3") == ["have", "cat", "3", "dog", "and", "an", "mp3"]
+
+
+def test_mixed_scripts_split_at_script_boundaries() -> None:
+    assert tokenize("iPhone买了") == ["iphone", "买了"]
+    assert tokenize("Привет, мир") == ["привет", "мир"]
+
+
+def test_hangul_words_are_whole_tokens() -> None:
+    assert tokenize("라면을 먹었다") == ["라면을", "먹었다"]
+
+
+def test_english_suffix_folding() -> None:
+    assert [fold_english(w) for w in ("cats", "stories", "boxes", "classes", "dishes", "likes")] == [
+        "cat", "story", "box", "class", "dish", "like"]
+    assert [fold_english(w) for w in ("glass", "virus", "analysis", "bus", "this", "ramen")] == [
+        "glass", "virus", "analysis", "bus", "this", "ramen"]
+    assert tokenize("the cat's toys") == tokenize("the cat toy")
+    plain = Tokenizer(RecallSettings(recall_fold_english_suffixes=False))
+    assert plain("cats") == ["cats"]
+
+
+def test_stop_names_are_removed_latin_by_word_cjk_by_substring() -> None:
+    names = ["Neko", "小白", "x"]
+    assert tokenize("小白说Neko喜欢annual Neko的猫", names) == ["说", "喜欢", "annual", "的猫"]
+    assert tokenize("NEKO likes Nekomimi", ["neko"]) == ["like", "nekomimi"]
+    # A one-character name is below recall_stop_name_min_chars and stays.
+    assert tokenize("猫", ["猫"]) == ["猫"]
+    one = Tokenizer(RecallSettings(recall_stop_name_min_chars=1))
+    assert one("猫", ["猫"]) == []
+
+
+def test_stop_names_are_normalised_like_the_text() -> None:
+    assert tokenize("Ｎｅｋｏ loves tea", ["neko"]) == ["love", "tea"]
+    assert tokenize("ﾈｺが好き", ["ネコ"]) == tokenize("が好き")
+
+
+def test_odd_input_never_raises() -> None:
+    assert tokenize(None) == []  # type: ignore[arg-type]
+    assert tokenize(42) == ["42"]  # type: ignore[arg-type]
+    assert tokenize(["tea", "cake"]) == ["tea", "cake"]  # type: ignore[arg-type]
+    assert tokenize("") == []
+    assert tokenize("  \n\t ,.!") == []
+
+
+def test_ngram_sizes_follow_the_settings() -> None:
+    bigrams = Tokenizer(RecallSettings(recall_cjk_ngram_min=2, recall_cjk_ngram_max=2))
+    assert bigrams("猫が好き") == ["猫が", "が好", "好き"]
+    unigrams = Tokenizer(RecallSettings(recall_cjk_ngram_min=1, recall_cjk_ngram_max=1))
+    assert unigrams("猫が") == ["猫", "が"]
