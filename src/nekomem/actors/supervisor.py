@@ -53,14 +53,13 @@ class CharacterSupervisor(pykka.ThreadingActor):
         self.ctx: CharacterContext | None = None
 
     def on_start(self) -> None:
-        from nekomem.stores.journal import EventJournal
+        from nekomem.actors.events import EVENT_OWNERS
+        from nekomem.stores.applied import SharedJournal
         from nekomem.stores.layout import CharacterPaths
-
-        from nekomem.actors.events import KNOWN_EVENT_TYPES
 
         paths = CharacterPaths(self.services.memory_root, self.name)
         paths.ensure()
-        journal = EventJournal(paths.events, paths.events_applied, known_types=KNOWN_EVENT_TYPES)
+        journal = SharedJournal(paths.events, paths.events_applied, EVENT_OWNERS)
         self.ctx = CharacterContext(
             name=self.name, paths=paths, services=self.services, journal=journal, supervisor=self.actor_ref
         )

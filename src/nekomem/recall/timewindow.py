@@ -107,6 +107,8 @@ def parse_time_window(text: str, now: datetime) -> TimeWindow | None:
         now = now.astimezone()
     raw = " ".join(unicodedata.normalize("NFKC", text).split())
     raw = raw.strip(_EDGE_PUNCT)
+    if raw.endswith(".") and not raw.endswith(".."):
+        raw = raw[:-1]  # a sentence's full stop, not half of a ".." range
     if not raw:
         return None
     try:
@@ -119,7 +121,7 @@ def parse_time_window(text: str, now: datetime) -> TimeWindow | None:
 # --------------------------------------------------------------------------- internals
 
 _Span = tuple[datetime, datetime]
-_EDGE_PUNCT = " \t\"'“”‘’「」『』()（）[]【】?!.,;:。、，？！；："
+_EDGE_PUNCT = " \t\"'“”‘’「」『』()（）[]【】?!,;:。、，？！；："
 
 
 def _aware(ts: datetime, tz: tzinfo | None) -> datetime:

@@ -93,15 +93,14 @@ class Runtime:
 
     @staticmethod
     def _has_unfinished(paths: Any) -> bool:
-        from nekomem.actors.events import KNOWN_EVENT_TYPES
-        from nekomem.stores.journal import EventJournal
+        from nekomem.actors.events import EVENT_OWNERS
+        from nekomem.stores.applied import SharedJournal
         from nekomem.stores.outbox import Outbox
 
         if paths.outbox.exists() and Outbox(paths.outbox).pending():
             return True
         if paths.events.exists():
-            journal = EventJournal(paths.events, paths.events_applied, known_types=KNOWN_EVENT_TYPES)
-            return bool(journal.unapplied())
+            return SharedJournal(paths.events, paths.events_applied, EVENT_OWNERS).has_unapplied()
         return False
 
     def wait_ready(self, timeout: float = 30.0) -> bool:

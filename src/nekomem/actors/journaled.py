@@ -1,0 +1,111 @@
+"""Base of the actors whose layer is event-backed (facts, reflections, persona).
+
+Every change is first an event appended (fsync) to the character's journal, then applied
+to the in-memory state; the JSON views are rewritten from that state in batches (after
+``view_flush_changes`` changes or ``view_flush_seconds``), and the owner's applied mark
+moves only after its views are on disk. So a change is durable as soon as its event is,
+one change costs one journal append whatever the size of the store, and a crash between
+journal and view is repaired at the next load by re-applying the events after the mark.
+The flush cadence is real time, not the injectable clock: it is I/O batching, not domain
+time. ``apply_event`` must be idempotent: applying an event twice has the effect of once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
+
+from nekomem.actors.base import ChildActor
+from nekomem.actors.messages import Flush, Tick
+from nekomem.runtime.clock import iso
+from nekomem.stores.journal import Event
+
+
+class JournaledActor(ChildActor):
+    owner: ClassVar[str] = ""
+
+    # -- to implement ----------------------------------------------------------------
+    def load_views(self) -> None:
+        """Read this layer's views from disk into memory."""
+
+    def write_views(self) -> None:
+        """Write this layer's views from memory (atomically)."""
+
+    def apply_event(self, event: Event) -> None:
+        """Apply one of this owner's events to the in-memory state, idempotently."""
+
+    def after_load(self) -> None:
+        """Hook after views are loaded and the journal replayed."""
+
+    # -- machinery -------------------------------------------------------------------
+    def load(self) -> None:
+        self._dirty = 0
+        self._last_event: str | None = None
+        self._last_flush = time.monotonic()
+        self.load_views()
+        replay = self.ctx.journal.unapplied_for(self.owner)
+        for event in replay:
+            self.apply_event(event)
+        if replay:
+            self.log.info("re-applied %d journaled events", len(replay))
+            self._last_event = replay[-1].event_id
+            self._dirty = len(replay)
+            self.flush()
+        self.after_load()
+
+    def now_iso(self) -> str:
+        return iso(self.ctx.clock.now())
+
+    def record(self, type: str, payload: Mapping[str, Any]) -> Event:
+        """Journal one transition, apply it, and schedule the view write."""
+        event = self.ctx.journal.append(type, payload, self.now_iso())
+        self.apply_event(event)
+        self._note(event)
+        return event
+
+    def record_many(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> list[Event]:
+        ts = self.now_iso()
+        batch = [(t, p, ts) for t, p in items]
+        if not batch:
+            return []
+        events = self.ctx.journal.append_many(batch)
+        for event in events:
+            self.apply_event(event)
+        self._dirty += len(events) - 1
+        self._note(events[-1])
+        return events
+
+    def _note(self, event: Event) -> None:
+        self._dirty += 1
+        self._last_event = event.event_id
+        self._maybe_flush()
+
+    def _maybe_flush(self) -> None:
+        rt = self.ctx.settings.runtime
+        if self._dirty >= rt.view_flush_changes or (
+            self._dirty and time.monotonic() - self._last_flush >= rt.view_flush_seconds
+        ):
+            self.flush()
+
+    def flush(self) -> None:
+        if not getattr(self, "_dirty", 0):
+            return
+        self.write_views()
+        if self._last_event is not None:
+            self.ctx.journal.mark(self.owner, self._last_event)
+        self._dirty = 0
+        self._last_flush = time.monotonic()
+        self.ctx.journal.compact_if_applied(self.ctx.settings.runtime.events_compact_lines)
+
+    def on_Tick(self, msg: Tick) -> None:
+        self._maybe_flush()
+        self.tick(msg)
+
+    def tick(self, msg: Tick) -> None:
+        """Periodic work of the layer."""
+
+    def on_Flush(self, msg: Flush) -> None:
+        self.flush()
+        if msg.reply is not None:
+            msg.reply.ok(True)

@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from nekomem.config import SettingsError, load_settings, settings_markdown
+from nekomem.config.settings import field_index, describe
+
+
+def test_defaults_are_the_reference_numbers():
+    s = load_settings(None, env={})
+    assert (s.server.host, s.server.port, s.server.memory_root) == ("127.0.0.1", 48912, "./memory")
+    assert s.recent.recent_compress_threshold_items == 20
+    assert s.recent.recent_history_max_items == 10
+    assert s.recent.recent_summary_max_tokens == 1000
+    assert s.recent.recent_compress_input_budget_tokens == 8000
+    assert s.recent.recent_hard_cap_tokens == 60000
+    assert s.runtime.outbox_max_attempts == 5
+
+
+def test_every_setting_is_documented():
+    for name, (_section, _info, annotated) in field_index().items():
+        assert describe(annotated), f"setting {name} has no description"
+    table = settings_markdown()
+    assert "NEKOMEM_PORT" in table and "NEKOMEM_LLM_SUMMARY_MODEL" in table
+
+
+def test_toml_flat_and_sectioned_then_env_then_overrides(tmp_path):
+    path = tmp_path / "n.toml"
+    path.write_text('port = 1000\n[recent]\nrecent_hard_cap_tokens = 5000\n', encoding="utf-8")
+    s = load_settings(path, env={})
+    assert s.server.port == 1000 and s.recent.recent_hard_cap_tokens == 5000
+    s = load_settings(path, env={"NEKOMEM_PORT": "2000", "NEKOMEM_REVIEW_ENABLED": "false"})
+    assert s.server.port == 2000 and s.recent.review_enabled is False
+    s = load_settings(path, env={"NEKOMEM_PORT": "2000"}, overrides={"port": 3000})
+    assert s.server.port == 3000
+    s = load_settings(None, env={"NEKOMEM_CONFIG": str(path)})
+    assert s.server.port == 1000
+
+
+def test_tier_env_names():
+    s = load_settings(None, env={"NEKOMEM_LLM_BASE_URL": "http://x/v1", "NEKOMEM_LLM_SUMMARY_MODEL": "small"})
+    assert s.llm.llm_base_url == "http://x/v1" and s.llm.llm_summary_model == "small"
+
+
+@pytest.mark.parametrize(
+    "env, needle",
+    [
+        ({"NEKOMEM_PORT": "99999"}, "port"),
+        ({"NEKOMEM_PORT": "abc"}, "port"),
+        ({"NEKOMEM_RECENT_HARD_CAP_TOKENS": "-5"}, "recent_hard_cap_tokens"),
+        ({"NEKOMEM_REVIEW_ENABLED": "maybe"}, "review_enabled"),
+    ],
+)
+def test_invalid_settings_name_the_setting(env, needle):
+    with pytest.raises(SettingsError) as err:
+        load_settings(None, env=env)
+    assert needle in str(err.value)
+
+
+def test_unknown_setting_in_toml(tmp_path):
+    path = tmp_path / "n.toml"
+    path.write_text("no_such_thing = 1\n", encoding="utf-8")
+    with pytest.raises(SettingsError, match="no_such_thing"):
+        load_settings(path, env={})
+
+
+def test_cli_refuses_to_start_on_an_invalid_setting(tmp_path):
+    env = {"NEKOMEM_PORT": "-3", "PATH": ""}
+    proc = subprocess.run(
+        [sys.executable, "-m", "nekomem", "serve", "--memory-root", str(tmp_path)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2
+    assert "port" in proc.stderr
