@@ -45,8 +45,8 @@ class Corpus:
         self.rng = np.random.default_rng(seed)
         self.en_words = self._english_vocabulary(6000)
         self.cjk_words = self._cjk_vocabulary(4000)
-        self.en_p = self._zipf(len(self.en_words))
-        self.cjk_p = self._zipf(len(self.cjk_words))
+        self.en_cdf = np.cumsum(self._zipf(len(self.en_words)))
+        self.cjk_cdf = np.cumsum(self._zipf(len(self.cjk_words)))
 
     def _zipf(self, n: int, s: float = 1.05) -> np.ndarray:
         weights = 1.0 / np.arange(1, n + 1) ** s
@@ -74,20 +74,23 @@ class Corpus:
             words[word] = None
         return list(words)
 
+    def _draw(self, words: list[str], cdf: np.ndarray, count: int) -> list[str]:
+        picks = np.searchsorted(cdf, self.rng.random(count), side="right")
+        return [words[min(int(i), len(words) - 1)] for i in picks]
+
     def fact(self) -> str:
         if self.rng.random() < 0.5:
-            content = self.rng.choice(self.en_words, size=self.rng.integers(4, 10), p=self.en_p)
-            fillers = self.rng.choice(_FUNCTION_WORDS, size=self.rng.integers(2, 5))
-            words = list(content) + list(fillers)
+            words = self._draw(self.en_words, self.en_cdf, int(self.rng.integers(4, 10)))
+            words += [_FUNCTION_WORDS[i] for i in self.rng.integers(len(_FUNCTION_WORDS), size=self.rng.integers(2, 5))]
             self.rng.shuffle(words)
             return " ".join(words)
-        parts = self.rng.choice(self.cjk_words, size=self.rng.integers(3, 7), p=self.cjk_p)
+        parts = self._draw(self.cjk_words, self.cjk_cdf, int(self.rng.integers(3, 7)))
         return "".join(p + _PARTICLES[self.rng.integers(len(_PARTICLES))] for p in parts)
 
     def query(self) -> str:
         if self.rng.random() < 0.5:
-            return " ".join(self.rng.choice(self.en_words, size=self.rng.integers(2, 4), p=self.en_p))
-        return "".join(self.rng.choice(self.cjk_words, size=self.rng.integers(1, 3), p=self.cjk_p))
+            return " ".join(self._draw(self.en_words, self.en_cdf, int(self.rng.integers(2, 4))))
+        return "".join(self._draw(self.cjk_words, self.cjk_cdf, int(self.rng.integers(1, 3))))
 
 
 def percentiles(samples: Sequence[float]) -> tuple[float, float]:
@@ -119,8 +122,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     tokenized = [tokenize(f) for f in facts]
 
     results: dict[int, dict[str, float]] = {}
-    print(f"{'docs':>8} {'build s':>8} {'ours p50 ms':>12} {'ours p99 ms':>12} "
-          f"{'bm25 build s':>12} {'bm25 p50 ms':>12} {'bm25 p99 ms':>12} {'bm25 n':>6} {'p50 x':>7}")
+    print("ours: 2nd pass over the queries (1st pass = cold, right after the build); times in ms")
+    print(f"{'docs':>8} {'build s':>8} {'cold p99':>9} {'ours p50':>9} {'ours p99':>9} "
+          f"{'bm25 build s':>12} {'bm25 p50':>9} {'bm25 p99':>9} {'bm25 n':>6} {'p50 x':>7}")
     index: LexicalIndex | None = None
     for size in sorted(args.sizes):
         t0 = time.perf_counter()
@@ -128,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         for i in range(size):
             index.add(f"f{i}", facts[i])
         build = time.perf_counter() - t0
-        index.search(queries[0], TOP_K)  # merge the write tails once, as a warm server would
+        cold = timed(lambda q: index.search(q, TOP_K), queries)  # type: ignore[union-attr]
         ours = timed(lambda q: index.search(q, TOP_K), queries)  # type: ignore[union-attr]
 
         t0 = time.perf_counter()
@@ -143,10 +147,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         base = timed(base_query, [str(i) for i in range(n_base)])
         o50, o99 = percentiles(ours)
+        c50, c99 = percentiles(cold)
         b50, b99 = percentiles(base)
         results[size] = {"o50": o50, "o99": o99, "b50": b50, "b99": b99}
-        print(f"{size:>8} {build:>8.2f} {o50:>12.3f} {o99:>12.3f} {base_build:>12.2f} {b50:>12.3f} "
-              f"{b99:>12.3f} {n_base:>6} {b50 / o50:>7.1f}")
+        print(f"{size:>8} {build:>8.2f} {c99:>9.3f} {o50:>9.3f} {o99:>9.3f} {base_build:>12.2f} {b50:>9.3f} "
+              f"{b99:>9.3f} {n_base:>6} {b50 / o50:>7.1f}")
 
     smallest = min(results)
     print()

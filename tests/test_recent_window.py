@@ -8,6 +8,7 @@ import msgspec
 import pytest
 
 from nekomem.config.recent import RecentSettings
+from nekomem.domain import prompts_recent
 from nekomem.domain.messages import Turn
 from nekomem.domain.recent_window import (
     CompressResult,
@@ -368,10 +369,10 @@ def test_hard_cap_property(which: str, counter: TokenCounter) -> None:
         window: list[Turn] = []
         if rng.random() < 0.5:
             memo_words = rng.choice([5, 50, 400, 3000])
-            window.append(turn("system", "Memo: " + " ".join(rng.choice(vocab) for _ in range(memo_words))))
+            window.append(turn("system", "Memo: " + " ".join(rng.choices(vocab, k=memo_words))))
         for i in range(n):
-            size = rng.choice([1, 5, 20, 80, 300]) if rng.random() > 0.05 else 20000  # sometimes giant
-            window.append(turn(rng.choice(["human", "ai"]), "".join(rng.choice(vocab) for _ in range(size)), i))
+            size = rng.choice([1, 5, 20, 80, 300]) if rng.random() > 0.03 else 8000  # sometimes giant
+            window.append(turn(rng.choice(["human", "ai"]), "".join(rng.choices(vocab, k=size)), i))
         result = enforce_hard_cap(window, s, c)
         _check_cap(window, result, s, c)
 
@@ -439,3 +440,18 @@ def test_tail_fingerprint_and_locate() -> None:
     # Legacy prefix-only entry.
     assert entry_matches("human::" + "x" * 50, b)
     assert not entry_matches("ai::" + "x" * 50, b)
+
+
+# --- output parsers ----------------------------------------------------------------------
+
+
+def test_output_parsers() -> None:
+    assert prompts_recent.summary_from_output({"summary": "  hi.  ", "extra": 1}) == "hi."
+    assert prompts_recent.summary_from_output({"summary": {"a": "猫"}}) == '{"a": "猫"}'
+    for bad in [{"summary": "  "}, {"summary": None}, {"other": "x"}, ["summary"], "summary"]:
+        with pytest.raises(ValueError):
+            prompts_recent.summary_from_output(bad)
+    items = [{"role": "user", "content": "x"}]
+    assert prompts_recent.corrected_from_output({"explanation": "", "corrected_dialogue": items}) == items
+    with pytest.raises(ValueError):
+        prompts_recent.corrected_from_output({"explanation": "none"})

@@ -106,6 +106,51 @@ class ChildActor(pykka.ThreadingActor):
     def close(self) -> None:
         """Release files and connections."""
 
+    # -- model calls -----------------------------------------------------------------
+    def model_available(self, task: str) -> bool:
+        llm = self.ctx.services.llm
+        return llm is not None and llm.available(llm.tier_for(task))
+
+    def ask_model(
+        self,
+        kind: str,
+        task: str,
+        messages: list[dict[str, Any]],
+        *,
+        context: Any = None,
+        timeout: float | None = None,
+    ) -> int | None:
+        """Run LLM ``task`` on the model pool; the outcome returns to this actor as
+        ``ModelDone(kind, token, output, error, context)``. Returns the token, or None when
+        the task's tier has no endpoint or the pool is full (the caller retries later)."""
+        from nekomem.actors.messages import ModelDone
+        from nekomem.runtime.pool import PoolFull
+
+        if not self.model_available(task):
+            return None
+        llm = self.ctx.services.llm
+        self._model_seq = getattr(self, "_model_seq", 0) + 1
+        token = self._model_seq
+
+        def job() -> Any:
+            return llm.run(task, messages, timeout=timeout)
+
+        def wrap(result: Any, error: BaseException | None) -> Any:
+            return ModelDone(kind=kind, token=token, output=result, error=None if error is None else repr(error), context=context)
+
+        try:
+            self.ctx.submit_model_job(self.child_name, job, wrap)
+        except PoolFull:
+            return None
+        return token
+
+    def on_ModelDone(self, msg: Any) -> None:
+        handler = getattr(self, "done_" + msg.kind, None)
+        if handler is None:
+            self.log.warning("no handler for model result %s", msg.kind)
+            return
+        handler(msg)
+
     # -- dispatch --------------------------------------------------------------------
     def on_receive(self, message: Any) -> Any:
         handler = getattr(self, "on_" + type(message).__name__, None)

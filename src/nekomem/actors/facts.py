@@ -1,26 +1,371 @@
-"""FactActor: facts.json and facts_archive.json (extraction, dedup, archive)."""
+"""FactActor: facts.json and facts_archive.json.
+
+Post-turn work arrives from the outbox as RunOp. With powerful memory on, turns are
+buffered and extracted in batches (``fact_extract_every_n_turns`` user turns, or
+``fact_extract_interval_minutes`` since the last check, or idle); the outbox records stay
+open until their turns were extracted, so a crash replays them. Off, each turn batch is
+extracted on its own. Extracted facts are deduplicated (exact hash, lexical near-duplicate)
+before they are journaled. This actor also picks the facts of each reflection synthesis.
+"""
 
 from __future__ import annotations
 
-from nekomem.actors.base import ChildActor
-from nekomem.actors.messages import Flush, OpFinished, RunOp, Tick
-from nekomem.stores.atomic import read_json
+import hashlib
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from nekomem.actors.journaled import JournaledActor
+from nekomem.actors.messages import (
+    AbsorbFacts,
+    DeleteEntry,
+    EditEntry,
+    ImportFacts,
+    IndexEntry,
+    IndexRemove,
+    IndexUpsert,
+    ListEntries,
+    ModelDone,
+    NewFacts,
+    OpFinished,
+    PostTurn,
+    ReflectNow,
+    ReplyMentions,
+    RunOp,
+    SignalsProcessed,
+    Synthesize,
+    Tick,
+    VectorsComputed,
+)
+from nekomem.domain import facts as fl
+from nekomem.domain import prompts_longterm as prompts
+from nekomem.domain import reflections as rl
+from nekomem.domain.messages import Turn, from_disk, parse_timestamp
+from nekomem.domain.records import Fact, fact_hash, fact_id
+from nekomem.runtime.reply import ActorFailure
+from nekomem.stores.atomic import atomic_write_json, read_json
+from nekomem.stores.journal import Event
+
+_DECODE = msgspec.json.Decoder()
 
 
-class FactActor(ChildActor):
+def fact_from(obj: Any) -> Fact:
+    return msgspec.convert(obj, Fact, strict=False)
+
+
+def fact_index_entry(fact: Fact, tier: str) -> IndexEntry:
+    return IndexEntry(
+        id=fact.id,
+        tier=tier,
+        text=fact.text,
+        entity=fact.entity,
+        created_at=fact.created_at or None,
+        event_start_at=fact.event_start_at,
+        event_end_at=fact.event_end_at,
+        importance=fact.importance,
+        searchable=bool(fact.text.strip()),
+        source=fact.source_ref,
+        vector=fact.embedding if isinstance(fact.embedding, str) else None,
+        vector_model=fact.embedding_model_id,
+        text_sha256=getattr(fact, "embedding_text_sha256", None),
+    )
+
+
+class FactActor(JournaledActor):
     child_name = "facts"
+    owner = "facts"
 
-    def load(self) -> None:
-        self.facts, _ = read_json(self.ctx.paths.facts, default=[])
+    # -- state -----------------------------------------------------------------------
+    def load_views(self) -> None:
+        self.s = self.ctx.settings.longterm
+        self.facts: dict[str, Fact] = {}
+        self.archive: dict[str, Fact] = {}
+        for path, target in ((self.ctx.paths.facts, self.facts), (self.ctx.paths.facts_archive, self.archive)):
+            raw, _ = read_json(path, default=[])
+            for item in raw if isinstance(raw, list) else []:
+                try:
+                    fact = fact_from(item)
+                except msgspec.ValidationError:
+                    self.log.warning("skipped an unreadable fact record")
+                    continue
+                target[fact.id] = fact
+        self.hashes = {f.hash for f in self.facts.values() if f.hash}
+        self.batch: list[tuple[str, list[Turn]]] = []  # (op_id, turns) waiting for path A
+        self.user_turns_since = 0
+        self.last_check_at: datetime | None = None
+        self.last_activity_at: datetime | None = None
+        self.last_archive_at: datetime | None = None
+        self.passes_since_disclosure = 0
+        self.extract_inflight: int | None = None
+        self.next_synthesis = self.ctx.clock.monotonic() + self.s.reflection_synthesis_initial_delay_seconds
 
+    def after_load(self) -> None:
+        entries = [fact_index_entry(f, "fact") for f in self.facts.values()]
+        entries += [fact_index_entry(f, "fact_archive") for f in self.archive.values()]
+        self.ctx.send("recall", IndexUpsert(entries=entries, replace_tier="fact"))
+
+    def write_views(self) -> None:
+        atomic_write_json(self.ctx.paths.facts, list(self.facts.values()))
+        atomic_write_json(self.ctx.paths.facts_archive, list(self.archive.values()))
+
+    def apply_event(self, event: Event) -> None:
+        p = event.payload
+        if event.type == "fact.added" or event.type == "fact.updated":
+            fact = fact_from(p["fact"])
+            if event.type == "fact.added" and fact.id in self.archive:
+                return
+            self.facts[fact.id] = fact
+            if fact.hash:
+                self.hashes.add(fact.hash)
+        elif event.type == "fact.absorbed":
+            for fid in p.get("ids", []):
+                fact = self.facts.get(fid)
+                if fact is not None and not fact.absorbed:
+                    self.facts[fid] = msgspec.structs.replace(fact, absorbed=True)
+        elif event.type == "fact.archived":
+            for fid in p.get("ids", []):
+                fact = self.facts.pop(fid, None)
+                if fact is not None:
+                    self.archive[fid] = fact
+        elif event.type == "fact.deleted":
+            fid = p.get("id")
+            self.facts.pop(fid, None)
+            self.archive.pop(fid, None)
+
+    # -- helpers ---------------------------------------------------------------------
+    def now(self) -> datetime:
+        return self.ctx.clock.now()
+
+    def powerful(self) -> bool:
+        switches = self.ctx.services.switches
+        return switches.powerful_memory() if switches is not None else self.s.powerful_memory_default
+
+    def names(self) -> dict[str, str]:
+        return {"master_name": self.ctx.settings.recent.master_name, "ai_name": self.ctx.name}
+
+    def add_facts(self, new: list[Fact]) -> tuple[list[Fact], int]:
+        """Dedup ``new`` against the store and journal what is left; returns (added, skipped)."""
+        outcome = fl.dedup_new_facts(new, list(self.facts.values()), self.s)
+        items: list[tuple[str, dict[str, Any]]] = [("fact.added", {"fact": msgspec.to_builtins(f)}) for f in outcome.accepted]
+        items += [("fact.updated", {"fact": msgspec.to_builtins(f)}) for f in outcome.upgraded]
+        self.record_many(items)
+        changed = outcome.accepted + outcome.upgraded
+        if changed:
+            self.ctx.send("recall", IndexUpsert(entries=[fact_index_entry(self.facts[f.id], "fact") for f in changed if f.id in self.facts]))
+        skipped = len(outcome.skipped_exact) + len(outcome.skipped_near)
+        if outcome.accepted:
+            self.log.info("stored %d new facts (%d duplicates skipped)", len(outcome.accepted), skipped)
+        return outcome.accepted, skipped
+
+    # -- post-turn work --------------------------------------------------------------
     def on_RunOp(self, msg: RunOp) -> None:
-        # Post-turn work: fact extraction needs the summary tier. Without it the step is
-        # skipped (reported by /health), and the record is finished.
-        self.ctx.send("outbox", OpFinished(op_id=msg.op_id, ok=True))
+        turns = [t for t in (from_disk(m) for m in msg.payload.get("messages", [])) if t is not None]
+        if msg.attempt == 1 and turns:
+            self.ctx.send("reflections", PostTurn(turns=turns))
+            ai = [t.text for t in turns if t.role == "ai"]
+            if ai:
+                self.ctx.send("persona", ReplyMentions(text=ai[-1]))
+                self.ctx.send("reflections", ReplyMentions(text=ai[-1]))
+        user_turns = [t for t in turns if t.role == "human"]
+        if not user_turns or not self.model_available("extract_facts"):
+            # Nothing a fact can come from, or no summary tier: the step is skipped
+            # (reported by /health) and the record is finished.
+            self.ctx.send("outbox", OpFinished(op_id=msg.op_id, ok=True))
+            return
+        self.last_activity_at = self.now()
+        if any(op_id == msg.op_id for op_id, _ in self.batch):
+            return  # a replayed record that is already buffered
+        if self.powerful():
+            self.batch.append((msg.op_id, turns))
+            self.user_turns_since += len(user_turns)
+            self._maybe_extract()
+        else:
+            self._extract("single", [(msg.op_id, turns)])
 
-    def on_Tick(self, msg: Tick) -> None:
-        pass
+    def _maybe_extract(self) -> None:
+        if self.extract_inflight is not None or not self.batch:
+            return
+        if fl.extraction_due(self.user_turns_since, self.last_check_at, self.last_activity_at, self.now(), self.s):
+            batch, self.batch = self.batch, []
+            self.user_turns_since = 0
+            self._extract("batch", batch)
 
-    def on_Flush(self, msg: Flush) -> None:
-        if msg.reply is not None:
-            msg.reply.ok(True)
+    def _extract(self, mode: str, ops: list[tuple[str, list[Turn]]]) -> None:
+        turns = [t for _op, ts in ops for t in ts]
+        messages = prompts.extract_facts_messages(turns, now=self.now(), **self.names())
+        token = self.ask_model(
+            "extract", "extract_facts", messages, context={"mode": mode, "ops": ops}, timeout=self.s.longterm_extract_timeout_seconds
+        )
+        if token is None:
+            # Pool full: put the work back and try on the next tick.
+            if mode == "batch":
+                self.batch = ops + self.batch
+                self.user_turns_since += sum(1 for t in turns if t.role == "human")
+            else:
+                for op_id, _ in ops:
+                    self.ctx.send("outbox", OpFinished(op_id=op_id, ok=False, error="model pool full"))
+            return
+        if mode == "batch":
+            self.extract_inflight = token
+
+    def done_extract(self, msg: ModelDone) -> None:
+        ctx = msg.context
+        ops: list[tuple[str, list[Turn]]] = ctx["ops"]
+        if ctx["mode"] == "batch":
+            self.extract_inflight = None
+        if msg.error is not None:
+            self.log.warning("fact extraction failed; the outbox will retry (%d records)", len(ops))
+            for op_id, _ in ops:
+                self.ctx.send("outbox", OpFinished(op_id=op_id, ok=False, error=msg.error))
+            return
+        now = self.now()
+        new = fl.normalize_extraction(msg.output, now=now, source="user_observation", settings=self.s)
+        added, _skipped = self.add_facts(new)
+        self.last_check_at = now
+        for op_id, _ in ops:
+            self.ctx.send("outbox", OpFinished(op_id=op_id, ok=True))
+        if added and self.powerful():
+            self.ctx.send("reflections", NewFacts(facts=added))
+        if ctx["mode"] == "batch":
+            self.passes_since_disclosure += 1
+            if fl.self_disclosure_due(self.passes_since_disclosure, self.s):
+                self.passes_since_disclosure = 0
+                self._self_disclosure([t for _op, ts in ops for t in ts])
+        self._maybe_extract()
+
+    def _self_disclosure(self, turns: list[Turn]) -> None:
+        if not any(t.role == "ai" for t in turns):
+            return
+        known = fl.known_pool(self.facts.values(), None, self.now(), self.s)
+        messages = prompts.extract_self_disclosure_messages(turns, known, now=self.now(), **self.names())
+        self.ask_model("disclosure", "extract_self_disclosure", messages, timeout=self.s.longterm_extract_timeout_seconds)
+
+    def done_disclosure(self, msg: ModelDone) -> None:
+        if msg.error is not None:
+            self.log.info("self-disclosure pass failed")
+            return
+        new = fl.normalize_extraction(msg.output, now=self.now(), source="ai_disclosure", settings=self.s)
+        self.add_facts(new)
+
+    # -- synthesis -------------------------------------------------------------------
+    def _synthesis_message(self, report: dict[str, Any] | None, reply: Any) -> Synthesize:
+        batch = rl.synthesis_batch(self.facts.values(), self.s)
+        return Synthesize(batch=batch, related=[], report=report, reply=reply)
+
+    def on_ReflectNow(self, msg: ReflectNow) -> None:
+        self.ctx.send("reflections", self._synthesis_message({}, msg.reply))
+
+    def on_AbsorbFacts(self, msg: AbsorbFacts) -> None:
+        ids = [i for i in msg.ids if i in self.facts and not self.facts[i].absorbed]
+        if ids:
+            self.record("fact.absorbed", {"ids": ids, "reflection_id": msg.reflection_id})
+
+    def on_SignalsProcessed(self, msg: SignalsProcessed) -> None:
+        ids = [i for i in msg.fact_ids if i in self.facts and not self.facts[i].signal_processed]
+        if ids:
+            updated = fl.mark_signal_processed([self.facts[i] for i in ids], ids)
+            self.record_many(("fact.updated", {"fact": msgspec.to_builtins(f)}) for f in updated)
+
+    # -- periodic --------------------------------------------------------------------
+    def tick(self, msg: Tick) -> None:
+        self._maybe_extract()
+        if msg.monotonic >= self.next_synthesis:
+            self.next_synthesis = msg.monotonic + self.s.reflection_synthesis_interval_seconds
+            synth = self._synthesis_message(None, None)
+            if synth.batch is not None:
+                self.ctx.send("reflections", synth)
+        now = self.now()
+        split = fl.archive_split(list(self.facts.values()), now, self.last_archive_at, self.s)
+        if split is not None:
+            self.last_archive_at = now
+            _kept, archived = split
+            if archived:
+                ids = [f.id for f in archived]
+                self.record("fact.archived", {"ids": ids})
+                self.ctx.send("recall", IndexUpsert(entries=[fact_index_entry(self.archive[i], "fact_archive") for i in ids]))
+
+    # -- API -------------------------------------------------------------------------
+    def on_ImportFacts(self, msg: ImportFacts) -> None:
+        now = self.now()
+        new: list[Fact] = []
+        for index, item in enumerate(msg.facts):
+            fact = fl.normalize_fact(item, now=now, source="user_observation", settings=self.s)
+            if fact is None:
+                raise ActorFailure("bad_fact", f"facts[{index}] has no usable text", 422)
+            source = item.get("source") if isinstance(item, dict) else None
+            if source is not None:
+                fact = msgspec.structs.replace(fact, source_ref=source)
+            new.append(fact)
+        added, skipped = self.add_facts(new)
+        msg.reply.ok({"added": [f.id for f in added], "skipped_duplicates": skipped + (len(new) - len(added) - skipped)})
+
+    def on_ListEntries(self, msg: ListEntries) -> None:
+        if msg.status in (None, "active"):
+            pool = list(self.facts.values())
+        elif msg.status == "archived":
+            pool = list(self.archive.values())
+        elif msg.status == "absorbed":
+            pool = [f for f in self.facts.values() if f.absorbed]
+        elif msg.status == "unabsorbed":
+            pool = [f for f in self.facts.values() if not f.absorbed]
+        elif msg.status == "all":
+            pool = list(self.facts.values()) + list(self.archive.values())
+        else:
+            raise ActorFailure("bad_status", "status must be active, archived, absorbed, unabsorbed or all", 400)
+        if msg.entity:
+            pool = [f for f in pool if f.entity == msg.entity]
+        page = pool[msg.offset : msg.offset + msg.limit]
+        msg.reply.ok({"total": len(pool), "offset": msg.offset, "items": [msgspec.to_builtins(_public(f)) for f in page]})
+
+    def on_EditEntry(self, msg: EditEntry) -> None:
+        fact = self.facts.get(msg.id)
+        if fact is None:
+            raise ActorFailure("not_found", f"no active fact {msg.id}", 404)
+        changes: dict[str, Any] = {}
+        if "text" in msg.changes:
+            text = msg.changes["text"]
+            if not isinstance(text, str) or not text.strip():
+                raise ActorFailure("bad_text", "text must be a non-empty string", 422)
+            changes["text"] = text.strip()
+            changes["hash"] = fact_hash(text.strip())
+            changes["embedding"] = None
+        if "importance" in msg.changes:
+            value = msg.changes["importance"]
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 10:
+                raise ActorFailure("bad_importance", "importance must be an integer from 1 to 10", 422)
+            changes["importance"] = value
+        if "entity" in msg.changes:
+            if msg.changes["entity"] not in ("master", "neko", "relationship"):
+                raise ActorFailure("bad_entity", "entity must be master, neko or relationship", 422)
+            changes["entity"] = msg.changes["entity"]
+        unknown = set(msg.changes) - {"text", "importance", "entity"}
+        if unknown:
+            raise ActorFailure("bad_field", f"cannot edit {sorted(unknown)}", 422)
+        updated = msgspec.structs.replace(fact, **changes)
+        self.record("fact.updated", {"fact": msgspec.to_builtins(updated)})
+        self.ctx.send("recall", IndexUpsert(entries=[fact_index_entry(updated, "fact")]))
+        msg.reply.ok(msgspec.to_builtins(_public(updated)))
+
+    def on_DeleteEntry(self, msg: DeleteEntry) -> None:
+        if msg.id not in self.facts and msg.id not in self.archive:
+            raise ActorFailure("not_found", f"no fact {msg.id}", 404)
+        self.record("fact.deleted", {"id": msg.id})
+        self.ctx.send("recall", IndexRemove(ids=[msg.id]))
+        msg.reply.ok({"deleted": msg.id})
+
+    def on_VectorsComputed(self, msg: VectorsComputed) -> None:
+        # Vectors are a cache: stored on the entries at the next view write, not journaled.
+        for fid, (vector, model, sha) in msg.vectors.items():
+            for store in (self.facts, self.archive):
+                fact = store.get(fid)
+                if fact is not None and hashlib.sha256(fact.text.encode()).hexdigest() == sha:
+                    store[fid] = msgspec.structs.replace(fact, embedding=vector, embedding_model_id=model)
+        self._dirty = max(self._dirty, 1) if msg.vectors else self._dirty
+
+
+def _public(fact: Fact) -> Fact:
+    return msgspec.structs.replace(fact, embedding=None)
+
+
+__all__ = ["FactActor", "fact_index_entry", "fact_id", "parse_timestamp"]

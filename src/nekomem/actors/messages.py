@@ -170,3 +170,124 @@ class VectorsComputed(Message):
     """RecallActor tells the owner the vectors it computed, so they are cached on entries."""
 
     vectors: dict[str, tuple[str, str, str]]  # id -> (encoded vector, model id, text sha256)
+
+
+# -- long-term memory --------------------------------------------------------------------
+class ModelDone(Message):
+    """A model job finished; ``kind`` says which, ``context`` carries what the owner
+    needs to apply the result (validated again by the owner: results are untrusted)."""
+
+    kind: str
+    token: int
+    output: Any
+    error: str | None
+    context: Any = None
+
+
+class ImportFacts(Message):
+    facts: list[dict[str, Any]]
+
+
+class ListEntries(Message):
+    status: str | None = None
+    entity: str | None = None
+    offset: int = 0
+    limit: int = 100
+
+
+class EditEntry(Message):
+    id: str
+    changes: dict[str, Any]
+
+
+class DeleteEntry(Message):
+    id: str
+
+
+class ReflectNow(Message):
+    """POST /reflect: a synthesis pass then a promotion pass, answered with what they did."""
+
+
+class Synthesize(Message):
+    batch: Any  # nekomem.domain.reflections.SynthesisBatch | None
+    related: list[Any] = []
+    report: dict[str, Any] | None = None  # set for /reflect: the pass answers through reply
+
+
+class AbsorbFacts(Message):
+    ids: list[str]
+    reflection_id: str
+
+
+class NewFacts(Message):
+    """New user facts (powerful memory on): the Stage-2 evidence pass starts here."""
+
+    facts: list[Any]
+
+
+class EvidencePass(Message):
+    facts: list[Any]
+    reflection_observations: list[Any]
+
+
+class ApplySignals(Message):
+    signals: list[Any]
+    source: str = "user_fact"
+
+
+class SignalsProcessed(Message):
+    fact_ids: list[str]
+
+
+class PostTurn(Message):
+    turns: list[Turn]
+
+
+class Feedback(Message):
+    id: str
+    feedback: str
+
+
+class PromotionPass(Message):
+    report: dict[str, Any] | None = None
+
+
+class Promote(Message):
+    candidates: list[Any]
+    report: dict[str, Any] | None = None
+
+
+class PromotionResult(Message):
+    reflection: Any
+    kind: str
+
+
+class RenderContext(Message):
+    pass
+
+
+class RenderWithPersona(Message):
+    persona: Any
+
+
+class FollowupTopics(Message):
+    pass
+
+
+class RecordSurfaced(Message):
+    ids: list[str]
+
+
+class ImportCard(Message):
+    entries: list[dict[str, str]]
+
+
+class ReplyMentions(Message):
+    """The character's last reply, for mention tracking ("do not bring up" list)."""
+
+    text: str
+
+
+class CorrectionResolved(Message):
+    reflection_id: str
+    kind: str

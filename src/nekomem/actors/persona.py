@@ -1,17 +1,381 @@
-"""PersonaActor: persona.json, persona_corrections.json and persona_archive/."""
+"""PersonaActor: persona.json, persona_corrections.json and persona_archive/.
+
+Persona entries are grouped by entity (master, neko, relationship, or any other). Entries
+imported from a character card are protected: never decayed, never archived, never
+replaced by a contradicting reflection. Promotion of reflections runs here: with powerful
+memory on through the correction tier's ``judge_promotion``; off, by elapsed time alone.
+"""
 
 from __future__ import annotations
 
-from nekomem.actors.base import ChildActor
-from nekomem.actors.messages import Flush, Tick
+import hashlib
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from nekomem.actors.journaled import JournaledActor
+from nekomem.actors.messages import (
+    ApplySignals,
+    CorrectionResolved,
+    DeleteEntry,
+    EditEntry,
+    EvidencePass,
+    ImportCard,
+    ListEntries,
+    ModelDone,
+    Promote,
+    PromotionResult,
+    RenderContext,
+    RenderWithPersona,
+    ReplyMentions,
+    SignalsProcessed,
+    Tick,
+)
+from nekomem.domain import evidence as ev
+from nekomem.domain import persona as pl
+from nekomem.domain import prompts_longterm as prompts
+from nekomem.domain.records import (
+    Correction,
+    Persona,
+    PersonaEntry,
+    assign_shards,
+    card_entry_id,
+    persona_from_disk,
+    persona_to_disk,
+)
+from nekomem.domain.tokens import get_counter
+from nekomem.runtime.reply import ActorFailure
+from nekomem.stores.atomic import atomic_write_json, read_json
+from nekomem.stores.journal import Event
+
+ENTITY_MAX_CHARS = 50
 
 
-class PersonaActor(ChildActor):
+def entry_from(obj: Any) -> PersonaEntry:
+    return msgspec.convert(obj, PersonaEntry, strict=False)
+
+
+class PersonaActor(JournaledActor):
     child_name = "persona"
+    owner = "persona"
 
-    def on_Tick(self, msg: Tick) -> None:
-        pass
+    def load_views(self) -> None:
+        self.s = self.ctx.settings.longterm
+        self.counter = get_counter(self.ctx.settings.recent.recent_tokenizer_encoding)
+        raw, _ = read_json(self.ctx.paths.persona, default={})
+        self.persona: Persona = pl.ensure_sections(persona_from_disk(raw))
+        raw, _ = read_json(self.ctx.paths.persona_corrections, default=[])
+        self.corrections: list[Correction] = []
+        for item in raw if isinstance(raw, list) else []:
+            try:
+                self.corrections.append(msgspec.convert(item, Correction, strict=False))
+            except msgspec.ValidationError:
+                continue
+        self.archived_pending: dict[str, list[dict[str, Any]]] = {}
+        self.correction_inflight = False
+        mono = self.ctx.clock.monotonic()
+        self.next_sweep = mono + self.s.evidence_archive_sweep_initial_delay_seconds
+        self.next_corrections = mono + self.s.longterm_idle_maintenance_initial_delay_seconds
 
-    def on_Flush(self, msg: Flush) -> None:
-        if msg.reply is not None:
-            msg.reply.ok(True)
+    def write_views(self) -> None:
+        atomic_write_json(self.ctx.paths.persona, persona_to_disk(self.persona))
+        atomic_write_json(self.ctx.paths.persona_corrections, self.corrections)
+        for shard, entries in self.archived_pending.items():
+            path = self.ctx.paths.persona_archive_dir / shard
+            existing, _ = read_json(path, default=[])
+            existing = existing if isinstance(existing, list) else []
+            known = {e.get("entry", {}).get("id") for e in existing if isinstance(e, dict)}
+            existing.extend(e for e in entries if e["entry"]["id"] not in known)
+            atomic_write_json(path, existing)
+        self.archived_pending.clear()
+
+    def apply_event(self, event: Event) -> None:
+        p = event.payload
+        if event.type in ("persona.fact_added", "persona.entry_updated", "persona.evidence_updated", "persona.fact_mentioned", "persona.suppressed"):
+            entity = p["entity"]
+            entry = entry_from(p["entry"])
+            self._remove(entry.id)
+            if p.get("archive_shard"):
+                self.archived_pending.setdefault(p["archive_shard"], []).append({"entity": entity, "entry": p["entry"]})
+                return
+            section = list(self.persona.get(entity, []))
+            index = p.get("index")
+            if isinstance(index, int) and 0 <= index <= len(section):
+                section.insert(index, entry)
+            else:
+                section.append(entry)
+            self.persona[entity] = section
+        elif event.type == "persona.entry_deleted":
+            self._remove(p["id"])
+        elif event.type in ("correction.queued", "correction.resolved"):
+            self.corrections = [msgspec.convert(c, Correction, strict=False) for c in p["corrections"]]
+
+    def _remove(self, entry_id: str) -> None:
+        for entity, entries in self.persona.items():
+            if any(e.id == entry_id for e in entries):
+                self.persona[entity] = [e for e in entries if e.id != entry_id]
+
+    # -- helpers ---------------------------------------------------------------------
+    def now(self) -> datetime:
+        return self.ctx.clock.now()
+
+    def powerful(self) -> bool:
+        switches = self.ctx.services.switches
+        return switches.powerful_memory() if switches is not None else self.s.powerful_memory_default
+
+    def names(self) -> dict[str, str]:
+        return {"master_name": self.ctx.settings.recent.master_name, "ai_name": self.ctx.name}
+
+    def stop_names(self) -> list[str]:
+        return [self.ctx.settings.recent.master_name, self.ctx.name]
+
+    def commit(self, new: Persona, corrections: list[Correction] | None = None, type: str = "persona.entry_updated") -> list[str]:
+        """Journal the difference between the current persona and ``new``; returns changed ids."""
+        old_entries = {e.id: (entity, e) for entity, entries in self.persona.items() for e in entries}
+        items: list[tuple[str, dict[str, Any]]] = []
+        changed: list[str] = []
+        seen: set[str] = set()
+        for entity, entries in new.items():
+            for index, entry in enumerate(entries):
+                seen.add(entry.id)
+                before = old_entries.get(entry.id)
+                if before is None or before[0] != entity or msgspec.to_builtins(before[1]) != msgspec.to_builtins(entry):
+                    kind = "persona.fact_added" if before is None else type
+                    items.append((kind, {"entity": entity, "entry": msgspec.to_builtins(entry), "index": index}))
+                    changed.append(entry.id)
+        for entry_id in old_entries:
+            if entry_id not in seen:
+                items.append(("persona.entry_deleted", {"id": entry_id}))
+                changed.append(entry_id)
+        if corrections is not None and msgspec.to_builtins(corrections) != msgspec.to_builtins(self.corrections):
+            items.append(("correction.queued", {"corrections": msgspec.to_builtins(corrections)}))
+        self.record_many(items)
+        for entity in new:
+            self.persona.setdefault(entity, [])
+        return changed
+
+    def find(self, entry_id: str) -> tuple[str, PersonaEntry] | None:
+        return pl.find_entry(self.persona, entry_id)
+
+    # -- character card --------------------------------------------------------------
+    def on_ImportCard(self, msg: ImportCard) -> None:
+        now = self.now()
+        new = pl.copy_persona(self.persona)
+        added: list[str] = []
+        for index, item in enumerate(msg.entries):
+            entity = item.get("entity")
+            text = item.get("text")
+            if not isinstance(entity, str) or not entity.strip() or len(entity) > ENTITY_MAX_CHARS:
+                raise ActorFailure("bad_entity", f"entries[{index}].entity must be a name of 1 to {ENTITY_MAX_CHARS} characters", 422)
+            if not isinstance(text, str) or not text.strip():
+                raise ActorFailure("bad_text", f"entries[{index}].text must be a non-empty string", 422)
+            entity, text = entity.strip(), text.strip()
+            entry_id = card_entry_id(entity, hashlib.sha256(text.encode()).hexdigest()[:16])
+            if pl.find_entry(new, entry_id) is not None:
+                continue
+            entry = PersonaEntry(id=entry_id, text=text, source="character_card", protected=True, created_at=now.isoformat())
+            section = list(new.get(entity, []))
+            protected = [e for e in section if e.protected]
+            section.insert(len(protected), entry)
+            new[entity] = section
+            added.append(entry_id)
+        self.commit(new)
+        msg.reply.ok({"added": added, "skipped_existing": len(msg.entries) - len(added)})
+
+    # -- promotion -------------------------------------------------------------------
+    def on_Promote(self, msg: Promote) -> None:
+        now = self.now()
+        state = {"left": 0, "report": msg.report, "reply": msg.reply}
+        results: list[dict[str, Any]] = []
+        if msg.report is not None:
+            msg.report["promotion"] = results
+        powerful = self.powerful()
+        for ref in msg.candidates:
+            if not powerful:
+                outcome = pl.time_driven_promotion(ref, self.persona, self.corrections, now, self.s, self.stop_names())
+                self._apply_outcome(outcome, results)
+                continue
+            gate = pl.promotion_gate(ref, now, self.s)
+            if gate == "wait":
+                results.append({"reflection_id": ref.id, "kind": "waiting"})
+                continue
+            if gate == "block":
+                blocked = pl.blocked(ref, now)
+                self.ctx.send("reflections", PromotionResult(reflection=blocked, kind="blocked"))
+                results.append({"reflection_id": ref.id, "kind": "blocked"})
+                continue
+            attempted = pl.record_promotion_attempt(ref, now)
+            self.ctx.send("reflections", PromotionResult(reflection=attempted, kind="attempt"))
+            pool = pl.promotion_pool(attempted, self.persona, msg.candidates, now, self.s, self.counter.count)
+            score = ev.net_score(attempted, now, self.s)
+            messages = prompts.judge_promotion_messages(attempted, score, pool, **self.names())
+            token = self.ask_model(
+                "promote", "judge_promotion", messages, context={"ref": attempted, "state": state, "results": results},
+                timeout=self.s.longterm_promotion_timeout_seconds,
+            )
+            if token is None:
+                results.append({"reflection_id": ref.id, "kind": "skipped", "reason": "no correction tier or model pool full"})
+            else:
+                state["left"] += 1
+        self._maybe_answer(state)
+
+    def done_promote(self, msg: ModelDone) -> None:
+        ctx = msg.context
+        ref = ctx["ref"]
+        if msg.error is not None:
+            ctx["results"].append({"reflection_id": ref.id, "kind": "failed"})
+            self.log.info("judge_promotion failed; it is retried after the backoff")
+        else:
+            outcome = pl.apply_promotion_decision(ref, msg.output, self.persona, self.corrections, self.now(), self.s, self.stop_names())
+            self._apply_outcome(outcome, ctx["results"])
+        ctx["state"]["left"] -= 1
+        self._maybe_answer(ctx["state"])
+
+    def _apply_outcome(self, outcome: Any, results: list[dict[str, Any]]) -> None:
+        self.commit(outcome.persona, outcome.corrections)
+        self.ctx.send("reflections", PromotionResult(reflection=outcome.reflection, kind=outcome.kind))
+        results.append({"reflection_id": outcome.reflection.id, "kind": outcome.kind, "entry_id": outcome.entry_id})
+        self.log.info("promotion outcome: %s", outcome.kind)
+
+    def _maybe_answer(self, state: dict[str, Any]) -> None:
+        if state["left"] == 0 and state["reply"] is not None and state["report"] is not None:
+            state["reply"].ok(state["report"])
+            state["reply"] = None
+
+    # -- evidence --------------------------------------------------------------------
+    def on_EvidencePass(self, msg: EvidencePass) -> None:
+        now = self.now()
+        batch = msg.facts[: self.s.evidence_map_max_new_facts]
+        own = ev.observation_pool([], self.persona, now, self.s)
+        observations = (list(msg.reflection_observations) + own)[: self.s.evidence_map_max_observations]
+        observations = prompts.cap_observations(observations, self.counter.count, self.s)
+        fact_ids = [f.id for f in batch]
+        if not observations:
+            self.ctx.send("facts", SignalsProcessed(fact_ids=fact_ids))
+            return
+        messages = prompts.map_evidence_messages(batch, observations, count_tokens=self.counter.count, settings=self.s, **self.names())
+        token = self.ask_model(
+            "evidence", "map_evidence", messages, context={"fact_ids": fact_ids, "observations": observations},
+            timeout=self.s.longterm_map_evidence_timeout_seconds,
+        )
+        if token is None:
+            self.log.info("map_evidence skipped: no summary tier or model pool full")
+
+    def done_evidence(self, msg: ModelDone) -> None:
+        if msg.error is not None:
+            self.log.info("map_evidence failed")
+            return
+        signals = ev.resolve_signals(msg.output, msg.context["fact_ids"], msg.context["observations"])
+        mine = [s for s in signals if s.target_kind == "persona"]
+        theirs = [s for s in signals if s.target_kind == "reflection"]
+        if mine:
+            new, _changed = pl.apply_resolved_signals(self.persona, mine, self.now(), self.s)
+            self.commit(new, type="persona.evidence_updated")
+        if theirs:
+            self.ctx.send("reflections", ApplySignals(signals=theirs))
+        self.ctx.send("facts", SignalsProcessed(fact_ids=msg.context["fact_ids"]))
+
+    def on_ReplyMentions(self, msg: ReplyMentions) -> None:
+        new, changed = pl.record_reply_mentions(self.persona, msg.text, self.now(), self.s, self.stop_names())
+        if changed:
+            self.commit(new, type="persona.fact_mentioned")
+
+    # -- rendering -------------------------------------------------------------------
+    def on_RenderContext(self, msg: RenderContext) -> None:
+        new, changed = pl.refresh_suppressions(self.persona, self.now(), self.s)
+        if changed:
+            self.commit(new, type="persona.suppressed")
+        self.ctx.send("reflections", RenderWithPersona(persona=pl.copy_persona(self.persona), reply=msg.reply))
+
+    # -- periodic --------------------------------------------------------------------
+    def tick(self, msg: Tick) -> None:
+        if msg.monotonic >= self.next_sweep:
+            self.next_sweep = msg.monotonic + self.s.evidence_archive_sweep_interval_seconds
+            self.sweep()
+        if msg.monotonic >= self.next_corrections:
+            self.next_corrections = msg.monotonic + self.s.longterm_idle_maintenance_interval_seconds
+            self._resolve_corrections()
+
+    def sweep(self) -> dict[str, int]:
+        now = self.now()
+        result = pl.persona_archive_sweep(self.persona, now, self.s)
+        if result.archived:
+            day = now.strftime("%Y-%m-%d")
+            shards = assign_shards({}, len(result.archived), day, lambda: __import__("uuid").uuid4().hex[:8], self.s.evidence_archive_shard_max_entries)
+            items = [
+                ("persona.entry_updated", {"entity": entity, "entry": msgspec.to_builtins(entry), "archive_shard": shard})
+                for (entity, entry), shard in zip(result.archived, shards)
+            ]
+            self.record_many(items)
+        archived_ids = {entry.id for _e, entry in result.archived}
+        remaining = {k: [e for e in v if e.id not in archived_ids] for k, v in result.persona.items()}
+        self.commit(remaining, type="persona.evidence_updated")
+        return {"archived": len(result.archived), "counted": len(result.counted)}
+
+    def _resolve_corrections(self) -> None:
+        if self.correction_inflight or not self.corrections or not self.powerful():
+            return
+        batch = pl.correction_batch(self.corrections, self.s)
+        if not batch:
+            return
+        item = batch[0]
+        messages = prompts.resolve_correction_messages(item, **self.names())
+        token = self.ask_model("correction", "resolve_correction", messages, context={"item": item},
+                               timeout=self.s.longterm_correction_timeout_seconds)
+        self.correction_inflight = token is not None
+
+    def done_correction(self, msg: ModelDone) -> None:
+        self.correction_inflight = False
+        item = msg.context["item"]
+        if msg.error is not None:
+            corrections, _dead = pl.record_correction_failure(self.corrections, item, self.s)
+            self.commit(pl.copy_persona(self.persona), corrections)
+            return
+        outcome = pl.apply_correction(self.persona, self.corrections, item, msg.output, self.now(), self.s)
+        if outcome.kind == "invalid":
+            corrections, _dead = pl.record_correction_failure(self.corrections, item, self.s)
+            self.commit(pl.copy_persona(self.persona), corrections)
+            return
+        self.commit(outcome.persona, outcome.corrections)
+        if outcome.source_id:
+            self.ctx.send("reflections", CorrectionResolved(reflection_id=outcome.source_id, kind=outcome.kind))
+
+    # -- API -------------------------------------------------------------------------
+    def on_ListEntries(self, msg: ListEntries) -> None:
+        now = self.now()
+        rows: list[dict[str, Any]] = []
+        for entity, entries in self.persona.items():
+            if msg.entity and entity != msg.entity:
+                continue
+            for entry in entries:
+                if msg.status == "protected" and not entry.protected:
+                    continue
+                data = msgspec.to_builtins(msgspec.structs.replace(entry, embedding=None))
+                data["entity"] = entity
+                data["evidence_score"] = ev.net_score(entry, now, self.s)
+                rows.append(data)
+        page = rows[msg.offset : msg.offset + msg.limit]
+        msg.reply.ok({"total": len(rows), "offset": msg.offset, "items": page})
+
+    def on_EditEntry(self, msg: EditEntry) -> None:
+        found = self.find(msg.id)
+        if found is None:
+            raise ActorFailure("not_found", f"no persona entry {msg.id}", 404)
+        entity, entry = found
+        unknown = set(msg.changes) - {"text"}
+        if unknown:
+            raise ActorFailure("bad_field", f"cannot edit {sorted(unknown)}", 422)
+        text = msg.changes.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise ActorFailure("bad_text", "text must be a non-empty string", 422)
+        new = pl.copy_persona(self.persona)
+        new[entity] = [msgspec.structs.replace(e, text=text.strip(), embedding=None) if e.id == msg.id else e for e in new[entity]]
+        self.commit(new)
+        msg.reply.ok({"id": msg.id, "entity": entity, "text": text.strip()})
+
+    def on_DeleteEntry(self, msg: DeleteEntry) -> None:
+        if self.find(msg.id) is None:
+            raise ActorFailure("not_found", f"no persona entry {msg.id}", 404)
+        self.record("persona.entry_deleted", {"id": msg.id})
+        msg.reply.ok({"deleted": msg.id})

@@ -1,20 +1,436 @@
-"""ReflectionActor: reflections.json, surfaced.json and reflection_archive/."""
+"""ReflectionActor: reflections.json, surfaced.json and reflection_archive/.
+
+Reflections are synthesised from facts chosen by FactActor, gain and lose evidence
+(feedback, Stage-2 signals, mentions), and are handed to PersonaActor for promotion.
+Every transition is a journaled event carrying the reflection's full snapshot, so applying
+it twice leaves the same state.
+"""
 
 from __future__ import annotations
 
-from nekomem.actors.base import ChildActor
-from nekomem.actors.messages import Flush, ResetConfirmedAt, Tick
+import random
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from nekomem.actors.journaled import JournaledActor
+from nekomem.actors.messages import (
+    AbsorbFacts,
+    ApplySignals,
+    CorrectionResolved,
+    DeleteEntry,
+    EditEntry,
+    EvidencePass,
+    Feedback,
+    FollowupTopics,
+    IndexEntry,
+    IndexRemove,
+    IndexUpsert,
+    ListEntries,
+    ModelDone,
+    NewFacts,
+    PostTurn,
+    Promote,
+    PromotionPass,
+    PromotionResult,
+    RecordSurfaced,
+    RenderWithPersona,
+    ReplyMentions,
+    ResetConfirmedAt,
+    Synthesize,
+    Tick,
+)
+from nekomem.domain import evidence as ev
+from nekomem.domain import prompts_longterm as prompts
+from nekomem.domain import reflections as rl
+from nekomem.domain.records import Reflection, SurfacedEntry, assign_shards
+from nekomem.domain.render_longterm import render_longterm
+from nekomem.domain.tokens import get_counter
+from nekomem.runtime.reply import ActorFailure
+from nekomem.stores.atomic import atomic_write_json, read_json
+from nekomem.stores.journal import Event
+
+TERMINAL = ("denied", "archived", "merged", "promote_blocked")
 
 
-class ReflectionActor(ChildActor):
+def ref_from(obj: Any) -> Reflection:
+    return msgspec.convert(obj, Reflection, strict=False)
+
+
+class ReflectionActor(JournaledActor):
     child_name = "reflections"
+    owner = "reflections"
 
-    def on_Tick(self, msg: Tick) -> None:
-        pass
+    def load_views(self) -> None:
+        self.s = self.ctx.settings.longterm
+        self.counter = get_counter(self.ctx.settings.recent.recent_tokenizer_encoding)
+        self.refs: dict[str, Reflection] = {}
+        raw, _ = read_json(self.ctx.paths.reflections, default=[])
+        for item in raw if isinstance(raw, list) else []:
+            try:
+                ref = ref_from(item)
+            except msgspec.ValidationError:
+                self.log.warning("skipped an unreadable reflection record")
+                continue
+            self.refs[ref.id] = ref
+        raw, _ = read_json(self.ctx.paths.surfaced, default=[])
+        self.surfaced: list[SurfacedEntry] = []
+        for item in raw if isinstance(raw, list) else []:
+            try:
+                self.surfaced.append(msgspec.convert(item, SurfacedEntry, strict=False))
+            except msgspec.ValidationError:
+                continue
+        self.archived_pending: dict[str, list[Reflection]] = {}  # shard -> entries not yet written
+        self.backoff: dict[str, Any] = {}
+        self.rng = random.Random()
+        mono = self.ctx.clock.monotonic()
+        self.next_promote = mono + self.s.reflection_auto_promote_initial_delay_seconds
+        self.next_sweep = mono + self.s.evidence_archive_sweep_initial_delay_seconds
 
-    def on_Flush(self, msg: Flush) -> None:
-        if msg.reply is not None:
-            msg.reply.ok(True)
+    def after_load(self) -> None:
+        self.ctx.send("recall", IndexUpsert(entries=[self.index_entry(r) for r in self.refs.values()], replace_tier="reflection"))
+
+    def write_views(self) -> None:
+        atomic_write_json(self.ctx.paths.reflections, list(self.refs.values()))
+        atomic_write_json(self.ctx.paths.surfaced, self.surfaced)
+        for shard, entries in self.archived_pending.items():
+            path = self.ctx.paths.reflection_archive_dir / shard
+            existing, _ = read_json(path, default=[])
+            existing = existing if isinstance(existing, list) else []
+            known = {e.get("id") for e in existing if isinstance(e, dict)}
+            existing.extend(msgspec.to_builtins(e) for e in entries if e.id not in known)
+            atomic_write_json(path, existing)
+        self.archived_pending.clear()
+
+    def apply_event(self, event: Event) -> None:
+        p = event.payload
+        if "reflection" in p:
+            ref = ref_from(p["reflection"])
+            if event.type == "reflection.synthesized" and ref.id in self.refs:
+                return
+            if ref.status == "archived" and p.get("archive_shard"):
+                self.refs.pop(ref.id, None)
+                self.archived_pending.setdefault(p["archive_shard"], []).append(ref)
+            else:
+                self.refs[ref.id] = ref
+        if "surfaced" in p:
+            self.surfaced = [msgspec.convert(x, SurfacedEntry, strict=False) for x in p["surfaced"]]
+        if event.type == "reflection.deleted":
+            self.refs.pop(p.get("id"), None)
+
+    # -- helpers ---------------------------------------------------------------------
+    def now(self) -> datetime:
+        return self.ctx.clock.now()
+
+    def powerful(self) -> bool:
+        switches = self.ctx.services.switches
+        return switches.powerful_memory() if switches is not None else self.s.powerful_memory_default
+
+    def names(self) -> dict[str, str]:
+        return {"master_name": self.ctx.settings.recent.master_name, "ai_name": self.ctx.name}
+
+    def stop_names(self) -> list[str]:
+        return [self.ctx.settings.recent.master_name, self.ctx.name]
+
+    def index_entry(self, ref: Reflection) -> IndexEntry:
+        now = self.now()
+        score = ev.net_score(ref, now, self.s)
+        searchable = ref.status not in TERMINAL and not ref.suppress and score >= 0 and bool(ref.text.strip())
+        return IndexEntry(
+            id=ref.id,
+            tier="reflection",
+            text=ref.text,
+            entity=ref.entity,
+            created_at=ref.created_at or None,
+            event_start_at=ref.event_start_at,
+            event_end_at=ref.event_end_at,
+            score=score,
+            searchable=searchable,
+            vector=ref.embedding if isinstance(ref.embedding, str) else None,
+            vector_model=ref.embedding_model_id,
+        )
+
+    def save(self, refs: list[Reflection], type: str = "reflection.state_changed") -> None:
+        if not refs:
+            return
+        self.record_many((type, {"reflection": msgspec.to_builtins(r)}) for r in refs)
+        self.ctx.send("recall", IndexUpsert(entries=[self.index_entry(self.refs[r.id]) for r in refs if r.id in self.refs]))
+
+    def save_changed(self, new_list: list[Reflection], changed_ids: list[str], type: str = "reflection.state_changed") -> None:
+        by_id = {r.id: r for r in new_list}
+        self.save([by_id[i] for i in changed_ids if i in by_id], type)
+
+    # -- synthesis -------------------------------------------------------------------
+    def on_Synthesize(self, msg: Synthesize) -> None:
+        report = msg.report
+        batch = msg.batch
+        if batch is None:
+            if report is not None:
+                report["synthesis"] = {"status": "not_enough_facts"}
+                self._promotion_pass(report, msg.reply)
+            return
+        existing = self.refs.get(batch.reflection_id)
+        if existing is not None:
+            # A retry of a batch that already produced its reflection (crash between the
+            # answer and the absorb): finish the absorb, create nothing.
+            self.ctx.send("facts", AbsorbFacts(ids=list(batch.source_fact_ids), reflection_id=existing.id))
+            if report is not None:
+                report["synthesis"] = {"status": "exists", "reflection_id": existing.id}
+                self._promotion_pass(report, msg.reply)
+            return
+        now = self.now()
+        if not rl.synthesis_allowed(self.backoff, batch.backoff_key, now, self.s):
+            if report is not None:
+                report["synthesis"] = {"status": "backoff"}
+                self._promotion_pass(report, msg.reply)
+            return
+        messages = prompts.synthesize_reflection_messages(batch.facts, list(msg.related), now=now, settings=self.s, **self.names())
+        token = self.ask_model(
+            "synth", "synthesize_reflection", messages, context={"batch": batch, "report": report, "reply": msg.reply},
+            timeout=self.s.longterm_synthesis_timeout_seconds,
+        )
+        if token is None:
+            if report is not None:
+                report["synthesis"] = {"status": "skipped", "reason": "no summary tier or model pool full"}
+                self._promotion_pass(report, msg.reply)
+
+    def done_synth(self, msg: ModelDone) -> None:
+        batch = msg.context["batch"]
+        report = msg.context["report"]
+        now = self.now()
+        ref = None
+        if msg.error is None:
+            ref = rl.build_reflection(msg.output, batch, now, self.s, self.counter.count)
+        if ref is None:
+            self.backoff = rl.record_synthesis_failure(self.backoff, batch.backoff_key, now)
+            self.log.info("reflection synthesis produced nothing (%s)", "error" if msg.error else "null answer")
+            if report is not None:
+                report["synthesis"] = {"status": "failed" if msg.error else "none"}
+        else:
+            self.backoff = rl.clear_synthesis_backoff(self.backoff, batch.backoff_key)
+            if ref.id not in self.refs:
+                self.save([ref], "reflection.synthesized")
+                self.log.info("synthesised a reflection from %d facts", len(batch.source_fact_ids))
+            self.ctx.send("facts", AbsorbFacts(ids=list(batch.source_fact_ids), reflection_id=ref.id))
+            if report is not None:
+                report["synthesis"] = {"status": "created", "reflection_id": ref.id, "text": ref.text}
+        if report is not None:
+            self._promotion_pass(report, msg.context["reply"])
+
+    # -- promotion -------------------------------------------------------------------
+    def on_PromotionPass(self, msg: PromotionPass) -> None:
+        self._promotion_pass(msg.report, msg.reply)
+
+    def _promotion_pass(self, report: dict[str, Any] | None, reply: Any) -> None:
+        now = self.now()
+        refs = list(self.refs.values())
+        if self.powerful():
+            updated, confirmed = rl.evidence_confirmations(refs, now, self.s)
+            self.save_changed(updated, confirmed)
+            candidates = rl.promotable(list(self.refs.values()), now, self.s)
+        else:
+            updated, confirmed = rl.time_driven_confirmations(refs, now, self.s)
+            self.save_changed(updated, confirmed)
+            candidates = rl.time_driven_promotable(list(self.refs.values()), now, self.s)
+        if report is not None:
+            report["confirmed"] = confirmed
+        if candidates:
+            self.ctx.send("persona", Promote(candidates=candidates, report=report, reply=reply))
+        elif report is not None:
+            report.setdefault("promotion", [])
+            reply.ok(report)
+
+    def on_PromotionResult(self, msg: PromotionResult) -> None:
+        ref = msg.reflection
+        current = self.refs.get(ref.id)
+        if current is None or msgspec.to_builtins(current) == msgspec.to_builtins(ref):
+            return
+        self.save([ref])
+
+    def on_CorrectionResolved(self, msg: CorrectionResolved) -> None:
+        from nekomem.domain import persona as pl
+
+        ref = self.refs.get(msg.reflection_id)
+        if ref is not None:
+            self.save([pl.reflection_after_correction(ref, msg.kind, self.now())])
+
+    # -- evidence --------------------------------------------------------------------
+    def on_NewFacts(self, msg: NewFacts) -> None:
+        if not self.s.evidence_signal_check_enabled or not self.powerful():
+            return
+        observations = ev.observation_pool(self.refs.values(), {}, self.now(), self.s)
+        self.ctx.send("persona", EvidencePass(facts=msg.facts, reflection_observations=observations))
+
+    def on_ApplySignals(self, msg: ApplySignals) -> None:
+        updated, changed = rl.apply_resolved_signals(list(self.refs.values()), msg.signals, self.now(), self.s, source=msg.source)
+        self.save_changed(updated, changed, "reflection.evidence_updated")
+
+    def on_Feedback(self, msg: Feedback) -> None:
+        ref = self.refs.get(msg.id)
+        if ref is None:
+            raise ActorFailure("not_found", f"no reflection {msg.id}", 404)
+        if ref.status in TERMINAL or ref.status == "promoted":
+            raise ActorFailure("conflict", f"reflection {msg.id} is {ref.status}; feedback no longer applies", 409)
+        now = self.now()
+        apply = {"confirmed": rl.confirm_by_user, "denied": rl.deny_by_user, "ignored": rl.ignore_by_user}[msg.feedback]
+        updated = apply(ref, now, self.s)
+        self.save([updated], "reflection.evidence_updated")
+        if msg.feedback == "confirmed" and self.powerful():
+            # A confirmation may make it promotable; the next pass promotes it.
+            pass
+        msg.reply.ok(self.public(updated))
+
+    def public(self, ref: Reflection) -> dict[str, Any]:
+        data = msgspec.to_builtins(msgspec.structs.replace(ref, embedding=None))
+        snap = ev.snapshot(ref, self.now(), self.s)
+        data["evidence_score"] = snap.score if hasattr(snap, "score") else ev.net_score(ref, self.now(), self.s)
+        return data
+
+    def on_PostTurn(self, msg: PostTurn) -> None:
+        user = [t for t in msg.turns if t.role == "human"]
+        if not user:
+            return
+        awaiting = rl.awaiting_feedback(self.surfaced)
+        if awaiting and self.model_available("check_feedback"):
+            items = [(e.reflection_id, e.text) for e in awaiting if e.reflection_id in self.refs]
+            if items:
+                messages = prompts.check_feedback_messages(items, user, context=msg.turns, **self.names())
+                self.ask_model("feedback", "check_feedback", messages, context={"ids": [i for i, _ in items]},
+                               timeout=self.s.longterm_feedback_timeout_seconds)
+        if self.powerful() and rl.contains_negative_keyword([t.text for t in user], self.s) and self.model_available("check_disputation"):
+            observations = ev.observation_pool(self.refs.values(), {}, self.now(), self.s)
+            if observations:
+                messages = prompts.check_disputation_messages(user, observations, count_tokens=self.counter.count, settings=self.s, **self.names())
+                self.ask_model("disputation", "check_disputation", messages, context={"observations": observations},
+                               timeout=self.s.longterm_disputation_timeout_seconds)
+
+    def done_feedback(self, msg: ModelDone) -> None:
+        if msg.error is not None:
+            self.log.info("check_feedback failed")
+            return
+        now = self.now()
+        changed: list[Reflection] = []
+        for rid, fb in rl.interpret_feedback(msg.output, msg.context["ids"]):
+            ref = self.refs.get(rid)
+            if ref is None or ref.status in TERMINAL:
+                continue
+            changed.append(rl.apply_feedback(ref, fb, now, self.s))
+            self.surfaced = rl.record_feedback(self.surfaced, rid, fb, now)
+        if changed:
+            self.record_many(
+                [("reflection.evidence_updated", {"reflection": msgspec.to_builtins(r)}) for r in changed]
+                + [("reflection.surfaced", {"surfaced": msgspec.to_builtins(self.surfaced)})]
+            )
+
+    def done_disputation(self, msg: ModelDone) -> None:
+        if msg.error is not None:
+            return
+        signals = ev.resolve_disputed(msg.output, msg.context["observations"])
+        ids = [s.target_id for s in signals if s.target_kind == "reflection"]
+        updated, changed = rl.apply_disputed(list(self.refs.values()), ids, self.now(), self.s)
+        self.save_changed(updated, changed, "reflection.rebutted")
+
+    def on_ReplyMentions(self, msg: ReplyMentions) -> None:
+        updated, changed = rl.record_reply_mentions(list(self.refs.values()), msg.text, self.now(), self.s, self.stop_names())
+        self.save_changed(updated, changed, "reflection.evidence_updated")
+
+    # -- surfacing -------------------------------------------------------------------
+    def on_FollowupTopics(self, msg: FollowupTopics) -> None:
+        picks = rl.followup_candidates(self.refs.values(), self.now(), self.s, self.rng)
+        msg.reply.ok({"topics": [{"id": r.id, "text": r.text, "entity": r.entity} for r in picks]})
+
+    def on_RecordSurfaced(self, msg: RecordSurfaced) -> None:
+        known = [i for i in msg.ids if i in self.refs]
+        refs, surfaced = rl.record_surfaced(list(self.refs.values()), self.surfaced, known, self.now(), self.s)
+        by_id = {r.id: r for r in refs}
+        self.record_many(
+            [("reflection.surfaced", {"surfaced": msgspec.to_builtins(surfaced)})]
+            + [("reflection.evidence_updated", {"reflection": msgspec.to_builtins(by_id[i])}) for i in known if i in by_id]
+        )
+        msg.reply.ok({"ok": True, "recorded": len(known)})
+
+    # -- rendering -------------------------------------------------------------------
+    def on_RenderWithPersona(self, msg: RenderWithPersona) -> None:
+        text = render_longterm(
+            msg.persona, list(self.refs.values()), now=self.now(), settings=self.s, count_tokens=self.counter.count, **self.names()
+        )
+        msg.reply.ok(text)
 
     def on_ResetConfirmedAt(self, msg: ResetConfirmedAt) -> None:
-        msg.reply.ok(0)
+        before = {r.id: r for r in self.refs.values()}
+        updated, count = rl.reset_confirmed_at(list(self.refs.values()), self.now())
+        changed = [r for r in updated if msgspec.to_builtins(r) != msgspec.to_builtins(before[r.id])]
+        self.save(changed)
+        msg.reply.ok(count)
+
+    # -- periodic --------------------------------------------------------------------
+    def tick(self, msg: Tick) -> None:
+        if msg.monotonic >= self.next_promote:
+            self.next_promote = msg.monotonic + self.s.reflection_auto_promote_interval_seconds
+            self._promotion_pass(None, None)
+        if msg.monotonic >= self.next_sweep:
+            self.next_sweep = msg.monotonic + self.s.evidence_archive_sweep_interval_seconds
+            self.sweep()
+
+    def sweep(self) -> dict[str, int]:
+        now = self.now()
+        result = rl.archive_sweep(list(self.refs.values()), now, self.s)
+        by_id = {r.id: r for r in result.kept}
+        self.save([by_id[i] for i in result.counted if i in by_id], "reflection.evidence_updated")
+        if result.archived:
+            day = now.strftime("%Y-%m-%d")
+            folder = self.ctx.paths.reflection_archive_dir
+            counts: dict[str, int] = {}
+            if folder.exists():
+                for path in folder.glob("*.json"):
+                    raw, _ = read_json(path, default=[])
+                    counts[path.name] = len(raw) if isinstance(raw, list) else 0
+            shards = assign_shards(counts, len(result.archived), day, lambda: __import__("uuid").uuid4().hex[:8], self.s.evidence_archive_shard_max_entries)
+            archived = rl.with_shard_paths(result.archived, shards)
+            self.record_many(
+                ("reflection.state_changed", {"reflection": msgspec.to_builtins(r), "archive_shard": shard})
+                for r, shard in zip(archived, shards)
+            )
+            self.ctx.send("recall", IndexRemove(ids=[r.id for r in archived]))
+            self.flush()
+        return {"archived": len(result.archived), "counted": len(result.counted)}
+
+    # -- API -------------------------------------------------------------------------
+    def on_ListEntries(self, msg: ListEntries) -> None:
+        pool = list(self.refs.values())
+        if msg.status:
+            pool = [r for r in pool if r.status == msg.status]
+        if msg.entity:
+            pool = [r for r in pool if r.entity == msg.entity]
+        page = pool[msg.offset : msg.offset + msg.limit]
+        msg.reply.ok({"total": len(pool), "offset": msg.offset, "items": [self.public(r) for r in page]})
+
+    def on_EditEntry(self, msg: EditEntry) -> None:
+        ref = self.refs.get(msg.id)
+        if ref is None:
+            raise ActorFailure("not_found", f"no reflection {msg.id}", 404)
+        unknown = set(msg.changes) - {"text", "entity"}
+        if unknown:
+            raise ActorFailure("bad_field", f"cannot edit {sorted(unknown)}", 422)
+        changes: dict[str, Any] = {}
+        if "text" in msg.changes:
+            text = msg.changes["text"]
+            if not isinstance(text, str) or not text.strip():
+                raise ActorFailure("bad_text", "text must be a non-empty string", 422)
+            changes["text"] = text.strip()
+            changes["embedding"] = None
+        if "entity" in msg.changes:
+            if not isinstance(msg.changes["entity"], str) or not msg.changes["entity"].strip():
+                raise ActorFailure("bad_entity", "entity must be a non-empty string", 422)
+            changes["entity"] = msg.changes["entity"].strip()
+        updated = msgspec.structs.replace(ref, **changes)
+        self.save([updated], "reflection.updated")
+        msg.reply.ok(self.public(updated))
+
+    def on_DeleteEntry(self, msg: DeleteEntry) -> None:
+        if msg.id not in self.refs:
+            raise ActorFailure("not_found", f"no reflection {msg.id}", 404)
+        self.record("reflection.deleted", {"id": msg.id})
+        self.ctx.send("recall", IndexRemove(ids=[msg.id]))
+        msg.reply.ok({"deleted": msg.id})

@@ -23,6 +23,7 @@ class RecallSettings(Section):
     recall_bm25_threshold: Annotated[float, doc("Lexical hits below this normalised BM25 score are dropped (1.0 = every query term found once in a document of average length).", ge=0)] = 0.1
     recall_bm25_compact_dead_ratio: Annotated[float, doc("A term's postings are compacted when this fraction of them belongs to removed documents; the whole index is renumbered when this fraction of its document slots is dead.", gt=0, le=1)] = 0.25
     recall_index_initial_capacity: Annotated[int, doc("Document slots (lexical) and matrix rows (vectors) allocated up front; both double when full.", ge=1)] = 1024
+    recall_bm25_list_postings_max: Annotated[int, doc("A term's postings stay in plain lists until it has this many (or a query reads it); then they move to growing numpy arrays.", ge=1)] = 256
     recall_bm25_compact_min_slots: Annotated[int, doc("The whole lexical index is never renumbered while it has fewer dead document slots than this.", ge=0)] = 1024
 
     # Vectors.

@@ -19,6 +19,7 @@ class ServerSettings(Section):
     idempotency_purge_seconds: Annotated[float, doc("How often expired Idempotency-Keys are purged.", gt=0)] = 3600.0
     idempotency_key_max_length: Annotated[int, doc("Longest accepted Idempotency-Key header.", ge=1)] = 160
     display_timezone: Annotated[str, doc("IANA time zone of the times written into /new_dialog (empty: the machine's local zone).")] = ""
+    api_page_max: Annotated[int, doc("Largest page size of the /api/characters listings.", ge=1)] = 1000
     name_max_length: Annotated[int, doc("Longest accepted character name.", ge=1, le=200)] = 50
     message_max_chars: Annotated[int, doc("Longest accepted message content in characters; longer ones get 422.", ge=1)] = 200_000
     batch_max_messages: Annotated[int, doc("Most messages accepted in one write request.", ge=1)] = 10_000

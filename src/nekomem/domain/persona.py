@@ -577,6 +577,20 @@ def apply_correction(
     return CorrectionOutcome("replaced", result, remaining, entry.id, item.source_id)
 
 
+def reflection_after_correction(ref: Reflection, kind: CorrectionKind, now: datetime) -> Reflection:
+    """Close the loop on the reflection that proposed a resolved correction: ``replaced`` or
+    ``merged`` -> promoted (its knowledge is now in the persona), ``kept_old`` -> denied
+    (``correction_kept_old``). Any other case, or a reflection no longer confirmed, is
+    returned unchanged."""
+    if ref.status != "confirmed":
+        return ref
+    if kind in ("replaced", "merged"):
+        return mark_promoted(ref, now)
+    if kind == "kept_old":
+        return deny(ref, now, "correction_kept_old")
+    return ref
+
+
 def record_correction_failure(
     queue: Sequence[Correction], item: Correction, settings: LongTermSettings
 ) -> tuple[list[Correction], bool]:

@@ -144,7 +144,7 @@ def review_messages(
         f"the order, and never change what {master_name} said except to remove exact "
         "duplicates. "
         f"{memo_rule}"
-        "Return every message you keep, each with role \"user\" or \"assistant\". "
+        "Every other message you keep has role \"user\" or \"assistant\". "
         f"{_language_rule(master_name)} The explanation lists the corrections briefly "
         "(or says that none were needed).\n"
         "Output: {\"explanation\": \"...\", \"corrected_dialogue\": [{\"role\": \"user\", "

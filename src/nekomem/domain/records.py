@@ -115,6 +115,8 @@ class Fact(msgspec.Struct, kw_only=True, frozen=True):
     merged_from_ids: list[str] = msgspec.field(default_factory=list)
     recheck_attempts: int = 0
     last_recheck_attempt_at: str | None = None
+    # Where an imported fact came from (e.g. a benchmark's dialogue ids); opaque JSON.
+    source_ref: Any = None
 
 
 class DedupPair(msgspec.Struct, kw_only=True, frozen=True):

@@ -17,7 +17,15 @@ from typing import Any, TypeVar
 import msgspec
 
 from nekomem.config.longterm import LongTermSettings
-from nekomem.domain.evidence import apply_signal, archive_due, net_score, seed_reinforcement, track_below_zero
+from nekomem.domain.evidence import (
+    ResolvedSignal,
+    SignalSource,
+    apply_signal,
+    archive_due,
+    net_score,
+    seed_reinforcement,
+    track_below_zero,
+)
 from nekomem.domain.facts import text_keywords
 from nekomem.domain.messages import Turn
 from nekomem.domain.records import (
@@ -384,6 +392,27 @@ def apply_disputed(
             changed.append(ref.id)
         result.append(ref)
     return result, changed
+
+
+def apply_resolved_signals(
+    reflections: Sequence[Reflection],
+    signals: Iterable[ResolvedSignal],
+    now: datetime,
+    settings: LongTermSettings,
+    source: SignalSource = "user_fact",
+) -> tuple[list[Reflection], list[str]]:
+    """Apply the reflection-targeted signals of a map_evidence (``user_fact``) or
+    check_disputation (``user_keyword_rebut``) result, in order. Returns (list, ids changed)."""
+    index = {r.id: i for i, r in enumerate(reflections)}
+    result = list(reflections)
+    changed: list[str] = []
+    for sig in signals:
+        i = index.get(sig.target_id)
+        if sig.target_kind != "reflection" or i is None:
+            continue
+        result[i] = apply_signal(result[i], sig.signal, source, now, settings)
+        changed.append(sig.target_id)
+    return result, list(dict.fromkeys(changed))
 
 
 def rebuttal_window_start(cursor: datetime | None, now: datetime, settings: LongTermSettings) -> datetime:

@@ -12,11 +12,14 @@ logged once.
 from __future__ import annotations
 
 import base64
+import bisect
 import gzip
 import hashlib
 import importlib.util
+import itertools
 import logging
 import math
+import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -113,7 +116,7 @@ class VocabularyError(RuntimeError):
 class TokenCounter:
     """Counts and cuts text in tokens of one encoding.
 
-    Subclasses implement :meth:`count`, :meth:`_head` and :meth:`_tail`; the cutting
+    Subclasses implement :meth:`count` and :meth:`_cutters`; the cutting
     methods here re-count their result, so ``count(truncate(t, n)) <= n`` and
     ``count(head_tail(t, n, m)) <= n`` always hold.
     """
@@ -125,18 +128,16 @@ class TokenCounter:
         """Number of tokens of ``text`` (0 for the empty string)."""
         raise NotImplementedError
 
-    def _head(self, text: str, n: int) -> str:
-        """About the first ``n`` tokens of ``text`` (may overshoot by a little)."""
+    def _cutters(self, text: str) -> tuple[Callable[[int], str], Callable[[int], str]]:
+        """Functions giving about the first / last ``n`` tokens of ``text`` (they may
+        overshoot a little: callers re-count). Built once per text so that repeated cuts
+        do not re-tokenise it."""
         raise NotImplementedError
 
-    def _tail(self, text: str, n: int) -> str:
-        """About the last ``n`` tokens of ``text`` (may overshoot by a little)."""
-        raise NotImplementedError
-
-    def _fit(self, text: str, max_tokens: int, cut: Callable[[str, int], str]) -> str:
+    def _fit(self, max_tokens: int, cut: Callable[[int], str]) -> str:
         n = max_tokens
         while n > 0:
-            piece = cut(text, n)
+            piece = cut(n)
             excess = self.count(piece) - max_tokens
             if excess <= 0:
                 return piece
@@ -150,13 +151,13 @@ class TokenCounter:
         """
         if self.count(text) <= max_tokens:
             return text
-        return self._fit(text, max_tokens, self._head)
+        return self._fit(max_tokens, self._cutters(text)[0])
 
     def truncate_tail(self, text: str, max_tokens: int) -> str:
         """The longest tail of ``text`` that has at most ``max_tokens`` tokens."""
         if self.count(text) <= max_tokens:
             return text
-        return self._fit(text, max_tokens, self._tail)
+        return self._fit(max_tokens, self._cutters(text)[1])
 
     def head_tail(self, text: str, max_tokens: int, marker: str) -> str:
         """Keep the head and the tail of ``text`` joined by ``marker`` within ``max_tokens``.
@@ -172,8 +173,10 @@ class TokenCounter:
         head_n = max_tokens - tail_n - marker_tokens
         if head_n <= 0:
             return self.truncate(text, max_tokens)
-        head = self.truncate(text, head_n)
-        tail = self.truncate_tail(text[len(head) :], tail_n)
+        # The text has more than head_n + tail_n tokens, so the two pieces never overlap.
+        head_cut, tail_cut = self._cutters(text)
+        head = self._fit(head_n, head_cut)
+        tail = self._fit(tail_n, tail_cut)
         joined = head + marker + tail
         # Joining can merge tokens across the seams differently; shrink until it fits.
         while self.count(joined) > max_tokens and (head or tail):
@@ -209,28 +212,30 @@ class TiktokenCounter(TokenCounter):
             return 0
         return len(self.encode(text))
 
-    def _head(self, text: str, n: int) -> str:
-        raw = self._enc.decode_bytes(self.encode(text)[:n])  # type: ignore[attr-defined]
-        # A cut inside a multi-byte character leaves a broken last character: drop it.
-        return raw.decode("utf-8", errors="ignore")
-
-    def _tail(self, text: str, n: int) -> str:
+    def _cutters(self, text: str) -> tuple[Callable[[int], str], Callable[[int], str]]:
         tokens = self.encode(text)
-        raw = self._enc.decode_bytes(tokens[len(tokens) - n :])  # type: ignore[attr-defined]
-        return raw.decode("utf-8", errors="ignore")
+        decode = self._enc.decode_bytes  # type: ignore[attr-defined]
+
+        # A cut inside a multi-byte character leaves a broken edge character: drop it.
+        def head(n: int) -> str:
+            return decode(tokens[:n]).decode("utf-8", errors="ignore")
+
+        def tail(n: int) -> str:
+            return decode(tokens[len(tokens) - n :]).decode("utf-8", errors="ignore")
+
+        return head, tail
+
+
+# Hiragana and katakana, CJK extension A, CJK unified ideographs, hangul syllables, CJK
+# compatibility ideographs, full-width forms, CJK extensions B..F and the supplement.
+_CJK_RE = re.compile(
+    "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+    "\uff00-\uffef\U00020000-\U0002fa1f]"
+)
 
 
 def _is_cjk(ch: str) -> bool:
-    code = ord(ch)
-    return (
-        0x3040 <= code <= 0x30FF  # hiragana, katakana
-        or 0x3400 <= code <= 0x4DBF  # CJK extension A
-        or 0x4E00 <= code <= 0x9FFF  # CJK unified ideographs
-        or 0xAC00 <= code <= 0xD7AF  # hangul syllables
-        or 0xF900 <= code <= 0xFAFF  # CJK compatibility ideographs
-        or 0xFF00 <= code <= 0xFFEF  # full-width forms
-        or 0x20000 <= code <= 0x2FA1F  # CJK extensions B..F, compatibility supplement
-    )
+    return _CJK_RE.match(ch) is not None
 
 
 class HeuristicCounter(TokenCounter):
@@ -246,23 +251,24 @@ class HeuristicCounter(TokenCounter):
     def count(self, text: str) -> int:
         if not text:
             return 0
-        return max(1, math.ceil(sum(self._cost(ch) for ch in text)))
+        cjk = len(_CJK_RE.findall(text))
+        other = len(text) - cjk
+        estimate = cjk * HEURISTIC_CJK_TOKENS_PER_CHAR + other * HEURISTIC_OTHER_TOKENS_PER_CHAR
+        return max(1, math.ceil(estimate))
 
-    def _head(self, text: str, n: int) -> str:
-        total = 0.0
-        for i, ch in enumerate(text):
-            total += self._cost(ch)
-            if total > n:
-                return text[:i]
-        return text
+    def _cutters(self, text: str) -> tuple[Callable[[int], str], Callable[[int], str]]:
+        costs = [self._cost(ch) for ch in text]
+        forward = list(itertools.accumulate(costs))
+        backward = list(itertools.accumulate(reversed(costs)))
 
-    def _tail(self, text: str, n: int) -> str:
-        total = 0.0
-        for i in range(len(text) - 1, -1, -1):
-            total += self._cost(text[i])
-            if total > n:
-                return text[i + 1 :]
-        return text
+        def head(n: int) -> str:
+            return text[: bisect.bisect_right(forward, n)]
+
+        def tail(n: int) -> str:
+            kept = bisect.bisect_right(backward, n)
+            return text[len(text) - kept :] if kept else ""
+
+        return head, tail
 
 
 def _read_vocabulary(spec: _EncodingSpec) -> bytes:

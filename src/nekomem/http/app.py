@@ -13,7 +13,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nekomem.config import Settings
-from nekomem.http import conversation, system
+from nekomem.http import conversation, longterm, system
 from nekomem.http.errors import (
     ApiError,
     actor_failure_handler,
@@ -55,7 +55,7 @@ class LimitedModeMiddleware:
 
 
 def routes() -> list[Route]:
-    c, s = conversation, system
+    c, s, lt = conversation, system, longterm
     table: list[Route] = [
         Route("/health", s.health, methods=["GET"]),
         Route("/cache/{name:str}", c.cache, methods=["POST"]),
@@ -68,6 +68,15 @@ def routes() -> list[Route]:
         Route("/api/memory/powerful_memory_config", s.powerful_memory_get, methods=["GET"]),
         Route("/api/memory/powerful_memory_config", s.powerful_memory_post, methods=["POST"]),
         Route("/internal/memory/reset_confirmed_at", s.reset_confirmed_at, methods=["POST"]),
+        Route("/reflect/{name:str}", lt.reflect, methods=["POST"]),
+        Route("/followup_topics/{name:str}", lt.followup_topics, methods=["GET"]),
+        Route("/record_surfaced/{name:str}", lt.record_surfaced, methods=["POST"]),
+        Route("/api/characters", lt.list_all_characters, methods=["GET"]),
+        Route("/api/characters/{name:str}/card", lt.import_card, methods=["POST"]),
+        Route("/api/characters/{name:str}/facts", lt.import_facts, methods=["POST"]),
+        Route("/api/characters/{name:str}/reflections/{reflection_id:str}/feedback", lt.feedback, methods=["POST"]),
+        Route("/api/characters/{name:str}/{layer:str}", lt.list_layer, methods=["GET"]),
+        Route("/api/characters/{name:str}/{layer:str}/{entry_id:str}", lt.edit_entry, methods=["PATCH", "DELETE"]),
     ]
     return table
 
@@ -102,6 +111,6 @@ def create_app(
         },
     )
     app.state.runtime = rt
-    app.state.longterm_renderer = None
+    app.state.longterm_renderer = longterm.render_longterm
     app.add_middleware(LimitedModeMiddleware, runtime=rt)
     return app

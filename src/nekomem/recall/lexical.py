@@ -44,50 +44,93 @@ Allowed = Callable[[str], bool] | Collection[str] | None
 
 
 class _Postings:
-    """The documents containing one term: a numpy base plus a Python-list tail of new ones."""
+    """The documents containing one term.
 
-    __slots__ = ("term", "slots", "tfs", "tail_slots", "tail_tfs", "size", "dead")
+    A rare term keeps its postings in two plain lists (cheap per term); once it is read by
+    a query or reaches ``list_max`` postings they move to numpy arrays that double when full,
+    so a query never converts more than ``list_max`` postings per term.
+    """
+
+    __slots__ = ("term", "slots", "tfs", "n", "tail_slots", "tail_tfs", "dead")
 
     def __init__(self, term: str) -> None:
         self.term = term
         self.slots: np.ndarray | None = None
         self.tfs: np.ndarray | None = None
-        self.tail_slots: list[int] = []
-        self.tail_tfs: list[int] = []
-        self.size = 0  # postings held, dead ones included
+        self.n = 0  # postings held in the arrays
+        self.tail_slots: list[int] | None = []
+        self.tail_tfs: list[int] | None = []
         self.dead = 0  # postings whose document was removed
+
+    @property
+    def size(self) -> int:
+        """Postings held, dead ones included."""
+        return self.n if self.tail_slots is None else len(self.tail_slots)
 
     @property
     def live(self) -> int:
         return self.size - self.dead
 
-    def append(self, slot: int, tf: int) -> None:
-        self.tail_slots.append(slot)
-        self.tail_tfs.append(tf)
-        self.size += 1
+    def append(self, slot: int, tf: int, list_max: int) -> None:
+        if self.tail_slots is not None:
+            assert self.tail_tfs is not None
+            self.tail_slots.append(slot)
+            self.tail_tfs.append(tf)
+            if len(self.tail_slots) >= list_max:
+                self._materialise()
+            return
+        assert self.slots is not None and self.tfs is not None
+        if self.n == self.slots.shape[0]:
+            self.slots = np.concatenate((self.slots, np.empty_like(self.slots)))
+            self.tfs = np.concatenate((self.tfs, np.empty_like(self.tfs)))
+        self.slots[self.n] = slot
+        self.tfs[self.n] = tf
+        self.n += 1
+
+    def _materialise(self) -> None:
+        assert self.tail_slots is not None and self.tail_tfs is not None
+        count = len(self.tail_slots)
+        capacity = max(2 * count, 1)
+        self.slots = np.empty(capacity, dtype=np.int32)
+        self.tfs = np.empty(capacity, dtype=np.float64)
+        self.slots[:count] = self.tail_slots
+        self.tfs[:count] = self.tail_tfs
+        self.n = count
+        self.tail_slots = self.tail_tfs = None
 
     def arrays(self, alive: np.ndarray, dead_ratio: float) -> tuple[np.ndarray, np.ndarray]:
-        """Slots and term frequencies of the live postings (merging the tail, compacting lazily)."""
-        if self.tail_slots:
-            new_slots = np.array(self.tail_slots, dtype=np.int32)
-            new_tfs = np.array(self.tail_tfs, dtype=np.float64)
-            if self.slots is None:
-                self.slots, self.tfs = new_slots, new_tfs
-            else:
-                self.slots = np.concatenate((self.slots, new_slots))
-                self.tfs = np.concatenate((self.tfs, new_tfs))
-            self.tail_slots = []
-            self.tail_tfs = []
+        """Slots and term frequencies of the live postings (compacting dead ones lazily)."""
+        if self.tail_slots is not None:
+            self._materialise()
         assert self.slots is not None and self.tfs is not None
+        slots, tfs = self.slots[: self.n], self.tfs[: self.n]
         if not self.dead:
-            return self.slots, self.tfs
-        mask = alive[self.slots]
-        if self.dead > dead_ratio * self.size:
-            self.slots, self.tfs = self.slots[mask], self.tfs[mask]
-            self.size -= self.dead
-            self.dead = 0
-            return self.slots, self.tfs
-        return self.slots[mask], self.tfs[mask]
+            return slots, tfs
+        mask = alive[slots]
+        live_slots, live_tfs = slots[mask], tfs[mask]
+        if self.dead > dead_ratio * self.n:
+            count = live_slots.shape[0]
+            self.slots[:count] = live_slots
+            self.tfs[:count] = live_tfs
+            self.n, self.dead = count, 0
+        return live_slots, live_tfs
+
+    def remap(self, alive: np.ndarray, remap: np.ndarray) -> None:
+        """Keep the live postings only, renumbered through ``remap`` (old slot -> new slot)."""
+        if self.tail_slots is not None:
+            assert self.tail_tfs is not None
+            pairs = [(int(remap[s]), tf) for s, tf in zip(self.tail_slots, self.tail_tfs) if alive[s]]
+            self.tail_slots = [s for s, _ in pairs]
+            self.tail_tfs = [tf for _, tf in pairs]
+        else:
+            assert self.slots is not None and self.tfs is not None
+            slots, tfs = self.slots[: self.n], self.tfs[: self.n]
+            mask = alive[slots]
+            count = int(mask.sum())
+            self.slots[:count] = remap[slots[mask]]
+            self.tfs[:count] = tfs[mask]
+            self.n = count
+        self.dead = 0
 
 
 class LexicalIndex:
@@ -99,6 +142,7 @@ class LexicalIndex:
         self._b = s.recall_bm25_b
         self._dead_ratio = s.recall_bm25_compact_dead_ratio
         self._compact_min = s.recall_bm25_compact_min_slots
+        self._list_max = s.recall_bm25_list_postings_max
         self._tokenizer = Tokenizer(s)
         self._stop_names: tuple[str, ...] = self._clean_names(stop_names)
         self._postings: dict[str, _Postings] = {}
@@ -225,11 +269,13 @@ class LexicalIndex:
             assert p is not None
             slots, tfs = p.arrays(self._alive, self._dead_ratio)
             norm = k1 * (1.0 - b + b * self._dl[slots] / avgdl)
+            # Every contribution is > 0, so a zero in the scratch row marks a slot that no
+            # earlier query term touched: the candidate union costs O(postings), no sort.
+            touched.append(slots[scratch[slots] == 0.0] if touched else slots)
             scratch[slots] += (weight * idf) * (tfs * (k1 + 1.0) / (tfs + norm))
-            touched.append(slots)
         if not touched:
             return []
-        cand = touched[0] if len(touched) == 1 else np.unique(np.concatenate(touched))
+        cand = touched[0] if len(touched) == 1 else np.concatenate(touched)
         scores = scratch[cand]
         scratch[cand] = 0.0
         if normalised:
@@ -265,11 +311,17 @@ class LexicalIndex:
             self._grow()
         counts = Counter(tokens)
         posts = []
+        postings, list_max = self._postings, self._list_max
         for term, tf in counts.items():
-            p = self._postings.get(term)
+            p = postings.get(term)
             if p is None:
-                p = self._postings[term] = _Postings(term)
-            p.append(slot, tf)
+                p = postings[term] = _Postings(term)
+            tail = p.tail_slots
+            if tail is not None and len(tail) + 1 < list_max:
+                tail.append(slot)  # the common case, inlined: a rare term's plain lists
+                p.tail_tfs.append(tf)  # type: ignore[union-attr]
+            else:
+                p.append(slot, tf, list_max)
             posts.append(p)
         self._id_slot[doc_id] = slot
         self._slot_ids.append(doc_id)
@@ -293,9 +345,7 @@ class LexicalIndex:
         remap = np.full(used, -1, dtype=np.int32)
         remap[alive] = np.arange(int(alive.sum()), dtype=np.int32)
         for p in self._postings.values():
-            slots, tfs = p.arrays(self._alive, self._dead_ratio)
-            p.slots, p.tfs = remap[slots], tfs
-            p.size, p.dead = int(slots.shape[0]), 0
+            p.remap(alive, remap)
         keep = np.flatnonzero(alive).tolist()
         self._slot_ids = [self._slot_ids[s] for s in keep]
         self._slot_posts = [self._slot_posts[s] for s in keep]
