@@ -87,19 +87,24 @@ class ServerProcess:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("NEKOMEM_")}
         self.env.update(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
+        # The server's log goes to a file, never to a pipe nobody reads (a full pipe would
+        # block the server inside a log call).
+        self.log_path = memory_root.parent / f"{memory_root.name}-server-{self.port}.log"
 
     def start(self, timeout: float = 30.0) -> None:
+        log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "nekomem", "serve", "--port", str(self.port), "--memory-root", str(self.memory_root)],
             cwd=ROOT,
             env=self.env,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stderr=log,
         )
+        log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError("server exited: " + (self.proc.stderr.read().decode() if self.proc.stderr else ""))
+                raise RuntimeError("server exited: " + self.log_path.read_text(errors="replace")[-4000:])
             try:
                 health = httpx.get(self.url + "/health", timeout=1).json()
                 if not health["limited_mode"]:

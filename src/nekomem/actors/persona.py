@@ -9,6 +9,7 @@ memory on through the correction tier's ``judge_promotion``; off, by elapsed tim
 from __future__ import annotations
 
 import hashlib
+import math
 from datetime import datetime
 from typing import Any
 
@@ -353,7 +354,8 @@ class PersonaActor(JournaledActor):
                     continue
                 data = msgspec.to_builtins(msgspec.structs.replace(entry, embedding=None))
                 data["entity"] = entity
-                data["evidence_score"] = ev.net_score(entry, now, self.s)
+                score = ev.net_score(entry, now, self.s)
+                data["evidence_score"] = score if math.isfinite(score) else None  # protected: unbounded
                 rows.append(data)
         page = rows[msg.offset : msg.offset + msg.limit]
         msg.reply.ok({"total": len(rows), "offset": msg.offset, "items": page})

@@ -283,8 +283,7 @@ class ReflectionActor(JournaledActor):
 
     def public(self, ref: Reflection) -> dict[str, Any]:
         data = msgspec.to_builtins(msgspec.structs.replace(ref, embedding=None))
-        snap = ev.snapshot(ref, self.now(), self.s)
-        data["evidence_score"] = snap.score if hasattr(snap, "score") else ev.net_score(ref, self.now(), self.s)
+        data["evidence_score"] = ev.net_score(ref, self.now(), self.s)
         return data
 
     def on_PostTurn(self, msg: PostTurn) -> None:

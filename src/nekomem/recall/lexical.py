@@ -10,7 +10,7 @@ Scoring (per query term t with query multiplicity w_t, over live documents):
     idf(t)   = ln((N - n_t + 0.5) / (n_t + 0.5) + 1)          (Robertson-Sparck Jones, > 0)
     sat(t,d) = tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))
     raw(d)   = sum_t w_t * idf(t) * sat(t, d)                 (textbook Okapi BM25)
-    score(d) = raw(d) / sum_t w_t * idf(t)                    (what ``search`` returns)
+    score(d) = raw(d) / (sum_t w_t * idf(t))                  (what ``search`` returns)
 
 N counts every live document, empty ones included; n_t is the live document frequency;
 dl is the document's token count and avgdl the mean over live documents. ``sat`` is 1.0
@@ -21,6 +21,11 @@ in the denominator): 1.0 means "every query term, once, in an average-length doc
 0.1 means roughly a tenth of the query's weight matched once. It does not depend on the
 corpus size the way raw BM25 does, so one threshold (``recall_bm25_threshold``) fits a
 3-fact and a 100k-fact memory alike. Documents scoring 0 are never returned.
+
+Postings of a term are plain Python lists while the term is rare, numpy arrays (doubling)
+once it has ``recall_bm25_list_postings_max`` postings or a query reads it. A query adds
+each term's contributions into a scratch row indexed by document slot and reads back only
+the touched slots; top-k is an argpartition (ties broken by id).
 
 Removed documents leave dead postings behind; a term's postings are compacted the next time
 a query reads them once the dead fraction passes ``recall_bm25_compact_dead_ratio``, and
