@@ -41,6 +41,7 @@ from nekomem.actors.messages import (
 from nekomem.domain import facts as fl
 from nekomem.domain import prompts_longterm as prompts
 from nekomem.domain import reflections as rl
+from nekomem.domain.dedup_index import DedupIndex
 from nekomem.domain.messages import Turn, from_disk, parse_timestamp
 from nekomem.domain.records import Fact, fact_hash, fact_id
 from nekomem.runtime.reply import ActorFailure
@@ -90,7 +91,7 @@ class FactActor(JournaledActor):
                     self.log.warning("skipped an unreadable fact record")
                     continue
                 target[fact.id] = fact
-        self.hashes = {f.hash for f in self.facts.values() if f.hash}
+        self.dedup = DedupIndex(self.s.fact_near_dup_jaccard_threshold)
         self.batch: list[tuple[str, list[Turn]]] = []  # (op_id, turns) waiting for path A
         self.user_turns_since = 0
         self.last_check_at: datetime | None = None
@@ -101,6 +102,8 @@ class FactActor(JournaledActor):
         self.next_synthesis = self.ctx.clock.monotonic() + self.s.reflection_synthesis_initial_delay_seconds
 
     def after_load(self) -> None:
+        for fact in list(self.facts.values()) + list(self.archive.values()):
+            self.dedup.add(fact)
         entries = [fact_index_entry(f, "fact") for f in self.facts.values()]
         entries += [fact_index_entry(f, "fact_archive") for f in self.archive.values()]
         self.ctx.send("recall", IndexUpsert(entries=entries, replace_tier="fact"))
@@ -116,8 +119,6 @@ class FactActor(JournaledActor):
             if event.type == "fact.added" and fact.id in self.archive:
                 return
             self.facts[fact.id] = fact
-            if fact.hash:
-                self.hashes.add(fact.hash)
         elif event.type == "fact.absorbed":
             for fid in p.get("ids", []):
                 fact = self.facts.get(fid)
@@ -146,7 +147,7 @@ class FactActor(JournaledActor):
 
     def add_facts(self, new: list[Fact]) -> tuple[list[Fact], int]:
         """Dedup ``new`` against the store and journal what is left; returns (added, skipped)."""
-        outcome = fl.dedup_new_facts(new, list(self.facts.values()), self.s)
+        outcome = self.dedup.dedup(new)
         items: list[tuple[str, dict[str, Any]]] = [("fact.added", {"fact": msgspec.to_builtins(f)}) for f in outcome.accepted]
         items += [("fact.updated", {"fact": msgspec.to_builtins(f)}) for f in outcome.upgraded]
         self.record_many(items)
@@ -344,6 +345,7 @@ class FactActor(JournaledActor):
             raise ActorFailure("bad_field", f"cannot edit {sorted(unknown)}", 422)
         updated = msgspec.structs.replace(fact, **changes)
         self.record("fact.updated", {"fact": msgspec.to_builtins(updated)})
+        self.dedup.add(updated)
         self.ctx.send("recall", IndexUpsert(entries=[fact_index_entry(updated, "fact")]))
         msg.reply.ok(msgspec.to_builtins(_public(updated)))
 
@@ -351,6 +353,7 @@ class FactActor(JournaledActor):
         if msg.id not in self.facts and msg.id not in self.archive:
             raise ActorFailure("not_found", f"no fact {msg.id}", 404)
         self.record("fact.deleted", {"id": msg.id})
+        self.dedup.remove(msg.id)
         self.ctx.send("recall", IndexRemove(ids=[msg.id]))
         msg.reply.ok({"deleted": msg.id})
 

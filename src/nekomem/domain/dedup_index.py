@@ -1,0 +1,95 @@
+"""An incremental index for fact dedup, so that adding a fact costs the same at 100 or
+100,000 stored facts.
+
+It answers the same questions as :func:`nekomem.domain.facts.dedup_new_facts` (exact hash,
+then token-set Jaccard >= threshold within the entity) without scanning the store: a fact
+B with Jaccard(K, B) >= t must share one of the ``|K| - ceil(t * |K|) + 1`` rarest keywords
+of K (prefix filtering), and must have between ``t * |K|`` and ``|K| / t`` keywords.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import msgspec
+
+from nekomem.domain.facts import DedupOutcome, jaccard, text_keywords
+from nekomem.domain.records import Fact
+
+
+class DedupIndex:
+    def __init__(self, threshold: float) -> None:
+        self.threshold = threshold
+        self.by_hash: dict[str, Fact] = {}
+        self.hash_of: dict[str, str] = {}  # id -> hash it owns in by_hash
+        self.keys: dict[str, tuple[str, frozenset[str]]] = {}  # id -> (entity, keywords)
+        self.postings: dict[tuple[str, str], set[str]] = defaultdict(set)  # (entity, kw) -> ids
+
+    def add(self, fact: Fact) -> None:
+        self.remove(fact.id)
+        if fact.hash and fact.hash not in self.by_hash:
+            self.by_hash[fact.hash] = fact
+            self.hash_of[fact.id] = fact.hash
+        keys = frozenset(text_keywords(fact.text))
+        self.keys[fact.id] = (fact.entity, keys)
+        for key in keys:
+            self.postings[(fact.entity, key)].add(fact.id)
+
+    def remove(self, fact_id: str) -> None:
+        old = self.keys.pop(fact_id, None)
+        if old is None:
+            return
+        entity, keys = old
+        for key in keys:
+            ids = self.postings.get((entity, key))
+            if ids is not None:
+                ids.discard(fact_id)
+                if not ids:
+                    del self.postings[(entity, key)]
+        owned = self.hash_of.pop(fact_id, None)
+        if owned is not None:
+            self.by_hash.pop(owned, None)
+
+    def near_duplicate(self, entity: str, keys: set[str]) -> str | None:
+        if not keys:
+            return None
+        t = self.threshold
+        ranked = sorted(keys, key=lambda k: len(self.postings.get((entity, k), ())))
+        prefix = len(keys) - math.ceil(t * len(keys)) + 1
+        low, high = t * len(keys), len(keys) / t if t > 0 else math.inf
+        seen: set[str] = set()
+        for key in ranked[: max(1, prefix)]:
+            for fid in self.postings.get((entity, key), ()):
+                if fid in seen:
+                    continue
+                seen.add(fid)
+                other = self.keys[fid][1]
+                if low <= len(other) <= high and jaccard(keys, set(other)) >= t:
+                    return fid
+        return None
+
+    def dedup(self, new_facts: list[Fact]) -> DedupOutcome:
+        """Same outcome as ``dedup_new_facts(new_facts, stored, settings)``; accepted facts
+        are added to the index."""
+        accepted: list[Fact] = []
+        upgraded: dict[str, Fact] = {}
+        skipped_exact: list[tuple[str, str]] = []
+        skipped_near: list[tuple[str, str]] = []
+        for fact in new_facts:
+            same = self.by_hash.get(fact.hash)
+            if same is not None:
+                skipped_exact.append((fact.hash, same.id))
+                if same.source == "ai_disclosure" and fact.source == "user_observation" and same.id not in upgraded:
+                    upgraded[same.id] = msgspec.structs.replace(same, source="user_observation", signal_processed=False)
+                continue
+            near = self.near_duplicate(fact.entity, text_keywords(fact.text))
+            if near is not None:
+                skipped_near.append((fact.hash, near))
+                continue
+            accepted.append(fact)
+            self.add(fact)
+        for fact in upgraded.values():
+            self.by_hash[fact.hash] = fact
+            self.hash_of[fact.id] = fact.hash
+        return DedupOutcome(accepted, list(upgraded.values()), skipped_exact, skipped_near)
