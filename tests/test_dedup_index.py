@@ -28,7 +28,7 @@ def test_same_outcome_as_the_scan():
     for seed in range(5):
         rng = random.Random(seed)
         stored = []
-        index = DedupIndex(s.fact_near_dup_jaccard_threshold)
+        index = DedupIndex(s.fact_near_dup_jaccard_threshold, s.fact_near_dup_max_candidates)
         for round_no in range(30):
             batch = [make(rng, i) for i in range(rng.randint(1, 8))]
             batch = [f for f in batch if f is not None]
@@ -42,7 +42,7 @@ def test_same_outcome_as_the_scan():
 
 def test_removed_facts_no_longer_block():
     s = LongTermSettings()
-    index = DedupIndex(s.fact_near_dup_jaccard_threshold)
+    index = DedupIndex(s.fact_near_dup_jaccard_threshold, s.fact_near_dup_max_candidates)
     now = datetime(2026, 1, 1, tzinfo=timezone.utc)
     fact = normalize_fact({"text": "Master loves green tea", "importance": 5}, now=now, source="user_observation", settings=s)
     assert index.dedup([fact]).accepted == [fact]

@@ -91,7 +91,7 @@ class FactActor(JournaledActor):
                     self.log.warning("skipped an unreadable fact record")
                     continue
                 target[fact.id] = fact
-        self.dedup = DedupIndex(self.s.fact_near_dup_jaccard_threshold)
+        self.dedup = DedupIndex(self.s.fact_near_dup_jaccard_threshold, self.s.fact_near_dup_max_candidates)
         self.batch: list[tuple[str, list[Turn]]] = []  # (op_id, turns) waiting for path A
         self.user_turns_since = 0
         self.last_check_at: datetime | None = None

@@ -19,8 +19,11 @@ from nekomem.domain.records import Fact
 
 
 class DedupIndex:
-    def __init__(self, threshold: float) -> None:
+    def __init__(self, threshold: float, max_candidates: int) -> None:
         self.threshold = threshold
+        # Bounds the work of one check on a store whose keywords are all common; a near
+        # duplicate beyond this many candidates is missed (the exact-hash check still holds).
+        self.max_candidates = max_candidates
         self.by_hash: dict[str, Fact] = {}
         self.hash_of: dict[str, str] = {}  # id -> hash it owns in by_hash
         self.keys: dict[str, tuple[str, frozenset[str]]] = {}  # id -> (entity, keywords)
@@ -63,6 +66,8 @@ class DedupIndex:
             for fid in self.postings.get((entity, key), ()):
                 if fid in seen:
                     continue
+                if len(seen) >= self.max_candidates:
+                    return None
                 seen.add(fid)
                 other = self.keys[fid][1]
                 if low <= len(other) <= high and jaccard(keys, set(other)) >= t:
