@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import sqlite3
 from datetime import datetime, timedelta, timezone
 
@@ -154,3 +155,43 @@ def test_message_timestamps_are_kept(tmp_path):
         srv.post("/cache/Lan", json={"input_history": [{"role": "user", "content": "old", "timestamp": past.isoformat()}]})
         gap = srv.get("/last_conversation_gap/Lan").json()["gap_seconds"]
         assert 3 * 86400 - 5 < gap < 3 * 86400 + 60
+
+
+def test_review_patches_the_window_through_the_correction_tier(tmp_path, fake_llm):
+    turns = []
+    for i in range(5):
+        turns.append(openai_turn("user", f"question {i}"))
+        turns.append(openai_turn("assistant", f"answr {i} with a typo"))
+
+    def corrected(request):
+        return {
+            "explanation": "fixed typos",
+            "corrected_dialogue": [
+                {"role": "user" if i % 2 == 0 else "assistant", "content": f"question {i // 2}" if i % 2 == 0 else f"answer {i // 2}, fixed"}
+                for i in range(10)
+            ],
+        }
+
+    fake_llm.on("review_recent", corrected)
+    settings = make_settings(tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake")
+    with LiveServer(settings) as srv:
+        assert srv.post("/process/Lan", json={"input_history": turns}).status_code == 200
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            texts = [m["data"]["content"] for m in recent_items(tmp_path, "Lan")]
+            if "answer 4, fixed" in texts:
+                break
+            time.sleep(0.05)
+        assert texts[-1] == "answer 4, fixed", texts
+        assert fake_llm.calls("review_recent")[0]["headers"]["x-nekomem-task"] == "review_recent"
+        # The raw journal keeps what was really said.
+        assert "answr 4 with a typo" in [m["data"]["content"] for m in stored_rows(tmp_path, "Lan")]
+
+
+def test_review_switch_off_means_no_review(tmp_path, fake_llm):
+    settings = make_settings(tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake", review_enabled=False)
+    with LiveServer(settings) as srv:
+        turns = [openai_turn("user" if i % 2 == 0 else "assistant", f"t{i}") for i in range(10)]
+        srv.post("/process/Lan", json={"input_history": turns})
+        time.sleep(0.5)
+        assert fake_llm.calls("review_recent") == []
