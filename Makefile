@@ -31,7 +31,7 @@ serve: install
 	$(PY) -m nekomem serve --host $(HOST) --port $(PORT) --memory-root $(MEMORY_ROOT)
 
 test: install
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests -q -p no:cacheprovider
 
 bench: install
 	$(PY) -m bench.http_load

@@ -6,10 +6,11 @@ from typing import Annotated
 
 from nekomem.config.base import Section, doc
 
+RECALL_LEGS = ("both", "bm25", "vector")
+RECALL_RENDER_LANGUAGES = ("en", "ja", "zh")
+
 
 class RecallSettings(Section):
-    embeddings_enabled: Annotated[bool, doc("Load the local embedding model in the background after start-up.")] = True
-
     # Tokenizer (lexical leg).
     recall_cjk_ngram_min: Annotated[int, doc("Shortest CJK character n-gram emitted for a run of ideographs/kana (a run shorter than this is emitted whole).", ge=1)] = 2
     recall_cjk_ngram_max: Annotated[int, doc("Longest CJK character n-gram emitted for a run of ideographs/kana.", ge=1)] = 3
@@ -34,3 +35,28 @@ class RecallSettings(Section):
     recall_budget_total: Annotated[int, doc("Most results returned by a query recall after Reciprocal Rank Fusion.", ge=1)] = 8
     recall_rrf_k: Annotated[int, doc("Reciprocal Rank Fusion constant k in 1/(k + rank), ranks starting at 1.", ge=0)] = 60
     recall_time_budget: Annotated[int, doc("Most results returned by a time-only recall (nearest the window first).", ge=1)] = 8
+
+    recall_legs: Annotated[str, doc("Which legs a query recall uses: both (BM25 + vectors, fused), bm25 or vector (for measurements).")] = "both"
+    recall_query_max_chars: Annotated[int, doc("A query longer than this many characters is cut before searching.", ge=1)] = 2000
+
+    # Vector upkeep (RecallActor) and query embedding.
+    recall_embed_batch_size: Annotated[int, doc("Entries embedded per model-pool job while RecallActor backfills missing vectors (one job in flight per character).", ge=1)] = 64
+    recall_backfill_retry_seconds: Annotated[float, doc("After a failed backfill job, wait this long (real time) before the next one.", ge=0)] = 5.0
+    recall_query_embed_timeout_seconds: Annotated[float, doc("A query whose embedding has not come back from the model pool after this many seconds is answered from BM25 alone.", gt=0)] = 2.0
+
+    # Maintenance recall (Stage-2 candidates, synthesis related context).
+    recall_coarse_oversample: Annotated[int, doc("Stage-2 coarse rank keeps this many times the budget before the optional LLM rerank.", ge=1)] = 3
+    recall_related_per_query_k: Annotated[int, doc("Synthesis related context: nearest entries kept per query text.", ge=1)] = 3
+    recall_related_total_cap: Annotated[int, doc("Synthesis related context: most entries in all (round-robin over the queries).", ge=1)] = 20
+
+    # Rendering of recall results (render=markdown, the recall_memory tool output).
+    recall_render_language: Annotated[str, doc("Language of rendered recall blocks and tool descriptions when a request names none: en, ja or zh.")] = "en"
+    recall_render_entry_max_tokens: Annotated[int, doc("A rendered memory text is cut to this many tokens (never dropped).", ge=1)] = 400
+    recall_render_line_overhead_tokens: Annotated[int, doc("Tokens allowed on a rendered line beyond its text (number, tag, date).", ge=0)] = 40
+    recall_render_total_max_tokens: Annotated[int, doc("Token budget of a whole rendered block, header included; lines past it are dropped (the first line is always kept).", ge=1)] = 2204
+
+    def __post_init__(self) -> None:
+        if self.recall_legs not in RECALL_LEGS:
+            raise ValueError(f"recall_legs must be one of {', '.join(RECALL_LEGS)}")
+        if self.recall_render_language not in RECALL_RENDER_LANGUAGES:
+            raise ValueError(f"recall_render_language must be one of {', '.join(RECALL_RENDER_LANGUAGES)}")
