@@ -134,3 +134,29 @@ def test_card_entries_are_protected_and_rendered_first(tmp_path):
         assert "Lan is a cheerful cat girl" in dialog and "Master is a night owl" in dialog
         bad = srv.post("/api/characters/Lan/card", json={"entries": [{"entity": "", "text": "x"}]})
         assert bad.status_code == 422 and bad.json()["status"] == "error"
+
+
+def test_protected_card_entry_survives_a_contradicting_reflection(tmp_path, fake_llm):
+    clock = ManualClock(datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc))
+    fake_llm.on(
+        "synthesize_reflection",
+        {"reflection": {"text": "Master's favourite drink is not coffee at all", "entity": "master", "time_scope": "pattern", "event_start_at": None, "event_end_at": None}},
+    )
+    settings = make_settings(tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake", powerful_memory_default=False)
+    with LiveServer(settings, clock=clock) as srv:
+        srv.post("/api/characters/Lan/card", json={"entries": [{"entity": "master", "text": "Master's favourite drink is coffee"}]})
+        card = srv.get("/api/characters/Lan/persona", params={"status": "protected"}).json()["items"]
+        facts = [{"text": f"Master said coffee is {x}", "importance": 7} for x in ("bitter", "too strong", "awful", "not for me", "overrated")]
+        srv.post("/api/characters/Lan/facts", json={"facts": facts})
+        rid = srv.post("/reflect/Lan").json()["reflection"]["id"]
+        for _ in range(3):
+            clock.advance(days=8)
+            srv.post("/reflect/Lan")
+            # Decay and archive sweeps run too; protected entries are exempt.
+            srv.runtime.registry.ask_sync("Lan", "persona", lambda reply: __import__("nekomem.actors.messages", fromlist=["Flush"]).Flush(reply=reply))
+        persona = srv.get("/api/characters/Lan/persona").json()["items"]
+        assert [e for e in persona if e["protected"]] == card
+        assert not any(e["text"] == "Master's favourite drink is not coffee at all" for e in persona)
+        status = {x["id"]: x["status"] for x in srv.get("/api/characters/Lan/reflections").json()["items"]}
+        assert status[rid] != "promoted"
+        assert "Master's favourite drink is coffee" in srv.get("/new_dialog/Lan").text

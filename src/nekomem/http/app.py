@@ -55,6 +55,8 @@ class LimitedModeMiddleware:
 
 
 def routes() -> list[Route]:
+    from nekomem.http import recall
+
     c, s, lt = conversation, system, longterm
     table: list[Route] = [
         Route("/health", s.health, methods=["GET"]),
@@ -71,6 +73,8 @@ def routes() -> list[Route]:
         Route("/reflect/{name:str}", lt.reflect, methods=["POST"]),
         Route("/followup_topics/{name:str}", lt.followup_topics, methods=["GET"]),
         Route("/record_surfaced/{name:str}", lt.record_surfaced, methods=["POST"]),
+        Route("/query_memory/{name:str}", recall.query_memory, methods=["POST"]),
+        Route("/api/tools/recall_memory", recall.recall_tool, methods=["GET"]),
         Route("/api/characters", lt.list_all_characters, methods=["GET"]),
         Route("/api/characters/{name:str}/card", lt.import_card, methods=["POST"]),
         Route("/api/characters/{name:str}/facts", lt.import_facts, methods=["POST"]),

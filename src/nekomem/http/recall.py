@@ -1,0 +1,83 @@
+"""Recall routes: ``POST /query_memory/{name}`` and the ``recall_memory`` tool schema.
+
+``/query_memory`` takes ``{"query"?: str, "time"?: str, "render"?: "markdown",
+"language"?: str}``. At least one of query and time must be non-empty (422 otherwise); a
+field of the wrong type is 422. Time expressions resolve against the server clock in the
+display time zone; one that does not parse is ignored. Any failure inside recall answers
+200 with ``results: []`` and ``error_code: "hybrid_recall_failed"``, never a 500.
+With ``render: "markdown"`` the answer also carries ``markdown``, the text block a
+``recall_memory`` tool call hands back to the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from nekomem.actors.recall import QueryMemory, empty_response
+from nekomem.domain.recall_render import no_result_text, normalise_language, recall_tool_schema, render_recall_block
+from nekomem.domain.tokens import get_counter
+from nekomem.http.bodies import character_name, read_json_object
+from nekomem.http.conversation import display_now
+from nekomem.http.errors import ApiError
+from nekomem.runtime.reply import ActorFailure
+
+log = logging.getLogger("nekomem.http.recall")
+
+RENDER_MODES = ("markdown",)
+
+
+def _optional_str(body: dict[str, Any], key: str) -> str:
+    value = body.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ApiError(422, "schema_violation", f"'{key}' must be a string")
+    return value.strip()
+
+
+async def query_memory(request: Request) -> Response:
+    rt = request.app.state.runtime
+    name = character_name(request)
+    body = await read_json_object(request)
+    query = _optional_str(body, "query")
+    spec = _optional_str(body, "time")
+    render = body.get("render")
+    if render is not None and render not in RENDER_MODES:
+        raise ApiError(422, "schema_violation", "'render' must be \"markdown\" or absent")
+    language_raw = body.get("language")
+    if language_raw is not None and not isinstance(language_raw, str):
+        raise ApiError(422, "schema_violation", "'language' must be a string")
+    if not query and not spec:
+        raise ApiError(422, "missing_query", "give a non-empty 'query', a 'time', or both")
+    now = display_now(request)
+    try:
+        result = await rt.registry.ask(name, "recall", lambda reply: QueryMemory(query=query, time=spec, now=now, reply=reply))
+    except (ActorFailure, asyncio.TimeoutError) as exc:
+        log.warning("recall failed for a character: %s", getattr(exc, "code", type(exc).__name__))
+        result = empty_response(query, error=True)
+    if render == "markdown":
+        settings = rt.settings.recall
+        language = normalise_language(language_raw, settings.recall_render_language)
+        results = result.get("results", [])
+        if results:
+            counter = get_counter(rt.settings.recent.recent_tokenizer_encoding)
+            # Token counting of long texts is CPU work: off the event loop.
+            markdown, _kept = await asyncio.to_thread(
+                render_recall_block, results, now=now, language=language, counter=counter, settings=settings
+            )
+        else:
+            loosen = bool(query and spec) and "error_code" not in result
+            markdown = no_result_text(language, query, loosen=loosen)
+        result = {**result, "markdown": markdown}
+    return JSONResponse(result)
+
+
+async def recall_tool(request: Request) -> Response:
+    rt = request.app.state.runtime
+    language = normalise_language(request.query_params.get("language"), rt.settings.recall.recall_render_language)
+    return JSONResponse(recall_tool_schema(language))
