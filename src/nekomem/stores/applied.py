@@ -108,6 +108,9 @@ class SharedJournal:
             if any(self._marks.get(owner) != eid for owner, eid in last_by_owner.items()):
                 return 0
             before = len(events)
+            # Every owner has applied everything: say so in the reference-style sentinel
+            # the journal's own compaction reads, so it keeps nothing.
+            atomic_write_json(self.applied_path, {"last_applied_event_id": events[-1].event_id, "ts": datetime.now(timezone.utc).isoformat()})
             for owner in list(self._marks):
                 self._marks[owner] = None
             self.journal.compact(lambda e: False)
