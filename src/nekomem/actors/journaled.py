@@ -43,6 +43,7 @@ class JournaledActor(ChildActor):
         self._dirty = 0
         self._last_event: str | None = None
         self._last_flush = time.monotonic()
+        self._flush_gap = 0.0
         self.load_views()
         replay = self.ctx.journal.unapplied_for(self.owner)
         for event in replay:
@@ -83,15 +84,23 @@ class JournaledActor(ChildActor):
 
     def _maybe_flush(self) -> None:
         rt = self.ctx.settings.runtime
-        if self._dirty >= rt.view_flush_changes or (
-            self._dirty and time.monotonic() - self._last_flush >= rt.view_flush_seconds
-        ):
+        if not self._dirty:
+            return
+        since = time.monotonic() - self._last_flush
+        # A big view costs a lot to rewrite: after a flush that took T seconds, wait at
+        # least T / view_flush_max_duty, so rewrites never take more than that share of
+        # the actor's time, however large the store (the journal keeps changes durable).
+        if since < self._flush_gap:
+            return
+        if self._dirty >= rt.view_flush_changes or since >= rt.view_flush_seconds:
             self.flush()
 
     def flush(self) -> None:
         if not getattr(self, "_dirty", 0):
             return
+        started = time.monotonic()
         self.write_views()
+        self._flush_gap = (time.monotonic() - started) / self.ctx.settings.runtime.view_flush_max_duty
         if self._last_event is not None:
             self.ctx.journal.mark(self.owner, self._last_event)
         self._dirty = 0

@@ -40,4 +40,5 @@ class RuntimeSettings(Section):
     outbox_compact_lines: Annotated[int, doc("outbox.ndjson is compacted at activation once it has this many lines.", ge=10)] = 1000
     events_compact_lines: Annotated[int, doc("events.ndjson is compacted once it has this many applied lines.", ge=10)] = 10_000
     view_flush_seconds: Annotated[float, doc("Long-term views (facts, reflections, persona) are rewritten from the journal at most this often; the journal makes each change durable at once.", ge=0)] = 2.0
+    view_flush_max_duty: Annotated[float, doc("Largest share of an actor's time spent rewriting its views: after a rewrite that took T seconds the next waits at least T / this.", gt=0, le=1)] = 0.1
     view_flush_changes: Annotated[int, doc("A view is rewritten as soon as this many journaled changes are waiting.", ge=1)] = 200
