@@ -104,6 +104,13 @@ class FactActor(JournaledActor):
     def after_load(self) -> None:
         for fact in list(self.facts.values()) + list(self.archive.values()):
             self.dedup.add(fact)
+        self.send_index()
+
+    def on_RequestIndex(self, msg: Any) -> None:
+        """A restarted RecallActor lost its index: send the complete set again."""
+        self.send_index()
+
+    def send_index(self) -> None:
         entries = [fact_index_entry(f, "fact") for f in self.facts.values()]
         entries += [fact_index_entry(f, "fact_archive") for f in self.archive.values()]
         self.ctx.send("recall", IndexUpsert(entries=entries, replace_tier="fact"))

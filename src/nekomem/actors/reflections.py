@@ -89,6 +89,13 @@ class ReflectionActor(JournaledActor):
         self.next_sweep = mono + self.s.evidence_archive_sweep_initial_delay_seconds
 
     def after_load(self) -> None:
+        self.send_index()
+
+    def on_RequestIndex(self, msg: Any) -> None:
+        """A restarted RecallActor lost its index: send the complete set again."""
+        self.send_index()
+
+    def send_index(self) -> None:
         self.ctx.send("recall", IndexUpsert(entries=[self.index_entry(r) for r in self.refs.values()], replace_tier="reflection"))
 
     def write_views(self) -> None:
