@@ -99,6 +99,7 @@ class FactActor(JournaledActor):
         self.last_archive_at: datetime | None = None
         self.passes_since_disclosure = 0
         self.extract_inflight: int | None = None
+        self._synth_pending: dict[str, tuple[Any, Any, Any]] = {}
         self.next_synthesis = self.ctx.clock.monotonic() + self.s.reflection_synthesis_initial_delay_seconds
 
     def after_load(self) -> None:
@@ -257,12 +258,42 @@ class FactActor(JournaledActor):
         self.add_facts(new)
 
     # -- synthesis -------------------------------------------------------------------
-    def _synthesis_message(self, report: dict[str, Any] | None, reply: Any) -> Synthesize:
+    def _start_synthesis(self, report: dict[str, Any] | None, reply: Any) -> None:
+        """Pick the batch, ask RecallActor for related facts (cosine; empty without
+        vectors), then hand both to ReflectionActor."""
+        from nekomem.actors.recall import RelatedFacts
+
         batch = rl.synthesis_batch(self.facts.values(), self.s)
-        return Synthesize(batch=batch, related=[], report=report, reply=reply)
+        if batch is None:
+            if report is not None:
+                self.ctx.send("reflections", Synthesize(batch=None, report=report, reply=reply))
+            return
+        self._synth_seq = getattr(self, "_synth_seq", 0) + 1
+        tag = f"synth-{self._synth_seq}"
+        self._synth_pending[tag] = (batch, report, reply)
+        self.ctx.send(
+            "recall",
+            RelatedFacts(
+                query_texts=[f.text for f in batch.facts],
+                per_query_k=self.s.reflection_related_per_query_k,
+                cap=self.s.reflection_related_total_cap,
+                reply_child="facts",
+                tag=tag,
+                tiers=["fact", "fact_archive"],
+                exclude_ids=list(batch.source_fact_ids),
+            ),
+        )
+
+    def on_RecallAnswer(self, msg: Any) -> None:
+        pending = self._synth_pending.pop(msg.tag, None)
+        if pending is None:
+            return
+        batch, report, reply = pending
+        related = [self.facts.get(i) or self.archive.get(i) for i in msg.ids]
+        self.ctx.send("reflections", Synthesize(batch=batch, related=[f for f in related if f is not None], report=report, reply=reply))
 
     def on_ReflectNow(self, msg: ReflectNow) -> None:
-        self.ctx.send("reflections", self._synthesis_message({}, msg.reply))
+        self._start_synthesis({}, msg.reply)
 
     def on_AbsorbFacts(self, msg: AbsorbFacts) -> None:
         ids = [i for i in msg.ids if i in self.facts and not self.facts[i].absorbed]
@@ -280,9 +311,7 @@ class FactActor(JournaledActor):
         self._maybe_extract()
         if msg.monotonic >= self.next_synthesis:
             self.next_synthesis = msg.monotonic + self.s.reflection_synthesis_interval_seconds
-            synth = self._synthesis_message(None, None)
-            if synth.batch is not None:
-                self.ctx.send("reflections", synth)
+            self._start_synthesis(None, None)
         now = self.now()
         split = fl.archive_split(list(self.facts.values()), now, self.last_archive_at, self.s)
         if split is not None:

@@ -83,6 +83,7 @@ class ReflectionActor(JournaledActor):
                 continue
         self.archived_pending: dict[str, list[Reflection]] = {}  # shard -> entries not yet written
         self.backoff: dict[str, Any] = {}
+        self._stage2_pending: dict[str, list[Any]] = {}
         self.rng = random.Random()
         mono = self.ctx.clock.monotonic()
         self.next_promote = mono + self.s.reflection_auto_promote_initial_delay_seconds
@@ -264,10 +265,37 @@ class ReflectionActor(JournaledActor):
 
     # -- evidence --------------------------------------------------------------------
     def on_NewFacts(self, msg: NewFacts) -> None:
+        """Stage 2 starts with a vector coarse rank of the candidate reflections against
+        the new facts (RecallActor; evidence order without vectors)."""
+        from nekomem.actors.recall import RankForStage2
+
         if not self.s.evidence_signal_check_enabled or not self.powerful():
             return
-        observations = ev.observation_pool(self.refs.values(), {}, self.now(), self.s)
-        self.ctx.send("persona", EvidencePass(facts=msg.facts, reflection_observations=observations))
+        now = self.now()
+        candidates = [o.id for o in ev.observation_pool(self.refs.values(), {}, now, self.s)]
+        if not candidates:
+            self.ctx.send("persona", EvidencePass(facts=msg.facts, reflection_observations=[]))
+            return
+        self._stage2_seq = getattr(self, "_stage2_seq", 0) + 1
+        tag = f"stage2-{self._stage2_seq}"
+        self._stage2_pending[tag] = msg.facts
+        self.ctx.send(
+            "recall",
+            RankForStage2(
+                query_texts=[f.text for f in msg.facts],
+                candidate_ids=candidates,
+                budget=self.s.evidence_map_max_observations,
+                reply_child="reflections",
+                tag=tag,
+            ),
+        )
+
+    def on_RecallAnswer(self, msg: Any) -> None:
+        facts = self._stage2_pending.pop(msg.tag, None)
+        if facts is None:
+            return
+        observations = ev.observation_pool(self.refs.values(), {}, self.now(), self.s, ranked_ids=list(msg.ids))
+        self.ctx.send("persona", EvidencePass(facts=facts, reflection_observations=observations))
 
     def on_ApplySignals(self, msg: ApplySignals) -> None:
         updated, changed = rl.apply_resolved_signals(list(self.refs.values()), msg.signals, self.now(), self.s, source=msg.source)
