@@ -100,6 +100,9 @@ class FactActor(JournaledActor):
         self.passes_since_disclosure = 0
         self.extract_inflight: int | None = None
         self._synth_pending: dict[str, tuple[Any, Any, Any]] = {}
+        self._paraphrase_todo: set[str] = set()
+        self.dup_queue: list[Any] = []  # DedupPair awaiting judge_duplicates (a cache: rebuilt as facts arrive)
+        self.dup_inflight = False
         self.next_synthesis = self.ctx.clock.monotonic() + self.s.reflection_synthesis_initial_delay_seconds
 
     def after_load(self) -> None:
@@ -160,6 +163,10 @@ class FactActor(JournaledActor):
         items += [("fact.updated", {"fact": msgspec.to_builtins(f)}) for f in outcome.upgraded]
         self.record_many(items)
         changed = outcome.accepted + outcome.upgraded
+        embeddings = self.ctx.services.embeddings
+        if embeddings is not None and getattr(embeddings, "state", "") != "disabled":
+            # Checked for paraphrases once RecallActor has computed their vectors.
+            self._paraphrase_todo.update(f.id for f in outcome.accepted)
         if changed:
             self.ctx.send("recall", IndexUpsert(entries=[fact_index_entry(self.facts[f.id], "fact") for f in changed if f.id in self.facts]))
         skipped = len(outcome.skipped_exact) + len(outcome.skipped_near)
@@ -285,6 +292,9 @@ class FactActor(JournaledActor):
         )
 
     def on_RecallAnswer(self, msg: Any) -> None:
+        if msg.tag.startswith("dup-"):
+            self._paraphrase_candidates(msg.tag[4:], msg.ids)
+            return
         pending = self._synth_pending.pop(msg.tag, None)
         if pending is None:
             return
@@ -309,6 +319,7 @@ class FactActor(JournaledActor):
     # -- periodic --------------------------------------------------------------------
     def tick(self, msg: Tick) -> None:
         self._maybe_extract()
+        self._judge_duplicates()
         if msg.monotonic >= self.next_synthesis:
             self.next_synthesis = msg.monotonic + self.s.reflection_synthesis_interval_seconds
             self._start_synthesis(None, None)
@@ -401,6 +412,81 @@ class FactActor(JournaledActor):
                 if fact is not None and hashlib.sha256(fact.text.encode()).hexdigest() == sha:
                     store[fid] = msgspec.structs.replace(fact, embedding=vector, embedding_model_id=model)
         self._dirty = max(self._dirty, 1) if msg.vectors else self._dirty
+        from nekomem.actors.recall import RelatedFacts
+
+        for fid in [f for f in msg.vectors if f in self._paraphrase_todo]:
+            self._paraphrase_todo.discard(fid)
+            fact = self.facts.get(fid)
+            if fact is None or not self.powerful():
+                continue
+            self.ctx.send(
+                "recall",
+                RelatedFacts(
+                    query_texts=[fact.text],
+                    per_query_k=self.s.fact_dedup_pairs_per_new + 1,
+                    cap=self.s.fact_dedup_pairs_per_new + 1,
+                    reply_child="facts",
+                    tag="dup-" + fid,
+                    tiers=["fact"],
+                    exclude_ids=[fid],
+                ),
+            )
+
+    def _paraphrase_candidates(self, fid: str, neighbour_ids: list[str]) -> None:
+        from nekomem.recall.vector_codec import try_decode
+
+        fact = self.facts.get(fid)
+        dim = getattr(self.ctx.services.embeddings, "dim", None)
+        if fact is None or not isinstance(fact.embedding, str) or not dim:
+            return
+        mine = try_decode(fact.embedding, dim)
+        if mine is None:
+            return
+        scored = []
+        for nid in neighbour_ids:
+            other = self.facts.get(nid)
+            if other is None or not isinstance(other.embedding, str) or other.embedding_model_id != fact.embedding_model_id:
+                continue
+            vec = try_decode(other.embedding, dim)
+            if vec is not None and vec.shape == mine.shape:
+                scored.append((other, float(mine @ vec)))
+        pairs = fl.paraphrase_pairs(fact, scored, self.now(), self.s)
+        if pairs:
+            self.dup_queue = fl.enqueue_pairs(self.dup_queue, pairs)
+            self.log.info("queued %d paraphrase pairs for judge_duplicates", len(pairs))
+
+    def _judge_duplicates(self) -> None:
+        if self.dup_inflight or not self.dup_queue or not self.powerful():
+            return
+        batch = fl.dedup_batch(self.dup_queue, self.s)
+        if not batch:
+            return
+        messages = prompts.judge_duplicates_messages(batch, **self.names())
+        token = self.ask_model("dups", "judge_duplicates", messages, context={"batch": batch}, timeout=self.s.longterm_dedup_timeout_seconds)
+        self.dup_inflight = token is not None
+
+    def done_dups(self, msg: ModelDone) -> None:
+        self.dup_inflight = False
+        batch = msg.context["batch"]
+        if msg.error is not None:
+            self.dup_queue, _dropped = fl.record_dedup_failure(self.dup_queue, batch, self.s)
+            return
+        result = fl.apply_duplicate_decisions(list(self.facts.values()), self.dup_queue, batch, msg.output, self.s)
+        self.dup_queue = list(result.queue)
+        by_id = {f.id: f for f in result.facts}
+        items: list[tuple[str, dict[str, Any]]] = [("fact.deleted", {"id": i}) for i in result.removed_ids]
+        items += [("fact.updated", {"fact": msgspec.to_builtins(by_id[i])}) for i in result.changed_ids if i in by_id]
+        self.record_many(items)
+        for i in result.removed_ids:
+            self.dedup.remove(i)
+        if result.removed_ids:
+            self.ctx.send("recall", IndexRemove(ids=list(result.removed_ids)))
+        changed = [by_id[i] for i in result.changed_ids if i in by_id]
+        for fact in changed:
+            self.dedup.add(fact)
+        if changed:
+            self.ctx.send("recall", IndexUpsert(entries=[fact_index_entry(f, "fact") for f in changed]))
+        self.log.info("judge_duplicates: %d removed, %d rewritten", len(result.removed_ids), len(result.changed_ids))
 
 
 def _public(fact: Fact) -> Fact:

@@ -87,7 +87,7 @@ class LongTermSettings(Section):
     # --- fact dedup and archive ---------------------------------------------------------
     fact_near_dup_jaccard_threshold: Annotated[float, doc("Lexical near-duplicate check: a new fact whose token-set Jaccard similarity with an existing fact of the same entity reaches this is skipped.", ge=0, le=1)] = 0.8
     fact_near_dup_max_candidates: Annotated[int, doc("Most stored facts compared in one lexical near-duplicate check (bounds the cost on huge stores).", ge=1)] = 2000
-    fact_dedup_cosine_threshold: Annotated[float, doc("Cosine at or above which two facts become a paraphrase candidate pair for judge_duplicates (model-specific).", ge=-1, le=1)] = 0.85
+    fact_dedup_cosine_threshold: Annotated[float, doc("Cosine at or above which two facts become a paraphrase candidate pair for judge_duplicates. Model-specific: the reference's 0.85 was tuned for another model; with the default multilingual USE model paraphrases score 0.67-0.91 and unrelated facts rarely above 0.55.", ge=-1, le=1)] = 0.8
     fact_dedup_pairs_per_new: Annotated[int, doc("Most paraphrase candidate pairs queued per new fact (strongest first).", ge=1)] = 3
     fact_dedup_batch_limit: Annotated[int, doc("Most pairs sent in one judge_duplicates call.", ge=1)] = 20
     fact_dedup_max_attempts: Annotated[int, doc("Failed judgments of a pair before it is dropped (dead letter).", ge=1)] = 5
