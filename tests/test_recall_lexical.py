@@ -252,7 +252,7 @@ def test_leg_top_thresholds_and_cuts() -> None:
 
 
 def test_fuse_legs_budgets_and_bm25_only() -> None:
-    s = RecallSettings()
+    s = RecallSettings(recall_budget_each=4, recall_cosine_threshold=0.3)
     lexical = [(f"l{i}", 1.0 - i / 10) for i in range(6)] + [("low", 0.01)]
     vector = [("l1", 0.9), ("v1", 0.8), ("v2", 0.2)]
     fused = fuse_legs(lexical, vector, s)

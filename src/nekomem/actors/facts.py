@@ -69,7 +69,7 @@ def fact_index_entry(fact: Fact, tier: str) -> IndexEntry:
         source=fact.source_ref,
         vector=fact.embedding if isinstance(fact.embedding, str) else None,
         vector_model=fact.embedding_model_id,
-        text_sha256=getattr(fact, "embedding_text_sha256", None),
+        text_sha256=fact.embedding_text_sha256,
     )
 
 
@@ -378,6 +378,7 @@ class FactActor(JournaledActor):
             changes["text"] = text.strip()
             changes["hash"] = fact_hash(text.strip())
             changes["embedding"] = None
+            changes["embedding_text_sha256"] = None
         if "importance" in msg.changes:
             value = msg.changes["importance"]
             if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 10:
@@ -410,7 +411,7 @@ class FactActor(JournaledActor):
             for store in (self.facts, self.archive):
                 fact = store.get(fid)
                 if fact is not None and hashlib.sha256(fact.text.encode()).hexdigest() == sha:
-                    store[fid] = msgspec.structs.replace(fact, embedding=vector, embedding_model_id=model)
+                    store[fid] = msgspec.structs.replace(fact, embedding=vector, embedding_model_id=model, embedding_text_sha256=sha)
         self._dirty = max(self._dirty, 1) if msg.vectors else self._dirty
         from nekomem.actors.recall import RelatedFacts
 

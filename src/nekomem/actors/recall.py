@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -47,6 +48,7 @@ from nekomem.recall.embeddings import text_sha256
 from nekomem.recall.fusion import leg_top, rrf
 from nekomem.recall.lexical import LexicalIndex
 from nekomem.recall.timewindow import TimeWindow, parse_time_window
+from nekomem.recall.tokenize import normalise, strip_stop_names
 from nekomem.recall.vectors import VectorIndex
 from nekomem.runtime.pool import PoolFull
 
@@ -134,6 +136,138 @@ class _MaintenanceVectors(Message):
     token: int
     vectors: Any
     error: str | None
+
+
+# -- query and document text analysis ------------------------------------------------------
+# Lexical text goes through these before the BM25 index (documents and queries alike): the
+# stop names are stripped, then plain ASCII words are cut to a light English stem, so that
+# "researched", "researching" and "research" meet. Queries also lose English function words
+# ("what did ... do"), which otherwise match unrelated memories by chance. CJK, Hangul and
+# other scripts pass through untouched (the index's tokenizer makes their n-grams).
+
+_ASCII_WORD = re.compile(r"[a-z]+")
+_WORD_SPLIT = re.compile(r"[a-z]+|[^a-z]+")
+_VOWEL = re.compile(r"[aeiouy]")
+QUERY_STOPWORDS = frozenset("""
+a an the and or but if of to in on at by for with from about as into through after over between out during
+without before under around among is are was were be been being am do does did doing done have has had having
+will would shall should can could may might must what when where which who whom whose why how that this these
+those there here i me my mine we us our ours you your yours he him his she her hers it its they them their
+theirs not no so than too very just also only both each any all some such more most other another ever
+""".split())
+
+
+def light_stem(word: str) -> str:
+    """A light English stem of a lowercase ASCII word (plural, -ed, -ing, -ly, final e).
+
+    Words of three letters or fewer are kept. Deterministic, so documents and queries meet.
+    """
+    if len(word) <= 3:
+        return word
+    w = word
+    if w.endswith("ies") and len(w) > 4:
+        w = w[:-3] + "y"
+    elif w.endswith("sses"):
+        w = w[:-2]
+    elif w.endswith("s") and not w.endswith(("ss", "us", "is")) and len(w) > 4:
+        w = w[:-1]
+    for suffix in ("ingly", "edly", "ing", "ed", "ly"):
+        if w.endswith(suffix) and len(w) - len(suffix) >= 3 and _VOWEL.search(w[: -len(suffix)]):
+            w = w[: -len(suffix)]
+            if suffix.startswith(("ing", "ed")) and len(w) > 3 and w[-1] == w[-2] and w[-1] not in "lsz":
+                w = w[:-1]  # stopped -> stop, planned -> plan
+            break
+    if w.endswith("ied") and len(w) > 4:
+        w = w[:-3] + "y"
+    if w.endswith("e") and len(w) > 4:
+        w = w[:-1]  # create / creating / created -> creat
+    return w
+
+
+def lexical_text(text: str, stop_names: tuple[str, ...], min_name_chars: int, *, stem: bool, query_stopwords: bool = False) -> str:
+    """``text`` as the lexical index sees it (see the comment above)."""
+    norm = normalise(text)
+    if stop_names:
+        norm = strip_stop_names(norm, stop_names, min_name_chars)
+    if not stem and not query_stopwords:
+        return norm
+    out: list[str] = []
+    for piece in _WORD_SPLIT.findall(norm):
+        if not _ASCII_WORD.fullmatch(piece):
+            out.append(piece)
+        elif query_stopwords and piece in QUERY_STOPWORDS:
+            out.append(" ")
+        else:
+            out.append(light_stem(piece) if stem else piece)
+    return "".join(out)
+
+
+_TIMEISH = re.compile(
+    r"\d|today|tonight|yesterday|tomorrow|morning|afternoon|evening|night|week|weekend|month|year|ago|"
+    r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|january|february|march|april|may|june|"
+    r"july|august|september|october|november|december|jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec|"
+    r"mon|tue|tues|wed|thu|thur|thurs|fri|sat|sun",
+    re.I,
+)
+# Single English words that are names of a month or a weekday but usually mean something
+# else in a sentence ("may", "march", "sun"): never a time hint on their own.
+_AMBIGUOUS_ALONE = frozenset(
+    "may march sat sun wed mon tue tues thu thur thurs fri jan feb mar apr jun jul aug sep sept oct nov dec "
+    "second night morning evening week month year weekend".split()
+)
+_TIME_FILLERS = frozenset("the in on at during over around by of".split())
+_CJK_TIME_CHARS = re.compile(r"[0-9〇零一二两兩三四五六七八九十百年月日号號周週天昨今明先来來上下去前后後半夜晚朝昼午曜]")
+_SPACELESS_RUN = re.compile(r"[^\sA-Za-z]+")
+
+
+def query_time_hint(query: str, now: datetime, max_tokens: int, max_attempts: int) -> tuple[TimeWindow | None, str]:
+    """A time expression inside a query ("what did I eat on 8 December 2023", "昨日何を
+    食べた") as a window, and the query without it. The longest span that parses wins;
+    ``(None, query)`` when there is none. At most ``max_attempts`` parses are tried."""
+    attempts = 0
+    best: tuple[int, int, int, TimeWindow] | None = None  # (length, start, end, window) in characters
+    tokens = [(m.start(), m.end()) for m in re.finditer(r"\S+", query)]
+    for i in range(len(tokens)):
+        for j in range(min(len(tokens), i + max_tokens), i, -1):
+            start, end = tokens[i][0], tokens[j - 1][1]
+            span = query[start:end]
+            if not _TIMEISH.search(span):
+                continue
+            words = [w for w in re.findall(r"[a-z]+|\d+", span.lower()) if w not in _TIME_FILLERS]
+            if len(words) == 1 and words[0] in _AMBIGUOUS_ALONE:
+                continue
+            if best is not None and end - start <= best[0]:
+                continue
+            attempts += 1
+            if attempts > max_attempts:
+                break
+            window = parse_time_window(span, now)
+            if window is not None:
+                best = (end - start, start, end, window)
+                break
+    # Spaceless scripts: substrings of CJK runs that contain a date-like character.
+    for run in _SPACELESS_RUN.finditer(query):
+        text = run.group()
+        if not _CJK_TIME_CHARS.search(text) or text.isascii():
+            continue
+        for a in range(len(text)):
+            if not _CJK_TIME_CHARS.match(text[a]):
+                continue
+            for b in range(min(len(text), a + 3 * max_tokens), a + 1, -1):
+                if best is not None and b - a <= best[0]:
+                    break
+                attempts += 1
+                if attempts > max_attempts:
+                    break
+                window = parse_time_window(text[a:b], now)
+                if window is not None:
+                    best = (b - a, run.start() + a, run.start() + b, window)
+                    break
+    if best is None:
+        return None, query
+    _, start, end, window = best
+    rest = " ".join((query[:start] + " " + query[end:]).split())
+    return window, rest
 
 
 # -- process-wide helpers ------------------------------------------------------------------
@@ -273,15 +407,24 @@ def empty_response(query: str, *, error: bool = False) -> dict[str, Any]:
 
 
 class _PendingQuery:
-    __slots__ = ("msg", "query", "window", "allowed", "started", "spec")
+    """A query between its submission and its answer (waiting for its embedding).
 
-    def __init__(self, msg: QueryMemory, query: str, window: TimeWindow | None, allowed: set[str] | None, started: float, spec: str) -> None:
+    ``search`` is the text searched (the query without a time expression found in it);
+    ``allowed`` the hard window filter of an explicit ``time``; ``hinted`` the entries inside
+    a window named by the query itself (they get their own pair of legs).
+    """
+
+    __slots__ = ("msg", "query", "search", "window", "allowed", "hinted", "started")
+
+    def __init__(self, msg: QueryMemory, query: str, search: str, window: TimeWindow | None,
+                 allowed: set[str] | None, hinted: set[str] | None, started: float) -> None:
         self.msg = msg
         self.query = query
+        self.search = search
         self.window = window
         self.allowed = allowed
+        self.hinted = hinted
         self.started = started
-        self.spec = spec
 
 
 class RecallActor(ChildActor):
@@ -292,13 +435,16 @@ class RecallActor(ChildActor):
         s = self.ctx.settings.recall
         self.s = s
         self.tz = _display_tz(self.ctx.settings.server.display_timezone)
-        self.stop_names = [self.ctx.settings.recent.master_name, self.ctx.name]
+        names = [self.ctx.settings.recent.master_name, self.ctx.name, *s.recall_extra_stop_names]
+        self.stop_names = tuple(sorted({normalise(n).strip() for n in names if n and n.strip()}))
         self.docs: dict[str, _Doc] = {}
-        self.lexical = LexicalIndex(s, stop_names=self.stop_names)
+        # Stop names are stripped by lexical_text, before stemming, so the index gets none.
+        self.lexical = LexicalIndex(s)
         self.vectors: VectorIndex | None = None
         self.vector_model: str | None = None
         self.need: dict[str, str] = {}  # id -> sha of the text waiting for a vector
         self.backfill_token: int | None = None
+        self.backfill_items: list[tuple[str, str]] = []
         self.backfill_after = 0.0
         self.queries: dict[int, _PendingQuery] = {}
         self.maintenance: dict[int, Any] = {}
@@ -326,7 +472,14 @@ class RecallActor(ChildActor):
         self.queries.clear()
 
     def on_Tick(self, msg: Tick) -> None:
-        self._sync_vectors()
+        self._safe_sync()
+
+    def _safe_sync(self) -> None:
+        # The vector side is optional: a failure there is logged, never a crash loop.
+        try:
+            self._sync_vectors()
+        except Exception:
+            self.log.exception("vector index upkeep failed")
 
     def on_Flush(self, msg: Flush) -> None:
         if msg.reply is not None:
@@ -342,7 +495,7 @@ class RecallActor(ChildActor):
         for entry in msg.entries:
             self._put(entry)
         self._time_cache = None
-        self._sync_vectors()
+        self._safe_sync()
         self._publish_pending()
 
     def on_IndexRemove(self, msg: IndexRemove) -> None:
@@ -364,17 +517,17 @@ class RecallActor(ChildActor):
         if old is None or old.entry.text != entry.text:
             if old is not None:
                 self.lexical.remove(entry.id)
-            self.lexical.add(entry.id, entry.text)
+            self.lexical.add(entry.id, self._lexical_doc(entry.text))
         if self.vectors is None:
             return
         if entry.tier not in VECTOR_TIERS:
-            self.vectors.remove(entry.id)
+            self._vec_remove(entry.id)
             self.need.pop(entry.id, None)
             return
         if old is not None and old.sha == sha and entry.id in self.vectors:
             return
         if not self._adopt_cached(entry, sha):
-            self.vectors.remove(entry.id)
+            self._vec_remove(entry.id)
             self.need[entry.id] = sha
 
     def _drop(self, doc_id: str) -> None:
@@ -382,6 +535,25 @@ class RecallActor(ChildActor):
             return
         self.lexical.remove(doc_id)
         self.need.pop(doc_id, None)
+        self._vec_remove(doc_id)
+
+    def _lexical_doc(self, text: str) -> str:
+        return lexical_text(text, self.stop_names, self.s.recall_stop_name_min_chars, stem=self.s.recall_stem_english)
+
+    def _lexical_query(self, text: str) -> str:
+        s = self.s
+        stripped = lexical_text(text, self.stop_names, s.recall_stop_name_min_chars, stem=s.recall_stem_english,
+                                query_stopwords=s.recall_query_stopwords)
+        if s.recall_query_stopwords and not any(ch.isalnum() for ch in stripped):
+            # Nothing but function words ("what did you do?"): search them rather than nothing.
+            return lexical_text(text, self.stop_names, s.recall_stop_name_min_chars, stem=s.recall_stem_english)
+        return stripped
+
+    def _vec_put(self, doc_id: str, vec: Any) -> None:
+        assert self.vectors is not None
+        self.vectors.upsert(doc_id, vec)
+
+    def _vec_remove(self, doc_id: str) -> None:
         if self.vectors is not None:
             self.vectors.remove(doc_id)
 
@@ -419,7 +591,7 @@ class RecallActor(ChildActor):
         if vec is None:
             return False
         try:
-            self.vectors.upsert(entry.id, vec)
+            self._vec_put(entry.id, vec)
         except ValueError:
             return False
         return True
@@ -457,6 +629,7 @@ class RecallActor(ChildActor):
         for doc_id, _ in items:
             del self.need[doc_id]
         self.backfill_token = token
+        self.backfill_items = items
 
     def on__BackfillDone(self, msg: _BackfillDone) -> None:
         if msg.token != self.backfill_token:
@@ -482,7 +655,7 @@ class RecallActor(ChildActor):
             if doc is None or doc.sha != sha or doc.entry.tier not in VECTOR_TIERS:
                 continue  # removed or rewritten meanwhile; a newer request is queued if needed
             try:
-                self.vectors.upsert(doc_id, row)
+                self._vec_put(doc_id, row)
                 encoded = vector_codec.encode(row)
             except (ValueError, vector_codec.VectorCodecError):
                 continue
@@ -493,13 +666,15 @@ class RecallActor(ChildActor):
         self._pump_backfill()
 
     def _publish_pending(self) -> None:
-        self.pending_counter.set(self.ctx.name, len(self.need) if self.vectors is not None else 0)
+        inflight = len(self.backfill_items) if self.backfill_token is not None else 0
+        self.pending_counter.set(self.ctx.name, len(self.need) + inflight if self.vectors is not None else 0)
 
-    def _submit_embed(self, texts: list[str], wrap: Callable[[Any, BaseException | None], Any]) -> bool:
+    def _submit_embed(self, texts: list[str], wrap: Callable[[Any, BaseException | None], Any], *, urgent: bool = False) -> bool:
         """Embed ``texts`` as queries on the model pool; False when that is not possible.
 
-        Query embeddings use their own pool key, so that they never wait behind this
-        character's (possibly slow) LLM jobs or its backfill batch.
+        ``urgent`` (a user waiting) uses a pool key of its own, so that it never queues
+        behind this character's (possibly slow) LLM jobs or its backfill batch; background
+        work uses the character's key, which also keeps the character active meanwhile.
         """
         emb = self._service()
         if emb is None or self.vectors is None:
@@ -510,13 +685,18 @@ class RecallActor(ChildActor):
 
         ctx = self.ctx
         try:
-            ctx.services.pool.submit(f"{ctx.name}\x00recall", job, lambda result, error: ctx.send(self.child_name, wrap(result, error)))
+            if urgent:
+                ctx.services.pool.submit(f"{ctx.name}\x00recall", job, lambda result, error: ctx.send(self.child_name, wrap(result, error)))
+            else:
+                ctx.submit_model_job(self.child_name, job, wrap)
         except PoolFull:
             return False
         return True
 
     # -- user recall -----------------------------------------------------------------
     def on_QueryMemory(self, msg: QueryMemory) -> None:
+        if msg.reply is None:
+            return
         started = time.perf_counter()
         query = (msg.query or "").strip()[: self.s.recall_query_max_chars]
         spec = (msg.time or "").strip()
@@ -527,20 +707,23 @@ class RecallActor(ChildActor):
             if window is None and spec:
                 self.log.info("recall: time expression not understood; ignored")
             if not query:
-                if window is None:
-                    msg.reply.ok(empty_response(""))
-                    return
-                msg.reply.ok(self._time_only(window, spec, started))
+                msg.reply.ok(empty_response("") if window is None else self._time_only(window, spec, started))
                 return
+            search, hinted = query, None
+            if window is None and self.s.recall_query_time_hints:
+                hint, rest = query_time_hint(query, now, self.s.recall_query_time_max_tokens, self.s.recall_query_time_max_attempts)
+                if hint is not None:
+                    hinted = self._in_window(hint) or None
+                    search = rest or query
             allowed = self._in_window(window) if window is not None else None
-            pending = _PendingQuery(msg, query, window, allowed, started, spec)
+            pending = _PendingQuery(msg, query, search, window, allowed, hinted, started)
             if self.s.recall_legs != "bm25" and self.vectors is not None and len(self.vectors) and (allowed is None or allowed):
                 token = self._next_token()
 
                 def wrap(result: Any, error: BaseException | None) -> Any:
                     return _QueryVector(token=token, vector=result, error=None if error is None else repr(error))
 
-                if self._submit_embed([query], wrap):
+                if self._submit_embed([search], wrap, urgent=True):
                     self.queries[token] = pending
                     me = self.actor_ref
                     _DEADLINES.schedule(self.s.recall_query_embed_timeout_seconds, lambda: me.tell(_QueryExpired(token=token)))
@@ -575,28 +758,38 @@ class RecallActor(ChildActor):
             body = empty_response(pending.query, error=True)
         pending.msg.reply.ok(body)
 
-    def _query_search(self, pending: _PendingQuery, qvec: np.ndarray | None) -> dict[str, Any]:
+    def _legs(self, lexical_query: str, qvec: np.ndarray | None, allowed: set[str] | None) -> list[list[str]]:
+        """The lexical and the vector leg (ids, best first) over ``allowed`` (None: all)."""
         s = self.s
-        allowed = pending.allowed
-        pool_size = len(self.docs) if allowed is None else len(allowed)
         lex_hits: list[tuple[str, float]] = []
         vec_hits: list[tuple[str, float]] = []
         if allowed is None or allowed:
             if s.recall_legs != "vector":
-                lex_hits = self.lexical.search(pending.query, s.recall_budget_each, allowed, min_score=s.recall_bm25_threshold)
+                lex_hits = self.lexical.search(lexical_query, s.recall_budget_each, allowed, min_score=s.recall_bm25_threshold)
             if qvec is not None and self.vectors is not None and s.recall_legs != "bm25":
                 try:
                     vec_hits = self.vectors.search(qvec, s.recall_budget_each, allowed, min_score=s.recall_cosine_threshold)
                 except ValueError:
                     vec_hits = []
-        legs = [leg_top(lex_hits, s.recall_budget_each, s.recall_bm25_threshold), leg_top(vec_hits, s.recall_budget_each, s.recall_cosine_threshold)]
+        return [leg_top(lex_hits, s.recall_budget_each, s.recall_bm25_threshold), leg_top(vec_hits, s.recall_budget_each, s.recall_cosine_threshold)]
+
+    def _query_search(self, pending: _PendingQuery, qvec: np.ndarray | None) -> dict[str, Any]:
+        s = self.s
+        allowed = pending.allowed
+        pool_size = len(self.docs) if allowed is None else len(allowed)
+        lexical_query = self._lexical_query(pending.search)
+        legs = self._legs(lexical_query, qvec, allowed)
+        if pending.hinted:
+            # The query named a time: the same search inside that window adds two legs, so
+            # entries of that time rank first without hiding the rest.
+            legs += self._legs(lexical_query, qvec, pending.hinted)
         fused = rrf(legs, s.recall_rrf_k, s.recall_budget_total)
         results = [self._row(doc_id, round(score, 6)) for doc_id, score in fused if doc_id in self.docs]
         elapsed = round((time.perf_counter() - pending.started) * 1000, 1)
         self.log.info(
-            "recall query: pool=%d vectors=%d bm25=%d cosine=%d fused=%d window=%s embedding=%s elapsed_ms=%.1f",
+            "recall query: pool=%d vectors=%d bm25=%d cosine=%d fused=%d window=%s time_hint=%s embedding=%s elapsed_ms=%.1f",
             pool_size, 0 if self.vectors is None else len(self.vectors), len(legs[0]), len(legs[1]), len(results),
-            pending.window is not None, "used" if qvec is not None else "none", elapsed,
+            pending.window is not None, pending.hinted is not None, "used" if qvec is not None else "none", elapsed,
         )
         self.log.debug("recall query %r -> %s", pending.query, [r["id"] for r in results])
         return {"results": results, "query": pending.query, "candidates_total": pool_size, "elapsed_ms": elapsed}

@@ -157,7 +157,19 @@ class ReflectionActor(JournaledActor):
             searchable=searchable,
             vector=ref.embedding if isinstance(ref.embedding, str) else None,
             vector_model=ref.embedding_model_id,
+            text_sha256=ref.embedding_text_sha256,
         )
+
+    def on_VectorsComputed(self, msg: Any) -> None:
+        # Vectors are a cache: kept on the entries at the next view write, not journaled.
+        import hashlib
+
+        for rid, (vector, model, sha) in msg.vectors.items():
+            ref = self.refs.get(rid)
+            if ref is not None and hashlib.sha256(ref.text.encode()).hexdigest() == sha:
+                self.refs[rid] = msgspec.structs.replace(ref, embedding=vector, embedding_model_id=model, embedding_text_sha256=sha)
+        if msg.vectors:
+            self._dirty = max(self._dirty, 1)
 
     def save(self, refs: list[Reflection], type: str = "reflection.state_changed") -> None:
         if not refs:
@@ -356,6 +368,7 @@ class ReflectionActor(JournaledActor):
                 [("reflection.evidence_updated", {"reflection": msgspec.to_builtins(r)}) for r in changed]
                 + [("reflection.surfaced", {"surfaced": msgspec.to_builtins(self.surfaced)})]
             )
+            self.ctx.send("recall", IndexUpsert(entries=[self.index_entry(self.refs[r.id]) for r in changed if r.id in self.refs]))
 
     def done_disputation(self, msg: ModelDone) -> None:
         if msg.error is not None:
@@ -382,6 +395,7 @@ class ReflectionActor(JournaledActor):
             [("reflection.surfaced", {"surfaced": msgspec.to_builtins(surfaced)})]
             + [("reflection.evidence_updated", {"reflection": msgspec.to_builtins(by_id[i])}) for i in known if i in by_id]
         )
+        self.ctx.send("recall", IndexUpsert(entries=[self.index_entry(self.refs[i]) for i in known if i in self.refs]))
         msg.reply.ok({"ok": True, "recorded": len(known)})
 
     # -- rendering -------------------------------------------------------------------
@@ -403,6 +417,8 @@ class ReflectionActor(JournaledActor):
         if msg.monotonic >= self.next_promote:
             self.next_promote = msg.monotonic + self.s.reflection_auto_promote_interval_seconds
             self._promotion_pass(None, None)
+            # Scores decay with time: let recall re-apply the negative-score filter.
+            self.send_index()
         if msg.monotonic >= self.next_sweep:
             self.next_sweep = msg.monotonic + self.s.evidence_archive_sweep_interval_seconds
             self.sweep()

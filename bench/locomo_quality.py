@@ -1,0 +1,261 @@
+"""Recall quality on the LoCoMo development split: evidence recall@8 through /query_memory.
+
+Run from the project root::
+
+    .venv/bin/python -m bench.locomo_quality [--data ../shared/data/locomo-dev]
+        [--configs defaults] [--prefix none|speaker] [--limit-conversations N]
+
+For every configuration and every conversation a fresh in-process server (uvicorn in a
+thread, real HTTP on 127.0.0.1) runs on a temporary memory root. The conversation's
+observations are imported as facts through ``POST /api/characters/{name}/facts`` (event
+time = the session's date, ``source = {"dia_ids": [...]}``), the vectors are left to
+finish (``/health`` pending = 0), then every question of categories 1-4 is asked through
+``POST /query_memory/{name}``. A question scores the share of its evidence dia_ids cited by
+the returned facts (fact id -> dia_ids through ``GET /api/characters/{name}/facts``).
+Printed: recall@8 per category (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop) and
+overall (micro-average over questions) for each configuration, plus the ceiling (evidence
+cited by any observation at all).
+
+Configuration sets (``--configs``): ``legs`` (BM25 only, vector only, hybrid with the
+current defaults), ``defaults`` (legs + the reference's numbers), ``sweep`` (legs plus a
+grid of thresholds, per-leg depth and RRF k), or a comma list of names from CONFIGS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from nekomem.recall.embeddings import EmbeddingService
+from tests.support.live import ROOT, LiveServer, make_settings
+
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+NAME = "locomo"
+PAGE = 1000
+
+# The reference implementation's numbers, and none of nekomem's additions.
+REFERENCE = {
+    "recall_budget_each": 4, "recall_budget_total": 8, "recall_rrf_k": 60,
+    "recall_bm25_threshold": 0.1, "recall_cosine_threshold": 0.3,
+    "recall_stem_english": False, "recall_query_stopwords": False, "recall_query_time_hints": False,
+}
+CONFIGS: dict[str, dict[str, Any]] = {
+    "bm25": {"embedding_enabled": False},
+    "vector": {"recall_legs": "vector"},
+    "hybrid": {},
+    "reference-bm25": {**REFERENCE, "embedding_enabled": False},
+    "reference-vector": {**REFERENCE, "recall_legs": "vector"},
+    "reference-hybrid": dict(REFERENCE),
+    "no-stem": {"recall_stem_english": False},
+    "no-stopwords": {"recall_query_stopwords": False},
+    "no-time-hints": {"recall_query_time_hints": False},
+}
+for _each in (4, 6, 8, 12):
+    CONFIGS[f"each{_each}"] = {"recall_budget_each": _each}
+for _cos in (0.0, 0.05, 0.1, 0.15, 0.2, 0.3):
+    CONFIGS[f"cos{_cos}"] = {"recall_cosine_threshold": _cos}
+for _bm in (0.0, 0.05, 0.1, 0.2):
+    CONFIGS[f"bm{_bm}"] = {"recall_bm25_threshold": _bm}
+for _k in (10, 30, 60, 120):
+    CONFIGS[f"rrf{_k}"] = {"recall_rrf_k": _k}
+SETS = {
+    "legs": ["bm25", "vector", "hybrid"],
+    "defaults": ["reference-bm25", "reference-vector", "reference-hybrid", "bm25", "vector", "hybrid"],
+    "ablation": ["hybrid", "no-stem", "no-stopwords", "no-time-hints"],
+    "sweep": ["hybrid"] + [n for n in CONFIGS if n.startswith(("each", "cos", "bm0", "rrf"))],
+}
+
+_DATE = re.compile(r"(\d{1,2}):(\d{2})\s*([ap]m)\s+on\s+(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})", re.I)
+_MONTHS = {m: i for i, m in enumerate(
+    ["january", "february", "march", "april", "may", "june", "july", "august", "september",
+     "october", "november", "december"], start=1)}
+
+
+def session_time(text: str) -> str | None:
+    """"1:56 pm on 8 May, 2023" -> ISO 8601 (UTC); None if it does not parse."""
+    found = _DATE.search(text or "")
+    if not found:
+        return None
+    hour, minute, half, day, month, year = found.groups()
+    h = int(hour) % 12 + (12 if half.lower() == "pm" else 0)
+    month_no = _MONTHS.get(month.lower())
+    if month_no is None:
+        return None
+    return datetime(int(year), month_no, int(day), h, int(minute), tzinfo=timezone.utc).isoformat()
+
+
+def dia_ids(value: Any) -> list[str]:
+    items = value if isinstance(value, list) else [value]
+    out: list[str] = []
+    for item in items:
+        out += [p for p in re.split(r"[;,\s]+", str(item)) if p]
+    return out
+
+
+def load_conversation(path: Path, prefix: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    facts: list[dict[str, Any]] = []
+    session = 1
+    while f"session_{session}_date_time" in data:
+        when = session_time(data[f"session_{session}_date_time"])
+        for speaker, observations in (data.get(f"session_{session}_observation") or {}).items():
+            for text, ids in observations:
+                shown = f"{speaker}: {text}" if prefix == "speaker" else text
+                facts.append({"text": shown, "importance": 5, "entity": "master", "event_start_at": when,
+                              "source": {"dia_ids": dia_ids(ids)}})
+        session += 1
+    questions = [
+        {"question": q["question"], "evidence": dia_ids(q.get("evidence", [])), "category": q["category"]}
+        for q in data["qa"] if q.get("category") in CATEGORIES and q.get("evidence")
+    ]
+    return facts, questions
+
+
+def wait_vectors(srv: LiveServer, timeout: float = 120.0) -> None:
+    srv.post(f"/query_memory/{NAME}", json={"query": "warm up"})  # queued after the import's index feed
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        emb = srv.get("/health").json()["embeddings"]
+        if emb["state"] != "ready" or emb["pending"] == 0:
+            return
+        time.sleep(0.05)
+    raise RuntimeError("vectors did not finish")
+
+
+def run_conversation(root: Path, overrides: dict[str, Any], emb: EmbeddingService, facts: list[dict[str, Any]],
+                     questions: list[dict[str, Any]]) -> tuple[list[tuple[int, float]], float]:
+    settings = make_settings(root, **overrides)
+    service = emb if settings.embeddings.embedding_enabled else EmbeddingService(settings.embeddings)
+    with LiveServer(settings, embeddings=service) as srv:
+        r = srv.post(f"/api/characters/{NAME}/facts", json={"facts": facts})
+        r.raise_for_status()
+        listing = srv.get(f"/api/characters/{NAME}/facts", params={"status": "all", "limit": PAGE}).json()
+        cites: dict[str, set[str]] = {}
+        offset = 0
+        while True:
+            for item in listing["items"]:
+                ref = item.get("source_ref") or {}
+                cites[item["id"]] = set(ref.get("dia_ids", [])) if isinstance(ref, dict) else set()
+            offset += len(listing["items"])
+            if offset >= listing["total"] or not listing["items"]:
+                break
+            listing = srv.get(f"/api/characters/{NAME}/facts", params={"status": "all", "limit": PAGE, "offset": offset}).json()
+        wait_vectors(srv)
+        scores: list[tuple[int, float]] = []
+        latencies: list[float] = []
+        for q in questions:
+            started = time.perf_counter()
+            body = srv.post(f"/query_memory/{NAME}", json={"query": q["question"]}).json()
+            latencies.append(time.perf_counter() - started)
+            if "error_code" in body:
+                raise RuntimeError(f"recall failed: {body}")
+            cited: set[str] = set()
+            for row in body["results"]:
+                cited |= cites.get(row["id"], set())
+            evidence = set(q["evidence"])
+            scores.append((q["category"], len(evidence & cited) / len(evidence)))
+    return scores, statistics.median(latencies) * 1000 if latencies else 0.0
+
+
+def ceiling(facts_by_conv: list[list[dict[str, Any]]], questions_by_conv: list[list[dict[str, Any]]]) -> list[tuple[int, float]]:
+    out: list[tuple[int, float]] = []
+    for facts, questions in zip(facts_by_conv, questions_by_conv):
+        known = set().union(*(set(f["source"]["dia_ids"]) for f in facts))
+        for q in questions:
+            evidence = set(q["evidence"])
+            out.append((q["category"], len(evidence & known) / len(evidence)))
+    return out
+
+
+def summarise(scores: list[tuple[int, float]]) -> dict[str, float]:
+    by_cat: dict[int, list[float]] = defaultdict(list)
+    for cat, value in scores:
+        by_cat[cat].append(value)
+    row = {CATEGORIES[c]: statistics.fmean(v) for c, v in sorted(by_cat.items())}
+    row["overall"] = statistics.fmean(v for _, v in scores) if scores else float("nan")
+    return row
+
+
+def overrides_of(name: str) -> dict[str, Any]:
+    """Settings of a configuration name; ``a+b`` merges a and b (b wins)."""
+    merged: dict[str, Any] = {}
+    for part in name.split("+"):
+        merged.update(CONFIGS[part])
+    return merged
+
+
+def resolve_data(value: str) -> Path:
+    path = Path(value).expanduser()
+    for candidate in (path, ROOT / path, Path.cwd() / path):
+        if candidate.is_dir():
+            return candidate
+    raise SystemExit(f"no LoCoMo folder at {value} (also tried relative to {ROOT})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", default="../shared/data/locomo-dev")
+    parser.add_argument("--configs", default="defaults",
+                        help="comma-separated sets (legs, defaults, ablation, sweep) or config names; a+b merges two")
+    parser.add_argument("--prefix", choices=("none", "speaker"), default="none", help="prefix each fact with its speaker")
+    parser.add_argument("--limit-conversations", type=int, default=0)
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args(argv)
+
+    folder = resolve_data(args.data)
+    files = sorted(folder.glob("*.json"))
+    if args.limit_conversations:
+        files = files[: args.limit_conversations]
+    names: list[str] = []
+    for item in (n.strip() for n in args.configs.split(",")):
+        names += SETS.get(item, [item] if item else [])
+    unknown = sorted({part for n in names for part in n.split("+") if part not in CONFIGS})
+    if unknown:
+        raise SystemExit(f"unknown configs: {', '.join(unknown)} (known: {', '.join(CONFIGS)}; sets: {', '.join(SETS)})")
+    loaded = [load_conversation(f, args.prefix) for f in files]
+    facts_by_conv = [f for f, _ in loaded]
+    questions_by_conv = [q for _, q in loaded]
+
+    emb = EmbeddingService(make_settings(Path(tempfile.gettempdir())).embeddings)
+    emb.start()
+    if not emb.wait_ready(60):
+        print(f"embeddings unavailable ({emb.reason}); vector configurations measure BM25 only", file=sys.stderr)
+    print(f"LoCoMo: {len(files)} conversations, {sum(len(f) for f in facts_by_conv)} facts, "
+          f"{sum(len(q) for q in questions_by_conv)} questions (categories 1-4), prefix={args.prefix}, "
+          f"embeddings={emb.state}")
+    header = ["config"] + list(CATEGORIES.values()) + ["overall", "p50 ms", "seconds"]
+    print(" | ".join(f"{h:>11}" if i else f"{h:<28}" for i, h in enumerate(header)))
+    results: dict[str, dict[str, float]] = {}
+    ceil = summarise(ceiling(facts_by_conv, questions_by_conv))
+    print(" | ".join([f"{'(ceiling)':<28}"] + [f"{ceil.get(c, float('nan')):>11.3f}" for c in list(CATEGORIES.values()) + ["overall"]]))
+    for name in names:
+        started = time.monotonic()
+        scores: list[tuple[int, float]] = []
+        p50s: list[float] = []
+        with tempfile.TemporaryDirectory(prefix="nekomem-locomo-") as tmp:
+            for index, (facts, questions) in enumerate(loaded):
+                conv_scores, p50 = run_conversation(Path(tmp) / f"c{index}", overrides_of(name), emb, facts, questions)
+                scores += conv_scores
+                p50s.append(p50)
+        row = summarise(scores)
+        row["p50_ms"] = statistics.median(p50s)
+        results[name] = row
+        cells = [f"{row.get(c, float('nan')):>11.3f}" for c in list(CATEGORIES.values()) + ["overall"]]
+        print(" | ".join([f"{name:<28}"] + cells + [f"{row['p50_ms']:>11.1f}", f"{time.monotonic() - started:>11.1f}"]), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"ceiling": ceil, "configs": results}, indent=2), encoding="utf-8")
+    emb.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

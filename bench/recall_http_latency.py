@@ -1,0 +1,95 @@
+"""End-to-end /query_memory latency with both legs at 1k, 10k and 100k memories.
+
+Run from the project root: ``python -m bench.recall_http_latency [--sizes 1000 10000 100000]``.
+For each size a fresh in-process server (uvicorn in a thread, real HTTP on 127.0.0.1) gets
+its character's recall index fed directly (``IndexUpsert`` through the registry, the way
+FactActor feeds it at load) with the synthetic bilingual facts of ``bench.recall_latency``
+and cached vectors: random unit vectors for the documents (so the build does not wait for
+100k embeddings), tagged with the running model's id and the texts' sha256 so RecallActor
+adopts them. Queries are real text embedded by the real model on the model pool. Printed
+per size: index build seconds, then p50/p99 ms of hybrid, BM25-only (``recall_legs=bm25``
+server) and time+query requests. Without the model file only the BM25 rows are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from bench.recall_latency import SEED, Corpus, percentiles
+from nekomem.actors.messages import IndexEntry, IndexUpsert, ListEntries
+from nekomem.recall import vector_codec
+from nekomem.recall.embeddings import EmbeddingService, text_sha256
+from tests.support.live import LiveServer, make_settings
+
+SIZES = (1_000, 10_000, 100_000)
+QUERIES = 200
+NAME = "bench"
+FEED_CHUNK = 5_000
+
+
+def build(srv: LiveServer, facts: Sequence[str], model: str | None, dim: int, rng: np.random.Generator) -> float:
+    registry = srv.runtime.registry
+    for owner in ("facts", "reflections"):  # let the owners send their own (empty) feed first
+        registry.ask_sync(NAME, owner, lambda reply: ListEntries(reply=reply))
+    started = time.perf_counter()
+    for lo in range(0, len(facts), FEED_CHUNK):
+        entries = []
+        for i in range(lo, min(len(facts), lo + FEED_CHUNK)):
+            text = facts[i]
+            vec = vector_codec.encode(rng.standard_normal(dim).astype(np.float32)) if model else None
+            day = 1 + i % 28
+            entries.append(IndexEntry(id=f"f{i}", tier="fact", text=text, entity="master",
+                                      created_at=f"2026-02-{day:02d}T10:00:00+00:00", event_start_at=f"2026-02-{day:02d}T10:00:00+00:00",
+                                      vector=vec, vector_model=model, text_sha256=text_sha256(text) if model else None))
+        registry.tell(NAME, "recall", IndexUpsert(entries=entries))
+    srv.post(f"/query_memory/{NAME}", json={"query": "warm up"}).raise_for_status()  # after the whole feed
+    return time.perf_counter() - started
+
+
+def measure(srv: LiveServer, queries: Sequence[str], time_spec: str | None = None) -> tuple[float, float]:
+    samples = []
+    for q in queries:
+        body = {"query": q} if time_spec is None else {"query": q, "time": time_spec}
+        t0 = time.perf_counter()
+        r = srv.post(f"/query_memory/{NAME}", json=body)
+        samples.append(time.perf_counter() - t0)
+        assert r.status_code == 200 and "error_code" not in r.json(), r.text
+    return percentiles(samples)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="*", default=list(SIZES))
+    args = parser.parse_args(argv)
+    gen = Corpus(SEED)
+    facts = [gen.fact() for _ in range(max(args.sizes))]
+    queries = [gen.query() for _ in range(QUERIES)]
+    rng = np.random.default_rng(SEED)
+
+    emb = EmbeddingService(make_settings(Path(tempfile.gettempdir())).embeddings)
+    emb.start()
+    ready = emb.wait_ready(60)
+    print(f"embeddings: {emb.state} {emb.model_id or emb.reason}; {QUERIES} queries per row, times in ms")
+    print(f"{'docs':>8} {'legs':>8} {'build s':>8} {'p50':>8} {'p99':>8} {'+time p50':>10} {'+time p99':>10}")
+    for size in sorted(args.sizes):
+        modes = (["both"] if ready else []) + ["bm25"]
+        for legs in modes:
+            with tempfile.TemporaryDirectory(prefix="nekomem-recall-lat-") as tmp:
+                settings = make_settings(Path(tmp), recall_legs=legs, embedding_enabled=ready and legs == "both")
+                service = emb if settings.embeddings.embedding_enabled else None
+                with LiveServer(settings, embeddings=service) as srv:
+                    seconds = build(srv, facts[:size], emb.model_id if service else None, emb.dim or 0, rng)
+                    p50, p99 = measure(srv, queries)
+                    t50, t99 = measure(srv, queries, "2026-02-10")
+                    print(f"{size:>8} {legs:>8} {seconds:>8.2f} {p50:>8.2f} {p99:>8.2f} {t50:>10.2f} {t99:>10.2f}", flush=True)
+    emb.close()
+
+
+if __name__ == "__main__":
+    main()
