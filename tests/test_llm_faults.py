@@ -97,7 +97,7 @@ def test_map_evidence_with_unknown_ids_changes_nothing(tmp_path, fake_llm):
 
     def bogus_signals(req):
         prompt = json.dumps(req["messages"])
-        fact_ids = re.findall(r"fact_[0-9a-f]+", prompt)
+        fact_ids = re.findall(r"fact_[0-9]+_[0-9a-f]+", prompt)
         return {"signals": [
             {"fact_id": "fact_doesnotexist", "target_id": rid_holder[0], "signal": "reinforce"},
             {"fact_id": fact_ids[0] if fact_ids else "fact_x", "target_id": "ref_unknown", "signal": "negate"},
