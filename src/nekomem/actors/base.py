@@ -24,6 +24,24 @@ from nekomem.runtime.reply import ActorFailure, Reply
 log = logging.getLogger("nekomem.actors")
 
 
+class Counters:
+    """Process-wide counters for /health (thread-safe)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self._values: dict[str, int] = {}
+
+    def add(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self._values[name] = self._values.get(name, 0) + n
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._values)
+
+
 @dataclass
 class Services:
     """Process-wide services shared by every character."""
@@ -36,6 +54,7 @@ class Services:
     embeddings: Any = None  # nekomem.recall.embeddings.EmbeddingService | None
     switches: Any = None  # nekomem.runtime.switches.Switches
     hooks: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    counters: Counters = field(default_factory=Counters)
 
 
 @dataclass

@@ -131,6 +131,10 @@ class CharacterSupervisor(pykka.ThreadingActor):
         assert self.ctx is not None
         settings = self.services.settings.runtime
         child = crash.child
+        if child in self.failed:
+            for message in crash.pending:
+                fail_message(message, ActorFailure("character_failed", f"the {child} layer of this character failed", 503))
+            return
         ref = self.children.get(child)
         if ref is not None and ref.is_alive():
             # Already restarted (a second report for the same crash): just redeliver.
@@ -143,12 +147,14 @@ class CharacterSupervisor(pykka.ThreadingActor):
             window.popleft()
         if len(window) >= settings.restart_budget:
             self.failed[child] = crash.error
+            self.services.counters.add("failed_children")
             log.error("character child %s exceeded its restart budget; marked failed", child)
             for message in crash.pending:
                 fail_message(message, ActorFailure("character_failed", f"the {child} layer of this character failed", 503))
             return
         window.append(now)
         self.restart_total += 1
+        self.services.counters.add("child_restarts")
         log.warning("restarting crashed child %s (restart %d in window)", child, len(window))
         try:
             self.children[child] = child_classes()[child].start(self.ctx)

@@ -43,6 +43,7 @@ async def health(request: Request) -> Response:
         "llm": {"available": llm_available, "tiers": llm_status, "skipped_tiers": skipped},
         "embeddings": embeddings_status(rt),
         "model_jobs": rt.pool.total_busy(),
+        "supervision": {"child_restarts": 0, "failed_children": 0, **rt.services.counters.snapshot()},
     }
     return JSONResponse(body)
 
