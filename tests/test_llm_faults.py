@@ -8,17 +8,10 @@ import re
 import time
 
 from tests.support.fake_llm import Reply
+from tests.support.waiting import wait_for
 from tests.support.live import LiveServer, make_settings
 
 
-def wait_for(predicate, timeout=20.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def fault_settings(root, llm, **extra):

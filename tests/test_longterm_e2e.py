@@ -6,6 +6,7 @@ import time
 from datetime import datetime, timezone
 
 from nekomem.runtime.clock import ManualClock
+from tests.support.waiting import wait_for
 from tests.support.live import LiveServer, make_settings
 
 PREFERENCES = [
@@ -25,14 +26,6 @@ def fact_outputs(request):
 REFLECTION = {"reflection": {"text": "Master loves tea and drinks it every day", "entity": "master", "time_scope": "pattern", "event_start_at": None, "event_end_at": None}}
 
 
-def wait_for(predicate, timeout=20.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def chat(srv, name, texts):

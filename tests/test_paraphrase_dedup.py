@@ -10,20 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.waiting import wait_for
 from tests.support.live import LiveServer, make_settings
 
 MODEL = Path(__file__).resolve().parents[1] / "models" / "use-multilingual-v3" / "model.onnx"
 pytestmark = pytest.mark.skipif(not MODEL.exists(), reason="default embedding model not installed (run scripts/fetch_model.py)")
 
 
-def wait_for(predicate, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_paraphrase_pair_is_judged_and_merged(tmp_path, fake_llm, embedding_service):

@@ -9,6 +9,7 @@ import time
 import httpx
 
 from tests.support.fake_llm import FakeLLM
+from tests.support.waiting import wait_for
 from tests.support.live import LiveServer, ServerProcess, make_settings
 
 
@@ -17,14 +18,6 @@ def facts_view(root, name="Lan"):
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
 
 
-def wait_for(predicate, timeout=20.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def import_facts(url, texts, name="Lan"):
