@@ -36,6 +36,7 @@ from nekomem.actors.messages import (
 from nekomem.domain import evidence as ev
 from nekomem.domain import persona as pl
 from nekomem.domain import prompts_longterm as prompts
+from nekomem.domain import refine as rf
 from nekomem.domain.records import (
     Correction,
     Persona,
@@ -297,6 +298,7 @@ class PersonaActor(JournaledActor):
         if msg.monotonic >= self.next_corrections:
             self.next_corrections = msg.monotonic + self.s.longterm_idle_maintenance_interval_seconds
             self._resolve_corrections()
+        self.refine_tick(msg.monotonic)
 
     def sweep(self) -> dict[str, int]:
         now = self.now()
@@ -341,6 +343,137 @@ class PersonaActor(JournaledActor):
         self.commit(outcome.persona, outcome.corrections)
         if outcome.source_id:
             self.ctx.send("reflections", CorrectionResolved(reflection_id=outcome.source_id, kind=outcome.kind))
+
+    # -- refinement ------------------------------------------------------------------
+    _refine_next: float | None = None
+    _refine_inflight: int = 0
+    _refine_embedding: bool = False
+    _refine_off_noted: bool = False
+
+    def refine_tick(self, monotonic: float) -> None:
+        """Start a refinement pass when one is due (after its initial delay, then every
+        longterm_refine_interval_seconds) and the previous pass has finished."""
+        if self._refine_next is None:
+            self._refine_next = monotonic + self.s.longterm_refine_persona_initial_delay_seconds
+        if monotonic < self._refine_next or self._refine_inflight or self._refine_embedding:
+            return
+        self._refine_next = monotonic + self.s.longterm_refine_interval_seconds
+        self.refine_pass()
+
+    def _refine_service(self) -> Any:
+        """The embedding service when it is ready; None (logged once at INFO when it is
+        absent or disabled) otherwise."""
+        emb = self.ctx.services.embeddings
+        if emb is not None and getattr(emb, "is_ready", False) and emb.model_id and emb.dim:
+            return emb
+        if (emb is None or getattr(emb, "state", "") == "disabled") and not self._refine_off_noted:
+            self._refine_off_noted = True
+            self.log.info("persona refinement is off: no embedding model")
+        return None
+
+    def _refine_candidates(self) -> list[tuple[str, PersonaEntry]]:
+        now = self.now()
+        return [(entity, e) for entity, entries in self.persona.items() for e in entries
+                if not e.protected and e.text.strip() and rf.refine_eligible(e, now, self.s)]
+
+    def refine_pass(self) -> int:
+        """One persona refinement pass. Entries without a vector for the current model are
+        embedded first on the model pool (the pass goes on when they arrive); then the
+        clusters are sent to refine_cluster. Returns the clusters sent now."""
+        if not self.powerful() or not self.model_available("refine_cluster"):
+            return 0
+        emb = self._refine_service()
+        if emb is None:
+            return 0
+        model, dim = emb.model_id, int(emb.dim)
+        missing = [(e.id, e.text) for _entity, e in self._refine_candidates() if rf.cached_vector(e, model, dim) is None]
+        if not missing:
+            return self._refine_send(model, dim)
+        from nekomem.runtime.pool import PoolFull
+
+        texts = [text for _id, text in missing]
+
+        def job() -> Any:
+            return emb.embed(texts, "passage")
+
+        def wrap(result: Any, error: BaseException | None) -> Any:
+            return ModelDone(kind="refine_vectors", token=0, output=result, error=None if error is None else repr(error),
+                             context={"items": missing, "model": model, "dim": dim})
+
+        try:
+            self.ctx.submit_model_job(self.child_name, job, wrap)
+        except PoolFull:
+            return 0
+        self._refine_embedding = True
+        return 0
+
+    def done_refine_vectors(self, msg: ModelDone) -> None:
+        # Vectors are a cache: kept on the entries at the next view write, not journaled.
+        self._refine_embedding = False
+        if msg.error is not None:
+            self.log.info("persona refinement: embedding failed; retried at the next pass")
+            return
+        from nekomem.recall import vector_codec
+
+        model = msg.context["model"]
+        fresh: dict[str, tuple[str, str]] = {}
+        for (entry_id, text), row in zip(msg.context["items"], list(msg.output)):
+            try:
+                fresh[entry_id] = (text, vector_codec.encode(row))
+            except vector_codec.VectorCodecError:
+                continue
+        for entity, entries in self.persona.items():
+            if any(e.id in fresh for e in entries):
+                self.persona[entity] = [
+                    msgspec.structs.replace(e, embedding=fresh[e.id][1], embedding_model_id=model,
+                                            embedding_text_sha256=rf.text_sha256(e.text))
+                    if e.id in fresh and fresh[e.id][0] == e.text else e
+                    for e in entries
+                ]
+        if fresh:
+            self._dirty = max(self._dirty, 1)
+        if self.powerful() and self.model_available("refine_cluster"):
+            self._refine_send(model, msg.context["dim"])
+
+    def _refine_send(self, model: str, dim: int) -> int:
+        now = self.now()
+        sections = [(entity, [e for e in entries if not e.protected]) for entity, entries in self.persona.items()]
+        clusters = rf.plan_clusters([entries for _entity, entries in sections], lambda e: rf.cached_vector(e, model, dim), now, self.s)
+        entity_of = {e.id: entity for entity, entries in sections for e in entries}
+        sent = 0
+        for ids in clusters:
+            entity = entity_of[ids[0]]
+            members = {i: e.text for i in ids for e in self.persona[entity] if e.id == i}
+            messages = prompts.refine_cluster_messages(list(members.items()), **self.names())
+            token = self.ask_model("refine", "refine_cluster", messages, context={"entity": entity, "members": members},
+                                   timeout=self.s.longterm_refine_timeout_seconds)
+            if token is None:
+                break
+            self._refine_inflight += 1
+            sent += 1
+        if clusters:
+            self.log.info("persona refinement: %d of %d clusters sent", sent, len(clusters))
+        return sent
+
+    def done_refine(self, msg: ModelDone) -> None:
+        self._refine_inflight = max(0, self._refine_inflight - 1)
+        entity: str = msg.context["entity"]
+        members: dict[str, str] = msg.context["members"]
+        section = {e.id: e for e in self.persona.get(entity, [])}
+        if any(i not in section or section[i].protected or section[i].text != text for i, text in members.items()):
+            # Changed while the model was thinking: its answer is about texts that are gone.
+            self.log.info("persona refinement answer dropped: the cluster changed meanwhile")
+            return
+        now = self.now()
+        ids = list(members)
+        ops = [] if msg.error is not None else rf.parse_actions(msg.output, ids)
+        if not ops:
+            self.commit(rf.persona_failure(self.persona, entity, ids, now))
+            self.log.info("persona refinement failed for a cluster of %d (%s)", len(ids), "error" if msg.error else "no valid action")
+            return
+        result = rf.refine_persona(self.persona, entity, ids, ops, now, self.s)
+        self.commit(result.persona)
+        self.log.info("persona refinement applied: %s, %d new", result.outcome.counts, len(result.outcome.created))
 
     # -- API -------------------------------------------------------------------------
     def on_ListEntries(self, msg: ListEntries) -> None:

@@ -43,6 +43,7 @@ from nekomem.actors.messages import (
 )
 from nekomem.domain import evidence as ev
 from nekomem.domain import prompts_longterm as prompts
+from nekomem.domain import refine as rf
 from nekomem.domain import reflections as rl
 from nekomem.domain.records import Reflection, SurfacedEntry, assign_shards
 from nekomem.domain.render_longterm import render_longterm
@@ -422,6 +423,7 @@ class ReflectionActor(JournaledActor):
         if msg.monotonic >= self.next_sweep:
             self.next_sweep = msg.monotonic + self.s.evidence_archive_sweep_interval_seconds
             self.sweep()
+        self.refine_tick(msg.monotonic)
 
     def sweep(self) -> dict[str, int]:
         now = self.now()
@@ -445,6 +447,80 @@ class ReflectionActor(JournaledActor):
             self.ctx.send("recall", IndexRemove(ids=[r.id for r in archived]))
             self.flush()
         return {"archived": len(result.archived), "counted": len(result.counted)}
+
+    # -- refinement ------------------------------------------------------------------
+    _refine_next: float | None = None
+    _refine_inflight: int = 0
+    _refine_off_noted: bool = False
+
+    def refine_tick(self, monotonic: float) -> None:
+        """Start a refinement pass when one is due (after its initial delay, then every
+        longterm_refine_interval_seconds) and the previous pass has finished."""
+        if self._refine_next is None:
+            self._refine_next = monotonic + self.s.longterm_refine_reflection_initial_delay_seconds
+        if monotonic < self._refine_next or self._refine_inflight:
+            return
+        self._refine_next = monotonic + self.s.longterm_refine_interval_seconds
+        self.refine_pass()
+
+    def _refine_vectors(self) -> tuple[str, int] | None:
+        """(model id, dim) of a ready embedding service; None (logged once at INFO when
+        embeddings are absent or disabled) otherwise."""
+        emb = self.ctx.services.embeddings
+        if emb is not None and getattr(emb, "is_ready", False) and emb.model_id and emb.dim:
+            return emb.model_id, int(emb.dim)
+        if (emb is None or getattr(emb, "state", "") == "disabled") and not self._refine_off_noted:
+            self._refine_off_noted = True
+            self.log.info("reflection refinement is off: no embedding model")
+        return None
+
+    def refine_pass(self) -> int:
+        """Send the clusters of near-duplicate active reflections (per entity, from the
+        cached vectors) to refine_cluster; returns how many were sent. Does nothing with
+        powerful memory off, without the correction tier or without embeddings."""
+        if not self.powerful() or not self.model_available("refine_cluster"):
+            return 0
+        vectors = self._refine_vectors()
+        if vectors is None:
+            return 0
+        model, dim = vectors
+        now = self.now()
+        groups: dict[str, list[Reflection]] = {}
+        for ref in rl.active(self.refs.values()):
+            groups.setdefault(ref.entity, []).append(ref)
+        clusters = rf.plan_clusters(groups.values(), lambda r: rf.cached_vector(r, model, dim), now, self.s)
+        sent = 0
+        for ids in clusters:
+            members = {i: self.refs[i].text for i in ids}
+            messages = prompts.refine_cluster_messages(list(members.items()), **self.names())
+            token = self.ask_model("refine", "refine_cluster", messages, context={"members": members},
+                                   timeout=self.s.longterm_refine_timeout_seconds)
+            if token is None:
+                break
+            self._refine_inflight += 1
+            sent += 1
+        if clusters:
+            self.log.info("reflection refinement: %d of %d clusters sent", sent, len(clusters))
+        return sent
+
+    def done_refine(self, msg: ModelDone) -> None:
+        self._refine_inflight = max(0, self._refine_inflight - 1)
+        members: dict[str, str] = msg.context["members"]
+        current = [self.refs.get(i) for i in members]
+        if any(r is None or r.status in TERMINAL or r.status == "promoted" or r.text != members[r.id] for r in current):
+            # Changed while the model was thinking: its answer is about texts that are gone.
+            self.log.info("reflection refinement answer dropped: the cluster changed meanwhile")
+            return
+        refs = [r for r in current if r is not None]
+        now = self.now()
+        ops = [] if msg.error is not None else rf.parse_actions(msg.output, list(members))
+        if not ops:
+            self.save(rf.record_failure(refs, now))
+            self.log.info("reflection refinement failed for a cluster of %d (%s)", len(refs), "error" if msg.error else "no valid action")
+            return
+        result = rf.refine_reflections(refs, ops, now, self.s, taken_ids=self.refs.keys())
+        self.save(result.records)
+        self.log.info("reflection refinement applied: %s, %d new", result.outcome.counts, len(result.outcome.created))
 
     # -- API -------------------------------------------------------------------------
     def on_ListEntries(self, msg: ListEntries) -> None:
