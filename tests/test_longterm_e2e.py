@@ -153,3 +153,38 @@ def test_protected_card_entry_survives_a_contradicting_reflection(tmp_path, fake
         status = {x["id"]: x["status"] for x in srv.get("/api/characters/Lan/reflections").json()["items"]}
         assert status[rid] != "promoted"
         assert "Master's favourite drink is coffee" in srv.get("/new_dialog/Lan").text
+
+
+def test_periodic_disputation_scan_reads_new_user_messages(tmp_path, fake_llm):
+    clock = ManualClock(datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc))
+    fake_llm.on("synthesize_reflection", REFLECTION)
+    settings = make_settings(tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake", passivate_idle_seconds=1e9)
+    with LiveServer(settings, clock=clock) as srv:
+        facts = [{"text": f"Master says: {p}", "importance": 7} for p in PREFERENCES]
+        srv.post("/api/characters/Lan/facts", json={"facts": facts})
+        rid = srv.post("/reflect/Lan").json()["reflection"]["id"]
+        srv.post(f"/api/characters/Lan/reflections/{rid}/feedback", json={"feedback": "confirmed"})
+        srv.post("/reflect/Lan")
+        fake_llm.on("check_disputation", lambda req: {"disputed": [{"reflection_id": rid}]})
+        chat(srv, "Lan", ["These days I mostly drink hot chocolate instead"])
+        before = {r["id"]: r for r in srv.get("/api/characters/Lan/reflections").json()["items"]}[rid]
+        clock.advance(seconds=settings.longterm.reflection_rebuttal_initial_delay_seconds + 1)
+        srv.runtime.scheduler.tick_now()
+        wait_for(lambda: fake_llm.calls("check_disputation"), what="the disputation scan")
+        scan_prompt = str(fake_llm.calls("check_disputation")[-1]["body"])
+        assert "hot chocolate" in scan_prompt
+        after = wait_for(
+            lambda: (lambda r: r if r["disputation"] > before["disputation"] else None)(
+                {r["id"]: r for r in srv.get("/api/characters/Lan/reflections").json()["items"]}[rid]
+            ),
+            what="the disputation signal",
+        )
+        assert after["disputation"] > before["disputation"]
+        calls = len(fake_llm.calls("check_disputation"))
+        # The next scan has nothing new to read: no second call for the same message.
+        clock.advance(seconds=settings.longterm.reflection_rebuttal_interval_seconds + 1)
+        srv.runtime.scheduler.tick_now()
+        import time as _time
+
+        _time.sleep(0.5)
+        assert len(fake_llm.calls("check_disputation")) == calls

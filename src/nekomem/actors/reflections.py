@@ -9,7 +9,7 @@ it twice leaves the same state.
 from __future__ import annotations
 
 import random
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -424,6 +424,91 @@ class ReflectionActor(JournaledActor):
             self.next_sweep = msg.monotonic + self.s.evidence_archive_sweep_interval_seconds
             self.sweep()
         self.refine_tick(msg.monotonic)
+        self.rebuttal_tick(msg.monotonic)
+
+    # -- periodic disputation scan -------------------------------------------------------
+    REBUTTAL_CURSOR = "rebuttal_checked_until"
+
+    def rebuttal_tick(self, monotonic: float) -> None:
+        """Every ``reflection_rebuttal_interval_seconds``: read the user's messages since the
+        cursor from the raw journal (read-only; RecentActor owns it) and ask the emotion tier
+        whether they dispute a confirmed reflection. With powerful memory off, or nothing
+        to check, the cursor moves to now so nothing is backfilled later."""
+        from nekomem.stores.cursors import Cursors
+
+        if not hasattr(self, "next_rebuttal"):
+            self.next_rebuttal = monotonic + self.s.reflection_rebuttal_initial_delay_seconds
+            self.rebuttal_inflight = False
+            self.rebuttal_failures = 0
+            self.cursors = Cursors(self.ctx.paths.cursors)
+        if monotonic < self.next_rebuttal or self.rebuttal_inflight:
+            return
+        self.next_rebuttal = monotonic + self.s.reflection_rebuttal_interval_seconds
+        now = self.now()
+        now_iso = now.isoformat()
+        targets = rl.rebuttal_targets(self.refs.values(), now, self.s)
+        if not self.powerful() or not targets or not self.model_available("check_disputation"):
+            self.cursors.set(self.REBUTTAL_CURSOR, now_iso)
+            return
+        cursor = self.cursors.get(self.REBUTTAL_CURSOR)
+        cursor_dt = None
+        if cursor is not None:
+            from nekomem.domain.messages import parse_timestamp
+
+            try:
+                cursor_dt = parse_timestamp(cursor)
+            except ValueError:
+                cursor_dt = None
+            if cursor_dt is not None and cursor_dt > now:
+                cursor_dt = None  # the clock went back: start over from the lookback window
+            elif cursor_dt is not None:
+                cursor_dt += timedelta(microseconds=1)  # the cursor's own message was checked
+        start = rl.rebuttal_window_start(cursor_dt, now, self.s)
+        rows = self._journal_rows(start.isoformat(), now_iso)
+        batch = rl.rebuttal_batch(rows, self.s)
+        if not batch.messages:
+            self.cursors.set(self.REBUTTAL_CURSOR, batch.advance_to or now_iso)
+            return
+        observations = ev.observation_pool(targets, {}, now, self.s)
+        messages = prompts.check_disputation_messages(
+            batch.messages, observations, count_tokens=self.counter.count, settings=self.s, **self.names()
+        )
+        token = self.ask_model(
+            "rebuttal", "check_disputation", messages,
+            context={"observations": observations, "advance_to": batch.advance_to or now_iso},
+            timeout=self.s.longterm_rebuttal_timeout_seconds,
+        )
+        self.rebuttal_inflight = token is not None
+
+    def _journal_rows(self, start_iso: str, end_iso: str) -> list[Any]:
+        from nekomem.stores.timeindex import TimeIndex
+
+        path = self.ctx.paths.time_index_db
+        if not path.exists():
+            return []
+        index = TimeIndex(path)
+        try:
+            return index.between(start_iso, end_iso, limit=self.s.reflection_rebuttal_max_rows)
+        finally:
+            index.close()
+
+    def done_rebuttal(self, msg: ModelDone) -> None:
+        self.rebuttal_inflight = False
+        if msg.error is not None:
+            self.rebuttal_failures += 1
+            if self.rebuttal_failures >= self.s.longterm_liveness_max_attempts:
+                # Dead letter: do not retry the same window forever.
+                self.rebuttal_failures = 0
+                self.cursors.set(self.REBUTTAL_CURSOR, msg.context["advance_to"])
+            return
+        self.rebuttal_failures = 0
+        signals = ev.resolve_disputed(msg.output, msg.context["observations"])
+        ids = [s.target_id for s in signals if s.target_kind == "reflection"]
+        updated, changed = rl.apply_disputed(list(self.refs.values()), ids, self.now(), self.s)
+        self.save_changed(updated, changed, "reflection.rebutted")
+        self.cursors.set(self.REBUTTAL_CURSOR, msg.context["advance_to"])
+        if changed:
+            self.log.info("disputation scan: %d reflections disputed", len(changed))
 
     def sweep(self) -> dict[str, int]:
         now = self.now()
