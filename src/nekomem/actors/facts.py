@@ -146,16 +146,6 @@ class FactActor(JournaledActor):
             self.archive.pop(fid, None)
 
     # -- helpers ---------------------------------------------------------------------
-    def now(self) -> datetime:
-        return self.ctx.clock.now()
-
-    def powerful(self) -> bool:
-        switches = self.ctx.services.switches
-        return switches.powerful_memory() if switches is not None else self.s.powerful_memory_default
-
-    def names(self) -> dict[str, str]:
-        return {"master_name": self.ctx.settings.recent.master_name, "ai_name": self.ctx.name}
-
     def add_facts(self, new: list[Fact]) -> tuple[list[Fact], int]:
         """Dedup ``new`` against the store and journal what is left; returns (added, skipped)."""
         outcome = self.dedup.dedup(new)

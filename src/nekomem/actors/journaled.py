@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any, ClassVar
 
 from nekomem.actors.base import ChildActor
@@ -55,8 +56,24 @@ class JournaledActor(ChildActor):
             self.flush()
         self.after_load()
 
+    def now(self) -> datetime:
+        return self.ctx.clock.now()
+
     def now_iso(self) -> str:
         return iso(self.ctx.clock.now())
+
+    def powerful(self) -> bool:
+        """The powerful-memory switch, re-read on every use."""
+        switches = self.ctx.services.switches
+        return switches.powerful_memory() if switches is not None else self.ctx.settings.longterm.powerful_memory_default
+
+    def names(self) -> dict[str, str]:
+        """Names for prompts: the user's and the character's."""
+        return {"master_name": self.ctx.settings.recent.master_name, "ai_name": self.ctx.name}
+
+    def stop_names(self) -> list[str]:
+        """Names removed before keyword matching (they are in every entry)."""
+        return [self.ctx.settings.recent.master_name, self.ctx.name]
 
     def record(self, type: str, payload: Mapping[str, Any]) -> Event:
         """Journal one transition, apply it, and schedule the view write."""

@@ -119,19 +119,6 @@ class PersonaActor(JournaledActor):
                 self.persona[entity] = [e for e in entries if e.id != entry_id]
 
     # -- helpers ---------------------------------------------------------------------
-    def now(self) -> datetime:
-        return self.ctx.clock.now()
-
-    def powerful(self) -> bool:
-        switches = self.ctx.services.switches
-        return switches.powerful_memory() if switches is not None else self.s.powerful_memory_default
-
-    def names(self) -> dict[str, str]:
-        return {"master_name": self.ctx.settings.recent.master_name, "ai_name": self.ctx.name}
-
-    def stop_names(self) -> list[str]:
-        return [self.ctx.settings.recent.master_name, self.ctx.name]
-
     def commit(self, new: Persona, corrections: list[Correction] | None = None, type: str = "persona.entry_updated") -> list[str]:
         """Journal the difference between the current persona and ``new``; returns changed ids."""
         old_entries = {e.id: (entity, e) for entity, entries in self.persona.items() for e in entries}

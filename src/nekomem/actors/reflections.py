@@ -50,6 +50,7 @@ from nekomem.domain.render_longterm import render_longterm
 from nekomem.domain.tokens import get_counter
 from nekomem.runtime.reply import ActorFailure
 from nekomem.stores.atomic import atomic_write_json, read_json
+from nekomem.stores.cursors import Cursors
 from nekomem.stores.journal import Event
 
 TERMINAL = ("denied", "archived", "merged", "promote_blocked")
@@ -89,6 +90,10 @@ class ReflectionActor(JournaledActor):
         mono = self.ctx.clock.monotonic()
         self.next_promote = mono + self.s.reflection_auto_promote_initial_delay_seconds
         self.next_sweep = mono + self.s.evidence_archive_sweep_initial_delay_seconds
+        self.next_rebuttal = mono + self.s.reflection_rebuttal_initial_delay_seconds
+        self.rebuttal_inflight = False
+        self.rebuttal_failures = 0
+        self.cursors = Cursors(self.ctx.paths.cursors)
 
     def after_load(self) -> None:
         self.send_index()
@@ -129,19 +134,6 @@ class ReflectionActor(JournaledActor):
             self.refs.pop(p.get("id"), None)
 
     # -- helpers ---------------------------------------------------------------------
-    def now(self) -> datetime:
-        return self.ctx.clock.now()
-
-    def powerful(self) -> bool:
-        switches = self.ctx.services.switches
-        return switches.powerful_memory() if switches is not None else self.s.powerful_memory_default
-
-    def names(self) -> dict[str, str]:
-        return {"master_name": self.ctx.settings.recent.master_name, "ai_name": self.ctx.name}
-
-    def stop_names(self) -> list[str]:
-        return [self.ctx.settings.recent.master_name, self.ctx.name]
-
     def index_entry(self, ref: Reflection) -> IndexEntry:
         now = self.now()
         score = ev.net_score(ref, now, self.s)
@@ -434,13 +426,6 @@ class ReflectionActor(JournaledActor):
         cursor from the raw journal (read-only; RecentActor owns it) and ask the emotion tier
         whether they dispute a confirmed reflection. With powerful memory off, or nothing
         to check, the cursor moves to now so nothing is backfilled later."""
-        from nekomem.stores.cursors import Cursors
-
-        if not hasattr(self, "next_rebuttal"):
-            self.next_rebuttal = monotonic + self.s.reflection_rebuttal_initial_delay_seconds
-            self.rebuttal_inflight = False
-            self.rebuttal_failures = 0
-            self.cursors = Cursors(self.ctx.paths.cursors)
         if monotonic < self.next_rebuttal or self.rebuttal_inflight:
             return
         self.next_rebuttal = monotonic + self.s.reflection_rebuttal_interval_seconds
