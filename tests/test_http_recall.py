@@ -53,14 +53,9 @@ PARAPHRASES = [
 
 
 @pytest.fixture(scope="module")
-def embeddings(tmp_path_factory: pytest.TempPathFactory) -> EmbeddingService:
-    if not MODEL.is_file():
-        pytest.skip(f"embedding model not installed at {MODEL} (run scripts/fetch_model.py)")
-    service = EmbeddingService(make_settings(tmp_path_factory.mktemp("emb")).embeddings)
-    service.start()
-    if not service.wait_ready(60):
-        pytest.skip(f"embedding model did not load: {service.reason}")
-    return service
+def embeddings(embedding_service: EmbeddingService) -> EmbeddingService:
+    """The shared real model (tests/conftest.py)."""
+    return embedding_service
 
 
 def ask(srv: LiveServer, **body: Any) -> dict[str, Any]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import datetime, timezone
 
 from nekomem.runtime.clock import ManualClock
@@ -44,7 +43,7 @@ def test_powerful_memory_path_to_persona(tmp_path, fake_llm):
     settings = make_settings(tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake")
     with LiveServer(settings) as srv:
         chat(srv, "Lan", PREFERENCES + [f"and another thing {i}" for i in range(5)])  # 10 user turns
-        facts = wait_for(lambda: srv.get("/api/characters/Lan/facts").json()["total"] >= 5 or None, what="facts")
+        wait_for(lambda: srv.get("/api/characters/Lan/facts").json()["total"] >= 5 or None, what="facts")
         assert fake_llm.calls("extract_facts")
         listing = srv.get("/api/characters/Lan/facts").json()
         assert {f["text"] for f in listing["items"]} >= {f"Master says: {p}" for p in PREFERENCES}

@@ -37,14 +37,9 @@ FACT_TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def embeddings(tmp_path_factory: pytest.TempPathFactory) -> EmbeddingService:
-    if not MODEL.is_file():
-        pytest.skip(f"embedding model not installed at {MODEL} (run scripts/fetch_model.py)")
-    service = EmbeddingService(make_settings(tmp_path_factory.mktemp("emb")).embeddings)
-    service.start()
-    if not service.wait_ready(60):
-        pytest.skip(f"embedding model did not load: {service.reason}")
-    return service
+def embeddings(embedding_service: EmbeddingService) -> EmbeddingService:
+    """The shared real model (tests/conftest.py)."""
+    return embedding_service
 
 
 def settings_for(tmp_path: Path, fake_llm: Any, **extra: Any) -> Any:

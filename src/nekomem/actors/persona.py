@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-from datetime import datetime
 from typing import Any
 
 import msgspec

@@ -345,17 +345,11 @@ class _Doc:
 
 def _epoch(value: object, tz: tzinfo) -> float | None:
     """An ISO 8601 timestamp as epoch seconds (a naive one is read in ``tz``); None if unusable."""
-    if not isinstance(value, str) or not value.strip():
+    from nekomem.domain.messages import parse_iso
+
+    parsed = parse_iso(value, tz)
+    if parsed is None:
         return None
-    text = value.strip()
-    if text.endswith(("Z", "z")):
-        text = text[:-1] + "+00:00"
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=tz)
     try:
         return parsed.timestamp()
     except (OverflowError, OSError, ValueError):

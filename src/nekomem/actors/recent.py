@@ -27,7 +27,6 @@ from nekomem.actors.messages import (
     RecentView,
     ReviewDone,
     Tick,
-    WriteResult,
 )
 from nekomem.domain import recent_window, review
 from nekomem.domain.messages import Turn, from_disk

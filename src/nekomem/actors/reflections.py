@@ -9,7 +9,7 @@ it twice leaves the same state.
 from __future__ import annotations
 
 import random
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import msgspec

@@ -9,7 +9,7 @@ On disk (recent.json and the ``message`` column of time_indexed.db) a turn is
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone, tzinfo
 from typing import Any, Literal
 
 import msgspec
@@ -76,16 +76,28 @@ def content_text(content: Any) -> str | None:
     return None
 
 
-def parse_timestamp(value: str) -> datetime:
-    """Parse an ISO 8601 timestamp; a value without offset is taken as UTC."""
+def parse_iso(value: object, naive_tz: tzinfo | None = timezone.utc) -> datetime | None:
+    """An ISO 8601 value as a datetime keeping its own offset; a naive value is read in
+    ``naive_tz`` (left naive when that is None); a trailing ``Z`` means UTC. None when
+    absent or invalid."""
+    if not isinstance(value, str) or not value.strip():
+        return None
     text = value.strip()
-    if text.endswith("Z"):
+    if text.endswith(("Z", "z")):
         text = text[:-1] + "+00:00"
-    parsed = datetime.fromisoformat(text)
-    if parsed.tzinfo is None:
-        from datetime import timezone
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return parsed.replace(tzinfo=naive_tz) if parsed.tzinfo is None and naive_tz is not None else parsed
 
-        parsed = parsed.replace(tzinfo=timezone.utc)
+
+def parse_timestamp(value: str) -> datetime:
+    """Parse an ISO 8601 timestamp; a value without offset is taken as UTC.
+    Raises ValueError when it is not ISO 8601."""
+    parsed = parse_iso(value)
+    if parsed is None:
+        raise ValueError(f"not an ISO 8601 timestamp: {value!r}")
     return parsed
 
 

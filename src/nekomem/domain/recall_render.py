@@ -16,6 +16,7 @@ Languages: en, ja, zh (anything else falls back to the configured default).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from nekomem.domain.messages import parse_iso
 from datetime import datetime, timezone
 from typing import Any
 
@@ -105,16 +106,7 @@ def entry_tag(tier: object, entity: object, language: str) -> str:
 
 
 def _parse(value: object) -> datetime | None:
-    if not isinstance(value, str) or not value.strip():
-        return None
-    text = value.strip()
-    if text.endswith(("Z", "z")):
-        text = text[:-1] + "+00:00"
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return parsed.replace(tzinfo=timezone.utc) if parsed.tzinfo is None else parsed
+    return parse_iso(value)
 
 
 def anchor_of(result: Mapping[str, Any]) -> datetime | None:

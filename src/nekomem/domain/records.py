@@ -41,17 +41,13 @@ def parse_time(value: Any, like: datetime) -> datetime | None:
     A naive stored value takes ``like``'s zone; an aware value is converted to it (or made
     naive when ``like`` is naive).
     """
-    if not isinstance(value, str) or not value.strip():
-        return None
-    text = value.strip()
-    if text.endswith(("Z", "z")):
-        text = text[:-1] + "+00:00"
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
+    from nekomem.domain.messages import parse_iso
+
+    parsed = parse_iso(value, naive_tz=None)
+    if parsed is None:
         return None
     if like.tzinfo is None:
-        return parsed.replace(tzinfo=None) if parsed.tzinfo is None else parsed.astimezone(None).replace(tzinfo=None)
+        return parsed if parsed.tzinfo is None else parsed.astimezone(None).replace(tzinfo=None)
     if parsed.tzinfo is None:
         return parsed.replace(tzinfo=like.tzinfo)
     return parsed.astimezone(like.tzinfo)
