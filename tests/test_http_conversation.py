@@ -195,3 +195,14 @@ def test_review_switch_off_means_no_review(tmp_path, fake_llm):
         srv.post("/process/Lan", json={"input_history": turns})
         time.sleep(0.5)
         assert fake_llm.calls("review_recent") == []
+
+
+def test_a_corrupt_recent_json_is_rebuilt_from_the_journal(tmp_path):
+    with LiveServer(make_settings(tmp_path)) as srv:
+        srv.post("/cache/Lan", json={"input_history": [openai_turn("user", "first"), openai_turn("assistant", "second")]})
+    (tmp_path / "Lan" / "recent.json").write_text("{not json", encoding="utf-8")
+    with LiveServer(make_settings(tmp_path)) as srv:
+        text = srv.get("/new_dialog/Lan").text
+        assert "first" in text and "second" in text
+    assert [m["data"]["content"] for m in recent_items(tmp_path, "Lan")] == ["first", "second"]
+    assert list((tmp_path / "Lan").glob("recent.json.corrupt-*")), "the unreadable file is kept aside"

@@ -90,14 +90,22 @@ class RecentActor(ChildActor):
             turn = from_disk(item)
             if turn is not None:
                 window.append(turn)
-        self.window = window
-        self.tokens = [self.counter.count(t.text) for t in window]
+        self.tindex = TimeIndex(paths.time_index_db)
         meta_raw, _ = read_json(paths.recent_meta, default={})
         try:
             self.meta = msgspec.convert(meta_raw if isinstance(meta_raw, dict) else {}, RecentMeta, strict=False)
         except msgspec.ValidationError:
             self.meta = RecentMeta()
-        self.tindex = TimeIndex(paths.time_index_db)
+        if status == "corrupt":
+            # recent.json was unreadable (moved aside as *.corrupt-*): rebuild the window
+            # from the raw journal, which holds every message.
+            window = self.tindex.tail(self.settings.recent_compress_threshold_items)
+            self.log.warning("recent.json was corrupt; rebuilt the window from the journal (%d items)", len(window))
+        self.window = window
+        self.tokens = [self.counter.count(t.text) for t in window]
+        if status == "corrupt":
+            self._enforce_cap()
+            self._save_window()
         self._token = 0
         self._compression: _Compression | None = None
         self._review_token: int | None = None
