@@ -362,11 +362,8 @@ class FactActor(JournaledActor):
             raise ActorFailure("not_found", f"no active fact {msg.id}", 404)
         changes: dict[str, Any] = {}
         if "text" in msg.changes:
-            text = msg.changes["text"]
-            if not isinstance(text, str) or not text.strip():
-                raise ActorFailure("bad_text", "text must be a non-empty string", 422)
-            changes["text"] = text.strip()
-            changes["hash"] = fact_hash(text.strip())
+            changes["text"] = self.edited_text(msg.changes)
+            changes["hash"] = fact_hash(changes["text"])
             changes["embedding"] = None
             changes["embedding_text_sha256"] = None
         if "importance" in msg.changes:

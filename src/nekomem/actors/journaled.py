@@ -71,6 +71,37 @@ class JournaledActor(ChildActor):
         """Names for prompts: the user's and the character's."""
         return {"master_name": self.ctx.settings.recent.master_name, "ai_name": self.ctx.name}
 
+    @staticmethod
+    def edited_text(changes: Mapping[str, Any]) -> str:
+        """The ``text`` of an API edit, stripped; raises ActorFailure 422 when it is not a
+        non-empty string."""
+        from nekomem.runtime.reply import ActorFailure
+
+        text = changes.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise ActorFailure("bad_text", "text must be a non-empty string", 422)
+        return text.strip()
+
+    def send_refine_clusters(self, clusters: list[tuple[dict[str, str], dict[str, Any]]], what: str) -> int:
+        """Ask ``refine_cluster`` for each (members id -> text, extra context) until the
+        pool refuses; the answers come back to ``done_refine``. Returns how many were sent."""
+        from nekomem.domain import prompts_longterm as prompts
+
+        sent = 0
+        for members, extra in clusters:
+            messages = prompts.refine_cluster_messages(list(members.items()), **self.names())
+            token = self.ask_model(
+                "refine", "refine_cluster", messages, context={**extra, "members": members},
+                timeout=self.ctx.settings.longterm.longterm_refine_timeout_seconds,
+            )
+            if token is None:
+                break
+            self._refine_inflight += 1
+            sent += 1
+        if clusters:
+            self.log.info("%s refinement: %d of %d clusters sent", what, sent, len(clusters))
+        return sent
+
     def stop_names(self) -> list[str]:
         """Names removed before keyword matching (they are in every entry)."""
         return [self.ctx.settings.recent.master_name, self.ctx.name]

@@ -426,20 +426,11 @@ class PersonaActor(JournaledActor):
         sections = [(entity, [e for e in entries if not e.protected]) for entity, entries in self.persona.items()]
         clusters = rf.plan_clusters([entries for _entity, entries in sections], lambda e: rf.cached_vector(e, model, dim), now, self.s)
         entity_of = {e.id: entity for entity, entries in sections for e in entries}
-        sent = 0
+        batch = []
         for ids in clusters:
             entity = entity_of[ids[0]]
-            members = {i: e.text for i in ids for e in self.persona[entity] if e.id == i}
-            messages = prompts.refine_cluster_messages(list(members.items()), **self.names())
-            token = self.ask_model("refine", "refine_cluster", messages, context={"entity": entity, "members": members},
-                                   timeout=self.s.longterm_refine_timeout_seconds)
-            if token is None:
-                break
-            self._refine_inflight += 1
-            sent += 1
-        if clusters:
-            self.log.info("persona refinement: %d of %d clusters sent", sent, len(clusters))
-        return sent
+            batch.append(({i: e.text for i in ids for e in self.persona[entity] if e.id == i}, {"entity": entity}))
+        return self.send_refine_clusters(batch, "persona")
 
     def done_refine(self, msg: ModelDone) -> None:
         self._refine_inflight = max(0, self._refine_inflight - 1)
@@ -487,13 +478,11 @@ class PersonaActor(JournaledActor):
         unknown = set(msg.changes) - {"text"}
         if unknown:
             raise ActorFailure("bad_field", f"cannot edit {sorted(unknown)}", 422)
-        text = msg.changes.get("text")
-        if not isinstance(text, str) or not text.strip():
-            raise ActorFailure("bad_text", "text must be a non-empty string", 422)
+        text = self.edited_text(msg.changes)
         new = pl.copy_persona(self.persona)
-        new[entity] = [msgspec.structs.replace(e, text=text.strip(), embedding=None) if e.id == msg.id else e for e in new[entity]]
+        new[entity] = [msgspec.structs.replace(e, text=text, embedding=None) if e.id == msg.id else e for e in new[entity]]
         self.commit(new)
-        msg.reply.ok({"id": msg.id, "entity": entity, "text": text.strip()})
+        msg.reply.ok({"id": msg.id, "entity": entity, "text": text})
 
     def on_DeleteEntry(self, msg: DeleteEntry) -> None:
         if self.find(msg.id) is None:

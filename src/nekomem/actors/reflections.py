@@ -559,19 +559,7 @@ class ReflectionActor(JournaledActor):
         for ref in rl.active(self.refs.values()):
             groups.setdefault(ref.entity, []).append(ref)
         clusters = rf.plan_clusters(groups.values(), lambda r: rf.cached_vector(r, model, dim), now, self.s)
-        sent = 0
-        for ids in clusters:
-            members = {i: self.refs[i].text for i in ids}
-            messages = prompts.refine_cluster_messages(list(members.items()), **self.names())
-            token = self.ask_model("refine", "refine_cluster", messages, context={"members": members},
-                                   timeout=self.s.longterm_refine_timeout_seconds)
-            if token is None:
-                break
-            self._refine_inflight += 1
-            sent += 1
-        if clusters:
-            self.log.info("reflection refinement: %d of %d clusters sent", sent, len(clusters))
-        return sent
+        return self.send_refine_clusters([({i: self.refs[i].text for i in ids}, {}) for ids in clusters], "reflection")
 
     def done_refine(self, msg: ModelDone) -> None:
         self._refine_inflight = max(0, self._refine_inflight - 1)
@@ -611,11 +599,9 @@ class ReflectionActor(JournaledActor):
             raise ActorFailure("bad_field", f"cannot edit {sorted(unknown)}", 422)
         changes: dict[str, Any] = {}
         if "text" in msg.changes:
-            text = msg.changes["text"]
-            if not isinstance(text, str) or not text.strip():
-                raise ActorFailure("bad_text", "text must be a non-empty string", 422)
-            changes["text"] = text.strip()
+            changes["text"] = self.edited_text(msg.changes)
             changes["embedding"] = None
+            changes["embedding_text_sha256"] = None
         if "entity" in msg.changes:
             if not isinstance(msg.changes["entity"], str) or not msg.changes["entity"].strip():
                 raise ActorFailure("bad_entity", "entity must be a non-empty string", 422)
