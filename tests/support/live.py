@@ -70,6 +70,14 @@ class LiveServer:
         assert self.client is not None
         return self.client.get(path, **kwargs)
 
+    def patch(self, path: str, **kwargs: Any) -> httpx.Response:
+        assert self.client is not None
+        return self.client.patch(path, **kwargs)
+
+    def delete(self, path: str, **kwargs: Any) -> httpx.Response:
+        assert self.client is not None
+        return self.client.delete(path, **kwargs)
+
 
 def free_port() -> int:
     with socket.socket() as sock:
