@@ -12,7 +12,7 @@ import collections
 import os
 import subprocess
 import sys
-import threading
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -126,32 +126,29 @@ def process_cpu_seconds(pid: int) -> float | None:
 # --- servers ----------------------------------------------------------------------------------
 
 
-class _StderrTail:
-    """Drains a child's stderr pipe (so a chatty child never blocks on a full pipe) and
-    keeps its last lines for error messages."""
+class _LogTail:
+    """The last lines of a server's log file (ServerProcess writes its stderr to a file,
+    so a chatty child never blocks on a full pipe)."""
 
-    def __init__(self, stream: Any) -> None:
-        self.lines: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
-        self._thread = threading.Thread(target=self._drain, args=(stream,), daemon=True)
-        self._thread.start()
-
-    def _drain(self, stream: Any) -> None:
-        for raw in iter(stream.readline, b""):
-            self.lines.append(raw.decode("utf-8", "replace").rstrip())
+    def __init__(self, path: Path) -> None:
+        self.path = path
 
     def text(self) -> str:
-        return "\n".join(self.lines)
+        try:
+            lines = self.path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-STDERR_TAIL_LINES:])
 
 
-def start_nekomem(memory_root: Path, env: dict[str, str] | None = None, timeout: float = 60.0) -> tuple[ServerProcess, _StderrTail]:
+def start_nekomem(memory_root: Path, env: dict[str, str] | None = None, timeout: float = 60.0) -> tuple[ServerProcess, _LogTail]:
     """``python -m nekomem serve`` on a free loopback port with a quiet log level; waits
-    until start-up recovery is over. Returns the process and its stderr tail."""
+    until start-up recovery is over. Returns the process and its log tail."""
     values = {"NEKOMEM_LOG_LEVEL": BENCH_LOG_LEVEL.upper(), "NEKOMEM_HOST": LOOPBACK}
     values.update(env or {})
     server = ServerProcess(memory_root, env=values)
     server.start(timeout=timeout)
-    assert server.proc is not None and server.proc.stderr is not None
-    return server, _StderrTail(server.proc.stderr)
+    return server, _LogTail(server.log_path)
 
 
 def wait_embeddings_settled(url: str, timeout: float = 60.0) -> str:
@@ -178,11 +175,13 @@ class UvicornProcess:
         self.port = port or free_port()
         self.url = f"http://{LOOPBACK}:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
-        self.stderr: _StderrTail | None = None
+        self.stderr: _LogTail | None = None
 
     def start(self, ready_path: str, timeout: float = 30.0) -> None:
         """Start and wait until GET ``ready_path`` answers 200. Raises RuntimeError."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("NEKOMEM_")}
+        log_path = Path(tempfile.gettempdir()) / f"nekomem-bench-baseline-{self.port}.log"
+        log = open(log_path, "wb")
         self.proc = subprocess.Popen(
             [
                 sys.executable, "-m", "uvicorn", self.app,
@@ -192,9 +191,10 @@ class UvicornProcess:
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stderr=log,
         )
-        self.stderr = _StderrTail(self.proc.stderr)
+        log.close()
+        self.stderr = _LogTail(log_path)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
