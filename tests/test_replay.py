@@ -127,3 +127,19 @@ def test_synthesis_retried_after_a_crash_yields_one_reflection(tmp_path, fake_ll
         assert [r["id"] for r in refs["items"]] == [first]
         wait_for(lambda: srv.get("/api/characters/Lan/facts", params={"status": "absorbed"}).json()["total"] == 5, what="absorb")
     assert len(fake_llm.calls("synthesize_reflection")) == 1
+
+
+def test_one_unrecoverable_character_does_not_block_start_up(tmp_path):
+    good = tmp_path / "Good"
+    good.mkdir()
+    record = {"op_id": "op-1", "type": "extract_facts", "payload": {"messages": []}, "status": "pending", "ts": "2026-05-01T10:00:00+00:00"}
+    (good / "outbox.ndjson").write_text(json.dumps(record) + "\n")
+    bad = tmp_path / "Bad"
+    bad.mkdir()
+    (bad / "events.ndjson").mkdir()  # unreadable journal: this character cannot recover
+    with LiveServer(make_settings(tmp_path, ask_timeout_seconds=5)) as srv:
+        assert srv.get("/health").json()["limited_mode"] is False
+        assert srv.runtime.recovery_error is not None
+        assert srv.post("/cache/Good", json={"input_history": [{"role": "user", "content": "hi"}]}).status_code == 200
+        lines = [json.loads(x) for x in (good / "outbox.ndjson").read_text().splitlines()]
+        assert any(x["status"] == "done" for x in lines)

@@ -80,16 +80,28 @@ class Runtime:
         from nekomem.stores.layout import CharacterPaths, list_characters
 
         try:
-            names = [n for n in list_characters(self.memory_root) if self._has_unfinished(CharacterPaths(self.memory_root, n))]
-            for name in names:
-                self.registry.ask_sync(name, "outbox", lambda reply: OutboxState(reply=reply))
-            if names:
-                log.info("start-up recovery activated %d characters", len(names))
-            self.limited_reason = None
-        except Exception as exc:  # noqa: BLE001
-            log.exception("start-up recovery failed")
+            names = list_characters(self.memory_root)
+        except OSError as exc:
+            log.exception("the memory root cannot be listed")
             self.recovery_error = repr(exc)
             self.limited_reason = "storage_recovery_failed"
+            return
+        recovered = failed = 0
+        for name in names:
+            # One character that cannot recover must not keep every other one in
+            # limited mode: it is reported and retried at its next activation.
+            try:
+                if not self._has_unfinished(CharacterPaths(self.memory_root, name)):
+                    continue
+                self.registry.ask_sync(name, "outbox", lambda reply: OutboxState(reply=reply))
+                recovered += 1
+            except Exception as exc:  # noqa: BLE001
+                failed += 1
+                self.recovery_error = repr(exc)
+                log.warning("start-up recovery of a character failed: %s", type(exc).__name__)
+        if recovered or failed:
+            log.info("start-up recovery: %d characters activated, %d failed", recovered, failed)
+        self.limited_reason = None
 
     @staticmethod
     def _has_unfinished(paths: Any) -> bool:
