@@ -35,7 +35,11 @@ test: install
 
 bench: install
 	$(PY) -m bench.http_load
+	$(PY) -m bench.isolation
+	$(PY) -m bench.fact_write_cost
 	$(PY) -m bench.recall_latency
+	$(PY) -m bench.recall_http_latency
+	$(PY) -m bench.locomo_quality --configs legs
 
 clean:
 	rm -rf $(VENV) models
