@@ -103,7 +103,21 @@ class ReflectionActor(JournaledActor):
         self.send_index()
 
     def send_index(self) -> None:
-        self.ctx.send("recall", IndexUpsert(entries=[self.index_entry(r) for r in self.refs.values()], replace_tier="reflection"))
+        entries = [self.index_entry(r) for r in self.refs.values()]
+        self._searchable = {e.id: e.searchable for e in entries}
+        self.ctx.send("recall", IndexUpsert(entries=entries, replace_tier="reflection"))
+
+    def send_decayed(self) -> None:
+        """Upsert only the reflections whose searchable verdict changed since it was last
+        sent (decay can push a score below zero without any event)."""
+        changed = []
+        for ref in self.refs.values():
+            entry = self.index_entry(ref)
+            if self._searchable.get(ref.id) != entry.searchable:
+                changed.append(entry)
+                self._searchable[ref.id] = entry.searchable
+        if changed:
+            self.ctx.send("recall", IndexUpsert(entries=changed))
 
     def write_views(self) -> None:
         atomic_write_json(self.ctx.paths.reflections, list(self.refs.values()))
@@ -168,7 +182,9 @@ class ReflectionActor(JournaledActor):
         if not refs:
             return
         self.record_many((type, {"reflection": msgspec.to_builtins(r)}) for r in refs)
-        self.ctx.send("recall", IndexUpsert(entries=[self.index_entry(self.refs[r.id]) for r in refs if r.id in self.refs]))
+        entries = [self.index_entry(self.refs[r.id]) for r in refs if r.id in self.refs]
+        self._searchable.update((e.id, e.searchable) for e in entries)
+        self.ctx.send("recall", IndexUpsert(entries=entries))
 
     def save_changed(self, new_list: list[Reflection], changed_ids: list[str], type: str = "reflection.state_changed") -> None:
         by_id = {r.id: r for r in new_list}
@@ -410,8 +426,8 @@ class ReflectionActor(JournaledActor):
         if msg.monotonic >= self.next_promote:
             self.next_promote = msg.monotonic + self.s.reflection_auto_promote_interval_seconds
             self._promotion_pass(None, None)
-            # Scores decay with time: let recall re-apply the negative-score filter.
-            self.send_index()
+            # Scores decay with time: tell recall of entries whose filter verdict changed.
+            self.send_decayed()
         if msg.monotonic >= self.next_sweep:
             self.next_sweep = msg.monotonic + self.s.evidence_archive_sweep_interval_seconds
             self.sweep()
