@@ -11,38 +11,10 @@ from typing import Any, Literal
 import msgspec
 
 from nekomem.domain.messages import Turn
+# The supervision protocol is the runtime's; re-exported here for the actors.
+from nekomem.runtime.protocol import ChildCrashed, Deliver, Describe, Flush, Message, Tick  # noqa: F401
 
 WriteMode = Literal["cache", "process", "renew", "settle"]
-
-
-class Message(msgspec.Struct, kw_only=True):
-    reply: Any = None
-
-
-# -- supervision -------------------------------------------------------------------------
-class Deliver(Message):
-    child: str
-    message: Any
-
-
-class ChildCrashed(Message):
-    child: str
-    error: str
-    pending: list[Any]
-
-
-class Tick(Message):
-    """Periodic work; sent by the scheduler through the supervisor to every child."""
-
-    monotonic: float
-
-
-class Flush(Message):
-    """Write views that lag their journal now."""
-
-
-class Describe(Message):
-    """Ask the supervisor for its children's state (for /health and tests)."""
 
 
 # -- recent window -----------------------------------------------------------------------

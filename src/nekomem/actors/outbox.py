@@ -99,6 +99,11 @@ class OutboxActor(ChildActor):
                 self.retry_at[msg.op_id] = self.ctx.clock.monotonic() + self.settings.outbox_retry_delay_seconds
         self._dispatch_ready()
 
+    def due_at(self) -> float | None:
+        """The earliest retry of a failed record (others are sent as soon as a slot frees)."""
+        waiting = [at for op_id, at in self.retry_at.items() if op_id in self.pending and op_id not in self.running]
+        return min(waiting) if waiting else None
+
     def on_Tick(self, msg: Tick) -> None:
         if self.pending:
             self._dispatch_ready()

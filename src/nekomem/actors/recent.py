@@ -394,9 +394,22 @@ class RecentActor(ChildActor):
         msg.reply.ok(RecentView(window=list(self.window), last_timestamp=self.tindex.last_timestamp(), stored_total=self.tindex.count()))
 
     # -- periodic --------------------------------------------------------------------
+    def due_at(self) -> float | None:
+        """Idle compression (once idle, after a failure's backoff), the idle review (once
+        per idle spell) and the idempotency-key purge."""
+        idle_at = self._last_activity + self.settings.recent_idle_compress_seconds
+        due = [self._last_purge + self.ctx.settings.server.idempotency_purge_seconds]
+        if self._compression is None and self._llm_ready("summary") and recent_window.needs_compression(self.window, self.settings):
+            due.append(max(idle_at, self._next_compress_try))
+        if getattr(self, "_idle_seen", None) != self._last_activity and self._review_token is None and self.window and self._llm_ready("correction"):
+            due.append(idle_at)
+        return min(due)
+
     def on_Tick(self, msg: Tick) -> None:
         now = msg.monotonic
         idle = now - self._last_activity
+        if idle >= self.settings.recent_idle_compress_seconds:
+            self._idle_seen = self._last_activity
         if (
             self._compression is None
             and idle >= self.settings.recent_idle_compress_seconds

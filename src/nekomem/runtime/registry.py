@@ -12,31 +12,62 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import pykka
 
-from nekomem.actors.base import Services
-from nekomem.actors.messages import Deliver, Describe, Flush, Tick
-from nekomem.runtime.reply import ActorFailure, Reply
+from nekomem.runtime.protocol import Deliver, Describe, Flush
+from nekomem.runtime.reply import ActorFailure, AskTimeout, Reply
+from nekomem.runtime.services import Routes, Services
+from nekomem.runtime.timers import TimerHandle
+from nekomem.stores.layout import CharacterPaths
 
 log = logging.getLogger("nekomem.registry")
 
 
-class _Entry:
-    __slots__ = ("ref", "last_used", "inflight")
+class ActorLayer(Protocol):
+    """What the runtime needs of the actors layer (which it never imports)."""
 
-    def __init__(self, ref: pykka.ActorRef[Any], now: float) -> None:
+    def start_supervisor(self, name: str, services: Services, routes: Routes) -> pykka.ActorRef[Any]:
+        """Post the start of character ``name``'s supervisor, which keeps ``routes`` up to
+        date with its live children."""
+        ...
+
+    def has_unfinished(self, paths: CharacterPaths) -> bool:
+        """Whether the character has work left over from a crash (start-up recovery)."""
+        ...
+
+
+class _Entry:
+    __slots__ = ("ref", "routes", "last_used", "inflight")
+
+    def __init__(self, ref: pykka.ActorRef[Any], routes: Routes, now: float) -> None:
         self.ref = ref
+        self.routes = routes
         self.last_used = now
         self.inflight = 0
 
+    def tell(self, child: str, message: object) -> None:
+        """To the live child directly, else through the supervisor; raises ActorDeadError
+        when the character has stopped."""
+        ref = self.routes.live(child)
+        if ref is not None:
+            try:
+                ref.tell(message)
+                return
+            except pykka.ActorDeadError:
+                pass
+        self.ref.tell(Deliver(child=child, message=message))
+
 
 class CharacterRegistry:
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Services, actors: ActorLayer) -> None:
         self.services = services
+        self._start_supervisor = actors.start_supervisor
+        self._sweep_timer: TimerHandle | None = None
         self._lock = threading.Lock()  # guards the name -> supervisor map, not domain state
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         # name -> future of a supervisor that is stopping. A character is not activated
@@ -47,8 +78,6 @@ class CharacterRegistry:
 
     # -- activation --------------------------------------------------------------------
     def _acquire(self, name: str) -> _Entry:
-        from nekomem.actors.supervisor import CharacterSupervisor
-
         self._wait_stopped(name)
         now = self.services.clock.monotonic()
         with self._lock:
@@ -57,8 +86,11 @@ class CharacterRegistry:
                 del self._entries[name]
                 entry = None
             if entry is None:
-                ref = CharacterSupervisor.start(name, self.services)
-                entry = _Entry(ref, now)
+                # Only the start is posted here; the supervisor opens the character's files
+                # and starts its children on a dispatcher worker, never on the caller.
+                routes = Routes()
+                ref = self._start_supervisor(name, self.services, routes)
+                entry = _Entry(ref, routes, now)
                 self._entries[name] = entry
                 self.activations += 1
                 log.info("activated a character (active=%d)", len(self._entries))
@@ -68,6 +100,7 @@ class CharacterRegistry:
             victims = self._over_limit_locked()
         for victim in victims:
             self._stop(victim)
+        self._arm_sweep()
         return entry
 
     def _wait_stopped(self, name: str) -> None:
@@ -95,12 +128,12 @@ class CharacterRegistry:
         """Deliver ``message`` to ``child`` of ``name``, activating the character."""
         entry = self._acquire(name)
         try:
-            entry.ref.tell(Deliver(child=child, message=message))
+            entry.tell(child, message)
         except pykka.ActorDeadError:
             # Passivated between lookup and tell: activate again, once.
             self._release(name, entry)
             entry = self._acquire(name)
-            entry.ref.tell(Deliver(child=child, message=message))
+            entry.tell(child, message)
         finally:
             self._release(name, entry)
 
@@ -117,14 +150,19 @@ class CharacterRegistry:
         entry = self._acquire(name)
         try:
             try:
-                entry.ref.tell(Deliver(child=child, message=make(reply)))
+                entry.tell(child, make(reply))
             except pykka.ActorDeadError:
                 self._release(name, entry)
                 entry = self._acquire(name)
-                entry.ref.tell(Deliver(child=child, message=make(reply)))
+                entry.tell(child, make(reply))
             return await reply.wait(timeout, f"character {child} actor")
         finally:
             self._release(name, entry)
+
+    def activate(self, name: str) -> None:
+        """Make character ``name`` active (its start is posted, not awaited)."""
+        entry = self._acquire(name)
+        self._release(name, entry)
 
     def ask_sync(self, name: str, child: str, make: Callable[[Reply], Any], timeout: float | None = None) -> Any:
         """Like :meth:`ask`, for callers on plain threads."""
@@ -166,6 +204,38 @@ class CharacterRegistry:
             self._stop(victim)
         return len(victims)
 
+    def _arm_sweep(self) -> None:
+        """Keep one timer armed at the earliest time an active character can become idle
+        long enough to passivate; nothing runs while no character is active."""
+        with self._lock:
+            if not self._entries:
+                return
+            # Entries are in least-recently-acquired order: the first is (about) the oldest;
+            # the sweep itself checks every entry exactly.
+            oldest = next(iter(self._entries.values())).last_used
+            due = oldest + self.services.settings.runtime.passivate_idle_seconds
+            armed = self._sweep_timer
+            if armed is not None and not armed.cancelled and armed.due <= due:
+                return
+            if armed is not None:
+                armed.cancel()
+            self._sweep_timer = self.services.timers.call_at(due, self._on_sweep_timer)
+
+    def _on_sweep_timer(self) -> None:
+        with self._lock:
+            self._sweep_timer = None
+        self.sweep()
+        rt = self.services.settings.runtime
+        now = self.services.clock.monotonic()
+        with self._lock:
+            busy = any(now - e.last_used >= rt.passivate_idle_seconds for e in self._entries.values())
+        if busy:
+            # Idle long enough but with work in flight: look again after the retry floor.
+            with self._lock:
+                self._sweep_timer = self.services.timers.call_later(rt.timer_retry_floor_seconds, self._on_sweep_timer, real=True)
+        else:
+            self._arm_sweep()
+
     def _stop(self, victim: tuple[str, _Entry]) -> None:
         name, entry = victim
         try:
@@ -177,16 +247,6 @@ class CharacterRegistry:
             pass
         self.passivations += 1
         log.info("passivated a character")
-
-    def tick(self) -> None:
-        with self._lock:
-            refs = [entry.ref for entry in self._entries.values()]
-        now = self.services.clock.monotonic()
-        for ref in refs:
-            try:
-                ref.tell(Tick(monotonic=now))
-            except pykka.ActorDeadError:
-                pass
 
     # -- inspection --------------------------------------------------------------------
     def active_names(self) -> list[str]:
@@ -208,22 +268,45 @@ class CharacterRegistry:
         except (pykka.ActorDeadError, ActorFailure):
             return None
 
-    def flush_all(self, timeout: float = 30.0) -> None:
+    def flush(self, name: str, timeout: float | None = None) -> bool:
+        """The flush barrier of one active character: returns once every child has handled
+        what it had queued and written its views; False when the character is not active.
+        Raises AskTimeout. Call from a plain thread, not the event loop."""
         with self._lock:
-            refs = [entry.ref for entry in self._entries.values()]
-        replies = []
-        for ref in refs:
-            reply = Reply()
-            try:
-                ref.tell(Flush(reply=reply))
-                replies.append(reply)
-            except pykka.ActorDeadError:
-                pass
-        for reply in replies:
-            try:
-                reply.result(timeout)
-            except ActorFailure:
-                pass
+            entry = self._entries.get(name)
+        if entry is None:
+            return False
+        reply = Reply()
+        try:
+            entry.ref.tell(Flush(reply=reply))
+        except pykka.ActorDeadError:
+            return False
+        reply.result(timeout or self.services.settings.server.ask_timeout_seconds, "the flush barrier")
+        return True
+
+    def quiesce(self, name: str, timeout: float | None = None) -> bool:
+        """Flush barriers until character ``name`` is quiet: no model job in flight and no
+        message handled between two barriers but the barrier's own. Returns False when the
+        character is not active. Raises AskTimeout after ``timeout`` seconds in all."""
+        timeout = timeout or self.services.settings.server.ask_timeout_seconds
+        end = time.monotonic() + timeout  # real time: a manual clock does not move here
+        last = -1
+        while time.monotonic() < end:
+            if not self.flush(name, max(0.1, end - time.monotonic())):
+                return False
+            handled = self._handled(name)
+            if handled == last and self.services.pool.busy(name) == 0:
+                return True
+            last = handled + len(self._children_of(name))  # the next barrier's own Flushes
+        raise AskTimeout("the character to become quiet", timeout)
+
+    def _children_of(self, name: str) -> list[pykka.ActorRef[Any]]:
+        with self._lock:
+            entry = self._entries.get(name)
+        return [] if entry is None else list(entry.routes.children.values())
+
+    def _handled(self, name: str) -> int:
+        return sum(ref.actor_inbox.handled for ref in self._children_of(name))
 
     def stop_all(self, timeout: float = 30.0) -> None:
         with self._lock:
@@ -234,3 +317,7 @@ class CharacterRegistry:
                 entry.ref.stop(block=True, timeout=timeout)
             except (pykka.ActorDeadError, pykka.Timeout):
                 pass
+        with self._lock:
+            if self._sweep_timer is not None:
+                self._sweep_timer.cancel()
+                self._sweep_timer = None

@@ -1,0 +1,34 @@
+"""The actors layer as the runtime sees it: how to start a character, and whether one has
+work left over from a crash. The runtime never imports this package; the app hands it
+:data:`ACTORS`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pykka
+
+from nekomem.actors.events import EVENT_OWNERS
+from nekomem.actors.supervisor import CharacterSupervisor
+from nekomem.runtime.services import Routes, Services
+from nekomem.stores.applied import SharedJournal
+from nekomem.stores.layout import CharacterPaths
+from nekomem.stores.outbox import Outbox
+
+
+class CharacterActors:
+    def start_supervisor(self, name: str, services: Services, routes: Routes) -> pykka.ActorRef[Any]:
+        """Post the start of ``name``'s supervisor (its files open on a dispatcher worker)."""
+        return CharacterSupervisor.start(name, services, routes)
+
+    def has_unfinished(self, paths: CharacterPaths) -> bool:
+        """Whether the character has outbox work pending or journaled events not yet in its
+        views (so it must be activated at start-up to finish them)."""
+        if paths.outbox.exists() and Outbox(paths.outbox).pending():
+            return True
+        if paths.events.exists():
+            return SharedJournal(paths.events, paths.events_applied, EVENT_OWNERS).has_unapplied()
+        return False
+
+
+ACTORS = CharacterActors()
