@@ -18,3 +18,10 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "c
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def quiesce(runtime: Any, name: str, timeout: float = 30.0) -> None:
+    """Wait until character ``name`` is quiet: the runtime's flush barrier, repeated until
+    no message moved, no model job runs and no child has work already due. Use it before
+    asserting that something did NOT happen. Raises AssertionError when it is not active."""
+    assert runtime.registry.quiesce(name, timeout), f"{name} is not active"

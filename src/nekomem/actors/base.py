@@ -101,6 +101,9 @@ class ChildActor(DispatchedActor):
         handle.cancel()
         self._timers.discard(handle)
 
+    def is_settled(self) -> bool:
+        return not (self._wake.retrying or self._wake_real.retrying)
+
     def _post_tick(self) -> None:
         try:
             self.actor_ref.tell(Tick(monotonic=self.ctx.clock.monotonic()))

@@ -220,6 +220,12 @@ class Mailbox:
     def terminated(self) -> bool:
         return self._terminated.is_done
 
+    @property
+    def settled(self) -> bool:
+        """No message queued and the actor reports no work already due (see quiesce)."""
+        actor = self._actor
+        return self.empty() and (actor is None or actor.actor_stopped.is_set() or actor.is_settled())
+
     # -- running ---------------------------------------------------------------------------
     def run(self, batch: int) -> None:
         """Handle up to ``batch`` messages on the calling worker, then reschedule or idle."""
@@ -310,6 +316,11 @@ class DispatchedActor(pykka.Actor):
 
     def dispatcher(self) -> Dispatcher:
         return default_dispatcher()
+
+    def is_settled(self) -> bool:
+        """Whether the actor has no work already due that it will post itself (read from
+        other threads by barriers; True unless a subclass knows better)."""
+        return True
 
     def _stop(self) -> Completion | None:
         """Stop now (the rest of the inbox is failed by the teardown); returns what

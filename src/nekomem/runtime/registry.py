@@ -285,9 +285,10 @@ class CharacterRegistry:
         return True
 
     def quiesce(self, name: str, timeout: float | None = None) -> bool:
-        """Flush barriers until character ``name`` is quiet: no model job in flight and no
-        message handled between two barriers but the barrier's own. Returns False when the
-        character is not active. Raises AskTimeout after ``timeout`` seconds in all."""
+        """Flush barriers until character ``name`` is quiet: no model job in flight, no
+        child with work already due, and no message handled between two barriers but the
+        barrier's own. Returns False when the character is not active. Raises AskTimeout
+        after ``timeout`` seconds in all (the wait is real time)."""
         timeout = timeout or self.services.settings.server.ask_timeout_seconds
         end = time.monotonic() + timeout  # real time: a manual clock does not move here
         last = -1
@@ -295,8 +296,11 @@ class CharacterRegistry:
             if not self.flush(name, max(0.1, end - time.monotonic())):
                 return False
             handled = self._handled(name)
-            if handled == last and self.services.pool.busy(name) == 0:
+            settled = all(ref.actor_inbox.settled for ref in self._children_of(name))
+            if handled == last and settled and self.services.pool.busy(name) == 0:
                 return True
+            if not settled:
+                time.sleep(0.02)  # a retry timer is armed: let it fire
             last = handled + len(self._children_of(name))  # the next barrier's own Flushes
         raise AskTimeout("the character to become quiet", timeout)
 

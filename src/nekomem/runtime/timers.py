@@ -154,6 +154,7 @@ class Wakeup:
         self._want: float | None = None
         self._armed: TimerHandle | None = None
         self._closed = False
+        self.retrying = False  # armed for work that was already due (see quiesce)
 
     def _now(self) -> float:
         return time.monotonic() if self._real else self._timers.clock.monotonic()
@@ -177,6 +178,7 @@ class Wakeup:
             if armed is not None:
                 armed.cancel()
             self._armed = self._arm(target, real)
+            self.retrying = due <= self._now()
 
     def _arm(self, due: float, real: bool) -> TimerHandle:
         box: list[TimerHandle] = []
@@ -189,6 +191,7 @@ class Wakeup:
             if handle is not self._armed or self._closed:
                 return
             self._armed = None
+            self.retrying = False
             want = self._want
             if want is None:
                 return
@@ -201,6 +204,7 @@ class Wakeup:
     def close(self) -> None:
         with self._lock:
             self._closed = True
+            self.retrying = False
             if self._armed is not None:
                 self._armed.cancel()
                 self._armed = None
