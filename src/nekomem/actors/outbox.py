@@ -29,14 +29,20 @@ class OutboxActor(ChildActor):
     def load(self) -> None:
         self.settings = self.ctx.settings.runtime
         self.outbox = Outbox(self.ctx.paths.outbox)
-        if self.outbox.line_count >= self.settings.outbox_compact_lines and not self.outbox.pending():
-            self.outbox.compact()
         # op_id -> (type, payload, attempts)
         self.pending: dict[str, tuple[str, dict[str, Any], int]] = {}
         self.running: set[str] = set()
         self.retry_at: dict[str, float] = {}
         self.done_count = 0
         self.dead_count = 0
+        # The highest time-index row a recorded post-turn op covers (finished ones too):
+        # RecentActor re-enqueues rows after its cursor at load, and those already here
+        # must not run twice.
+        self.rows_high = 0
+        for record in self.outbox.records():
+            self.rows_high = max(self.rows_high, _last_row(record.payload))
+        if self.outbox.line_count >= self.settings.outbox_compact_lines and not self.outbox.pending():
+            self.outbox.compact()
         for record in self.outbox.pending():
             self.pending[record.op_id] = (record.type, record.payload, record.attempts)
         if self.pending:
@@ -44,8 +50,13 @@ class OutboxActor(ChildActor):
         self._dispatch_ready()
 
     def on_Enqueue(self, msg: Enqueue) -> None:
-        op_id = self.outbox.add(msg.op_type, msg.payload, iso(self.ctx.clock.now()))
-        self.pending[op_id] = (msg.op_type, msg.payload, 0)
+        last_row = _last_row(msg.payload)
+        if last_row and last_row <= self.rows_high:
+            self.log.info("outbox already holds a record of these rows; not added again")
+        else:
+            op_id = self.outbox.add(msg.op_type, msg.payload, iso(self.ctx.clock.now()))
+            self.pending[op_id] = (msg.op_type, msg.payload, 0)
+            self.rows_high = max(self.rows_high, last_row)
         if msg.reply is not None:
             msg.reply.ok(msg.reply_value)
         elif msg.reply_value is not None and hasattr(msg.reply_value, "write_id"):
@@ -114,3 +125,11 @@ class OutboxActor(ChildActor):
     def on_Flush(self, msg: Flush) -> None:
         if msg.reply is not None:
             msg.reply.ok(True)
+
+
+def _last_row(payload: dict[str, Any]) -> int:
+    """The last time-index row a post-turn payload covers (0 for records without rows)."""
+    rows = payload.get("rows")
+    if isinstance(rows, list) and len(rows) == 2 and isinstance(rows[1], int):
+        return rows[1]
+    return 0

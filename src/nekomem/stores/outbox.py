@@ -184,6 +184,11 @@ class Outbox:
         scan = self._scan()
         return [self._record(scan, op_id) for op_id in scan.pending if op_id not in scan.done]
 
+    def records(self) -> list[OutboxRecord]:
+        """Every registered operation still in the file (finished ones too), in order."""
+        scan = self._scan()
+        return [self._record(scan, op_id) for op_id in scan.pending]
+
     def dead_letters(self) -> list[OutboxRecord]:
         """Operations finished as dead letters, in registration order (until compacted away)."""
         scan = self._scan()
