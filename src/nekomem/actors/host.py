@@ -9,7 +9,7 @@ from typing import Any
 import pykka
 
 from nekomem.actors.events import EVENT_OWNERS
-from nekomem.actors.supervisor import CharacterSupervisor
+from nekomem.actors.supervisor import CharacterSupervisor, child_classes
 from nekomem.runtime.services import Routes, Services
 from nekomem.stores.applied import SharedJournal
 from nekomem.stores.layout import CharacterPaths
@@ -17,6 +17,11 @@ from nekomem.stores.outbox import Outbox
 
 
 class CharacterActors:
+    def __init__(self) -> None:
+        # Import every actor module now, at start-up: the first activation must not pay
+        # for it on an actor worker while requests wait.
+        child_classes()
+
     def start_supervisor(self, name: str, services: Services, routes: Routes) -> pykka.ActorRef[Any]:
         """Post the start of ``name``'s supervisor (its files open on a dispatcher worker)."""
         return CharacterSupervisor.start(name, services, routes)

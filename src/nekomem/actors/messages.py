@@ -71,6 +71,7 @@ class Enqueue(Message):
     op_type: str
     payload: dict[str, Any]
     reply_value: Any = None
+    replay: bool = False  # re-sent after a crash: dropped when the outbox holds the same rows
 
 
 class RunOp(Message):

@@ -35,13 +35,18 @@ class OutboxActor(ChildActor):
         self.retry_at: dict[str, float] = {}
         self.done_count = 0
         self.dead_count = 0
-        # The highest time-index row a recorded post-turn op covers (finished ones too):
-        # RecentActor re-enqueues rows after its cursor at load, and those already here
-        # must not run twice.
-        self.rows_high = 0
+        # The time-index row ranges of the post-turn records in the file (finished ones
+        # too): RecentActor re-enqueues the rows after its cursor at load, and a range
+        # already recorded must not run twice. Compaction drops finished records, so
+        # everything up to the highest row seen is then taken as recorded.
+        self.rows_known: set[tuple[int, int]] = set()
         for record in self.outbox.records():
-            self.rows_high = max(self.rows_high, _last_row(record.payload))
+            rows = _rows(record.payload)
+            if rows is not None:
+                self.rows_known.add(rows)
+        self.rows_floor = 0
         if self.outbox.line_count >= self.settings.outbox_compact_lines and not self.outbox.pending():
+            self.rows_floor = max((last for _first, last in self.rows_known), default=0)
             self.outbox.compact()
         for record in self.outbox.pending():
             self.pending[record.op_id] = (record.type, record.payload, record.attempts)
@@ -50,13 +55,14 @@ class OutboxActor(ChildActor):
         self._dispatch_ready()
 
     def on_Enqueue(self, msg: Enqueue) -> None:
-        last_row = _last_row(msg.payload)
-        if last_row and last_row <= self.rows_high:
+        rows = _rows(msg.payload)
+        if msg.replay and rows is not None and (rows in self.rows_known or rows[1] <= self.rows_floor):
             self.log.info("outbox already holds a record of these rows; not added again")
         else:
             op_id = self.outbox.add(msg.op_type, msg.payload, iso(self.ctx.clock.now()))
             self.pending[op_id] = (msg.op_type, msg.payload, 0)
-            self.rows_high = max(self.rows_high, last_row)
+            if rows is not None:
+                self.rows_known.add(rows)
         if msg.reply is not None:
             msg.reply.ok(msg.reply_value)
         elif msg.reply_value is not None and hasattr(msg.reply_value, "write_id"):
@@ -127,9 +133,9 @@ class OutboxActor(ChildActor):
             msg.reply.ok(True)
 
 
-def _last_row(payload: dict[str, Any]) -> int:
-    """The last time-index row a post-turn payload covers (0 for records without rows)."""
+def _rows(payload: dict[str, Any]) -> tuple[int, int] | None:
+    """The (first, last) time-index rows a post-turn payload covers; None without rows."""
     rows = payload.get("rows")
-    if isinstance(rows, list) and len(rows) == 2 and isinstance(rows[1], int):
-        return rows[1]
-    return 0
+    if isinstance(rows, list) and len(rows) == 2 and all(isinstance(r, int) for r in rows):
+        return rows[0], rows[1]
+    return None

@@ -16,6 +16,7 @@ spliced in only if the window's head is still the snapshot it summarised.
 
 from __future__ import annotations
 
+import collections
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -131,6 +132,11 @@ class RecentActor(ChildActor):
         self._last_purge = 0.0
         self._replay_post_turn()
 
+    def flush(self) -> None:
+        """Persist the post-turn cursor and recent_meta.json (with journal_row)."""
+        self._save_cursor()
+        self._save_meta()
+
     def close(self) -> None:
         if getattr(self, "tindex", None) is not None:
             self._save_cursor()
@@ -170,6 +176,8 @@ class RecentActor(ChildActor):
             self.tindex.set_cursors({POST_TURN_CURSOR: top})
             saved = top
         self._post_turn_row = self._post_turn_saved = saved
+        self._post_turn_sent: collections.deque[int] = collections.deque()  # last rows, in send order
+        self._post_turn_acked: set[int] = set()
         if top <= saved:
             return
         rows = self.tindex.rows_after(saved)
@@ -177,13 +185,17 @@ class RecentActor(ChildActor):
         for i in range(1, len(rows) + 1):
             if i == len(rows) or rows[i].session_id != rows[start].session_id:
                 group = rows[start:i]
-                self._enqueue_post_turn([r.turn for r in group], group[0].session_id or "", group[0].id, group[-1].id)
+                self._enqueue_post_turn([r.turn for r in group], group[0].session_id or "", group[0].id, group[-1].id, replay=True)
                 start = i
         self.log.info("re-enqueued post-turn work of %d stored turns", len(rows))
 
-    def _enqueue_post_turn(self, turns: list[Turn], session_id: str, first: int, last: int, write_id: int = 0) -> None:
+    def _enqueue_post_turn(
+        self, turns: list[Turn], session_id: str, first: int, last: int, write_id: int = 0, *, replay: bool = False
+    ) -> None:
         payload = {"messages": [t.to_disk() for t in turns], "session_id": session_id, "rows": [first, last]}
-        self.ctx.send("outbox", Enqueue(op_type=OP_POST_TURN, payload=payload, reply_value=OutboxAck(write_id=write_id, row=last)))
+        ack = OutboxAck(write_id=write_id, row=last)
+        self._post_turn_sent.append(last)
+        self.ctx.send("outbox", Enqueue(op_type=OP_POST_TURN, payload=payload, reply_value=ack, replay=replay))
 
     def _cursor_update(self) -> dict[str, int] | None:
         if self._post_turn_row == self._post_turn_saved:
@@ -222,10 +234,12 @@ class RecentActor(ChildActor):
         if turns:
             self.window.extend(turns)
             self.tokens.extend(self.counter.count(t.text) for t in turns)
+            # recent_meta.json (and its journal_row) is written with the next meta change
+            # or flush: at load, rows after the stored journal_row that recent.json already
+            # ends with are recognised, so one rename per write is enough.
             self.meta.journal_row = self.tindex.last_row_id
             self._enforce_cap()
             self._save_window(durable=False)
-            self._save_meta(durable=False)
         write = _PendingWrite(reply=msg.reply, value=value, wait_outbox=bool(turns), wait_compress=False)
         if turns:
             last = self.tindex.last_row_id
@@ -253,7 +267,12 @@ class RecentActor(ChildActor):
         self._finish_if_ready(write)
 
     def on_OutboxAck(self, msg: OutboxAck) -> None:
-        self._post_turn_row = max(self._post_turn_row, msg.row)
+        # The cursor moves over acknowledged records only while every earlier one is too.
+        if msg.row:
+            self._post_turn_acked.add(msg.row)
+            while self._post_turn_sent and self._post_turn_sent[0] in self._post_turn_acked:
+                self._post_turn_acked.discard(self._post_turn_sent[0])
+                self._post_turn_row = max(self._post_turn_row, self._post_turn_sent.popleft())
         write = self._writes.pop(msg.write_id, None)
         if write is not None:
             write.wait_outbox = False
@@ -471,6 +490,7 @@ class RecentActor(ChildActor):
         self.tokens = [self.counter.count(t.text) for t in self.window]
         self._enforce_cap()
         self._save_window()
+        self._save_meta()  # journal_row with it: the edit must not be undone at load
         msg.reply.ok(RecentView(window=list(self.window), last_timestamp=self.tindex.last_timestamp(), stored_total=self.tindex.count()))
 
     # -- periodic --------------------------------------------------------------------
@@ -504,6 +524,6 @@ class RecentActor(ChildActor):
             self.tindex.purge_idempotency(time.time() - self.ctx.settings.server.idempotency_ttl_seconds)
 
     def on_Flush(self, msg: Flush) -> None:
-        self._save_cursor()
+        self.flush()
         if msg.reply is not None:
             msg.reply.ok(True)

@@ -68,8 +68,12 @@ class CharacterSupervisor(DispatchedActor):
             name=self.name, paths=paths, services=self.services, journal=journal, supervisor=self.actor_ref, routes=self.routes
         )
         classes = child_classes()
+        # Every child's ref is routable before any child loads (a loading child already
+        # sends to its siblings), then they start in order.
         for child in CHILD_ORDER:
-            self.children[child] = classes[child].start(self.ctx)
+            self.children[child] = classes[child].start_held(self.ctx)
+        for child in CHILD_ORDER:
+            self.children[child].actor_inbox.release()
 
     def dispatcher(self) -> Dispatcher:
         return self.services.dispatcher

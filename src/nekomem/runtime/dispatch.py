@@ -196,13 +196,20 @@ class Mailbox:
             return len(self._queue)
 
     # -- lifecycle -------------------------------------------------------------------------
-    def bind(self, actor: DispatchedActor, dispatcher: Dispatcher) -> None:
-        """Attach the mailbox to its actor and dispatcher and schedule the actor's start."""
+    def bind(self, actor: DispatchedActor, dispatcher: Dispatcher, *, hold: bool = False) -> None:
+        """Attach the mailbox to its actor and dispatcher and schedule the actor's start
+        (with ``hold``, only at :meth:`release`; messages queue meanwhile)."""
         with self._lock:
             self._actor = actor
             self._dispatcher = dispatcher
             self._state = _SCHEDULED
-        dispatcher.ready(self)
+        if not hold:
+            dispatcher.ready(self)
+
+    def release(self) -> None:
+        """Schedule the start of an actor started with ``start_held``."""
+        assert self._dispatcher is not None
+        self._dispatcher.ready(self)
 
     def drain(self) -> list[Envelope[Any]]:
         """Close the mailbox and return what it still held (used by ``on_failure``)."""
@@ -302,6 +309,18 @@ class DispatchedActor(pykka.Actor):
 
     actor_inbox: Mailbox  # type: ignore[assignment]
     _stopping: Completion | None = None
+    _hold_start = False
+
+    @classmethod
+    def start_held(cls, *args: Any, **kwargs: Any) -> pykka.ActorRef[Any]:
+        """Like ``start``, but ``on_start`` and the first messages wait for
+        ``ref.actor_inbox.release()``: a supervisor hands out every child's ref before any
+        child runs, so no sibling's message can take a detour and arrive out of order."""
+        obj = cls(*args, **kwargs)
+        obj._hold_start = True
+        ActorRegistry.register(obj.actor_ref)
+        obj._start_actor_loop()
+        return obj.actor_ref
 
     @staticmethod
     def _create_actor_inbox() -> Mailbox:
@@ -312,7 +331,7 @@ class DispatchedActor(pykka.Actor):
         return DispatchFuture()
 
     def _start_actor_loop(self) -> None:
-        self.actor_inbox.bind(self, self.dispatcher())
+        self.actor_inbox.bind(self, self.dispatcher(), hold=self._hold_start)
 
     def dispatcher(self) -> Dispatcher:
         return default_dispatcher()

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from nekomem.config import Settings
+from nekomem.domain.tokens import get_counter
 from nekomem.runtime.clock import Clock, SystemClock
 from nekomem.runtime.dispatch import Dispatcher
 from nekomem.runtime.pool import ModelPool
@@ -86,6 +87,9 @@ class Runtime:
     def _recover(self) -> None:
         """Activate every character with unfinished work, so that its actors reconcile the
         journal and replay the outbox before normal service starts."""
+        # The token counter's vocabulary takes seconds to load: load it here, before
+        # service starts, not inside the first activation while a request waits.
+        get_counter(self.settings.recent.recent_tokenizer_encoding)
         try:
             names = list_characters(self.memory_root)
         except OSError as exc:
