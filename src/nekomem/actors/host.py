@@ -9,11 +9,13 @@ from typing import Any
 import pykka
 
 from nekomem.actors.events import EVENT_OWNERS
+from nekomem.actors.recent import POST_TURN_CURSOR
 from nekomem.actors.supervisor import CharacterSupervisor, child_classes
 from nekomem.runtime.services import Routes, Services
 from nekomem.stores.applied import SharedJournal
 from nekomem.stores.layout import CharacterPaths
 from nekomem.stores.outbox import Outbox
+from nekomem.stores.timeindex import TimeIndex
 
 
 class CharacterActors:
@@ -27,9 +29,12 @@ class CharacterActors:
         return CharacterSupervisor.start(name, services, routes)
 
     def has_unfinished(self, paths: CharacterPaths) -> bool:
-        """Whether the character has outbox work pending or journaled events not yet in its
-        views (so it must be activated at start-up to finish them)."""
+        """Whether the character has outbox work pending, turns whose post-turn record may
+        be missing (stored after the cursor), or journaled events not yet in its views (so
+        it must be activated at start-up to finish them)."""
         if paths.outbox.exists() and Outbox(paths.outbox).pending():
+            return True
+        if TimeIndex.rows_after_cursor(paths.time_index_db, POST_TURN_CURSOR):
             return True
         if paths.events.exists():
             return SharedJournal(paths.events, paths.events_applied, EVENT_OWNERS).has_unapplied()

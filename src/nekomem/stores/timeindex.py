@@ -212,6 +212,8 @@ class TimeIndex:
                 f"INSERT INTO {_ORIGINAL} (session_id, message, timestamp) VALUES (?, ?, ?)",
                 rows,
             )
+            # Read before any other INSERT: last_insert_rowid() follows every table.
+            last_row_id = int(db.execute("SELECT last_insert_rowid()").fetchone()[0]) if rows else self.last_row_id
             if idempotency_key is not None:
                 try:
                     db.execute(
@@ -222,9 +224,30 @@ class TimeIndex:
                     raise IdempotencyConflict(idempotency_key) from None
             if cursors:
                 db.executemany("INSERT OR REPLACE INTO cursors (name, row_id) VALUES (?, ?)", list(cursors.items()))
-            if rows:
-                self.last_row_id = int(db.execute("SELECT last_insert_rowid()").fetchone()[0])
+        self.last_row_id = last_row_id
         return len(rows)
+
+    @staticmethod
+    def rows_after_cursor(path: Path, name: str) -> bool:
+        """Whether the database at ``path`` holds rows after cursor ``name``, read through a
+        read-only connection (no schema change, no writer lock). False when the file, the
+        cursor table or the cursor does not exist."""
+        if not Path(path).exists():
+            return False
+        try:
+            db = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True, timeout=DEFAULT_BUSY_TIMEOUT_MS / 1000.0)
+        except sqlite3.Error:
+            return False
+        try:
+            row = db.execute("SELECT row_id FROM cursors WHERE name = ?", (name,)).fetchone()
+            if row is None or row[0] is None:
+                return False
+            top = db.execute(f"SELECT MAX(id) FROM {_ORIGINAL}").fetchone()
+            return top is not None and top[0] is not None and int(top[0]) > int(row[0])
+        except sqlite3.Error:
+            return False
+        finally:
+            db.close()
 
     def set_cursors(self, cursors: Mapping[str, int]) -> None:
         """Store ``cursors`` (name -> row id) in a transaction of their own."""
