@@ -36,6 +36,7 @@ test: install
 bench: install
 	$(PY) -m bench.http_load
 	$(PY) -m bench.isolation
+	$(PY) -m bench.density
 	$(PY) -m bench.fact_write_cost
 	$(PY) -m bench.recall_latency
 	$(PY) -m bench.recall_http_latency

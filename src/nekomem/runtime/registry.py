@@ -70,17 +70,27 @@ class CharacterRegistry:
         self._sweep_timer: TimerHandle | None = None
         self._lock = threading.Lock()  # guards the name -> supervisor map, not domain state
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
-        # name -> future of a supervisor that is stopping. A character is not activated
+        # name -> the supervisor of a stopping instance. A character is not activated
         # again until its previous instance has flushed and released its files.
-        self._stopping: dict[str, Any] = {}
+        self._stopping: dict[str, pykka.ActorRef[Any]] = {}
         self.activations = 0
         self.passivations = 0
 
     # -- activation --------------------------------------------------------------------
-    def _acquire(self, name: str) -> _Entry:
-        self._wait_stopped(name)
+    def _acquire(self, name: str, *, block: bool = True) -> _Entry | None:
+        """The live entry of ``name``, activating it; counts one request in flight. While a
+        previous instance is still stopping: waits for it, or returns None unless ``block``."""
+        if block:
+            self._wait_stopped(name)
         now = self.services.clock.monotonic()
         with self._lock:
+            stopping = self._stopping.get(name)
+            if stopping is not None:
+                if not stopping.actor_inbox.terminated:
+                    if block:
+                        raise AskTimeout("the previous instance of the character to stop", self.services.settings.server.ask_timeout_seconds)
+                    return None
+                del self._stopping[name]
             entry = self._entries.get(name)
             if entry is not None and not entry.ref.is_alive():
                 del self._entries[name]
@@ -104,20 +114,31 @@ class CharacterRegistry:
         return entry
 
     def _wait_stopped(self, name: str) -> None:
-        future = self._stopping.get(name)
-        if future is None:
+        """Block (a plain thread) until a stopping previous instance of ``name`` has
+        released its files; bounded by ``ask_timeout_seconds``."""
+        ref = self._stopping.get(name)
+        if ref is None:
             return
-        try:
-            future.get(timeout=self.services.settings.server.ask_timeout_seconds)
-        except Exception:  # noqa: BLE001 - a failed stop still released the actor
-            pass
-        with self._lock:
-            if self._stopping.get(name) is future:
-                del self._stopping[name]
+        done = threading.Event()
+        ref.actor_inbox.when_terminated(done.set)
+        done.wait(self.services.settings.server.ask_timeout_seconds)
 
     async def _await_stopped(self, name: str) -> None:
-        if name in self._stopping:
-            await asyncio.to_thread(self._wait_stopped, name)
+        """Like :meth:`_wait_stopped` without blocking the event loop."""
+        ref = self._stopping.get(name)
+        if ref is None:
+            return
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+
+        ref.actor_inbox.when_terminated(wake)
+        try:
+            await asyncio.wait_for(done, self.services.settings.server.ask_timeout_seconds)
+        except asyncio.TimeoutError:
+            raise AskTimeout("the previous instance of the character to stop", self.services.settings.server.ask_timeout_seconds) from None
 
     def _release(self, name: str, entry: _Entry) -> None:
         with self._lock:
@@ -146,18 +167,25 @@ class CharacterRegistry:
         loop = asyncio.get_running_loop()
         reply = Reply(loop)
         timeout = timeout or self.services.settings.server.ask_timeout_seconds
-        await self._await_stopped(name)
-        entry = self._acquire(name)
+        entry = await self._acquire_async(name)
         try:
             try:
                 entry.tell(child, make(reply))
             except pykka.ActorDeadError:
                 self._release(name, entry)
-                entry = self._acquire(name)
+                entry = await self._acquire_async(name)
                 entry.tell(child, make(reply))
             return await reply.wait(timeout, f"character {child} actor")
         finally:
             self._release(name, entry)
+
+    async def _acquire_async(self, name: str) -> _Entry:
+        # Activation only posts the supervisor's start: nothing here blocks the loop.
+        while True:
+            await self._await_stopped(name)
+            entry = self._acquire(name, block=False)
+            if entry is not None:
+                return entry
 
     def activate(self, name: str) -> None:
         """Make character ``name`` active (its start is posted, not awaited)."""
@@ -240,9 +268,9 @@ class CharacterRegistry:
         name, entry = victim
         try:
             # Non-blocking: the stop is queued behind the character's pending messages.
-            future = entry.ref.stop(block=False)
+            entry.ref.stop(block=False)
             with self._lock:
-                self._stopping[name] = future
+                self._stopping[name] = entry.ref
         except pykka.ActorDeadError:
             pass
         self.passivations += 1
