@@ -204,7 +204,7 @@ class FactActor(JournaledActor):
             "extract", "extract_facts", messages, context={"mode": mode, "ops": ops}, timeout=self.s.longterm_extract_timeout_seconds
         )
         if token is None:
-            # Pool full: put the work back and try on the next tick.
+            # Pool full: put the work back; the timer tries again after the retry floor.
             if mode == "batch":
                 self.batch = ops + self.batch
                 self.user_turns_since += sum(1 for t in turns if t.role == "human")

@@ -344,11 +344,21 @@ class CharacterRegistry:
         with self._lock:
             entries = list(self._entries.items())
             self._entries.clear()
-        for _name, entry in entries:
+        # Every character stops at once (the pool runs their flushes); then wait for all,
+        # and for instances that were already stopping.
+        futures = [entry.ref.stop(block=False) for _name, entry in entries]
+        with self._lock:
+            stopping = list(self._stopping.values())
+        deadline = time.monotonic() + timeout
+        for future in futures:
             try:
-                entry.ref.stop(block=True, timeout=timeout)
+                future.get(timeout=max(0.0, deadline - time.monotonic()))
             except (pykka.ActorDeadError, pykka.Timeout):
                 pass
+        for ref in stopping:
+            done = threading.Event()
+            ref.actor_inbox.when_terminated(done.set)
+            done.wait(max(0.0, deadline - time.monotonic()))
         with self._lock:
             if self._sweep_timer is not None:
                 self._sweep_timer.cancel()

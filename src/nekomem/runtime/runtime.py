@@ -1,4 +1,4 @@
-"""The process runtime: services, character registry, scheduler and start-up recovery."""
+"""The process runtime: services, dispatcher, timers, character registry and start-up recovery."""
 
 from __future__ import annotations
 
