@@ -38,6 +38,7 @@ from nekomem.actors.messages import (
     Tick,
     VectorsComputed,
 )
+from nekomem.actors.scoped_facts import ScopedFactsMixin
 from nekomem.domain import facts as fl
 from nekomem.domain import prompts_longterm as prompts
 from nekomem.domain import reflections as rl
@@ -70,10 +71,13 @@ def fact_index_entry(fact: Fact, tier: str) -> IndexEntry:
         vector=fact.embedding if isinstance(fact.embedding, str) else None,
         vector_model=fact.embedding_model_id,
         text_sha256=fact.embedding_text_sha256,
+        subject_kind=fact.subject_kind,
+        subject_id=fact.subject_id,
+        scope=fact.scope,
     )
 
 
-class FactActor(JournaledActor):
+class FactActor(ScopedFactsMixin, JournaledActor):
     child_name = "facts"
     owner = "facts"
 

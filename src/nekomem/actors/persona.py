@@ -29,6 +29,7 @@ from nekomem.actors.messages import (
     RenderContext,
     RenderWithPersona,
     ReplyMentions,
+    ScopedMentions,
     SignalsProcessed,
     Tick,
 )
@@ -45,6 +46,7 @@ from nekomem.domain.records import (
     persona_from_disk,
     persona_to_disk,
 )
+from nekomem.domain.subjects import private_persona, scoped_persona
 from nekomem.domain.tokens import get_counter
 from nekomem.runtime.reply import ActorFailure
 from nekomem.stores.atomic import atomic_write_json, read_json
@@ -269,12 +271,21 @@ class PersonaActor(JournaledActor):
         if changed:
             self.commit(new, type="persona.fact_mentioned")
 
+    def on_ScopedMentions(self, msg: ScopedMentions) -> None:
+        updated, changed = pl.record_reply_mentions(scoped_persona(self.persona, msg.subjects), msg.text, self.now(), self.s, self.stop_names())
+        if changed:
+            ids = set(changed)
+            by_id = {e.id: e for entries in updated.values() for e in entries if e.id in ids}
+            self.commit({k: [by_id.get(e.id, e) for e in v] for k, v in self.persona.items()}, type="persona.fact_mentioned")
+        msg.reply.ok({"status": "recorded", "mentioned": len(changed)})
+
     # -- rendering -------------------------------------------------------------------
     def on_RenderContext(self, msg: RenderContext) -> None:
         new, changed = pl.refresh_suppressions(self.persona, self.now(), self.s)
         if changed:
             self.commit(new, type="persona.suppressed")
-        self.ctx.send("reflections", RenderWithPersona(persona=pl.copy_persona(self.persona), reply=msg.reply))
+        persona = private_persona(self.persona) if msg.subjects is None else scoped_persona(self.persona, msg.subjects)
+        self.ctx.send("reflections", RenderWithPersona(persona=pl.copy_persona(persona), subjects=msg.subjects, reply=msg.reply))
 
     # -- periodic --------------------------------------------------------------------
     def tick(self, msg: Tick) -> None:

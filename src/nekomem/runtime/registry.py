@@ -225,6 +225,22 @@ class CharacterRegistry:
             except ActorFailure:
                 pass
 
+    def release(self, name: str, timeout: float = 30.0) -> bool:
+        """Stop ``name``'s actors now and wait until they have flushed and closed every
+        file, so that the folder can be renamed or deleted. False when it was not active."""
+        with self._lock:
+            entry = self._entries.pop(name, None)
+        if entry is None:
+            self._wait_stopped(name)
+            return False
+        try:
+            entry.ref.stop(block=True, timeout=timeout)
+        except (pykka.ActorDeadError, pykka.Timeout):
+            pass
+        self.passivations += 1
+        log.info("released a character")
+        return True
+
     def stop_all(self, timeout: float = 30.0) -> None:
         with self._lock:
             entries = list(self._entries.items())
