@@ -13,6 +13,7 @@ from pathlib import Path
 from nekomem.runtime.clock import ManualClock
 from tests.support.fake_llm import Reply
 from tests.support.live import LiveServer, make_settings
+from tests.support.waiting import wait_for
 
 NAME = "Lan"
 GROUP = {"subject_kind": "group_chat", "subject_id": "qq:123456"}
@@ -188,6 +189,20 @@ def test_subject_scoped_recall_never_returns_private_rows(tmp_path: Path) -> Non
             assert r.status_code == 422 and r.json()["error_code"] == "bad_subjects", (bad, r.text)
         # /new_dialog (private) carries no group memory.
         assert "photo contest" not in srv.get(f"/new_dialog/{NAME}").text
+        # The two corpora dedup separately: the same text is kept in each.
+        r = srv.post(f"/internal/memory/{NAME}/scoped_facts", json={"subject": GROUP, "facts": [{"text": "Master loves green tea"}]})
+        assert r.json()["created"] == 1
+        assert srv.post(f"/internal/memory/{NAME}/scoped_facts", json={"subject": GROUP, "facts": [{"text": "Master loves green tea"}]}).json()["created"] == 0
+        r = srv.post(f"/api/characters/{NAME}/facts", json={"facts": [{"text": "The group plans a thunder photo contest"}]})
+        assert len(r.json()["added"]) == 1
+    # After a restart (views and indexes rebuilt from disk) the boundary holds the same way.
+    with LiveServer(make_settings(tmp_path)) as srv:
+        # The index is rebuilt from the owners' stores at activation: wait until it is fed.
+        rows = wait_for(lambda: srv.post(f"/query_memory/{NAME}", json={"query": "thunder photo contest"}).json()["results"], what="the rebuilt index")
+        assert "The group plans a thunder photo contest" in [r["text"] for r in rows]
+        assert {r["scope"] for r in rows} == {"legacy_private"}
+        rows = srv.post(f"/query_memory/{NAME}", json={"query": "bank PIN thunder green tea", "subjects": [GROUP, MEMBER]}).json()["results"]
+        assert rows and not [r for r in rows if r["scope"] == "legacy_private"]
 
 
 def test_scoped_routes_round_trip(tmp_path: Path, fake_llm) -> None:

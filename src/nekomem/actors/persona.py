@@ -267,17 +267,21 @@ class PersonaActor(JournaledActor):
         self.ctx.send("facts", SignalsProcessed(fact_ids=msg.context["fact_ids"]))
 
     def on_ReplyMentions(self, msg: ReplyMentions) -> None:
-        new, changed = pl.record_reply_mentions(self.persona, msg.text, self.now(), self.s, self.stop_names())
-        if changed:
-            self.commit(new, type="persona.fact_mentioned")
+        # A private reply counts only for private entries (a group's are counted by /scoped_mentions).
+        self._record_mentions(private_persona(self.persona), msg.text)
 
     def on_ScopedMentions(self, msg: ScopedMentions) -> None:
-        updated, changed = pl.record_reply_mentions(scoped_persona(self.persona, msg.subjects), msg.text, self.now(), self.s, self.stop_names())
+        changed = self._record_mentions(scoped_persona(self.persona, msg.subjects), msg.text)
+        msg.reply.ok({"status": "recorded", "mentioned": changed})
+
+    def _record_mentions(self, part: Persona, text: str) -> int:
+        """Record mentions in ``text`` of the entries of ``part`` (a view of the persona)."""
+        updated, changed = pl.record_reply_mentions(part, text, self.now(), self.s, self.stop_names())
         if changed:
             ids = set(changed)
             by_id = {e.id: e for entries in updated.values() for e in entries if e.id in ids}
             self.commit({k: [by_id.get(e.id, e) for e in v] for k, v in self.persona.items()}, type="persona.fact_mentioned")
-        msg.reply.ok({"status": "recorded", "mentioned": len(changed)})
+        return len(changed)
 
     # -- rendering -------------------------------------------------------------------
     def on_RenderContext(self, msg: RenderContext) -> None:

@@ -126,6 +126,14 @@ def entry_subject(entry: Any) -> Subject | None:
         return None
 
 
+def same_corpus(a: Any, b: Any) -> bool:
+    """True when two entries belong to the same corpus (both private, or the same subject)."""
+    if is_private(a) or is_private(b):
+        return is_private(a) and is_private(b)
+    sa, sb = entry_subject(a), entry_subject(b)
+    return sa is not None and sb is not None and sa.marker == sb.marker
+
+
 def effective_scope(entry: Any) -> str:
     subject = entry_subject(entry)
     return subject.scope if subject is not None else LEGACY_PRIVATE_SCOPE
