@@ -334,3 +334,33 @@ def test_recall_rows_show_the_local_date(tmp_path: Path) -> None:
         rows = srv.post(f"/query_memory/{NAME}", json={"query": "green tea"}).json()["results"]
         assert rows and rows[0]["created_at"][:10] == "2026-05-02" and rows[0]["event_start_at"][:10] == "2026-05-02"
         assert rows[0]["created_at"].endswith("+09:00")
+
+
+def test_no_read_route_creates_anything_on_disk(tmp_path: Path) -> None:
+    """Every GET route of the app, and the POST reads, for a character that does not exist."""
+    from starlette.routing import Route
+
+    with LiveServer(make_settings(tmp_path)) as srv:
+        before = sorted(p.name for p in tmp_path.iterdir())
+        gets = [r.path for r in srv.app.routes if isinstance(r, Route) and "GET" in (r.methods or ())]
+        assert "/new_dialog/{name:str}" in gets and "/internal/memory/{name:str}/scoped_subjects" in gets
+        for path in gets:
+            url = path.replace("{name:str}", "Ghost").replace("{layer:str}", "facts")
+            r = srv.get(url)
+            assert r.status_code in (200, 404), (url, r.status_code, r.text)
+        reads = {
+            "/query_memory/Ghost": {"query": "tea"},
+            "/internal/memory/Ghost/scoped_context": {"subjects": [GROUP]},
+            "/internal/memory/Ghost/scoped_mentions": {"response_text": "hi", "subjects": [GROUP]},
+            "/internal/memory/Ghost/scoped_forget": {"subject": GROUP},
+            "/record_surfaced/Ghost": {"reflection_ids": ["ref_x"]},
+            "/cancel_correction/Ghost": {},
+            "/release_character/Ghost": {},
+        }
+        for url, body in reads.items():
+            r = srv.post(url, json=body)
+            assert r.status_code == 200, (url, r.text)
+        assert srv.get("/new_dialog/Ghost").text == ""
+        assert srv.get("/get_recent_history/Ghost").text == "No recent conversation with Ghost."
+        assert sorted(p.name for p in tmp_path.iterdir()) == before
+        assert "Ghost" not in srv.runtime.registry.active_names()
