@@ -35,7 +35,7 @@ async def reload(request: Request) -> Response:
     rt = request.app.state.runtime
     names = rt.registry.active_names()
     for name in names:
-        await asyncio.to_thread(rt.registry.release, name, rt.settings.server.ask_timeout_seconds)
+        await asyncio.to_thread(rt.registry.release, name)
     return JSONResponse({"status": "success", "message": f"reloaded; {len(names)} active characters will read their files again"})
 
 
@@ -43,5 +43,5 @@ async def release_character(request: Request) -> Response:
     rt = request.app.state.runtime
     name = character_name(request)
     busy = rt.pool.busy(name)
-    await asyncio.to_thread(rt.registry.release, name, rt.settings.server.ask_timeout_seconds)
+    await asyncio.to_thread(rt.registry.release, name)
     return JSONResponse({"status": "success", "character_name": name, "cancelled_derived_tasks": int(busy)})

@@ -225,18 +225,21 @@ class CharacterRegistry:
             except ActorFailure:
                 pass
 
-    def release(self, name: str, timeout: float = 30.0) -> bool:
+    def release(self, name: str) -> bool:
         """Stop ``name``'s actors now and wait until they have flushed and closed every
         file, so that the folder can be renamed or deleted. False when it was not active."""
         with self._lock:
             entry = self._entries.pop(name, None)
+            if entry is not None:
+                # Registered as stopping first, so that a request arriving meanwhile waits
+                # for the old instance to close its files before a new one opens them.
+                try:
+                    self._stopping[name] = entry.ref.stop(block=False)
+                except pykka.ActorDeadError:
+                    pass
+        self._wait_stopped(name)
         if entry is None:
-            self._wait_stopped(name)
             return False
-        try:
-            entry.ref.stop(block=True, timeout=timeout)
-        except (pykka.ActorDeadError, pykka.Timeout):
-            pass
         self.passivations += 1
         log.info("released a character")
         return True
