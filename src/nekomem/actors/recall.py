@@ -706,7 +706,7 @@ class RecallActor(ChildActor):
             if window is None and spec:
                 self.log.info("recall: time expression not understood; ignored")
             # Subject scoping is a hard filter applied before any scoring (fail closed).
-            visible = self.subject_index.allowed(msg.subjects, self.docs)
+            visible = self.subject_index.allowed(msg.subjects)
             if not query:
                 msg.reply.ok(empty_response("") if window is None else self._time_only(window, spec, started, visible))
                 return

@@ -203,6 +203,7 @@ class SubjectIndex:
     """
 
     def __init__(self) -> None:
+        self._private: set[str] = set()
         self._not_private: set[str] = set()
         self._by_marker: dict[tuple[str, str], set[str]] = {}
         self._marker_of: dict[str, tuple[str, str]] = {}
@@ -210,6 +211,7 @@ class SubjectIndex:
     def put(self, doc_id: str, entry: Any) -> None:
         self.remove(doc_id)
         if is_private(entry):
+            self._private.add(doc_id)
             return
         self._not_private.add(doc_id)
         subject = entry_subject(entry)
@@ -218,6 +220,7 @@ class SubjectIndex:
             self._marker_of[doc_id] = subject.marker
 
     def remove(self, doc_id: str) -> None:
+        self._private.discard(doc_id)
         self._not_private.discard(doc_id)
         marker = self._marker_of.pop(doc_id, None)
         if marker is not None:
@@ -227,12 +230,11 @@ class SubjectIndex:
                 if not ids:
                     del self._by_marker[marker]
 
-    def allowed(self, subjects: Sequence[Subject] | None, all_ids: Iterable[str]) -> set[str] | None:
-        """The ids a read may see; None means "every id" (a private read, nothing scoped)."""
+    def allowed(self, subjects: Sequence[Subject] | None) -> set[str] | None:
+        """The ids a read may see; None means "every id" (a private read, nothing scoped).
+        The set returned is the index's own: callers must not change it."""
         if subjects is None:
-            if not self._not_private:
-                return None
-            return {i for i in all_ids if i not in self._not_private}
+            return self._private if self._not_private else None
         out: set[str] = set()
         for subject in subjects:
             out |= self._by_marker.get(subject.marker, set())
@@ -240,9 +242,10 @@ class SubjectIndex:
 
 
 def restrict(allowed: set[str] | None, visible_ids: set[str] | None) -> set[str] | None:
-    """The intersection of two optional id filters (None: no filter)."""
+    """The intersection of two optional id filters (None: no filter). May return one of
+    its arguments: the result is read, never changed."""
     if visible_ids is None:
         return allowed
     if allowed is None:
-        return set(visible_ids)
+        return visible_ids
     return allowed & visible_ids
