@@ -252,6 +252,18 @@ def test_scoped_routes_round_trip(tmp_path: Path, fake_llm) -> None:
         assert srv.post(f"/query_memory/{NAME}", json={"query": "thunder", "subjects": [MEMBER]}).json()["results"]
         assert [r["text"] for r in srv.post(f"/query_memory/{NAME}", json={"query": "thunder"}).json()["results"]] == ["Master is afraid of thunder"]
 
+        # The batched shape: one result per segment, in request order.
+        fake_llm.on("extract_facts", {"facts": [{"text": "Member 888 plays the violin", "importance": 6, "entity": "master"}]})
+        other = {"subject_kind": "group_participant", "subject_id": "qq:123456:888"}
+        r = srv.post(f"{url}/scoped_history", json={"segments": [
+            {"subject": other, "input_history": json.dumps([turn("user", "I play the violin")]), "speaker_label": "888"},
+        ]})
+        assert r.status_code == 200, r.text
+        assert [(s["status"], s["created"], s["subject"]["subject_id"]) for s in r.json()["segments"]] == [("ok", 1, "qq:123456:888")]
+        assert srv.post(f"/query_memory/{NAME}", json={"query": "violin"}).json()["results"] == []
+        bad = srv.post(f"{url}/scoped_history", json={"segments": [], "subject": other})
+        assert bad.status_code == 422
+
         fake_llm.on("extract_facts", Reply.status(500, "down"))
         r = srv.post(f"{url}/scoped_history", json={"subject": MEMBER, "input_history": json.dumps([turn("user", "hello")])})
         assert r.status_code == 502, r.text

@@ -8,7 +8,11 @@ subjects, never the owner's private memory. Shapes follow the reference:
   ``{"status": "stored", "subject", "created", "fact_ids"}``;
 - ``POST scoped_history`` ``{subject, input_history (1..200 messages), speaker_label?}`` ->
   ``{"status": "processed", "subject", "created", "fact_ids", "trust", "trust_events"}``;
-  502 when extraction fails (retry later);
+  502 when extraction fails (retry later). The batched shape ``{segments: [{subject,
+  input_history, speaker_label}] (1..8, 200 messages in all)}`` answers ``{"status":
+  "processed", "segments": [{"subject", "status": "ok" | "failed", "created", "dropped",
+  "fact_ids", "trust"}]}`` in request order (one extraction per segment here, where the
+  reference makes one call for the batch); 502 only when every segment failed;
 - ``POST scoped_context`` ``{subjects (1..8), language?}`` -> ``text/plain`` context;
 - ``POST scoped_mentions`` ``{response_text, subjects}`` -> ``{"status": "recorded" |
   "skipped"}``;
@@ -18,6 +22,7 @@ subjects, never the owner's private memory. Shapes follow the reference:
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import msgspec
@@ -30,10 +35,12 @@ from nekomem.http.bodies import character_name, convert_body, parse_history, rea
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
 from nekomem.runtime.clock import iso
+from nekomem.runtime.reply import ActorFailure
 
 MAX_FACTS = 32
 MAX_FACT_CHARS = 2000
 MAX_HISTORY_MESSAGES = 200
+MAX_SEGMENTS = 8
 LAYER_STATUS = {"facts": "all", "reflections": None, "persona": None}
 NO_TRUST = {"resolved": None, "persisted": None, "signals_applied": 0, "activity_applied": 0, "gated": None, "channel_collision": False}
 
@@ -51,10 +58,16 @@ class ScopedFactsBody(msgspec.Struct, kw_only=True):
     language: str | None = None
 
 
+class ScopedSegment(msgspec.Struct, kw_only=True):
+    subject: dict[str, Any]
+    input_history: Any
+    speaker_label: str = ""
+
+
 class ScopedHistoryBody(msgspec.Struct, kw_only=True):
     subject: dict[str, Any] | None = None
     input_history: Any = None
-    segments: list[Any] | None = None
+    segments: list[ScopedSegment] | None = None
     speaker_label: str | None = None
     language: str | None = None
 
@@ -121,21 +134,63 @@ async def scoped_history(request: Request) -> Response:
     raw = await read_json_object(request)
     body = convert_body(raw, ScopedHistoryBody)
     if body.segments is not None:
-        raise ApiError(422, "segments_unsupported", "the batched 'segments' shape is not supported; send subject + input_history")
+        if body.subject is not None or body.input_history is not None or body.speaker_label is not None:
+            raise ApiError(422, "bad_history", "segments is exclusive with the single-subject fields")
+        return await _history_segments(request, name, body.segments)
     if body.subject is None or body.input_history is None:
         raise ApiError(422, "bad_history", "either segments or input_history+subject is required")
     subject = _subject(body.subject)
-    turns = parse_history({"input_history": body.input_history}, iso(rt.clock.now()), rt.settings.server.message_max_chars, MAX_HISTORY_MESSAGES)
+    turns = _turns(request, body.input_history, "")
+    label = _label(body.speaker_label, "")
+    result = await _extract(request, name, subject, turns, label)
+    return JSONResponse({"status": "processed", "subject": subject.fields(), **result, "trust": dict(NO_TRUST), "trust_events": []})
+
+
+def _turns(request: Request, history: Any, where: str) -> list[Any]:
+    rt = request.app.state.runtime
+    turns = parse_history({"input_history": history}, iso(rt.clock.now()), rt.settings.server.message_max_chars, MAX_HISTORY_MESSAGES)
     if not turns:
-        raise ApiError(422, "bad_history", f"input_history must contain 1..{MAX_HISTORY_MESSAGES} messages")
-    label = (body.speaker_label or "").strip()
+        raise ApiError(422, "bad_history", f"{where}input_history must contain 1..{MAX_HISTORY_MESSAGES} messages")
+    return turns
+
+
+def _label(raw: str | None, where: str) -> str:
+    label = (raw or "").strip()
     if len(label) > 64:
-        raise ApiError(422, "bad_speaker_label", "speaker_label must contain at most 64 characters")
-    result = await rt.registry.ask(
+        raise ApiError(422, "bad_speaker_label", f"{where}speaker_label must contain at most 64 characters")
+    return label
+
+
+async def _extract(request: Request, name: str, subject: Subject, turns: list[Any], label: str) -> dict[str, Any]:
+    rt = request.app.state.runtime
+    return await rt.registry.ask(
         name, "facts", lambda reply: ExtractScoped(subject=subject, turns=turns, speaker_label=label, reply=reply),
         timeout=rt.settings.server.settle_timeout_seconds,
     )
-    return JSONResponse({"status": "processed", "subject": subject.fields(), **result, "trust": dict(NO_TRUST), "trust_events": []})
+
+
+async def _history_segments(request: Request, name: str, segments: list[ScopedSegment]) -> Response:
+    if not 1 <= len(segments) <= MAX_SEGMENTS:
+        raise ApiError(422, "bad_history", f"segments must contain 1..{MAX_SEGMENTS} items")
+    parsed = []
+    for position, segment in enumerate(segments, start=1):
+        where = f"segment {position}: "
+        subject = _subject(segment.subject)
+        parsed.append((subject, _turns(request, segment.input_history, where), _label(segment.speaker_label, where) or subject.subject_id))
+    if sum(len(turns) for _s, turns, _l in parsed) > MAX_HISTORY_MESSAGES:
+        raise ApiError(422, "bad_history", f"segments must contain at most {MAX_HISTORY_MESSAGES} messages in total")
+    outcomes = await asyncio.gather(*(_extract(request, name, s, t, lbl) for s, t, lbl in parsed), return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException) and not isinstance(outcome, (ActorFailure, asyncio.TimeoutError)):
+            raise outcome
+    if all(isinstance(o, BaseException) for o in outcomes):
+        raise ApiError(502, "extraction_failed", "scoped fact extraction failed; retry later")
+    rows = []
+    for (subject, _turns_, _label_), outcome in zip(parsed, outcomes):
+        ok = not isinstance(outcome, BaseException)
+        result = outcome if ok else {"created": 0, "fact_ids": []}
+        rows.append({"subject": subject.fields(), "trust": dict(NO_TRUST), "status": "ok" if ok else "failed", "dropped": 0, **result})
+    return JSONResponse({"status": "processed", "segments": rows})
 
 
 def _facts_block(facts: list[dict[str, Any]], subjects: list[Subject], limit: int) -> str:
