@@ -135,12 +135,16 @@ def test_new_dialog_languages_and_master_name(tmp_path: Path) -> None:
     clock = ManualClock(datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc))
     with LiveServer(make_settings(tmp_path, display_timezone="UTC", master_name="Alex"), clock=clock) as srv:
         srv.post(f"/cache/{NAME}", json={"input_history": [turn("user", "see you")]})
+        card = {"entries": [{"entity": "master", "text": "likes rain"}, {"entity": "neko", "text": "a grey cat"}]}
+        assert srv.post(f"/api/characters/{NAME}/card", json=card).status_code == 200
         clock.advance(hours=6, minutes=5)
         expected = {
-            "zh": ("======Lan的长期记忆======", "距离上次与主人聊天已经过去了6小时5分钟。", "现在的时间是2026-05-01 18:05。"),
-            "ja": ("======Lanの長期記憶======", "主人との最後の会話から6時間5分が経過しました。", "現在の時刻は2026-05-01 18:05です。"),
-            "ko": ("======Lan의 장기 기억======", "主人와의 마지막 대화로부터 6시간 5분이 지났습니다.", "현재 시각은 2026-05-01 18:05입니다."),
-            "en": ("======Lan's Long-term Memory======", "It has been 6 hours and 5 minutes since the last conversation with 主人.", "The current time is 2026-05-01 18:05."),
+            "zh": ("======Lan的长期记忆======", "## 关于主人\n- likes rain", "## 关于Lan\n- a grey cat",
+                   "距离上次与主人聊天已经过去了6小时5分钟。", "现在的时间是2026-05-01 18:05。"),
+            "ja": ("======Lanの長期記憶======", "## 主人について", "主人との最後の会話から6時間5分が経過しました。", "現在の時刻は2026-05-01 18:05です。"),
+            "ko": ("======Lan의 장기 기억======", "## 主人에 대하여", "主人와의 마지막 대화로부터 6시간 5분이 지났습니다.", "현재 시각은 2026-05-01 18:05입니다."),
+            "en": ("======Lan's Long-term Memory======", "## About 主人", "It has been 6 hours and 5 minutes since the last conversation with 主人.",
+                   "The current time is 2026-05-01 18:05."),
         }
         for language, pieces in expected.items():
             text = srv.get(f"/new_dialog/{NAME}", params={"language": language, "master_name": "主人"}).text
@@ -376,3 +380,19 @@ def test_no_read_route_creates_anything_on_disk(tmp_path: Path) -> None:
         assert srv.get("/get_recent_history/Ghost").text == "No recent conversation with Ghost."
         assert sorted(p.name for p in tmp_path.iterdir()) == before
         assert "Ghost" not in srv.runtime.registry.active_names()
+
+
+def test_long_term_labels_follow_the_language() -> None:
+    from datetime import timedelta
+
+    from nekomem.domain.context_locale import format_elapsed, normalise_language
+    from nekomem.domain.render_longterm import past_block_open, relative_label
+
+    now = datetime(2026, 5, 20, 12, 0)
+    assert [relative_label(now - timedelta(days=d), now, "zh") for d in (0, 3, 14, 65)] == ["当下", "3 天前", "2 周前", "2 月前"]
+    assert relative_label(now - timedelta(days=3), now, "ja") == "3 日前"
+    assert relative_label(now - timedelta(days=3), now, "ko") == "3일 전"
+    assert relative_label(now - timedelta(days=3), now, "en") == "3 days ago"
+    assert "除非主人先主动提起" in past_block_open("主人", "Lan", "zh")
+    assert [normalise_language(x) for x in ("zh-CN", "zh_TW", "ja-JP", "KO", "pt-BR", "fr", None)] == ["zh", "zh-TW", "ja", "ko", "pt", "en", "en"]
+    assert format_elapsed(2 * 86400 + 60, "zh") == "2天1分钟" and format_elapsed(3 * 3600, "en") == "3 hours"

@@ -271,11 +271,15 @@ class RenderContext(Message):
     otherwise only entries of those subjects (nekomem.domain.subjects)."""
 
     subjects: list[Subject] | None = None
+    language: str = "en"
+    master_name: str = ""  # empty: the master_name setting
 
 
 class RenderWithPersona(Message):
     persona: Any
     subjects: list[Subject] | None = None
+    language: str = "en"
+    master_name: str = ""
 
 
 class FollowupTopics(Message):

@@ -289,7 +289,9 @@ class PersonaActor(JournaledActor):
         if changed:
             self.commit(new, type="persona.suppressed")
         persona = private_persona(self.persona) if msg.subjects is None else scoped_persona(self.persona, msg.subjects)
-        self.ctx.send("reflections", RenderWithPersona(persona=pl.copy_persona(persona), subjects=msg.subjects, reply=msg.reply))
+        self.ctx.send("reflections", RenderWithPersona(
+            persona=pl.copy_persona(persona), subjects=msg.subjects, language=msg.language, master_name=msg.master_name, reply=msg.reply,
+        ))
 
     # -- periodic --------------------------------------------------------------------
     def tick(self, msg: Tick) -> None:

@@ -413,8 +413,10 @@ class ReflectionActor(JournaledActor):
 
     # -- rendering -------------------------------------------------------------------
     def on_RenderWithPersona(self, msg: RenderWithPersona) -> None:
+        names = {**self.names(), **({"master_name": msg.master_name} if msg.master_name else {})}
         text = render_longterm(
-            msg.persona, filter_visible(self.refs.values(), msg.subjects), now=self.now(), settings=self.s, count_tokens=self.counter.count, **self.names()
+            msg.persona, filter_visible(self.refs.values(), msg.subjects), now=self.now(), settings=self.s,
+            count_tokens=self.counter.count, language=msg.language, **names,
         )
         msg.reply.ok(text)
 

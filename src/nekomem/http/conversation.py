@@ -100,13 +100,14 @@ async def new_dialog(request: Request) -> Response:
         return PlainTextResponse("")  # the reference's answer for an unknown character
     view = await recent_view(request, name, wait_settle=True)
     longterm = ""
+    language, master = context_language(request), master_name(request)
     render = request.app.state.longterm_renderer
     if render is not None:
-        longterm = await render(request, name)
+        longterm = await render(request, name, language, master)
     text = render_new_dialog(
         character_name=name,
-        master_name=master_name(request),
-        language=context_language(request),
+        master_name=master,
+        language=language,
         window=view.window,
         last_timestamp=view.last_timestamp,
         now=display_now(request),

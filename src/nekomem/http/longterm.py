@@ -34,9 +34,11 @@ def _rt(request: Request) -> Any:
     return request.app.state.runtime
 
 
-async def render_longterm(request: Request, name: str) -> str:
+async def render_longterm(request: Request, name: str, language: str = "en", master_name: str = "") -> str:
     """The persona + reflection sections of /new_dialog (used by the conversation routes)."""
-    return await _rt(request).registry.ask(name, "persona", lambda reply: RenderContext(reply=reply))
+    return await _rt(request).registry.ask(
+        name, "persona", lambda reply: RenderContext(language=language, master_name=master_name, reply=reply)
+    )
 
 
 async def reflect(request: Request) -> Response:

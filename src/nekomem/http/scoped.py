@@ -30,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from nekomem.actors.messages import AddScopedFacts, DeleteEntry, ExtractScoped, ListEntries, RenderContext, ScopedMentions
+from nekomem.domain.context_locale import normalise_language
 from nekomem.domain.subjects import Subject, SubjectError, entry_subject, filter_visible, subject_from_request, subjects_from_request
 from nekomem.http.bodies import character_name, convert_body, parse_history, read_json_object
 from nekomem.http.errors import ApiError
@@ -209,7 +210,8 @@ async def scoped_context(request: Request) -> Response:
     subjects = _subjects(body.subjects)
     if not await character_exists(request, name):
         return PlainTextResponse("")
-    longterm = await rt.registry.ask(name, "persona", lambda reply: RenderContext(subjects=subjects, reply=reply))
+    language = normalise_language(body.language, normalise_language(rt.settings.server.context_language))
+    longterm = await rt.registry.ask(name, "persona", lambda reply: RenderContext(subjects=subjects, language=language, reply=reply))
     facts = [f for f in await _entries(request, name, "facts") if not f.get("archived_at")]
     parts = [p for p in (longterm, _facts_block(facts, subjects, rt.settings.server.scoped_context_max_facts)) if p]
     return PlainTextResponse("\n\n".join(parts))
