@@ -12,11 +12,14 @@ anyway; this file also keeps the summary memo, which exists nowhere else).
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
 
 EDITS_FILE = "recent_edits.ndjson"
+
+log = logging.getLogger("nekomem.recent_watch")
 
 Identity = tuple[int, int, int]
 
@@ -52,9 +55,13 @@ class RecentWatch:
 
 def journal_adoption(folder: Path, at: str, replaced: list[dict[str, Any]], adopted: list[dict[str, Any]], reason: str) -> None:
     """Append one adoption record (the window replaced and the one adopted) to
-    ``recent_edits.ndjson`` in ``folder``, fsynced. Raises OSError."""
+    ``recent_edits.ndjson`` in ``folder``, fsynced. A folder that is gone (deleted from
+    outside) is logged, not raised: there is nothing left to keep it next to."""
     line = json.dumps({"at": at, "reason": reason, "replaced": replaced, "adopted": adopted}, ensure_ascii=False)
-    with open(folder / EDITS_FILE, "a", encoding="utf-8") as fh:
-        fh.write(line + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    try:
+        with open(folder / EDITS_FILE, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+    except FileNotFoundError:
+        log.warning("the character folder is gone; an outside edit of recent.json was not journaled")
