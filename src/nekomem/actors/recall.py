@@ -123,6 +123,10 @@ class _QueryVector(Message):
     error: str | None
 
 
+class _FeedWaitOver(Message):
+    """The wait for the owners' first feed is over (see recall_feed_wait_seconds)."""
+
+
 class _QueryExpired(Message):
     token: int
 
@@ -460,6 +464,10 @@ class RecallActor(ChildActor):
         if generation:
             for owner in ("facts", "reflections"):
                 self.ctx.send(owner, RequestIndex())
+        # Reads wait for the owners' first complete feed (they load in parallel with us).
+        self._unfed = {"fact", "reflection"}
+        self._held: list[Message] = []
+        self._feed_wait = self.schedule(s.recall_feed_wait_seconds, _FeedWaitOver(), real=True)
 
     def close(self) -> None:
         self.pending_counter.set(self.ctx.name, 0)
@@ -501,6 +509,25 @@ class RecallActor(ChildActor):
             msg.reply.ok(True)
 
     # -- feed ------------------------------------------------------------------------
+    def _hold(self, msg: Message) -> bool:
+        """Keep a read until the index has its first feed; True when it was kept."""
+        if not self._unfed:
+            return False
+        self._held.append(msg)
+        return True
+
+    def _release_held(self) -> None:
+        held, self._held = self._held, []
+        self._unfed.clear()
+        self.cancel(self._feed_wait)
+        for msg in held:
+            self.on_receive(msg)
+
+    def on__FeedWaitOver(self, msg: _FeedWaitOver) -> None:
+        if self._unfed:
+            self.log.warning("recall answers without a first feed from %s", sorted(self._unfed))
+            self._release_held()
+
     def on_IndexUpsert(self, msg: IndexUpsert) -> None:
         if msg.replace_tier is not None:
             family = TIER_FAMILIES.get(msg.replace_tier, (msg.replace_tier,))
@@ -512,6 +539,10 @@ class RecallActor(ChildActor):
         self._time_cache = None
         self._safe_sync()
         self._publish_pending()
+        if msg.replace_tier is not None and self._unfed:
+            self._unfed.discard("fact" if msg.replace_tier in TIER_FAMILIES["fact"] else msg.replace_tier)
+            if not self._unfed:
+                self._release_held()
 
     def on_IndexRemove(self, msg: IndexRemove) -> None:
         for doc_id in msg.ids:
@@ -712,7 +743,7 @@ class RecallActor(ChildActor):
 
     # -- user recall -----------------------------------------------------------------
     def on_QueryMemory(self, msg: QueryMemory) -> None:
-        if msg.reply is None:
+        if msg.reply is None or self._hold(msg):
             return
         started = time.perf_counter()
         query = (msg.query or "").strip()[: self.s.recall_query_max_chars]
@@ -865,6 +896,8 @@ class RecallActor(ChildActor):
             msg.reply.ok(ids)
 
     def on_RankForStage2(self, msg: RankForStage2) -> None:
+        if self._hold(msg):
+            return
         self._sync_vectors()
         candidates = list(dict.fromkeys(c for c in msg.candidate_ids if c))
         k = max(msg.budget, 0) * self.s.recall_coarse_oversample
@@ -885,6 +918,8 @@ class RecallActor(ChildActor):
         self._answer(msg, candidates[:k])
 
     def on_RelatedFacts(self, msg: RelatedFacts) -> None:
+        if self._hold(msg):
+            return
         self._sync_vectors()
         queries = [q.strip() for q in msg.query_texts if isinstance(q, str) and q.strip()]
         token = self._next_token()

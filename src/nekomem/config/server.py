@@ -43,7 +43,7 @@ class ServerSettings(Section):
 
 
 class RuntimeSettings(Section):
-    max_active_characters: Annotated[int, doc("Most characters whose actors are alive at once; the least recently used idle one is passivated beyond this.", ge=1)] = 64
+    max_active_characters: Annotated[int, doc("Most characters whose actors are alive at once; the least recently used idle one is passivated beyond this. Actors cost no thread, so this bounds memory only (see README: about 0.3 MB per active character with a short history).", ge=1)] = 1000
     passivate_idle_seconds: Annotated[float, doc("A character idle this long has its actors stopped (state stays on disk).", gt=0)] = 600.0
     actor_workers: Annotated[int, doc("Threads that run the actors of every character (one shared dispatcher; an actor costs no thread of its own).", ge=1, le=256)] = 4
     actor_batch: Annotated[int, doc("Messages one actor handles before its worker moves on to the next ready actor, so a flooded character cannot starve the others.", ge=1)] = 32
