@@ -128,13 +128,15 @@ class Outbox:
         line = _AttemptLine(op_id=op_id, ts=require_iso(ts, "outbox ts"), error=text)
         self._log.append([_encoder.encode(line)])
 
-    def done(self, op_id: str, ts: str, dead: bool = False) -> None:
+    def done(self, op_id: str, ts: str, dead: bool = False, *, durable: bool = True) -> None:
         """Record that ``op_id`` finished (``dead=True``: given up as a dead letter).
+        ``durable=False`` skips the fsync: a done line lost to a power loss only means the
+        (idempotent) op runs once more.
 
         Raises ValueError for a bad ts, OSError if the write fails.
         """
         line = _DoneLine(op_id=op_id, ts=require_iso(ts, "outbox ts"), dead=dead)
-        self._log.append([_encoder.encode(line)])
+        self._log.append([_encoder.encode(line)], durable=durable)
 
     # -- reading -----------------------------------------------------------------------
 
