@@ -29,7 +29,9 @@ from nekomem.actors.messages import (
     ModelDone,
     NewFacts,
     OpFinished,
+    OpParked,
     PostTurn,
+    ReclaimParked,
     ReflectNow,
     ReplyMentions,
     RunOp,
@@ -42,10 +44,11 @@ from nekomem.domain import facts as fl
 from nekomem.domain import prompts_longterm as prompts
 from nekomem.domain import reflections as rl
 from nekomem.domain.dedup_index import DedupIndex
+from nekomem.domain.extraction import ExtractionQueue
 from nekomem.domain.messages import Turn, from_disk, parse_timestamp
 from nekomem.domain.records import Fact, fact_hash, fact_id
 from nekomem.runtime.reply import ActorFailure
-from nekomem.stores.atomic import atomic_write_json, read_json
+from nekomem.stores.atomic import atomic_write_json, read_records
 from nekomem.stores.journal import Event
 
 _DECODE = msgspec.json.Decoder()
@@ -83,19 +86,10 @@ class FactActor(JournaledActor):
         self.facts: dict[str, Fact] = {}
         self.archive: dict[str, Fact] = {}
         for path, target in ((self.ctx.paths.facts, self.facts), (self.ctx.paths.facts_archive, self.archive)):
-            raw, _ = read_json(path, default=[])
-            for item in raw if isinstance(raw, list) else []:
-                try:
-                    fact = fact_from(item)
-                except msgspec.ValidationError:
-                    self.log.warning("skipped an unreadable fact record")
-                    continue
+            for fact in read_records(path, fact_from, "facts"):
                 target[fact.id] = fact
         self.dedup = DedupIndex(self.s.fact_near_dup_jaccard_threshold, self.s.fact_near_dup_max_candidates)
-        self.batch: list[tuple[str, list[Turn]]] = []  # (op_id, turns) waiting for path A
-        self.user_turns_since = 0
-        self.last_check_at: datetime | None = None
-        self.last_activity_at: datetime | None = None
+        self.queue = ExtractionQueue(self.s)  # records waiting for path A
         self.last_archive_at: datetime | None = None
         self.passes_since_disclosure = 0
         self.extract_inflight: int | None = None
@@ -106,6 +100,8 @@ class FactActor(JournaledActor):
         self.next_synthesis = self.ctx.clock.monotonic() + self.s.reflection_synthesis_initial_delay_seconds
 
     def after_load(self) -> None:
+        # Records parked in a previous instance's batch were lost with it.
+        self.ctx.send("outbox", ReclaimParked(child=self.child_name))
         for fact in list(self.facts.values()) + list(self.archive.values()):
             self.dedup.add(fact)
         self.send_index()
@@ -179,22 +175,21 @@ class FactActor(JournaledActor):
             # (reported by /health) and the record is finished.
             self.ctx.send("outbox", OpFinished(op_id=msg.op_id, ok=True))
             return
-        self.last_activity_at = self.now()
-        if any(op_id == msg.op_id for op_id, _ in self.batch):
-            return  # a replayed record that is already buffered
-        if self.powerful():
-            self.batch.append((msg.op_id, turns))
-            self.user_turns_since += len(user_turns)
+        if self.powerful() or msg.op_id in self.queue:
+            self.queue.add(msg.op_id, turns, self.now())
+            # Held for a batch: free the outbox slot so the records behind it arrive.
+            self.ctx.send("outbox", OpParked(op_id=msg.op_id))
             self._maybe_extract()
         else:
             self._extract("single", [(msg.op_id, turns)])
 
     def _maybe_extract(self) -> None:
-        if self.extract_inflight is not None or not self.batch:
+        if self.extract_inflight is not None:
             return
-        if fl.extraction_due(self.user_turns_since, self.last_check_at, self.last_activity_at, self.now(), self.s):
-            batch, self.batch = self.batch, []
-            self.user_turns_since = 0
+        trigger = self.queue.due(self.now())
+        if trigger is not None:
+            batch = self.queue.take(trigger)
+            self.log.info("batch extraction (%s): %d records", trigger, len(batch))
             self._extract("batch", batch)
 
     def _extract(self, mode: str, ops: list[tuple[str, list[Turn]]]) -> None:
@@ -206,8 +201,7 @@ class FactActor(JournaledActor):
         if token is None:
             # Pool full: put the work back and try on the next tick.
             if mode == "batch":
-                self.batch = ops + self.batch
-                self.user_turns_since += sum(1 for t in turns if t.role == "human")
+                self.queue.put_back(ops)
             else:
                 for op_id, _ in ops:
                     self.ctx.send("outbox", OpFinished(op_id=op_id, ok=False, error="model pool full"))
@@ -228,7 +222,8 @@ class FactActor(JournaledActor):
         now = self.now()
         new = fl.normalize_extraction(msg.output, now=now, source="user_observation", settings=self.s)
         added, _skipped = self.add_facts(new)
-        self.last_check_at = now
+        if ctx["mode"] == "batch":
+            self.queue.checked(now)
         for op_id, _ in ops:
             self.ctx.send("outbox", OpFinished(op_id=op_id, ok=True))
         if added and self.powerful():

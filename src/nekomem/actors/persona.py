@@ -42,12 +42,13 @@ from nekomem.domain.records import (
     PersonaEntry,
     assign_shards,
     card_entry_id,
+    new_shard_suffix,
     persona_from_disk,
     persona_to_disk,
 )
 from nekomem.domain.tokens import get_counter
 from nekomem.runtime.reply import ActorFailure
-from nekomem.stores.atomic import atomic_write_json, read_json
+from nekomem.stores.atomic import atomic_write_json, keep_rejected, read_json, read_records, shard_counts
 from nekomem.stores.journal import Event
 
 ENTITY_MAX_CHARS = 50
@@ -65,14 +66,13 @@ class PersonaActor(JournaledActor):
         self.s = self.ctx.settings.longterm
         self.counter = get_counter(self.ctx.settings.recent.recent_tokenizer_encoding)
         raw, _ = read_json(self.ctx.paths.persona, default={})
-        self.persona: Persona = pl.ensure_sections(persona_from_disk(raw))
-        raw, _ = read_json(self.ctx.paths.persona_corrections, default=[])
-        self.corrections: list[Correction] = []
-        for item in raw if isinstance(raw, list) else []:
-            try:
-                self.corrections.append(msgspec.convert(item, Correction, strict=False))
-            except msgspec.ValidationError:
-                continue
+        rejected: list[Any] = []
+        self.persona: Persona = pl.ensure_sections(persona_from_disk(raw, rejected))
+        if rejected:
+            keep_rejected(self.ctx.paths.persona, rejected, "persona entries")
+        self.corrections: list[Correction] = read_records(
+            self.ctx.paths.persona_corrections, lambda item: msgspec.convert(item, Correction, strict=False), "corrections"
+        )
         self.archived_pending: dict[str, list[dict[str, Any]]] = {}
         self.correction_inflight = False
         mono = self.ctx.clock.monotonic()
@@ -290,8 +290,8 @@ class PersonaActor(JournaledActor):
         now = self.now()
         result = pl.persona_archive_sweep(self.persona, now, self.s)
         if result.archived:
-            day = now.strftime("%Y-%m-%d")
-            shards = assign_shards({}, len(result.archived), day, lambda: __import__("uuid").uuid4().hex[:8], self.s.evidence_archive_shard_max_entries)
+            counts = shard_counts(self.ctx.paths.persona_archive_dir, self.archived_pending)
+            shards = assign_shards(counts, len(result.archived), now.date(), new_shard_suffix, self.s.evidence_archive_shard_max_entries)
             items = [
                 ("persona.entry_updated", {"entity": entity, "entry": msgspec.to_builtins(entry), "archive_shard": shard})
                 for (entity, entry), shard in zip(result.archived, shards)

@@ -45,11 +45,11 @@ from nekomem.domain import evidence as ev
 from nekomem.domain import prompts_longterm as prompts
 from nekomem.domain import refine as rf
 from nekomem.domain import reflections as rl
-from nekomem.domain.records import Reflection, SurfacedEntry, assign_shards
+from nekomem.domain.records import Reflection, SurfacedEntry, assign_shards, new_shard_suffix
 from nekomem.domain.render_longterm import render_longterm
 from nekomem.domain.tokens import get_counter
 from nekomem.runtime.reply import ActorFailure
-from nekomem.stores.atomic import atomic_write_json, read_json
+from nekomem.stores.atomic import atomic_write_json, read_json, read_records, shard_counts
 from nekomem.stores.cursors import Cursors
 from nekomem.stores.journal import Event
 
@@ -68,21 +68,11 @@ class ReflectionActor(JournaledActor):
         self.s = self.ctx.settings.longterm
         self.counter = get_counter(self.ctx.settings.recent.recent_tokenizer_encoding)
         self.refs: dict[str, Reflection] = {}
-        raw, _ = read_json(self.ctx.paths.reflections, default=[])
-        for item in raw if isinstance(raw, list) else []:
-            try:
-                ref = ref_from(item)
-            except msgspec.ValidationError:
-                self.log.warning("skipped an unreadable reflection record")
-                continue
+        for ref in read_records(self.ctx.paths.reflections, ref_from, "reflections"):
             self.refs[ref.id] = ref
-        raw, _ = read_json(self.ctx.paths.surfaced, default=[])
-        self.surfaced: list[SurfacedEntry] = []
-        for item in raw if isinstance(raw, list) else []:
-            try:
-                self.surfaced.append(msgspec.convert(item, SurfacedEntry, strict=False))
-            except msgspec.ValidationError:
-                continue
+        self.surfaced: list[SurfacedEntry] = read_records(
+            self.ctx.paths.surfaced, lambda item: msgspec.convert(item, SurfacedEntry, strict=False), "surfaced entries"
+        )
         self.archived_pending: dict[str, list[Reflection]] = {}  # shard -> entries not yet written
         self.backoff: dict[str, Any] = {}
         self._stage2_pending: dict[str, list[Any]] = {}
@@ -517,14 +507,8 @@ class ReflectionActor(JournaledActor):
         by_id = {r.id: r for r in result.kept}
         self.save([by_id[i] for i in result.counted if i in by_id], "reflection.evidence_updated")
         if result.archived:
-            day = now.strftime("%Y-%m-%d")
-            folder = self.ctx.paths.reflection_archive_dir
-            counts: dict[str, int] = {}
-            if folder.exists():
-                for path in folder.glob("*.json"):
-                    raw, _ = read_json(path, default=[])
-                    counts[path.name] = len(raw) if isinstance(raw, list) else 0
-            shards = assign_shards(counts, len(result.archived), day, lambda: __import__("uuid").uuid4().hex[:8], self.s.evidence_archive_shard_max_entries)
+            counts = shard_counts(self.ctx.paths.reflection_archive_dir, self.archived_pending)
+            shards = assign_shards(counts, len(result.archived), now.date(), new_shard_suffix, self.s.evidence_archive_shard_max_entries)
             archived = rl.with_shard_paths(result.archived, shards)
             self.record_many(
                 ("reflection.state_changed", {"reflection": msgspec.to_builtins(r), "archive_shard": shard})
