@@ -45,6 +45,7 @@ from nekomem.domain import prompts_longterm as prompts
 from nekomem.domain import reflections as rl
 from nekomem.domain.dedup_index import DedupIndex
 from nekomem.domain.extraction import ExtractionQueue
+from nekomem.domain.gates import task_gate
 from nekomem.domain.messages import Turn, from_disk, parse_timestamp
 from nekomem.domain.records import Fact, fact_hash, fact_id
 from nekomem.runtime.reply import ActorFailure
@@ -97,6 +98,7 @@ class FactActor(JournaledActor):
         self._paraphrase_todo: set[str] = set()
         self.dup_queue: list[Any] = []  # DedupPair awaiting judge_duplicates (a cache: rebuilt as facts arrive)
         self.dup_inflight = False
+        self.dup_gate = task_gate(self.s, self.s.longterm_idle_maintenance_interval_seconds)
         self.next_synthesis = self.ctx.clock.monotonic() + self.s.reflection_synthesis_initial_delay_seconds
 
     def after_load(self) -> None:
@@ -442,20 +444,27 @@ class FactActor(JournaledActor):
         if self.dup_inflight or not self.dup_queue or not self.powerful():
             return
         batch = fl.dedup_batch(self.dup_queue, self.s)
-        if not batch:
+        if not batch or self.dup_gate.blocked(self.ctx.clock.monotonic()):
             return
         messages = prompts.judge_duplicates_messages(batch, **self.names())
         token = self.ask_model("dups", "judge_duplicates", messages, context={"batch": batch}, timeout=self.s.longterm_dedup_timeout_seconds)
         self.dup_inflight = token is not None
+        if token is not None:
+            self.dup_gate.start()
 
     def done_dups(self, msg: ModelDone) -> None:
         self.dup_inflight = False
         batch = msg.context["batch"]
         if msg.error is not None:
             self.dup_queue, _dropped = fl.record_dedup_failure(self.dup_queue, batch, self.s)
+            self.dup_gate.failed_at(self.ctx.clock.monotonic())
             return
         result = fl.apply_duplicate_decisions(list(self.facts.values()), self.dup_queue, batch, msg.output, self.s)
         self.dup_queue = list(result.queue)
+        if result.decided:
+            self.dup_gate.answered_at(self.ctx.clock.monotonic())
+        else:  # no usable decision: counted as a failure of the batch
+            self.dup_gate.failed_at(self.ctx.clock.monotonic())
         by_id = {f.id: f for f in result.facts}
         items: list[tuple[str, dict[str, Any]]] = [("fact.deleted", {"id": i}) for i in result.removed_ids]
         items += [("fact.updated", {"fact": msgspec.to_builtins(by_id[i])}) for i in result.changed_ids if i in by_id]

@@ -36,6 +36,7 @@ from nekomem.domain import evidence as ev
 from nekomem.domain import persona as pl
 from nekomem.domain import prompts_longterm as prompts
 from nekomem.domain import refine as rf
+from nekomem.domain.gates import task_gate
 from nekomem.domain.records import (
     Correction,
     Persona,
@@ -75,6 +76,7 @@ class PersonaActor(JournaledActor):
         )
         self.archived_pending: dict[str, list[dict[str, Any]]] = {}
         self.correction_inflight = False
+        self.correction_gate = task_gate(self.s, self.s.longterm_idle_maintenance_interval_seconds)
         mono = self.ctx.clock.monotonic()
         self.next_sweep = mono + self.s.evidence_archive_sweep_initial_delay_seconds
         self.next_corrections = mono + self.s.longterm_idle_maintenance_initial_delay_seconds
@@ -305,6 +307,8 @@ class PersonaActor(JournaledActor):
     def _resolve_corrections(self) -> None:
         if self.correction_inflight or not self.corrections or not self.powerful():
             return
+        if self.correction_gate.blocked(self.ctx.clock.monotonic()):
+            return
         batch = pl.correction_batch(self.corrections, self.s)
         if not batch:
             return
@@ -313,19 +317,19 @@ class PersonaActor(JournaledActor):
         token = self.ask_model("correction", "resolve_correction", messages, context={"item": item},
                                timeout=self.s.longterm_correction_timeout_seconds)
         self.correction_inflight = token is not None
+        if token is not None:
+            self.correction_gate.start()
 
     def done_correction(self, msg: ModelDone) -> None:
         self.correction_inflight = False
         item = msg.context["item"]
-        if msg.error is not None:
+        outcome = None if msg.error is not None else pl.apply_correction(self.persona, self.corrections, item, msg.output, self.now(), self.s)
+        if outcome is None or outcome.kind == "invalid":
+            self.correction_gate.failed_at(self.ctx.clock.monotonic())
             corrections, _dead = pl.record_correction_failure(self.corrections, item, self.s)
             self.commit(pl.copy_persona(self.persona), corrections)
             return
-        outcome = pl.apply_correction(self.persona, self.corrections, item, msg.output, self.now(), self.s)
-        if outcome.kind == "invalid":
-            corrections, _dead = pl.record_correction_failure(self.corrections, item, self.s)
-            self.commit(pl.copy_persona(self.persona), corrections)
-            return
+        self.correction_gate.answered_at(self.ctx.clock.monotonic())
         self.commit(outcome.persona, outcome.corrections)
         if outcome.source_id:
             self.ctx.send("reflections", CorrectionResolved(reflection_id=outcome.source_id, kind=outcome.kind))

@@ -302,7 +302,7 @@ class RecentActor(ChildActor):
         reason = review.review_gate(
             self.meta.review,
             self.window,
-            time.time(),
+            self._wall(),
             self._last_activity_wall(),
             switch_on,
             self.settings,
@@ -338,8 +338,12 @@ class RecentActor(ChildActor):
         self._review_token = token
         self._review_snapshot = snapshot
 
+    def _wall(self) -> float:
+        """Epoch seconds on the injectable clock (review times are stored as these)."""
+        return self.ctx.clock.now().timestamp()
+
     def _last_activity_wall(self) -> float:
-        return time.time() - (self.ctx.clock.monotonic() - self._last_activity)
+        return self._wall() - (self.ctx.clock.monotonic() - self._last_activity)
 
     def on_ReviewDone(self, msg: ReviewDone) -> None:
         if self._review_token != msg.token:
@@ -347,7 +351,7 @@ class RecentActor(ChildActor):
         snapshot = self._review_snapshot or []
         self._review_token = None
         self._review_snapshot = None
-        now = time.time()
+        now = self._wall()
         if msg.error is not None or msg.result is None:
             if msg.exhausted:
                 tokens = sum(self.counter.count(t.text) for t in snapshot)
@@ -365,8 +369,10 @@ class RecentActor(ChildActor):
             self._enforce_cap()
             self._save_window()
             self.meta.review = review.record_success(self.meta.review, now, outcome.cutoff_fingerprint)
+        elif outcome.status == review.STATUS_CLEAN:
+            self.meta.review = review.record_clean(self.meta.review, snapshot, now, self.settings)
         else:
-            self.meta.review = review.record_white(self.meta.review)
+            self.meta.review = review.record_white(self.meta.review, now)
         self._save_meta()
         self.log.info("review finished: %s", outcome.status)
 

@@ -44,6 +44,7 @@ from nekomem.actors.messages import (
 from nekomem.domain import evidence as ev
 from nekomem.domain import prompts_longterm as prompts
 from nekomem.domain import refine as rf
+from nekomem.domain.gates import task_gate
 from nekomem.domain import reflections as rl
 from nekomem.domain.records import Reflection, SurfacedEntry, assign_shards, new_shard_suffix
 from nekomem.domain.render_longterm import render_longterm
@@ -83,6 +84,8 @@ class ReflectionActor(JournaledActor):
         self.next_rebuttal = mono + self.s.reflection_rebuttal_initial_delay_seconds
         self.rebuttal_inflight = False
         self.rebuttal_failures = 0
+        self.rebuttal_gate = task_gate(self.s)
+        self.synth_gate = task_gate(self.s)  # background synthesis: not the same batch twice
         self.cursors = Cursors(self.ctx.paths.cursors)
 
     def after_load(self) -> None:
@@ -204,6 +207,9 @@ class ReflectionActor(JournaledActor):
                 report["synthesis"] = {"status": "backoff"}
                 self._promotion_pass(report, msg.reply)
             return
+        background = report is None
+        if background and self.synth_gate.blocked(self.ctx.clock.monotonic(), batch.backoff_key):
+            return  # answered already for these very facts, in backoff, or in flight
         messages = prompts.synthesize_reflection_messages(batch.facts, list(msg.related), now=now, settings=self.s, **self.names())
         token = self.ask_model(
             "synth", "synthesize_reflection", messages, context={"batch": batch, "report": report, "reply": msg.reply},
@@ -213,11 +219,20 @@ class ReflectionActor(JournaledActor):
             if report is not None:
                 report["synthesis"] = {"status": "skipped", "reason": "no summary tier or model pool full"}
                 self._promotion_pass(report, msg.reply)
+        elif background:
+            self.synth_gate.start(batch.backoff_key)
 
     def done_synth(self, msg: ModelDone) -> None:
         batch = msg.context["batch"]
         report = msg.context["report"]
         now = self.now()
+        if report is None:
+            mono = self.ctx.clock.monotonic()
+            # A null answer is an answer: the same facts are not offered again until they change.
+            if msg.error is not None:
+                self.synth_gate.failed_at(mono)
+            else:
+                self.synth_gate.answered_at(mono)
         ref = None
         if msg.error is None:
             ref = rl.build_reflection(msg.output, batch, now, self.s, self.counter.count)
@@ -486,6 +501,8 @@ class ReflectionActor(JournaledActor):
     def done_rebuttal(self, msg: ModelDone) -> None:
         self.rebuttal_inflight = False
         if msg.error is not None:
+            mono = self.ctx.clock.monotonic()
+            self.next_rebuttal = max(self.next_rebuttal, mono + self.rebuttal_gate.failed_at(mono))
             self.rebuttal_failures += 1
             if self.rebuttal_failures >= self.s.longterm_liveness_max_attempts:
                 # Dead letter: do not retry the same window forever.
@@ -493,6 +510,7 @@ class ReflectionActor(JournaledActor):
                 self.cursors.set(self.REBUTTAL_CURSOR, msg.context["advance_to"])
             return
         self.rebuttal_failures = 0
+        self.rebuttal_gate.answered_at(self.ctx.clock.monotonic())
         signals = ev.resolve_disputed(msg.output, msg.context["observations"])
         ids = [s.target_id for s in signals if s.target_kind == "reflection"]
         updated, changed = rl.apply_disputed(list(self.refs.values()), ids, self.now(), self.s)

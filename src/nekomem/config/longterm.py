@@ -148,6 +148,8 @@ class LongTermSettings(Section):
     # --- maintenance, liveness, refinement ----------------------------------------------
     longterm_idle_maintenance_interval_seconds: Annotated[float, doc("Interval of the idle maintenance loop (fact dedup judgments, corrections).", gt=0)] = 40.0
     longterm_idle_maintenance_initial_delay_seconds: Annotated[float, doc("Delay before the first idle maintenance pass.", ge=0)] = 20.0
+    longterm_task_backoff_base_seconds: Annotated[float, doc("Backoff of a background model task (duplicate judgment, synthesis, correction, disputation scan) after its first failure in a row; it doubles with each further failure.", gt=0)] = 60.0
+    longterm_task_backoff_max_seconds: Annotated[float, doc("Longest backoff of a background model task after failures in a row.", gt=0)] = 3600.0
     longterm_liveness_max_attempts: Annotated[int, doc("Failures on the same input after which a background step is dead-lettered or its cursor forced forward.", ge=1)] = 5
     longterm_dead_letter_self_heal_seconds: Annotated[float, doc("A dead-lettered synthesis batch, refine cluster or recheck is probed again after this long.", ge=0)] = 18000.0
     longterm_refine_cosine_threshold: Annotated[float, doc("Refinement: neighbours at or above this cosine form a cluster (model-specific).", ge=-1, le=1)] = 0.82

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from nekomem.config.longterm import LongTermSettings
+
 GateReason = Literal["in_flight", "min_interval", "backoff", "unchanged"]
 
 
@@ -82,3 +84,8 @@ class TaskGate:
     def forget_input(self) -> None:
         """Let the same input be asked again (e.g. its earlier answer was discarded)."""
         self.answered = None
+
+
+def task_gate(settings: LongTermSettings, min_interval: float = 0.0) -> TaskGate:
+    """A gate with the long-term backoff settings and ``min_interval``."""
+    return TaskGate(min_interval, settings.longterm_task_backoff_base_seconds, settings.longterm_task_backoff_max_seconds)
