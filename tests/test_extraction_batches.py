@@ -118,3 +118,35 @@ def test_parked_records_are_replayed_when_the_server_restarts(tmp_path, fake_llm
         srv.runtime.scheduler.tick_now()
         wait_for(lambda: fact_total(srv) == 3, what="the replayed turns extracted")
         wait_for(lambda: outbox(srv)["pending"] == 0, what="every outbox record to finish")
+
+
+def test_a_model_outage_delays_extraction_but_loses_no_turn(tmp_path, fake_llm: FakeLLM):
+    """extract_facts fails for a while: the batch stays parked and is retried after a
+    growing backoff (not dead-lettered); once the model answers, every turn is extracted."""
+    from tests.support.fake_llm import Reply
+
+    fake_llm.on("extract_facts", Reply.status(503, "overloaded"))
+    clock = ManualClock(datetime(2026, 5, 1, 20, 0, tzinfo=timezone.utc))
+    settings = make_settings(
+        tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake", embedding_enabled=False, llm_max_retries=0,
+        passivate_idle_seconds=7200,  # stays active through the backoff
+    )
+    with LiveServer(settings, clock=clock) as srv:
+        post_turns_one_per_request(srv, TURNS)
+        wait_for(lambda: len(fake_llm.calls("extract_facts")) == 1, what="the first (failing) extraction")
+        for _ in range(8):  # 10 s steps through the first backoffs (60 s, then 120 s)
+            clock.advance(10)
+            srv.runtime.scheduler.tick_now()
+            outbox(srv)  # barrier: the outbox handled what the tick caused
+        wait_for(lambda: len(fake_llm.calls("extract_facts")) == 2, what="one retry after the first backoff")
+        assert outbox(srv)["dead"] == 0
+
+        fake_llm.on("extract_facts", one_fact_per_turn)
+        clock.advance(settings.longterm.longterm_task_backoff_max_seconds)
+        srv.runtime.scheduler.tick_now()
+        wait_for(lambda: fact_total(srv) == 12, what="every turn extracted after the outage")
+        wait_for(lambda: outbox(srv)["pending"] == 0, what="every outbox record to finish")
+        assert outbox(srv)["dead"] == 0
+
+    answered = [turns_in(c) for c in fake_llm.calls("extract_facts")][2:]
+    assert sorted(n for call in answered for n in call) == list(range(1, 13))

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from nekomem.actors.messages import Flush
 from nekomem.actors.supervisor import CHILD_ORDER
 from nekomem.runtime.clock import ManualClock
-from tests.support.fake_llm import FakeLLM
+from tests.support.fake_llm import FakeLLM, Reply
 from tests.support.live import LiveServer, make_settings
 from tests.support.waiting import wait_for
 
@@ -79,3 +79,55 @@ def test_a_quiet_hour_makes_no_repeated_model_call(tmp_path, fake_llm: FakeLLM):
     assert during == {"review_recent": 1, "extract_facts": 1, "synthesize_reflection": 1}, during
     assert all(len(steps) == 1 for steps in steps_called.values()), steps_called
     assert facts == len(TEAS)
+
+
+def quiet_hour(srv: LiveServer, clock: ManualClock, fake_llm: FakeLLM) -> dict[str, list[float]]:
+    """Move through an hour in steps; returns, per task, the clock seconds (from the start
+    of the hour) of the steps in which it was called."""
+    times: dict[str, list[float]] = {}
+    seen = len(fake_llm.calls())
+    for n in range(1, int(3600 / STEP_SECONDS) + 1):
+        step(srv, clock, STEP_SECONDS)
+        calls = fake_llm.calls()
+        for call in calls[seen:]:
+            times.setdefault(call["task"], []).append(n * STEP_SECONDS)
+        seen = len(calls)
+    return times
+
+
+def gaps(times: list[float]) -> list[float]:
+    return [b - a for a, b in zip(times, times[1:])]
+
+
+def test_a_failing_model_is_retried_with_backoff_not_on_every_tick(tmp_path, fake_llm: FakeLLM):
+    """Every task answers 500 for an hour: each is retried with a growing delay or stops
+    at its dead letter; none is called again at every tick."""
+    for task in ("summarize_recent", "review_recent", "extract_facts", "synthesize_reflection"):
+        fake_llm.on(task, Reply.status(500, "down"))
+    clock = ManualClock(datetime(2026, 6, 1, 21, 0, tzinfo=timezone.utc))
+    settings = make_settings(
+        tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake", embedding_enabled=False,
+        passivate_idle_seconds=7200, llm_max_retries=0,
+    )
+    with LiveServer(settings, clock=clock) as srv:
+        for tea in TEAS:
+            r = srv.post(f"/cache/{NAME}", json={"input_history": [
+                {"role": "user", "content": f"I drink {tea} tea every day"}, {"role": "assistant", "content": "Lovely."}]})
+            assert r.status_code == 200, r.text
+        facts = [{"text": f"Master drinks {tea} tea", "importance": 7} for tea in TEAS]
+        assert srv.post(f"/api/characters/{NAME}/facts", json={"facts": facts}).status_code == 200
+        settle(srv)
+        times = quiet_hour(srv, clock, fake_llm)
+
+    assert set(times) <= {"summarize_recent", "review_recent", "extract_facts", "synthesize_reflection"}, times
+    # Review: spaced by the minimum interval, dead-lettered after its failures on one tail.
+    assert len(times["review_recent"]) == settings.recent.review_max_fail_attempts, times
+    assert min(gaps(times["review_recent"])) >= settings.recent.review_min_interval_seconds
+    # Compression, synthesis, extraction: each wait at least as long as the one before.
+    for task in ("summarize_recent", "synthesize_reflection", "extract_facts"):
+        assert 2 <= len(times[task]) <= 8, (task, times[task])
+        waits = gaps(times[task])
+        assert all(b >= a for a, b in zip(waits, waits[1:])), (task, waits)
+    assert len(times["synthesize_reflection"]) <= settings.longterm.longterm_liveness_max_attempts
+    # Review and synthesis reach their dead letters within the first half hour.
+    assert times["review_recent"][-1] < 1800 and times["synthesize_reflection"][-1] < 1800, times

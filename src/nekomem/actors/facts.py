@@ -94,6 +94,9 @@ class FactActor(JournaledActor):
         self.last_archive_at: datetime | None = None
         self.passes_since_disclosure = 0
         self.extract_inflight: int | None = None
+        # A failed batch stays parked and is retried after a backoff (as the reference's
+        # cursor stays put): a model outage delays extraction but never dead-letters turns.
+        self.extract_gate = task_gate(self.s)
         self._synth_pending: dict[str, tuple[Any, Any, Any]] = {}
         self._paraphrase_todo: set[str] = set()
         self.dup_queue: list[Any] = []  # DedupPair awaiting judge_duplicates (a cache: rebuilt as facts arrive)
@@ -186,36 +189,45 @@ class FactActor(JournaledActor):
             self._extract("single", [(msg.op_id, turns)])
 
     def _maybe_extract(self) -> None:
-        if self.extract_inflight is not None:
+        if self.extract_inflight is not None or self.extract_gate.blocked(self.ctx.clock.monotonic()):
             return
         trigger = self.queue.due(self.now())
         if trigger is not None:
             batch = self.queue.take(trigger)
             self.log.info("batch extraction (%s): %d records", trigger, len(batch))
-            self._extract("batch", batch)
+            self._extract("batch", batch, trigger)
 
-    def _extract(self, mode: str, ops: list[tuple[str, list[Turn]]]) -> None:
+    def _extract(self, mode: str, ops: list[tuple[str, list[Turn]]], trigger: str = "") -> None:
         turns = [t for _op, ts in ops for t in ts]
         messages = prompts.extract_facts_messages(turns, now=self.now(), **self.names())
         token = self.ask_model(
-            "extract", "extract_facts", messages, context={"mode": mode, "ops": ops}, timeout=self.s.longterm_extract_timeout_seconds
+            "extract", "extract_facts", messages, context={"mode": mode, "ops": ops, "trigger": trigger},
+            timeout=self.s.longterm_extract_timeout_seconds,
         )
         if token is None:
             # Pool full: put the work back and try on the next tick.
             if mode == "batch":
-                self.queue.put_back(ops)
+                self.queue.put_back(ops, trigger)
             else:
                 for op_id, _ in ops:
                     self.ctx.send("outbox", OpFinished(op_id=op_id, ok=False, error="model pool full"))
             return
         if mode == "batch":
             self.extract_inflight = token
+            self.extract_gate.start()
 
     def done_extract(self, msg: ModelDone) -> None:
         ctx = msg.context
         ops: list[tuple[str, list[Turn]]] = ctx["ops"]
         if ctx["mode"] == "batch":
             self.extract_inflight = None
+            mono = self.ctx.clock.monotonic()
+            if msg.error is not None:
+                delay = self.extract_gate.failed_at(mono)
+                self.queue.put_back(ops, ctx["trigger"])
+                self.log.warning("batch fact extraction failed (%d records kept); retried in %.0f s", len(ops), delay)
+                return
+            self.extract_gate.answered_at(mono)
         if msg.error is not None:
             self.log.warning("fact extraction failed; the outbox will retry (%d records)", len(ops))
             for op_id, _ in ops:

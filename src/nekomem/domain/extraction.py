@@ -12,7 +12,9 @@ can leave the last turns of a burst behind; those are taken once the conversatio
 idle ``fact_extract_idle_seconds``, instead of waiting for the interval. A turn that arrives
 after such a pause starts a new stretch and waits for the normal triggers.
 
-A batch holds at most ``fact_extract_max_batch_user_turns`` user turns (whole records; a
+A batch that fails goes back to the queue (the actor retries it after a backoff), so a model
+outage delays extraction but loses no turn. A batch holds at most
+``fact_extract_max_batch_user_turns`` user turns (whole records; a
 record with more is taken alone), so a long backlog is extracted in bounded calls.
 """
 
@@ -91,10 +93,12 @@ class ExtractionQueue:
         self.burst_tail = trigger == "count"
         return batch
 
-    def put_back(self, batch: list[Op]) -> None:
-        """Return a batch that could not be submitted, ahead of the newer records."""
+    def put_back(self, batch: list[Op], trigger: str = "") -> None:
+        """Return a batch that could not be submitted or failed, ahead of the newer
+        records; a burst tail (or a count batch's leftovers) stays one."""
         known = {op for op, _ in self.ops}
         self.ops = [op for op in batch if op[0] not in known] + self.ops
+        self.burst_tail = self.burst_tail or trigger in ("count", "burst_tail")
 
     def checked(self, now: datetime) -> None:
         """A batch was extracted: the interval trigger counts from ``now``."""
