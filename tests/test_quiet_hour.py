@@ -46,8 +46,9 @@ def step(srv: LiveServer, clock: ManualClock, seconds: float) -> None:
 
 def test_a_quiet_hour_makes_no_repeated_model_call(tmp_path, fake_llm: FakeLLM):
     fake_llm.on("extract_facts", facts_for)
-    fake_llm.on("review_recent", {"explanation": "nothing to fix", "corrected_dialogue": []})
-    fake_llm.on("synthesize_reflection", {"reflection": None})
+    # Answers in prose around the JSON, as a model that ignores response_format gives them.
+    fake_llm.on("review_recent", Reply.prose({"explanation": "nothing to fix", "corrected_dialogue": []}))
+    fake_llm.on("synthesize_reflection", Reply.prose({"reflection": None}, before="These facts do not add up to a pattern."))
     clock = ManualClock(datetime(2026, 6, 1, 21, 0, tzinfo=timezone.utc))
     settings = make_settings(
         tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake", embedding_enabled=False,
@@ -60,7 +61,7 @@ def test_a_quiet_hour_makes_no_repeated_model_call(tmp_path, fake_llm: FakeLLM):
                 {"role": "user", "content": f"I drink {tea} tea every day"}, {"role": "assistant", "content": "Lovely."}]})
             assert r.status_code == 200, r.text
         settle(srv)
-        before = Counter(c["task"] for c in fake_llm.calls())
+        before = Counter(fake_llm.tally())
         assert before == {"extract_facts": 1}  # the count trigger took the first ten turns
 
         steps_called: dict[str, set[int]] = {}
@@ -73,7 +74,7 @@ def test_a_quiet_hour_makes_no_repeated_model_call(tmp_path, fake_llm: FakeLLM):
             seen = len(calls)
         facts = srv.get(f"/api/characters/{NAME}/facts").json()["total"]
 
-    during = Counter(c["task"] for c in fake_llm.calls()) - before
+    during = Counter(fake_llm.tally()) - before
     # Each task ran once on its input and was not asked again while nothing changed: the
     # review after the idle time, the tail of the burst, one synthesis of the facts.
     assert during == {"review_recent": 1, "extract_facts": 1, "synthesize_reflection": 1}, during
