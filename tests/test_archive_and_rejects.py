@@ -48,6 +48,8 @@ def seed(root: Path, settings) -> CharacterPaths:
          "created_at": (START - timedelta(days=30)).isoformat(), **below_zero(days)},
         {"id": "ref_fine", "text": "Master likes tea", "entity": "master", "status": "pending",
          "created_at": (START - timedelta(days=1)).isoformat()},
+        {"id": "ref_denied_long_ago", "text": "Master is a dog person", "entity": "master", "status": "denied",
+         "created_at": (START - timedelta(days=60)).isoformat(), "denied_at": (START - timedelta(days=40)).isoformat()},
     ])
     write(paths.persona, {"master": {"facts": [
         {"id": "prom_doomed", "text": "Master is a night owl", "source": "reflection", **below_zero(days)},
@@ -69,7 +71,7 @@ def test_both_archive_sweeps_move_entries_into_day_shards(tmp_path):
     settings = make_settings(tmp_path, embedding_enabled=False)
     paths = seed(tmp_path, settings)
     with LiveServer(settings, clock=clock) as srv:
-        assert ids(srv, "reflections") == {"ref_doomed", "ref_fine"}
+        assert ids(srv, "reflections") == {"ref_doomed", "ref_fine", "ref_denied_long_ago"}
         assert ids(srv, "persona") == {"prom_doomed", "prom_fine"}
         clock.advance(settings.longterm.evidence_archive_sweep_initial_delay_seconds + 1)
         srv.runtime.scheduler.tick_now()
@@ -87,7 +89,8 @@ def test_both_archive_sweeps_move_entries_into_day_shards(tmp_path):
     reflection_shards = shard_entries(paths.reflection_archive_dir)
     persona_shards = shard_entries(paths.persona_archive_dir)
     assert all(SHARD.match(name) for name in [*reflection_shards, *persona_shards]), (reflection_shards, persona_shards)
-    assert [e["id"] for entries in reflection_shards.values() for e in entries] == ["ref_doomed"]
+    archived = {e["id"]: e["status"] for entries in reflection_shards.values() for e in entries}
+    assert archived == {"ref_doomed": "archived", "ref_denied_long_ago": "denied"}
     assert [e["entry"]["id"] for entries in persona_shards.values() for e in entries] == ["prom_doomed"]
     assert health["supervision"]["child_restarts"] == 0 and health["supervision"]["failed_children"] == 0, health
 

@@ -130,7 +130,7 @@ class ReflectionActor(JournaledActor):
             ref = ref_from(p["reflection"])
             if event.type == "reflection.synthesized" and ref.id in self.refs:
                 return
-            if ref.status == "archived" and p.get("archive_shard"):
+            if p.get("archive_shard"):
                 self.refs.pop(ref.id, None)
                 self.archived_pending.setdefault(p["archive_shard"], []).append(ref)
             else:
@@ -524,17 +524,20 @@ class ReflectionActor(JournaledActor):
         result = rl.archive_sweep(list(self.refs.values()), now, self.s)
         by_id = {r.id: r for r in result.kept}
         self.save([by_id[i] for i in result.counted if i in by_id], "reflection.evidence_updated")
-        if result.archived:
+        # Promoted and denied reflections leave the active file as they are, once old.
+        _kept, aged = rl.age_out_terminal(result.kept, now, self.s)
+        leaving = [*result.archived, *aged]
+        if leaving:
             counts = shard_counts(self.ctx.paths.reflection_archive_dir, self.archived_pending)
-            shards = assign_shards(counts, len(result.archived), now.date(), new_shard_suffix, self.s.evidence_archive_shard_max_entries)
-            archived = rl.with_shard_paths(result.archived, shards)
+            shards = assign_shards(counts, len(leaving), now.date(), new_shard_suffix, self.s.evidence_archive_shard_max_entries)
+            archived = rl.with_shard_paths(leaving, shards)
             self.record_many(
                 ("reflection.state_changed", {"reflection": msgspec.to_builtins(r), "archive_shard": shard})
                 for r, shard in zip(archived, shards)
             )
             self.ctx.send("recall", IndexRemove(ids=[r.id for r in archived]))
             self.flush()
-        return {"archived": len(result.archived), "counted": len(result.counted)}
+        return {"archived": len(leaving), "counted": len(result.counted)}
 
     # -- refinement ------------------------------------------------------------------
     _refine_next: float | None = None
