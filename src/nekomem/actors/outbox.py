@@ -90,7 +90,7 @@ class OutboxActor(ChildActor):
             self._dispatch_ready()
 
     def on_ReclaimParked(self, msg: ReclaimParked) -> None:
-        lost = [op_id for op_id in self.parked if HANDLERS.get(self.pending.get(op_id, ("",))[0]) == msg.child]
+        lost = [op_id for op_id in self.parked if op_id in self.pending and HANDLERS.get(self.pending[op_id][0]) == msg.child]
         if lost:
             self.parked.difference_update(lost)
             self.log.info("%d parked outbox records go back to a restarted %s actor", len(lost), msg.child)

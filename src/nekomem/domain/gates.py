@@ -17,12 +17,10 @@ GateReason = Literal["in_flight", "min_interval", "backoff", "unchanged"]
 
 
 def backoff_delay(base: float, failures: int, cap: float) -> float:
-    """``base`` doubled for each failure after the first (``failures`` >= 1), at most
-    ``cap``; ``base`` for ``failures`` <= 1."""
-    if failures <= 1:
-        return min(base, cap) if cap > 0 else base
-    # 2**n overflows float for huge n: the cap is reached long before.
-    return min(cap, base * (2.0 ** min(failures - 1, 60)))
+    """``base`` doubled for each failure after the first (``failures`` >= 1; fewer counts
+    as one), never more than ``cap``."""
+    # 2**n overflows a float for a huge n: the cap is reached long before 2**60.
+    return min(cap, base * (2.0 ** min(max(failures, 1) - 1, 60)))
 
 
 class TaskGate:
