@@ -5,6 +5,8 @@ requests (issue 8, item 1)."""
 from __future__ import annotations
 
 import re
+
+import pytest
 from datetime import datetime, timezone
 
 from nekomem.actors.messages import OutboxState
@@ -150,3 +152,26 @@ def test_a_model_outage_delays_extraction_but_loses_no_turn(tmp_path, fake_llm: 
 
     answered = [turns_in(c) for c in fake_llm.calls("extract_facts")][2:]
     assert sorted(n for call in answered for n in call) == list(range(1, 13))
+
+
+@pytest.mark.parametrize("split", [[12], [6, 6], [5, 1, 1, 1, 1, 1, 1, 1], [3, 3, 3, 3]])
+def test_every_turn_is_extracted_however_the_turns_are_split(tmp_path, fake_llm: FakeLLM, split: list[int]):
+    fake_llm.on("extract_facts", one_fact_per_turn)
+    clock = ManualClock(datetime(2026, 5, 1, 20, 0, tzinfo=timezone.utc))
+    settings = make_settings(tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake", embedding_enabled=False)
+    with LiveServer(settings, clock=clock) as srv:
+        n = 0
+        for size in split:
+            history = []
+            for _ in range(size):
+                n += 1
+                history += [{"role": "user", "content": turn_text(n)}, {"role": "assistant", "content": "Nice!"}]
+            assert srv.post(f"/cache/{NAME}", json={"input_history": history}).status_code == 200
+        wait_for(lambda: outbox(srv)["running"] == 0, what="every record handed to the batch")
+        clock.advance(settings.longterm.fact_extract_idle_seconds)
+        srv.runtime.scheduler.tick_now()
+        wait_for(lambda: fact_total(srv) == 12, what="all twelve turns extracted")
+        wait_for(lambda: outbox(srv)["pending"] == 0, what="every outbox record to finish")
+    calls = [turns_in(c) for c in fake_llm.calls("extract_facts")]
+    assert sorted(n for call in calls for n in call) == list(range(1, 13)), calls
+    assert len(calls) <= 2
