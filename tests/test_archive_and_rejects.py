@@ -118,6 +118,9 @@ def test_unreadable_records_are_kept_aside_not_dropped(tmp_path):
         r = srv.post(f"/record_surfaced/{NAME}", json={"reflection_ids": []})
         assert r.status_code == 200, r.text
         settle(srv)
+    with LiveServer(settings) as srv:  # a second load keeps nothing twice
+        assert "prom_ok" in ids(srv, "persona")
+        settle(srv)
 
     def kept(view: Path) -> list:
         found = sorted(view.parent.glob(view.name + ".rejected-*"))

@@ -87,8 +87,10 @@ class FactActor(JournaledActor):
         self.facts: dict[str, Fact] = {}
         self.archive: dict[str, Fact] = {}
         for path, target in ((self.ctx.paths.facts, self.facts), (self.ctx.paths.facts_archive, self.archive)):
-            for fact in read_records(path, fact_from, "facts"):
+            facts, rejected = read_records(path, fact_from, "facts")
+            for fact in facts:
                 target[fact.id] = fact
+            self._dirty += rejected  # rewrite the view once, without what was kept aside
         self.dedup = DedupIndex(self.s.fact_near_dup_jaccard_threshold, self.s.fact_near_dup_max_candidates)
         self.queue = ExtractionQueue(self.s)  # records waiting for path A
         self.last_archive_at: datetime | None = None

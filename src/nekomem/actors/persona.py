@@ -71,9 +71,10 @@ class PersonaActor(JournaledActor):
         self.persona: Persona = pl.ensure_sections(persona_from_disk(raw, rejected))
         if rejected:
             keep_rejected(self.ctx.paths.persona, rejected, "persona entries")
-        self.corrections: list[Correction] = read_records(
+        self.corrections, rejected_corrections = read_records(
             self.ctx.paths.persona_corrections, lambda item: msgspec.convert(item, Correction, strict=False), "corrections"
         )
+        self._dirty += len(rejected) + rejected_corrections  # rewrite the views once, without what was kept aside
         self.archived_pending: dict[str, list[dict[str, Any]]] = {}
         self.correction_inflight = False
         self.correction_gate = task_gate(self.s, self.s.longterm_idle_maintenance_interval_seconds)

@@ -69,11 +69,12 @@ class ReflectionActor(JournaledActor):
         self.s = self.ctx.settings.longterm
         self.counter = get_counter(self.ctx.settings.recent.recent_tokenizer_encoding)
         self.refs: dict[str, Reflection] = {}
-        for ref in read_records(self.ctx.paths.reflections, ref_from, "reflections"):
-            self.refs[ref.id] = ref
-        self.surfaced: list[SurfacedEntry] = read_records(
+        refs, rejected = read_records(self.ctx.paths.reflections, ref_from, "reflections")
+        self.refs.update((ref.id, ref) for ref in refs)
+        self.surfaced, rejected_surfaced = read_records(
             self.ctx.paths.surfaced, lambda item: msgspec.convert(item, SurfacedEntry, strict=False), "surfaced entries"
         )
+        self._dirty += rejected + rejected_surfaced  # rewrite the views once, without what was kept aside
         self.archived_pending: dict[str, list[Reflection]] = {}  # shard -> entries not yet written
         self.backoff: dict[str, Any] = {}
         self._stage2_pending: dict[str, list[Any]] = {}

@@ -199,17 +199,19 @@ def keep_rejected(path: Path, rejected: list[Any], what: str) -> Path:
     return target
 
 
-def read_records(path: Path, convert: Callable[[Any], T], what: str) -> list[T]:
-    """The records of the JSON list view ``path``, each passed through ``convert``.
+def read_records(path: Path, convert: Callable[[Any], T], what: str) -> tuple[list[T], int]:
+    """The records of the JSON list view ``path``, each passed through ``convert``, and how
+    many were set aside (the caller should rewrite the view, so they are kept only once).
 
-    A missing file gives ``[]``; an undecodable one is moved aside (see :func:`read_json`).
-    Records ``convert`` rejects (msgspec.ValidationError, TypeError, ValueError), or a whole
-    value that is not a list, are kept by :func:`keep_rejected` and left out of the result.
-    Raises OSError when the file or the rejected records cannot be read or written.
+    A missing file gives no record; an undecodable one is moved aside (see
+    :func:`read_json`). Records ``convert`` rejects (msgspec.ValidationError, TypeError,
+    ValueError), or a whole value that is not a list, are kept by :func:`keep_rejected` and
+    left out of the result. Raises OSError when the file or the rejected records cannot be
+    read or written.
     """
     raw, status = read_json(path, default=[])
     if status != "ok":
-        return []
+        return [], 0
     items = raw if isinstance(raw, list) else None
     result: list[T] = []
     rejected: list[Any] = [raw] if items is None else []
@@ -220,7 +222,7 @@ def read_records(path: Path, convert: Callable[[Any], T], what: str) -> list[T]:
             rejected.append(item)
     if rejected:
         keep_rejected(path, rejected, what)
-    return result
+    return result, len(rejected)
 
 
 def shard_counts(folder: Path, pending: Mapping[str, Sized]) -> dict[str, int]:
