@@ -107,6 +107,9 @@ def test_unreadable_records_are_kept_aside_not_dropped(tmp_path):
     write(paths.surfaced, [good_surfaced, bad_surfaced])
     write(paths.persona, {"master": {"facts": [{"id": "prom_ok", "text": "Master has a cat"}, bad_entry]}})
     write(paths.facts, [{"id": "fact_bad", "text": None}])
+    good_turn = {"type": "human", "data": {"content": "hello there"}}
+    bad_turn = {"type": "human", "data": {"content": {"nested": True}}}
+    write(paths.recent, [good_turn, bad_turn])
 
     with LiveServer(settings) as srv:
         assert ids(srv, "persona") == {"prom_ok"}
@@ -131,6 +134,8 @@ def test_unreadable_records_are_kept_aside_not_dropped(tmp_path):
     assert kept(paths.surfaced) == [bad_surfaced]
     assert kept(paths.persona) == [{"entity": "master", "entry": bad_entry}]
     assert kept(paths.facts) == [{"id": "fact_bad", "text": None}]
+    assert kept(paths.recent) == [bad_turn]
+    assert [m["data"]["content"] for m in json.loads(paths.recent.read_text(encoding="utf-8"))] == ["hello there"]
     # The readable records are still in the rewritten views.
     persona = json.loads(paths.persona.read_text(encoding="utf-8"))
     assert [e["id"] for e in persona["master"]["facts"]] == ["prom_ok"]

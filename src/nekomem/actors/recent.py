@@ -34,7 +34,7 @@ from nekomem.domain.tokens import get_counter
 from nekomem.runtime.clock import iso
 from nekomem.runtime.pool import PoolFull
 from nekomem.runtime.reply import ActorFailure, Reply
-from nekomem.stores.atomic import atomic_write_json, read_json
+from nekomem.stores.atomic import atomic_write_json, keep_rejected, read_json
 from nekomem.stores.timeindex import TimeIndex
 
 OP_POST_TURN = "extract_facts"  # wire value of the reference's OP_POST_TURN_SIGNALS
@@ -84,12 +84,7 @@ class RecentActor(ChildActor):
         paths = self.ctx.paths
         self.settings = self.ctx.settings.recent
         self.counter = get_counter(self.settings.recent_tokenizer_encoding)
-        raw, status = read_json(paths.recent, default=[])
-        window: list[Turn] = []
-        for item in raw if isinstance(raw, list) else []:
-            turn = from_disk(item)
-            if turn is not None:
-                window.append(turn)
+        window, status, unreadable = self._read_window(paths.recent)
         self.tindex = TimeIndex(paths.time_index_db)
         meta_raw, _ = read_json(paths.recent_meta, default={})
         try:
@@ -103,9 +98,9 @@ class RecentActor(ChildActor):
             self.log.warning("recent.json was corrupt; rebuilt the window from the journal (%d items)", len(window))
         self.window = window
         self.tokens = [self.counter.count(t.text) for t in window]
-        if status == "corrupt":
+        if status == "corrupt" or unreadable:
             self._enforce_cap()
-            self._save_window()
+            self._save_window()  # the unreadable items are kept aside: they are not kept twice
         self._token = 0
         self._compression: _Compression | None = None
         self._review_token: int | None = None
@@ -116,6 +111,26 @@ class RecentActor(ChildActor):
         self._last_activity = self.ctx.clock.monotonic()
         self._next_compress_try = 0.0
         self._last_purge = 0.0
+
+    @staticmethod
+    def _read_window(path: Any) -> tuple[list[Turn], str, int]:
+        """(turns, read status, how many items were unreadable). Unreadable items are kept
+        aside by keep_rejected; the caller rewrites the window without them."""
+        raw, status = read_json(path, default=[])
+        if status != "ok":
+            return [], status, 0
+        items = raw if isinstance(raw, list) else []
+        unreadable: list[Any] = [] if isinstance(raw, list) else [raw]
+        window: list[Turn] = []
+        for item in items:
+            turn = from_disk(item)
+            if turn is None:
+                unreadable.append(item)
+            else:
+                window.append(turn)
+        if unreadable:
+            keep_rejected(path, unreadable, "window items")
+        return window, status, len(unreadable)
 
     def close(self) -> None:
         if getattr(self, "tindex", None) is not None:
