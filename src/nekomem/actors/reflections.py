@@ -372,10 +372,13 @@ class ReflectionActor(JournaledActor):
             return
         now = self.now()
         changed: list[Reflection] = []
+        # Calls overlap (one per user turn): the same answer about an entry counts once.
+        recorded = {e.reflection_id: e.feedback for e in self.surfaced}
         for rid, fb in rl.interpret_feedback(msg.output, msg.context["ids"]):
             ref = self.refs.get(rid)
-            if ref is None or ref.status in TERMINAL:
+            if ref is None or ref.status in TERMINAL or recorded.get(rid) == fb:
                 continue
+            recorded[rid] = fb
             changed.append(rl.apply_feedback(ref, fb, now, self.s))
             self.surfaced = rl.record_feedback(self.surfaced, rid, fb, now)
         if changed:
