@@ -132,3 +132,36 @@ def test_a_failing_model_is_retried_with_backoff_not_on_every_tick(tmp_path, fak
     assert len(times["synthesize_reflection"]) <= settings.longterm.longterm_liveness_max_attempts
     # Review and synthesis reach their dead letters within the first half hour.
     assert times["review_recent"][-1] < 1800 and times["synthesize_reflection"][-1] < 1800, times
+
+
+def test_quiet_hour_with_vectors_spaces_dedup_and_refinement(tmp_path, fake_llm: FakeLLM, embedding_service):
+    """With the real embedding model: a paraphrase pair whose judge_duplicates answers hold
+    no usable decision, and two near-duplicate persona entries whose refine_cluster answers
+    hold no action. Both count as failures: retried after growing waits, never per tick."""
+    import json
+
+    from nekomem.stores.layout import CharacterPaths
+
+    clock = ManualClock(datetime(2026, 6, 1, 21, 0, tzinfo=timezone.utc))
+    paths = CharacterPaths(tmp_path, NAME)
+    paths.ensure()
+    paths.persona.write_text(json.dumps({"master": {"facts": [
+        {"id": "prom_a", "text": "Master loves green tea very much", "source": "reflection"},
+        {"id": "prom_b", "text": "Master really adores drinking green tea", "source": "reflection"},
+    ]}}), encoding="utf-8")
+    settings = make_settings(tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake", passivate_idle_seconds=7200)
+    with LiveServer(settings, clock=clock, embeddings=embedding_service) as srv:
+        for text in ("Master loves green tea very much", "Master really adores drinking green tea"):
+            assert srv.post(f"/api/characters/{NAME}/facts", json={"facts": [{"text": text, "importance": 6}]}).status_code == 200
+            settle(srv)
+            wait_for(lambda: srv.get("/health").json()["embeddings"]["pending"] == 0, what="vectors")
+            settle(srv)
+        times = quiet_hour(srv, clock, fake_llm)
+
+    dedup = times.get("judge_duplicates", [])
+    assert 1 <= len(dedup) <= settings.longterm.fact_dedup_max_attempts, times
+    waits = gaps(dedup)
+    assert all(w >= settings.longterm.longterm_idle_maintenance_interval_seconds for w in waits), waits
+    assert all(b >= a for a, b in zip(waits, waits[1:])), waits
+    refine = times.get("refine_cluster", [])
+    assert 1 <= len(refine) <= 2 and min(gaps(refine), default=1800) >= settings.longterm.longterm_refine_interval_seconds, times
