@@ -55,7 +55,7 @@ class LimitedModeMiddleware:
 
 
 def routes() -> list[Route]:
-    from nekomem.http import recall
+    from nekomem.http import importing, recall
 
     c, s, lt = conversation, system, longterm
     table: list[Route] = [
@@ -76,6 +76,7 @@ def routes() -> list[Route]:
         Route("/query_memory/{name:str}", recall.query_memory, methods=["POST"]),
         Route("/api/tools/recall_memory", recall.recall_tool, methods=["GET"]),
         Route("/api/characters", lt.list_all_characters, methods=["GET"]),
+        Route("/api/import/neko", importing.import_neko, methods=["POST"]),
         Route("/api/characters/{name:str}/card", lt.import_card, methods=["POST"]),
         Route("/api/characters/{name:str}/facts", lt.import_facts, methods=["POST"]),
         Route("/api/characters/{name:str}/reflections/{reflection_id:str}/feedback", lt.feedback, methods=["POST"]),

@@ -215,6 +215,25 @@ class TimeIndex:
                     raise IdempotencyConflict(idempotency_key) from None
         return len(rows)
 
+    def append_rows(self, rows: Sequence[tuple[str, Turn]]) -> int:
+        """Store ``(session_id, turn)`` rows of several sessions in one transaction (an
+        import of another server's journal). Timestamps as in :meth:`append`; raises
+        ValueError (nothing written) when a turn has no valid ts."""
+        encoded: list[tuple[str, str, str]] = []
+        for index, (session_id, turn) in enumerate(rows):
+            try:
+                ts = to_utc_iso(turn.ts)
+            except ValueError as exc:
+                raise ValueError(f"row {index}: {exc}") from None
+            stored = msgspec.structs.replace(turn, ts=ts)
+            encoded.append((session_id, _encoder.encode(stored.to_disk()).decode("utf-8"), ts))
+        with self._transaction() as db:
+            db.executemany(
+                f"INSERT INTO {_ORIGINAL} (session_id, message, timestamp) VALUES (?, ?, ?)",
+                encoded,
+            )
+        return len(encoded)
+
     def idempotent_response(self, key: str, *, newer_than: float | None = None) -> bytes | None:
         """The stored answer for ``key``; None when unknown (or created before ``newer_than``)."""
         row = self._conn().execute("SELECT response, created_at FROM idempotency WHERE key = ?", (key,)).fetchone()
@@ -297,6 +316,11 @@ class TimeIndex:
 
     def iter_all(self) -> Iterator[Turn]:
         """Every stored turn in insertion order, fetched in bounded batches."""
+        for row in self.iter_rows():
+            yield row.turn
+
+    def iter_rows(self) -> Iterator[TimeIndexRow]:
+        """Every readable row (id, session, turn) in insertion order, in bounded batches."""
         last_id = 0
         while True:
             batch = self._conn().execute(
@@ -305,8 +329,8 @@ class TimeIndex:
             ).fetchall()
             if not batch:
                 return
-            for row_id, _session_id, message, timestamp in batch:
+            for row_id, session_id, message, timestamp in batch:
                 turn = self._turn(row_id, message, timestamp)
                 if turn is not None:
-                    yield turn
+                    yield TimeIndexRow(id=row_id, session_id=session_id, turn=turn)
             last_id = batch[-1][0]
