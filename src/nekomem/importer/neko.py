@@ -114,7 +114,8 @@ class CharacterImport:
         self.corrections()
         self.cursors()
         for layer, names in self._dropped.items():
-            self.problem(layer, "", f"fields nekomem does not keep were dropped: {', '.join(sorted(names))}")
+            if names:
+                self.problem(layer, "", f"fields nekomem does not keep were dropped: {', '.join(sorted(names))}")
 
     def _validated(self, layer: str, file: str, raw: dict[str, Any], index: int, cls: type[S], passthrough: str | None = None) -> S | None:
         why = _text_ok(raw) if cls is not SurfacedEntry and cls is not Correction else None
