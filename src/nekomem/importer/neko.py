@@ -17,6 +17,7 @@ character's actors and keeps them from starting again (``guard``) while it is im
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -34,7 +35,7 @@ from nekomem.importer.report import CharacterReport, ImportReport
 from nekomem.stores.atomic import atomic_write_json, read_json
 from nekomem.stores.cursors import Cursors
 from nekomem.stores.layout import CharacterPaths, InvalidName
-from nekomem.stores.timeindex import TimeIndex, to_utc_iso
+from nekomem.stores.timeindex import TimeIndex, encode_row
 
 log = logging.getLogger(__name__)
 
@@ -54,15 +55,9 @@ class ImportBlocked(RuntimeError):
     """A guard could not take a character (its actors stayed busy); it is reported and skipped."""
 
 
-def _utc(ts: str) -> str:
-    try:
-        return to_utc_iso(ts)
-    except ValueError:
-        return ""
-
-
+@functools.cache
 def _fields(cls: type[msgspec.Struct]) -> frozenset[str]:
-    return frozenset(f.name for f in msgspec.structs.fields(cls))
+    return frozenset(cls.__struct_fields__)
 
 
 def convert(raw: dict[str, Any], cls: type[S], passthrough: str | None = None) -> tuple[S, list[str]]:
@@ -137,16 +132,17 @@ class CharacterImport:
         times: dict[tuple[str, str], str] = {}
         index = TimeIndex(self.paths.time_index_db)
         try:
-            have: Counter[tuple[str | None, str, str, str]] = Counter()
+            # A row is the same when its stored form is: compared undecoded, so a repeated
+            # import costs one pass over the target's rows.
+            have: Counter[tuple[str | None, str, str]] = Counter()
             if self.paths.time_index_db.exists():
-                for row in index.iter_rows():
-                    have[(row.session_id, _utc(row.turn.ts), row.turn.role, row.turn.text)] += 1
+                have.update(index.raw_rows())
             batch: list[tuple[str, Turn]] = []
             handled = 0
             for row in self.source.journal():
                 count.read += 1
                 handled += 1
-                key = (row.session_id, _utc(row.turn.ts), row.turn.role, row.turn.text)
+                key = encode_row(row.session_id, row.turn)
                 if (row.turn.role, row.turn.text) in wanted:
                     times[(row.turn.role, row.turn.text)] = row.turn.ts
                 if have[key] > 0:

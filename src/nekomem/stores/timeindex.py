@@ -74,6 +74,14 @@ def to_utc_iso(ts: str) -> str:
         raise ValueError(f"timestamp {ts!r} is not ISO 8601 (or is out of range)") from None
 
 
+def encode_row(session_id: str, turn: Turn) -> tuple[str, str, str]:
+    """``(session_id, message, timestamp)`` exactly as :meth:`TimeIndex.append_rows` stores
+    them (compare with :meth:`TimeIndex.raw_rows`). Raises ValueError for an invalid ts."""
+    ts = to_utc_iso(turn.ts)
+    stored = msgspec.structs.replace(turn, ts=ts)
+    return session_id, _encoder.encode(stored.to_disk()).decode("utf-8"), ts
+
+
 class IdempotencyConflict(ValueError):
     """The idempotency key is already stored; nothing of the append was written."""
 
@@ -222,11 +230,9 @@ class TimeIndex:
         encoded: list[tuple[str, str, str]] = []
         for index, (session_id, turn) in enumerate(rows):
             try:
-                ts = to_utc_iso(turn.ts)
+                encoded.append(encode_row(session_id, turn))
             except ValueError as exc:
                 raise ValueError(f"row {index}: {exc}") from None
-            stored = msgspec.structs.replace(turn, ts=ts)
-            encoded.append((session_id, _encoder.encode(stored.to_disk()).decode("utf-8"), ts))
         with self._transaction() as db:
             db.executemany(
                 f"INSERT INTO {_ORIGINAL} (session_id, message, timestamp) VALUES (?, ?, ?)",
@@ -318,6 +324,20 @@ class TimeIndex:
         """Every stored turn in insertion order, fetched in bounded batches."""
         for row in self.iter_rows():
             yield row.turn
+
+    def raw_rows(self) -> Iterator[tuple[str | None, str, str]]:
+        """Every row's stored ``(session_id, message, timestamp)``, undecoded, in bounded batches."""
+        last_id = 0
+        while True:
+            batch = self._conn().execute(
+                f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} WHERE id > ? ORDER BY id LIMIT ?",
+                (last_id, _ITER_BATCH_ROWS),
+            ).fetchall()
+            if not batch:
+                return
+            for _row_id, session_id, message, timestamp in batch:
+                yield session_id, message, timestamp
+            last_id = batch[-1][0]
 
     def iter_rows(self) -> Iterator[TimeIndexRow]:
         """Every readable row (id, session, turn) in insertion order, in bounded batches."""
