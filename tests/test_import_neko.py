@@ -7,6 +7,7 @@ every assertion compares the target with what the fixture says it wrote.
 from __future__ import annotations
 
 import hashlib
+import os
 import json
 import sqlite3
 from datetime import datetime
@@ -285,3 +286,16 @@ def test_the_root_lock_modes(tmp_path: Path) -> None:
     lock.release()  # idempotent
     with rootlock.acquire(root, "exclusive", "import-neko"):
         pass
+
+
+def test_the_memory_root_of_the_config_file(fixture: neko_fixture.NekoFixture, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --memory-root the import goes where `serve --config FILE` keeps its data."""
+    for key in [k for k in os.environ if k.startswith("NEKOMEM_")]:
+        monkeypatch.delenv(key)
+    root = tmp_path / "configured-root"
+    config = tmp_path / "nekomem.toml"
+    config.write_text(f'[server]\nmemory_root = "{root.as_posix()}"\n', encoding="utf-8")
+    code, report, err = run_cli(capsys, str(fixture.root), "--config", str(config), "--character", neko_fixture.V1)
+    assert code == 0, err
+    assert report is not None and report["memory_root"] == str(root.resolve())
+    assert (root / neko_fixture.V1 / "persona.json").is_file()

@@ -128,11 +128,17 @@ def _journal_db(path: Path, rows: list[tuple[int, str, Any, str | None]]) -> Non
 
 
 def _main_character(folder: Path, now: datetime, out: NekoFixture) -> None:
+    """Every layer, with malformed records in most of them."""
     data = CharacterData()
-    name = folder.name
-    bad = out.malformed
     t0 = now - timedelta(days=20)
-    # -- recent window + meta
+    for part in (_main_recent, _main_journal, _main_facts, _main_reflections, _main_persona, _main_bookkeeping):
+        part(folder, now, t0, data, out.malformed)
+    out.characters[folder.name] = data
+
+
+def _main_recent(folder: Path, now: datetime, t0: datetime, data: CharacterData, bad: list[Malformed]) -> None:
+    """Recent window and its summary time."""
+    name = folder.name
     recent = [
         {"type": "system", "data": {"content": MEMO_PREFIX + "主人在学做拿铁，也喜欢早上的美式咖啡。"}},
         {"type": "human", "data": {"content": "我最近在学做拿铁"}},
@@ -146,7 +152,11 @@ def _main_character(folder: Path, now: datetime, out: NekoFixture) -> None:
     bad.append(Malformed(name, "recent", "[2]"))
     data.last_past_block_update_at = _local(now - timedelta(days=1))
     _write(folder / "recent_meta.json", {"last_past_block_update_at": data.last_past_block_update_at})
-    # -- journal: three requests (sessions), every row of one sharing its time
+
+
+def _main_journal(folder: Path, now: datetime, t0: datetime, data: CharacterData, bad: list[Malformed]) -> None:
+    """Journal: three requests (sessions), every row of one sharing its time."""
+    name = folder.name
     s1, s2, s3 = "1b4e28ba-2fa1-11d2-883f-0016d3cca427", "6fa459ea-ee8a-3ca4-894e-db77e160355e", "16fd2706-8baf-433b-82eb-8c7fada847da"
     at1, at2, at3 = now - timedelta(days=3, hours=2), now - timedelta(days=1, hours=1), now - timedelta(minutes=30)
     rows: list[tuple[int, str, Any, str | None]] = [
@@ -161,8 +171,12 @@ def _main_character(folder: Path, now: datetime, out: NekoFixture) -> None:
     ]
     _journal_db(folder / "time_indexed.db", rows)
     data.journal = [(r[0], r[1], r[2], r[3]) for r in rows if r[0] not in (5, 7)]  # type: ignore[misc]
-    bad += [Malformed(name, "journal", "row 5"), Malformed(name, "journal", "row 7")]
-    # -- facts and archive
+    bad.extend([Malformed(name, "journal", "row 5"), Malformed(name, "journal", "row 7")])
+
+
+def _main_facts(folder: Path, now: datetime, t0: datetime, data: CharacterData, bad: list[Malformed]) -> None:
+    """Facts and archive."""
+    name = folder.name
     f1 = fact("fact_20261111101500_a0e4f870", "主人每天早上喝美式咖啡", t0)
     f2 = fact("fact_20261112101500_b1c2d3e4", "主人养了一只叫豆豆的柴犬", t0 + timedelta(days=1), importance=8, tags=["pet"])
     f3 = fact("fact_20261113101500_c0ffee00", "群里的阿明喜欢打羽毛球", t0 + timedelta(days=2), entity="master",
@@ -171,12 +185,18 @@ def _main_character(folder: Path, now: datetime, out: NekoFixture) -> None:
     data.facts = [f1, f2, f3, f4]
     broken = [{"id": "fact_broken_notext", "importance": 3}, {"id": "fact_broken_importance", "text": "坏的重要度", "importance": "very"}]
     _write(folder / "facts.json", [f1, broken[0], f2, f3, broken[1], f4, "not an object"])
-    bad += [Malformed(name, "facts", "fact_broken_notext"), Malformed(name, "facts", "fact_broken_importance"), Malformed(name, "facts", "[6]")]
+    bad.extend([Malformed(name, "facts", "fact_broken_notext"), Malformed(name, "facts", "fact_broken_importance"), Malformed(name, "facts", "[6]")])
     a1 = fact("fact_20260101090000_0a0a0a0a", "主人去年冬天去了札幌看雪祭", now - timedelta(days=300), absorbed=True, signal_processed=True)
     a2 = fact("fact_20260102090000_0b0b0b0b", "主人曾经在书店打工", now - timedelta(days=299), merged_from_ids=["fact_x"], recheck_attempts=2)
     data.facts_archive = [a1, a2]
     _write(folder / "facts_archive.json", [a1, a2])
-    # -- reflections, archive shards, surfaced
+
+
+def _main_reflections(folder: Path, now: datetime, t0: datetime, data: CharacterData, bad: list[Malformed]) -> None:
+    """Reflections, archive shards, surfaced."""
+    name = folder.name
+    f1, f2 = data.facts[0], data.facts[1]
+    a1, a2 = data.facts_archive
     r1 = reflection("ref_00000000000000a1", "主人早上离不开咖啡", "confirmed", t0 + timedelta(days=3), [f1["id"]],
                     confirmed_at=_local(t0 + timedelta(days=5)), reinforcement=1.5, rein_last_signal_at=_local(t0 + timedelta(days=5)))
     r2 = reflection("ref_00000000000000a2", "主人很爱护豆豆", "pending", t0 + timedelta(days=4), [f2["id"]], feedback="ignored")
@@ -199,7 +219,13 @@ def _main_character(folder: Path, now: datetime, out: NekoFixture) -> None:
     data.surfaced = [su1, su2]
     _write(folder / "surfaced.json", [su1, {"text": "no reflection id", "surfaced_at": _local(t0)}, su2])
     bad.append(Malformed(name, "surfaced", "[1]"))
-    # -- persona (protected card entries, promoted, manual, a scoped section, markers)
+
+
+def _main_persona(folder: Path, now: datetime, t0: datetime, data: CharacterData, bad: list[Malformed]) -> None:
+    """Persona (protected card entries, promoted, manual, a scoped section, markers),
+    the correction queue and the cursors."""
+    name = folder.name
+    r4 = data.reflections[3]
     card1 = persona_entry("card_1a2b3c4d", "性格: 温柔", "character_card", protected=True)
     card2 = persona_entry("card_5e6f7a8b", "口癖: 句尾加喵", "character_card", protected=True)
     master1 = persona_entry("prom_ref_00000000000000a4", "主人和猫猫一起生活了两年", "reflection", source_id=r4["id"],
@@ -222,7 +248,11 @@ def _main_character(folder: Path, now: datetime, out: NekoFixture) -> None:
     data.cursors = {"rebuttal_checked_until": _local(now - timedelta(hours=5))}
     _write(folder / "cursors.json", {**data.cursors, "broken_cursor": "yesterday-ish"})
     bad.append(Malformed(name, "cursors", "broken_cursor"))
-    # -- the source's own bookkeeping (reported, not taken)
+
+
+def _main_bookkeeping(folder: Path, now: datetime, t0: datetime, data: CharacterData, bad: list[Malformed]) -> None:
+    """The source's own bookkeeping (reported, not taken)."""
+    f1 = data.facts[0]
     ev1, ev2 = "e" * 32, "f" * 32
     (folder / "events.ndjson").write_text(
         json.dumps({"event_id": ev1, "type": "fact.added", "ts": _local(t0), "payload": {"fact_id": f1["id"]}}) + "\n"
@@ -238,7 +268,6 @@ def _main_character(folder: Path, now: datetime, out: NekoFixture) -> None:
     )
     _write(folder / "synth_backoff.json", {"master": {"n": 1, "at": _local(t0)}})
     _write(folder / "anti_repeat_corpus.json", [])
-    out.characters[name] = data
 
 
 def _second_character(folder: Path, now: datetime, out: NekoFixture) -> None:
