@@ -126,12 +126,10 @@ class CharacterRegistry:
         try:
             entry = self._take_idle(name, timeout)
             if entry is not None:
-                try:
-                    entry.ref.stop(block=True, timeout=self.services.settings.server.ask_timeout_seconds)
-                except (pykka.ActorDeadError, pykka.Timeout):
-                    log.warning("a held character did not stop cleanly")
-                self.passivations += 1
+                self._stop((name, entry))
             self._wait_stopped(name)
+            if entry is not None and entry.ref.is_alive():
+                raise CharacterBusy("the character's actors did not stop in time")
             yield
         finally:
             with self._lock:
