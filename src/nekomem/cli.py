@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "settings":
         print(settings_markdown())
         return 0
-    overrides = {"memory_root": args.memory_root}
+    overrides: dict[str, object] = {"memory_root": args.memory_root}
     if args.command == "serve":
         overrides.update(host=args.host, port=args.port)
     try:

@@ -22,7 +22,8 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, ContextManager, TypeVar
+from contextlib import AbstractContextManager
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 S = TypeVar("S", bound=msgspec.Struct)
 Progress = Callable[[int], None]
 """Called with the number of source records just handled."""
-Guard = Callable[[str], ContextManager[object]]
+Guard = Callable[[str], AbstractContextManager[object]]
 """Keeps a character's live actors away from its files while it is imported."""
 
 _EMBEDDING_FIELDS = ("embedding", "embedding_text_sha256", "embedding_model_id")
