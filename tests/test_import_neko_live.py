@@ -66,6 +66,8 @@ def test_an_imported_folder_is_served(fixture: neko_fixture.NekoFixture, tmp_pat
         assert pending["id"] in [t["id"] for t in topics]
         gap = server.get(f"/last_conversation_gap/{neko_fixture.MAIN}").json()["gap_seconds"]
         assert 0 < gap < 2 * 3600  # the newest journal row is half an hour old
+        # The first request to a character is a query: it must wait for the owners to
+        # index what was imported instead of answering from an empty index.
         second = fixture.characters[neko_fixture.SECOND]
         assert second.facts_archive[0]["id"] in ids_for(server, neko_fixture.SECOND, "salmon")
 
