@@ -53,6 +53,16 @@ def local(value: str | None, zone: ZoneInfo | None = None) -> datetime | None:
     return naive.replace(tzinfo=zone) if zone is not None else naive.astimezone()
 
 
+def scopable(cls: type[msgspec.Struct]) -> bool:
+    """Whether this nekomem keeps a subject on ``cls`` (else scoped records are refused)."""
+    return "subject_kind" in cls.__struct_fields__
+
+
+def expected(records: list[dict[str, Any]], cls: type[msgspec.Struct], entity: str = "") -> list[dict[str, Any]]:
+    """The fixture records an import must take: scoped ones only where nekomem can scope."""
+    return [r for r in records if scopable(cls) or not neko_fixture.is_scoped(r, entity)]
+
+
 def assert_same_record(source: dict[str, Any], target: dict[str, Any], cls: type[msgspec.Struct], passthrough: str | None = None) -> None:
     """Every field of the source record is in the target: equal values, times as the same
     instant with the same local date, cached embeddings dropped, fields nekomem lacks in
@@ -128,7 +138,8 @@ def test_every_layer_is_imported_with_its_fields(fixture: neko_fixture.NekoFixtu
         assert [(s, r, t, datetime.fromisoformat(ts)) for s, r, t, ts in got_rows] == expected_rows
         assert counts["journal"]["added"] == len(expected_rows)
         # facts and archived facts (scoped fields kept in the passthrough)
-        for file, records in (("facts.json", data.facts), ("facts_archive.json", data.facts_archive)):
+        for file, every in (("facts.json", data.facts), ("facts_archive.json", data.facts_archive)):
+            records = expected(every, Fact)
             stored = by_id(read(folder / file)) if records else {}
             assert set(stored) == {r["id"] for r in records}
             for record in records:
@@ -151,11 +162,13 @@ def test_every_layer_is_imported_with_its_fields(fixture: neko_fixture.NekoFixtu
             assert [datetime.fromisoformat(s["surfaced_at"]) for s in stored_surfaced] == [local(s["surfaced_at"]) for s in data.surfaced]
         # persona by section; card entries stay protected
         persona = read(folder / "persona.json")
-        for entity, entries in data.persona.items():
+        for entity, every in data.persona.items():
+            entries = expected(every, PersonaEntry, entity)
             stored = by_id(persona[entity]["facts"]) if entries else {}
             assert set(stored) == {e["id"] for e in entries}, entity
             for entry in entries:
-                assert_same_record(entry, stored[entry["id"]], PersonaEntry)
+                stamp = neko_fixture.SECTION_SUBJECT if entity.startswith("@subject/") else {}
+                assert_same_record({**stamp, **entry}, stored[entry["id"]], PersonaEntry)
                 assert stored[entry["id"]]["protected"] is entry["protected"]
         assert "__meta__" not in persona
         if data.corrections:
@@ -167,8 +180,13 @@ def test_every_layer_is_imported_with_its_fields(fixture: neko_fixture.NekoFixtu
     problems = report["problems"]
     for bad in fixture.malformed:
         assert any(p["character"] == bad.character and p["layer"] == bad.layer and p["record"] == bad.record for p in problems), bad
-    record_problems = [p for p in problems if p["record"] is not None and not p["record"].startswith("@subject/")]
-    assert len(record_problems) == sum(1 for b in fixture.malformed if b.record is not None)
+    # scoped records nekomem cannot scope are refused by name (fail closed), never imported unscoped
+    refused = [r["id"] for d in fixture.characters.values() for r in d.facts + d.facts_archive if r not in expected([r], Fact)]
+    refused += [e["id"] for d in fixture.characters.values() for ent, es in d.persona.items() for e in es if e not in expected([e], PersonaEntry, ent)]
+    for record_id in refused:
+        assert any(p["record"] == record_id and "scoped to subject" in p["reason"] for p in problems), record_id
+    record_problems = [p for p in problems if p["record"] is not None]
+    assert len(record_problems) == sum(1 for b in fixture.malformed if b.record is not None) + len(refused)
     layers = {p["layer"] for p in problems if p["character"] == neko_fixture.MAIN}
     assert {"events", "outbox"} <= layers  # the source's unapplied bookkeeping is reported
     assert "speaker_trust.json" in report["ignored_files"]

@@ -16,7 +16,8 @@ from nekomem.runtime.reply import ActorFailure
 from tests.support import neko_fixture
 from tests.support.live import LiveServer, make_settings
 from tests.support.waiting import wait_for
-from tests.test_import_neko import tree_hashes
+from nekomem.domain.records import Fact, PersonaEntry
+from tests.test_import_neko import scopable, tree_hashes
 
 
 @pytest.fixture
@@ -45,9 +46,12 @@ def test_an_imported_folder_is_served(fixture: neko_fixture.NekoFixture, tmp_pat
         assert dialog.status_code == 200
         # persona (card entries, promoted and manual), the certain/uncertain reflections,
         # the memo and every item of the recent window
-        for entries in data.persona.values():
+        for entity, entries in data.persona.items():
             for entry in entries:
-                assert entry["text"] in dialog.text
+                if not neko_fixture.is_scoped(entry, entity):
+                    assert entry["text"] in dialog.text, entry["text"]
+                elif not scopable(PersonaEntry):  # refused, so it cannot leak unscoped
+                    assert entry["text"] not in dialog.text, entry["text"]
         confirmed = next(r for r in data.reflections if r["status"] == "confirmed")
         pending = next(r for r in data.reflections if r["status"] == "pending")
         denied = next(r for r in data.reflections if r["status"] == "denied")
@@ -59,7 +63,11 @@ def test_an_imported_folder_is_served(fixture: neko_fixture.NekoFixture, tmp_pat
             assert strip_stamp(text) in dialog.text
         # recall finds active and archived facts and the active reflections
         for record in data.facts + data.facts_archive:
-            assert record["id"] in ids_for(server, neko_fixture.MAIN, record["text"]), record["text"]
+            found = record["id"] in ids_for(server, neko_fixture.MAIN, record["text"])
+            if not neko_fixture.is_scoped(record):
+                assert found, record["text"]
+            elif not scopable(Fact):
+                assert not found, record["text"]
         assert confirmed["id"] in ids_for(server, neko_fixture.MAIN, confirmed["text"])
         assert denied["id"] not in ids_for(server, neko_fixture.MAIN, denied["text"])
         topics = server.get(f"/followup_topics/{neko_fixture.MAIN}").json()["topics"]

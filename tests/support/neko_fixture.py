@@ -52,6 +52,16 @@ class NekoFixture:
     malformed: list[Malformed] = field(default_factory=list)
 
 
+SCOPED_SECTION = "@subject/group_chat:qq:123456"
+SECTION_SUBJECT = {"subject_kind": "group_chat", "subject_id": "qq:123456", "scope": "group"}
+
+
+def is_scoped(record: dict[str, Any], entity: str = "") -> bool:
+    """Whether a fixture record belongs to a group/participant subject (its own stamp, or
+    the scoped persona section it sits in)."""
+    return bool(record.get("subject_kind")) or entity.startswith("@subject/")
+
+
 def _write(path: Path, value: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(value, ensure_ascii=False, indent=2), encoding="utf-8")
@@ -233,12 +243,12 @@ def _main_persona(folder: Path, now: datetime, t0: datetime, data: CharacterData
                             version_history=[{"text": "主人和猫猫一起生活", "replaced_at": _local(t0 + timedelta(days=8)), "reason": "refine"}])
     manual = persona_entry("manual_20261101120000_0c0c0c0c", "主人的生日是三月三日", "manual")
     scoped = persona_entry("manual_20261102120000_0d0d0d0d", "这个群里大家叫主人老大", "manual")
-    data.persona = {"master": [master1, manual], "neko": [card1, card2], "relationship": [], "@subject/group_chat:qq:123456": [scoped]}
+    data.persona = {"master": [master1, manual], "neko": [card1, card2], "relationship": [], SCOPED_SECTION: [scoped]}
     _write(folder / "persona.json", {
         "master": {"facts": [master1, "not an entry", manual]},
         "neko": {"facts": [card1, card2]},
         "relationship": {"facts": []},
-        "@subject/group_chat:qq:123456": {"facts": [scoped], "subject_kind": "group_chat", "subject_id": "qq:123456", "scope": "group", "entity": "group_chat"},
+        SCOPED_SECTION: {"facts": [scoped], **SECTION_SUBJECT, "entity": "group_chat"},
         "__meta__": {"facts": [persona_entry("__marker_v2", "migrated", "settings", protected=True)]},
     })
     bad.append(Malformed(name, "persona", "master[1]"))

@@ -61,11 +61,22 @@ def _fields(cls: type[msgspec.Struct]) -> frozenset[str]:
     return frozenset(cls.__struct_fields__)
 
 
+class ScopedRecord(ValueError):
+    """A record scoped to a subject that this nekomem's record type cannot scope."""
+
+
 def convert(raw: dict[str, Any], cls: type[S], passthrough: str | None = None) -> tuple[S, list[str]]:
     """``raw`` as a ``cls`` record: cached embeddings dropped, fields ``cls`` lacks moved
     under ``{"neko": {...}}`` in ``passthrough`` (when given). Returns the record and the
-    names of the fields that were dropped. Raises msgspec.ValidationError."""
+    names of the fields that were dropped. Raises msgspec.ValidationError, and
+    ScopedRecord for a record scoped to a group or participant when ``cls`` has no
+    ``subject_kind`` (imported unscoped it would surface in the owner's memory)."""
     known = _fields(cls)
+    if any(raw.get(k) for k in src.SUBJECT_FIELDS if k != "scope") and "subject_kind" not in known:
+        raise ScopedRecord(
+            f"scoped to subject {raw.get('subject_kind')}:{raw.get('subject_id')}, and nekomem keeps no subject on "
+            f"{cls.__name__} records; not imported, so it cannot surface unscoped"
+        )
     data = {k: v for k, v in raw.items() if k in known and k not in _EMBEDDING_FIELDS}
     extra = {k: v for k, v in raw.items() if k not in known}
     dropped: list[str] = []
@@ -118,7 +129,7 @@ class CharacterImport:
         if why is None:
             try:
                 record, dropped = convert(raw, cls, passthrough)
-            except msgspec.ValidationError as exc:
+            except (msgspec.ValidationError, ScopedRecord) as exc:
                 why = str(exc)
             else:
                 self._dropped.setdefault(layer, set()).update(dropped)

@@ -58,6 +58,8 @@ BOOKKEEPING_FILES = (
 ROOT_FILES = ("idle_maintenance_state.json", "speaker_trust.json", "core_config.json")
 
 _V1_SECTIONS = {"user": "master", "ai": "neko"}
+# Fields that scope a record to a group chat or participant instead of the owner.
+SUBJECT_FIELDS = ("subject_kind", "subject_id", "scope")
 
 
 class SourceError(ValueError):
@@ -225,14 +227,12 @@ class SourceCharacter:
                 self.problem("persona", PERSONA, "section has no list of entries", key)
                 continue
             entity = _V1_SECTIONS.get(key, key)
-            extra = sorted(k for k in section if k not in ("facts", "dynamics"))
-            if extra:
-                # nekomem's persona.json keeps only the entries of a section; a scoped
-                # section's name still carries its subject.
-                self.problem("persona", PERSONA, f"section fields not kept: {', '.join(extra)}", key)
+            # A scoped section (``@subject/<kind>:<id>``) names its subject in section
+            # fields: every entry carries them, so the subject survives with the entry.
+            stamp = {k: section[k] for k in SUBJECT_FIELDS if section.get(k) is not None}
             for index, item in enumerate(items):
                 if isinstance(item, dict):
-                    out.append((entity, self.localize.record(item)))
+                    out.append((entity, self.localize.record({**stamp, **item})))
                 else:
                     self.problem("persona", PERSONA, f"expected an object, found {type(item).__name__}", f"{key}[{index}]")
         return out
