@@ -7,7 +7,9 @@ own record types (a record that does not fit is reported, not guessed at), times
 offset of the zone the source wrote them in, and cached embeddings are dropped because
 they belong to another model (nekomem re-embeds). Fields a nekomem record has no place
 for go into the record's passthrough field when it has one (``Fact.source_ref``) and are
-reported otherwise.
+reported otherwise. A record scoped to a group or participant is refused (and reported)
+by a record type that cannot keep its subject: imported unscoped it would become the
+owner's memory.
 
 This module writes character files directly. Its caller must make sure nobody else does
 meanwhile: the CLI holds the memory root's lock exclusive, the server releases each
@@ -22,7 +24,6 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 import msgspec
@@ -43,7 +44,7 @@ log = logging.getLogger(__name__)
 S = TypeVar("S", bound=msgspec.Struct)
 Progress = Callable[[int], None]
 """Called with the number of source records just handled."""
-Guard = Callable[[str], AbstractContextManager[object]]
+Guard = Callable[[str], contextlib.AbstractContextManager[object]]
 """Keeps a character's live actors away from its files while it is imported."""
 
 _EMBEDDING_FIELDS = ("embedding", "embedding_text_sha256", "embedding_model_id")
