@@ -15,9 +15,9 @@ Schema (compatible with the reference implementation's file):
 ``YYYY-MM-DDTHH:MM:SS.ffffff+00:00`` (see :func:`to_utc_iso`); inputs with another offset
 are converted, inputs without an offset are taken as UTC. SQLite compares the column as
 text, and with a single fixed-width UTC form text order is time order, which is what
-``MAX(timestamp)``, ``ORDER BY timestamp`` and ``BETWEEN`` rely on. (Rows imported from a
-reference database carry naive local ``YYYY-MM-DD HH:MM:SS`` stamps, which do not sort
-with these; such a file has to be converted before use.)
+``MAX(timestamp)``, ``ORDER BY timestamp`` and ``BETWEEN`` rely on. (A reference database
+carries naive local ``YYYY-MM-DD HH:MM:SS`` stamps, which do not sort with these; it is
+never used in place: ``nekomem import-neko`` converts its rows into this form.)
 
 Durability: WAL journal with ``synchronous=FULL``, so a committed append survives a crash
 or power loss. The connection is opened lazily and used by one owning actor at a time
