@@ -173,3 +173,16 @@ def test_requests_wait_for_a_held_character(fixture: neko_fixture.NekoFixture, t
         assert answers and answers[0].status_code == 200
         card = fixture.characters[name].persona["neko"][0]
         assert card["text"] in answers[0].text and "before" in answers[0].text
+
+
+def test_a_character_that_cannot_be_held_is_reported_and_left_alone(fixture: neko_fixture.NekoFixture, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    name = neko_fixture.SECOND
+    with LiveServer(make_settings(root)) as server:
+        with server.runtime.registry.hold(name, timeout=10):  # e.g. another import of it
+            response = post_import(server, {"source_dir": str(fixture.root), "characters": [name, neko_fixture.V1]})
+        assert response.status_code == 200, response.text
+        report = response.json()
+        assert [c["name"] for c in report["characters"]] == [neko_fixture.V1]
+        assert any(p["character"] == name and p["layer"] == "character" and "not imported" in p["reason"] for p in report["problems"])
+        assert not (root / name).exists()
