@@ -30,8 +30,8 @@ def strip_stamp(text: str) -> str:
     return text.split("]", 1)[1] if text.startswith("[") and "]" in text else text
 
 
-def ids_for(server: LiveServer, name: str, query: str) -> list[str]:
-    response = server.post(f"/query_memory/{name}", json={"query": query})
+def ids_for(server: LiveServer, name: str, query: str, **extra: Any) -> list[str]:
+    response = server.post(f"/query_memory/{name}", json={"query": query, **extra})
     assert response.status_code == 200, response.text
     return [row["id"] for row in response.json()["results"]]
 
@@ -50,7 +50,7 @@ def test_an_imported_folder_is_served(fixture: neko_fixture.NekoFixture, tmp_pat
             for entry in entries:
                 if not neko_fixture.is_scoped(entry, entity):
                     assert entry["text"] in dialog.text, entry["text"]
-                elif not scopable(PersonaEntry):  # refused, so it cannot leak unscoped
+                else:  # never in the owner's context (refused, or kept for its subject)
                     assert entry["text"] not in dialog.text, entry["text"]
         confirmed = next(r for r in data.reflections if r["status"] == "confirmed")
         pending = next(r for r in data.reflections if r["status"] == "pending")
@@ -62,18 +62,23 @@ def test_an_imported_folder_is_served(fixture: neko_fixture.NekoFixture, tmp_pat
             text = content if isinstance(content, str) else "".join(p["text"] for p in content)
             assert strip_stamp(text) in dialog.text
         # recall finds active and archived facts and the active reflections
+        group = [{"subject_kind": "group_chat", "subject_id": "qq:123456"}]
         for record in data.facts + data.facts_archive:
             found = record["id"] in ids_for(server, neko_fixture.MAIN, record["text"])
-            if not neko_fixture.is_scoped(record):
-                assert found, record["text"]
-            elif not scopable(Fact):
-                assert not found, record["text"]
+            # owner recall: unscoped rows only; a scoped row is served to its subject alone
+            assert found is not neko_fixture.is_scoped(record), record["text"]
+            in_group = record["id"] in ids_for(server, neko_fixture.MAIN, record["text"], subjects=group)
+            assert in_group is (neko_fixture.is_scoped(record) and scopable(Fact)), record["text"]
         assert confirmed["id"] in ids_for(server, neko_fixture.MAIN, confirmed["text"])
         assert denied["id"] not in ids_for(server, neko_fixture.MAIN, denied["text"])
         topics = server.get(f"/followup_topics/{neko_fixture.MAIN}").json()["topics"]
         assert pending["id"] in [t["id"] for t in topics]
         gap = server.get(f"/last_conversation_gap/{neko_fixture.MAIN}").json()["gap_seconds"]
         assert 0 < gap < 2 * 3600  # the newest journal row is half an hour old
+        if scopable(PersonaEntry):
+            scoped = server.post(f"/internal/memory/{neko_fixture.MAIN}/scoped_context", json={"subjects": group})
+            assert scoped.status_code == 200
+            assert data.persona[neko_fixture.SCOPED_SECTION][0]["text"] in scoped.text
         # The first request to a character is a query: it must wait for the owners to
         # index what was imported instead of answering from an empty index.
         second = fixture.characters[neko_fixture.SECOND]

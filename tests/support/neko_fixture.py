@@ -53,7 +53,7 @@ class NekoFixture:
 
 
 SCOPED_SECTION = "@subject/group_chat:qq:123456"
-SECTION_SUBJECT = {"subject_kind": "group_chat", "subject_id": "qq:123456", "scope": "group"}
+SECTION_SUBJECT = {"subject_kind": "group_chat", "subject_id": "qq:123456", "scope": "group_chat:qq:123456"}
 
 
 def is_scoped(record: dict[str, Any], entity: str = "") -> bool:
@@ -190,7 +190,7 @@ def _main_facts(folder: Path, now: datetime, t0: datetime, data: CharacterData, 
     f1 = fact("fact_20261111101500_a0e4f870", "主人每天早上喝美式咖啡", t0)
     f2 = fact("fact_20261112101500_b1c2d3e4", "主人养了一只叫豆豆的柴犬", t0 + timedelta(days=1), importance=8, tags=["pet"])
     f3 = fact("fact_20261113101500_c0ffee00", "群里的阿明喜欢打羽毛球", t0 + timedelta(days=2), entity="master",
-              subject_kind="group_chat", subject_id="qq:123456", scope="group", speaker_label="阿明", speaker_trust=0.4)
+              subject_kind="group_chat", subject_id="qq:123456", scope="group_chat:qq:123456", speaker_label="阿明", speaker_trust=0.4)
     f4 = fact("fact_20261114101500_d15c1050", "猫猫说自己最喜欢晒太阳", t0 + timedelta(days=2), entity="neko", source="ai_disclosure")
     data.facts = [f1, f2, f3, f4]
     broken = [{"id": "fact_broken_notext", "importance": 3}, {"id": "fact_broken_importance", "text": "坏的重要度", "importance": "very"}]

@@ -329,9 +329,11 @@ class CharacterImport:
                 count.unchanged += 1
                 continue
             ids.add(entry.id)
-            section = current.setdefault(entity, {"facts": []})
+            section = current.get(entity)
             if not isinstance(section, dict) or not isinstance(section.get("facts"), list):
-                section = current[entity] = {"facts": []}
+                # A new scoped section carries its subject descriptor, as the reference writes it.
+                stamp = {k: raw[k] for k in src.SUBJECT_FIELDS if raw.get(k) is not None} if entity.startswith("@subject/") else {}
+                section = current[entity] = {"facts": [], **stamp}
             section["facts"].append(msgspec.to_builtins(entry))
             count.added += 1
         if count.added:
