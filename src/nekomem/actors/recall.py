@@ -123,12 +123,12 @@ class _QueryVector(Message):
     error: str | None
 
 
-class _FeedWaitOver(Message):
-    """The wait for the owners' first feed is over (see recall_feed_wait_seconds)."""
-
-
 class _QueryExpired(Message):
     token: int
+
+
+class _IndexWaitOver(Message):
+    """The wait for the owners' first IndexUpsert is over: answer held queries anyway."""
 
 
 class _BackfillDone(Message):
@@ -448,6 +448,13 @@ class RecallActor(ChildActor):
         self.backfill_items: list[tuple[str, str]] = []
         self.backfill_after = 0.0
         self.queries: dict[int, _PendingQuery] = {}
+        # Owners send their complete index from their own start-up, concurrently with the
+        # first request: a query that arrives before every owner has is held (bounded by
+        # recall_index_wait_seconds), so a just-activated character never answers empty.
+        self.fed: set[str] = set()
+        self.held: list[QueryMemory] = []
+        me = self.actor_ref
+        _DEADLINES.schedule(s.recall_index_wait_seconds, lambda: me.tell(_IndexWaitOver()))
         self.maintenance: dict[int, Any] = {}
         self._seq = 0
         self._time_cache: tuple[list[str], np.ndarray, np.ndarray] | None = None
@@ -464,10 +471,6 @@ class RecallActor(ChildActor):
         if generation:
             for owner in ("facts", "reflections"):
                 self.ctx.send(owner, RequestIndex())
-        # Reads wait for the owners' first complete feed (they load in parallel with us).
-        self._unfed = {"fact", "reflection"}
-        self._held: list[Message] = []
-        self._feed_wait = self.schedule(s.recall_feed_wait_seconds, _FeedWaitOver(), real=True)
 
     def close(self) -> None:
         self.pending_counter.set(self.ctx.name, 0)
@@ -475,6 +478,10 @@ class RecallActor(ChildActor):
             if pending.msg.reply is not None:
                 pending.msg.reply.ok(empty_response(pending.query, error=True))
         self.queries.clear()
+        for query in getattr(self, "held", []):
+            if query.reply is not None:
+                query.reply.ok(empty_response((query.query or "").strip(), error=True))
+        self.held = []
 
     def real_due_at(self) -> float | None:
         """While the embedding service loads, or the vector side lags it, or a backfill
@@ -509,27 +516,9 @@ class RecallActor(ChildActor):
             msg.reply.ok(True)
 
     # -- feed ------------------------------------------------------------------------
-    def _hold(self, msg: Message) -> bool:
-        """Keep a read until the index has its first feed; True when it was kept."""
-        if not self._unfed:
-            return False
-        self._held.append(msg)
-        return True
-
-    def _release_held(self) -> None:
-        held, self._held = self._held, []
-        self._unfed.clear()
-        self.cancel(self._feed_wait)
-        for msg in held:
-            self.on_receive(msg)
-
-    def on__FeedWaitOver(self, msg: _FeedWaitOver) -> None:
-        if self._unfed:
-            self.log.warning("recall answers without a first feed from %s", sorted(self._unfed))
-            self._release_held()
-
     def on_IndexUpsert(self, msg: IndexUpsert) -> None:
         if msg.replace_tier is not None:
+            self.fed.add(OWNERS.get(msg.replace_tier, msg.replace_tier))
             family = TIER_FAMILIES.get(msg.replace_tier, (msg.replace_tier,))
             keep = {e.id for e in msg.entries}
             for doc_id in [i for i, d in self.docs.items() if d.entry.tier in family and i not in keep]:
@@ -539,10 +528,19 @@ class RecallActor(ChildActor):
         self._time_cache = None
         self._safe_sync()
         self._publish_pending()
-        if msg.replace_tier is not None and self._unfed:
-            self._unfed.discard("fact" if msg.replace_tier in TIER_FAMILIES["fact"] else msg.replace_tier)
-            if not self._unfed:
-                self._release_held()
+        if self.held and self.fed >= set(OWNERS.values()):
+            self._release_held()
+
+    def on__IndexWaitOver(self, msg: _IndexWaitOver) -> None:
+        if self.held:
+            self.log.warning("recall: answering %d queries before every index owner reported", len(self.held))
+        self.fed |= set(OWNERS.values())
+        self._release_held()
+
+    def _release_held(self) -> None:
+        held, self.held = self.held, []
+        for query in held:
+            self.on_QueryMemory(query)
 
     def on_IndexRemove(self, msg: IndexRemove) -> None:
         for doc_id in msg.ids:
@@ -743,7 +741,10 @@ class RecallActor(ChildActor):
 
     # -- user recall -----------------------------------------------------------------
     def on_QueryMemory(self, msg: QueryMemory) -> None:
-        if msg.reply is None or self._hold(msg):
+        if msg.reply is None:
+            return
+        if not self.fed >= set(OWNERS.values()):
+            self.held.append(msg)
             return
         started = time.perf_counter()
         query = (msg.query or "").strip()[: self.s.recall_query_max_chars]
@@ -896,8 +897,6 @@ class RecallActor(ChildActor):
             msg.reply.ok(ids)
 
     def on_RankForStage2(self, msg: RankForStage2) -> None:
-        if self._hold(msg):
-            return
         self._sync_vectors()
         candidates = list(dict.fromkeys(c for c in msg.candidate_ids if c))
         k = max(msg.budget, 0) * self.s.recall_coarse_oversample
@@ -918,8 +917,6 @@ class RecallActor(ChildActor):
         self._answer(msg, candidates[:k])
 
     def on_RelatedFacts(self, msg: RelatedFacts) -> None:
-        if self._hold(msg):
-            return
         self._sync_vectors()
         queries = [q.strip() for q in msg.query_texts if isinstance(q, str) and q.strip()]
         token = self._next_token()

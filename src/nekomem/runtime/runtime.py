@@ -13,12 +13,15 @@ from nekomem.config import Settings
 from nekomem.domain.tokens import get_counter
 from nekomem.runtime.clock import Clock, SystemClock
 from nekomem.runtime.dispatch import Dispatcher
+from nekomem.runtime.importing import ImportService
 from nekomem.runtime.pool import ModelPool
 from nekomem.runtime.registry import ActorLayer, CharacterRegistry
 from nekomem.runtime.services import Services
 from nekomem.runtime.switches import Switches, core_config_file
 from nekomem.runtime.timers import Timers
 from nekomem.stores.layout import CharacterPaths, list_characters
+from nekomem.stores import rootlock
+from nekomem.stores.rootlock import RootLock
 
 log = logging.getLogger("nekomem.runtime")
 
@@ -69,17 +72,23 @@ class Runtime:
         )
         self.actors = actors
         self.registry = CharacterRegistry(self.services, actors)
+        self.importing = ImportService(settings, self.registry, root)
         self.limited_reason: str | None = "runtime_initializing"
         self.recovery_error: str | None = None
         self._recovery: threading.Thread | None = None
+        self._root_lock: RootLock | None = None
 
     @property
     def memory_root(self) -> Path:
         return self.services.memory_root
 
     def start(self, *, background: bool = True) -> None:
+        """Start serving; raises RootLocked while an offline import holds the memory root."""
         self.memory_root.mkdir(parents=True, exist_ok=True)
         self.timers.start()
+        # Shared: several servers may share a root as before; an offline import (which
+        # takes it exclusive) is refused while any of them runs, and blocks their start.
+        self._root_lock = rootlock.acquire(self.memory_root, "shared", "serve")
         if self.embeddings is not None and hasattr(self.embeddings, "start"):
             self.embeddings.start()
         if background:
@@ -132,6 +141,9 @@ class Runtime:
     def stop(self) -> None:
         self.registry.stop_all()
         self.timers.stop()
+        if self._root_lock is not None:
+            self._root_lock.release()
+            self._root_lock = None
         self.pool.shutdown(wait=False)
         self.dispatcher.shutdown()
         if self.llm is not None and hasattr(self.llm, "close"):
