@@ -69,7 +69,7 @@ def shard_entries(folder: Path) -> dict[str, list]:
 
 def test_both_archive_sweeps_move_entries_into_day_shards(tmp_path):
     clock = ManualClock(START)
-    settings = make_settings(tmp_path, embedding_enabled=False)
+    settings = make_settings(tmp_path, embedding_enabled=False, passivate_idle_seconds=1e9)  # the clock jumps by days
     paths = seed(tmp_path, settings)
     with LiveServer(settings, clock=clock) as srv:
         assert ids(srv, "reflections") == {"ref_doomed", "ref_fine", "ref_denied_long_ago"}

@@ -23,5 +23,6 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "c
 def quiesce(runtime: Any, name: str, timeout: float = 30.0) -> None:
     """Wait until character ``name`` is quiet: the runtime's flush barrier, repeated until
     no message moved, no model job runs and no child has work already due. Use it before
-    asserting that something did NOT happen. Raises AssertionError when it is not active."""
-    assert runtime.registry.quiesce(name, timeout), f"{name} is not active"
+    asserting that something did NOT happen. A character that is not active (or was just
+    passivated) is quiet once its actors have stopped."""
+    runtime.registry.quiesce(name, timeout)

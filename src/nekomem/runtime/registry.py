@@ -366,6 +366,7 @@ class CharacterRegistry:
         with self._lock:
             entry = self._entries.get(name)
         if entry is None:
+            self._wait_stopped(name)  # a stopping instance has flushed once it is gone
             return False
         reply = Reply()
         try:
