@@ -291,3 +291,44 @@ class ReplyMentions(Message):
 class CorrectionResolved(Message):
     reflection_id: str
     kind: str
+
+
+# -- memory browser (/ui) ----------------------------------------------------------------
+class BrowseFacts(Message):
+    """A filtered page of facts, newest first; the filter is a
+    :class:`nekomem.domain.browse.FactFilter`. Answers ``{"total", "offset", "items"}``."""
+
+    filter: Any
+    offset: int = 0
+    limit: int = 100
+
+
+class GetEntry(Message):
+    """One reflection by id in its public form (404 when unknown)."""
+
+    id: str
+
+
+class SetSuppressed(Message):
+    """Suppress (or lift the suppression of) one persona entry; journaled like any change."""
+
+    id: str
+    suppress: bool
+
+
+class ListCorrections(Message):
+    """The persona contradiction queue (corrections waiting for a model decision)."""
+
+
+class ExplainQuery(Message):
+    """Recall playground: run a user recall and answer each leg with scores, the fused
+    result, and what the filters removed. ``vector`` is the query embedding computed by the
+    caller (None: lexical only); ``excluded`` are entries the owners keep out of the index
+    (``{"id", "tier", "text", "reason"}``), scored lexically to show what the hard filter
+    removed."""
+
+    query: str = ""
+    time: str = ""
+    now: Any = None
+    vector: list[float] | None = None
+    excluded: list[dict[str, str]] = []

@@ -727,6 +727,11 @@ class RecallActor(ChildActor):
             self.log.exception("recall query failed")
             msg.reply.ok(empty_response(query, error=True))
 
+    def on_ExplainQuery(self, msg: Any) -> None:
+        from nekomem.actors.recall_explain import explain
+
+        msg.reply.ok(explain(self, msg))
+
     def on__QueryVector(self, msg: _QueryVector) -> None:
         pending = self.queries.pop(msg.token, None)
         if pending is None:
