@@ -5,10 +5,14 @@
 # browser tests can never be skipped there. Nothing is downloaded from anywhere but apt.
 set -u
 have() { [ -x /usr/bin/chromedriver ] && { [ -x /usr/bin/chromium ] || [ -x /usr/bin/chromium-browser ]; }; }
-if have; then exit 0; fi
+# A CJK font, so the Chinese and Japanese screenshots are legible (optional).
+have_cjk_font() { ! command -v fc-list >/dev/null 2>&1 || fc-list :lang=zh 2>/dev/null | grep -q .; }
+if have && have_cjk_font; then exit 0; fi
 if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-    echo "ensure_browser: installing chromium and chromium-driver with apt-get" >&2
-    apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null
+    echo "ensure_browser: installing chromium, chromium-driver and a CJK font with apt-get" >&2
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q fonts-wqy-zenhei >/dev/null 2>&1 || echo "ensure_browser: no CJK font (screenshots only)" >&2
 fi
 if have; then exit 0; fi
 if [ "${CI:-}" = "true" ]; then

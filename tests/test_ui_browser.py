@@ -10,6 +10,7 @@ are required: skipped when missing, except in CI (CI=true), where that is a fail
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import time
@@ -144,11 +145,11 @@ def click(driver: Any, css: str) -> None:
 
 
 def shot(driver: Any, name: str) -> Path:
+    """A full-page PNG of the current view under test-output/ui/."""
     path = OUT / f"{name}.png"
-    height = driver.execute_script("return Math.min(4000, document.documentElement.scrollHeight)")
-    driver.set_window_size(1500, max(900, int(height)))
-    driver.save_screenshot(str(path))
-    driver.set_window_size(1500, 1100)
+    width, height = driver.execute_script("return [document.documentElement.scrollWidth, Math.min(6000, document.documentElement.scrollHeight)]")
+    data = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}})
+    path.write_bytes(base64.b64decode(data["data"]))
     return path
 
 

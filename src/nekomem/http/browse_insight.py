@@ -213,7 +213,7 @@ def evidence_curve(snaps: list[_Snap], start: datetime, end: datetime, rein_half
     for snap in snaps:
         if start <= snap.at <= end:
             times.append(snap.at)
-    times.sort()
+    times = sorted(set(times))
     points: list[dict[str, Any]] = []
     j = -1
     for t in times:

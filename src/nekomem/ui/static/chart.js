@@ -42,8 +42,9 @@ export function evidenceChart(history, width = 640, height = 230) {
   }
   const legend = [["net", t("net_score")], ["rein", t("reinforcement")], ["disp", t("disputation")]];
   legend.forEach(([cls, label], i) => {
-    svg.append(s("line", { class: cls, x1: width - pad.r + 4, x2: width - pad.r + 18, y1: height - 60 + i * 14, y2: height - 60 + i * 14 }));
-    svg.append(s("text", { x: width - pad.r + 22, y: height - 57 + i * 14 }, label));
+    const lx = pad.l + 110 + i * 130;
+    svg.append(s("line", { class: cls, x1: lx, x2: lx + 14, y1: height - 11, y2: height - 11 }));
+    svg.append(s("text", { x: lx + 18, y: height - 8 }, label));
   });
   return svg;
 }
