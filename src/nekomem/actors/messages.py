@@ -6,10 +6,12 @@ whichever actor finishes the work completes it.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 import msgspec
 
+from nekomem.domain.browse import FactFilter
 from nekomem.domain.messages import Turn
 
 WriteMode = Literal["cache", "process", "renew", "settle"]
@@ -295,10 +297,9 @@ class CorrectionResolved(Message):
 
 # -- memory browser (/ui) ----------------------------------------------------------------
 class BrowseFacts(Message):
-    """A filtered page of facts, newest first; the filter is a
-    :class:`nekomem.domain.browse.FactFilter`. Answers ``{"total", "offset", "items"}``."""
+    """A filtered page of facts, newest first. Answers ``{"total", "offset", "items"}``."""
 
-    filter: Any
+    filter: FactFilter
     offset: int = 0
     limit: int = 100
 
@@ -329,6 +330,6 @@ class ExplainQuery(Message):
 
     query: str = ""
     time: str = ""
-    now: Any = None
+    now: datetime | None = None
     vector: list[float] | None = None
     excluded: list[dict[str, str]] = []

@@ -35,6 +35,7 @@ import numpy as np
 
 from nekomem.actors.base import ChildActor
 from nekomem.actors.messages import (
+    ExplainQuery,
     Flush,
     IndexEntry,
     IndexRemove,
@@ -727,7 +728,7 @@ class RecallActor(ChildActor):
             self.log.exception("recall query failed")
             msg.reply.ok(empty_response(query, error=True))
 
-    def on_ExplainQuery(self, msg: Any) -> None:
+    def on_ExplainQuery(self, msg: ExplainQuery) -> None:
         from nekomem.actors.recall_explain import explain
 
         msg.reply.ok(explain(self, msg))

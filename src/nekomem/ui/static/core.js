@@ -67,8 +67,16 @@ export function fmtNum(x, digits = 3) {
   return Number(x).toFixed(digits);
 }
 
-// A datetime-local input's value as ISO 8601 with the browser's offset ("" stays "").
+// A datetime-local input's value as ISO 8601 (UTC) ("" stays "").
 export function localToIso(v) { return v ? new Date(v).toISOString() : ""; }
+
+// An ISO 8601 time as a datetime-local value in the browser's zone ("" when absent).
+export function isoToLocal(iso) {
+  const d = iso ? new Date(iso) : null;
+  if (!d || isNaN(d)) return "";
+  const p = (n) => String(n).padStart(2, "0");
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+}
 
 export function status(msg, kind = "warn") {
   const el = document.getElementById("status");

@@ -1,6 +1,6 @@
 // Views over the stored conversation and facts: Characters, Recent, Journal, Facts.
 import { t } from "./i18n.js";
-import { api, h, qs, fmtTime, localToIso, pager, field, select, showError, status } from "./core.js";
+import { api, h, qs, fmtTime, localToIso, isoToLocal, pager, field, select, showError, status } from "./core.js";
 
 const enc = encodeURIComponent;
 const PAGE = 50;
@@ -67,12 +67,12 @@ export async function journal(box, ctx) {
   const offset = Number(p.get("offset") || 0);
   const query = { since: p.get("since"), until: p.get("until"), q: p.get("q"), order: p.get("order") || "desc", offset, limit: PAGE };
   const data = await api("GET", `/api/browse/${enc(ctx.name)}/journal${qs(query)}`);
-  const since = h("input", { type: "datetime-local", name: "since", step: 1 });
-  const until = h("input", { type: "datetime-local", name: "until", step: 1 });
+  const since = h("input", { type: "datetime-local", name: "since", step: 1, value: isoToLocal(query.since) });
+  const until = h("input", { type: "datetime-local", name: "until", step: 1, value: isoToLocal(query.until) });
   const text = h("input", { type: "search", name: "q", value: query.q || "", "data-test": "journal-q" });
   const order = select("order", [["desc", t("newest_first")], ["asc", t("oldest_first")]], query.order);
   const apply = (extra) => ctx.go("journal", Object.fromEntries(Object.entries({
-    since: localToIso(since.value) || (since.value ? "" : query.since || ""), until: localToIso(until.value) || (until.value ? "" : query.until || ""),
+    since: localToIso(since.value), until: localToIso(until.value),
     q: text.value, order: order.value, ...extra }).filter(([, v]) => v !== "" && v !== null && v !== undefined)));
   box.append(h("h2", {}, t("view_journal"), " — ", ctx.name),
     h("div", { class: "filters" }, field(t("since"), since), field(t("until"), until), field(t("text_filter"), text), field(t("order"), order),
@@ -141,7 +141,7 @@ export async function facts(box, ctx) {
     api("GET", path + qs({ ...filters, status: "active", offset, limit: PAGE })),
     api("GET", path + qs({ ...filters, status: "archived", offset: aoffset, limit: 20 })),
   ]);
-  const input = (name, type, extra) => h("input", { name, type, value: filters[name] ? (type === "datetime-local" ? "" : filters[name]) : "", ...extra });
+  const input = (name, type, extra) => h("input", { name, type, value: type === "datetime-local" ? isoToLocal(filters[name]) : filters[name] || "", ...extra });
   const f = {
     q: input("q", "search", { "data-test": "facts-q" }),
     entity: select("entity", [["", t("any")], ["master", t("ent_master")], ["neko", t("ent_neko")], ["relationship", t("ent_relationship")]], filters.entity || ""),
@@ -154,7 +154,7 @@ export async function facts(box, ctx) {
   const apply = () => {
     const v = {};
     for (const [k, el] of Object.entries(f)) {
-      const val = el.type === "datetime-local" ? (localToIso(el.value) || filters[k] || "") : el.value;
+      const val = el.type === "datetime-local" ? localToIso(el.value) : el.value;
       if (val) v[k] = val;
     }
     ctx.go("facts", v);
