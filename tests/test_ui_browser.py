@@ -59,6 +59,7 @@ def driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
     options.binary_location = str(CHROMIUM)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     browser = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
     browser.set_script_timeout(30)
     OUT.mkdir(parents=True, exist_ok=True)
@@ -80,7 +81,7 @@ def site(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReques
         llm.on("synthesize_reflection", {"reflection": {"text": "Master enjoys windy days outdoors", "entity": "master", "time_scope": "pattern", "event_start_at": None, "event_end_at": None}})
         settings = make_settings(root, llm_base_url=llm.base_url, llm_model="fake")
         with LiveServer(settings, embeddings=embeddings) as srv:
-            srv.post("/cache/Lan", json={"input_history": [{"role": "user", "content": "The wind was strong at the beach today"}, {"role": "assistant", "content": "Did your kite fly well?"}]})
+            srv.post("/cache/Lan", json={"input_history": [{"role": "system", "content": "Earlier: Master talked about kites all spring."}, {"role": "user", "content": "The wind was strong at the beach today"}, {"role": "assistant", "content": "Did your kite fly well?"}]})
             kites = [{"text": f"Master flew a kite at the {p}", "importance": 7} for p in ("beach", "park", "hill", "field", "river")]
             extra = [{"text": "Master owns a red bicycle", "importance": 5, "entity": "master", "event_start_at": "2026-04-01T00:00:00+00:00"}]
             assert srv.post("/api/characters/Lan/facts", json={"facts": kites + extra}).status_code == 200
@@ -166,7 +167,8 @@ def test_every_view_renders(driver: Any, site: LiveServer) -> None:
     shot(driver, "characters")
 
     open_view(driver, site, "recent", "Lan")
-    assert texts(driver, "[data-test=turn-text]") == ["The wind was strong at the beach today", "Did your kite fly well?"]
+    assert texts(driver, "[data-test=turn-text]") == ["Earlier: Master talked about kites all spring.", "The wind was strong at the beach today", "Did your kite fly well?"]
+    assert "memo" in driver.find_elements("css selector", "[data-test=turn-row]")[0].get_attribute("class")
     shot(driver, "recent")
 
     open_view(driver, site, "facts", "Lan")
@@ -189,6 +191,9 @@ def test_every_view_renders(driver: Any, site: LiveServer) -> None:
     words = texts(driver, "[data-test=health-words] li")
     assert len(words) == 4 and "nekomem" in words[0]
     shot(driver, "server")
+    # No script error and no Content-Security-Policy violation on any view.
+    severe = [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert not severe, severe
 
 
 def test_confirm_reflection_changes_status_and_chart(driver: Any, site: LiveServer) -> None:
@@ -282,12 +287,12 @@ def test_persona_suppress_and_recent_edit(driver: Any, site: LiveServer) -> None
     assert not driver.find_elements("css selector", "[data-id=per_song] [data-test=suppressed]")
 
     open_view(driver, site, "recent", "Lan")
-    driver.find_elements("css selector", "[data-test=turn-edit-button]")[1].click()
+    driver.find_elements("css selector", "[data-test=turn-edit-button]")[2].click()
     area = driver.find_element("css selector", "[data-test=turn-edit]")
     area.clear()
     area.send_keys("Did your red kite fly well?")
     click(driver, "[data-test=turn-save]")
-    assert texts(driver, "[data-test=turn-text]")[1] == "Did your red kite fly well?"
+    assert texts(driver, "[data-test=turn-text]")[2] == "Did your red kite fly well?"
     assert site.get("/api/memory/review_config").json() == {"enabled": True}
     driver.find_element("css selector", "[data-test=review-switch]").click()
     _wait(lambda: site.get("/api/memory/review_config").json() == {"enabled": False}, "review switch saved")

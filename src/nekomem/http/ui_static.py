@@ -16,6 +16,10 @@ from starlette.routing import BaseRoute, Route
 
 from nekomem.http.errors import ApiError
 
+# The page's files hold no memory, and a browser cannot attach a bearer token to a page
+# navigation: a request guard that asks for a token lets this prefix through (the API
+# calls the page makes carry the token).
+OPEN_PREFIX = "/ui"
 STATIC = Path(__file__).resolve().parent.parent / "ui" / "static"
 TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
 HEADERS = {
