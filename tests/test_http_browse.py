@@ -202,3 +202,16 @@ def test_corrupt_file_is_storage_trouble(tmp_path):
         row = srv.get("/api/browse/characters").json()["characters"][0]
         assert row["active"] is True and any(t.startswith("facts.json.corrupt-") for t in row["trouble"])
         assert row["counts"]["persona"] == 1 and row["counts"]["corrections"] == 1
+
+
+def test_fact_filter_compares_event_times_as_instants():
+    from nekomem.domain.browse import FactFilter, page_facts
+    from nekomem.domain.records import Fact
+
+    tokyo = Fact(id="a", text="dinner in Tokyo", event_start_at="2026-05-01T08:00:00+09:00")  # 23:00 UTC the day before
+    paris = Fact(id="b", text="lunch in Paris", event_start_at="2026-05-01T12:00:00+02:00")
+    flt = FactFilter(event_from="2026-05-01T00:00:00+00:00", event_to="2026-05-01T23:59:59+00:00")
+    total, page = page_facts([tokyo, paris], [], flt, 0, 10)
+    assert total == 1 and page[0][0].id == "b"
+    total, _ = page_facts([tokyo, paris], [], FactFilter(event_to="2026-04-30T23:30:00Z"), 0, 10)
+    assert total == 1

@@ -7,18 +7,21 @@ in-memory store so a page of 100,000 facts never leaves the actor whole.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 
 import msgspec
 
+from nekomem.domain.messages import parse_timestamp
 from nekomem.domain.records import Fact
 
 FACT_STATUSES = ("active", "archived", "all")
 
 
 class FactFilter(msgspec.Struct, kw_only=True, frozen=True):
-    """What a fact must match. ``event_from``/``event_to`` are canonical ISO 8601 strings
-    compared with the fact's event time (its event end, else start, else created_at);
-    ``text`` is a case-insensitive substring; ``ids`` restricts to those ids."""
+    """What a fact must match. ``event_from``/``event_to`` are ISO 8601 bounds (inclusive)
+    on the fact's event time (its event end, else start, else created_at), compared as
+    instants whatever the offsets; ``text`` is a case-insensitive substring; ``ids``
+    restricts to those ids."""
 
     status: str = "active"
     entity: str | None = None
@@ -36,8 +39,18 @@ def event_time(fact: Fact) -> str:
     return fact.event_end_at or fact.event_start_at or fact.created_at or ""
 
 
-def matches(fact: Fact, f: FactFilter, needle: str) -> bool:
-    """True when ``fact`` passes every condition of ``f`` (``needle`` is ``f.text`` folded)."""
+def _instant(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return parse_timestamp(value)
+    except ValueError:
+        return None
+
+
+def matches(fact: Fact, f: FactFilter, needle: str, bounds: tuple[datetime | None, datetime | None] = (None, None)) -> bool:
+    """True when ``fact`` passes every condition of ``f`` (``needle`` is ``f.text`` folded,
+    ``bounds`` the parsed event bounds)."""
     if f.entity and fact.entity != f.entity:
         return False
     if f.importance_min is not None and fact.importance < f.importance_min:
@@ -46,9 +59,10 @@ def matches(fact: Fact, f: FactFilter, needle: str) -> bool:
         return False
     if f.absorbed is not None and fact.absorbed != f.absorbed:
         return False
-    if f.event_from or f.event_to:
-        when = event_time(fact)
-        if not when or (f.event_from and when < f.event_from) or (f.event_to and when > f.event_to):
+    low, high = bounds
+    if low is not None or high is not None:
+        when = _instant(event_time(fact))
+        if when is None or (low is not None and when < low) or (high is not None and when > high):
             return False
     return not needle or needle in fact.text.casefold()
 
@@ -65,6 +79,7 @@ def page_facts(active: Sequence[Fact], archived: Sequence[Fact], f: FactFilter, 
     if f.status in ("archived", "all"):
         pools.append((archived, True))
     needle = f.text.casefold().strip()
+    bounds = (_instant(f.event_from), _instant(f.event_to))
     wanted = set(f.ids)
     total = 0
     page: list[tuple[Fact, bool]] = []
@@ -72,7 +87,7 @@ def page_facts(active: Sequence[Fact], archived: Sequence[Fact], f: FactFilter, 
         for fact in _newest_first(pool):
             if wanted and fact.id not in wanted:
                 continue
-            if not matches(fact, f, needle):
+            if not matches(fact, f, needle, bounds):
                 continue
             if offset <= total < offset + limit:
                 page.append((fact, is_archived))
