@@ -215,3 +215,16 @@ def test_fact_filter_compares_event_times_as_instants():
     assert total == 1 and page[0][0].id == "b"
     total, _ = page_facts([tokyo, paris], [], FactFilter(event_to="2026-04-30T23:30:00Z"), 0, 10)
     assert total == 1
+
+
+def test_reads_of_an_unknown_character_create_nothing(tmp_path):
+    with LiveServer(make_settings(tmp_path)) as srv:
+        assert srv.get("/api/browse/Ghost/facts").json() == {"total": 0, "offset": 0, "items": []}
+        assert srv.get("/api/browse/Ghost/journal").json()["total"] == 0
+        assert srv.get("/api/browse/Ghost/corrections").json()["total"] == 0
+        assert srv.get("/api/browse/Ghost/reflections_archived").json()["total"] == 0
+        assert srv.get("/api/browse/Ghost/context").json()["text"] == ""
+        assert srv.get("/api/browse/Ghost/reflections/x/evidence").status_code == 404
+        assert srv.post("/api/browse/Ghost/recall_explain", json={"query": "kites"}).status_code == 404
+        assert srv.get("/api/browse/characters").json() == {"characters": []}
+        assert not (tmp_path / "Ghost").exists() and srv.runtime.registry.active_names() == []

@@ -31,8 +31,11 @@ def _window(window: TimeWindow | None) -> dict[str, str] | None:
     return None if window is None else {"start": window.start.isoformat(), "end": window.end.isoformat()}
 
 
-def _annotate(actor: RecallActor, hits: list[tuple[str, float]], allowed: set[str] | None, threshold: float, budget: int) -> list[dict[str, Any]]:
-    """Rows of a widened leg, each with ``removed``: None (kept), "time_window",
+def _annotate(
+    actor: RecallActor, hits: list[tuple[str, float]], visible: set[str] | None, allowed: set[str] | None, threshold: float, budget: int
+) -> list[dict[str, Any]]:
+    """Rows of a widened leg, each with ``removed``: None (kept), "subject_scope" (group
+    memory, outside the private corpus a plain recall reads), "time_window",
     "below_threshold" or "over_budget", in the order the real leg applies them."""
     rows: list[dict[str, Any]] = []
     kept = 0
@@ -40,7 +43,9 @@ def _annotate(actor: RecallActor, hits: list[tuple[str, float]], allowed: set[st
         if doc_id not in actor.docs:
             continue
         removed: str | None = None
-        if allowed is not None and doc_id not in allowed:
+        if visible is not None and doc_id not in visible:
+            removed = "subject_scope"
+        elif allowed is not None and doc_id not in allowed:
             removed = "time_window"
         elif score < threshold:
             removed = "below_threshold"
@@ -85,6 +90,7 @@ def _hard_filtered(actor: RecallActor, lexical_query: str, excluded: list[dict[s
 def explain(actor: RecallActor, msg: ExplainQuery) -> dict[str, Any]:
     """The explained recall (see the module docstring); never raises for a bad query."""
     from nekomem.actors.recall import query_time_hint
+    from nekomem.domain.subjects import restrict
 
     started = time.perf_counter()
     s = actor.s
@@ -93,13 +99,14 @@ def explain(actor: RecallActor, msg: ExplainQuery) -> dict[str, Any]:
     spec = (msg.time or "").strip()
     now = msg.now or datetime.now(actor.tz)
     window = parse_time_window(spec, now) if spec else None
+    visible = actor.subject_index.allowed(None)  # the private corpus, as /query_memory reads it
     search, hint, hinted = query, None, None
     if query and window is None and s.recall_query_time_hints:
         hint, rest = query_time_hint(query, now, s.recall_query_time_max_tokens, s.recall_query_time_max_attempts)
         if hint is not None:
-            hinted = actor._in_window(hint) or None
+            hinted = restrict(actor._in_window(hint), visible) or None
             search = rest or query
-    allowed = actor._in_window(window) if window is not None else None
+    allowed = restrict(actor._in_window(window) if window is not None else None, visible)
     qvec, vector_state = _query_vector(actor, msg.vector if query else None)
     lexical_query = actor._lexical_query(search) if query else ""
     body: dict[str, Any] = {
@@ -110,7 +117,7 @@ def explain(actor: RecallActor, msg: ExplainQuery) -> dict[str, Any]:
         "window": _window(window),
         "query_time_hint": _window(hint),
         "indexed": len(actor.docs),
-        "in_window": None if allowed is None else len(allowed),
+        "in_window": None if window is None or allowed is None else len(allowed),
         "vector_state": vector_state,
         "thresholds": {"bm25": s.recall_bm25_threshold, "cosine": s.recall_cosine_threshold, "budget_each": s.recall_budget_each, "budget_total": s.recall_budget_total, "rrf_k": s.recall_rrf_k},
         "lexical": [],
@@ -120,16 +127,16 @@ def explain(actor: RecallActor, msg: ExplainQuery) -> dict[str, Any]:
     }
     if not query:
         if window is not None:
-            body["fused"] = actor._time_only(window, spec, started)["results"]
+            body["fused"] = actor._time_only(window, spec, started, visible)["results"]
         body["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 1)
         return body
     wide = s.recall_budget_each * WIDEN
     if s.recall_legs != "vector":
         lex = actor.lexical.search(lexical_query, wide, None)
-        body["lexical"] = _annotate(actor, lex, allowed, s.recall_bm25_threshold, s.recall_budget_each)
+        body["lexical"] = _annotate(actor, lex, visible, allowed, s.recall_bm25_threshold, s.recall_budget_each)
     if qvec is not None and actor.vectors is not None:
         vec = actor.vectors.search(qvec, wide, None)
-        body["vector"] = _annotate(actor, vec, allowed, s.recall_cosine_threshold, s.recall_budget_each)
+        body["vector"] = _annotate(actor, vec, visible, allowed, s.recall_cosine_threshold, s.recall_budget_each)
     legs = actor._legs(lexical_query, qvec, allowed)
     if hinted:
         legs += actor._legs(lexical_query, qvec, hinted)

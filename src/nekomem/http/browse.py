@@ -26,6 +26,7 @@ from nekomem.http import browse_store as store
 from nekomem.http.bodies import character_name, read_json_object
 from nekomem.http.errors import ApiError
 from nekomem.http.longterm import _int_param
+from nekomem.http.readonly import character_exists
 from nekomem.http.system import _toggle_lock
 from nekomem.runtime.switches import REVIEW, SwitchError
 from nekomem.stores.layout import CharacterPaths, list_characters
@@ -153,6 +154,8 @@ async def facts(request: Request) -> Response:
     if entity is not None and entity not in ENTITIES:
         raise ApiError(400, "bad_query", "entity must be master, neko or relationship")
     ids = tuple(i for i in request.query_params.get("ids", "").split(",") if i)
+    if not await character_exists(request, name):
+        return JSONResponse({"total": 0, "offset": offset, "items": []})  # reads never create a character
     flt = FactFilter(
         status=status, entity=entity, importance_min=_importance(request, "importance_min"),
         importance_max=_importance(request, "importance_max"), absorbed=_bool_param(request, "absorbed"),
@@ -175,6 +178,8 @@ async def archived_reflections(request: Request) -> Response:
 async def corrections(request: Request) -> Response:
     """``GET /api/browse/{name}/corrections``: the persona contradiction queue."""
     name = character_name(request)
+    if not await character_exists(request, name):
+        return JSONResponse({"total": 0, "items": [], "inflight": False})
     return JSONResponse(await _rt(request).registry.ask(name, "persona", lambda reply: ListCorrections(reply=reply)))
 
 

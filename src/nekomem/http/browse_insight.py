@@ -14,13 +14,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from nekomem.actors.messages import ExplainQuery, GetEntry, ListEntries
+from nekomem.domain import context_locale as loc
 from nekomem.domain import render_longterm as rlt
 from nekomem.domain.evidence import decayed
 from nekomem.domain.messages import parse_timestamp
 from nekomem.domain.tokens import get_counter
 from nekomem.http.bodies import character_name, read_json_object
-from nekomem.http.conversation import display_now, new_dialog
+from nekomem.http.conversation import context_language, display_now, master_name, new_dialog
 from nekomem.http.errors import ApiError
+from nekomem.http.readonly import character_exists
 from nekomem.http.recall import _optional_str
 from nekomem.stores.layout import CharacterPaths
 
@@ -88,6 +90,8 @@ async def recall_explain(request: Request) -> Response:
     spec = _optional_str(body, "time")
     if not query and not spec:
         raise ApiError(422, "missing_query", "give a non-empty 'query', a 'time', or both")
+    if not await character_exists(request, name):
+        raise ApiError(404, "not_found", f"no character {name}")
     now = display_now(request)
     vector = await _query_vector(rt, query, now)
     excluded = await _excluded_reflections(rt, name) if query else []
@@ -98,32 +102,30 @@ async def recall_explain(request: Request) -> Response:
 
 
 # -- working context ---------------------------------------------------------------------
-def split_sections(text: str, name: str, master: str) -> list[tuple[str, str]]:
-    """``text`` (a /new_dialog answer) cut at its known headings into ``(section, text)``
-    pieces whose concatenation is ``text`` exactly. Sections: frame, persona,
-    reflections, suppressed, recent."""
+def split_sections(text: str, name: str, master: str, language: str = "en") -> list[tuple[str, str]]:
+    """``text`` (a /new_dialog answer in ``language``) cut at its known headings into
+    ``(section, text)`` pieces whose concatenation is ``text`` exactly. Sections: frame,
+    persona, reflections, suppressed, recent."""
     markers: list[tuple[int, str]] = []
+    head = loc.text(loc.PERSONA_HEADER, language, name=name)
+    inner = text.find(loc.text(loc.INNER_THOUGHTS_HEADER, language, name=name).strip("\n"))
+    head_at = text.find(head.strip("\n"))
+    start = text.find("\n", head_at) + 1 if head_at >= 0 else 0
+    longterm = text[:inner] if inner >= 0 else text
 
-    def mark(needle: str, section: str, start: int = 0) -> None:
-        at = text.find(needle, start)
-        if at >= 0:
+    def mark(heading: str, section: str) -> None:
+        at = longterm.find(heading, start)
+        if heading and at >= 0:
             markers.append((at, section))
 
-    inner = text.find(f"======{name}'s Inner Thoughts======")
-    head_end = text.find("\n", text.find(f"======{name}'s Long-term Memory======")) + 1
-    longterm = text[:inner] if inner >= 0 else text
     for entity in ("master", "neko", "relationship"):
-        heading = rlt.persona_heading(entity, master, name)
-        if heading in longterm:
-            mark(heading, "persona", head_end)
-    for heading in (rlt.pending_heading(name), rlt.confirmed_heading(name), rlt.past_block_open(master, name)):
-        if heading in longterm:
-            mark(heading, "reflections", head_end)
-    if rlt.suppressed_heading(name) in longterm:
-        mark(rlt.suppressed_heading(name), "suppressed", head_end)
+        mark(rlt.persona_heading(entity, master, name, language), "persona")
+    for heading in (rlt.pending_heading(name, language), rlt.confirmed_heading(name, language), rlt.past_block_open(master, name, language)):
+        mark(heading, "reflections")
+    mark(rlt.suppressed_heading(name, language), "suppressed")
     if inner >= 0:
         # The blank lines before the heading belong to the recent section.
-        markers.append((len(text[:inner].rstrip("\n")) , "recent"))
+        markers.append((len(text[:inner].rstrip("\n")), "recent"))
     markers.sort()
     pieces: list[tuple[str, str]] = []
     cursor, current = 0, "frame"
@@ -140,14 +142,14 @@ async def context_sections(request: Request) -> Response:
     its text, its tokens and its budget (null where the section has none)."""
     rt = _rt(request)
     name = character_name(request)
-    response = await new_dialog(request)
+    response = await new_dialog(request)  # "" for an unknown character, which it does not create
     text = bytes(response.body).decode("utf-8")
     counter = get_counter(rt.settings.recent.recent_tokenizer_encoding)
     lt = rt.settings.longterm
     budgets = {"persona": lt.persona_render_max_tokens, "reflections": lt.reflection_render_max_tokens, "recent": rt.settings.recent.recent_hard_cap_tokens}
     merged: dict[str, str] = {}
     order: list[str] = []
-    for section, piece in split_sections(text, name, rt.settings.recent.master_name):
+    for section, piece in split_sections(text, name, master_name(request), context_language(request)):
         if section not in merged:
             order.append(section)
         merged[section] = merged.get(section, "") + piece
@@ -239,6 +241,8 @@ async def evidence_history(request: Request) -> Response:
     rt = _rt(request)
     name = character_name(request)
     rid = request.path_params["reflection_id"]
+    if not await character_exists(request, name):
+        raise ApiError(404, "not_found", f"no character {name}")
     current = await rt.registry.ask(name, "reflections", lambda reply: GetEntry(id=rid, reply=reply))
     paths = CharacterPaths(rt.memory_root, name, max_length=rt.settings.server.name_max_length)
     snaps, oldest = await asyncio.to_thread(_journal_snapshots, paths, rid)

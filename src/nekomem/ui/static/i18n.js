@@ -57,7 +57,7 @@ const TEXT = {
   fused: ["Fused result", "融合结果", "融合結果"], thresholds: ["Thresholds", "阈值", "しきい値"], budget: ["Budget", "预算", "予算"], elapsed: ["Time taken", "耗时", "所要時間"],
   tier: ["Tier", "层级", "層"], removed_by: ["Removed by", "被过滤原因", "除外理由"], ranks: ["Rank (lexical / vector)", "排名（词法 / 向量）", "順位（語彙 / ベクトル）"],
   tier_fact: ["fact", "事实", "事実"], tier_reflection: ["reflection", "反思", "リフレクション"], tier_fact_archive: ["archived fact", "已归档事实", "アーカイブ済み事実"],
-  rm_time_window: ["time window", "时间窗口", "時間枠"], rm_below_threshold: ["below threshold", "低于阈值", "しきい値未満"], rm_over_budget: ["over budget", "超出预算", "予算超過"],
+  rm_time_window: ["time window", "时间窗口", "時間枠"], rm_below_threshold: ["below threshold", "低于阈值", "しきい値未満"], rm_over_budget: ["over budget", "超出预算", "予算超過"], rm_subject_scope: ["group memory (not this corpus)", "群组记忆（非本语料）", "グループの記憶（対象外）"],
   hard_filtered: ["Kept out by the hard filter", "被硬过滤排除", "ハードフィルタで除外"], reason: ["Reason", "原因", "理由"],
   context_help: ["The exact /new_dialog text the chat model gets:", "聊天模型收到的 /new_dialog 原文：", "チャットモデルが受け取る /new_dialog の全文："],
   tokens: ["tokens", "令牌", "トークン"], section: ["Section", "部分", "セクション"],
