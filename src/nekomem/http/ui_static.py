@@ -11,7 +11,7 @@ import mimetypes
 from pathlib import Path
 
 from starlette.requests import Request
-from starlette.responses import FileResponse, RedirectResponse, Response
+from starlette.responses import FileResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from nekomem.http.errors import ApiError
@@ -30,10 +30,6 @@ HEADERS = {
 }
 
 
-async def index(request: Request) -> Response:
-    return RedirectResponse("/ui/", status_code=307)
-
-
 async def asset(request: Request) -> Response:
     """A file of the page (``/ui/`` is index.html); 404 for anything else."""
     rel = request.path_params.get("path") or "index.html"
@@ -45,7 +41,7 @@ async def asset(request: Request) -> Response:
 
 def routes() -> list[BaseRoute]:
     return [
-        Route("/ui", index, methods=["GET"]),
+        Route("/ui", asset, methods=["GET"]),
         Route("/ui/", asset, methods=["GET"]),
         Route("/ui/{path:path}", asset, methods=["GET"]),
     ]
