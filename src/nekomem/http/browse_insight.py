@@ -261,7 +261,11 @@ async def evidence_history(request: Request) -> Response:
     return JSONResponse(
         {
             "reflection": current,
-            "events": [{"t": s.at.isoformat(), "type": s.type, "status": s.status, "reinforcement": s.reinforcement, "disputation": s.disputation} for s in snaps[:-1]],
+            "events": [
+                {"t": s.at.isoformat(), "type": s.type, "status": s.status, "reinforcement": s.reinforcement, "disputation": s.disputation,
+                 "net": _point(s, s.at, lt.evidence_rein_half_life_days, lt.evidence_disp_half_life_days)["net"]}
+                for s in snaps[:-1]
+            ],
             "curve": curve,
             "thresholds": {"confirm": lt.evidence_confirm_threshold, "promote": lt.evidence_promote_threshold, "archive": lt.evidence_archive_threshold},
             "net_now": score if isinstance(score, (int, float)) and math.isfinite(score) else None,

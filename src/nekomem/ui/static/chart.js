@@ -11,7 +11,7 @@ function s(tag, attrs, text) {
 
 // history: the /api/browse/{name}/reflections/{id}/evidence answer.
 export function evidenceChart(history, width = 640, height = 230) {
-  const pad = { l: 44, r: 96, t: 12, b: 28 };
+  const pad = { l: 44, r: 96, t: 26, b: 28 };
   const pts = history.curve;
   const th = history.thresholds;
   const svg = s("svg", { class: "chart", width, height, viewBox: `0 0 ${width} ${height}`, role: "img",
@@ -28,8 +28,9 @@ export function evidenceChart(history, width = 640, height = 230) {
   svg.append(s("line", { class: "axis", x1: pad.l, x2: width - pad.r, y1: y(0), y2: y(0) }));
   svg.append(s("line", { class: "axis", x1: pad.l, x2: pad.l, y1: pad.t, y2: height - pad.b }));
   for (const v of [lo, 0, hi]) svg.append(s("text", { x: 4, y: y(v) + 3 }, v.toFixed(2)));
-  svg.append(s("text", { x: pad.l, y: height - 8 }, new Date(t0).toLocaleDateString()));
-  svg.append(s("text", { x: width - pad.r, y: height - 8, "text-anchor": "end" }, new Date(t1).toLocaleDateString()));
+  const label = (ms) => (t1 - t0 < 2 * 86400e3 ? new Date(ms).toLocaleString() : new Date(ms).toLocaleDateString());
+  svg.append(s("text", { x: pad.l, y: height - 8 }, label(t0)));
+  svg.append(s("text", { x: width - pad.r, y: height - 8, "text-anchor": "end" }, label(t1)));
   for (const [key, v] of [["confirm", th.confirm], ["promote", th.promote], ["archive", th.archive]]) {
     svg.append(s("line", { class: `th ${key}`, x1: pad.l, x2: width - pad.r, y1: y(v), y2: y(v), "data-test": `threshold-${key}` }));
     svg.append(s("text", { x: width - pad.r + 4, y: y(v) + 3 }, `${t("th_" + key)} ${v}`));
@@ -38,13 +39,13 @@ export function evidenceChart(history, width = 640, height = 230) {
   svg.append(line("rein", (p) => p.reinforcement), line("disp", (p) => p.disputation), line("net", (p) => p.net));
   for (const e of history.events) {
     const ms = Date.parse(e.t);
-    svg.append(s("circle", { cx: x(ms), cy: y(e.reinforcement - e.disputation), r: 3, fill: "#333", "data-test": "event-dot" }, undefined));
+    svg.append(s("circle", { cx: x(ms), cy: y(e.net), r: 3, fill: "#333", "data-test": "event-dot" }, undefined));
   }
   const legend = [["net", t("net_score")], ["rein", t("reinforcement")], ["disp", t("disputation")]];
-  legend.forEach(([cls, label], i) => {
-    const lx = pad.l + 110 + i * 130;
-    svg.append(s("line", { class: cls, x1: lx, x2: lx + 14, y1: height - 11, y2: height - 11 }));
-    svg.append(s("text", { x: lx + 18, y: height - 8 }, label));
+  legend.forEach(([cls, text], i) => {
+    const lx = pad.l + i * 130;
+    svg.append(s("line", { class: cls, x1: lx, x2: lx + 14, y1: 11, y2: 11 }));
+    svg.append(s("text", { x: lx + 18, y: 14 }, text));
   });
   return svg;
 }
