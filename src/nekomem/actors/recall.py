@@ -128,6 +128,10 @@ class _QueryExpired(Message):
     token: int
 
 
+class _IndexWaitOver(Message):
+    """The wait for the owners' first IndexUpsert is over: answer held queries anyway."""
+
+
 class _BackfillDone(Message):
     token: int
     items: list[tuple[str, str]]  # (id, text sha256) in batch order
@@ -445,6 +449,13 @@ class RecallActor(ChildActor):
         self.backfill_items: list[tuple[str, str]] = []
         self.backfill_after = 0.0
         self.queries: dict[int, _PendingQuery] = {}
+        # Owners send their complete index from their own start-up, concurrently with the
+        # first request: a query that arrives before every owner has is held (bounded by
+        # recall_index_wait_seconds), so a just-activated character never answers empty.
+        self.fed: set[str] = set()
+        self.held: list[QueryMemory] = []
+        me = self.actor_ref
+        _DEADLINES.schedule(s.recall_index_wait_seconds, lambda: me.tell(_IndexWaitOver()))
         self.maintenance: dict[int, Any] = {}
         self._seq = 0
         self._time_cache: tuple[list[str], np.ndarray, np.ndarray] | None = None
@@ -468,6 +479,10 @@ class RecallActor(ChildActor):
             if pending.msg.reply is not None:
                 pending.msg.reply.ok(empty_response(pending.query, error=True))
         self.queries.clear()
+        for query in getattr(self, "held", []):
+            if query.reply is not None:
+                query.reply.ok(empty_response((query.query or "").strip(), error=True))
+        self.held = []
 
     def on_Tick(self, msg: Tick) -> None:
         self._safe_sync()
@@ -486,6 +501,7 @@ class RecallActor(ChildActor):
     # -- feed ------------------------------------------------------------------------
     def on_IndexUpsert(self, msg: IndexUpsert) -> None:
         if msg.replace_tier is not None:
+            self.fed.add(OWNERS.get(msg.replace_tier, msg.replace_tier))
             family = TIER_FAMILIES.get(msg.replace_tier, (msg.replace_tier,))
             keep = {e.id for e in msg.entries}
             for doc_id in [i for i, d in self.docs.items() if d.entry.tier in family and i not in keep]:
@@ -495,6 +511,19 @@ class RecallActor(ChildActor):
         self._time_cache = None
         self._safe_sync()
         self._publish_pending()
+        if self.held and self.fed >= set(OWNERS.values()):
+            self._release_held()
+
+    def on__IndexWaitOver(self, msg: _IndexWaitOver) -> None:
+        if self.held:
+            self.log.warning("recall: answering %d queries before every index owner reported", len(self.held))
+        self.fed |= set(OWNERS.values())
+        self._release_held()
+
+    def _release_held(self) -> None:
+        held, self.held = self.held, []
+        for query in held:
+            self.on_QueryMemory(query)
 
     def on_IndexRemove(self, msg: IndexRemove) -> None:
         for doc_id in msg.ids:
@@ -696,6 +725,9 @@ class RecallActor(ChildActor):
     # -- user recall -----------------------------------------------------------------
     def on_QueryMemory(self, msg: QueryMemory) -> None:
         if msg.reply is None:
+            return
+        if not self.fed >= set(OWNERS.values()):
+            self.held.append(msg)
             return
         started = time.perf_counter()
         query = (msg.query or "").strip()[: self.s.recall_query_max_chars]

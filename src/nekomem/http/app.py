@@ -56,7 +56,7 @@ class LimitedModeMiddleware:
 
 
 def routes() -> list[BaseRoute]:
-    from nekomem.http import browse, lifecycle, recall, scoped
+    from nekomem.http import browse, importing, lifecycle, recall, scoped
 
     c, s, lt = conversation, system, longterm
     table: list[BaseRoute] = [*browse.routes(),
@@ -86,6 +86,7 @@ def routes() -> list[BaseRoute]:
         Route("/internal/memory/{name:str}/scoped_forget", scoped.scoped_forget, methods=["POST"]),
         Route("/internal/memory/{name:str}/scoped_subjects", scoped.scoped_subjects, methods=["GET"]),
         Route("/api/characters", lt.list_all_characters, methods=["GET"]),
+        Route("/api/import/neko", importing.import_neko, methods=["POST"]),
         Route("/api/characters/{name:str}/card", lt.import_card, methods=["POST"]),
         Route("/api/characters/{name:str}/facts", lt.import_facts, methods=["POST"]),
         Route("/api/characters/{name:str}/reflections/{reflection_id:str}/feedback", lt.feedback, methods=["POST"]),
