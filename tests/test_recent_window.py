@@ -9,7 +9,7 @@ import pytest
 
 from nekomem.config.recent import RecentSettings
 from nekomem.domain import prompts_recent
-from nekomem.domain.messages import Turn
+from nekomem.domain.turns import Turn
 from nekomem.domain.recent_window import (
     CompressResult,
     compress,

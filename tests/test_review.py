@@ -8,7 +8,7 @@ import pytest
 
 from nekomem.config.recent import RecentSettings
 from nekomem.domain import review as rv
-from nekomem.domain.messages import Turn
+from nekomem.domain.turns import Turn
 from nekomem.domain.recent_window import tail_fingerprint, window_tokens
 from nekomem.domain.review import ReviewState, apply_review, apply_review_detailed, review_gate
 from nekomem.domain.tokens import TiktokenCounter, get_counter

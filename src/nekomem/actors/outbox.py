@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from nekomem.actors.base import ChildActor
+from nekomem.actors.dispatch import handles
 from nekomem.actors.messages import Enqueue, Flush, OpFinished, OutboxState, RunOp, Tick
 from nekomem.runtime.clock import iso
 from nekomem.stores.outbox import Outbox
@@ -43,6 +44,7 @@ class OutboxActor(ChildActor):
             self.log.info("replaying %d pending outbox records", len(self.pending))
         self._dispatch_ready()
 
+    @handles(Enqueue)
     def on_Enqueue(self, msg: Enqueue) -> None:
         op_id = self.outbox.add(msg.op_type, msg.payload, iso(self.ctx.clock.now()))
         self.pending[op_id] = (msg.op_type, msg.payload, 0)
@@ -77,6 +79,7 @@ class OutboxActor(ChildActor):
         self.dead_count += 1
         self.log.warning("outbox record dead-lettered: %s", why)
 
+    @handles(OpFinished)
     def on_OpFinished(self, msg: OpFinished) -> None:
         self.running.discard(msg.op_id)
         entry = self.pending.get(msg.op_id)
@@ -99,13 +102,16 @@ class OutboxActor(ChildActor):
                 self.retry_at[msg.op_id] = self.ctx.clock.monotonic() + self.settings.outbox_retry_delay_seconds
         self._dispatch_ready()
 
+    @handles(Tick)
     def on_Tick(self, msg: Tick) -> None:
         if self.pending:
             self._dispatch_ready()
 
+    @handles(OutboxState)
     def on_OutboxState(self, msg: OutboxState) -> None:
         msg.reply.ok({"pending": len(self.pending), "running": len(self.running), "done": self.done_count, "dead": self.dead_count})
 
+    @handles(Flush)
     def on_Flush(self, msg: Flush) -> None:
         if msg.reply is not None:
             msg.reply.ok(True)

@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from nekomem.actors.dispatch import handles
 from nekomem.actors.journaled import JournaledActor
 from nekomem.actors.messages import (
     ApplySignals,
@@ -147,6 +148,7 @@ class PersonaActor(JournaledActor):
         return pl.find_entry(self.persona, entry_id)
 
     # -- character card --------------------------------------------------------------
+    @handles(ImportCard)
     def on_ImportCard(self, msg: ImportCard) -> None:
         now = self.now()
         new = pl.copy_persona(self.persona)
@@ -172,6 +174,7 @@ class PersonaActor(JournaledActor):
         msg.reply.ok({"added": added, "skipped_existing": len(msg.entries) - len(added)})
 
     # -- promotion -------------------------------------------------------------------
+    @handles(Promote)
     def on_Promote(self, msg: Promote) -> None:
         now = self.now()
         state = {"left": 0, "report": msg.report, "reply": msg.reply}
@@ -232,6 +235,7 @@ class PersonaActor(JournaledActor):
             state["reply"] = None
 
     # -- evidence --------------------------------------------------------------------
+    @handles(EvidencePass)
     def on_EvidencePass(self, msg: EvidencePass) -> None:
         now = self.now()
         batch = msg.facts[: self.s.evidence_map_max_new_facts]
@@ -264,12 +268,14 @@ class PersonaActor(JournaledActor):
             self.ctx.send("reflections", ApplySignals(signals=theirs))
         self.ctx.send("facts", SignalsProcessed(fact_ids=msg.context["fact_ids"]))
 
+    @handles(ReplyMentions)
     def on_ReplyMentions(self, msg: ReplyMentions) -> None:
         new, changed = pl.record_reply_mentions(self.persona, msg.text, self.now(), self.s, self.stop_names())
         if changed:
             self.commit(new, type="persona.fact_mentioned")
 
     # -- rendering -------------------------------------------------------------------
+    @handles(RenderContext)
     def on_RenderContext(self, msg: RenderContext) -> None:
         new, changed = pl.refresh_suppressions(self.persona, self.now(), self.s)
         if changed:
@@ -453,6 +459,7 @@ class PersonaActor(JournaledActor):
         self.log.info("persona refinement applied: %s, %d new", result.outcome.counts, len(result.outcome.created))
 
     # -- API -------------------------------------------------------------------------
+    @handles(ListEntries)
     def on_ListEntries(self, msg: ListEntries) -> None:
         now = self.now()
         rows: list[dict[str, Any]] = []
@@ -470,6 +477,7 @@ class PersonaActor(JournaledActor):
         page = rows[msg.offset : msg.offset + msg.limit]
         msg.reply.ok({"total": len(rows), "offset": msg.offset, "items": page})
 
+    @handles(EditEntry)
     def on_EditEntry(self, msg: EditEntry) -> None:
         found = self.find(msg.id)
         if found is None:
@@ -484,6 +492,7 @@ class PersonaActor(JournaledActor):
         self.commit(new)
         msg.reply.ok({"id": msg.id, "entity": entity, "text": text})
 
+    @handles(DeleteEntry)
     def on_DeleteEntry(self, msg: DeleteEntry) -> None:
         if self.find(msg.id) is None:
             raise ActorFailure("not_found", f"no persona entry {msg.id}", 404)

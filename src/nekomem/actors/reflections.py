@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from nekomem.actors.dispatch import handles
 from nekomem.actors.journaled import JournaledActor
 from nekomem.actors.messages import (
     AbsorbFacts,
@@ -34,12 +35,15 @@ from nekomem.actors.messages import (
     Promote,
     PromotionPass,
     PromotionResult,
+    RecallAnswer,
     RecordSurfaced,
     RenderWithPersona,
     ReplyMentions,
+    RequestIndex,
     ResetConfirmedAt,
     Synthesize,
     Tick,
+    VectorsComputed,
 )
 from nekomem.domain import evidence as ev
 from nekomem.domain import prompts_longterm as prompts
@@ -98,6 +102,7 @@ class ReflectionActor(JournaledActor):
     def after_load(self) -> None:
         self.send_index()
 
+    @handles(RequestIndex)
     def on_RequestIndex(self, msg: Any) -> None:
         """A restarted RecallActor lost its index: send the complete set again."""
         self.send_index()
@@ -167,6 +172,7 @@ class ReflectionActor(JournaledActor):
             text_sha256=ref.embedding_text_sha256,
         )
 
+    @handles(VectorsComputed)
     def on_VectorsComputed(self, msg: Any) -> None:
         # Vectors are a cache: kept on the entries at the next view write, not journaled.
         import hashlib
@@ -191,6 +197,7 @@ class ReflectionActor(JournaledActor):
         self.save([by_id[i] for i in changed_ids if i in by_id], type)
 
     # -- synthesis -------------------------------------------------------------------
+    @handles(Synthesize)
     def on_Synthesize(self, msg: Synthesize) -> None:
         report = msg.report
         batch = msg.batch
@@ -248,6 +255,7 @@ class ReflectionActor(JournaledActor):
             self._promotion_pass(report, msg.context["reply"])
 
     # -- promotion -------------------------------------------------------------------
+    @handles(PromotionPass)
     def on_PromotionPass(self, msg: PromotionPass) -> None:
         self._promotion_pass(msg.report, msg.reply)
 
@@ -270,6 +278,7 @@ class ReflectionActor(JournaledActor):
             report.setdefault("promotion", [])
             reply.ok(report)
 
+    @handles(PromotionResult)
     def on_PromotionResult(self, msg: PromotionResult) -> None:
         ref = msg.reflection
         current = self.refs.get(ref.id)
@@ -277,6 +286,7 @@ class ReflectionActor(JournaledActor):
             return
         self.save([ref])
 
+    @handles(CorrectionResolved)
     def on_CorrectionResolved(self, msg: CorrectionResolved) -> None:
         from nekomem.domain import persona as pl
 
@@ -285,10 +295,11 @@ class ReflectionActor(JournaledActor):
             self.save([pl.reflection_after_correction(ref, msg.kind, self.now())])
 
     # -- evidence --------------------------------------------------------------------
+    @handles(NewFacts)
     def on_NewFacts(self, msg: NewFacts) -> None:
         """Stage 2 starts with a vector coarse rank of the candidate reflections against
         the new facts (RecallActor; evidence order without vectors)."""
-        from nekomem.actors.recall import RankForStage2
+        from nekomem.actors.messages import RankForStage2
 
         if not self.s.evidence_signal_check_enabled or not self.powerful():
             return
@@ -311,6 +322,7 @@ class ReflectionActor(JournaledActor):
             ),
         )
 
+    @handles(RecallAnswer)
     def on_RecallAnswer(self, msg: Any) -> None:
         facts = self._stage2_pending.pop(msg.tag, None)
         if facts is None:
@@ -318,10 +330,12 @@ class ReflectionActor(JournaledActor):
         observations = ev.observation_pool(self.refs.values(), {}, self.now(), self.s, ranked_ids=list(msg.ids))
         self.ctx.send("persona", EvidencePass(facts=facts, reflection_observations=observations))
 
+    @handles(ApplySignals)
     def on_ApplySignals(self, msg: ApplySignals) -> None:
         updated, changed = rl.apply_resolved_signals(list(self.refs.values()), msg.signals, self.now(), self.s, source=msg.source)
         self.save_changed(updated, changed, "reflection.evidence_updated")
 
+    @handles(Feedback)
     def on_Feedback(self, msg: Feedback) -> None:
         ref = self.refs.get(msg.id)
         if ref is None:
@@ -342,6 +356,7 @@ class ReflectionActor(JournaledActor):
         data["evidence_score"] = ev.net_score(ref, self.now(), self.s)
         return data
 
+    @handles(PostTurn)
     def on_PostTurn(self, msg: PostTurn) -> None:
         user = [t for t in msg.turns if t.role == "human"]
         if not user:
@@ -387,15 +402,18 @@ class ReflectionActor(JournaledActor):
         updated, changed = rl.apply_disputed(list(self.refs.values()), ids, self.now(), self.s)
         self.save_changed(updated, changed, "reflection.rebutted")
 
+    @handles(ReplyMentions)
     def on_ReplyMentions(self, msg: ReplyMentions) -> None:
         updated, changed = rl.record_reply_mentions(list(self.refs.values()), msg.text, self.now(), self.s, self.stop_names())
         self.save_changed(updated, changed, "reflection.evidence_updated")
 
     # -- surfacing -------------------------------------------------------------------
+    @handles(FollowupTopics)
     def on_FollowupTopics(self, msg: FollowupTopics) -> None:
         picks = rl.followup_candidates(self.refs.values(), self.now(), self.s, self.rng)
         msg.reply.ok({"topics": [{"id": r.id, "text": r.text, "entity": r.entity} for r in picks]})
 
+    @handles(RecordSurfaced)
     def on_RecordSurfaced(self, msg: RecordSurfaced) -> None:
         known = [i for i in msg.ids if i in self.refs]
         refs, surfaced = rl.record_surfaced(list(self.refs.values()), self.surfaced, known, self.now(), self.s)
@@ -408,12 +426,14 @@ class ReflectionActor(JournaledActor):
         msg.reply.ok({"ok": True, "recorded": len(known)})
 
     # -- rendering -------------------------------------------------------------------
+    @handles(RenderWithPersona)
     def on_RenderWithPersona(self, msg: RenderWithPersona) -> None:
         text = render_longterm(
             msg.persona, list(self.refs.values()), now=self.now(), settings=self.s, count_tokens=self.counter.count, **self.names()
         )
         msg.reply.ok(text)
 
+    @handles(ResetConfirmedAt)
     def on_ResetConfirmedAt(self, msg: ResetConfirmedAt) -> None:
         before = {r.id: r for r in self.refs.values()}
         updated, count = rl.reset_confirmed_at(list(self.refs.values()), self.now())
@@ -454,7 +474,7 @@ class ReflectionActor(JournaledActor):
         cursor = self.cursors.get(self.REBUTTAL_CURSOR)
         cursor_dt = None
         if cursor is not None:
-            from nekomem.domain.messages import parse_timestamp
+            from nekomem.domain.turns import parse_timestamp
 
             try:
                 cursor_dt = parse_timestamp(cursor)
@@ -597,6 +617,7 @@ class ReflectionActor(JournaledActor):
         self.log.info("reflection refinement applied: %s, %d new", result.outcome.counts, len(result.outcome.created))
 
     # -- API -------------------------------------------------------------------------
+    @handles(ListEntries)
     def on_ListEntries(self, msg: ListEntries) -> None:
         pool = list(self.refs.values())
         if msg.status:
@@ -606,6 +627,7 @@ class ReflectionActor(JournaledActor):
         page = pool[msg.offset : msg.offset + msg.limit]
         msg.reply.ok({"total": len(pool), "offset": msg.offset, "items": [self.public(r) for r in page]})
 
+    @handles(EditEntry)
     def on_EditEntry(self, msg: EditEntry) -> None:
         ref = self.refs.get(msg.id)
         if ref is None:
@@ -626,6 +648,7 @@ class ReflectionActor(JournaledActor):
         self.save([updated], "reflection.updated")
         msg.reply.ok(self.public(updated))
 
+    @handles(DeleteEntry)
     def on_DeleteEntry(self, msg: DeleteEntry) -> None:
         if msg.id not in self.refs:
             raise ActorFailure("not_found", f"no reflection {msg.id}", 404)

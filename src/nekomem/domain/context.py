@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
-from nekomem.domain.messages import Turn, parse_timestamp
+from nekomem.domain.turns import Turn, parse_timestamp
 
 # Bracketed asides (timestamps the chat client prefixes, emotion tags) are not context.
 _BRACKETS = re.compile(r"(\[.*?\]|\(.*?\)|（.*?）|【.*?】|\{.*?\}|<.*?>)")

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 import msgspec
 
 from nekomem.config.longterm import LongTermSettings
-from nekomem.domain.messages import Turn
+from nekomem.domain.turns import Turn
 from nekomem.domain.records import (
     BUILTIN_ENTITIES,
     IMPORTANCE_MAX,

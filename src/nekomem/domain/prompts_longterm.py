@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 
 from nekomem.config.longterm import LongTermSettings
-from nekomem.domain.messages import Turn
+from nekomem.domain.turns import Turn
 from nekomem.domain.records import Correction, DedupPair, Fact, Observation, Reflection
 
 EXTRACT_FACTS_TASK = "extract_facts"

@@ -16,7 +16,7 @@ Languages: en, ja, zh (anything else falls back to the configured default).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from nekomem.domain.messages import parse_iso
+from nekomem.domain.turns import parse_iso
 from datetime import datetime, timezone
 from typing import Any
 

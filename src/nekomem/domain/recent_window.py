@@ -16,7 +16,7 @@ import msgspec
 
 from nekomem.config.recent import RecentSettings
 from nekomem.domain import prompts_recent
-from nekomem.domain.messages import Turn
+from nekomem.domain.turns import Turn
 from nekomem.domain.tokens import TokenCounter
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from nekomem.domain.evidence import (
     track_below_zero,
 )
 from nekomem.domain.facts import text_keywords
-from nekomem.domain.messages import Turn
+from nekomem.domain.turns import Turn
 from nekomem.domain.records import (
     BUILTIN_ENTITIES,
     SCHEMA_VERSION_CURRENT,

@@ -18,7 +18,7 @@ import msgspec
 
 from nekomem.config.recent import RecentSettings
 from nekomem.domain import prompts_recent
-from nekomem.domain.messages import Role, Turn, content_text
+from nekomem.domain.turns import Role, Turn, content_text
 from nekomem.domain.recent_window import locate_fingerprint, tail_fingerprint, window_tokens
 from nekomem.domain.tokens import TokenCounter
 

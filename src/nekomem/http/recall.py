@@ -18,12 +18,18 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from nekomem.actors.recall import QueryMemory, empty_response
-from nekomem.domain.recall_render import no_result_text, normalise_language, recall_tool_schema, render_recall_block
+from nekomem.actors.messages import QueryMemory
+from nekomem.domain.recall_render import (
+    no_result_text,
+    normalise_language,
+    recall_tool_schema,
+    render_recall_block,
+)
 from nekomem.domain.tokens import get_counter
 from nekomem.http.bodies import character_name, read_json_object
 from nekomem.http.conversation import display_now
 from nekomem.http.errors import ApiError
+from nekomem.recall.response import empty_response
 from nekomem.runtime.reply import ActorFailure
 
 log = logging.getLogger("nekomem.http.recall")

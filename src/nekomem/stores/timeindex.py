@@ -37,7 +37,7 @@ from typing import Any
 
 import msgspec
 
-from nekomem.domain.messages import Turn, from_disk, parse_timestamp
+from nekomem.domain.turns import Turn, from_disk, parse_timestamp
 from nekomem.stores.atomic import fsync_dir
 
 log = logging.getLogger(__name__)
