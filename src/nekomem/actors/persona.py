@@ -300,7 +300,7 @@ class PersonaActor(JournaledActor):
             shards = assign_shards({}, len(result.archived), day, lambda: __import__("uuid").uuid4().hex[:8], self.s.evidence_archive_shard_max_entries)
             items = [
                 ("persona.entry_updated", {"entity": entity, "entry": msgspec.to_builtins(entry), "archive_shard": shard})
-                for (entity, entry), shard in zip(result.archived, shards)
+                for (entity, entry), shard in zip(result.archived, shards, strict=False)
             ]
             self.record_many(items)
         archived_ids = {entry.id for _e, entry in result.archived}
@@ -409,7 +409,7 @@ class PersonaActor(JournaledActor):
 
         model = msg.context["model"]
         fresh: dict[str, tuple[str, str]] = {}
-        for (entry_id, text), row in zip(msg.context["items"], list(msg.output)):
+        for (entry_id, text), row in zip(msg.context["items"], list(msg.output), strict=False):
             try:
                 fresh[entry_id] = (text, vector_codec.encode(row))
             except vector_codec.VectorCodecError:

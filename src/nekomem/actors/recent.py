@@ -185,7 +185,7 @@ class RecentActor(ChildActor):
         """How many leading turns of a settle batch repeat the stored tail (role + text)."""
         tail = self.tindex.tail(len(turns))
         for k in range(min(len(tail), len(turns)), 0, -1):
-            if all(a.role == b.role and a.text == b.text for a, b in zip(tail[-k:], turns[:k])):
+            if all(a.role == b.role and a.text == b.text for a, b in zip(tail[-k:], turns[:k], strict=False)):
                 return k
         return 0
 

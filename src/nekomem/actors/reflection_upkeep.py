@@ -113,7 +113,7 @@ class ReflectionUpkeep(ReflectionState):
             archived = rl.with_shard_paths(result.archived, shards)
             self.record_many(
                 ("reflection.state_changed", {"reflection": msgspec.to_builtins(r), "archive_shard": shard})
-                for r, shard in zip(archived, shards)
+                for r, shard in zip(archived, shards, strict=False)
             )
             self.ctx.send("recall", IndexRemove(ids=[r.id for r in archived]))
             self.flush()

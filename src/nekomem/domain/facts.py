@@ -9,10 +9,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
+
 import msgspec
 
 from nekomem.config.longterm import LongTermSettings
-from nekomem.domain.turns import Turn
 from nekomem.domain.records import (
     BUILTIN_ENTITIES,
     IMPORTANCE_MAX,
@@ -26,6 +26,7 @@ from nekomem.domain.records import (
     record_get,
     to_iso,
 )
+from nekomem.domain.turns import Turn
 
 # --- lexical keywords (shared with persona contradiction and mention checks) -------------
 

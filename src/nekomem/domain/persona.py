@@ -29,16 +29,6 @@ from nekomem.domain.evidence import (
     net_score,
     track_below_zero,
 )
-from nekomem.domain.reflections import (
-    block_promotion,
-    deny,
-    is_mentioned,
-    mark_merged,
-    mark_promoted,
-    mention_keywords,
-    record_mention,
-    refresh_suppression,
-)
 from nekomem.domain.records import (
     BUILTIN_ENTITIES,
     Correction,
@@ -55,6 +45,16 @@ from nekomem.domain.records import (
     promoted_entry_id,
     record_get,
     to_iso,
+)
+from nekomem.domain.reflections import (
+    block_promotion,
+    deny,
+    is_mentioned,
+    mark_merged,
+    mark_promoted,
+    mention_keywords,
+    record_mention,
+    refresh_suppression,
 )
 
 CARD_SOURCE = "character_card"

@@ -16,8 +16,8 @@ import msgspec
 
 from nekomem.config.recent import RecentSettings
 from nekomem.domain import prompts_recent
-from nekomem.domain.turns import Turn
 from nekomem.domain.tokens import TokenCounter
+from nekomem.domain.turns import Turn
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ class _Run:
         self.calls += 1
         try:
             out = self.summarize(messages)
-        except Exception as exc:  # any failure of the callable is a failed call
+        except Exception as exc:  # noqa: BLE001 - any failure of the callable is a failed call
             log.info("summarize_recent call %d failed: %s", self.calls, type(exc).__name__)
             return None
         if not isinstance(out, str) or not out.strip():

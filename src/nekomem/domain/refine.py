@@ -229,6 +229,13 @@ def recently_refined(members: Sequence[Reflection | PersonaEntry], now: datetime
     return True
 
 
+def _refined_lately(
+    by_id: Mapping[str, Reflection | PersonaEntry], now: datetime, settings: LongTermSettings
+) -> Callable[[Sequence[str]], bool]:
+    """Whether a cluster of these ids was refined lately (see :func:`recently_refined`)."""
+    return lambda ids: recently_refined([by_id[i] for i in ids], now, settings)
+
+
 def plan_clusters(
     groups: Iterable[Sequence[R]],
     vector_of: Callable[[R], np.ndarray | None],
@@ -263,7 +270,6 @@ def plan_clusters(
             sim = cosine_matrix(vectors)
         except ValueError:
             continue
-        by_id = {e.id: e for e in pool}
         result.extend(
             build_clusters(
                 [e.id for e in pool],
@@ -272,7 +278,7 @@ def plan_clusters(
                 topk=settings.longterm_refine_topk_per_entry,
                 size_max=settings.longterm_refine_cluster_size_max,
                 limit=limit - len(result),
-                skip=lambda ids: recently_refined([by_id[i] for i in ids], now, settings),
+                skip=_refined_lately({e.id: e for e in pool}, now, settings),
             )
         )
     return result

@@ -63,7 +63,7 @@ async def query_memory(request: Request) -> Response:
     now = display_now(request)
     try:
         result = await rt.registry.ask(name, "recall", lambda reply: QueryMemory(query=query, time=spec, now=now, reply=reply))
-    except (ActorFailure, asyncio.TimeoutError) as exc:
+    except (TimeoutError, ActorFailure) as exc:
         log.warning("recall failed for a character: %s", getattr(exc, "code", type(exc).__name__))
         result = empty_response(query, error=True)
     if render == "markdown":

@@ -251,7 +251,8 @@ class _TokenizerBackend:
             last = mask.sum(axis=1) - 1
             return out[np.arange(out.shape[0]), last, :]
         weights = mask.astype(np.float32)[:, :, None]
-        return (out * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1.0)
+        mean: np.ndarray = (out * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1.0)
+        return mean
 
 
 class EmbeddingService:
@@ -468,11 +469,12 @@ class EmbeddingService:
             return str(wanted)
         if not names:
             raise _Disable("unsupported_model", "model has no outputs")
-        return names[0]
+        return str(names[0])
 
     def _make_model_id(self, folder: Path, profile: dict[str, Any], kind: str, dim: int) -> str:
         s = self._settings
-        name = profile.get("model_id") if isinstance(profile.get("model_id"), str) else folder.name
+        given = profile.get("model_id")
+        name = given if isinstance(given, str) else folder.name
         name = _NAME_UNSAFE.sub("_", name).strip("_-") or "model"
         model_sha = _file_sha256(folder / MODEL_FILE)
         # Everything else that changes the vectors is folded into the digest; for a bare
@@ -526,14 +528,15 @@ class EmbeddingService:
                 raise ValueError(f"embeddings have shape {raw.shape}, expected {(len(items), dim)}")
             if not np.isfinite(raw).all():
                 raise ValueError("model produced non-finite values")
-        except Exception as exc:  # noqa: BLE001 - any inference failure disables, never crashes
+        except Exception as exc:
             self._disable(f"inference_raised: {type(exc).__name__}: {exc}")
             raise EmbeddingsUnavailable("disabled", self._reason) from exc
         norms = np.linalg.norm(raw, axis=1, keepdims=True)
-        vectors = (raw / np.maximum(norms, np.finfo(np.float32).tiny)).astype(np.float32, copy=False)
+        vectors: np.ndarray = (raw / np.maximum(norms, np.finfo(np.float32).tiny)).astype(np.float32, copy=False)
         log.debug("embedded %d texts (%s) in %.1f ms", len(items), kind, (time.monotonic() - started) * 1000)
         return vectors
 
     def embed_one(self, text: str, kind: EmbedKind = "passage") -> np.ndarray:
         """Embed one text into a float32 [dim] unit vector; raises like embed."""
-        return self.embed([text], kind)[0]
+        row: np.ndarray = self.embed([text], kind)[0]
+        return row

@@ -170,7 +170,7 @@ class RecallIndex:
         entries. Raises AssertionError when no model is attached."""
         assert self.vectors is not None and self.vector_model is not None
         computed: ComputedVectors = {}
-        for (doc_id, sha), row in zip(items, np.asarray(vectors)):
+        for (doc_id, sha), row in zip(items, np.asarray(vectors), strict=False):
             doc = self.docs.get(doc_id)
             if doc is None or doc.sha != sha or doc.entry.tier not in VECTOR_TIERS:
                 continue  # removed or rewritten meanwhile; a newer request is queued if needed

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import date, datetime, timedelta, timezone, tzinfo
 
 import msgspec
@@ -322,8 +322,8 @@ _TRAIL_PARTICLES = ("のとき", "の時", "の頃", "の間", "頃", "ごろ", 
                     "の", "に", "は", "で", "的时候", "的時候", "那天", "那时", "左右", "的")
 
 
-def _alt(words: object) -> str:
-    return "|".join(sorted(map(re.escape, words), key=len, reverse=True))  # type: ignore[arg-type]
+def _alt(words: Iterable[str]) -> str:
+    return "|".join(sorted(map(re.escape, words), key=len, reverse=True))
 
 
 # ---- rules ------------------------------------------------------------------------------

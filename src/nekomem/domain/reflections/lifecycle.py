@@ -81,7 +81,7 @@ def transition(ref: Reflection, to: str, now: datetime, *, expect: str | None = 
     extra = dict(fields)
     if stamp_field in Reflection.__struct_fields__:
         extra.setdefault(stamp_field, to_iso(now))
-    return msgspec.structs.replace(ref, status=to, **extra)  # type: ignore[arg-type]
+    return msgspec.structs.replace(ref, status=to, **extra)
 
 
 def confirm(ref: Reflection, now: datetime, *, auto: bool = False) -> Reflection:

@@ -84,4 +84,4 @@ def age_out_terminal(
 
 def with_shard_paths(entries: Sequence[T], shard_names: Sequence[str]) -> list[T]:
     """Stamp ``archive_shard_path`` (basename) on archived entries, pairwise with ``shard_names``."""
-    return [msgspec.structs.replace(e, archive_shard_path=name) for e, name in zip(entries, shard_names, strict=True)]  # type: ignore[call-arg]
+    return [msgspec.structs.replace(e, archive_shard_path=name) for e, name in zip(entries, shard_names, strict=True)]
