@@ -45,6 +45,7 @@ from nekomem.domain.records import (
     card_entry_id,
     persona_from_disk,
     persona_to_disk,
+    text_sha256,
 )
 from nekomem.domain.tokens import get_counter
 from nekomem.runtime.reply import ActorFailure
@@ -418,7 +419,7 @@ class PersonaActor(JournaledActor):
             if any(e.id in fresh for e in entries):
                 self.persona[entity] = [
                     msgspec.structs.replace(e, embedding=fresh[e.id][1], embedding_model_id=model,
-                                            embedding_text_sha256=rf.text_sha256(e.text))
+                                            embedding_text_sha256=text_sha256(e.text))
                     if e.id in fresh and fresh[e.id][0] == e.text else e
                     for e in entries
                 ]
