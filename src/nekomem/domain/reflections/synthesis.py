@@ -97,6 +97,37 @@ def clear_synthesis_backoff(backoff: Mapping[str, SynthBackoff], key: str) -> di
     return {k: v for k, v in backoff.items() if k != key}
 
 
+def _ontology(body: object, entity: str, short_enough: bool) -> tuple[str | None, str | None, str | None]:
+    """(time scope, relation type, subject) of a synthesis answer; all None when one of
+    them is not allowed (or the text is too long): the text is kept without them."""
+    scope = record_get(body, "time_scope", record_get(body, "temporal_scope"))
+    scope = scope.strip().lower() if isinstance(scope, str) else None
+    relation = record_get(body, "relation_type")
+    relation = relation.strip().lower() if isinstance(relation, str) and relation.strip() else None
+    subject = record_get(body, "subject")
+    subject = subject.strip() if isinstance(subject, str) and subject.strip() else None
+    ontology_ok = (
+        (scope is None or scope in TIME_SCOPES or scope in LEGACY_TIME_SCOPES)
+        and (relation is None or relation in RELATION_TYPES.get(entity, frozenset()))
+        and short_enough
+    )
+    return (scope, relation, subject) if ontology_ok else (None, None, None)
+
+
+def _event_times(body: object, scope: str | None, now: datetime) -> tuple[datetime | None, datetime | None]:
+    """Event start and end of a synthesis answer: ``pattern`` keeps only a start,
+    ``state``/``episode`` fall back to the start for the end; never end before start."""
+    start = parse_time(record_get(body, "event_start_at"), now)
+    end = parse_time(record_get(body, "event_end_at"), now)
+    if scope == "pattern":
+        end = None
+    elif scope in ("state", "episode") and end is None:
+        end = start
+    if start is not None and end is not None and end < start:
+        end = start
+    return start, end
+
+
 def build_reflection(
     output: object,
     batch: SynthesisBatch,
@@ -124,27 +155,8 @@ def build_reflection(
     entity = entity.strip().lower() if isinstance(entity, str) else ""
     if entity not in BUILTIN_ENTITIES:
         entity = "relationship"
-    scope = record_get(body, "time_scope", record_get(body, "temporal_scope"))
-    scope = scope.strip().lower() if isinstance(scope, str) else None
-    relation = record_get(body, "relation_type")
-    relation = relation.strip().lower() if isinstance(relation, str) and relation.strip() else None
-    subject = record_get(body, "subject")
-    subject = subject.strip() if isinstance(subject, str) and subject.strip() else None
-    ontology_ok = (
-        (scope is None or scope in TIME_SCOPES or scope in LEGACY_TIME_SCOPES)
-        and (relation is None or relation in RELATION_TYPES.get(entity, frozenset()))
-        and count_tokens(text) <= settings.reflection_text_max_tokens
-    )
-    if not ontology_ok:
-        scope = relation = subject = None
-    start = parse_time(record_get(body, "event_start_at"), now)
-    end = parse_time(record_get(body, "event_end_at"), now)
-    if scope == "pattern":
-        end = None
-    elif scope in ("state", "episode") and end is None:
-        end = start
-    if start is not None and end is not None and end < start:
-        end = start
+    scope, relation, subject = _ontology(body, entity, count_tokens(text) <= settings.reflection_text_max_tokens)
+    start, end = _event_times(body, scope, now)
     seed = seed_reinforcement(max((f.importance for f in batch.facts), default=0), settings)
     return Reflection(
         id=batch.reflection_id,
