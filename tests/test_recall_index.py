@@ -134,3 +134,20 @@ def test_entries_the_hard_filter_excludes_are_not_indexed(bad):
     index = make_index()
     index.upsert([bad])
     assert index.docs == {}
+
+
+def test_a_visibility_filter_restricts_every_path():
+    index = make_index()
+    index.upsert([
+        entry("d8", "dinner at the harbour", event_start_at="2025-12-08T19:00:00+00:00"),
+        entry("d1", "dinner in the park", event_start_at="2025-12-01T12:00:00+00:00"),
+    ])
+    now = datetime(2025, 12, 10, 12, tzinfo=UTC)
+    plan = plan_query("dinner", "", now, index, settings(), 0.0, visible={"d1"})
+    assert plan.allowed == {"d1"}
+    hits, _ = index.search(plan.search, None, plan.allowed, plan.hinted)
+    assert [e.id for e, _ in hits] == ["d1"]
+    plan = plan_query("what did we eat on 8 December 2025", "", now, index, settings(), 0.0, visible={"d1"})
+    assert plan.hinted is None  # the hinted window holds nothing visible
+    window = plan_query("", "2025-12", now, index, settings(), 0.0).window
+    assert [e.id for e in index.nearest_in_time(window, 5, visible={"d8"})[0]] == ["d8"]

@@ -227,10 +227,14 @@ class RecallIndex:
         mask = (starts < window.end.timestamp()) & (ends >= window.start.timestamp())
         return {ids[i] for i in np.flatnonzero(mask).tolist()}
 
-    def nearest_in_time(self, window: TimeWindow, limit: int) -> tuple[list[IndexEntry], int, int]:
-        """Up to ``limit`` entries nearest to ``window``: inside first, then by the gap, then
-        the later event. Returns them, the number of dated entries and how many are inside."""
+    def nearest_in_time(self, window: TimeWindow, limit: int, visible: Collection[str] | None = None) -> tuple[list[IndexEntry], int, int]:
+        """Up to ``limit`` entries nearest to ``window`` among ``visible`` (None: all): inside
+        first, then by the gap, then the later event. Returns them, the number of dated
+        entries considered and how many are inside."""
         ids, starts, ends = self._time_arrays()
+        if visible is not None:
+            keep = np.fromiter((i in visible for i in ids), dtype=bool, count=len(ids))
+            ids, starts, ends = [i for i, k in zip(ids, keep, strict=True) if k], starts[keep], ends[keep]
         ws, we = window.start.timestamp(), window.end.timestamp()
         inside = (starts < we) & (ends >= ws)
         distance = np.where(inside, 0.0, np.where(ends < ws, ws - ends, starts - we))

@@ -32,15 +32,33 @@ class QueryPlan:
     started: float
 
 
-def plan_query(query: str, spec: str, now: datetime, index: RecallIndex, settings: RecallSettings, started: float) -> QueryPlan:
-    """The plan of recall ``query`` with time expression ``spec`` resolved against ``now``."""
+def restrict(allowed: set[str] | None, visible: set[str] | None) -> set[str] | None:
+    """The intersection of two optional id filters (None: no filter)."""
+    if visible is None:
+        return allowed
+    if allowed is None:
+        return visible
+    return allowed & visible
+
+
+def plan_query(
+    query: str,
+    spec: str,
+    now: datetime,
+    index: RecallIndex,
+    settings: RecallSettings,
+    started: float,
+    visible: set[str] | None = None,
+) -> QueryPlan:
+    """The plan of recall ``query`` with time expression ``spec`` resolved against ``now``;
+    ``visible`` (None: everything) is a hard filter on every id the plan allows."""
     spec = spec.strip()
     window = parse_time_window(spec, now) if spec else None
     search, hinted = query, None
     if query and window is None and settings.recall_query_time_hints:
         hint, rest = query_time_hint(query, now, settings.recall_query_time_max_tokens, settings.recall_query_time_max_attempts)
         if hint is not None:
-            hinted = index.in_window(hint) or None
+            hinted = restrict(index.in_window(hint), visible) or None
             search = rest or query
-    allowed = index.in_window(window) if window is not None else None
+    allowed = restrict(index.in_window(window) if window is not None else None, visible)
     return QueryPlan(query, search, spec, window, allowed, hinted, started)
