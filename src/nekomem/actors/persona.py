@@ -37,6 +37,7 @@ from nekomem.domain import evidence as ev
 from nekomem.domain import persona as pl
 from nekomem.domain import prompts_longterm as prompts
 from nekomem.domain import refine as rf
+from nekomem.domain.persona.refinement import cluster_changed, missing_vectors, persona_clusters, with_vectors
 from nekomem.domain.records import (
     Correction,
     Persona,
@@ -45,7 +46,6 @@ from nekomem.domain.records import (
     card_entry_id,
     persona_from_disk,
     persona_to_disk,
-    text_sha256,
 )
 from nekomem.domain.tokens import get_counter
 from nekomem.runtime.reply import ActorFailure
@@ -364,11 +364,6 @@ class PersonaActor(JournaledActor):
             self.log.info("persona refinement is off: no embedding model")
         return None
 
-    def _refine_candidates(self) -> list[tuple[str, PersonaEntry]]:
-        now = self.now()
-        return [(entity, e) for entity, entries in self.persona.items() for e in entries
-                if not e.protected and e.text.strip() and rf.refine_eligible(e, now, self.s)]
-
     def refine_pass(self) -> int:
         """One persona refinement pass. Entries without a vector for the current model are
         embedded first on the model pool (the pass goes on when they arrive); then the
@@ -379,7 +374,7 @@ class PersonaActor(JournaledActor):
         if emb is None:
             return 0
         model, dim = emb.model_id, int(emb.dim)
-        missing = [(e.id, e.text) for _entity, e in self._refine_candidates() if rf.cached_vector(e, model, dim) is None]
+        missing = missing_vectors(self.persona, model, dim, self.now(), self.s)
         if not missing:
             return self._refine_send(model, dim)
         from nekomem.runtime.pool import PoolFull
@@ -406,46 +401,22 @@ class PersonaActor(JournaledActor):
         if msg.error is not None:
             self.log.info("persona refinement: embedding failed; retried at the next pass")
             return
-        from nekomem.recall import vector_codec
-
         model = msg.context["model"]
-        fresh: dict[str, tuple[str, str]] = {}
-        for (entry_id, text), row in zip(msg.context["items"], list(msg.output), strict=False):
-            try:
-                fresh[entry_id] = (text, vector_codec.encode(row))
-            except vector_codec.VectorCodecError:
-                continue
-        for entity, entries in self.persona.items():
-            if any(e.id in fresh for e in entries):
-                self.persona[entity] = [
-                    msgspec.structs.replace(e, embedding=fresh[e.id][1], embedding_model_id=model,
-                                            embedding_text_sha256=text_sha256(e.text))
-                    if e.id in fresh and fresh[e.id][0] == e.text else e
-                    for e in entries
-                ]
-        if fresh:
+        self.persona, changed = with_vectors(self.persona, msg.context["items"], list(msg.output), model)
+        if changed:
             self._dirty = max(self._dirty, 1)
         if self.powerful() and self.model_available("refine_cluster"):
             self._refine_send(model, msg.context["dim"])
 
     def _refine_send(self, model: str, dim: int) -> int:
-        now = self.now()
-        sections = [(entity, [e for e in entries if not e.protected]) for entity, entries in self.persona.items()]
-        clusters = rf.plan_clusters([entries for _entity, entries in sections], lambda e: rf.cached_vector(e, model, dim), now, self.s)
-        entity_of = {e.id: entity for entity, entries in sections for e in entries}
-        batch = []
-        for ids in clusters:
-            entity = entity_of[ids[0]]
-            batch.append(({i: e.text for i in ids for e in self.persona[entity] if e.id == i}, {"entity": entity}))
-        return self.send_refine_clusters(batch, "persona")
+        clusters = persona_clusters(self.persona, model, dim, self.now(), self.s)
+        return self.send_refine_clusters([(members, {"entity": entity}) for members, entity in clusters], "persona")
 
     def done_refine(self, msg: ModelDone) -> None:
         self._refine_inflight = max(0, self._refine_inflight - 1)
         entity: str = msg.context["entity"]
         members: dict[str, str] = msg.context["members"]
-        section = {e.id: e for e in self.persona.get(entity, [])}
-        if any(i not in section or section[i].protected or section[i].text != text for i, text in members.items()):
-            # Changed while the model was thinking: its answer is about texts that are gone.
+        if cluster_changed(self.persona, entity, members):
             self.log.info("persona refinement answer dropped: the cluster changed meanwhile")
             return
         now = self.now()
