@@ -20,12 +20,12 @@ import pytest
 
 from nekomem.config.embeddings import EmbeddingSettings
 from nekomem.recall import vector_codec
+from nekomem.recall.embedding_backends import plan_batches
 from nekomem.recall.embeddings import (
     EmbeddingService,
     EmbeddingsUnavailable,
     find_project_root,
     parse_model_dim,
-    plan_batches,
     resolve_model_dir,
     text_sha256,
 )

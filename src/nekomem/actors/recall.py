@@ -19,6 +19,7 @@ the index is rebuilt from the owners' stores at every activation.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable
 from datetime import datetime
 
@@ -101,8 +102,6 @@ class RecallActor(ChildActor):
     def _restarted(self) -> bool:
         """True when this is not the first activation on this character's context (the
         context outlives a crash of this actor; a second load is a restart)."""
-        import weakref
-
         key = id(self.ctx)
         loads = _LOADS.get(key, 0)
         if not loads:

@@ -61,12 +61,14 @@ _TIMESTAMP_INDEX = f"CREATE INDEX IF NOT EXISTS ix_{_ORIGINAL}_timestamp ON {_OR
 
 _encoder = msgspec.json.Encoder()
 
+
 class IdempotencyConflict(ValueError):
     """The idempotency key is already stored; nothing of the append was written."""
 
     def __init__(self, key: str) -> None:
         super().__init__("idempotency key already stored")
         self.key = key
+
 
 class TimeIndex(TimeIndexReader):
     """time_indexed.db of one character, opened by its one writer (RecentActor).
