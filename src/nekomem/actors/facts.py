@@ -113,7 +113,7 @@ class FactActor(JournaledActor):
         self.send_index()
 
     @handles(RequestIndex)
-    def on_RequestIndex(self, msg: Any) -> None:
+    def on_RequestIndex(self, msg: RequestIndex) -> None:
         """A restarted RecallActor lost its index: send the complete set again."""
         self.send_index()
 
@@ -286,7 +286,7 @@ class FactActor(JournaledActor):
         )
 
     @handles(RecallAnswer)
-    def on_RecallAnswer(self, msg: Any) -> None:
+    def on_RecallAnswer(self, msg: RecallAnswer) -> None:
         if msg.tag.startswith("dup-"):
             self._paraphrase_candidates(msg.tag[4:], msg.ids)
             return
