@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import pykka
 
-from nekomem.actors.dispatch import handler_for
+from nekomem.actors.handlers import handler_for
 from nekomem.runtime.reply import ActorFailure, Reply
 
 log = logging.getLogger("nekomem.actors")

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from nekomem.actors.dispatch import handles
+from nekomem.actors.handlers import handles
 from nekomem.actors.journaled import JournaledActor
 from nekomem.actors.messages import (
     AbsorbFacts,

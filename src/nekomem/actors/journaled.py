@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from nekomem.actors.base import ChildActor
-from nekomem.actors.dispatch import handles
+from nekomem.actors.handlers import handles
 from nekomem.actors.messages import Flush, ModelDone, Tick
 from nekomem.runtime.clock import iso
 from nekomem.stores.journal import Event

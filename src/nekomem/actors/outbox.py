@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from nekomem.actors.base import ChildActor
-from nekomem.actors.dispatch import handles
+from nekomem.actors.handlers import handles
 from nekomem.actors.messages import Enqueue, Flush, OpFinished, OutboxState, RunOp, Tick
 from nekomem.runtime.clock import iso
 from nekomem.stores.outbox import Outbox

@@ -26,7 +26,7 @@ from datetime import datetime
 import numpy as np
 
 from nekomem.actors.base import ChildActor
-from nekomem.actors.dispatch import handles
+from nekomem.actors.handlers import handles
 from nekomem.actors.messages import (
     BackfillDone,
     Flush,

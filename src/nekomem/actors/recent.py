@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from nekomem.actors.base import ChildActor
-from nekomem.actors.dispatch import handles
+from nekomem.actors.handlers import handles
 from nekomem.actors.messages import (
     AppendTurns,
     CompressDone,

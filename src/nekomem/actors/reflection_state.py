@@ -12,7 +12,7 @@ import random
 
 import msgspec
 
-from nekomem.actors.dispatch import handles
+from nekomem.actors.handlers import handles
 from nekomem.actors.journaled import JournaledActor
 from nekomem.actors.messages import (
     IndexEntry,

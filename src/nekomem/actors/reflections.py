@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import msgspec
 
-from nekomem.actors.dispatch import handles
+from nekomem.actors.handlers import handles
 from nekomem.actors.messages import (
     AbsorbFacts,
     ApplySignals,

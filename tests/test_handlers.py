@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from nekomem.actors.dispatch import handler_for, handler_table, handles
+from nekomem.actors.handlers import handler_for, handler_table, handles
 
 
 class Ping:

@@ -1,4 +1,4 @@
-"""Dispatch of actor messages by type, through an explicit table.
+"""Dispatch of actor messages by type, through an explicit table of handlers.
 
 A handler is a method marked ``@handles(SomeMessage)``. The mark registers the method's
 name for that type on its class when the class is created (so patching the method later,
