@@ -17,6 +17,7 @@ LAYERS: dict[str, int] = {
     "domain": 1,
     "recall": 1,
     "providers": 1,
+    "importer": 1,  # reads a reference memory folder, writes through stores/
     "runtime": 2,
     "actors": 3,
     "http": 4,

@@ -19,6 +19,7 @@ import numpy.typing as npt
 from nekomem.domain.evidence import ResolvedSignal
 from nekomem.domain.records import Fact, Observation, Persona, Reflection
 from nekomem.domain.reflections import SynthesisBatch
+from nekomem.domain.subjects import Subject
 from nekomem.domain.turns import Turn
 from nekomem.recall.entry import VECTOR_TIERS, IndexEntry
 from nekomem.runtime.reply import Reply
@@ -252,11 +253,19 @@ class PromotionResult(Message):
 
 
 class RenderContext(Message):
-    pass
+    """The long-term block of a context. ``subjects`` None: the owner's private corpus;
+    otherwise only entries of those subjects (nekomem.domain.subjects)."""
+
+    subjects: list[Subject] | None = None
+    language: str = "en"
+    master_name: str = ""  # empty: the master_name setting
 
 
 class RenderWithPersona(Message):
     persona: Persona
+    subjects: list[Subject] | None = None
+    language: str = "en"
+    master_name: str = ""
 
 
 class FollowupTopics(Message):
@@ -290,6 +299,7 @@ class QueryMemory(Message):
     query: str = ""
     time: str = ""
     now: datetime | None = None
+    subjects: list[Subject] | None = None  # None: the private corpus (nekomem.domain.subjects)
 
 
 class RankForStage2(Message):
@@ -347,6 +357,10 @@ class QueryVector(Message):
     error: str | None
 
 
+class IndexWaitOver(Message):
+    """The wait for the owners' first IndexUpsert is over: answer held queries anyway."""
+
+
 class QueryExpired(Message):
     """A query's embedding did not come back in time: answer from BM25 alone."""
 
@@ -368,3 +382,34 @@ class MaintenanceVectors(Message):
     token: int
     vectors: Vectors | None
     error: str | None
+
+
+# -- drop-in routes --------------------------------------------------------------------
+class AddScopedFacts(Message):
+    """Store already-extracted facts of one group/participant subject (``/scoped_facts``).
+    Answered ``{"created": n, "fact_ids": [...]}``."""
+
+    subject: Subject
+    facts: list[Mapping[str, object]]
+
+
+class ExtractScoped(Message):
+    """Extract and store facts of one subject from its history (``/scoped_history``).
+    Answered like :class:`AddScopedFacts`; an extraction failure fails the reply (502)."""
+
+    subject: Subject
+    turns: list[Turn]
+    speaker_label: str = ""
+
+
+class CancelCorrection(Message):
+    """``/cancel_correction``: drop an in-flight review of the recent window and adopt an
+    outside edit of recent.json. Answered ``{"status": "cancelled" | "no_task"}``."""
+
+
+class ScopedMentions(Message):
+    """``/scoped_mentions``: record mentions of the subjects' persona entries echoed in
+    ``text`` (the character's reply in that group). Answered ``{"status", "mentioned"}``."""
+
+    subjects: list[Subject]
+    text: str

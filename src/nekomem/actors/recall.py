@@ -32,6 +32,7 @@ from nekomem.actors.messages import (
     Flush,
     IndexRemove,
     IndexUpsert,
+    IndexWaitOver,
     MaintenanceRecall,
     MaintenanceVectors,
     Message,
@@ -47,7 +48,7 @@ from nekomem.actors.messages import (
     VectorsComputed,
 )
 from nekomem.recall.embeddings import EmbeddingService
-from nekomem.recall.entry import display_tz
+from nekomem.recall.entry import OWNERS, display_tz
 from nekomem.recall.index import PendingCounter, RecallIndex
 from nekomem.recall.query_plan import QueryPlan, plan_query
 from nekomem.recall.query_text import LexicalAnalyzer, stop_names_for
@@ -58,7 +59,7 @@ from nekomem.recall.response import (
     time_response,
 )
 from nekomem.recall.timewindow import TimeWindow
-from nekomem.runtime.deadlines import QUERY_DEADLINES
+from nekomem.runtime.deadlines import RECALL_DEADLINES
 from nekomem.runtime.pool import PoolFull
 
 PENDING_HOOK = "embedding_pending"
@@ -86,6 +87,13 @@ class RecallActor(ChildActor):
         self.backfill_items: list[tuple[str, str]] = []
         self.backfill_after = 0.0
         self.queries: dict[int, tuple[QueryMemory, QueryPlan]] = {}
+        # Owners send their complete index from their own start-up, concurrently with the
+        # first request: a query that arrives before every owner has is held (bounded by
+        # recall_index_wait_seconds), so a just-activated character never answers empty.
+        self.fed: set[str] = set()
+        self.held: list[QueryMemory] = []
+        me = self.actor_ref
+        RECALL_DEADLINES.schedule(s.recall_index_wait_seconds, lambda: me.tell(IndexWaitOver()))
         self.maintenance: dict[int, tuple[MaintenanceRecall, list[str], int, int, list[str]]] = {}
         self._seq = 0
         hooks = self.ctx.services.hooks
@@ -115,6 +123,10 @@ class RecallActor(ChildActor):
             if msg.reply is not None:
                 msg.reply.ok(empty_response(plan.query, error=True))
         self.queries.clear()
+        for held in self.held:
+            if held.reply is not None:
+                held.reply.ok(empty_response((held.query or "").strip(), error=True))
+        self.held = []
 
     @handles(Tick)
     def on_Tick(self, msg: Tick) -> None:
@@ -135,9 +147,25 @@ class RecallActor(ChildActor):
     # -- feed ------------------------------------------------------------------------
     @handles(IndexUpsert)
     def on_IndexUpsert(self, msg: IndexUpsert) -> None:
+        if msg.replace_tier is not None:
+            self.fed.add(OWNERS.get(msg.replace_tier, msg.replace_tier))
         self.index.upsert(msg.entries, msg.replace_tier)
         self._safe_sync()
         self._publish_pending()
+        if self.held and self.fed >= set(OWNERS.values()):
+            self._release_held()
+
+    @handles(IndexWaitOver)
+    def on_index_wait_over(self, msg: IndexWaitOver) -> None:
+        if self.held:
+            self.log.warning("recall: answering %d queries before every index owner reported", len(self.held))
+        self.fed |= set(OWNERS.values())
+        self._release_held()
+
+    def _release_held(self) -> None:
+        held, self.held = self.held, []
+        for query in held:
+            self.on_QueryMemory(query)
 
     @handles(IndexRemove)
     def on_IndexRemove(self, msg: IndexRemove) -> None:
@@ -250,15 +278,21 @@ class RecallActor(ChildActor):
     def on_QueryMemory(self, msg: QueryMemory) -> None:
         if msg.reply is None:
             return
+        if not self.fed >= set(OWNERS.values()):
+            self.held.append(msg)
+            return
         started = time.perf_counter()
         query = (msg.query or "").strip()[: self.s.recall_query_max_chars]
         try:
             self._sync_vectors()
-            plan = plan_query(query, msg.time or "", msg.now or datetime.now(self.index.tz), self.index, self.s, started)
+            # Subject scoping is a hard filter applied before any scoring (fail closed).
+            visible = self.index.visible(msg.subjects)
+            now = msg.now or datetime.now(self.index.tz)
+            plan = plan_query(query, msg.time or "", now, self.index, self.s, started, visible)
             if plan.window is None and plan.spec:
                 self.log.info("recall: time expression not understood; ignored")
             if not query:
-                msg.reply.ok(empty_response("") if plan.window is None else self._time_only(plan.window, plan.spec, started))
+                msg.reply.ok(empty_response("") if plan.window is None else self._time_only(plan.window, plan.spec, started, visible))
                 return
             allowed = plan.allowed
             if self.s.recall_legs != "bm25" and self.index.vector_count() and (allowed is None or allowed):
@@ -270,7 +304,7 @@ class RecallActor(ChildActor):
                 if self._submit_embed([plan.search], wrap, urgent=True):
                     self.queries[token] = (msg, plan)
                     me = self.actor_ref
-                    QUERY_DEADLINES.schedule(self.s.recall_query_embed_timeout_seconds, lambda: me.tell(QueryExpired(token=token)))
+                    RECALL_DEADLINES.schedule(self.s.recall_query_embed_timeout_seconds, lambda: me.tell(QueryExpired(token=token)))
                     return
             self._finish(msg, plan, None)
         except Exception:
@@ -318,8 +352,8 @@ class RecallActor(ChildActor):
         self.log.debug("recall query %r -> %s", pending.query, [entry.id for entry, _ in hits])
         return query_response(hits, pending.query, pool_size, elapsed)
 
-    def _time_only(self, window: TimeWindow, spec: str, started: float) -> RecallBody:
-        entries, dated, inside = self.index.nearest_in_time(window, self.s.recall_time_budget)
+    def _time_only(self, window: TimeWindow, spec: str, started: float, visible: set[str] | None) -> RecallBody:
+        entries, dated, inside = self.index.nearest_in_time(window, self.s.recall_time_budget, visible)
         elapsed = round((time.perf_counter() - started) * 1000, 1)
         self.log.info("recall by time: pool=%d inside=%d returned=%d elapsed_ms=%.1f", dated, inside, len(entries), elapsed)
         return time_response(entries, spec, dated, elapsed)

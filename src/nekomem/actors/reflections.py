@@ -48,13 +48,13 @@ from nekomem.domain.reflections.views import (
     edit_changes,
 )
 from nekomem.domain.render_longterm import render_longterm
+from nekomem.domain.subjects import filter_visible
 from nekomem.runtime.reply import ActorFailure
 
 
 class ReflectionActor(ReflectionUpkeep):
     child_name = "reflections"
     owner = "reflections"
-
 
     # -- synthesis -------------------------------------------------------------------
     @handles(Synthesize)
@@ -244,7 +244,7 @@ class ReflectionActor(ReflectionUpkeep):
     # -- surfacing -------------------------------------------------------------------
     @handles(FollowupTopics)
     def on_FollowupTopics(self, msg: FollowupTopics) -> None:
-        picks = rl.followup_candidates(self.refs.values(), self.now(), self.s, self.rng)
+        picks = rl.followup_candidates(filter_visible(self.refs.values(), None), self.now(), self.s, self.rng)
         msg.reply.ok({"topics": [{"id": r.id, "text": r.text, "entity": r.entity} for r in picks]})
 
     @handles(RecordSurfaced)
@@ -262,8 +262,10 @@ class ReflectionActor(ReflectionUpkeep):
     # -- rendering -------------------------------------------------------------------
     @handles(RenderWithPersona)
     def on_RenderWithPersona(self, msg: RenderWithPersona) -> None:
+        names = {**self.names(), **({"master_name": msg.master_name} if msg.master_name else {})}
         text = render_longterm(
-            msg.persona, list(self.refs.values()), now=self.now(), settings=self.s, count_tokens=self.counter.count, **self.names()
+            msg.persona, filter_visible(self.refs.values(), msg.subjects), now=self.now(), settings=self.s,
+            count_tokens=self.counter.count, language=msg.language, **names,
         )
         msg.reply.ok(text)
 

@@ -43,6 +43,9 @@ class IndexEntry(msgspec.Struct, kw_only=True, frozen=True):
     vector: str | None = None
     vector_model: str | None = None
     text_sha256: str | None = None
+    subject_kind: str | None = None
+    subject_id: str | None = None
+    scope: str | None = None
 
 
 class IndexedDoc:

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from nekomem.config.recall import RecallSettings
+from nekomem.domain.subjects import Subject, SubjectIndex
 from nekomem.recall import vector_codec
 from nekomem.recall.embeddings import text_sha256
 from nekomem.recall.entry import (
@@ -55,6 +56,7 @@ class RecallIndex:
         self.vectors: VectorIndex | None = None
         self.vector_model: str | None = None
         self.need: dict[str, str] = {}  # id -> sha of the text waiting for a vector
+        self.subjects = SubjectIndex()  # which subject's corpus each entry belongs to
         self._time_cache: tuple[list[str], npt.NDArray[np.float64], npt.NDArray[np.float64]] | None = None
 
     # -- feed ----------------------------------------------------------------------------
@@ -87,6 +89,7 @@ class RecallIndex:
         sha = old.sha if old is not None and old.entry.text == entry.text else text_sha256(entry.text)
         start, end = event_interval(entry, self.tz)
         self.docs[entry.id] = IndexedDoc(entry, sha, start, end)
+        self.subjects.put(entry.id, entry)
         if old is None or old.entry.text != entry.text:
             if old is not None:
                 self.lexical.remove(entry.id)
@@ -106,10 +109,16 @@ class RecallIndex:
     def _drop(self, doc_id: str) -> None:
         if self.docs.pop(doc_id, None) is None:
             return
+        self.subjects.remove(doc_id)
         self.lexical.remove(doc_id)
         self.need.pop(doc_id, None)
         if self.vectors is not None:
             self.vectors.remove(doc_id)
+
+    def visible(self, subjects: Sequence[Subject] | None) -> set[str] | None:
+        """The ids a recall for ``subjects`` may see (None: the private corpus, see
+        :mod:`nekomem.domain.subjects`); None means no filter is needed."""
+        return self.subjects.allowed(subjects)
 
     # -- vectors -------------------------------------------------------------------------
     def attach_model(self, model: str, dim: int) -> bool:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from nekomem.config.recall import RecallSettings
+from nekomem.domain.subjects import restrict
 from nekomem.recall.index import RecallIndex
 from nekomem.recall.query_text import query_time_hint
 from nekomem.recall.timewindow import TimeWindow, parse_time_window
@@ -30,15 +31,6 @@ class QueryPlan:
     allowed: set[str] | None
     hinted: set[str] | None
     started: float
-
-
-def restrict(allowed: set[str] | None, visible: set[str] | None) -> set[str] | None:
-    """The intersection of two optional id filters (None: no filter)."""
-    if visible is None:
-        return allowed
-    if allowed is None:
-        return visible
-    return allowed & visible
 
 
 def plan_query(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from nekomem.domain.subjects import row_fields
 from nekomem.recall.entry import IndexEntry
 
 ERROR_CODE = "hybrid_recall_failed"
@@ -30,6 +31,7 @@ def hit_row(entry: IndexEntry, score: float | None) -> dict[str, object]:
         "created_at": entry.created_at,
         "event_start_at": entry.event_start_at,
         "event_end_at": entry.event_end_at,
+        **row_fields(entry),
     }
 
 

@@ -52,5 +52,5 @@ class Deadlines:
                 pass
 
 
-# Query-embedding timeouts of every character.
-QUERY_DEADLINES = Deadlines("nekomem-recall-deadlines")
+# Recall's waits of every character (query embeddings, the owners' first index).
+RECALL_DEADLINES = Deadlines("nekomem-recall-deadlines")

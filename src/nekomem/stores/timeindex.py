@@ -15,9 +15,9 @@ Schema (compatible with the reference implementation's file):
 ``YYYY-MM-DDTHH:MM:SS.ffffff+00:00`` (see :func:`to_utc_iso`); inputs with another offset
 are converted, inputs without an offset are taken as UTC. SQLite compares the column as
 text, and with a single fixed-width UTC form text order is time order, which is what
-``MAX(timestamp)``, ``ORDER BY timestamp`` and ``BETWEEN`` rely on. (Rows imported from a
-reference database carry naive local ``YYYY-MM-DD HH:MM:SS`` stamps, which do not sort
-with these; such a file has to be converted before use.)
+``MAX(timestamp)``, ``ORDER BY timestamp`` and ``BETWEEN`` rely on. (A reference database
+carries naive local ``YYYY-MM-DD HH:MM:SS`` stamps, which do not sort with these; it is
+never used in place: ``nekomem import-neko`` converts its rows into this form.)
 
 Durability: WAL journal with ``synchronous=FULL``, so a committed append survives a crash
 or power loss. The connection is opened lazily and used by one owning actor at a time
@@ -60,6 +60,14 @@ _SCHEMA = (
 _TIMESTAMP_INDEX = f"CREATE INDEX IF NOT EXISTS ix_{_ORIGINAL}_timestamp ON {_ORIGINAL}(timestamp)"
 
 _encoder = msgspec.json.Encoder()
+
+
+def encode_row(session_id: str, turn: Turn) -> tuple[str, str, str]:
+    """``(session_id, message, timestamp)`` exactly as :meth:`TimeIndex.append_rows` stores
+    them (compare with :meth:`TimeIndex.raw_rows`). Raises ValueError for an invalid ts."""
+    ts = to_utc_iso(turn.ts)
+    stored = msgspec.structs.replace(turn, ts=ts)
+    return session_id, _encoder.encode(stored.to_disk()).decode("utf-8"), ts
 
 
 class IdempotencyConflict(ValueError):
@@ -184,6 +192,23 @@ class TimeIndex(TimeIndexReader):
                     raise IdempotencyConflict(idempotency_key) from None
         return len(rows)
 
+    def append_rows(self, rows: Sequence[tuple[str, Turn]]) -> int:
+        """Store ``(session_id, turn)`` rows of several sessions in one transaction (an
+        import of another server's journal). Timestamps as in :meth:`append`; raises
+        ValueError (nothing written) when a turn has no valid ts."""
+        encoded: list[tuple[str, str, str]] = []
+        for index, (session_id, turn) in enumerate(rows):
+            try:
+                encoded.append(encode_row(session_id, turn))
+            except ValueError as exc:
+                raise ValueError(f"row {index}: {exc}") from None
+        with self._transaction() as db:
+            db.executemany(
+                f"INSERT INTO {_ORIGINAL} (session_id, message, timestamp) VALUES (?, ?, ?)",
+                encoded,
+            )
+        return len(encoded)
+
     def idempotent_response(self, key: str, *, newer_than: float | None = None) -> bytes | None:
         """The stored answer for ``key``; None when unknown (or created before ``newer_than``)."""
         row = self._conn().execute("SELECT response, created_at FROM idempotency WHERE key = ?", (key,)).fetchone()
@@ -200,4 +225,4 @@ class TimeIndex(TimeIndexReader):
             cursor = db.execute("DELETE FROM idempotency WHERE created_at < ?", (older_than,))
             return cursor.rowcount
 
-__all__ = ["DEFAULT_BUSY_TIMEOUT_MS", "IdempotencyConflict", "TimeIndex", "TimeIndexRow", "to_utc_iso"]
+__all__ = ["DEFAULT_BUSY_TIMEOUT_MS", "IdempotencyConflict", "TimeIndex", "TimeIndexRow", "encode_row", "to_utc_iso"]

@@ -150,6 +150,11 @@ class TimeIndexReader:
 
     def iter_all(self) -> Iterator[Turn]:
         """Every stored turn in insertion order, fetched in bounded batches."""
+        for row in self.iter_rows():
+            yield row.turn
+
+    def raw_rows(self) -> Iterator[tuple[str | None, str, str]]:
+        """Every row's stored ``(session_id, message, timestamp)``, undecoded, in bounded batches."""
         last_id = 0
         while True:
             batch = self._conn().execute(
@@ -158,8 +163,22 @@ class TimeIndexReader:
             ).fetchall()
             if not batch:
                 return
-            for row_id, _session_id, message, timestamp in batch:
+            for _row_id, session_id, message, timestamp in batch:
+                yield session_id, message, timestamp
+            last_id = batch[-1][0]
+
+    def iter_rows(self) -> Iterator[TimeIndexRow]:
+        """Every readable row (id, session, turn) in insertion order, in bounded batches."""
+        last_id = 0
+        while True:
+            batch = self._conn().execute(
+                f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} WHERE id > ? ORDER BY id LIMIT ?",
+                (last_id, _ITER_BATCH_ROWS),
+            ).fetchall()
+            if not batch:
+                return
+            for row_id, session_id, message, timestamp in batch:
                 turn = self._turn(row_id, message, timestamp)
                 if turn is not None:
-                    yield turn
+                    yield TimeIndexRow(id=row_id, session_id=session_id, turn=turn)
             last_id = batch[-1][0]

@@ -34,6 +34,9 @@ def index_entry(ref: Reflection, now: datetime, settings: LongTermSettings) -> I
         vector=ref.embedding if isinstance(ref.embedding, str) else None,
         vector_model=ref.embedding_model_id,
         text_sha256=ref.embedding_text_sha256,
+        subject_kind=ref.subject_kind,
+        subject_id=ref.subject_id,
+        scope=ref.scope,
     )
 
 
