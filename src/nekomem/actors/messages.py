@@ -133,6 +133,21 @@ class OpFinished(Message):
     retry: bool = True
 
 
+class OpParked(Message):
+    """Sent by a handler that keeps an op in memory until a later batch runs it: the
+    record stays pending (replayed after a crash) but no longer takes a dispatch slot,
+    so the outbox goes on dispatching the records behind it."""
+
+    op_id: str
+
+
+class ReclaimParked(Message):
+    """Sent by a handler at load: the ops it had parked were lost with its memory, so the
+    outbox dispatches them again."""
+
+    child: str
+
+
 class OutboxState(Message):
     """Ask the outbox for its counts."""
 

@@ -38,6 +38,7 @@ from nekomem.domain import evidence as ev
 from nekomem.domain import persona as pl
 from nekomem.domain import prompts_longterm as prompts
 from nekomem.domain import refine as rf
+from nekomem.domain.gates import task_gate
 from nekomem.domain.persona.refinement import cluster_changed, missing_vectors, persona_clusters, with_vectors
 from nekomem.domain.records import (
     Correction,
@@ -45,13 +46,14 @@ from nekomem.domain.records import (
     PersonaEntry,
     assign_shards,
     card_entry_id,
+    new_shard_suffix,
     persona_from_disk,
     persona_to_disk,
 )
 from nekomem.domain.subjects import private_persona, scoped_persona
 from nekomem.domain.tokens import get_counter
 from nekomem.runtime.reply import ActorFailure
-from nekomem.stores.atomic import atomic_write_json, read_json
+from nekomem.stores.atomic import atomic_write_json, keep_rejected, read_json, read_records, shard_counts
 from nekomem.stores.journal import Event
 
 ENTITY_MAX_CHARS = 50
@@ -69,16 +71,17 @@ class PersonaActor(JournaledActor):
         self.s = self.ctx.settings.longterm
         self.counter = get_counter(self.ctx.settings.recent.recent_tokenizer_encoding)
         raw, _ = read_json(self.ctx.paths.persona, default={})
-        self.persona: Persona = pl.ensure_sections(persona_from_disk(raw))
-        raw, _ = read_json(self.ctx.paths.persona_corrections, default=[])
-        self.corrections: list[Correction] = []
-        for item in raw if isinstance(raw, list) else []:
-            try:
-                self.corrections.append(msgspec.convert(item, Correction, strict=False))
-            except msgspec.ValidationError:
-                continue
+        rejected: list[Any] = []
+        self.persona: Persona = pl.ensure_sections(persona_from_disk(raw, rejected))
+        if rejected:
+            keep_rejected(self.ctx.paths.persona, rejected, "persona entries")
+        self.corrections, rejected_corrections = read_records(
+            self.ctx.paths.persona_corrections, lambda item: msgspec.convert(item, Correction, strict=False), "corrections"
+        )
+        self._dirty += len(rejected) + rejected_corrections  # rewrite the views once, without what was kept aside
         self.archived_pending: dict[str, list[dict[str, Any]]] = {}
         self.correction_inflight = False
+        self.correction_gate = task_gate(self.s, self.s.longterm_idle_maintenance_interval_seconds)
         mono = self.ctx.clock.monotonic()
         self.next_sweep = mono + self.s.evidence_archive_sweep_initial_delay_seconds
         self.next_corrections = mono + self.s.longterm_idle_maintenance_initial_delay_seconds
@@ -315,8 +318,8 @@ class PersonaActor(JournaledActor):
         now = self.now()
         result = pl.persona_archive_sweep(self.persona, now, self.s)
         if result.archived:
-            day = now.strftime("%Y-%m-%d")
-            shards = assign_shards({}, len(result.archived), day, lambda: __import__("uuid").uuid4().hex[:8], self.s.evidence_archive_shard_max_entries)
+            counts = shard_counts(self.ctx.paths.persona_archive_dir, self.archived_pending)
+            shards = assign_shards(counts, len(result.archived), now.date(), new_shard_suffix, self.s.evidence_archive_shard_max_entries)
             items = [
                 ("persona.entry_updated", {"entity": entity, "entry": msgspec.to_builtins(entry), "archive_shard": shard})
                 for (entity, entry), shard in zip(result.archived, shards, strict=False)
@@ -330,6 +333,8 @@ class PersonaActor(JournaledActor):
     def _resolve_corrections(self) -> None:
         if self.correction_inflight or not self.corrections or not self.powerful():
             return
+        if self.correction_gate.blocked(self.ctx.clock.monotonic()):
+            return
         batch = pl.correction_batch(self.corrections, self.s)
         if not batch:
             return
@@ -338,19 +343,19 @@ class PersonaActor(JournaledActor):
         token = self.ask_model("correction", "resolve_correction", messages, context={"item": item},
                                timeout=self.s.longterm_correction_timeout_seconds)
         self.correction_inflight = token is not None
+        if token is not None:
+            self.correction_gate.start()
 
     def done_correction(self, msg: ModelDone) -> None:
         self.correction_inflight = False
         item = msg.context["item"]
-        if msg.error is not None:
+        outcome = None if msg.error is not None else pl.apply_correction(self.persona, self.corrections, item, msg.output, self.now(), self.s)
+        if outcome is None or outcome.kind == "invalid":
+            self.correction_gate.failed_at(self.ctx.clock.monotonic())
             corrections, _dead = pl.record_correction_failure(self.corrections, item, self.s)
             self.commit(pl.copy_persona(self.persona), corrections)
             return
-        outcome = pl.apply_correction(self.persona, self.corrections, item, msg.output, self.now(), self.s)
-        if outcome.kind == "invalid":
-            corrections, _dead = pl.record_correction_failure(self.corrections, item, self.s)
-            self.commit(pl.copy_persona(self.persona), corrections)
-            return
+        self.correction_gate.answered_at(self.ctx.clock.monotonic())
         self.commit(outcome.persona, outcome.corrections)
         if outcome.source_id:
             self.ctx.send("reflections", CorrectionResolved(reflection_id=outcome.source_id, kind=outcome.kind))

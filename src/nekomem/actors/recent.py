@@ -37,7 +37,7 @@ from nekomem.domain.turns import Turn, from_disk
 from nekomem.runtime.clock import iso
 from nekomem.runtime.pool import PoolFull
 from nekomem.runtime.reply import ActorFailure, Reply
-from nekomem.stores.atomic import atomic_write_json, read_json
+from nekomem.stores.atomic import atomic_write_json, keep_rejected, read_json
 from nekomem.stores.recent_watch import RecentWatch, journal_adoption
 from nekomem.stores.timeindex import TimeIndex
 
@@ -81,12 +81,7 @@ class RecentActor(ChildActor):
         paths = self.ctx.paths
         self.settings = self.ctx.settings.recent
         self.counter = get_counter(self.settings.recent_tokenizer_encoding)
-        raw, status = read_json(paths.recent, default=[])
-        window: list[Turn] = []
-        for item in raw if isinstance(raw, list) else []:
-            turn = from_disk(item)
-            if turn is not None:
-                window.append(turn)
+        window, status, unreadable = self._read_window(paths.recent)
         self.tindex = TimeIndex(paths.time_index_db)
         meta_raw, _ = read_json(paths.recent_meta, default={})
         try:
@@ -101,9 +96,9 @@ class RecentActor(ChildActor):
         self.window = window
         self.watch = RecentWatch(paths.recent)
         self.tokens = [self.counter.count(t.text) for t in window]
-        if status == "corrupt":
+        if status == "corrupt" or unreadable:
             self._enforce_cap()
-            self._save_window()
+            self._save_window()  # the unreadable items are kept aside: they are not kept twice
         self._token = 0
         self._compression: _Compression | None = None
         self._review_token: int | None = None
@@ -114,6 +109,26 @@ class RecentActor(ChildActor):
         self._last_activity = self.ctx.clock.monotonic()
         self._next_compress_try = 0.0
         self._last_purge = 0.0
+
+    @staticmethod
+    def _read_window(path: Any) -> tuple[list[Turn], str, int]:
+        """(turns, read status, how many items were unreadable). Unreadable items are kept
+        aside by keep_rejected; the caller rewrites the window without them."""
+        raw, status = read_json(path, default=[])
+        if status != "ok":
+            return [], status, 0
+        items = raw if isinstance(raw, list) else []
+        unreadable: list[Any] = [] if isinstance(raw, list) else [raw]
+        window: list[Turn] = []
+        for item in items:
+            turn = from_disk(item)
+            if turn is None:
+                unreadable.append(item)
+            else:
+                window.append(turn)
+        if unreadable:
+            keep_rejected(path, unreadable, "window items")
+        return window, status, len(unreadable)
 
     def close(self) -> None:
         if getattr(self, "tindex", None) is not None:
@@ -335,7 +350,7 @@ class RecentActor(ChildActor):
         reason = review.review_gate(
             self.meta.review,
             self.window,
-            time.time(),
+            self._wall(),
             self._last_activity_wall(),
             switch_on,
             self.settings,
@@ -371,8 +386,12 @@ class RecentActor(ChildActor):
         self._review_token = token
         self._review_snapshot = snapshot
 
+    def _wall(self) -> float:
+        """Epoch seconds on the injectable clock (review times are stored as these)."""
+        return self.ctx.clock.now().timestamp()
+
     def _last_activity_wall(self) -> float:
-        return time.time() - (self.ctx.clock.monotonic() - self._last_activity)
+        return self._wall() - (self.ctx.clock.monotonic() - self._last_activity)
 
     @handles(ReviewDone)
     def on_ReviewDone(self, msg: ReviewDone) -> None:
@@ -382,7 +401,7 @@ class RecentActor(ChildActor):
         snapshot = self._review_snapshot or []
         self._review_token = None
         self._review_snapshot = None
-        now = time.time()
+        now = self._wall()
         if msg.error is not None or msg.result is None:
             if msg.exhausted:
                 tokens = sum(self.counter.count(t.text) for t in snapshot)
@@ -400,8 +419,10 @@ class RecentActor(ChildActor):
             self._enforce_cap()
             self._save_window()
             self.meta.review = review.record_success(self.meta.review, now, outcome.cutoff_fingerprint)
+        elif outcome.status == review.STATUS_CLEAN:
+            self.meta.review = review.record_clean(self.meta.review, snapshot, now, self.settings)
         else:
-            self.meta.review = review.record_white(self.meta.review)
+            self.meta.review = review.record_white(self.meta.review, now)
         self._save_meta()
         self.log.info("review finished: %s", outcome.status)
 

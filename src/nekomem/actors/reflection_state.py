@@ -23,6 +23,7 @@ from nekomem.actors.messages import (
     VectorsComputed,
 )
 from nekomem.domain import reflections as rl
+from nekomem.domain.gates import task_gate
 from nekomem.domain.records import Fact, Reflection, SurfacedEntry
 from nekomem.domain.reflections.views import (
     index_entry,
@@ -31,7 +32,7 @@ from nekomem.domain.reflections.views import (
 from nekomem.domain.tokens import get_counter
 from nekomem.runtime.reply import Reply
 from nekomem.stores.archive_shards import append_to_shard
-from nekomem.stores.atomic import atomic_write_json, read_json
+from nekomem.stores.atomic import atomic_write_json, read_records
 from nekomem.stores.cursors import Cursors
 from nekomem.stores.journal import Event
 
@@ -51,21 +52,12 @@ class ReflectionState(JournaledActor):
         self.s = self.ctx.settings.longterm
         self.counter = get_counter(self.ctx.settings.recent.recent_tokenizer_encoding)
         self.refs: dict[str, Reflection] = {}
-        raw, _ = read_json(self.ctx.paths.reflections, default=[])
-        for item in raw if isinstance(raw, list) else []:
-            try:
-                ref = ref_from(item)
-            except msgspec.ValidationError:
-                self.log.warning("skipped an unreadable reflection record")
-                continue
-            self.refs[ref.id] = ref
-        raw, _ = read_json(self.ctx.paths.surfaced, default=[])
-        self.surfaced: list[SurfacedEntry] = []
-        for item in raw if isinstance(raw, list) else []:
-            try:
-                self.surfaced.append(msgspec.convert(item, SurfacedEntry, strict=False))
-            except msgspec.ValidationError:
-                continue
+        refs, rejected = read_records(self.ctx.paths.reflections, ref_from, "reflections")
+        self.refs.update((ref.id, ref) for ref in refs)
+        self.surfaced, rejected_surfaced = read_records(
+            self.ctx.paths.surfaced, lambda item: msgspec.convert(item, SurfacedEntry, strict=False), "surfaced entries"
+        )
+        self._dirty += rejected + rejected_surfaced  # rewrite the views once, without what was kept aside
         self.archived_pending: dict[str, list[Reflection]] = {}  # shard -> entries not yet written
         self.backoff: dict[str, rl.SynthBackoff] = {}
         self._stage2_pending: dict[str, list[Fact]] = {}
@@ -76,6 +68,8 @@ class ReflectionState(JournaledActor):
         self.next_rebuttal = mono + self.s.reflection_rebuttal_initial_delay_seconds
         self.rebuttal_inflight = False
         self.rebuttal_failures = 0
+        self.rebuttal_gate = task_gate(self.s)
+        self.synth_gate = task_gate(self.s)  # background synthesis: not the same batch twice
         self.cursors = Cursors(self.ctx.paths.cursors)
 
     def after_load(self) -> None:
@@ -116,7 +110,7 @@ class ReflectionState(JournaledActor):
             ref = ref_from(p["reflection"])
             if event.type == "reflection.synthesized" and ref.id in self.refs:
                 return
-            if ref.status == "archived" and p.get("archive_shard"):
+            if p.get("archive_shard"):
                 self.refs.pop(ref.id, None)
                 self.archived_pending.setdefault(p["archive_shard"], []).append(ref)
             else:

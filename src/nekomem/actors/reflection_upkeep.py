@@ -4,8 +4,6 @@ raw journal (read-only; RecentActor owns it), the archive sweep and the refineme
 
 from __future__ import annotations
 
-import uuid
-
 import msgspec
 
 from nekomem.actors.messages import (
@@ -18,11 +16,11 @@ from nekomem.domain import evidence as ev
 from nekomem.domain import prompts_longterm as prompts
 from nekomem.domain import refine as rf
 from nekomem.domain import reflections as rl
-from nekomem.domain.records import assign_shards
+from nekomem.domain.records import assign_shards, new_shard_suffix
 from nekomem.domain.reflections.disputation import scan_start
 from nekomem.domain.reflections.refinement import cluster_changed, reflection_clusters
 from nekomem.domain.turns import Turn
-from nekomem.stores.archive_shards import shard_counts
+from nekomem.stores.atomic import shard_counts
 from nekomem.stores.timeindex_read import TimeIndexReader
 
 
@@ -87,6 +85,8 @@ class ReflectionUpkeep(ReflectionState):
     def done_rebuttal(self, msg: ModelDone) -> None:
         self.rebuttal_inflight = False
         if msg.error is not None:
+            mono = self.ctx.clock.monotonic()
+            self.next_rebuttal = max(self.next_rebuttal, mono + self.rebuttal_gate.failed_at(mono))
             self.rebuttal_failures += 1
             if self.rebuttal_failures >= self.s.longterm_liveness_max_attempts:
                 # Dead letter: do not retry the same window forever.
@@ -94,6 +94,7 @@ class ReflectionUpkeep(ReflectionState):
                 self.cursors.set(self.REBUTTAL_CURSOR, msg.context["advance_to"])
             return
         self.rebuttal_failures = 0
+        self.rebuttal_gate.answered_at(self.ctx.clock.monotonic())
         signals = ev.resolve_disputed(msg.output, msg.context["observations"])
         ids = [s.target_id for s in signals if s.target_kind == "reflection"]
         updated, changed = rl.apply_disputed(list(self.refs.values()), ids, self.now(), self.s)
@@ -107,17 +108,20 @@ class ReflectionUpkeep(ReflectionState):
         result = rl.archive_sweep(list(self.refs.values()), now, self.s)
         by_id = {r.id: r for r in result.kept}
         self.save([by_id[i] for i in result.counted if i in by_id], "reflection.evidence_updated")
-        if result.archived:
-            counts = shard_counts(self.ctx.paths.reflection_archive_dir)
-            shards = assign_shards(counts, len(result.archived), now.date(), lambda: uuid.uuid4().hex[:8], self.s.evidence_archive_shard_max_entries)
-            archived = rl.with_shard_paths(result.archived, shards)
+        # Promoted and denied reflections leave the active file as they are, once old.
+        _kept, aged = rl.age_out_terminal(result.kept, now, self.s)
+        leaving = [*result.archived, *aged]
+        if leaving:
+            counts = shard_counts(self.ctx.paths.reflection_archive_dir, self.archived_pending)
+            shards = assign_shards(counts, len(leaving), now.date(), new_shard_suffix, self.s.evidence_archive_shard_max_entries)
+            archived = rl.with_shard_paths(leaving, shards)
             self.record_many(
                 ("reflection.state_changed", {"reflection": msgspec.to_builtins(r), "archive_shard": shard})
-                for r, shard in zip(archived, shards, strict=False)
+                for r, shard in zip(archived, shards, strict=True)
             )
             self.ctx.send("recall", IndexRemove(ids=[r.id for r in archived]))
             self.flush()
-        return {"archived": len(result.archived), "counted": len(result.counted)}
+        return {"archived": len(leaving), "counted": len(result.counted)}
 
     # -- refinement ------------------------------------------------------------------
     _refine_next: float | None = None

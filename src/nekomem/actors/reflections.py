@@ -81,6 +81,9 @@ class ReflectionActor(ReflectionUpkeep):
                 report["synthesis"] = {"status": "backoff"}
                 self._promotion_pass(report, msg.reply)
             return
+        background = report is None
+        if background and self.synth_gate.blocked(self.ctx.clock.monotonic(), batch.backoff_key):
+            return  # answered already for these very facts, in backoff, or in flight
         messages = prompts.synthesize_reflection_messages(batch.facts, list(msg.related), now=now, settings=self.s, **self.names())
         token = self.ask_model(
             "synth", "synthesize_reflection", messages, context={"batch": batch, "report": report, "reply": msg.reply},
@@ -90,11 +93,20 @@ class ReflectionActor(ReflectionUpkeep):
             if report is not None:
                 report["synthesis"] = {"status": "skipped", "reason": "no summary tier or model pool full"}
                 self._promotion_pass(report, msg.reply)
+        elif background:
+            self.synth_gate.start(batch.backoff_key)
 
     def done_synth(self, msg: ModelDone) -> None:
         batch = msg.context["batch"]
         report = msg.context["report"]
         now = self.now()
+        if report is None:
+            mono = self.ctx.clock.monotonic()
+            # A null answer is an answer: the same facts are not offered again until they change.
+            if msg.error is not None:
+                self.synth_gate.failed_at(mono)
+            else:
+                self.synth_gate.answered_at(mono)
         ref = None
         if msg.error is None:
             ref = rl.build_reflection(msg.output, batch, now, self.s, self.counter.count)
@@ -215,10 +227,13 @@ class ReflectionActor(ReflectionUpkeep):
             return
         now = self.now()
         changed: list[Reflection] = []
+        # Calls overlap (one per user turn): the same answer about an entry counts once.
+        recorded = {e.reflection_id: e.feedback for e in self.surfaced}
         for rid, fb in rl.interpret_feedback(msg.output, msg.context["ids"]):
             ref = self.refs.get(rid)
-            if ref is None or ref.status in TERMINAL:
+            if ref is None or ref.status in TERMINAL or recorded.get(rid) == fb:
                 continue
+            recorded[rid] = fb
             changed.append(rl.apply_feedback(ref, fb, now, self.s))
             self.surfaced = rl.record_feedback(self.surfaced, rid, fb, now)
         if changed:
