@@ -57,3 +57,13 @@ def test_a_type_marked_twice_in_one_class_is_refused():
 def test_a_patched_handler_keeps_its_route(monkeypatch):
     monkeypatch.setattr(Base, "on_pong", lambda self, msg: "patched")
     assert handler_for(Base(), Pong())(Pong()) == "patched"
+
+
+def test_stacked_marks_route_several_types_to_one_method():
+    class Both:
+        @handles(Ping)
+        @handles(Pong)
+        def on_any(self, msg: object) -> str:
+            return type(msg).__name__
+
+    assert handler_for(Both(), Ping())(Ping()) == "Ping" and handler_for(Both(), Pong())(Pong()) == "Pong"

@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
     "runtime": 2,
     "actors": 3,
     "http": 4,
+    "ui": 4,  # the memory browser's static page, served by http/
 }
 TOP = 5  # cli.py and __main__.py: may import anything
 ROOT = 0  # nekomem/__init__.py (the version): importable from everywhere, imports nothing

@@ -38,6 +38,8 @@ def handles(*message_types: type) -> Callable[[F], F]:
     creation when a class marks two methods for one type."""
 
     def mark(func: F) -> F:
+        if isinstance(func, _Mark):  # stacked marks: one method for several types
+            return _Mark(func.func, (*func.message_types, *message_types))  # type: ignore[return-value]
         return _Mark(func, message_types)  # type: ignore[return-value]  # replaced by func in __set_name__
 
     return mark

@@ -29,6 +29,7 @@ from nekomem.actors.base import ChildActor
 from nekomem.actors.handlers import handles
 from nekomem.actors.messages import (
     BackfillDone,
+    ExplainQuery,
     Flush,
     IndexRemove,
     IndexUpsert,
@@ -49,6 +50,7 @@ from nekomem.actors.messages import (
 )
 from nekomem.recall.embeddings import EmbeddingService
 from nekomem.recall.entry import OWNERS, display_tz
+from nekomem.recall.explain import explain
 from nekomem.recall.index import PendingCounter, RecallIndex
 from nekomem.recall.query_plan import QueryPlan, plan_query
 from nekomem.recall.query_text import LexicalAnalyzer, stop_names_for
@@ -310,6 +312,11 @@ class RecallActor(ChildActor):
         except Exception:
             self.log.exception("recall query failed")
             msg.reply.ok(empty_response(query, error=True))
+
+    @handles(ExplainQuery)
+    def on_ExplainQuery(self, msg: ExplainQuery) -> None:
+        self._sync_vectors()
+        msg.reply.ok(explain(self.index, self.s, msg.query, msg.time, msg.now, msg.vector, msg.excluded))
 
     @handles(QueryVector)
     def on_query_vector(self, msg: QueryVector) -> None:
