@@ -1,6 +1,7 @@
-"""The import direction of the runtime: http -> actors -> runtime -> stores / domain /
-recall / providers -> config. The runtime never imports the actors or the HTTP layer (the
-app hands it the actors layer), so the two packages do not depend on each other."""
+"""The import direction of the house: http -> actors -> runtime -> stores / domain / recall /
+providers -> config. Every module under src/nekomem is parsed (ast, nothing imported) and
+each of its imports of another nekomem package must point down (or inside its own layer).
+Top-level modules (cli, __main__) sit above every layer."""
 
 from __future__ import annotations
 
@@ -8,34 +9,91 @@ import ast
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "nekomem"
-FORBIDDEN = {"runtime": ("nekomem.actors", "nekomem.http")}
+
+# Higher number = higher layer. Packages of one layer may import each other.
+LAYERS: dict[str, int] = {
+    "config": 0,
+    "stores": 1,
+    "domain": 1,
+    "recall": 1,
+    "providers": 1,
+    "importer": 1,  # reads a reference memory folder, writes through stores/
+    "runtime": 2,
+    "actors": 3,
+    "http": 4,
+    "ui": 4,  # the memory browser's static page, served by http/
+}
+TOP = 5  # cli.py and __main__.py: may import anything
+ROOT = 0  # nekomem/__init__.py (the version): importable from everywhere, imports nothing
+
+def module_name(path: Path, src: Path = SRC) -> str:
+    parts = list(path.relative_to(src.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
 
 
-def imports_of(path: Path) -> list[tuple[int, str]]:
-    """Every module ``path`` imports (at any depth, including inside functions)."""
+def layer_of(module: str) -> int:
+    parts = module.split(".")
+    if len(parts) < 2:
+        return ROOT
+    return LAYERS.get(parts[1], TOP)
+
+
+def imports_of(path: Path, src: Path = SRC) -> list[tuple[int, str]]:
+    """(line, imported nekomem module) for every import in the file, wherever it appears
+    (function-level imports count: they are edges too)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    name = module_name(path, src)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: list[tuple[int, str]] = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found.extend((node.lineno, alias.name) for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.extend([(node.lineno, node.module)] + [(node.lineno, f"{node.module}.{a.name}") for a in node.names])
+            found += [(node.lineno, alias.name) for alias in node.names if alias.name.startswith("nekomem")]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.startswith("nekomem"):
+                # "from nekomem.domain import refine" names a submodule: judge by the package.
+                found.append((node.lineno, target))
     return found
 
 
-def violations(package: str) -> list[str]:
-    bad = []
-    for path in sorted((SRC / package).rglob("*.py")):
-        for line, module in imports_of(path):
-            if module.startswith(FORBIDDEN[package]):
-                bad.append(f"{path.relative_to(SRC)}:{line} imports {module}")
-    return bad
+def violations(src: Path = SRC) -> list[str]:
+    """Every import under ``src`` that goes up a layer, as ``file:line: what``."""
+    problems: list[str] = []
+    for path in sorted(src.rglob("*.py")):
+        source = module_name(path, src)
+        for line, target in imports_of(path, src):
+            if layer_of(target) > layer_of(source):
+                where = path.relative_to(src.parent)
+                problems.append(f"{where}:{line}: {source} imports {target} (layer {layer_of(target)} > {layer_of(source)})")
+    return problems
 
 
-def test_runtime_imports_neither_actors_nor_http() -> None:
-    assert violations("runtime") == []
+def test_every_package_has_a_layer():
+    packages = {p.name for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert packages <= set(LAYERS), f"packages without a layer: {sorted(packages - set(LAYERS))}"
 
 
-def test_the_check_catches_a_wrong_import(tmp_path: Path) -> None:
-    wrong = tmp_path / "wrong.py"
-    wrong.write_text("def f():\n    from nekomem.actors.supervisor import CharacterSupervisor\n", encoding="utf-8")
-    assert [m for _l, m in imports_of(wrong) if m.startswith(FORBIDDEN["runtime"])]
+def test_imports_point_down():
+    assert violations() == []
+
+
+def test_a_wrong_import_is_caught(tmp_path):
+    """The checker itself: a domain module importing an actor module is reported, and so
+    is a function-level import of the runtime from a store."""
+    fake = tmp_path / "nekomem"
+    for package in ("domain", "stores", "actors"):
+        (fake / package).mkdir(parents=True)
+        (fake / package / "__init__.py").write_text("")
+    (fake / "domain" / "bad.py").write_text("from nekomem.actors.recall import RecallActor\n")
+    (fake / "stores" / "late.py").write_text("def f():\n    from nekomem.runtime import pool\n")
+    (fake / "actors" / "fine.py").write_text("from nekomem.domain import bad\nfrom . import fine\n")
+    assert violations(fake) == [
+        "nekomem/domain/bad.py:1: nekomem.domain.bad imports nekomem.actors.recall (layer 3 > 1)",
+        "nekomem/stores/late.py:2: nekomem.stores.late imports nekomem.runtime (layer 2 > 1)",
+    ]

@@ -2,9 +2,9 @@
 
 A child owns one layer's files and is the only code that mutates them. It receives
 msgspec message Structs (see :mod:`nekomem.actors.messages`); the handler for ``Foo`` is the
-method ``on_Foo``. A handler that raises :class:`~nekomem.runtime.reply.ActorFailure`
-answers its caller with that error and keeps running; any other exception answers 500,
-then crashes the actor so that its supervisor restarts it from disk (in-memory state may
+method marked ``@handles(Foo)`` (see :mod:`nekomem.actors.handlers`). A handler that
+raises :class:`~nekomem.runtime.reply.ActorFailure` answers its caller with that error and
+keeps running; any other exception answers 500, then crashes the actor so that its supervisor restarts it from disk (in-memory state may
 be half-changed, the disk state is not).
 """
 
@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 import pykka
 
+from nekomem.actors.handlers import handler_for
 from nekomem.runtime.dispatch import Completion, DispatchedActor, Dispatcher
 from nekomem.runtime.protocol import ChildCrashed, Tick, fail_message
 from nekomem.runtime.reply import ActorFailure
@@ -168,7 +169,7 @@ class ChildActor(DispatchedActor):
 
     # -- dispatch --------------------------------------------------------------------
     def on_receive(self, message: Any) -> Any:
-        handler = getattr(self, "on_" + type(message).__name__, None)
+        handler = handler_for(self, message)
         if handler is None:
             fail_message(message, ActorFailure("unknown_message", f"{self.child_name} cannot handle {type(message).__name__}"))
             return None

@@ -18,7 +18,8 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from nekomem.actors.base import ChildActor
-from nekomem.actors.messages import Flush, Tick
+from nekomem.actors.handlers import handles
+from nekomem.actors.messages import Flush, ModelDone, Tick
 from nekomem.runtime.clock import iso
 from nekomem.stores.journal import Event
 
@@ -161,6 +162,7 @@ class JournaledActor(ChildActor):
             return None
         return self._last_flush + max(self._flush_gap, self.ctx.settings.runtime.view_flush_seconds)
 
+    @handles(Tick)
     def on_Tick(self, msg: Tick) -> None:
         self._maybe_flush()
         self.tick(msg)
@@ -168,6 +170,11 @@ class JournaledActor(ChildActor):
     def tick(self, msg: Tick) -> None:
         """Periodic work of the layer (runs when the timer of ``due_at`` fires)."""
 
+    @handles(ModelDone)
+    def on_model_done(self, msg: ModelDone) -> None:
+        self.on_ModelDone(msg)
+
+    @handles(Flush)
     def on_Flush(self, msg: Flush) -> None:
         self.flush()
         if msg.reply is not None:

@@ -11,7 +11,7 @@ import msgspec
 from nekomem.runtime.reply import Reply
 
 
-class Message(msgspec.Struct, kw_only=True):
+class Message(msgspec.Struct, kw_only=True, frozen=True):
     """Base of every actor message. ``reply`` is set when the sender waits for an answer."""
 
     reply: Reply | None = None

@@ -355,7 +355,8 @@ class CharacterRegistry:
         reply = Reply()
         try:
             entry.ref.tell(Describe(reply=reply))
-            return reply.result(timeout)
+            described: dict[str, Any] | None = reply.result(timeout)
+            return described
         except (pykka.ActorDeadError, ActorFailure):
             return None
 
