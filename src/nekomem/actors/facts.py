@@ -11,6 +11,7 @@ before they are journaled. This actor also picks the facts of each reflection sy
 from __future__ import annotations
 
 import hashlib
+import logging
 from datetime import datetime
 from typing import Any
 
@@ -43,16 +44,27 @@ from nekomem.domain import prompts_longterm as prompts
 from nekomem.domain import reflections as rl
 from nekomem.domain.dedup_index import DedupIndex
 from nekomem.domain.messages import Turn, from_disk, parse_timestamp
+from nekomem.domain.opaque import clip_opaque
 from nekomem.domain.records import Fact, fact_hash, fact_id
 from nekomem.runtime.reply import ActorFailure
 from nekomem.stores.atomic import atomic_write_json, read_json
 from nekomem.stores.journal import Event
 
+log = logging.getLogger(__name__)
+
 _DECODE = msgspec.json.Decoder()
 
 
-def fact_from(obj: Any) -> Fact:
-    return msgspec.convert(obj, Fact, strict=False)
+def fact_from(obj: Any, max_depth: int = 8, max_bytes: int = 4096) -> Fact:
+    """A Fact from its stored form. An opaque field over the bounds (a record poisoned
+    before the bounds existed) is dropped, so one record cannot break every read."""
+    fact = msgspec.convert(obj, Fact, strict=False)
+    source_ref, clipped_source = clip_opaque(fact.source_ref, max_depth=max_depth, max_bytes=max_bytes)
+    when_raw, clipped_when = clip_opaque(fact.event_when_raw, max_depth=max_depth, max_bytes=max_bytes)
+    if clipped_source or clipped_when:
+        log.warning("dropped an oversized opaque field of fact %s", fact.id)
+        fact = msgspec.structs.replace(fact, source_ref=source_ref, event_when_raw=when_raw)
+    return fact
 
 
 def fact_index_entry(fact: Fact, tier: str) -> IndexEntry:
@@ -86,7 +98,7 @@ class FactActor(JournaledActor):
             raw, _ = read_json(path, default=[])
             for item in raw if isinstance(raw, list) else []:
                 try:
-                    fact = fact_from(item)
+                    fact = self.fact_from(item)
                 except msgspec.ValidationError:
                     self.log.warning("skipped an unreadable fact record")
                     continue
@@ -104,6 +116,10 @@ class FactActor(JournaledActor):
         self.dup_queue: list[Any] = []  # DedupPair awaiting judge_duplicates (a cache: rebuilt as facts arrive)
         self.dup_inflight = False
         self.next_synthesis = self.ctx.clock.monotonic() + self.s.reflection_synthesis_initial_delay_seconds
+
+    def fact_from(self, obj: Any) -> Fact:
+        server = self.ctx.settings.server
+        return fact_from(obj, server.opaque_max_depth, server.opaque_max_bytes)
 
     def after_load(self) -> None:
         for fact in list(self.facts.values()) + list(self.archive.values()):
@@ -126,7 +142,7 @@ class FactActor(JournaledActor):
     def apply_event(self, event: Event) -> None:
         p = event.payload
         if event.type == "fact.added" or event.type == "fact.updated":
-            fact = fact_from(p["fact"])
+            fact = self.fact_from(p["fact"])
             if event.type == "fact.added" and fact.id in self.archive:
                 return
             self.facts[fact.id] = fact

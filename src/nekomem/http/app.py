@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nekomem.config import Settings
 from nekomem.http import conversation, longterm, system
+from nekomem.http.guard import RequestGuard
 from nekomem.http.errors import (
     ApiError,
     actor_failure_handler,
@@ -117,4 +118,6 @@ def create_app(
     app.state.runtime = rt
     app.state.longterm_renderer = longterm.render_longterm
     app.add_middleware(LimitedModeMiddleware, runtime=rt)
+    # Added last, so it runs first: no refused request reaches limited mode or a route.
+    app.add_middleware(RequestGuard, settings=settings.server)
     return app
