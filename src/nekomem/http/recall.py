@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -21,37 +20,23 @@ from starlette.responses import JSONResponse, Response
 from nekomem.actors.recall import QueryMemory, empty_response
 from nekomem.domain.recall_render import no_result_text, normalise_language, recall_tool_schema, render_recall_block
 from nekomem.domain.tokens import get_counter
-from nekomem.http.bodies import character_name, read_json_object
+from nekomem.http.bodies import character_name, decode_body
+from nekomem.http.schemas import QueryBody
 from nekomem.http.conversation import display_now
 from nekomem.http.errors import ApiError
 from nekomem.runtime.reply import ActorFailure
 
 log = logging.getLogger("nekomem.http.recall")
 
-RENDER_MODES = ("markdown",)
-
-
-def _optional_str(body: dict[str, Any], key: str) -> str:
-    value = body.get(key)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise ApiError(422, "schema_violation", f"'{key}' must be a string")
-    return value.strip()
-
 
 async def query_memory(request: Request) -> Response:
     rt = request.app.state.runtime
     name = character_name(request)
-    body = await read_json_object(request)
-    query = _optional_str(body, "query")
-    spec = _optional_str(body, "time")
-    render = body.get("render")
-    if render is not None and render not in RENDER_MODES:
-        raise ApiError(422, "schema_violation", "'render' must be \"markdown\" or absent")
-    language_raw = body.get("language")
-    if language_raw is not None and not isinstance(language_raw, str):
-        raise ApiError(422, "schema_violation", "'language' must be a string")
+    body = await decode_body(request, QueryBody)
+    query = (body.query or "").strip()
+    spec = (body.time or "").strip()
+    render = body.render
+    language_raw = body.language
     if not query and not spec:
         raise ApiError(422, "missing_query", "give a non-empty 'query', a 'time', or both")
     now = display_now(request)
