@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import pykka
 
 from nekomem.runtime.reply import ActorFailure, Reply
+from nekomem.stores.faults import StorageFault, StorageHealth, classify
 
 log = logging.getLogger("nekomem.actors")
 
@@ -55,6 +56,11 @@ class Services:
     switches: Any = None  # nekomem.runtime.switches.Switches
     hooks: dict[str, Callable[..., Any]] = field(default_factory=dict)
     counters: Counters = field(default_factory=Counters)
+    storage: StorageHealth | None = None
+
+    def __post_init__(self) -> None:
+        if self.storage is None:
+            self.storage = StorageHealth(self.memory_root)
 
 
 @dataclass
@@ -110,7 +116,48 @@ class ChildActor(pykka.ThreadingActor):
 
     # -- lifecycle -------------------------------------------------------------------
     def on_start(self) -> None:
-        self.load()
+        self._needs_reload = False
+        try:
+            self.load()
+        except Exception as exc:
+            fault = classify(exc)
+            if fault is None:
+                raise
+            self._storage_trouble(fault)
+
+    # -- storage faults --------------------------------------------------------------
+    # A full, read-only or failing disk is the environment's fault: the message is
+    # answered with the fault, the actor drops whatever in-memory change did not reach
+    # the disk by reloading from disk, and it is never crashed (so never marked failed).
+    # Until a reload succeeds, every message first retries it: the layer recovers by
+    # itself as soon as the disk does.
+    def _storage_trouble(self, fault: StorageFault) -> None:
+        self.log.warning("%s: %s for a character", self.child_name, fault.code)
+        storage = self.ctx.services.storage
+        if storage is not None:
+            storage.report(self.ctx.name, self.child_name, fault)
+        self._needs_reload = True
+        self._reload()
+
+    def _reload(self) -> StorageFault | None:
+        """Reload this layer from disk; the fault that stopped it, or None on success."""
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - a half-open handle is replaced by load()
+            self.log.debug("close before reload failed", exc_info=True)
+        try:
+            self.load()
+        except Exception as exc:
+            fault = classify(exc)
+            if fault is None:
+                raise
+            return fault
+        self._needs_reload = False
+        storage = self.ctx.services.storage
+        if storage is not None:
+            storage.clear(self.ctx.name, self.child_name)
+        self.log.info("%s reloaded from disk after a storage fault", self.child_name)
+        return None
 
     def load(self) -> None:
         """Read this layer's state from disk. Called at start and after a restart."""
@@ -176,12 +223,22 @@ class ChildActor(pykka.ThreadingActor):
         if handler is None:
             fail_message(message, ActorFailure("unknown_message", f"{self.child_name} cannot handle {type(message).__name__}"))
             return None
+        if getattr(self, "_needs_reload", False):
+            fault = self._reload()
+            if fault is not None:
+                fail_message(message, ActorFailure(fault.code, fault.message, fault.status))
+                return None
         try:
             return handler(message)
         except ActorFailure as exc:
             fail_message(message, exc)
             return None
         except Exception as exc:
+            fault = classify(exc)
+            if fault is not None:
+                fail_message(message, ActorFailure(fault.code, fault.message, fault.status))
+                self._storage_trouble(fault)
+                return None
             self.log.exception("%s crashed on %s for a character", self.child_name, type(message).__name__)
             fail_message(message, ActorFailure("internal_error", f"{self.child_name} failed: {type(exc).__name__}", 500))
             raise

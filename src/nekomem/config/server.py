@@ -18,6 +18,7 @@ class ServerSettings(Section):
     max_body_bytes: Annotated[int, doc("Largest accepted request body in bytes; larger bodies get 413.", ge=1024)] = 8 * 1024 * 1024
     ask_timeout_seconds: Annotated[float, doc("How long a request waits for its character's actor before answering 503.", gt=0)] = 30.0
     settle_timeout_seconds: Annotated[float, doc("How long /process, /renew, /settle and /new_dialog wait for an in-flight compression before answering.", gt=0)] = 120.0
+    storage_retry_after_seconds: Annotated[int, doc("Retry-After (seconds) of a 507/503 answer caused by a full, read-only or failing disk.", ge=1)] = 10
     idempotency_ttl_seconds: Annotated[float, doc("How long an Idempotency-Key is remembered.", gt=0)] = 7 * 86400.0
     idempotency_purge_seconds: Annotated[float, doc("How often expired Idempotency-Keys are purged.", gt=0)] = 3600.0
     idempotency_key_max_length: Annotated[int, doc("Longest accepted Idempotency-Key header.", ge=1)] = 160

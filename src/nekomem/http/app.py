@@ -22,6 +22,7 @@ from nekomem.http.errors import (
     error_response,
     internal_error_handler,
     not_found_handler,
+    os_error_handler,
 )
 from nekomem.runtime.clock import Clock
 from nekomem.runtime.reply import ActorFailure
@@ -112,6 +113,7 @@ def create_app(
             ApiError: api_error_handler,
             ActorFailure: actor_failure_handler,
             HTTPException: not_found_handler,
+            OSError: os_error_handler,
             Exception: internal_error_handler,
         },
     )

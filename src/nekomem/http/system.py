@@ -45,6 +45,7 @@ async def health(request: Request) -> Response:
         "embeddings": embeddings_status(rt),
         "model_jobs": rt.pool.total_busy(),
         "supervision": {"child_restarts": 0, "failed_children": 0, **rt.services.counters.snapshot()},
+        "storage": await asyncio.to_thread(rt.services.storage.snapshot),
     }
     return JSONResponse(body)
 

@@ -1,0 +1,123 @@
+"""Issue 10, faults 6 and 7 over real HTTP on a real small file system (a tmpfs of a few
+MB): a full disk and a read-only disk answer 507 / 503 with Retry-After, acknowledge
+nothing that is not stored, mark no character failed, and recover without a restart."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support.live import LiveServer, make_settings
+from tests.support.waiting import wait_for
+
+
+def _mount(point: Path, size: str) -> bool:
+    point.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(point)], capture_output=True)
+    return done.returncode == 0
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    point = tmp_path / "fs"
+    if os.geteuid() != 0 or not _mount(point, "4m"):
+        pytest.skip("mounting a tmpfs needs root and a kernel that allows it here")
+    try:
+        yield point
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(point)], capture_output=True)
+        subprocess.run(["umount", "-l", str(point)], check=True)
+
+
+def fill(point: Path) -> Path:
+    """Write a filler file until the file system is full; return it."""
+    filler = point / "filler.bin"
+    block = b"\0" * 65536
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(block)
+                f.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+    return filler  # tmpfs allocates whole pages: the file system is now completely full
+
+
+def turn(text: str) -> dict:
+    return {"input_history": [{"role": "user", "content": text}]}
+
+
+def recent_texts(srv, name="Lan"):
+    return [i["text"] for i in srv.get(f"/api/characters/{name}/recent").json()["items"]]
+
+
+def check_fault(r, status, code):
+    assert r.status_code == status, r.text
+    assert r.json()["error_code"] == code
+    assert int(r.headers["retry-after"]) > 0
+
+
+def test_disk_full_then_freed_recovers_without_restart(small_fs):
+    root = small_fs / "memory"
+    with LiveServer(make_settings(root, restart_budget=2)) as srv:
+        assert srv.post("/cache/Lan", json=turn("before the disk filled")).status_code == 200
+        fill(small_fs)
+        for i in range(6):  # more attempts than the restart budget
+            check_fault(srv.post("/cache/Lan", json=turn(f"lost {i}")), 507, "storage_full")
+            r = srv.post("/api/characters/Lan/facts", json={"facts": [{"text": f"Master has {i} cats"}]})
+            check_fault(r, 507, "storage_full")
+        check_fault(srv.post("/api/memory/powerful_memory_config", json={"enabled": False}), 507, "storage_full")
+        # A new character fails fast with the same answer (no folder can be created).
+        check_fault(srv.post("/cache/Newcomer", json=turn("hello")), 507, "storage_full")
+        health = srv.get("/health").json()
+        assert health["storage"]["state"] == "storage_full"
+        assert health["supervision"]["failed_children"] == 0
+        # Nothing unacknowledged was stored; reads keep working.
+        assert recent_texts(srv) == ["before the disk filled"]
+        assert srv.get("/api/characters/Lan/facts").json()["total"] == 0
+
+        for p in small_fs.glob("filler*.bin"):
+            p.unlink()
+        assert srv.post("/cache/Lan", json=turn("after the disk was freed")).status_code == 200
+        assert srv.post("/api/characters/Lan/facts", json={"facts": [{"text": "Master has two cats"}]}).status_code == 200
+        assert srv.post("/cache/Newcomer", json=turn("hello")).status_code == 200
+        assert srv.post("/api/memory/powerful_memory_config", json={"enabled": False}).json()["success"] is True
+        assert recent_texts(srv) == ["before the disk filled", "after the disk was freed"]
+        wait_for(lambda: srv.get("/health").json()["storage"]["state"] == "ok", what="storage ok in /health")
+        health = srv.get("/health").json()
+        assert health["storage"]["faults"] == [] and health["supervision"]["failed_children"] == 0
+    # And it is all on disk.
+    with LiveServer(make_settings(root)) as srv:
+        assert recent_texts(srv) == ["before the disk filled", "after the disk was freed"]
+        assert srv.get("/api/characters/Lan/facts").json()["total"] == 1
+
+
+def test_read_only_then_writable_recovers_without_restart(small_fs):
+    root = small_fs / "memory"
+    with LiveServer(make_settings(root, restart_budget=2)) as srv:
+        assert srv.post("/cache/Lan", json=turn("while writable")).status_code == 200
+        # Characters passivate (their files closed) so that the kernel lets the file system
+        # become read-only; they activate again on the next request, from a read-only disk.
+        srv.runtime.registry.stop_all()
+        remount = subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], capture_output=True)
+        if remount.returncode != 0:
+            pytest.skip(f"cannot remount read-only: {remount.stderr!r}")
+        for i in range(6):
+            check_fault(srv.post("/cache/Lan", json=turn(f"lost {i}")), 503, "storage_read_only")
+        check_fault(srv.post("/cache/Newcomer", json=turn("hello")), 503, "storage_read_only")
+        assert srv.get("/health").json()["storage"]["state"] == "storage_read_only"
+        # A character activated on a read-only disk cannot open its time index (SQLite
+        # opens it for writing): its reads fail fast too, with the same answer.
+        check_fault(srv.get("/api/characters/Lan/recent"), 503, "storage_read_only")
+
+        subprocess.run(["mount", "-o", "remount,rw", str(small_fs)], check=True)
+        assert srv.post("/cache/Lan", json=turn("writable again")).status_code == 200
+        assert srv.post("/cache/Newcomer", json=turn("hello")).status_code == 200
+        assert recent_texts(srv) == ["while writable", "writable again"]
+        health = srv.get("/health").json()
+        assert health["supervision"]["failed_children"] == 0
+        wait_for(lambda: srv.get("/health").json()["storage"]["state"] == "ok", what="storage ok in /health")
