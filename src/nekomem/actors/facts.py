@@ -95,7 +95,7 @@ class FactActor(JournaledActor):
         self.facts: dict[str, Fact] = {}
         self.archive: dict[str, Fact] = {}
         for path, target in ((self.ctx.paths.facts, self.facts), (self.ctx.paths.facts_archive, self.archive)):
-            raw, _ = read_json(path, default=[])
+            raw = self.read_view(path, default=[])
             for item in raw if isinstance(raw, list) else []:
                 try:
                     fact = self.fact_from(item)

@@ -68,7 +68,7 @@ class ReflectionActor(JournaledActor):
         self.s = self.ctx.settings.longterm
         self.counter = get_counter(self.ctx.settings.recent.recent_tokenizer_encoding)
         self.refs: dict[str, Reflection] = {}
-        raw, _ = read_json(self.ctx.paths.reflections, default=[])
+        raw = self.read_view(self.ctx.paths.reflections, default=[])
         for item in raw if isinstance(raw, list) else []:
             try:
                 ref = ref_from(item)
