@@ -57,11 +57,12 @@ class LimitedModeMiddleware:
 
 
 def routes() -> list[Route]:
-    from nekomem.http import recall
+    from nekomem.http import openapi, recall
 
     c, s, lt = conversation, system, longterm
     table: list[Route] = [
         Route("/health", s.health, methods=["GET"]),
+        Route("/openapi.json", openapi.openapi, methods=["GET"]),
         Route("/cache/{name:str}", c.cache, methods=["POST"]),
         Route("/process/{name:str}", c.process, methods=["POST"]),
         Route("/renew/{name:str}", c.renew, methods=["POST"]),
