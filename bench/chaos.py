@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         c = chaos.routes.get(route)
         if h is None or c is None:
             continue
-        hs, cs = h.summary(healthy.wall), c.summary(chaos.wall)
+        hs, cs = h.summary(healthy.wall_seconds), c.summary(chaos.wall_seconds)
         rows.append([route, hs["count"], cs["count"], f"{hs['p50_ms']:.1f}", f"{cs['p50_ms']:.1f}", f"{hs['p99_ms']:.1f}",
                      f"{cs['p99_ms']:.1f}", f"{ratio(cs['p99_ms'], hs['p99_ms']):.2f}", hs["errors"], cs["errors"]])
         fivexx += cs["errors"] + hs["errors"]
