@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import errno
 import os
+import sqlite3
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from nekomem.stores.faults import classify
 from tests.support.live import LiveServer, make_settings
 from tests.support.waiting import wait_for
 
@@ -121,3 +123,45 @@ def test_read_only_then_writable_recovers_without_restart(small_fs):
         health = srv.get("/health").json()
         assert health["supervision"]["failed_children"] == 0
         wait_for(lambda: srv.get("/health").json()["storage"]["state"] == "ok", what="storage ok in /health")
+
+
+@pytest.mark.parametrize(
+    "exc,code",
+    [
+        (OSError(errno.ENOSPC, "full"), "storage_full"),
+        (OSError(errno.EDQUOT, "quota"), "storage_full"),
+        (OSError(errno.EROFS, "ro"), "storage_read_only"),
+        (PermissionError(errno.EACCES, "denied"), "storage_read_only"),
+        (OSError(errno.EIO, "io"), "storage_io_error"),
+        (sqlite3.OperationalError("database or disk is full"), "storage_full"),
+        (sqlite3.OperationalError("attempt to write a readonly database"), "storage_read_only"),
+        (sqlite3.OperationalError("disk I/O error"), "storage_io_error"),
+        (OSError(errno.ENOENT, "missing"), None),
+        (ValueError("not storage"), None),
+        (sqlite3.IntegrityError("UNIQUE constraint failed"), None),
+    ],
+)
+def test_classify_storage_errors(exc, code):
+    fault = classify(exc)
+    assert (fault.code if fault else None) == code
+    # Wrapped (raise ... from exc) the same fault is found.
+    try:
+        try:
+            raise exc
+        except Exception as inner:
+            raise RuntimeError("wrapper") from inner
+    except RuntimeError as outer:
+        wrapped = classify(outer)
+    assert (wrapped.code if wrapped else None) == code
+
+
+def test_a_real_sqlite_full_error_is_classified(small_fs):
+    fill_db = small_fs / "t.db"
+    db = sqlite3.connect(fill_db)
+    db.execute("CREATE TABLE t (x BLOB)")
+    with pytest.raises(sqlite3.Error) as caught:
+        while True:
+            db.execute("INSERT INTO t VALUES (?)", (b"\0" * 65536,))
+            db.commit()
+    db.close()
+    assert classify(caught.value).code == "storage_full"

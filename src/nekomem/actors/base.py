@@ -123,7 +123,7 @@ class ChildActor(pykka.ThreadingActor):
             fault = classify(exc)
             if fault is None:
                 raise
-            self._storage_trouble(fault)
+            self._storage_trouble(fault, exc)
 
     # -- storage faults --------------------------------------------------------------
     # A full, read-only or failing disk is the environment's fault: the message is
@@ -131,8 +131,8 @@ class ChildActor(pykka.ThreadingActor):
     # the disk by reloading from disk, and it is never crashed (so never marked failed).
     # Until a reload succeeds, every message first retries it: the layer recovers by
     # itself as soon as the disk does.
-    def _storage_trouble(self, fault: StorageFault) -> None:
-        self.log.warning("%s: %s for a character", self.child_name, fault.code)
+    def _storage_trouble(self, fault: StorageFault, exc: BaseException) -> None:
+        self.log.warning("%s: %s for a character (%s)", self.child_name, fault.code, type(exc).__name__, exc_info=self.log.isEnabledFor(logging.DEBUG))
         storage = self.ctx.services.storage
         if storage is not None:
             storage.report(self.ctx.name, self.child_name, fault)
@@ -237,7 +237,7 @@ class ChildActor(pykka.ThreadingActor):
             fault = classify(exc)
             if fault is not None:
                 fail_message(message, ActorFailure(fault.code, fault.message, fault.status))
-                self._storage_trouble(fault)
+                self._storage_trouble(fault, exc)
                 return None
             self.log.exception("%s crashed on %s for a character", self.child_name, type(message).__name__)
             fail_message(message, ActorFailure("internal_error", f"{self.child_name} failed: {type(exc).__name__}", 500))
