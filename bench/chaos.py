@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nekomem.config import load_settings
 from bench._common import print_table, ratio, run_load, start_nekomem, turn_pair
 from tests.support.fake_llm import DEFAULT_HANDLERS, FakeLLM, Reply
 
@@ -131,6 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"model calls per character per minute: healthy {healthy_rate:.2f}, chaos {chaos_rate:.2f}")
     print(f"healthy model calls per character per minute by task: {dict(sorted(healthy_tasks.items()))}")
     print(f"chaos model calls per character per minute by task: {dict(sorted(per_task.items()))}")
+    defaults = load_settings(None, env=SCHEDULES)
+    attempts = 1 + defaults.llm.llm_max_retries
+    bound = 60 / defaults.longterm.fact_extract_poll_seconds * attempts
+    print(f"schedule bound for extract_facts: {bound:.1f} calls per character per minute "
+          f"(one batch per {defaults.longterm.fact_extract_poll_seconds:g} s poll x {attempts} attempts)")
     print(f"non-2xx answers (both phases): {fivexx}; 5xx: {fivexx_only}")
     return 0
 
