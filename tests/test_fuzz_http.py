@@ -90,7 +90,9 @@ def test_fuzz_every_route_no_5xx_and_stores_parse(memory_root):
         seen = {"requests": 0, "5xx": []}
         timings: list[tuple[float, str, str]] = []
 
-        operations = [operation.ok() for operation in schema.get_all_operations()]
+        # /api/import/neko reads a folder named in the body anywhere on this machine: not
+        # something to point random paths at.
+        operations = [o.ok() for o in schema.get_all_operations() if o.ok().path != "/api/import/neko"]
         # Rounds over every operation until the request budget is spent: hypothesis stops
         # early on operations with few distinct inputs (GET /health), so the bodies of the
         # others are drawn again, with fresh randomness, in later rounds.

@@ -98,31 +98,37 @@ def test_disk_full_then_freed_recovers_without_restart(small_fs):
         assert srv.get("/api/characters/Lan/facts").json()["total"] == 1
 
 
-def test_read_only_then_writable_recovers_without_restart(small_fs):
-    root = small_fs / "memory"
-    with LiveServer(make_settings(root, restart_budget=2)) as srv:
-        assert srv.post("/cache/Lan", json=turn("while writable")).status_code == 200
-        # Characters passivate (their files closed) so that the kernel lets the file system
-        # become read-only; they activate again on the next request, from a read-only disk.
-        srv.runtime.registry.stop_all()
-        remount = subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], capture_output=True)
-        if remount.returncode != 0:
-            pytest.skip(f"cannot remount read-only: {remount.stderr!r}")
-        for i in range(6):
-            check_fault(srv.post("/cache/Lan", json=turn(f"lost {i}")), 503, "storage_read_only")
-        check_fault(srv.post("/cache/Newcomer", json=turn("hello")), 503, "storage_read_only")
-        assert srv.get("/health").json()["storage"]["state"] == "storage_read_only"
-        # A character activated on a read-only disk cannot open its time index (SQLite
-        # opens it for writing): its reads fail fast too, with the same answer.
-        check_fault(srv.get("/api/characters/Lan/recent"), 503, "storage_read_only")
+def test_read_only_then_writable_recovers_without_restart(tmp_path):
+    # The character's folder is its own small file system: the memory root holds the
+    # server's lock file open for writing, which a read-only remount would refuse.
+    root = tmp_path / "memory"
+    folder = root / "Lan"
+    if os.geteuid() != 0 or not _mount(folder, "4m"):
+        pytest.skip("mounting a tmpfs needs root and a kernel that allows it here")
+    try:
+        with LiveServer(make_settings(root, restart_budget=2)) as srv:
+            assert srv.post("/cache/Lan", json=turn("while writable")).status_code == 200
+            # The character passivates (its files closed) so that the kernel lets the
+            # file system become read-only; it activates again on the next request.
+            srv.runtime.registry.stop_all()
+            remount = subprocess.run(["mount", "-o", "remount,ro", str(folder)], capture_output=True)
+            if remount.returncode != 0:
+                pytest.skip(f"cannot remount read-only: {remount.stderr!r}")
+            for i in range(6):  # more attempts than the restart budget
+                check_fault(srv.post("/cache/Lan", json=turn(f"lost {i}")), 503, "storage_read_only")
+            assert srv.get("/health").json()["storage"]["state"] == "storage_read_only"
+            # Activated on a read-only disk, the character cannot open its time index
+            # (SQLite opens it for writing): its reads fail fast too, with the same answer.
+            check_fault(srv.get("/api/characters/Lan/recent"), 503, "storage_read_only")
 
-        subprocess.run(["mount", "-o", "remount,rw", str(small_fs)], check=True)
-        assert srv.post("/cache/Lan", json=turn("writable again")).status_code == 200
-        assert srv.post("/cache/Newcomer", json=turn("hello")).status_code == 200
-        assert recent_texts(srv) == ["while writable", "writable again"]
-        health = srv.get("/health").json()
-        assert health["supervision"]["failed_children"] == 0
-        wait_for(lambda: srv.get("/health").json()["storage"]["state"] == "ok", what="storage ok in /health")
+            subprocess.run(["mount", "-o", "remount,rw", str(folder)], check=True)
+            assert srv.post("/cache/Lan", json=turn("writable again")).status_code == 200
+            assert recent_texts(srv) == ["while writable", "writable again"]
+            assert srv.get("/health").json()["supervision"]["failed_children"] == 0
+            wait_for(lambda: srv.get("/health").json()["storage"]["state"] == "ok", what="storage ok in /health")
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(folder)], capture_output=True)
+        subprocess.run(["umount", "-l", str(folder)], check=True)
 
 
 @pytest.mark.parametrize(

@@ -69,6 +69,12 @@ class Reply:
         return cls("text", content, finish_reason=finish_reason)
 
     @classmethod
+    def prose(cls, obj: Any, *, before: str = "Sure! Here is what I found:", after: str = "Let me know if you need more.") -> Reply:
+        """A completion with ``obj`` as JSON inside prose, as models that ignore
+        ``response_format`` answer."""
+        return cls("text", f"{before}\n{json.dumps(obj, ensure_ascii=False)}\n{after}")
+
+    @classmethod
     def status(cls, code: int, body: str | dict[str, Any] = "", *, headers: dict[str, str] | None = None) -> Reply:
         """An HTTP error (or any status) with a raw body; a dict body is JSON-encoded."""
         return cls("status", (body, dict(headers or {})), status_code=code)
@@ -332,6 +338,14 @@ class FakeLLM:
         header names are lower-case."""
         with self._lock:
             return [dict(c) for c in self._calls if task is None or c["task"] == task]
+
+    def tally(self) -> dict[str, int]:
+        """Recorded requests per task."""
+        with self._lock:
+            counts: dict[str, int] = {}
+            for call in self._calls:
+                counts[call["task"]] = counts.get(call["task"], 0) + 1
+            return counts
 
     def wait_for_calls(self, count: int, task: str | None = None, timeout: float = 10.0) -> bool:
         """Block until at least ``count`` matching requests arrived; False on timeout."""

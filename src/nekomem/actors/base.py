@@ -136,6 +136,7 @@ class ChildActor(pykka.ThreadingActor):
         storage = self.ctx.services.storage
         if storage is not None:
             storage.report(self.ctx.name, self.child_name, fault)
+        self._fault_reported = True
         self._needs_reload = True
         self._reload()
 
@@ -153,9 +154,6 @@ class ChildActor(pykka.ThreadingActor):
                 raise
             return fault
         self._needs_reload = False
-        storage = self.ctx.services.storage
-        if storage is not None:
-            storage.clear(self.ctx.name, self.child_name)
         self.log.info("%s reloaded from disk after a storage fault", self.child_name)
         return None
 
@@ -229,7 +227,14 @@ class ChildActor(pykka.ThreadingActor):
                 fail_message(message, ActorFailure(fault.code, fault.message, fault.status))
                 return None
         try:
-            return handler(message)
+            result = handler(message)
+            if getattr(self, "_fault_reported", False):
+                # A message handled without a storage fault: this layer is healthy again.
+                self._fault_reported = False
+                storage = self.ctx.services.storage
+                if storage is not None:
+                    storage.clear(self.ctx.name, self.child_name)
+            return result
         except ActorFailure as exc:
             fail_message(message, exc)
             return None

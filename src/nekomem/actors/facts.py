@@ -30,7 +30,9 @@ from nekomem.actors.messages import (
     ModelDone,
     NewFacts,
     OpFinished,
+    OpParked,
     PostTurn,
+    ReclaimParked,
     ReflectNow,
     ReplyMentions,
     RunOp,
@@ -39,15 +41,19 @@ from nekomem.actors.messages import (
     Tick,
     VectorsComputed,
 )
+from nekomem.actors.scoped_facts import ScopedFactsMixin
 from nekomem.domain import facts as fl
 from nekomem.domain import prompts_longterm as prompts
 from nekomem.domain import reflections as rl
 from nekomem.domain.dedup_index import DedupIndex
+from nekomem.domain.extraction import ExtractionQueue
+from nekomem.domain.gates import task_gate
 from nekomem.domain.messages import Turn, from_disk, parse_timestamp
 from nekomem.domain.opaque import clip_opaque
 from nekomem.domain.records import Fact, fact_hash, fact_id
+from nekomem.domain.subjects import is_private, same_corpus
 from nekomem.runtime.reply import ActorFailure
-from nekomem.stores.atomic import atomic_write_json, read_json
+from nekomem.stores.atomic import atomic_write_json, read_records
 from nekomem.stores.journal import Event
 
 log = logging.getLogger(__name__)
@@ -82,10 +88,13 @@ def fact_index_entry(fact: Fact, tier: str) -> IndexEntry:
         vector=fact.embedding if isinstance(fact.embedding, str) else None,
         vector_model=fact.embedding_model_id,
         text_sha256=fact.embedding_text_sha256,
+        subject_kind=fact.subject_kind,
+        subject_id=fact.subject_id,
+        scope=fact.scope,
     )
 
 
-class FactActor(JournaledActor):
+class FactActor(ScopedFactsMixin, JournaledActor):
     child_name = "facts"
     owner = "facts"
 
@@ -95,26 +104,23 @@ class FactActor(JournaledActor):
         self.facts: dict[str, Fact] = {}
         self.archive: dict[str, Fact] = {}
         for path, target in ((self.ctx.paths.facts, self.facts), (self.ctx.paths.facts_archive, self.archive)):
-            raw = self.read_view(path, default=[])
-            for item in raw if isinstance(raw, list) else []:
-                try:
-                    fact = self.fact_from(item)
-                except msgspec.ValidationError:
-                    self.log.warning("skipped an unreadable fact record")
-                    continue
+            facts, rejected = read_records(path, self.fact_from, "facts", on_corrupt=self.note_corrupt)
+            for fact in facts:
                 target[fact.id] = fact
+            self._dirty += rejected  # rewrite the view once, without what was kept aside
         self.dedup = DedupIndex(self.s.fact_near_dup_jaccard_threshold, self.s.fact_near_dup_max_candidates)
-        self.batch: list[tuple[str, list[Turn]]] = []  # (op_id, turns) waiting for path A
-        self.user_turns_since = 0
-        self.last_check_at: datetime | None = None
-        self.last_activity_at: datetime | None = None
+        self.queue = ExtractionQueue(self.s)  # records waiting for path A
         self.last_archive_at: datetime | None = None
         self.passes_since_disclosure = 0
         self.extract_inflight: int | None = None
+        # A failed batch stays parked and is retried after a backoff (as the reference's
+        # cursor stays put): a model outage delays extraction but never dead-letters turns.
+        self.extract_gate = task_gate(self.s)
         self._synth_pending: dict[str, tuple[Any, Any, Any]] = {}
         self._paraphrase_todo: set[str] = set()
         self.dup_queue: list[Any] = []  # DedupPair awaiting judge_duplicates (a cache: rebuilt as facts arrive)
         self.dup_inflight = False
+        self.dup_gate = task_gate(self.s, self.s.longterm_idle_maintenance_interval_seconds)
         self.next_synthesis = self.ctx.clock.monotonic() + self.s.reflection_synthesis_initial_delay_seconds
 
     def fact_from(self, obj: Any) -> Fact:
@@ -122,8 +128,13 @@ class FactActor(JournaledActor):
         return fact_from(obj, server.opaque_max_depth, server.opaque_max_bytes)
 
     def after_load(self) -> None:
+        # Records parked in a previous instance's batch were lost with it.
+        self.ctx.send("outbox", ReclaimParked(child=self.child_name))
+        # Only the private corpus dedups private extraction: a group's fact must not hide
+        # the owner's own (scoped facts dedup within their subject, see scoped_facts).
         for fact in list(self.facts.values()) + list(self.archive.values()):
-            self.dedup.add(fact)
+            if is_private(fact):
+                self.dedup.add(fact)
         self.send_index()
 
     def on_RequestIndex(self, msg: Any) -> None:
@@ -195,47 +206,54 @@ class FactActor(JournaledActor):
             # (reported by /health) and the record is finished.
             self.ctx.send("outbox", OpFinished(op_id=msg.op_id, ok=True))
             return
-        self.last_activity_at = self.now()
-        if any(op_id == msg.op_id for op_id, _ in self.batch):
-            return  # a replayed record that is already buffered
-        if self.powerful():
-            self.batch.append((msg.op_id, turns))
-            self.user_turns_since += len(user_turns)
+        if self.powerful() or msg.op_id in self.queue:
+            self.queue.add(msg.op_id, turns, self.now())
+            # Held for a batch: free the outbox slot so the records behind it arrive.
+            self.ctx.send("outbox", OpParked(op_id=msg.op_id))
             self._maybe_extract()
         else:
             self._extract("single", [(msg.op_id, turns)])
 
     def _maybe_extract(self) -> None:
-        if self.extract_inflight is not None or not self.batch:
+        if self.extract_inflight is not None or self.extract_gate.blocked(self.ctx.clock.monotonic()):
             return
-        if fl.extraction_due(self.user_turns_since, self.last_check_at, self.last_activity_at, self.now(), self.s):
-            batch, self.batch = self.batch, []
-            self.user_turns_since = 0
-            self._extract("batch", batch)
+        trigger = self.queue.due(self.now())
+        if trigger is not None:
+            batch = self.queue.take(trigger)
+            self.log.info("batch extraction (%s): %d records", trigger, len(batch))
+            self._extract("batch", batch, trigger)
 
-    def _extract(self, mode: str, ops: list[tuple[str, list[Turn]]]) -> None:
+    def _extract(self, mode: str, ops: list[tuple[str, list[Turn]]], trigger: str = "") -> None:
         turns = [t for _op, ts in ops for t in ts]
         messages = prompts.extract_facts_messages(turns, now=self.now(), **self.names())
         token = self.ask_model(
-            "extract", "extract_facts", messages, context={"mode": mode, "ops": ops}, timeout=self.s.longterm_extract_timeout_seconds
+            "extract", "extract_facts", messages, context={"mode": mode, "ops": ops, "trigger": trigger},
+            timeout=self.s.longterm_extract_timeout_seconds,
         )
         if token is None:
             # Pool full: put the work back and try on the next tick.
             if mode == "batch":
-                self.batch = ops + self.batch
-                self.user_turns_since += sum(1 for t in turns if t.role == "human")
+                self.queue.put_back(ops, trigger)
             else:
                 for op_id, _ in ops:
                     self.ctx.send("outbox", OpFinished(op_id=op_id, ok=False, error="model pool full"))
             return
         if mode == "batch":
             self.extract_inflight = token
+            self.extract_gate.start()
 
     def done_extract(self, msg: ModelDone) -> None:
         ctx = msg.context
         ops: list[tuple[str, list[Turn]]] = ctx["ops"]
         if ctx["mode"] == "batch":
             self.extract_inflight = None
+            mono = self.ctx.clock.monotonic()
+            if msg.error is not None:
+                delay = self.extract_gate.failed_at(mono)
+                self.queue.put_back(ops, ctx["trigger"])
+                self.log.warning("batch fact extraction failed (%d records kept); retried in %.0f s", len(ops), delay)
+                return
+            self.extract_gate.answered_at(mono)
         if msg.error is not None:
             self.log.warning("fact extraction failed; the outbox will retry (%d records)", len(ops))
             for op_id, _ in ops:
@@ -244,7 +262,8 @@ class FactActor(JournaledActor):
         now = self.now()
         new = fl.normalize_extraction(msg.output, now=now, source="user_observation", settings=self.s)
         added, _skipped = self.add_facts(new)
-        self.last_check_at = now
+        if ctx["mode"] == "batch":
+            self.queue.checked(now)
         for op_id, _ in ops:
             self.ctx.send("outbox", OpFinished(op_id=op_id, ok=True))
         if added and self.powerful():
@@ -306,7 +325,8 @@ class FactActor(JournaledActor):
             return
         batch, report, reply = pending
         related = [self.facts.get(i) or self.archive.get(i) for i in msg.ids]
-        self.ctx.send("reflections", Synthesize(batch=batch, related=[f for f in related if f is not None], report=report, reply=reply))
+        related = [f for f in related if f is not None and is_private(f)]
+        self.ctx.send("reflections", Synthesize(batch=batch, related=related, report=report, reply=reply))
 
     def on_ReflectNow(self, msg: ReflectNow) -> None:
         self._start_synthesis({}, msg.reply)
@@ -449,7 +469,7 @@ class FactActor(JournaledActor):
         scored = []
         for nid in neighbour_ids:
             other = self.facts.get(nid)
-            if other is None or not isinstance(other.embedding, str) or other.embedding_model_id != fact.embedding_model_id:
+            if other is None or not same_corpus(other, fact) or not isinstance(other.embedding, str) or other.embedding_model_id != fact.embedding_model_id:
                 continue
             vec = try_decode(other.embedding, dim)
             if vec is not None and vec.shape == mine.shape:
@@ -463,20 +483,27 @@ class FactActor(JournaledActor):
         if self.dup_inflight or not self.dup_queue or not self.powerful():
             return
         batch = fl.dedup_batch(self.dup_queue, self.s)
-        if not batch:
+        if not batch or self.dup_gate.blocked(self.ctx.clock.monotonic()):
             return
         messages = prompts.judge_duplicates_messages(batch, **self.names())
         token = self.ask_model("dups", "judge_duplicates", messages, context={"batch": batch}, timeout=self.s.longterm_dedup_timeout_seconds)
         self.dup_inflight = token is not None
+        if token is not None:
+            self.dup_gate.start()
 
     def done_dups(self, msg: ModelDone) -> None:
         self.dup_inflight = False
         batch = msg.context["batch"]
         if msg.error is not None:
             self.dup_queue, _dropped = fl.record_dedup_failure(self.dup_queue, batch, self.s)
+            self.dup_gate.failed_at(self.ctx.clock.monotonic())
             return
         result = fl.apply_duplicate_decisions(list(self.facts.values()), self.dup_queue, batch, msg.output, self.s)
         self.dup_queue = list(result.queue)
+        if result.decided:
+            self.dup_gate.answered_at(self.ctx.clock.monotonic())
+        else:  # no usable decision: counted as a failure of the batch
+            self.dup_gate.failed_at(self.ctx.clock.monotonic())
         by_id = {f.id: f for f in result.facts}
         items: list[tuple[str, dict[str, Any]]] = [("fact.deleted", {"id": i}) for i in result.removed_ids]
         items += [("fact.updated", {"fact": msgspec.to_builtins(by_id[i])}) for i in result.changed_ids if i in by_id]

@@ -47,8 +47,13 @@ class JournaledActor(ChildActor):
         so that :meth:`load` rebuilds it from the whole journal."""
         value, status = read_json(path, default=default)
         if status == "corrupt":
-            self._corrupt_views.append(path.name)
+            self.note_corrupt(path)
         return value
+
+    def note_corrupt(self, path: Path) -> None:
+        """Record that the view ``path`` was undecodable (moved aside): :meth:`load`
+        rebuilds it from the whole journal."""
+        self._corrupt_views.append(path.name)
 
     def load(self) -> None:
         self._dirty = 0
@@ -70,7 +75,7 @@ class JournaledActor(ChildActor):
         if replay:
             self.log.info("re-applied %d journaled events", len(replay))
             self._last_event = replay[-1].event_id
-            self._dirty = len(replay)
+            self._dirty += len(replay)
             self.flush()
         self.after_load()
 

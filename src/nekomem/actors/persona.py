@@ -29,6 +29,7 @@ from nekomem.actors.messages import (
     RenderContext,
     RenderWithPersona,
     ReplyMentions,
+    ScopedMentions,
     SignalsProcessed,
     Tick,
 )
@@ -36,18 +37,21 @@ from nekomem.domain import evidence as ev
 from nekomem.domain import persona as pl
 from nekomem.domain import prompts_longterm as prompts
 from nekomem.domain import refine as rf
+from nekomem.domain.gates import task_gate
 from nekomem.domain.records import (
     Correction,
     Persona,
     PersonaEntry,
     assign_shards,
     card_entry_id,
+    new_shard_suffix,
     persona_from_disk,
     persona_to_disk,
 )
+from nekomem.domain.subjects import private_persona, scoped_persona
 from nekomem.domain.tokens import get_counter
 from nekomem.runtime.reply import ActorFailure
-from nekomem.stores.atomic import atomic_write_json, read_json
+from nekomem.stores.atomic import atomic_write_json, keep_rejected, read_json, read_records, shard_counts
 from nekomem.stores.journal import Event
 
 ENTITY_MAX_CHARS = 50
@@ -65,16 +69,17 @@ class PersonaActor(JournaledActor):
         self.s = self.ctx.settings.longterm
         self.counter = get_counter(self.ctx.settings.recent.recent_tokenizer_encoding)
         raw = self.read_view(self.ctx.paths.persona, default={})
-        self.persona: Persona = pl.ensure_sections(persona_from_disk(raw))
-        raw, _ = read_json(self.ctx.paths.persona_corrections, default=[])
-        self.corrections: list[Correction] = []
-        for item in raw if isinstance(raw, list) else []:
-            try:
-                self.corrections.append(msgspec.convert(item, Correction, strict=False))
-            except msgspec.ValidationError:
-                continue
+        rejected: list[Any] = []
+        self.persona: Persona = pl.ensure_sections(persona_from_disk(raw, rejected))
+        if rejected:
+            keep_rejected(self.ctx.paths.persona, rejected, "persona entries")
+        self.corrections, rejected_corrections = read_records(
+            self.ctx.paths.persona_corrections, lambda item: msgspec.convert(item, Correction, strict=False), "corrections"
+        )
+        self._dirty += len(rejected) + rejected_corrections  # rewrite the views once, without what was kept aside
         self.archived_pending: dict[str, list[dict[str, Any]]] = {}
         self.correction_inflight = False
+        self.correction_gate = task_gate(self.s, self.s.longterm_idle_maintenance_interval_seconds)
         mono = self.ctx.clock.monotonic()
         self.next_sweep = mono + self.s.evidence_archive_sweep_initial_delay_seconds
         self.next_corrections = mono + self.s.longterm_idle_maintenance_initial_delay_seconds
@@ -265,16 +270,31 @@ class PersonaActor(JournaledActor):
         self.ctx.send("facts", SignalsProcessed(fact_ids=msg.context["fact_ids"]))
 
     def on_ReplyMentions(self, msg: ReplyMentions) -> None:
-        new, changed = pl.record_reply_mentions(self.persona, msg.text, self.now(), self.s, self.stop_names())
+        # A private reply counts only for private entries (a group's are counted by /scoped_mentions).
+        self._record_mentions(private_persona(self.persona), msg.text)
+
+    def on_ScopedMentions(self, msg: ScopedMentions) -> None:
+        changed = self._record_mentions(scoped_persona(self.persona, msg.subjects), msg.text)
+        msg.reply.ok({"status": "recorded", "mentioned": changed})
+
+    def _record_mentions(self, part: Persona, text: str) -> int:
+        """Record mentions in ``text`` of the entries of ``part`` (a view of the persona)."""
+        updated, changed = pl.record_reply_mentions(part, text, self.now(), self.s, self.stop_names())
         if changed:
-            self.commit(new, type="persona.fact_mentioned")
+            ids = set(changed)
+            by_id = {e.id: e for entries in updated.values() for e in entries if e.id in ids}
+            self.commit({k: [by_id.get(e.id, e) for e in v] for k, v in self.persona.items()}, type="persona.fact_mentioned")
+        return len(changed)
 
     # -- rendering -------------------------------------------------------------------
     def on_RenderContext(self, msg: RenderContext) -> None:
         new, changed = pl.refresh_suppressions(self.persona, self.now(), self.s)
         if changed:
             self.commit(new, type="persona.suppressed")
-        self.ctx.send("reflections", RenderWithPersona(persona=pl.copy_persona(self.persona), reply=msg.reply))
+        persona = private_persona(self.persona) if msg.subjects is None else scoped_persona(self.persona, msg.subjects)
+        self.ctx.send("reflections", RenderWithPersona(
+            persona=pl.copy_persona(persona), subjects=msg.subjects, language=msg.language, master_name=msg.master_name, reply=msg.reply,
+        ))
 
     # -- periodic --------------------------------------------------------------------
     def tick(self, msg: Tick) -> None:
@@ -290,8 +310,8 @@ class PersonaActor(JournaledActor):
         now = self.now()
         result = pl.persona_archive_sweep(self.persona, now, self.s)
         if result.archived:
-            day = now.strftime("%Y-%m-%d")
-            shards = assign_shards({}, len(result.archived), day, lambda: __import__("uuid").uuid4().hex[:8], self.s.evidence_archive_shard_max_entries)
+            counts = shard_counts(self.ctx.paths.persona_archive_dir, self.archived_pending)
+            shards = assign_shards(counts, len(result.archived), now.date(), new_shard_suffix, self.s.evidence_archive_shard_max_entries)
             items = [
                 ("persona.entry_updated", {"entity": entity, "entry": msgspec.to_builtins(entry), "archive_shard": shard})
                 for (entity, entry), shard in zip(result.archived, shards)
@@ -305,6 +325,8 @@ class PersonaActor(JournaledActor):
     def _resolve_corrections(self) -> None:
         if self.correction_inflight or not self.corrections or not self.powerful():
             return
+        if self.correction_gate.blocked(self.ctx.clock.monotonic()):
+            return
         batch = pl.correction_batch(self.corrections, self.s)
         if not batch:
             return
@@ -313,19 +335,19 @@ class PersonaActor(JournaledActor):
         token = self.ask_model("correction", "resolve_correction", messages, context={"item": item},
                                timeout=self.s.longterm_correction_timeout_seconds)
         self.correction_inflight = token is not None
+        if token is not None:
+            self.correction_gate.start()
 
     def done_correction(self, msg: ModelDone) -> None:
         self.correction_inflight = False
         item = msg.context["item"]
-        if msg.error is not None:
+        outcome = None if msg.error is not None else pl.apply_correction(self.persona, self.corrections, item, msg.output, self.now(), self.s)
+        if outcome is None or outcome.kind == "invalid":
+            self.correction_gate.failed_at(self.ctx.clock.monotonic())
             corrections, _dead = pl.record_correction_failure(self.corrections, item, self.s)
             self.commit(pl.copy_persona(self.persona), corrections)
             return
-        outcome = pl.apply_correction(self.persona, self.corrections, item, msg.output, self.now(), self.s)
-        if outcome.kind == "invalid":
-            corrections, _dead = pl.record_correction_failure(self.corrections, item, self.s)
-            self.commit(pl.copy_persona(self.persona), corrections)
-            return
+        self.correction_gate.answered_at(self.ctx.clock.monotonic())
         self.commit(outcome.persona, outcome.corrections)
         if outcome.source_id:
             self.ctx.send("reflections", CorrectionResolved(reflection_id=outcome.source_id, kind=outcome.kind))

@@ -19,6 +19,7 @@ import msgspec
 from nekomem.actors.base import ChildActor
 from nekomem.actors.messages import (
     AppendTurns,
+    CancelCorrection,
     CompressDone,
     EditRecent,
     Enqueue,
@@ -34,7 +35,8 @@ from nekomem.domain.tokens import get_counter
 from nekomem.runtime.clock import iso
 from nekomem.runtime.pool import PoolFull
 from nekomem.runtime.reply import ActorFailure, Reply
-from nekomem.stores.atomic import atomic_write_json, read_json
+from nekomem.stores.atomic import atomic_write_json, keep_rejected, read_json
+from nekomem.stores.recent_watch import RecentWatch, journal_adoption
 from nekomem.stores.timeindex import TimeIndex
 
 OP_POST_TURN = "extract_facts"  # wire value of the reference's OP_POST_TURN_SIGNALS
@@ -84,12 +86,7 @@ class RecentActor(ChildActor):
         paths = self.ctx.paths
         self.settings = self.ctx.settings.recent
         self.counter = get_counter(self.settings.recent_tokenizer_encoding)
-        raw, status = read_json(paths.recent, default=[])
-        window: list[Turn] = []
-        for item in raw if isinstance(raw, list) else []:
-            turn = from_disk(item)
-            if turn is not None:
-                window.append(turn)
+        window, status, unreadable = self._read_window(paths.recent)
         self.tindex = TimeIndex(paths.time_index_db)
         meta_raw, _ = read_json(paths.recent_meta, default={})
         try:
@@ -102,10 +99,11 @@ class RecentActor(ChildActor):
             window = self.tindex.tail(self.settings.recent_compress_threshold_items)
             self.log.warning("recent.json was corrupt; rebuilt the window from the journal (%d items)", len(window))
         self.window = window
+        self.watch = RecentWatch(paths.recent)
         self.tokens = [self.counter.count(t.text) for t in window]
-        if status == "corrupt":
+        if status == "corrupt" or unreadable:
             self._enforce_cap()
-            self._save_window()
+            self._save_window()  # the unreadable items are kept aside: they are not kept twice
         self._token = 0
         self._compression: _Compression | None = None
         self._review_token: int | None = None
@@ -117,12 +115,33 @@ class RecentActor(ChildActor):
         self._next_compress_try = 0.0
         self._last_purge = 0.0
 
+    @staticmethod
+    def _read_window(path: Any) -> tuple[list[Turn], str, int]:
+        """(turns, read status, how many items were unreadable). Unreadable items are kept
+        aside by keep_rejected; the caller rewrites the window without them."""
+        raw, status = read_json(path, default=[])
+        if status != "ok":
+            return [], status, 0
+        items = raw if isinstance(raw, list) else []
+        unreadable: list[Any] = [] if isinstance(raw, list) else [raw]
+        window: list[Turn] = []
+        for item in items:
+            turn = from_disk(item)
+            if turn is None:
+                unreadable.append(item)
+            else:
+                window.append(turn)
+        if unreadable:
+            keep_rejected(path, unreadable, "window items")
+        return window, status, len(unreadable)
+
     def close(self) -> None:
         if getattr(self, "tindex", None) is not None:
             self.tindex.close()
 
     # -- writes ----------------------------------------------------------------------
     def on_AppendTurns(self, msg: AppendTurns) -> None:
+        self.adopt_outside_edit("write")
         self._last_activity = self.ctx.clock.monotonic()
         key = msg.idempotency_key
         if key:
@@ -201,7 +220,36 @@ class RecentActor(ChildActor):
         self.log.info("hard cap trimmed the window to %d items", len(self.window))
 
     def _save_window(self) -> None:
+        self.adopt_outside_edit("write", keep_ours=True)
         atomic_write_json(self.ctx.paths.recent, [t.to_disk() for t in self.window])
+        self.watch.remember()
+
+    def adopt_outside_edit(self, reason: str, *, keep_ours: bool = False) -> bool:
+        """If recent.json was changed by someone else, adopt it as the window (or, with
+        ``keep_ours``, only journal it before it is overwritten); True when it was changed."""
+        if not self.watch.changed():
+            return False
+        raw, status = read_json(self.ctx.paths.recent, default=[])
+        items = raw if status == "ok" and isinstance(raw, list) else []
+        ours = [t.to_disk() for t in self.window]
+        if keep_ours or status != "ok" or not isinstance(raw, list):
+            journal_adoption(self.ctx.paths.folder, iso(self.ctx.clock.now()), items, ours, reason + ":kept")
+            self.watch.remember()
+            return True
+        journal_adoption(self.ctx.paths.folder, iso(self.ctx.clock.now()), ours, items, reason)
+        self.window = [t for t in (from_disk(item) for item in items) if t is not None]
+        self.tokens = [self.counter.count(t.text) for t in self.window]
+        self.watch.remember()
+        self.log.info("adopted an outside edit of recent.json (%d items)", len(self.window))
+        return True
+
+    def on_CancelCorrection(self, msg: CancelCorrection) -> None:
+        """The reference's memory browser saved recent.json: adopt it, drop a running review."""
+        self.adopt_outside_edit("cancel_correction")
+        cancelled = self._review_token is not None
+        self._review_token = None
+        self._review_snapshot = None
+        msg.reply.ok({"status": "cancelled" if cancelled else "no_task"})
 
     def _save_meta(self) -> None:
         atomic_write_json(self.ctx.paths.recent_meta, self.meta)
@@ -258,6 +306,7 @@ class RecentActor(ChildActor):
         comp = self._compression
         if comp is None or comp.token != msg.token:
             return  # a late result of a superseded compression
+        self.adopt_outside_edit("compress")
         self._compression = None
         now = self.ctx.clock.now()
         result = msg.result
@@ -302,7 +351,7 @@ class RecentActor(ChildActor):
         reason = review.review_gate(
             self.meta.review,
             self.window,
-            time.time(),
+            self._wall(),
             self._last_activity_wall(),
             switch_on,
             self.settings,
@@ -338,16 +387,21 @@ class RecentActor(ChildActor):
         self._review_token = token
         self._review_snapshot = snapshot
 
+    def _wall(self) -> float:
+        """Epoch seconds on the injectable clock (review times are stored as these)."""
+        return self.ctx.clock.now().timestamp()
+
     def _last_activity_wall(self) -> float:
-        return time.time() - (self.ctx.clock.monotonic() - self._last_activity)
+        return self._wall() - (self.ctx.clock.monotonic() - self._last_activity)
 
     def on_ReviewDone(self, msg: ReviewDone) -> None:
         if self._review_token != msg.token:
             return
+        self.adopt_outside_edit("review")
         snapshot = self._review_snapshot or []
         self._review_token = None
         self._review_snapshot = None
-        now = time.time()
+        now = self._wall()
         if msg.error is not None or msg.result is None:
             if msg.exhausted:
                 tokens = sum(self.counter.count(t.text) for t in snapshot)
@@ -365,13 +419,16 @@ class RecentActor(ChildActor):
             self._enforce_cap()
             self._save_window()
             self.meta.review = review.record_success(self.meta.review, now, outcome.cutoff_fingerprint)
+        elif outcome.status == review.STATUS_CLEAN:
+            self.meta.review = review.record_clean(self.meta.review, snapshot, now, self.settings)
         else:
-            self.meta.review = review.record_white(self.meta.review)
+            self.meta.review = review.record_white(self.meta.review, now)
         self._save_meta()
         self.log.info("review finished: %s", outcome.status)
 
     # -- reads -----------------------------------------------------------------------
     def on_GetRecent(self, msg: GetRecent) -> None:
+        self.adopt_outside_edit("read")
         if msg.wait_settle and self._compression is not None and self._compression.settle:
             self._settle_waiters.append(msg)
             return
@@ -381,6 +438,7 @@ class RecentActor(ChildActor):
         msg.reply.ok(RecentView(window=list(self.window), last_timestamp=self.tindex.last_timestamp(), stored_total=self.tindex.count()))
 
     def on_EditRecent(self, msg: EditRecent) -> None:
+        self.adopt_outside_edit("edit")
         if not 0 <= msg.index < len(self.window):
             raise ActorFailure("not_found", f"no recent item {msg.index}", 404)
         if msg.text is None:

@@ -44,12 +44,14 @@ from nekomem.actors.messages import (
 from nekomem.domain import evidence as ev
 from nekomem.domain import prompts_longterm as prompts
 from nekomem.domain import refine as rf
+from nekomem.domain.gates import task_gate
 from nekomem.domain import reflections as rl
-from nekomem.domain.records import Reflection, SurfacedEntry, assign_shards
+from nekomem.domain.records import Reflection, SurfacedEntry, assign_shards, new_shard_suffix
 from nekomem.domain.render_longterm import render_longterm
+from nekomem.domain.subjects import filter_visible
 from nekomem.domain.tokens import get_counter
 from nekomem.runtime.reply import ActorFailure
-from nekomem.stores.atomic import atomic_write_json, read_json
+from nekomem.stores.atomic import atomic_write_json, read_json, read_records, shard_counts
 from nekomem.stores.cursors import Cursors
 from nekomem.stores.journal import Event
 
@@ -68,21 +70,12 @@ class ReflectionActor(JournaledActor):
         self.s = self.ctx.settings.longterm
         self.counter = get_counter(self.ctx.settings.recent.recent_tokenizer_encoding)
         self.refs: dict[str, Reflection] = {}
-        raw = self.read_view(self.ctx.paths.reflections, default=[])
-        for item in raw if isinstance(raw, list) else []:
-            try:
-                ref = ref_from(item)
-            except msgspec.ValidationError:
-                self.log.warning("skipped an unreadable reflection record")
-                continue
-            self.refs[ref.id] = ref
-        raw, _ = read_json(self.ctx.paths.surfaced, default=[])
-        self.surfaced: list[SurfacedEntry] = []
-        for item in raw if isinstance(raw, list) else []:
-            try:
-                self.surfaced.append(msgspec.convert(item, SurfacedEntry, strict=False))
-            except msgspec.ValidationError:
-                continue
+        refs, rejected = read_records(self.ctx.paths.reflections, ref_from, "reflections", on_corrupt=self.note_corrupt)
+        self.refs.update((ref.id, ref) for ref in refs)
+        self.surfaced, rejected_surfaced = read_records(
+            self.ctx.paths.surfaced, lambda item: msgspec.convert(item, SurfacedEntry, strict=False), "surfaced entries"
+        )
+        self._dirty += rejected + rejected_surfaced  # rewrite the views once, without what was kept aside
         self.archived_pending: dict[str, list[Reflection]] = {}  # shard -> entries not yet written
         self.backoff: dict[str, Any] = {}
         self._stage2_pending: dict[str, list[Any]] = {}
@@ -93,6 +86,8 @@ class ReflectionActor(JournaledActor):
         self.next_rebuttal = mono + self.s.reflection_rebuttal_initial_delay_seconds
         self.rebuttal_inflight = False
         self.rebuttal_failures = 0
+        self.rebuttal_gate = task_gate(self.s)
+        self.synth_gate = task_gate(self.s)  # background synthesis: not the same batch twice
         self.cursors = Cursors(self.ctx.paths.cursors)
 
     def after_load(self) -> None:
@@ -137,7 +132,7 @@ class ReflectionActor(JournaledActor):
             ref = ref_from(p["reflection"])
             if event.type == "reflection.synthesized" and ref.id in self.refs:
                 return
-            if ref.status == "archived" and p.get("archive_shard"):
+            if p.get("archive_shard"):
                 self.refs.pop(ref.id, None)
                 self.archived_pending.setdefault(p["archive_shard"], []).append(ref)
             else:
@@ -165,6 +160,9 @@ class ReflectionActor(JournaledActor):
             vector=ref.embedding if isinstance(ref.embedding, str) else None,
             vector_model=ref.embedding_model_id,
             text_sha256=ref.embedding_text_sha256,
+            subject_kind=ref.subject_kind,
+            subject_id=ref.subject_id,
+            scope=ref.scope,
         )
 
     def on_VectorsComputed(self, msg: Any) -> None:
@@ -214,6 +212,9 @@ class ReflectionActor(JournaledActor):
                 report["synthesis"] = {"status": "backoff"}
                 self._promotion_pass(report, msg.reply)
             return
+        background = report is None
+        if background and self.synth_gate.blocked(self.ctx.clock.monotonic(), batch.backoff_key):
+            return  # answered already for these very facts, in backoff, or in flight
         messages = prompts.synthesize_reflection_messages(batch.facts, list(msg.related), now=now, settings=self.s, **self.names())
         token = self.ask_model(
             "synth", "synthesize_reflection", messages, context={"batch": batch, "report": report, "reply": msg.reply},
@@ -223,11 +224,20 @@ class ReflectionActor(JournaledActor):
             if report is not None:
                 report["synthesis"] = {"status": "skipped", "reason": "no summary tier or model pool full"}
                 self._promotion_pass(report, msg.reply)
+        elif background:
+            self.synth_gate.start(batch.backoff_key)
 
     def done_synth(self, msg: ModelDone) -> None:
         batch = msg.context["batch"]
         report = msg.context["report"]
         now = self.now()
+        if report is None:
+            mono = self.ctx.clock.monotonic()
+            # A null answer is an answer: the same facts are not offered again until they change.
+            if msg.error is not None:
+                self.synth_gate.failed_at(mono)
+            else:
+                self.synth_gate.answered_at(mono)
         ref = None
         if msg.error is None:
             ref = rl.build_reflection(msg.output, batch, now, self.s, self.counter.count)
@@ -366,10 +376,13 @@ class ReflectionActor(JournaledActor):
             return
         now = self.now()
         changed: list[Reflection] = []
+        # Calls overlap (one per user turn): the same answer about an entry counts once.
+        recorded = {e.reflection_id: e.feedback for e in self.surfaced}
         for rid, fb in rl.interpret_feedback(msg.output, msg.context["ids"]):
             ref = self.refs.get(rid)
-            if ref is None or ref.status in TERMINAL:
+            if ref is None or ref.status in TERMINAL or recorded.get(rid) == fb:
                 continue
+            recorded[rid] = fb
             changed.append(rl.apply_feedback(ref, fb, now, self.s))
             self.surfaced = rl.record_feedback(self.surfaced, rid, fb, now)
         if changed:
@@ -393,7 +406,7 @@ class ReflectionActor(JournaledActor):
 
     # -- surfacing -------------------------------------------------------------------
     def on_FollowupTopics(self, msg: FollowupTopics) -> None:
-        picks = rl.followup_candidates(self.refs.values(), self.now(), self.s, self.rng)
+        picks = rl.followup_candidates(filter_visible(self.refs.values(), None), self.now(), self.s, self.rng)
         msg.reply.ok({"topics": [{"id": r.id, "text": r.text, "entity": r.entity} for r in picks]})
 
     def on_RecordSurfaced(self, msg: RecordSurfaced) -> None:
@@ -409,8 +422,10 @@ class ReflectionActor(JournaledActor):
 
     # -- rendering -------------------------------------------------------------------
     def on_RenderWithPersona(self, msg: RenderWithPersona) -> None:
+        names = {**self.names(), **({"master_name": msg.master_name} if msg.master_name else {})}
         text = render_longterm(
-            msg.persona, list(self.refs.values()), now=self.now(), settings=self.s, count_tokens=self.counter.count, **self.names()
+            msg.persona, filter_visible(self.refs.values(), msg.subjects), now=self.now(), settings=self.s,
+            count_tokens=self.counter.count, language=msg.language, **names,
         )
         msg.reply.ok(text)
 
@@ -496,6 +511,8 @@ class ReflectionActor(JournaledActor):
     def done_rebuttal(self, msg: ModelDone) -> None:
         self.rebuttal_inflight = False
         if msg.error is not None:
+            mono = self.ctx.clock.monotonic()
+            self.next_rebuttal = max(self.next_rebuttal, mono + self.rebuttal_gate.failed_at(mono))
             self.rebuttal_failures += 1
             if self.rebuttal_failures >= self.s.longterm_liveness_max_attempts:
                 # Dead letter: do not retry the same window forever.
@@ -503,6 +520,7 @@ class ReflectionActor(JournaledActor):
                 self.cursors.set(self.REBUTTAL_CURSOR, msg.context["advance_to"])
             return
         self.rebuttal_failures = 0
+        self.rebuttal_gate.answered_at(self.ctx.clock.monotonic())
         signals = ev.resolve_disputed(msg.output, msg.context["observations"])
         ids = [s.target_id for s in signals if s.target_kind == "reflection"]
         updated, changed = rl.apply_disputed(list(self.refs.values()), ids, self.now(), self.s)
@@ -516,23 +534,20 @@ class ReflectionActor(JournaledActor):
         result = rl.archive_sweep(list(self.refs.values()), now, self.s)
         by_id = {r.id: r for r in result.kept}
         self.save([by_id[i] for i in result.counted if i in by_id], "reflection.evidence_updated")
-        if result.archived:
-            day = now.strftime("%Y-%m-%d")
-            folder = self.ctx.paths.reflection_archive_dir
-            counts: dict[str, int] = {}
-            if folder.exists():
-                for path in folder.glob("*.json"):
-                    raw, _ = read_json(path, default=[])
-                    counts[path.name] = len(raw) if isinstance(raw, list) else 0
-            shards = assign_shards(counts, len(result.archived), day, lambda: __import__("uuid").uuid4().hex[:8], self.s.evidence_archive_shard_max_entries)
-            archived = rl.with_shard_paths(result.archived, shards)
+        # Promoted and denied reflections leave the active file as they are, once old.
+        _kept, aged = rl.age_out_terminal(result.kept, now, self.s)
+        leaving = [*result.archived, *aged]
+        if leaving:
+            counts = shard_counts(self.ctx.paths.reflection_archive_dir, self.archived_pending)
+            shards = assign_shards(counts, len(leaving), now.date(), new_shard_suffix, self.s.evidence_archive_shard_max_entries)
+            archived = rl.with_shard_paths(leaving, shards)
             self.record_many(
                 ("reflection.state_changed", {"reflection": msgspec.to_builtins(r), "archive_shard": shard})
                 for r, shard in zip(archived, shards)
             )
             self.ctx.send("recall", IndexRemove(ids=[r.id for r in archived]))
             self.flush()
-        return {"archived": len(result.archived), "counted": len(result.counted)}
+        return {"archived": len(leaving), "counted": len(result.counted)}
 
     # -- refinement ------------------------------------------------------------------
     _refine_next: float | None = None

@@ -74,7 +74,8 @@ class LongTermSettings(Section):
     fact_extract_every_n_turns: Annotated[int, doc("Batch extraction runs once this many user turns arrived since the last check.", ge=1)] = 10
     fact_extract_interval_minutes: Annotated[float, doc("Batch extraction runs when this long has passed since the last check and at least one user turn arrived.", ge=0)] = 5.0
     fact_extract_idle_seconds: Annotated[float, doc("Idle time (no conversation activity) that lets a first batch extraction run.", ge=0)] = 10.0
-    fact_extract_idle_requires_first_run: Annotated[bool, doc("As in the reference, the idle rule only applies before the first batch of a character; false applies it always.")] = True
+    fact_extract_idle_requires_first_run: Annotated[bool, doc("As in the reference, the idle rule only applies before the first batch of a character (and to the tail of a burst a count-triggered batch left behind); false applies it always.")] = True
+    fact_extract_max_batch_user_turns: Annotated[int, doc("Most user turns in one batch extraction (whole requests; one request with more is taken alone); a longer backlog is extracted in several calls.", ge=1)] = 20
     fact_extract_poll_seconds: Annotated[float, doc("Interval at which the batch-extraction trigger is evaluated.", gt=0)] = 40.0
     fact_extract_initial_delay_seconds: Annotated[float, doc("Delay before the first batch-extraction poll after start-up.", ge=0)] = 60.0
     fact_extract_cold_start_lookback_minutes: Annotated[float, doc("Window start of the first batch extraction: now minus this.", ge=0)] = 10.0
@@ -147,6 +148,8 @@ class LongTermSettings(Section):
     # --- maintenance, liveness, refinement ----------------------------------------------
     longterm_idle_maintenance_interval_seconds: Annotated[float, doc("Interval of the idle maintenance loop (fact dedup judgments, corrections).", gt=0)] = 40.0
     longterm_idle_maintenance_initial_delay_seconds: Annotated[float, doc("Delay before the first idle maintenance pass.", ge=0)] = 20.0
+    longterm_task_backoff_base_seconds: Annotated[float, doc("Backoff of a background model task (duplicate judgment, synthesis, correction, disputation scan) after its first failure in a row; it doubles with each further failure.", gt=0)] = 60.0
+    longterm_task_backoff_max_seconds: Annotated[float, doc("Longest backoff of a background model task after failures in a row.", gt=0)] = 3600.0
     longterm_liveness_max_attempts: Annotated[int, doc("Failures on the same input after which a background step is dead-lettered or its cursor forced forward.", ge=1)] = 5
     longterm_dead_letter_self_heal_seconds: Annotated[float, doc("A dead-lettered synthesis batch, refine cluster or recheck is probed again after this long.", ge=0)] = 18000.0
     longterm_refine_cosine_threshold: Annotated[float, doc("Refinement: neighbours at or above this cosine form a cluster (model-specific).", ge=-1, le=1)] = 0.82

@@ -28,8 +28,25 @@ class ServerSettings(Section):
     message_max_chars: Annotated[int, doc("Longest accepted message content in characters; longer ones get 422.", ge=1)] = 200_000
     opaque_max_depth: Annotated[int, doc("Deepest nesting accepted in an opaque JSON value (a fact's source); deeper ones get 422, and one found on disk is dropped.", ge=1, le=64)] = 8
     opaque_max_bytes: Annotated[int, doc("Largest opaque JSON value (a fact's source) in bytes; larger ones get 422, and one found on disk is dropped.", ge=64)] = 4096
-    body_max_depth: Annotated[int, doc("Deepest JSON nesting accepted anywhere in a request body; deeper bodies get 400.", ge=4, le=200)] = 32
+    body_max_depth: Annotated[int, doc("Deepest JSON nesting accepted in what a route reads of a request body (unknown fields are skipped unread); deeper bodies get 400.", ge=4, le=200)] = 32
     batch_max_messages: Annotated[int, doc("Most messages accepted in one write request.", ge=1)] = 10_000
+    core_config_path: Annotated[str, doc(
+        "Where core_config.json (powerful_memory_enabled, recent_memory_auto_review) is read, on every use. "
+        "Empty: <memory_root>/core_config.json. A folder means <folder>/core_config.json: point it at the chat "
+        "server's config folder (N.E.K.O.: the 'config' folder of its data directory) so that its switches reach nekomem."
+    )] = ""
+    instance_id: Annotated[str, doc(
+        "The instance_id /health reports (the launcher checks it). Empty: the NEKO_INSTANCE_ID environment "
+        "variable, else a random id drawn at start."
+    )] = ""
+    health_app_name: Annotated[str, doc(
+        "The 'app' field of /health. The reference's launcher accepts a port as its memory server only when this "
+        "equals its own app name, 'N.E.K.O'; nekomem's own identity is in the 'server' field."
+    )] = "N.E.K.O"
+    scoped_context_max_facts: Annotated[int, doc("Most facts per subject listed in a /scoped_context answer (highest importance first).", ge=0)] = 20
+    context_language: Annotated[str, doc(
+        "Language of the /new_dialog text when the request names none (zh, zh-TW, ja, en, ko, ru, es, pt)."
+    )] = "en"
 
 
 class RuntimeSettings(Section):
@@ -41,9 +58,10 @@ class RuntimeSettings(Section):
     model_workers: Annotated[int, doc("Threads of the shared pool that runs LLM and embedding calls.", ge=1)] = 8
     model_queue_max: Annotated[int, doc("Most model jobs waiting for a worker; beyond this new jobs are refused and retried later.", ge=1)] = 10_000
     model_jobs_per_character: Annotated[int, doc("Model jobs one character may run at once, so a slow model for one character leaves workers for the others.", ge=1)] = 2
-    replay_concurrency: Annotated[int, doc("Outbox records replayed at once per character at activation.", ge=1)] = 2
+    replay_concurrency: Annotated[int, doc("Outbox records running at once per character (a record parked in a handler's batch does not count).", ge=1)] = 2
     outbox_max_attempts: Annotated[int, doc("Attempts before an outbox record is dead-lettered.", ge=1)] = 5
-    outbox_retry_delay_seconds: Annotated[float, doc("Delay before a failed outbox record is tried again.", ge=0)] = 5.0
+    outbox_retry_delay_seconds: Annotated[float, doc("Delay before a failed outbox record is tried again the first time; it doubles with each further failure.", ge=0)] = 5.0
+    outbox_retry_max_delay_seconds: Annotated[float, doc("Longest delay between two attempts of a failed outbox record.", gt=0)] = 300.0
     outbox_compact_lines: Annotated[int, doc("outbox.ndjson is compacted at activation once it has this many lines.", ge=10)] = 1000
     events_compact_lines: Annotated[int, doc("events.ndjson is compacted once it has this many applied lines.", ge=10)] = 10_000
     view_flush_seconds: Annotated[float, doc("Long-term views (facts, reflections, persona) are rewritten from the journal at most this often; the journal makes each change durable at once.", ge=0)] = 2.0

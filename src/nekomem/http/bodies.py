@@ -77,6 +77,23 @@ async def decode_body(request: Request, cls: type[T]) -> T:
     return decode_json(raw, cls, request.app.state.runtime.settings.server.body_max_depth)
 
 
+async def read_json_object(request: Request, *, allow_empty: bool = False) -> dict[str, Any]:
+    """The body as a JSON object, with the depth bound of :func:`decode_json` (for routes
+    that still check their fields by hand; prefer :func:`decode_body` with a type)."""
+    raw = await read_body(request)
+    if allow_empty and not raw.strip():
+        return {}
+    return decode_json(raw, dict[str, Any], request.app.state.runtime.settings.server.body_max_depth)
+
+
+def convert_body(value: dict[str, Any], cls: type[T]) -> T:
+    """``value`` converted into ``cls``; ApiError 422 ``schema_violation`` otherwise."""
+    try:
+        return msgspec.convert(value, cls)
+    except msgspec.ValidationError as exc:
+        raise ApiError(422, "schema_violation", str(exc)) from None
+
+
 def bounded_opaque(value: Any, what: str, request: Request) -> Any:
     """``value`` when within the opaque bounds (settings); ApiError 422 otherwise."""
     server = request.app.state.runtime.settings.server
@@ -99,10 +116,17 @@ async def decode_history(request: Request) -> HistoryBody:
         raise
 
 
-def parse_history(body: HistoryBody, default_ts: str, max_chars: int, max_messages: int, max_depth: int) -> list[Turn]:
+def parse_history(
+    body: HistoryBody | dict[str, Any], default_ts: str, max_chars: int, max_messages: int, max_depth: int = 32
+) -> list[Turn]:
     """``input_history`` as a list of Turns. The array may arrive JSON-encoded in a string
     (the reference client double-encodes). Raises ApiError 422 naming the bad message."""
-    history: Any = body.input_history
+    if isinstance(body, dict):
+        if "input_history" not in body:
+            raise ApiError(422, "missing_input_history", "the body needs 'input_history' (an array of messages)")
+        history: Any = body["input_history"]
+    else:
+        history = body.input_history
     if isinstance(history, str):
         if not history.strip():
             history = []

@@ -23,9 +23,10 @@ from nekomem.actors.messages import (
     ReflectNow,
     RenderContext,
 )
-from nekomem.http.bodies import bounded_opaque, character_name, decode_body
+from nekomem.http.bodies import bounded_opaque, character_name, decode_body, decode_json, read_body
 from nekomem.http.schemas import CardBody, EntryEdit, FactsBody, FeedbackBody, RecentEdit, RecordSurfacedBody
 from nekomem.http.errors import ApiError
+from nekomem.http.readonly import character_exists
 from nekomem.stores.layout import list_characters
 
 LAYERS = {"facts": "facts", "reflections": "reflections", "persona": "persona"}
@@ -35,9 +36,11 @@ def _rt(request: Request) -> Any:
     return request.app.state.runtime
 
 
-async def render_longterm(request: Request, name: str) -> str:
+async def render_longterm(request: Request, name: str, language: str = "en", master_name: str = "") -> str:
     """The persona + reflection sections of /new_dialog (used by the conversation routes)."""
-    return await _rt(request).registry.ask(name, "persona", lambda reply: RenderContext(reply=reply))
+    return await _rt(request).registry.ask(
+        name, "persona", lambda reply: RenderContext(language=language, master_name=master_name, reply=reply)
+    )
 
 
 async def reflect(request: Request) -> Response:
@@ -62,12 +65,27 @@ async def reflect(request: Request) -> Response:
 
 async def followup_topics(request: Request) -> Response:
     name = character_name(request)
+    if not await character_exists(request, name):
+        return JSONResponse({"topics": []})
     return JSONResponse(await _rt(request).registry.ask(name, "reflections", lambda reply: FollowupTopics(reply=reply)))
 
 
 async def record_surfaced(request: Request) -> Response:
     name = character_name(request)
-    ids = (await decode_body(request, RecordSurfacedBody)).reflection_ids
+    raw = await read_body(request)
+    if raw.strip():
+        try:
+            ids = decode_json(raw, RecordSurfacedBody, _rt(request).settings.server.body_max_depth).reflection_ids
+        except ApiError as exc:
+            if exc.code != "schema_violation":
+                raise
+            raise ApiError(422, "bad_reflection_ids", f"'reflection_ids' must be an array of strings: {exc.message}") from None
+    else:
+        ids = None
+    if not ids:
+        return JSONResponse({"ok": True, "recorded": 0})  # the reference's no-op
+    if not await character_exists(request, name):
+        return JSONResponse({"ok": True, "recorded": 0})
     return JSONResponse(await _rt(request).registry.ask(name, "reflections", lambda reply: RecordSurfaced(ids=ids, reply=reply)))
 
 
@@ -95,6 +113,10 @@ async def list_layer(request: Request) -> Response:
     rt = _rt(request)
     name = character_name(request)
     layer = request.path_params["layer"]
+    if layer not in LAYERS and layer != "recent":
+        raise ApiError(404, "not_found", f"no layer {layer}")
+    if not await character_exists(request, name):
+        raise ApiError(404, "unknown_character", "no character of that name")
     if layer == "recent":
         view = await rt.registry.ask(name, "recent", lambda reply: GetRecent(reply=reply))
         items = [{"index": i, "role": t.role, "text": t.text, "ts": t.ts} for i, t in enumerate(view.window)]

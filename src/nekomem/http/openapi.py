@@ -11,6 +11,8 @@ from starlette.responses import JSONResponse, Response
 
 import nekomem
 from nekomem.http import schemas as s
+from nekomem.http import scoped as sc
+from nekomem.http.importing import ImportNekoBody
 
 NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1, "maxLength": 50}}
 ID = {"name": "entry_id", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
@@ -42,6 +44,16 @@ OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] =
     ("/record_surfaced/{name}", "post", [NAME], s.RecordSurfacedBody, dict[str, Any], "Record surfaced reflections"),
     ("/query_memory/{name}", "post", [NAME], s.QueryBody, s.RecallAnswer, "Recall"),
     ("/api/tools/recall_memory", "get", [], None, dict[str, Any], "The recall_memory tool schema"),
+    ("/cancel_correction/{name}", "post", [NAME], None, dict[str, Any], "Cancel pending context corrections"),
+    ("/reload", "post", [], None, dict[str, Any], "Reload every character from disk"),
+    ("/release_character/{name}", "post", [NAME], None, dict[str, Any], "Passivate a character"),
+    ("/internal/memory/{name}/scoped_facts", "post", [NAME], sc.ScopedFactsBody, dict[str, Any], "Add facts about a scoped subject"),
+    ("/internal/memory/{name}/scoped_history", "post", [NAME], sc.ScopedHistoryBody, dict[str, Any], "Store scoped conversation"),
+    ("/internal/memory/{name}/scoped_context", "post", [NAME], sc.ScopedContextBody, dict[str, Any], "Context of scoped subjects"),
+    ("/internal/memory/{name}/scoped_mentions", "post", [NAME], sc.ScopedMentionsBody, dict[str, Any], "Record scoped mentions"),
+    ("/internal/memory/{name}/scoped_forget", "post", [NAME], sc.ScopedForgetBody, dict[str, Any], "Forget a scoped subject"),
+    ("/internal/memory/{name}/scoped_subjects", "get", [NAME], None, dict[str, Any], "Scoped subjects"),
+    ("/api/import/neko", "post", [], ImportNekoBody, dict[str, Any], "Import a reference memory folder (server-side path)"),
     ("/api/characters", "get", [], None, s.CharactersAnswer, "Every character"),
     ("/api/characters/{name}/card", "post", [NAME], s.CardBody, dict[str, Any], "Import a character card"),
     ("/api/characters/{name}/facts", "post", [NAME], s.FactsBody, s.ImportAnswer, "Import facts"),

@@ -35,12 +35,15 @@ class HistoryBody(Body):
 
 
 class QueryBody(Body):
-    """/query_memory: at least one of ``query`` and ``time`` must be non-empty."""
+    """/query_memory: with neither ``query`` nor ``time`` the answer is empty (the
+    reference's no-op). ``subjects`` narrows recall to scoped subjects (checked by
+    :func:`nekomem.domain.subjects.subjects_from_request`)."""
 
     query: str | None = None
     time: str | None = None
     render: Literal["markdown"] | None = None
     language: str | None = None
+    subjects: Any = None
 
 
 class PowerfulMemoryBody(Body):
@@ -48,7 +51,7 @@ class PowerfulMemoryBody(Body):
 
 
 class RecordSurfacedBody(Body):
-    reflection_ids: list[str]
+    reflection_ids: list[str] | None = None
 
 
 class FeedbackBody(Body):
@@ -171,9 +174,11 @@ class ReflectAnswer(msgspec.Struct):
 
 
 class HealthAnswer(msgspec.Struct):
-    status: str
     app: str
     service: str
+    status: str
+    instance_id: str
+    server: str
     version: str
     limited_mode: bool
     storage: dict[str, Any]

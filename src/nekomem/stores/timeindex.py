@@ -15,9 +15,9 @@ Schema (compatible with the reference implementation's file):
 ``YYYY-MM-DDTHH:MM:SS.ffffff+00:00`` (see :func:`to_utc_iso`); inputs with another offset
 are converted, inputs without an offset are taken as UTC. SQLite compares the column as
 text, and with a single fixed-width UTC form text order is time order, which is what
-``MAX(timestamp)``, ``ORDER BY timestamp`` and ``BETWEEN`` rely on. (Rows imported from a
-reference database carry naive local ``YYYY-MM-DD HH:MM:SS`` stamps, which do not sort
-with these; such a file has to be converted before use.)
+``MAX(timestamp)``, ``ORDER BY timestamp`` and ``BETWEEN`` rely on. (A reference database
+carries naive local ``YYYY-MM-DD HH:MM:SS`` stamps, which do not sort with these; it is
+never used in place: ``nekomem import-neko`` converts its rows into this form.)
 
 Durability: WAL journal with ``synchronous=FULL``, so a committed append survives a crash
 or power loss. The connection is opened lazily and used by one owning actor at a time
@@ -72,6 +72,14 @@ def to_utc_iso(ts: str) -> str:
         return parse_timestamp(ts).astimezone(timezone.utc).isoformat(timespec="microseconds")
     except (ValueError, OverflowError):
         raise ValueError(f"timestamp {ts!r} is not ISO 8601 (or is out of range)") from None
+
+
+def encode_row(session_id: str, turn: Turn) -> tuple[str, str, str]:
+    """``(session_id, message, timestamp)`` exactly as :meth:`TimeIndex.append_rows` stores
+    them (compare with :meth:`TimeIndex.raw_rows`). Raises ValueError for an invalid ts."""
+    ts = to_utc_iso(turn.ts)
+    stored = msgspec.structs.replace(turn, ts=ts)
+    return session_id, _encoder.encode(stored.to_disk()).decode("utf-8"), ts
 
 
 class IdempotencyConflict(ValueError):
@@ -215,6 +223,23 @@ class TimeIndex:
                     raise IdempotencyConflict(idempotency_key) from None
         return len(rows)
 
+    def append_rows(self, rows: Sequence[tuple[str, Turn]]) -> int:
+        """Store ``(session_id, turn)`` rows of several sessions in one transaction (an
+        import of another server's journal). Timestamps as in :meth:`append`; raises
+        ValueError (nothing written) when a turn has no valid ts."""
+        encoded: list[tuple[str, str, str]] = []
+        for index, (session_id, turn) in enumerate(rows):
+            try:
+                encoded.append(encode_row(session_id, turn))
+            except ValueError as exc:
+                raise ValueError(f"row {index}: {exc}") from None
+        with self._transaction() as db:
+            db.executemany(
+                f"INSERT INTO {_ORIGINAL} (session_id, message, timestamp) VALUES (?, ?, ?)",
+                encoded,
+            )
+        return len(encoded)
+
     def idempotent_response(self, key: str, *, newer_than: float | None = None) -> bytes | None:
         """The stored answer for ``key``; None when unknown (or created before ``newer_than``)."""
         row = self._conn().execute("SELECT response, created_at FROM idempotency WHERE key = ?", (key,)).fetchone()
@@ -297,6 +322,11 @@ class TimeIndex:
 
     def iter_all(self) -> Iterator[Turn]:
         """Every stored turn in insertion order, fetched in bounded batches."""
+        for row in self.iter_rows():
+            yield row.turn
+
+    def raw_rows(self) -> Iterator[tuple[str | None, str, str]]:
+        """Every row's stored ``(session_id, message, timestamp)``, undecoded, in bounded batches."""
         last_id = 0
         while True:
             batch = self._conn().execute(
@@ -305,8 +335,22 @@ class TimeIndex:
             ).fetchall()
             if not batch:
                 return
-            for row_id, _session_id, message, timestamp in batch:
+            for _row_id, session_id, message, timestamp in batch:
+                yield session_id, message, timestamp
+            last_id = batch[-1][0]
+
+    def iter_rows(self) -> Iterator[TimeIndexRow]:
+        """Every readable row (id, session, turn) in insertion order, in bounded batches."""
+        last_id = 0
+        while True:
+            batch = self._conn().execute(
+                f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} WHERE id > ? ORDER BY id LIMIT ?",
+                (last_id, _ITER_BATCH_ROWS),
+            ).fetchall()
+            if not batch:
+                return
+            for row_id, session_id, message, timestamp in batch:
                 turn = self._turn(row_id, message, timestamp)
                 if turn is not None:
-                    yield turn
+                    yield TimeIndexRow(id=row_id, session_id=session_id, turn=turn)
             last_id = batch[-1][0]
