@@ -31,6 +31,7 @@ serve: install
 	$(PY) -m nekomem serve --host $(HOST) --port $(PORT) --memory-root $(MEMORY_ROOT)
 
 test: install
+	sh scripts/ensure_browser.sh
 	$(PY) -m pytest tests -q -p no:cacheprovider
 
 bench: install

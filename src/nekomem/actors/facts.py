@@ -20,6 +20,7 @@ import msgspec
 from nekomem.actors.journaled import JournaledActor
 from nekomem.actors.messages import (
     AbsorbFacts,
+    BrowseFacts,
     DeleteEntry,
     EditEntry,
     ImportFacts,
@@ -261,6 +262,7 @@ class FactActor(ScopedFactsMixin, JournaledActor):
             return
         now = self.now()
         new = fl.normalize_extraction(msg.output, now=now, source="user_observation", settings=self.s)
+        new = _with_turn_span(new, [t for _op, ts in ops for t in ts])
         added, _skipped = self.add_facts(new)
         if ctx["mode"] == "batch":
             self.queue.checked(now)
@@ -392,6 +394,13 @@ class FactActor(ScopedFactsMixin, JournaledActor):
         page = pool[msg.offset : msg.offset + msg.limit]
         msg.reply.ok({"total": len(pool), "offset": msg.offset, "items": [msgspec.to_builtins(_public(f)) for f in page]})
 
+    def on_BrowseFacts(self, msg: BrowseFacts) -> None:
+        from nekomem.domain.browse import page_facts
+
+        total, page = page_facts(list(self.facts.values()), list(self.archive.values()), msg.filter, msg.offset, msg.limit)
+        items = [{**msgspec.to_builtins(_public(f)), "archived": archived} for f, archived in page]
+        msg.reply.ok({"total": total, "offset": msg.offset, "items": items})
+
     def on_EditEntry(self, msg: EditEntry) -> None:
         fact = self.facts.get(msg.id)
         if fact is None:
@@ -518,6 +527,16 @@ class FactActor(ScopedFactsMixin, JournaledActor):
         if changed:
             self.ctx.send("recall", IndexUpsert(entries=[fact_index_entry(f, "fact") for f in changed]))
         self.log.info("judge_duplicates: %d removed, %d rewritten", len(result.removed_ids), len(result.changed_ids))
+
+
+def _with_turn_span(facts: list[Fact], turns: list[Turn]) -> list[Fact]:
+    """Tag extracted facts with the time span of the turns they came from (the memory
+    browser jumps from a fact to those turns in time_indexed.db)."""
+    stamps = sorted(t.ts for t in turns if t.ts)
+    if not stamps:
+        return facts
+    span = {"kind": "turns", "from": stamps[0], "to": stamps[-1]}
+    return [f if f.source_ref is not None else msgspec.structs.replace(f, source_ref=span) for f in facts]
 
 
 def _public(fact: Fact) -> Fact:

@@ -6,10 +6,12 @@ whichever actor finishes the work completes it.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 import msgspec
 
+from nekomem.domain.browse import FactFilter
 from nekomem.domain.messages import Turn
 from nekomem.domain.subjects import Subject
 
@@ -348,3 +350,43 @@ class ScopedMentions(Message):
 
     subjects: list[Subject]
     text: str
+
+
+# -- memory browser (/ui) ----------------------------------------------------------------
+class BrowseFacts(Message):
+    """A filtered page of facts, newest first. Answers ``{"total", "offset", "items"}``."""
+
+    filter: FactFilter
+    offset: int = 0
+    limit: int = 100
+
+
+class GetEntry(Message):
+    """One reflection by id in its public form (404 when unknown)."""
+
+    id: str
+
+
+class SetSuppressed(Message):
+    """Suppress (or lift the suppression of) one persona entry; journaled like any change."""
+
+    id: str
+    suppress: bool
+
+
+class ListCorrections(Message):
+    """The persona contradiction queue (corrections waiting for a model decision)."""
+
+
+class ExplainQuery(Message):
+    """Recall playground: run a user recall and answer each leg with scores, the fused
+    result, and what the filters removed. ``vector`` is the query embedding computed by the
+    caller (None: lexical only); ``excluded`` are entries the owners keep out of the index
+    (``{"id", "tier", "text", "reason"}``), scored lexically to show what the hard filter
+    removed."""
+
+    query: str = ""
+    time: str = ""
+    now: datetime | None = None
+    vector: list[float] | None = None
+    excluded: list[dict[str, str]] = []

@@ -22,6 +22,7 @@ from nekomem.actors.messages import (
     EditEntry,
     EvidencePass,
     ImportCard,
+    ListCorrections,
     ListEntries,
     ModelDone,
     Promote,
@@ -30,6 +31,7 @@ from nekomem.actors.messages import (
     RenderWithPersona,
     ReplyMentions,
     ScopedMentions,
+    SetSuppressed,
     SignalsProcessed,
     Tick,
 )
@@ -505,6 +507,25 @@ class PersonaActor(JournaledActor):
         new[entity] = [msgspec.structs.replace(e, text=text, embedding=None) if e.id == msg.id else e for e in new[entity]]
         self.commit(new)
         msg.reply.ok({"id": msg.id, "entity": entity, "text": text})
+
+    def on_SetSuppressed(self, msg: SetSuppressed) -> None:
+        found = self.find(msg.id)
+        if found is None:
+            raise ActorFailure("not_found", f"no persona entry {msg.id}", 404)
+        entity, entry = found
+        if entry.protected and msg.suppress:
+            raise ActorFailure("conflict", f"persona entry {msg.id} is protected (character card) and cannot be suppressed", 409)
+        if msg.suppress:
+            changed = msgspec.structs.replace(entry, suppress=True, suppressed_at=self.now_iso())
+        else:
+            changed = msgspec.structs.replace(entry, suppress=False, suppressed_at=None, recent_mentions=[])
+        new = pl.copy_persona(self.persona)
+        new[entity] = [changed if e.id == msg.id else e for e in new[entity]]
+        self.commit(new, type="persona.suppressed")
+        msg.reply.ok({"id": msg.id, "entity": entity, "suppress": changed.suppress, "suppressed_at": changed.suppressed_at})
+
+    def on_ListCorrections(self, msg: ListCorrections) -> None:
+        msg.reply.ok({"total": len(self.corrections), "items": msgspec.to_builtins(self.corrections), "inflight": self.correction_inflight})
 
     def on_DeleteEntry(self, msg: DeleteEntry) -> None:
         if self.find(msg.id) is None:

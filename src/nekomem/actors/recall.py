@@ -35,6 +35,7 @@ import numpy as np
 
 from nekomem.actors.base import ChildActor
 from nekomem.actors.messages import (
+    ExplainQuery,
     Flush,
     IndexEntry,
     IndexRemove,
@@ -765,6 +766,11 @@ class RecallActor(ChildActor):
         except Exception:
             self.log.exception("recall query failed")
             msg.reply.ok(empty_response(query, error=True))
+
+    def on_ExplainQuery(self, msg: ExplainQuery) -> None:
+        from nekomem.actors.recall_explain import explain
+
+        msg.reply.ok(explain(self, msg))
 
     def on__QueryVector(self, msg: _QueryVector) -> None:
         pending = self.queries.pop(msg.token, None)

@@ -24,6 +24,7 @@ from nekomem.actors.messages import (
     EvidencePass,
     Feedback,
     FollowupTopics,
+    GetEntry,
     IndexEntry,
     IndexRemove,
     IndexUpsert,
@@ -620,6 +621,12 @@ class ReflectionActor(JournaledActor):
             pool = [r for r in pool if r.entity == msg.entity]
         page = pool[msg.offset : msg.offset + msg.limit]
         msg.reply.ok({"total": len(pool), "offset": msg.offset, "items": [self.public(r) for r in page]})
+
+    def on_GetEntry(self, msg: GetEntry) -> None:
+        ref = self.refs.get(msg.id)
+        if ref is None:
+            raise ActorFailure("not_found", f"no reflection {msg.id}", 404)
+        msg.reply.ok(self.public(ref))
 
     def on_EditEntry(self, msg: EditEntry) -> None:
         ref = self.refs.get(msg.id)

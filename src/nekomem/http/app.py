@@ -9,7 +9,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nekomem.config import Settings
@@ -42,7 +42,8 @@ class LimitedModeMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         reason = self.runtime.limited_reason
-        if scope["type"] == "http" and reason is not None and scope["path"] not in UNFENCED:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and reason is not None and path not in UNFENCED and not path.startswith("/ui"):
             response = error_response(
                 409,
                 "storage_startup_blocked",
@@ -56,11 +57,11 @@ class LimitedModeMiddleware:
         await self.app(scope, receive, send)
 
 
-def routes() -> list[Route]:
-    from nekomem.http import importing, lifecycle, openapi, recall, scoped
+def routes() -> list[BaseRoute]:
+    from nekomem.http import browse, importing, lifecycle, openapi, recall, scoped
 
     c, s, lt = conversation, system, longterm
-    table: list[Route] = [
+    table: list[BaseRoute] = [*browse.routes(),
         Route("/health", s.health, methods=["GET"]),
         Route("/openapi.json", openapi.openapi, methods=["GET"]),
         Route("/cache/{name:str}", c.cache, methods=["POST"]),

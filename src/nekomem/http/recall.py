@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -33,6 +34,17 @@ from nekomem.http.errors import ApiError
 from nekomem.runtime.reply import ActorFailure
 
 log = logging.getLogger("nekomem.http.recall")
+
+
+def _optional_str(body: dict[str, Any], key: str) -> str:
+    """``body[key]`` stripped ("" when absent or null); ApiError 422 when not a string
+    (for routes that read a JSON object by hand, such as the browser's recall_explain)."""
+    value = body.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ApiError(422, "schema_violation", f"'{key}' must be a string")
+    return value.strip()
 
 
 async def query_memory(request: Request) -> Response:
