@@ -5,9 +5,9 @@ requests (issue 8, item 1)."""
 from __future__ import annotations
 
 import re
+from datetime import datetime, timezone
 
 import pytest
-from datetime import datetime, timezone
 
 from nekomem.actors.messages import OutboxState
 from nekomem.runtime.clock import ManualClock
@@ -96,7 +96,7 @@ def test_a_backlog_is_extracted_in_bounded_batches(tmp_path, fake_llm: FakeLLM):
         clock.advance(minutes=settings.longterm.fact_extract_interval_minutes)
         for expected in (16, 24, 25):
             srv.runtime.scheduler.tick_now()
-            wait_for(lambda: fact_total(srv) == expected, what=f"{expected} facts")
+            wait_for(lambda expected=expected: fact_total(srv) == expected, what=f"{expected} facts")
             clock.advance(minutes=settings.longterm.fact_extract_interval_minutes)
         wait_for(lambda: outbox(srv)["pending"] == 0, what="every outbox record to finish")
 

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 from nekomem.config.longterm import LongTermSettings
 from nekomem.domain.extraction import ExtractionQueue
 from nekomem.domain.gates import TaskGate, backoff_delay
-from nekomem.domain.messages import Turn
+from nekomem.domain.turns import Turn
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
 S = LongTermSettings()

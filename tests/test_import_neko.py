@@ -7,8 +7,8 @@ every assertion compares the target with what the fixture says it wrote.
 from __future__ import annotations
 
 import hashlib
-import os
 import json
+import os
 import sqlite3
 from datetime import datetime
 from pathlib import Path
@@ -19,8 +19,8 @@ import msgspec
 import pytest
 
 from nekomem import cli
-from nekomem.domain.messages import from_disk
 from nekomem.domain.records import Fact, PersonaEntry, Reflection
+from nekomem.domain.turns import from_disk
 from nekomem.runtime.runtime import Runtime
 from nekomem.stores import rootlock
 from nekomem.stores.rootlock import RootLocked

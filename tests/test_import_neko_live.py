@@ -11,12 +11,12 @@ import httpx
 import pytest
 
 from nekomem import cli
+from nekomem.domain.records import Fact, PersonaEntry
 from nekomem.importer.neko import plan, run_import
 from nekomem.runtime.reply import ActorFailure
 from tests.support import neko_fixture
 from tests.support.live import LiveServer, make_settings
 from tests.support.waiting import wait_for
-from nekomem.domain.records import Fact, PersonaEntry
 from tests.test_import_neko import scopable, tree_hashes
 
 

@@ -97,7 +97,7 @@ def quiet_hour(srv: LiveServer, clock: ManualClock, fake_llm: FakeLLM) -> dict[s
 
 
 def gaps(times: list[float]) -> list[float]:
-    return [b - a for a, b in zip(times, times[1:])]
+    return [b - a for a, b in zip(times, times[1:], strict=False)]
 
 
 def test_a_failing_model_is_retried_with_backoff_not_on_every_tick(tmp_path, fake_llm: FakeLLM):
@@ -128,7 +128,7 @@ def test_a_failing_model_is_retried_with_backoff_not_on_every_tick(tmp_path, fak
     for task in ("summarize_recent", "synthesize_reflection", "extract_facts"):
         assert 2 <= len(times[task]) <= 8, (task, times[task])
         waits = gaps(times[task])
-        assert all(b >= a for a, b in zip(waits, waits[1:])), (task, waits)
+        assert all(b >= a for a, b in zip(waits, waits[1:], strict=False)), (task, waits)
     assert len(times["synthesize_reflection"]) <= settings.longterm.longterm_liveness_max_attempts
     # Review and synthesis reach their dead letters within the first half hour.
     assert times["review_recent"][-1] < 1800 and times["synthesize_reflection"][-1] < 1800, times
@@ -162,6 +162,6 @@ def test_quiet_hour_with_vectors_spaces_dedup_and_refinement(tmp_path, fake_llm:
     assert 1 <= len(dedup) <= settings.longterm.fact_dedup_max_attempts, times
     waits = gaps(dedup)
     assert all(w >= settings.longterm.longterm_idle_maintenance_interval_seconds for w in waits), waits
-    assert all(b >= a for a, b in zip(waits, waits[1:])), waits
+    assert all(b >= a for a, b in zip(waits, waits[1:], strict=False)), waits
     refine = times.get("refine_cluster", [])
     assert 1 <= len(refine) <= 2 and min(gaps(refine), default=1800) >= settings.longterm.longterm_refine_interval_seconds, times

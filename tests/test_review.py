@@ -8,10 +8,10 @@ import pytest
 
 from nekomem.config.recent import RecentSettings
 from nekomem.domain import review as rv
-from nekomem.domain.messages import Turn
 from nekomem.domain.recent_window import tail_fingerprint, window_tokens
 from nekomem.domain.review import ReviewState, apply_review, apply_review_detailed, review_gate
 from nekomem.domain.tokens import TiktokenCounter, get_counter
+from nekomem.domain.turns import Turn
 
 S = RecentSettings()
 PREFIX = S.recent_memo_prefix
@@ -42,7 +42,7 @@ def fp(turns: list[Turn]) -> list[str]:
 # --- gates -------------------------------------------------------------------------------
 
 
-def gate(state: ReviewState, window: list[Turn], counter: TiktokenCounter, **kw) -> str | None:  # noqa: ANN003
+def gate(state: ReviewState, window: list[Turn], counter: TiktokenCounter, **kw) -> str | None:
     args = dict(now_ts=NOW, last_activity_ts=NOW, switch_on=True, settings=S, counter=counter)
     args.update(kw)
     return review_gate(state, window, **args)  # type: ignore[arg-type]

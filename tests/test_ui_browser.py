@@ -304,7 +304,7 @@ def test_language_switch(driver: Any, site: LiveServer) -> None:
     for lang, word, column in (("zh", "事实", "文本"), ("ja", "事実", "テキスト")):
         before = _seq(driver)
         driver.execute_script("const s = document.getElementById('lang'); s.value = arguments[0]; s.dispatchEvent(new Event('change'))", lang)
-        _wait(lambda: _ready(driver, before), f"re-rendered in {lang}")
+        _wait(lambda before=before: _ready(driver, before), f"re-rendered in {lang}")
         assert driver.find_element("css selector", "nav a[data-view=facts]").text == word
         assert driver.find_element("css selector", "[data-test=facts] th").text == column
         assert driver.execute_script("return document.documentElement.lang").startswith(lang)

@@ -166,7 +166,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True  # headers and body are two writes: avoid the 40 ms ACK stall
     server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence stderr
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
     def _send(self, status: int, body: bytes, content_type: str = "application/json", headers: dict[str, str] | None = None) -> None:
@@ -182,13 +182,13 @@ class _RequestHandler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
             self.close_connection = True  # the client gave up (e.g. its timeout)
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         if self.path.rstrip("/") == "/v1/models":
             self._send(200, json.dumps({"object": "list", "data": [{"id": "fake", "object": "model"}]}).encode())
         else:
             self._send(404, b'{"error": {"message": "not found"}}')
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         if self.path != CHAT_PATH:
@@ -210,7 +210,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         try:
             reply = fake._resolve(task, request)
             self._answer(task, request, reply)
-        except Exception as exc:  # a failing test handler: make it visible, keep serving
+        except Exception as exc:  # noqa: BLE001 - a failing test handler: make it visible, keep serving
             self._send(500, json.dumps({"error": {"message": f"fake handler raised {type(exc).__name__}: {exc}"}}).encode())
 
     def _answer(self, task: str, request: dict[str, Any], reply: Reply) -> None:

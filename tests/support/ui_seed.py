@@ -9,8 +9,8 @@ from pathlib import Path
 
 import msgspec
 
-from nekomem.domain.messages import Turn
 from nekomem.domain.records import Correction, Fact, PersonaEntry, fact_hash, persona_to_disk
+from nekomem.domain.turns import Turn
 from nekomem.stores.atomic import atomic_write_json
 from nekomem.stores.layout import CharacterPaths
 from nekomem.stores.timeindex import TimeIndex

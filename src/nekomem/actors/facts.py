@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from nekomem.actors.handlers import handles
 from nekomem.actors.journaled import JournaledActor
 from nekomem.actors.messages import (
     AbsorbFacts,
@@ -33,9 +34,11 @@ from nekomem.actors.messages import (
     OpFinished,
     OpParked,
     PostTurn,
+    RecallAnswer,
     ReclaimParked,
     ReflectNow,
     ReplyMentions,
+    RequestIndex,
     RunOp,
     SignalsProcessed,
     Synthesize,
@@ -49,10 +52,10 @@ from nekomem.domain import reflections as rl
 from nekomem.domain.dedup_index import DedupIndex
 from nekomem.domain.extraction import ExtractionQueue
 from nekomem.domain.gates import task_gate
-from nekomem.domain.messages import Turn, from_disk, parse_timestamp
 from nekomem.domain.opaque import clip_opaque
 from nekomem.domain.records import Fact, fact_hash, fact_id
 from nekomem.domain.subjects import is_private, same_corpus
+from nekomem.domain.turns import Turn, from_disk, parse_timestamp
 from nekomem.runtime.reply import ActorFailure
 from nekomem.stores.atomic import atomic_write_json, read_records
 from nekomem.stores.journal import Event
@@ -85,7 +88,6 @@ def fact_index_entry(fact: Fact, tier: str) -> IndexEntry:
         event_end_at=fact.event_end_at,
         importance=fact.importance,
         searchable=bool(fact.text.strip()),
-        source=fact.source_ref,
         vector=fact.embedding if isinstance(fact.embedding, str) else None,
         vector_model=fact.embedding_model_id,
         text_sha256=fact.embedding_text_sha256,
@@ -138,7 +140,8 @@ class FactActor(ScopedFactsMixin, JournaledActor):
                 self.dedup.add(fact)
         self.send_index()
 
-    def on_RequestIndex(self, msg: Any) -> None:
+    @handles(RequestIndex)
+    def on_RequestIndex(self, msg: RequestIndex) -> None:
         """A restarted RecallActor lost its index: send the complete set again."""
         self.send_index()
 
@@ -193,6 +196,7 @@ class FactActor(ScopedFactsMixin, JournaledActor):
         return outcome.accepted, skipped
 
     # -- post-turn work --------------------------------------------------------------
+    @handles(RunOp)
     def on_RunOp(self, msg: RunOp) -> None:
         turns = [t for t in (from_disk(m) for m in msg.payload.get("messages", [])) if t is not None]
         if msg.attempt == 1 and turns:
@@ -295,7 +299,7 @@ class FactActor(ScopedFactsMixin, JournaledActor):
     def _start_synthesis(self, report: dict[str, Any] | None, reply: Any) -> None:
         """Pick the batch, ask RecallActor for related facts (cosine; empty without
         vectors), then hand both to ReflectionActor."""
-        from nekomem.actors.recall import RelatedFacts
+        from nekomem.actors.messages import RelatedFacts
 
         batch = rl.synthesis_batch(self.facts.values(), self.s)
         if batch is None:
@@ -318,7 +322,8 @@ class FactActor(ScopedFactsMixin, JournaledActor):
             ),
         )
 
-    def on_RecallAnswer(self, msg: Any) -> None:
+    @handles(RecallAnswer)
+    def on_RecallAnswer(self, msg: RecallAnswer) -> None:
         if msg.tag.startswith("dup-"):
             self._paraphrase_candidates(msg.tag[4:], msg.ids)
             return
@@ -330,14 +335,17 @@ class FactActor(ScopedFactsMixin, JournaledActor):
         related = [f for f in related if f is not None and is_private(f)]
         self.ctx.send("reflections", Synthesize(batch=batch, related=related, report=report, reply=reply))
 
+    @handles(ReflectNow)
     def on_ReflectNow(self, msg: ReflectNow) -> None:
         self._start_synthesis({}, msg.reply)
 
+    @handles(AbsorbFacts)
     def on_AbsorbFacts(self, msg: AbsorbFacts) -> None:
         ids = [i for i in msg.ids if i in self.facts and not self.facts[i].absorbed]
         if ids:
             self.record("fact.absorbed", {"ids": ids, "reflection_id": msg.reflection_id})
 
+    @handles(SignalsProcessed)
     def on_SignalsProcessed(self, msg: SignalsProcessed) -> None:
         ids = [i for i in msg.fact_ids if i in self.facts and not self.facts[i].signal_processed]
         if ids:
@@ -362,6 +370,7 @@ class FactActor(ScopedFactsMixin, JournaledActor):
                 self.ctx.send("recall", IndexUpsert(entries=[fact_index_entry(self.archive[i], "fact_archive") for i in ids]))
 
     # -- API -------------------------------------------------------------------------
+    @handles(ImportFacts)
     def on_ImportFacts(self, msg: ImportFacts) -> None:
         now = self.now()
         new: list[Fact] = []
@@ -376,6 +385,7 @@ class FactActor(ScopedFactsMixin, JournaledActor):
         added, skipped = self.add_facts(new)
         msg.reply.ok({"added": [f.id for f in added], "skipped_duplicates": skipped + (len(new) - len(added) - skipped)})
 
+    @handles(ListEntries)
     def on_ListEntries(self, msg: ListEntries) -> None:
         if msg.status in (None, "active"):
             pool = list(self.facts.values())
@@ -394,6 +404,7 @@ class FactActor(ScopedFactsMixin, JournaledActor):
         page = pool[msg.offset : msg.offset + msg.limit]
         msg.reply.ok({"total": len(pool), "offset": msg.offset, "items": [msgspec.to_builtins(_public(f)) for f in page]})
 
+    @handles(BrowseFacts)
     def on_BrowseFacts(self, msg: BrowseFacts) -> None:
         from nekomem.domain.browse import page_facts
 
@@ -401,6 +412,7 @@ class FactActor(ScopedFactsMixin, JournaledActor):
         items = [{**msgspec.to_builtins(_public(f)), "archived": archived} for f, archived in page]
         msg.reply.ok({"total": total, "offset": msg.offset, "items": items})
 
+    @handles(EditEntry)
     def on_EditEntry(self, msg: EditEntry) -> None:
         fact = self.facts.get(msg.id)
         if fact is None:
@@ -429,6 +441,7 @@ class FactActor(ScopedFactsMixin, JournaledActor):
         self.ctx.send("recall", IndexUpsert(entries=[fact_index_entry(updated, "fact")]))
         msg.reply.ok(msgspec.to_builtins(_public(updated)))
 
+    @handles(DeleteEntry)
     def on_DeleteEntry(self, msg: DeleteEntry) -> None:
         if msg.id not in self.facts and msg.id not in self.archive:
             raise ActorFailure("not_found", f"no fact {msg.id}", 404)
@@ -437,6 +450,7 @@ class FactActor(ScopedFactsMixin, JournaledActor):
         self.ctx.send("recall", IndexRemove(ids=[msg.id]))
         msg.reply.ok({"deleted": msg.id})
 
+    @handles(VectorsComputed)
     def on_VectorsComputed(self, msg: VectorsComputed) -> None:
         # Vectors are a cache: stored on the entries at the next view write, not journaled.
         for fid, (vector, model, sha) in msg.vectors.items():
@@ -445,7 +459,7 @@ class FactActor(ScopedFactsMixin, JournaledActor):
                 if fact is not None and hashlib.sha256(fact.text.encode()).hexdigest() == sha:
                     store[fid] = msgspec.structs.replace(fact, embedding=vector, embedding_model_id=model, embedding_text_sha256=sha)
         self._dirty = max(self._dirty, 1) if msg.vectors else self._dirty
-        from nekomem.actors.recall import RelatedFacts
+        from nekomem.actors.messages import RelatedFacts
 
         for fid in [f for f in msg.vectors if f in self._paraphrase_todo]:
             self._paraphrase_todo.discard(fid)

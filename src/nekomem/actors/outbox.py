@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from nekomem.actors.base import ChildActor
+from nekomem.actors.handlers import handles
 from nekomem.actors.messages import Enqueue, Flush, OpFinished, OpParked, OutboxState, ReclaimParked, RunOp, Tick
 from nekomem.domain.gates import backoff_delay
 from nekomem.runtime.clock import iso
@@ -49,6 +50,7 @@ class OutboxActor(ChildActor):
             self.log.info("replaying %d pending outbox records", len(self.pending))
         self._dispatch_ready()
 
+    @handles(Enqueue)
     def on_Enqueue(self, msg: Enqueue) -> None:
         op_id = self.outbox.add(msg.op_type, msg.payload, iso(self.ctx.clock.now()))
         self.pending[op_id] = (msg.op_type, msg.payload, 0)
@@ -83,12 +85,14 @@ class OutboxActor(ChildActor):
         self.dead_count += 1
         self.log.warning("outbox record dead-lettered: %s", why)
 
+    @handles(OpParked)
     def on_OpParked(self, msg: OpParked) -> None:
         if msg.op_id in self.running and msg.op_id in self.pending:
             self.running.discard(msg.op_id)
             self.parked.add(msg.op_id)
             self._dispatch_ready()
 
+    @handles(ReclaimParked)
     def on_ReclaimParked(self, msg: ReclaimParked) -> None:
         lost = [op_id for op_id in self.parked if op_id in self.pending and HANDLERS.get(self.pending[op_id][0]) == msg.child]
         if lost:
@@ -96,6 +100,7 @@ class OutboxActor(ChildActor):
             self.log.info("%d parked outbox records go back to a restarted %s actor", len(lost), msg.child)
             self._dispatch_ready()
 
+    @handles(OpFinished)
     def on_OpFinished(self, msg: OpFinished) -> None:
         self.running.discard(msg.op_id)
         self.parked.discard(msg.op_id)
@@ -120,15 +125,18 @@ class OutboxActor(ChildActor):
                 self.retry_at[msg.op_id] = self.ctx.clock.monotonic() + delay
         self._dispatch_ready()
 
+    @handles(Tick)
     def on_Tick(self, msg: Tick) -> None:
         if self.pending:
             self._dispatch_ready()
 
+    @handles(OutboxState)
     def on_OutboxState(self, msg: OutboxState) -> None:
         msg.reply.ok(
             {"pending": len(self.pending), "running": len(self.running), "parked": len(self.parked), "done": self.done_count, "dead": self.dead_count}
         )
 
+    @handles(Flush)
     def on_Flush(self, msg: Flush) -> None:
         if msg.reply is not None:
             msg.reply.ok(True)

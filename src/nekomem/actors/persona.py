@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from nekomem.actors.handlers import handles
 from nekomem.actors.journaled import JournaledActor
 from nekomem.actors.messages import (
     ApplySignals,
@@ -40,6 +41,7 @@ from nekomem.domain import persona as pl
 from nekomem.domain import prompts_longterm as prompts
 from nekomem.domain import refine as rf
 from nekomem.domain.gates import task_gate
+from nekomem.domain.persona.refinement import cluster_changed, missing_vectors, persona_clusters, with_vectors
 from nekomem.domain.records import (
     Correction,
     Persona,
@@ -154,6 +156,7 @@ class PersonaActor(JournaledActor):
         return pl.find_entry(self.persona, entry_id)
 
     # -- character card --------------------------------------------------------------
+    @handles(ImportCard)
     def on_ImportCard(self, msg: ImportCard) -> None:
         now = self.now()
         new = pl.copy_persona(self.persona)
@@ -179,6 +182,7 @@ class PersonaActor(JournaledActor):
         msg.reply.ok({"added": added, "skipped_existing": len(msg.entries) - len(added)})
 
     # -- promotion -------------------------------------------------------------------
+    @handles(Promote)
     def on_Promote(self, msg: Promote) -> None:
         now = self.now()
         state = {"left": 0, "report": msg.report, "reply": msg.reply}
@@ -239,6 +243,7 @@ class PersonaActor(JournaledActor):
             state["reply"] = None
 
     # -- evidence --------------------------------------------------------------------
+    @handles(EvidencePass)
     def on_EvidencePass(self, msg: EvidencePass) -> None:
         now = self.now()
         batch = msg.facts[: self.s.evidence_map_max_new_facts]
@@ -271,10 +276,12 @@ class PersonaActor(JournaledActor):
             self.ctx.send("reflections", ApplySignals(signals=theirs))
         self.ctx.send("facts", SignalsProcessed(fact_ids=msg.context["fact_ids"]))
 
+    @handles(ReplyMentions)
     def on_ReplyMentions(self, msg: ReplyMentions) -> None:
         # A private reply counts only for private entries (a group's are counted by /scoped_mentions).
         self._record_mentions(private_persona(self.persona), msg.text)
 
+    @handles(ScopedMentions)
     def on_ScopedMentions(self, msg: ScopedMentions) -> None:
         changed = self._record_mentions(scoped_persona(self.persona, msg.subjects), msg.text)
         msg.reply.ok({"status": "recorded", "mentioned": changed})
@@ -289,6 +296,7 @@ class PersonaActor(JournaledActor):
         return len(changed)
 
     # -- rendering -------------------------------------------------------------------
+    @handles(RenderContext)
     def on_RenderContext(self, msg: RenderContext) -> None:
         new, changed = pl.refresh_suppressions(self.persona, self.now(), self.s)
         if changed:
@@ -316,7 +324,7 @@ class PersonaActor(JournaledActor):
             shards = assign_shards(counts, len(result.archived), now.date(), new_shard_suffix, self.s.evidence_archive_shard_max_entries)
             items = [
                 ("persona.entry_updated", {"entity": entity, "entry": msgspec.to_builtins(entry), "archive_shard": shard})
-                for (entity, entry), shard in zip(result.archived, shards)
+                for (entity, entry), shard in zip(result.archived, shards, strict=False)
             ]
             self.record_many(items)
         archived_ids = {entry.id for _e, entry in result.archived}
@@ -381,11 +389,6 @@ class PersonaActor(JournaledActor):
             self.log.info("persona refinement is off: no embedding model")
         return None
 
-    def _refine_candidates(self) -> list[tuple[str, PersonaEntry]]:
-        now = self.now()
-        return [(entity, e) for entity, entries in self.persona.items() for e in entries
-                if not e.protected and e.text.strip() and rf.refine_eligible(e, now, self.s)]
-
     def refine_pass(self) -> int:
         """One persona refinement pass. Entries without a vector for the current model are
         embedded first on the model pool (the pass goes on when they arrive); then the
@@ -396,7 +399,7 @@ class PersonaActor(JournaledActor):
         if emb is None:
             return 0
         model, dim = emb.model_id, int(emb.dim)
-        missing = [(e.id, e.text) for _entity, e in self._refine_candidates() if rf.cached_vector(e, model, dim) is None]
+        missing = missing_vectors(self.persona, model, dim, self.now(), self.s)
         if not missing:
             return self._refine_send(model, dim)
         from nekomem.runtime.pool import PoolFull
@@ -423,46 +426,22 @@ class PersonaActor(JournaledActor):
         if msg.error is not None:
             self.log.info("persona refinement: embedding failed; retried at the next pass")
             return
-        from nekomem.recall import vector_codec
-
         model = msg.context["model"]
-        fresh: dict[str, tuple[str, str]] = {}
-        for (entry_id, text), row in zip(msg.context["items"], list(msg.output)):
-            try:
-                fresh[entry_id] = (text, vector_codec.encode(row))
-            except vector_codec.VectorCodecError:
-                continue
-        for entity, entries in self.persona.items():
-            if any(e.id in fresh for e in entries):
-                self.persona[entity] = [
-                    msgspec.structs.replace(e, embedding=fresh[e.id][1], embedding_model_id=model,
-                                            embedding_text_sha256=rf.text_sha256(e.text))
-                    if e.id in fresh and fresh[e.id][0] == e.text else e
-                    for e in entries
-                ]
-        if fresh:
+        self.persona, changed = with_vectors(self.persona, msg.context["items"], list(msg.output), model)
+        if changed:
             self._dirty = max(self._dirty, 1)
         if self.powerful() and self.model_available("refine_cluster"):
             self._refine_send(model, msg.context["dim"])
 
     def _refine_send(self, model: str, dim: int) -> int:
-        now = self.now()
-        sections = [(entity, [e for e in entries if not e.protected]) for entity, entries in self.persona.items()]
-        clusters = rf.plan_clusters([entries for _entity, entries in sections], lambda e: rf.cached_vector(e, model, dim), now, self.s)
-        entity_of = {e.id: entity for entity, entries in sections for e in entries}
-        batch = []
-        for ids in clusters:
-            entity = entity_of[ids[0]]
-            batch.append(({i: e.text for i in ids for e in self.persona[entity] if e.id == i}, {"entity": entity}))
-        return self.send_refine_clusters(batch, "persona")
+        clusters = persona_clusters(self.persona, model, dim, self.now(), self.s)
+        return self.send_refine_clusters([(members, {"entity": entity}) for members, entity in clusters], "persona")
 
     def done_refine(self, msg: ModelDone) -> None:
         self._refine_inflight = max(0, self._refine_inflight - 1)
         entity: str = msg.context["entity"]
         members: dict[str, str] = msg.context["members"]
-        section = {e.id: e for e in self.persona.get(entity, [])}
-        if any(i not in section or section[i].protected or section[i].text != text for i, text in members.items()):
-            # Changed while the model was thinking: its answer is about texts that are gone.
+        if cluster_changed(self.persona, entity, members):
             self.log.info("persona refinement answer dropped: the cluster changed meanwhile")
             return
         now = self.now()
@@ -477,6 +456,7 @@ class PersonaActor(JournaledActor):
         self.log.info("persona refinement applied: %s, %d new", result.outcome.counts, len(result.outcome.created))
 
     # -- API -------------------------------------------------------------------------
+    @handles(ListEntries)
     def on_ListEntries(self, msg: ListEntries) -> None:
         now = self.now()
         rows: list[dict[str, Any]] = []
@@ -494,6 +474,7 @@ class PersonaActor(JournaledActor):
         page = rows[msg.offset : msg.offset + msg.limit]
         msg.reply.ok({"total": len(rows), "offset": msg.offset, "items": page})
 
+    @handles(EditEntry)
     def on_EditEntry(self, msg: EditEntry) -> None:
         found = self.find(msg.id)
         if found is None:
@@ -508,6 +489,7 @@ class PersonaActor(JournaledActor):
         self.commit(new)
         msg.reply.ok({"id": msg.id, "entity": entity, "text": text})
 
+    @handles(SetSuppressed)
     def on_SetSuppressed(self, msg: SetSuppressed) -> None:
         found = self.find(msg.id)
         if found is None:
@@ -524,9 +506,11 @@ class PersonaActor(JournaledActor):
         self.commit(new, type="persona.suppressed")
         msg.reply.ok({"id": msg.id, "entity": entity, "suppress": changed.suppress, "suppressed_at": changed.suppressed_at})
 
+    @handles(ListCorrections)
     def on_ListCorrections(self, msg: ListCorrections) -> None:
         msg.reply.ok({"total": len(self.corrections), "items": msgspec.to_builtins(self.corrections), "inflight": self.correction_inflight})
 
+    @handles(DeleteEntry)
     def on_DeleteEntry(self, msg: DeleteEntry) -> None:
         if self.find(msg.id) is None:
             raise ActorFailure("not_found", f"no persona entry {msg.id}", 404)

@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from nekomem.actors.base import ChildActor
+from nekomem.actors.handlers import handles
 from nekomem.actors.messages import (
     AppendTurns,
     CancelCorrection,
@@ -25,13 +26,14 @@ from nekomem.actors.messages import (
     Enqueue,
     Flush,
     GetRecent,
+    OutboxAck,
     RecentView,
     ReviewDone,
     Tick,
 )
 from nekomem.domain import recent_window, review
-from nekomem.domain.messages import Turn, from_disk
 from nekomem.domain.tokens import get_counter
+from nekomem.domain.turns import Turn, from_disk
 from nekomem.runtime.clock import iso
 from nekomem.runtime.pool import PoolFull
 from nekomem.runtime.reply import ActorFailure, Reply
@@ -70,13 +72,6 @@ class _Compression:
     settle: bool
     started: float
     writes: list[_PendingWrite] = field(default_factory=list)
-
-
-class OutboxAck(msgspec.Struct):
-    """Sent back by the outbox once a post-turn record of a process/renew/settle is durable."""
-
-    write_id: int
-    reply: Any = None
 
 
 class RecentActor(ChildActor):
@@ -140,6 +135,7 @@ class RecentActor(ChildActor):
             self.tindex.close()
 
     # -- writes ----------------------------------------------------------------------
+    @handles(AppendTurns)
     def on_AppendTurns(self, msg: AppendTurns) -> None:
         self.adopt_outside_edit("write")
         self._last_activity = self.ctx.clock.monotonic()
@@ -192,6 +188,7 @@ class RecentActor(ChildActor):
             self._maybe_review()
         self._finish_if_ready(write)
 
+    @handles(OutboxAck)
     def on_OutboxAck(self, msg: OutboxAck) -> None:
         write = self._writes.pop(msg.write_id, None)
         if write is not None:
@@ -207,7 +204,7 @@ class RecentActor(ChildActor):
         """How many leading turns of a settle batch repeat the stored tail (role + text)."""
         tail = self.tindex.tail(len(turns))
         for k in range(min(len(tail), len(turns)), 0, -1):
-            if all(a.role == b.role and a.text == b.text for a, b in zip(tail[-k:], turns[:k])):
+            if all(a.role == b.role and a.text == b.text for a, b in zip(tail[-k:], turns[:k], strict=False)):
                 return k
         return 0
 
@@ -243,6 +240,7 @@ class RecentActor(ChildActor):
         self.log.info("adopted an outside edit of recent.json (%d items)", len(self.window))
         return True
 
+    @handles(CancelCorrection)
     def on_CancelCorrection(self, msg: CancelCorrection) -> None:
         """The reference's memory browser saved recent.json: adopt it, drop a running review."""
         self.adopt_outside_edit("cancel_correction")
@@ -294,7 +292,7 @@ class RecentActor(ChildActor):
         anchor = self.meta.last_past_block_update_at
         if not anchor:
             return None
-        from nekomem.domain.messages import parse_timestamp
+        from nekomem.domain.turns import parse_timestamp
 
         try:
             then = parse_timestamp(anchor)
@@ -302,6 +300,7 @@ class RecentActor(ChildActor):
             return None
         return max(0.0, (self.ctx.clock.now() - then).total_seconds() / 3600.0)
 
+    @handles(CompressDone)
     def on_CompressDone(self, msg: CompressDone) -> None:
         comp = self._compression
         if comp is None or comp.token != msg.token:
@@ -394,6 +393,7 @@ class RecentActor(ChildActor):
     def _last_activity_wall(self) -> float:
         return self._wall() - (self.ctx.clock.monotonic() - self._last_activity)
 
+    @handles(ReviewDone)
     def on_ReviewDone(self, msg: ReviewDone) -> None:
         if self._review_token != msg.token:
             return
@@ -427,6 +427,7 @@ class RecentActor(ChildActor):
         self.log.info("review finished: %s", outcome.status)
 
     # -- reads -----------------------------------------------------------------------
+    @handles(GetRecent)
     def on_GetRecent(self, msg: GetRecent) -> None:
         self.adopt_outside_edit("read")
         if msg.wait_settle and self._compression is not None and self._compression.settle:
@@ -437,6 +438,7 @@ class RecentActor(ChildActor):
     def _answer_view(self, msg: GetRecent) -> None:
         msg.reply.ok(RecentView(window=list(self.window), last_timestamp=self.tindex.last_timestamp(), stored_total=self.tindex.count()))
 
+    @handles(EditRecent)
     def on_EditRecent(self, msg: EditRecent) -> None:
         self.adopt_outside_edit("edit")
         if not 0 <= msg.index < len(self.window):
@@ -452,6 +454,7 @@ class RecentActor(ChildActor):
         msg.reply.ok(RecentView(window=list(self.window), last_timestamp=self.tindex.last_timestamp(), stored_total=self.tindex.count()))
 
     # -- periodic --------------------------------------------------------------------
+    @handles(Tick)
     def on_Tick(self, msg: Tick) -> None:
         now = msg.monotonic
         idle = now - self._last_activity
@@ -468,6 +471,7 @@ class RecentActor(ChildActor):
             self._last_purge = now
             self.tindex.purge_idempotency(time.time() - self.ctx.settings.server.idempotency_ttl_seconds)
 
+    @handles(Flush)
     def on_Flush(self, msg: Flush) -> None:
         if msg.reply is not None:
             msg.reply.ok(True)

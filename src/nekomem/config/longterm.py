@@ -66,7 +66,6 @@ class LongTermSettings(Section):
     evidence_map_max_new_facts: Annotated[int, doc("Most new facts in one Stage-2 batch (highest importance first, then oldest).", ge=1)] = 20
     evidence_per_observation_max_tokens: Annotated[int, doc("Each observation text is cut to this many tokens in a prompt.", ge=8)] = 200
     evidence_observations_total_max_tokens: Annotated[int, doc("Token cap of the whole observations block of one prompt.", ge=100)] = 15000
-    evidence_coarse_oversample: Annotated[int, doc("Stage-2 coarse ranking keeps budget x this many candidates before an optional rerank.", ge=1)] = 3
     evidence_negative_keyword_context_items: Annotated[int, doc("Latest user messages sent to check_disputation after a negative keyword.", ge=1)] = 3
     evidence_negative_keywords: Annotated[tuple[str, ...], doc("Phrases (matched case-insensitively as substrings of a user message) that start the negative-keyword check.")] = _NEGATIVE_KEYWORDS
 
@@ -76,8 +75,6 @@ class LongTermSettings(Section):
     fact_extract_idle_seconds: Annotated[float, doc("Idle time (no conversation activity) that lets a first batch extraction run.", ge=0)] = 10.0
     fact_extract_idle_requires_first_run: Annotated[bool, doc("As in the reference, the idle rule only applies before the first batch of a character (and to the tail of a burst a count-triggered batch left behind); false applies it always.")] = True
     fact_extract_max_batch_user_turns: Annotated[int, doc("Most user turns in one batch extraction (whole requests; one request with more is taken alone); a longer backlog is extracted in several calls.", ge=1)] = 20
-    fact_extract_poll_seconds: Annotated[float, doc("Interval at which the batch-extraction trigger is evaluated.", gt=0)] = 40.0
-    fact_extract_initial_delay_seconds: Annotated[float, doc("Delay before the first batch-extraction poll after start-up.", ge=0)] = 60.0
     fact_extract_cold_start_lookback_minutes: Annotated[float, doc("Window start of the first batch extraction: now minus this.", ge=0)] = 10.0
     fact_self_disclosure_every_n_passes: Annotated[int, doc("An AI-self-disclosure pass runs after this many successful batch passes.", ge=1)] = 3
     fact_self_disclosure_max_window_messages: Annotated[int, doc("Most journal rows read by one self-disclosure pass (oldest first).", ge=1)] = 200
@@ -122,10 +119,6 @@ class LongTermSettings(Section):
     reflection_rebuttal_lookback_hours: Annotated[float, doc("First disputation scan of a character looks back this far.", ge=0)] = 1.0
     reflection_rebuttal_max_rows: Annotated[int, doc("Most journal rows read by one disputation scan.", ge=1)] = 200
     reflection_rebuttal_max_messages: Annotated[int, doc("Most user messages per disputation scan (extended to the rest of a same-timestamp cluster).", ge=1)] = 20
-    reflection_recheck_enabled: Annotated[bool, doc("Run the slow schema v1 -> v2 time-scope recheck of old entries.")] = True
-    reflection_recheck_interval_seconds: Annotated[float, doc("Interval of the schema recheck loop (one item per tick).", gt=0)] = 30.0
-    reflection_recheck_initial_delay_seconds: Annotated[float, doc("Delay before the first schema recheck.", ge=0)] = 180.0
-    reflection_recheck_max_attempts: Annotated[int, doc("Failed rechecks of one item before it is given up.", ge=1)] = 5
 
     # --- persona ------------------------------------------------------------------------
     persona_render_max_tokens: Annotated[int, doc("Token budget of non-protected persona entries in /new_dialog.", ge=0)] = 2000
@@ -173,4 +166,3 @@ class LongTermSettings(Section):
     longterm_correction_timeout_seconds: Annotated[float, doc("Timeout of resolve_correction.", gt=0, le=110)] = 110.0
     longterm_dedup_timeout_seconds: Annotated[float, doc("Timeout of judge_duplicates.", gt=0, le=110)] = 60.0
     longterm_refine_timeout_seconds: Annotated[float, doc("Timeout of refine_cluster.", gt=0, le=110)] = 110.0
-    longterm_rerank_timeout_seconds: Annotated[float, doc("Timeout of the maintenance rerank.", gt=0, le=110)] = 8.0

@@ -55,8 +55,6 @@ class RecallSettings(Section):
 
     # Maintenance recall (Stage-2 candidates, synthesis related context).
     recall_coarse_oversample: Annotated[int, doc("Stage-2 coarse rank keeps this many times the budget before the optional LLM rerank.", ge=1)] = 3
-    recall_related_per_query_k: Annotated[int, doc("Synthesis related context: nearest entries kept per query text.", ge=1)] = 3
-    recall_related_total_cap: Annotated[int, doc("Synthesis related context: most entries in all (round-robin over the queries).", ge=1)] = 20
 
     # Rendering of recall results (render=markdown, the recall_memory tool output).
     recall_render_language: Annotated[str, doc("Language of rendered recall blocks and tool descriptions when a request names none: en, ja or zh.")] = "en"

@@ -11,8 +11,8 @@ from datetime import datetime
 
 import msgspec
 
-from nekomem.domain.messages import parse_timestamp
 from nekomem.domain.records import Fact
+from nekomem.domain.turns import parse_timestamp
 
 FACT_STATUSES = ("active", "archived", "all")
 

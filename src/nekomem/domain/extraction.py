@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 
 from nekomem.config.longterm import LongTermSettings
 from nekomem.domain import facts as fl
-from nekomem.domain.messages import Turn
+from nekomem.domain.turns import Turn
 
 Op = tuple[str, list[Turn]]
 

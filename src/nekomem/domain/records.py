@@ -41,7 +41,7 @@ def parse_time(value: Any, like: datetime) -> datetime | None:
     A naive stored value takes ``like``'s zone; an aware value is converted to it (or made
     naive when ``like`` is naive).
     """
-    from nekomem.domain.messages import parse_iso
+    from nekomem.domain.turns import parse_iso
 
     parsed = parse_iso(value, naive_tz=None)
     if parsed is None:

@@ -18,9 +18,9 @@ import msgspec
 
 from nekomem.config.recent import RecentSettings
 from nekomem.domain import prompts_recent
-from nekomem.domain.messages import Role, Turn, content_text
 from nekomem.domain.recent_window import locate_fingerprint, tail_fingerprint, window_tokens
 from nekomem.domain.tokens import TokenCounter
+from nekomem.domain.turns import Role, Turn, content_text
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +220,7 @@ def apply_review_detailed(
     tail_slots = slots[len(slots) - used :]
     patched = [
         Turn(role=role, text=text, ts=slot.ts)
-        for (role, text), slot in zip(body[len(body) - used :], tail_slots)
+        for (role, text), slot in zip(body[len(body) - used :], tail_slots, strict=False)
     ]
     head: list[Turn] = []
     if memo_covered:

@@ -7,8 +7,8 @@ from typing import Any, TypeVar
 import msgspec
 from starlette.requests import Request
 
-from nekomem.domain.messages import MessageError, Turn, normalize_message
 from nekomem.domain.opaque import OpaqueTooLarge, check_opaque, json_depth
+from nekomem.domain.turns import MessageError, Turn, normalize_message
 from nekomem.http.errors import ApiError
 from nekomem.http.schemas import HistoryBody
 from nekomem.stores.layout import InvalidName, validate_name

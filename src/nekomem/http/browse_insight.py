@@ -17,8 +17,8 @@ from nekomem.actors.messages import ExplainQuery, GetEntry, ListEntries
 from nekomem.domain import context_locale as loc
 from nekomem.domain import render_longterm as rlt
 from nekomem.domain.evidence import decayed
-from nekomem.domain.messages import parse_timestamp
 from nekomem.domain.tokens import get_counter
+from nekomem.domain.turns import parse_timestamp
 from nekomem.http.bodies import character_name, read_json_object
 from nekomem.http.conversation import context_language, display_now, master_name, new_dialog
 from nekomem.http.errors import ApiError
@@ -43,7 +43,7 @@ async def _excluded_reflections(rt: Any, name: str) -> list[dict[str, str]]:
     out: list[dict[str, str]] = []
     offset, limit = 0, rt.settings.server.api_page_max
     while True:
-        page = await rt.registry.ask(name, "reflections", lambda reply: ListEntries(offset=offset, limit=limit, reply=reply))
+        page = await rt.registry.ask(name, "reflections", lambda reply, offset=offset: ListEntries(offset=offset, limit=limit, reply=reply))
         for r in page["items"]:
             reason = ""
             if r.get("status") in NOT_SEARCHABLE:
@@ -62,7 +62,7 @@ async def _excluded_reflections(rt: Any, name: str) -> list[dict[str, str]]:
 async def _query_vector(rt: Any, query: str, now: datetime) -> list[float] | None:
     """The query's embedding as /query_memory computes it (after a time hint is cut out),
     or None when there is no ready embedding service or it fails."""
-    from nekomem.actors.recall import query_time_hint
+    from nekomem.recall.query_text import query_time_hint
 
     emb = rt.embeddings
     if emb is None or not query or getattr(emb, "state", "") != "ready":

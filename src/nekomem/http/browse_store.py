@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from nekomem.domain.messages import from_disk
+from nekomem.domain.turns import from_disk
 from nekomem.stores.layout import CharacterPaths
 from nekomem.stores.timeindex import to_utc_iso
 

@@ -29,8 +29,8 @@ from typing import Any, TypeVar
 import msgspec
 
 from nekomem.config import Settings
-from nekomem.domain.messages import Turn, from_disk
 from nekomem.domain.records import Correction, Fact, PersonaEntry, Reflection, SurfacedEntry
+from nekomem.domain.turns import Turn, from_disk
 from nekomem.importer import neko_source as src
 from nekomem.importer.neko_source import SourceCharacter, SourceError, TimeLocalizer
 from nekomem.importer.report import CharacterReport, ImportReport

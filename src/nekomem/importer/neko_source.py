@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
 
-from nekomem.domain.messages import Turn, from_disk, parse_iso
+from nekomem.domain.turns import Turn, from_disk, parse_iso
 from nekomem.importer.report import Problem
 
 # Files of a reference character folder, by layer.

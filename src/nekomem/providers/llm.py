@@ -269,41 +269,10 @@ class LLMClient:
             log.info("llm task=%s tier=%s skipped: tier not configured", task, tier)
             raise LLMNotConfigured(task, tier)
         client = self._client_for(endpoint)
-        settings = self._settings
-
-        if timeout is None:
-            if task == "review_recent":
-                timeout = settings.llm_review_timeout_seconds
-            elif task == "rerank":
-                timeout = settings.llm_rerank_timeout_seconds
-            else:
-                timeout = endpoint.timeout_seconds
-        if max_output_tokens is None:
-            max_output_tokens = (
-                settings.llm_review_max_output_tokens if task == "review_recent" else settings.llm_max_output_tokens
-            )
-        if max_retries is None:
-            max_retries = settings.llm_rerank_max_retries if task == "rerank" else settings.llm_max_retries
-
-        payload: dict[str, Any] = {
-            "model": endpoint.model,
-            "messages": messages,
-            settings.llm_output_tokens_param: max_output_tokens,
-        }
-        if settings.llm_send_response_format:
-            payload["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": task, "schema": spec.schema},
-            }
-        headers = {TASK_HEADER: task, "Content-Type": "application/json"}
-        if endpoint.api_key:
-            headers["Authorization"] = f"Bearer {endpoint.api_key}"
-        body = msgspec.json.encode(payload)
-        url = f"{endpoint.base_url}/chat/completions"
-
+        timeout, max_output_tokens, max_retries = self._limits(task, endpoint, timeout, max_output_tokens, max_retries)
+        url, body, headers = self._request(task, endpoint, messages, max_output_tokens)
         with self._lock:
             self._stats[tier].calls += 1
-
         attempts = 0
         last: _Attempt | None = None
         total = max_retries + 1
@@ -314,30 +283,55 @@ class LLMClient:
             with self._lock:
                 self._stats[tier].attempts += 1
             try:
-                result = self._attempt(client, url, body, headers, timeout, task, tier, attempts)
+                return self._attempt(client, url, body, headers, timeout, task, tier, attempts)
             except _Attempt as failure:
                 last = failure
                 with self._lock:
                     self._stats[tier].last_error = f"{task}: {failure.message}"
-                log.warning(
-                    "llm task=%s tier=%s attempt=%d/%d failed: %s",
-                    task, tier, attempts, total, failure.message,
-                )
+                log.warning("llm task=%s tier=%s attempt=%d/%d failed: %s", task, tier, attempts, total, failure.message)
                 if not failure.retryable:
                     break
-                continue
-            return result
-
         assert last is not None
         with self._lock:
             self._stats[tier].failures += 1
-        raise LLMTaskFailed(
-            task,
-            attempts,
-            last.message,
-            status_code=last.status_code,
-            output_exhausted=last.output_exhausted,
-        )
+        raise LLMTaskFailed(task, attempts, last.message, status_code=last.status_code, output_exhausted=last.output_exhausted)
+
+    def _limits(
+        self, task: str, endpoint: Endpoint, timeout: float | None, max_output_tokens: int | None, max_retries: int | None
+    ) -> tuple[float, int, int]:
+        """(timeout, output token limit, retries) of one call: the overrides given, else the
+        task's settings (review and rerank have their own), else the tier's."""
+        settings = self._settings
+        if timeout is None:
+            if task == "review_recent":
+                timeout = settings.llm_review_timeout_seconds
+            elif task == "rerank":
+                timeout = settings.llm_rerank_timeout_seconds
+            else:
+                timeout = endpoint.timeout_seconds
+        if max_output_tokens is None:
+            max_output_tokens = settings.llm_review_max_output_tokens if task == "review_recent" else settings.llm_max_output_tokens
+        if max_retries is None:
+            max_retries = settings.llm_rerank_max_retries if task == "rerank" else settings.llm_max_retries
+        return timeout, max_output_tokens, max_retries
+
+    def _request(self, task: str, endpoint: Endpoint, messages: list[dict[str, Any]], max_output_tokens: int) -> tuple[str, bytes, dict[str, str]]:
+        """(url, JSON body, headers) of a chat completion for ``task``."""
+        settings = self._settings
+        payload: dict[str, Any] = {
+            "model": endpoint.model,
+            "messages": messages,
+            settings.llm_output_tokens_param: max_output_tokens,
+        }
+        if settings.llm_send_response_format:
+            payload["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": task, "schema": task_spec(task).schema},
+            }
+        headers = {TASK_HEADER: task, "Content-Type": "application/json"}
+        if endpoint.api_key:
+            headers["Authorization"] = f"Bearer {endpoint.api_key}"
+        return f"{endpoint.base_url}/chat/completions", msgspec.json.encode(payload), headers
 
     def _attempt(
         self,

@@ -21,7 +21,7 @@ from typing import Any
 import pykka
 
 from nekomem.actors.base import Services
-from nekomem.actors.messages import Deliver, Describe, Flush, Tick
+from nekomem.actors.messages import Deliver, Describe, Tick
 from nekomem.runtime.reply import ActorFailure, Reply
 
 log = logging.getLogger("nekomem.registry")
@@ -268,26 +268,10 @@ class CharacterRegistry:
         reply = Reply()
         try:
             entry.ref.tell(Describe(reply=reply))
-            return reply.result(timeout)
+            described: dict[str, Any] | None = reply.result(timeout)
+            return described
         except (pykka.ActorDeadError, ActorFailure):
             return None
-
-    def flush_all(self, timeout: float = 30.0) -> None:
-        with self._lock:
-            refs = [entry.ref for entry in self._entries.values()]
-        replies = []
-        for ref in refs:
-            reply = Reply()
-            try:
-                ref.tell(Flush(reply=reply))
-                replies.append(reply)
-            except pykka.ActorDeadError:
-                pass
-        for reply in replies:
-            try:
-                reply.result(timeout)
-            except ActorFailure:
-                pass
 
     def release(self, name: str) -> bool:
         """Stop ``name``'s actors now and wait until they have flushed and closed every

@@ -21,9 +21,9 @@ import os
 import re
 import secrets
 import time
+from collections.abc import Callable, Mapping, Sized
 from datetime import datetime, timezone
 from pathlib import Path
-from collections.abc import Callable, Mapping, Sized
 from typing import Any, Literal, TypeVar
 
 import msgspec

@@ -65,7 +65,7 @@ class RootLock:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             try:
-                fcntl.flock(fd, fcntl.LOCK_UN)  # type: ignore[union-attr]
+                fcntl.flock(fd, fcntl.LOCK_UN)
             finally:
                 os.close(fd)
 
