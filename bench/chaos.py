@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nekomem.config import load_settings
 from bench._common import print_table, ratio, run_load, start_nekomem, turn_pair
+from nekomem.config import load_settings
 from tests.support.fake_llm import DEFAULT_HANDLERS, FakeLLM, Reply
 
 ROUTES = ("cache", "new_dialog", "query_memory", "recent")

@@ -12,8 +12,8 @@ from nekomem.actors.messages import Flush
 from nekomem.actors.supervisor import CHILD_ORDER
 from nekomem.runtime.clock import ManualClock
 from nekomem.stores.layout import CharacterPaths
-from tests.support.waiting import quiesce
 from tests.support.live import LiveServer, make_settings
+from tests.support.waiting import quiesce
 
 NAME = "Lan"
 START = datetime(2026, 7, 1, 12, 0, tzinfo=timezone.utc)

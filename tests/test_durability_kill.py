@@ -175,7 +175,7 @@ def test_kill_during_load_over_500_active_characters(tmp_path):
         for name in names:
             rows = stored_rows(tmp_path, name)
             ranges = covered_rows(tmp_path, name)
-            for text, row_id in rows.items():
+            for _text, row_id in rows.items():
                 hits = sum(1 for first, last in ranges if first <= row_id <= last)
                 assert hits == 1, f"row {row_id} of {name} has {hits} post-turn records"
         for path in tmp_path.rglob("*.json"):

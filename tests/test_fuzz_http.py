@@ -106,7 +106,7 @@ def test_fuzz_every_route_no_5xx_and_stores_parse(memory_root):
                 @settings(max_examples=EXAMPLES, deadline=None, phases=[Phase.generate], database=None,
                           suppress_health_check=list(HealthCheck))
                 @given(case=op.as_strategy())
-                def run(case):  # noqa: ANN001
+                def run(case):
                     response = session.request(**case.as_transport_kwargs(base_url=srv.url), timeout=30)
                     with lock:
                         seen["requests"] += 1

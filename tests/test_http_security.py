@@ -265,4 +265,4 @@ def test_a_poisoned_facts_view_on_disk_does_not_break_reads(tmp_path):
             assert r.status_code == 200, r.text
             assert [i["text"] for i in r.json()["items"]] == ["Master likes plums"]
             assert r.json()["items"][0]["source_ref"] is None
-            assert srv.post(f"/query_memory/Lan", json={"query": "plums"}).status_code == 200
+            assert srv.post("/query_memory/Lan", json={"query": "plums"}).status_code == 200

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 
 from tests.support.fake_llm import Reply
 from tests.support.live import LiveServer, make_settings

@@ -4,7 +4,6 @@ and replaying everything twice changes nothing."""
 from __future__ import annotations
 
 import json
-import time
 
 import httpx
 

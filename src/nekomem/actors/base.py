@@ -82,7 +82,7 @@ class ChildActor(DispatchedActor):
         """Reload this layer from disk; the fault that stopped it, or None on success."""
         try:
             self.close()
-        except Exception:  # noqa: BLE001 - a half-open handle is replaced by load()
+        except Exception:
             self.log.debug("close before reload failed", exc_info=True)
         try:
             self.load()
@@ -251,7 +251,7 @@ class ChildActor(DispatchedActor):
         pending: list[object] = [envelope.message for envelope in self.actor_inbox.drain()]
         try:
             self.close()
-        except Exception:  # noqa: BLE001
+        except Exception:
             self.log.exception("close after crash failed")
         try:
             self.ctx.supervisor.tell(ChildCrashed(child=self.child_name, error=repr(exc_value), pending=pending))

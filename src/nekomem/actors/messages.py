@@ -23,9 +23,9 @@ from nekomem.domain.reflections import SynthesisBatch
 from nekomem.domain.subjects import Subject
 from nekomem.domain.turns import Turn
 from nekomem.recall.entry import VECTOR_TIERS, IndexEntry
+
 # The supervision protocol is the runtime's; re-exported here for the actors.
-from nekomem.runtime.protocol import ChildCrashed, Deliver, Describe, Flush, Message, Tick
-from nekomem.runtime.reply import Reply
+from nekomem.runtime.protocol import Message
 
 WriteMode = Literal["cache", "process", "renew", "settle"]
 # The answer of POST /reflect, filled in by the passes it runs (facts, reflections, persona).

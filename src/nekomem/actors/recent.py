@@ -171,7 +171,7 @@ class RecentActor(ChildActor):
         missing = [row.turn for row in self.tindex.rows_after(self.meta.journal_row)]
         skip = 0
         for k in range(min(len(self.window), len(missing)), 0, -1):
-            if all(a.role == b.role and a.text == b.text for a, b in zip(self.window[-k:], missing[:k])):
+            if all(a.role == b.role and a.text == b.text for a, b in zip(self.window[-k:], missing[:k], strict=True)):
                 skip = k
                 break
         self.window.extend(missing[skip:])

@@ -15,7 +15,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from nekomem.actors.host import ACTORS
 from nekomem.config import Settings
 from nekomem.http import conversation, longterm, system
-from nekomem.http.guard import RequestGuard
 from nekomem.http.errors import (
     ApiError,
     actor_failure_handler,
@@ -25,6 +24,7 @@ from nekomem.http.errors import (
     not_found_handler,
     os_error_handler,
 )
+from nekomem.http.guard import RequestGuard
 from nekomem.runtime.clock import Clock
 from nekomem.runtime.reply import ActorFailure
 from nekomem.runtime.runtime import Runtime

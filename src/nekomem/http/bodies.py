@@ -13,7 +13,6 @@ from nekomem.http.errors import ApiError
 from nekomem.http.schemas import HistoryBody
 from nekomem.stores.layout import InvalidName, validate_name
 
-
 T = TypeVar("T")
 
 

@@ -17,7 +17,6 @@ from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
 from nekomem.runtime.clock import iso
 
-
 # Write-request ids: unique per process start and request, without a random read per request.
 _SESSION_PREFIX = uuid.uuid4().hex[:16]
 _SESSION_SEQ = itertools.count(1)

@@ -6,7 +6,6 @@ import asyncio
 from typing import Any
 
 import msgspec
-
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -24,9 +23,9 @@ from nekomem.actors.messages import (
     RenderContext,
 )
 from nekomem.http.bodies import bounded_opaque, character_name, decode_body, decode_json, read_body
-from nekomem.http.schemas import CardBody, EntryEdit, FactsBody, FeedbackBody, RecentEdit, RecordSurfacedBody
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
+from nekomem.http.schemas import CardBody, EntryEdit, FactsBody, FeedbackBody, RecentEdit, RecordSurfacedBody
 from nekomem.stores.layout import list_characters
 
 LAYERS = {"facts": "facts", "reflections": "reflections", "persona": "persona"}

@@ -74,7 +74,7 @@ def build_document() -> dict[str, Any]:
         if response is not TEXT:
             types.append(response)
     schemas, components = msgspec.json.schema_components(types, ref_template="#/components/schemas/{name}")
-    refs = dict(zip(map(id, types), schemas))
+    refs = dict(zip(map(id, types), schemas, strict=True))
     error = {"description": "error", "content": {"application/json": {"schema": refs[id(s.ErrorBody)]}}}
     paths: dict[str, dict[str, Any]] = {}
     for path, method, params, request, response, summary in OPERATIONS:

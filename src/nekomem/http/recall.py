@@ -32,10 +32,10 @@ from nekomem.domain.recall_render import (
 from nekomem.domain.subjects import SubjectError, subjects_from_request
 from nekomem.domain.tokens import get_counter
 from nekomem.http.bodies import character_name, decode_body
-from nekomem.http.schemas import QueryBody
 from nekomem.http.conversation import display_now
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists, localise_times
+from nekomem.http.schemas import QueryBody
 from nekomem.recall.response import empty_response
 from nekomem.runtime.reply import ActorFailure
 

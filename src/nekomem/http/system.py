@@ -11,8 +11,8 @@ from starlette.responses import JSONResponse, Response
 import nekomem
 from nekomem.actors.messages import ResetConfirmedAt
 from nekomem.http.bodies import decode_body
-from nekomem.http.schemas import PowerfulMemoryBody
 from nekomem.http.errors import ApiError
+from nekomem.http.schemas import PowerfulMemoryBody
 from nekomem.runtime.switches import POWERFUL, SwitchError
 from nekomem.stores.layout import list_characters
 

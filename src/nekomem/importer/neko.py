@@ -112,7 +112,7 @@ class CharacterImport:
 
     def run(self) -> None:
         recent = self.source.recent()
-        wanted = {(t.role, t.text) for t in recent}
+        wanted: set[tuple[str, str]] = {(t.role, t.text) for t in recent}
         times = self.journal(wanted)
         self.recent(recent, times)
         self.facts()

@@ -226,7 +226,7 @@ class SourceCharacter:
             if not isinstance(items, list):
                 self.problem("persona", PERSONA, "section has no list of entries", key)
                 continue
-            entity = _V1_SECTIONS.get(key, key)
+            entity = _V1_SECTIONS.get(key) or key
             # A scoped section (``@subject/<kind>:<id>``) names its subject in section
             # fields: every entry carries them, so the subject survives with the entry.
             stamp = {k: section[k] for k in SUBJECT_FIELDS if section.get(k) is not None}

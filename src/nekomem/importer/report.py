@@ -69,7 +69,7 @@ class ImportReport(msgspec.Struct, kw_only=True):
         return sum(c.added for c in self.characters)
 
     def to_builtins(self) -> dict[str, object]:
-        out = msgspec.to_builtins(self)
+        out: dict[str, object] = msgspec.to_builtins(self)
         out["added_total"] = self.added
         out["problems_total"] = len(self.problems)
         return out

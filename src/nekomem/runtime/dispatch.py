@@ -70,7 +70,7 @@ class Completion:
         for fn in callbacks:
             try:
                 fn()
-            except Exception:  # noqa: BLE001 - one bad callback must not skip the others
+            except Exception:
                 log.exception("a completion callback failed")
 
     @staticmethod
@@ -140,7 +140,7 @@ class Dispatcher:
                 mailbox = self._ready.popleft()
             try:
                 mailbox.run(self.batch)
-            except BaseException:  # noqa: BLE001 - a worker outlives any one actor
+            except BaseException:
                 log.exception("a mailbox run failed")
 
     def shutdown(self, timeout: float = 5.0) -> None:
@@ -264,7 +264,7 @@ class Mailbox:
         for envelope in self.drain():
             if envelope.reply_to is None:
                 continue
-            if isinstance(envelope.message, messages._ActorStop):  # noqa: SLF001
+            if isinstance(envelope.message, messages._ActorStop):
                 envelope.reply_to.set(None)
             else:
                 envelope.reply_to.set_exception(
@@ -301,13 +301,22 @@ def set_default_dispatcher(dispatcher: Dispatcher) -> None:
         _default_dispatcher = dispatcher
 
 
+def mailbox_of(ref: pykka.ActorRef[Any]) -> Mailbox:
+    """The dispatcher mailbox behind ``ref``. Raises TypeError for an actor that is not a
+    :class:`DispatchedActor`."""
+    inbox = ref.actor_inbox
+    if not isinstance(inbox, Mailbox):
+        raise TypeError("not a dispatched actor")
+    return inbox
+
+
 class DispatchedActor(pykka.Actor):
     """A pykka actor run by a :class:`Dispatcher` instead of a thread of its own.
 
     Subclasses choose their dispatcher by overriding :meth:`dispatcher` (the process-wide
     default otherwise)."""
 
-    actor_inbox: Mailbox  # type: ignore[assignment]
+    actor_inbox: Mailbox
     _stopping: Completion | None = None
     _hold_start = False
 
@@ -341,20 +350,18 @@ class DispatchedActor(pykka.Actor):
         other threads by barriers; True unless a subclass knows better)."""
         return True
 
-    def _stop(self) -> Completion | None:
-        """Stop now (the rest of the inbox is failed by the teardown); returns what
-        ``on_stop`` returned when it is a Completion, so the stop is answered after it."""
+    def _stop(self) -> None:
+        """Stop now (the rest of the inbox is failed by the teardown); when ``on_stop``
+        returns a Completion it is kept in ``_stopping``, so the stop is answered after it."""
         ActorRegistry.unregister(self.actor_ref)
         self.actor_stopped.set()
         try:
-            result = self.on_stop()
+            result: object = self.on_stop()  # type: ignore[func-returns-value]  # may return a Completion
         except Exception:  # noqa: BLE001
             self._handle_failure(*sys.exc_info())
-            return None
+            return
         if isinstance(result, Completion):
             self._stopping = result
-            return result
-        return None
 
     def _dispatch_envelope(self, envelope: Envelope[Any]) -> None:
         # The body of pykka's Actor._actor_loop_running, for one envelope.

@@ -77,7 +77,7 @@ class ModelPool:
             error = exc
         try:
             on_done(result, error)
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("model job callback failed for a character")
         finally:
             with self._lock:

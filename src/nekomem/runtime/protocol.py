@@ -17,14 +17,14 @@ class Message(msgspec.Struct, kw_only=True, frozen=True):
     reply: Reply | None = None
 
 
-class Deliver(Message):
+class Deliver(Message, frozen=True):
     """To a supervisor: hand ``message`` to its child ``child``."""
 
     child: str
     message: object
 
 
-class ChildCrashed(Message):
+class ChildCrashed(Message, frozen=True):
     """From a crashed child to its supervisor, with the messages it had not handled."""
 
     child: str
@@ -32,19 +32,19 @@ class ChildCrashed(Message):
     pending: list[object]
 
 
-class Tick(Message):
+class Tick(Message, frozen=True):
     """A child's own timer came due (see ChildActor.due_at); ``monotonic`` is the clock's
     monotonic time when it fired."""
 
     monotonic: float
 
 
-class Flush(Message):
+class Flush(Message, frozen=True):
     """Write views that lag their journal now. To a supervisor it is a barrier: the reply
     comes after every child has handled everything queued before it and flushed."""
 
 
-class Describe(Message):
+class Describe(Message, frozen=True):
     """Ask the supervisor for its children's state (for /health and tests)."""
 
 

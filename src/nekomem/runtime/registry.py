@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import pykka
 
+from nekomem.runtime.dispatch import mailbox_of
 from nekomem.runtime.protocol import Deliver, Describe, Flush
 from nekomem.runtime.reply import ActorFailure, AskTimeout, Reply
 from nekomem.runtime.services import Routes, Services
@@ -96,7 +97,7 @@ class CharacterRegistry:
                 raise ActorFailure("character_importing", "an import into this character is running; try again shortly", 409)
             stopping = self._stopping.get(name)
             if stopping is not None:
-                if not stopping.actor_inbox.terminated:
+                if not mailbox_of(stopping).terminated:
                     if block:
                         raise AskTimeout("the previous instance of the character to stop", self.services.settings.server.ask_timeout_seconds)
                     return None
@@ -130,7 +131,7 @@ class CharacterRegistry:
         if ref is None:
             return
         done = threading.Event()
-        ref.actor_inbox.when_terminated(done.set)
+        mailbox_of(ref).when_terminated(done.set)
         done.wait(self.services.settings.server.ask_timeout_seconds)
 
     async def _await_stopped(self, name: str) -> None:
@@ -141,13 +142,17 @@ class CharacterRegistry:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
 
-        def wake() -> None:
-            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+        def settle() -> None:
+            if not done.done():
+                done.set_result(None)
 
-        ref.actor_inbox.when_terminated(wake)
+        def wake() -> None:
+            loop.call_soon_threadsafe(settle)
+
+        mailbox_of(ref).when_terminated(wake)
         try:
             await asyncio.wait_for(done, self.services.settings.server.ask_timeout_seconds)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise AskTimeout("the previous instance of the character to stop", self.services.settings.server.ask_timeout_seconds) from None
 
     def _release(self, name: str, entry: _Entry) -> None:
@@ -209,13 +214,13 @@ class CharacterRegistry:
 
     def tell(self, name: str, child: str, message: Any) -> None:
         """Deliver ``message`` to ``child`` of ``name``, activating the character."""
-        entry = self._acquire(name)
+        entry = self._acquire_now(name)
         try:
             entry.tell(child, message)
         except pykka.ActorDeadError:
             # Passivated between lookup and tell: activate again, once.
             self._release(name, entry)
-            entry = self._acquire(name)
+            entry = self._acquire_now(name)
             entry.tell(child, message)
         finally:
             self._release(name, entry)
@@ -242,6 +247,12 @@ class CharacterRegistry:
         finally:
             self._release(name, entry)
 
+    def _acquire_now(self, name: str) -> _Entry:
+        """:meth:`_acquire` that waits for a stopping instance (so it never returns None)."""
+        entry = self._acquire(name, block=True)
+        assert entry is not None  # a blocking acquire waits or raises
+        return entry
+
     async def _acquire_async(self, name: str) -> _Entry:
         # Activation only posts the supervisor's start: nothing here blocks the loop.
         while True:
@@ -252,7 +263,7 @@ class CharacterRegistry:
 
     def activate(self, name: str) -> None:
         """Make character ``name`` active (its start is posted, not awaited)."""
-        entry = self._acquire(name)
+        entry = self._acquire_now(name)
         self._release(name, entry)
 
     def ask_sync(self, name: str, child: str, make: Callable[[Reply], Any], timeout: float | None = None) -> Any:
@@ -389,7 +400,7 @@ class CharacterRegistry:
             if not self.flush(name, max(0.1, end - time.monotonic())):
                 return False
             handled = self._handled(name)
-            settled = all(ref.actor_inbox.settled for ref in self._children_of(name))
+            settled = all(mailbox_of(ref).settled for ref in self._children_of(name))
             if handled == last and settled and self.services.pool.busy(name) == 0:
                 return True
             if not settled:
@@ -403,7 +414,7 @@ class CharacterRegistry:
         return [] if entry is None else list(entry.routes.children.values())
 
     def _handled(self, name: str) -> int:
-        return sum(ref.actor_inbox.handled for ref in self._children_of(name))
+        return sum(mailbox_of(ref).handled for ref in self._children_of(name))
 
     def release(self, name: str) -> bool:
         """Stop ``name``'s actors now and wait until they have flushed and closed every
@@ -439,7 +450,7 @@ class CharacterRegistry:
                 pass
         for ref in stopping:
             done = threading.Event()
-            ref.actor_inbox.when_terminated(done.set)
+            mailbox_of(ref).when_terminated(done.set)
             done.wait(max(0.0, deadline - time.monotonic()))
         with self._lock:
             if self._sweep_timer is not None:

@@ -19,8 +19,8 @@ from nekomem.runtime.registry import ActorLayer, CharacterRegistry
 from nekomem.runtime.services import Services
 from nekomem.runtime.switches import Switches, core_config_file
 from nekomem.runtime.timers import Timers
-from nekomem.stores.layout import CharacterPaths, list_characters
 from nekomem.stores import rootlock
+from nekomem.stores.layout import CharacterPaths, list_characters
 from nekomem.stores.rootlock import RootLock
 
 log = logging.getLogger("nekomem.runtime")

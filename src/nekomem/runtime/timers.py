@@ -95,7 +95,7 @@ class Timers:
         for handle in due:
             try:
                 handle.callback()
-            except Exception:  # noqa: BLE001 - the timer outlives one bad callback
+            except Exception:
                 log.exception("a timer callback failed")
         self.fired += len(due)
         return len(due)

@@ -113,7 +113,7 @@ class StorageHealth:
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
-            faults = [{"character": c, "layer": l, "error_code": code, "since": since} for (c, l), (code, since) in self._faults.items()]
+            faults = [{"character": c, "layer": layer, "error_code": code, "since": since} for (c, layer), (code, since) in self._faults.items()]
             unrebuilt = [{"character": c, "view": v, "detail": d} for (c, v), d in self._unrebuilt.items()]
         disk = self.probe()
         state = "ok"
@@ -122,7 +122,7 @@ class StorageHealth:
         elif disk.get("free_bytes") == 0:
             state = FULL.code
         elif faults:
-            state = faults[0]["error_code"]
+            state = str(faults[0]["error_code"])
         return {"state": state, **disk, "faults": faults, "unrebuilt_views": unrebuilt}
 
     def probe(self) -> dict[str, Any]:

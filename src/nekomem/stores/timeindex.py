@@ -245,7 +245,7 @@ class TimeIndex(TimeIndexReader):
     def rows_after(self, row_id: int, limit: int | None = None) -> list[TimeIndexRow]:
         """Rows with an id above ``row_id``, oldest first (at most ``limit``)."""
         sql = f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} WHERE id > ? ORDER BY id"
-        params: list[Any] = [row_id]
+        params: list[object] = [row_id]
         if limit is not None:
             sql += " LIMIT ?"
             params.append(int(limit))
