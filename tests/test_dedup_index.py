@@ -7,7 +7,8 @@ from datetime import datetime, timezone
 
 from nekomem.config.longterm import LongTermSettings
 from nekomem.domain.dedup_index import DedupIndex
-from nekomem.domain.facts import dedup_new_facts, normalize_fact
+from nekomem.domain.fact_dedup import dedup_new_facts
+from nekomem.domain.facts import normalize_fact
 
 WORDS = "tea coffee cat dog morning night music piano rain sun walk park book movie cake ramen sushi train work sleep".split()
 

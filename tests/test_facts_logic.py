@@ -8,12 +8,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from nekomem.config.longterm import LongTermSettings
+from nekomem.domain.fact_dedup import apply_duplicate_decisions, dedup_new_facts, enqueue_pairs, paraphrase_pairs
 from nekomem.domain.facts import (
-    apply_duplicate_decisions,
     archive_split,
     clamp_importance,
-    dedup_new_facts,
-    enqueue_pairs,
     extraction_due,
     extraction_window_start,
     jaccard,
@@ -21,7 +19,6 @@ from nekomem.domain.facts import (
     mark_absorbed,
     normalize_extraction,
     normalize_fact,
-    paraphrase_pairs,
     self_disclosure_due,
     self_disclosure_window_start,
     signal_batch,

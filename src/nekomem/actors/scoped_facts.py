@@ -44,7 +44,7 @@ class ScopedFactsMixin:
             new.append(msgspec.structs.replace(fact, absorbed=True, signal_processed=True, **subject.fields()))
         if new:
             self.record_many([("fact.added", {"fact": msgspec.to_builtins(f)}) for f in new])  # type: ignore[attr-defined]
-            from nekomem.actors.facts import fact_index_entry
+            from nekomem.actors.fact_state import fact_index_entry
 
             self.ctx.send("recall", IndexUpsert(entries=[fact_index_entry(self.facts[f.id], "fact") for f in new if f.id in self.facts]))  # type: ignore[attr-defined]
             self.log.info("stored %d scoped facts", len(new))  # type: ignore[attr-defined]

@@ -1,7 +1,7 @@
 """An incremental index for fact dedup, so that adding a fact costs the same at 100 or
 100,000 stored facts.
 
-It answers the same questions as :func:`nekomem.domain.facts.dedup_new_facts` (exact hash,
+It answers the same questions as :func:`nekomem.domain.fact_dedup.dedup_new_facts` (exact hash,
 then token-set Jaccard >= threshold within the entity) without scanning the store: a fact
 B with Jaccard(K, B) >= t must share one of the ``|K| - ceil(t * |K|) + 1`` rarest keywords
 of K (prefix filtering), and must have between ``t * |K|`` and ``|K| / t`` keywords.
@@ -14,7 +14,8 @@ from collections import defaultdict
 
 import msgspec
 
-from nekomem.domain.facts import DedupOutcome, jaccard, text_keywords
+from nekomem.domain.fact_dedup import DedupOutcome
+from nekomem.domain.facts import jaccard, text_keywords
 from nekomem.domain.records import Fact
 
 

@@ -79,6 +79,24 @@ class ExtractionQueue:
             return "burst_tail"
         return None
 
+    def wait_seconds(self, now: datetime, gate_wait: float) -> float | None:
+        """Seconds from ``now`` until :meth:`due` gives a trigger and the extraction gate
+        (open in ``gate_wait`` seconds) lets it run: 0 or less means now; None when no
+        user turn waits."""
+        pending = self.user_turns
+        if not self.ops or pending <= 0:
+            return None
+        s = self.s
+        if pending >= s.fact_extract_every_n_turns:
+            return gate_wait
+        waits: list[float] = []
+        if self.last_check_at is not None:
+            waits.append((self.last_check_at + timedelta(minutes=s.fact_extract_interval_minutes) - now).total_seconds())
+        if self.last_check_at is None or not s.fact_extract_idle_requires_first_run or self.burst_tail:
+            idle_from = self.last_activity_at or now
+            waits.append((idle_from + timedelta(seconds=s.fact_extract_idle_seconds) - now).total_seconds())
+        return max(gate_wait, min(waits)) if waits else None
+
     def take(self, trigger: str) -> list[Op]:
         """Remove and return the next batch (oldest records first, bounded; see module)."""
         limit = self.s.fact_extract_max_batch_user_turns
