@@ -9,8 +9,8 @@ from typing import Any
 import pykka
 
 from nekomem.actors.events import EVENT_OWNERS
-from nekomem.actors.recent import POST_TURN_CURSOR
 from nekomem.actors.supervisor import CharacterSupervisor, child_classes
+from nekomem.domain.post_turn import POST_TURN_CURSOR
 from nekomem.runtime.services import Routes, Services
 from nekomem.stores.applied import SharedJournal
 from nekomem.stores.layout import CharacterPaths

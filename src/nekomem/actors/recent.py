@@ -16,21 +16,18 @@ spliced in only if the window's head is still the snapshot it summarised.
 
 from __future__ import annotations
 
-import collections
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
-from nekomem.actors.base import ChildActor
 from nekomem.actors.handlers import handles
 from nekomem.actors.messages import (
     AppendTurns,
     CancelCorrection,
     CompressDone,
     EditRecent,
-    Enqueue,
     Flush,
     GetRecent,
     OutboxAck,
@@ -38,30 +35,12 @@ from nekomem.actors.messages import (
     ReviewDone,
     Tick,
 )
+from nekomem.actors.recent_state import RecentState
 from nekomem.domain import recent_window, review
-from nekomem.domain.tokens import get_counter
-from nekomem.domain.turns import Turn, from_disk
+from nekomem.domain.turns import Turn
 from nekomem.runtime.clock import iso
 from nekomem.runtime.pool import PoolFull
 from nekomem.runtime.reply import ActorFailure, Reply
-from nekomem.stores.atomic import atomic_write_json, keep_rejected, read_json
-from nekomem.stores.recent_watch import RecentWatch, journal_adoption
-from nekomem.stores.timeindex import IMPORTED_CURSOR, TimeIndex
-
-OP_POST_TURN = "extract_facts"  # wire value of the reference's OP_POST_TURN_SIGNALS
-POST_TURN_CURSOR = "post_turn"  # time-index cursor: rows up to here have their outbox record
-
-
-class RecentMeta(msgspec.Struct, kw_only=True):
-    last_past_block_update_at: str | None = None
-    compress_failures: int = 0
-    last_compress_error: str | None = None
-    last_compress_at: str | None = None
-    compressions: int = 0
-    hard_cap_trims: int = 0
-    journal_row: int | None = None  # the last time-index row folded into recent.json
-    review: review.ReviewState = msgspec.field(default_factory=review.ReviewState)
-
 
 RESULT_STATUS = {"cache": "cached", "process": "processed", "renew": "processed", "settle": "settled"}
 
@@ -83,36 +62,10 @@ class _Compression:
     writes: list[_PendingWrite] = field(default_factory=list)
 
 
-class RecentActor(ChildActor):
+class RecentActor(RecentState):
     child_name = "recent"
 
     def load(self) -> None:
-        paths = self.ctx.paths
-        self.settings = self.ctx.settings.recent
-        self.counter = get_counter(self.settings.recent_tokenizer_encoding)
-        window, status, unreadable = self._read_window(paths.recent)
-        self.tindex = TimeIndex(paths.time_index_db)
-        meta_raw, _ = read_json(paths.recent_meta, default={})
-        try:
-            self.meta = msgspec.convert(meta_raw if isinstance(meta_raw, dict) else {}, RecentMeta, strict=False)
-        except msgspec.ValidationError:
-            self.meta = RecentMeta()
-        if status == "corrupt":
-            # recent.json was unreadable (moved aside as *.corrupt-*): rebuild the window
-            # from the raw journal, which holds every message.
-            window = self.tindex.tail(self.settings.recent_compress_threshold_items)
-            self.log.warning("recent.json was corrupt; rebuilt the window from the journal (%d items)", len(window))
-        self.window = window
-        self.watch = RecentWatch(paths.recent)
-        self.tokens = [self.counter.count(t.text) for t in window]
-        if status == "corrupt":
-            self.meta.journal_row = self.tindex.max_row_id()
-        if status == "corrupt" or unreadable:
-            self._enforce_cap()
-            self._save_window()  # the unreadable items are kept aside: they are not kept twice
-            self._save_meta()
-        if status != "corrupt":
-            self._catch_up_window()
         self._token = 0
         self._compression: _Compression | None = None
         self._review_token: int | None = None
@@ -123,106 +76,7 @@ class RecentActor(ChildActor):
         self._last_activity = self.ctx.clock.monotonic()
         self._next_compress_try = 0.0
         self._last_purge = 0.0
-        self._replay_post_turn()
-
-    def flush(self) -> None:
-        """Persist the post-turn cursor and recent_meta.json (with journal_row)."""
-        self._save_cursor()
-        self._save_meta()
-
-    @staticmethod
-    def _read_window(path: Any) -> tuple[list[Turn], str, int]:
-        """(turns, read status, how many items were unreadable). Unreadable items are kept
-        aside by keep_rejected; the caller rewrites the window without them."""
-        raw, status = read_json(path, default=[])
-        if status != "ok":
-            return [], status, 0
-        items = raw if isinstance(raw, list) else []
-        unreadable: list[Any] = [] if isinstance(raw, list) else [raw]
-        window: list[Turn] = []
-        for item in items:
-            turn = from_disk(item)
-            if turn is None:
-                unreadable.append(item)
-            else:
-                window.append(turn)
-        if unreadable:
-            keep_rejected(path, unreadable, "window items")
-        return window, status, len(unreadable)
-
-    def close(self) -> None:
-        if getattr(self, "tindex", None) is not None:
-            self._save_cursor()
-            self.tindex.close()
-
-    # -- crash catch-up --------------------------------------------------------------
-    def _catch_up_window(self) -> None:
-        """Fold rows stored after ``meta.journal_row`` into the window (recent.json is
-        written without fsync; the time index is the durable copy)."""
-        top = self.tindex.max_row_id()
-        imported = self.tindex.cursor(IMPORTED_CURSOR) or 0
-        if self.meta.journal_row is None or self.meta.journal_row > top:
-            self.meta.journal_row = top  # a folder from before the cursor existed
-            return
-        # Rows of an import are history: the import wrote the window it wanted.
-        self.meta.journal_row = max(self.meta.journal_row, imported)
-        if top == self.meta.journal_row:
-            return
-        missing = [row.turn for row in self.tindex.rows_after(self.meta.journal_row)]
-        skip = 0
-        for k in range(min(len(self.window), len(missing)), 0, -1):
-            if all(a.role == b.role and a.text == b.text for a, b in zip(self.window[-k:], missing[:k], strict=True)):
-                skip = k
-                break
-        self.window.extend(missing[skip:])
-        self.tokens = [self.counter.count(t.text) for t in self.window]
-        self.meta.journal_row = top
-        self._enforce_cap()
-        self._save_window()
-        self._save_meta()
-        self.log.info("recent.json caught up with %d stored turns", len(missing) - skip)
-
-    def _replay_post_turn(self) -> None:
-        """Enqueue again the post-turn work of rows after the cursor (answered before their
-        record was acknowledged); the outbox drops ranges it already holds."""
-        saved = self.tindex.cursor(POST_TURN_CURSOR)
-        top = self.tindex.max_row_id()
-        if saved is None:
-            # Before the cursor existed every record was written before the answer.
-            self.tindex.set_cursors({POST_TURN_CURSOR: top})
-            saved = top
-        self._post_turn_row = self._post_turn_saved = saved
-        self._post_turn_sent: collections.deque[int] = collections.deque()  # last rows, in send order
-        self._post_turn_acked: set[int] = set()
-        if top <= saved:
-            return
-        rows = self.tindex.rows_after(saved)
-        start = 0
-        for i in range(1, len(rows) + 1):
-            if i == len(rows) or rows[i].session_id != rows[start].session_id:
-                group = rows[start:i]
-                self._enqueue_post_turn([r.turn for r in group], group[0].session_id or "", group[0].id, group[-1].id, replay=True)
-                start = i
-        self.log.info("re-enqueued post-turn work of %d stored turns", len(rows))
-
-    def _enqueue_post_turn(
-        self, turns: list[Turn], session_id: str, first: int, last: int, write_id: int = 0, *, replay: bool = False
-    ) -> None:
-        payload = {"messages": [t.to_disk() for t in turns], "session_id": session_id, "rows": [first, last]}
-        ack = OutboxAck(write_id=write_id, row=last)
-        self._post_turn_sent.append(last)
-        self.ctx.send("outbox", Enqueue(op_type=OP_POST_TURN, payload=payload, reply_value=ack, replay=replay))
-
-    def _cursor_update(self) -> dict[str, int] | None:
-        if self._post_turn_row == self._post_turn_saved:
-            return None
-        self._post_turn_saved = self._post_turn_row
-        return {POST_TURN_CURSOR: self._post_turn_row}
-
-    def _save_cursor(self) -> None:
-        update = self._cursor_update() if hasattr(self, "_post_turn_row") else None
-        if update:
-            self.tindex.set_cursors(update)
+        super().load()
 
     # -- writes ----------------------------------------------------------------------
     @handles(AppendTurns)
@@ -247,7 +101,7 @@ class RecentActor(ChildActor):
                 turns,
                 idempotency_key=key,
                 response=msgspec.json.encode(value) if key else None,
-                cursors=self._cursor_update(),
+                cursors=self.post_turn.update(),
             )
         if turns:
             self.window.extend(turns)
@@ -286,12 +140,8 @@ class RecentActor(ChildActor):
 
     @handles(OutboxAck)
     def on_OutboxAck(self, msg: OutboxAck) -> None:
-        # The cursor moves over acknowledged records only while every earlier one is too.
         if msg.row:
-            self._post_turn_acked.add(msg.row)
-            while self._post_turn_sent and self._post_turn_sent[0] in self._post_turn_acked:
-                self._post_turn_acked.discard(self._post_turn_sent[0])
-                self._post_turn_row = max(self._post_turn_row, self._post_turn_sent.popleft())
+            self.post_turn.acked(msg.row)
         write = self._writes.pop(msg.write_id, None)
         if write is not None:
             write.wait_outbox = False
@@ -302,46 +152,6 @@ class RecentActor(ChildActor):
             write.reply.ok(write.value)
             write.reply = None
 
-    def _overlap_with_stored_tail(self, turns: list[Turn]) -> int:
-        """How many leading turns of a settle batch repeat the stored tail (role + text)."""
-        tail = self.tindex.tail(len(turns))
-        for k in range(min(len(tail), len(turns)), 0, -1):
-            if all(a.role == b.role and a.text == b.text for a, b in zip(tail[-k:], turns[:k], strict=False)):
-                return k
-        return 0
-
-    def _enforce_cap(self) -> None:
-        if sum(self.tokens) <= self.settings.recent_hard_cap_tokens:
-            return
-        self.window = recent_window.enforce_hard_cap(self.window, self.settings, self.counter)
-        self.tokens = [self.counter.count(t.text) for t in self.window]
-        self.meta.hard_cap_trims += 1
-        self.log.info("hard cap trimmed the window to %d items", len(self.window))
-
-    def _save_window(self, *, durable: bool = True) -> None:
-        self.adopt_outside_edit("write", keep_ours=True)
-        atomic_write_json(self.ctx.paths.recent, [t.to_disk() for t in self.window], durable=durable)
-        self.watch.remember()
-
-    def adopt_outside_edit(self, reason: str, *, keep_ours: bool = False) -> bool:
-        """If recent.json was changed by someone else, adopt it as the window (or, with
-        ``keep_ours``, only journal it before it is overwritten); True when it was changed."""
-        if not self.watch.changed():
-            return False
-        raw, status = read_json(self.ctx.paths.recent, default=[])
-        items = raw if status == "ok" and isinstance(raw, list) else []
-        ours = [t.to_disk() for t in self.window]
-        if keep_ours or status != "ok" or not isinstance(raw, list):
-            journal_adoption(self.ctx.paths.folder, iso(self.ctx.clock.now()), items, ours, reason + ":kept")
-            self.watch.remember()
-            return True
-        journal_adoption(self.ctx.paths.folder, iso(self.ctx.clock.now()), ours, items, reason)
-        self.window = [t for t in (from_disk(item) for item in items) if t is not None]
-        self.tokens = [self.counter.count(t.text) for t in self.window]
-        self.watch.remember()
-        self.log.info("adopted an outside edit of recent.json (%d items)", len(self.window))
-        return True
-
     @handles(CancelCorrection)
     def on_CancelCorrection(self, msg: CancelCorrection) -> None:
         """The reference's memory browser saved recent.json: adopt it, drop a running review."""
@@ -350,9 +160,6 @@ class RecentActor(ChildActor):
         self._review_token = None
         self._review_snapshot = None
         msg.reply.ok({"status": "cancelled" if cancelled else "no_task"})
-
-    def _save_meta(self, *, durable: bool = True) -> None:
-        atomic_write_json(self.ctx.paths.recent_meta, self.meta, durable=durable)
 
     # -- compression -----------------------------------------------------------------
     def _llm_ready(self, tier: str) -> bool:

@@ -293,6 +293,15 @@ def needs_compression(window: Sequence[Turn], settings: RecentSettings) -> bool:
     return len(window) > settings.recent_compress_threshold_items
 
 
+def repeated_prefix(stored_tail: Sequence[Turn], new: Sequence[Turn]) -> int:
+    """How many leading turns of ``new`` repeat the end of ``stored_tail`` (role + text;
+    the longest such run), so they are not stored twice."""
+    for k in range(min(len(stored_tail), len(new)), 0, -1):
+        if all(a.role == b.role and a.text == b.text for a, b in zip(stored_tail[-k:], new[:k], strict=True)):
+            return k
+    return 0
+
+
 def compression_snapshot(window: Sequence[Turn], settings: RecentSettings) -> list[Turn]:
     """The head to summarise: all but the newest ``recent_history_max_items - 1`` items."""
     keep = settings.recent_history_max_items - 1

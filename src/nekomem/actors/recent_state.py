@@ -1,0 +1,194 @@
+"""The state half of RecentActor: the window (recent.json), recent_meta.json and the
+time index in memory, the crash catch-up at load, the post-turn cursor and the adoption
+of outside edits of recent.json.
+
+recent.json is written without fsync; the time index is the durable copy, so at load the
+rows after ``meta.journal_row`` are folded into the window and the rows after the
+post-turn cursor get their outbox record again (see :mod:`nekomem.domain.post_turn`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from nekomem.actors.base import ChildActor
+from nekomem.actors.messages import Enqueue, OutboxAck
+from nekomem.domain import recent_window, review
+from nekomem.domain.post_turn import POST_TURN_CURSOR, PostTurnCursor, session_runs
+from nekomem.domain.tokens import get_counter
+from nekomem.domain.turns import Turn, from_disk
+from nekomem.runtime.clock import iso
+from nekomem.stores.atomic import atomic_write_json, keep_rejected, read_json
+from nekomem.stores.recent_watch import RecentWatch, journal_adoption
+from nekomem.stores.timeindex import IMPORTED_CURSOR, TimeIndex
+
+OP_POST_TURN = "extract_facts"  # wire value of the reference's OP_POST_TURN_SIGNALS
+
+
+class RecentMeta(msgspec.Struct, kw_only=True):
+    last_past_block_update_at: str | None = None
+    compress_failures: int = 0
+    last_compress_error: str | None = None
+    last_compress_at: str | None = None
+    compressions: int = 0
+    hard_cap_trims: int = 0
+    journal_row: int | None = None  # the last time-index row folded into recent.json
+    review: review.ReviewState = msgspec.field(default_factory=review.ReviewState)
+
+
+class RecentState(ChildActor):
+    """The window, its meta and the time index; the post-turn cursor."""
+
+    def load(self) -> None:
+        paths = self.ctx.paths
+        self.settings = self.ctx.settings.recent
+        self.counter = get_counter(self.settings.recent_tokenizer_encoding)
+        window, status, unreadable = self._read_window(paths.recent)
+        self.tindex = TimeIndex(paths.time_index_db)
+        meta_raw, _ = read_json(paths.recent_meta, default={})
+        try:
+            self.meta = msgspec.convert(meta_raw if isinstance(meta_raw, dict) else {}, RecentMeta, strict=False)
+        except msgspec.ValidationError:
+            self.meta = RecentMeta()
+        if status == "corrupt":
+            # recent.json was unreadable (moved aside as *.corrupt-*): rebuild the window
+            # from the raw journal, which holds every message.
+            window = self.tindex.tail(self.settings.recent_compress_threshold_items)
+            self.log.warning("recent.json was corrupt; rebuilt the window from the journal (%d items)", len(window))
+        self.window = window
+        self.watch = RecentWatch(paths.recent)
+        self.tokens = [self.counter.count(t.text) for t in window]
+        if status == "corrupt":
+            self.meta.journal_row = self.tindex.max_row_id()
+        if status == "corrupt" or unreadable:
+            self._enforce_cap()
+            self._save_window()  # the unreadable items are kept aside: they are not kept twice
+            self._save_meta()
+        if status != "corrupt":
+            self._catch_up_window()
+        self._replay_post_turn()
+
+    def flush(self) -> None:
+        """Persist the post-turn cursor and recent_meta.json (with journal_row)."""
+        self._save_cursor()
+        self._save_meta()
+
+    @staticmethod
+    def _read_window(path: Path) -> tuple[list[Turn], str, int]:
+        """(turns, read status, how many items were unreadable). Unreadable items are kept
+        aside by keep_rejected; the caller rewrites the window without them."""
+        raw, status = read_json(path, default=[])
+        if status != "ok":
+            return [], status, 0
+        items = raw if isinstance(raw, list) else []
+        unreadable: list[Any] = [] if isinstance(raw, list) else [raw]
+        window: list[Turn] = []
+        for item in items:
+            turn = from_disk(item)
+            if turn is None:
+                unreadable.append(item)
+            else:
+                window.append(turn)
+        if unreadable:
+            keep_rejected(path, unreadable, "window items")
+        return window, status, len(unreadable)
+
+    def close(self) -> None:
+        if getattr(self, "tindex", None) is not None:
+            self._save_cursor()
+            self.tindex.close()
+
+    # -- crash catch-up --------------------------------------------------------------
+    def _catch_up_window(self) -> None:
+        """Fold rows stored after ``meta.journal_row`` into the window (recent.json is
+        written without fsync; the time index is the durable copy)."""
+        top = self.tindex.max_row_id()
+        imported = self.tindex.cursor(IMPORTED_CURSOR) or 0
+        if self.meta.journal_row is None or self.meta.journal_row > top:
+            self.meta.journal_row = top  # a folder from before the cursor existed
+            return
+        # Rows of an import are history: the import wrote the window it wanted.
+        self.meta.journal_row = max(self.meta.journal_row, imported)
+        if top == self.meta.journal_row:
+            return
+        missing = [row.turn for row in self.tindex.rows_after(self.meta.journal_row)]
+        skip = recent_window.repeated_prefix(self.window, missing)
+        self.window.extend(missing[skip:])
+        self.tokens = [self.counter.count(t.text) for t in self.window]
+        self.meta.journal_row = top
+        self._enforce_cap()
+        self._save_window()
+        self._save_meta()
+        self.log.info("recent.json caught up with %d stored turns", len(missing) - skip)
+
+    def _replay_post_turn(self) -> None:
+        """Enqueue again the post-turn work of rows after the cursor (answered before their
+        record was acknowledged); the outbox drops ranges it already holds."""
+        saved = self.tindex.cursor(POST_TURN_CURSOR)
+        top = self.tindex.max_row_id()
+        if saved is None:
+            # Before the cursor existed every record was written before the answer.
+            self.tindex.set_cursors({POST_TURN_CURSOR: top})
+            saved = top
+        self.post_turn = PostTurnCursor(saved)
+        if top <= saved:
+            return
+        rows = self.tindex.rows_after(saved)
+        for run in session_runs(rows):
+            self._enqueue_post_turn([r.turn for r in run], run[0].session_id or "", run[0].id, run[-1].id, replay=True)
+        self.log.info("re-enqueued post-turn work of %d stored turns", len(rows))
+
+    def _enqueue_post_turn(
+        self, turns: list[Turn], session_id: str, first: int, last: int, write_id: int = 0, *, replay: bool = False
+    ) -> None:
+        payload = {"messages": [t.to_disk() for t in turns], "session_id": session_id, "rows": [first, last]}
+        ack = OutboxAck(write_id=write_id, row=last)
+        self.post_turn.sent(last)
+        self.ctx.send("outbox", Enqueue(op_type=OP_POST_TURN, payload=payload, reply_value=ack, replay=replay))
+
+    def _save_cursor(self) -> None:
+        update = self.post_turn.update() if hasattr(self, "post_turn") else None
+        if update:
+            self.tindex.set_cursors(update)
+
+    def _overlap_with_stored_tail(self, turns: list[Turn]) -> int:
+        """How many leading turns of a settle batch repeat the stored tail (role + text)."""
+        return recent_window.repeated_prefix(self.tindex.tail(len(turns)), turns)
+
+    def _enforce_cap(self) -> None:
+        if sum(self.tokens) <= self.settings.recent_hard_cap_tokens:
+            return
+        self.window = recent_window.enforce_hard_cap(self.window, self.settings, self.counter)
+        self.tokens = [self.counter.count(t.text) for t in self.window]
+        self.meta.hard_cap_trims += 1
+        self.log.info("hard cap trimmed the window to %d items", len(self.window))
+
+    def _save_window(self, *, durable: bool = True) -> None:
+        self.adopt_outside_edit("write", keep_ours=True)
+        atomic_write_json(self.ctx.paths.recent, [t.to_disk() for t in self.window], durable=durable)
+        self.watch.remember()
+
+    def adopt_outside_edit(self, reason: str, *, keep_ours: bool = False) -> bool:
+        """If recent.json was changed by someone else, adopt it as the window (or, with
+        ``keep_ours``, only journal it before it is overwritten); True when it was changed."""
+        if not self.watch.changed():
+            return False
+        raw, status = read_json(self.ctx.paths.recent, default=[])
+        items = raw if status == "ok" and isinstance(raw, list) else []
+        ours = [t.to_disk() for t in self.window]
+        if keep_ours or status != "ok" or not isinstance(raw, list):
+            journal_adoption(self.ctx.paths.folder, iso(self.ctx.clock.now()), items, ours, reason + ":kept")
+            self.watch.remember()
+            return True
+        journal_adoption(self.ctx.paths.folder, iso(self.ctx.clock.now()), ours, items, reason)
+        self.window = [t for t in (from_disk(item) for item in items) if t is not None]
+        self.tokens = [self.counter.count(t.text) for t in self.window]
+        self.watch.remember()
+        self.log.info("adopted an outside edit of recent.json (%d items)", len(self.window))
+        return True
+
+    def _save_meta(self, *, durable: bool = True) -> None:
+        atomic_write_json(self.ctx.paths.recent_meta, self.meta, durable=durable)
