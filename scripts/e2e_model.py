@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -144,7 +145,14 @@ def start_nekomem(args: argparse.Namespace, workdir: Path, llm_url: str) -> tupl
         # /process waits for the compression it starts; a 135M model on 2 shared cores
         # generates a few tokens per second, so the session end may take minutes.
         "NEKOMEM_SETTLE_TIMEOUT_SECONDS": "900",
+        # The model server generates one answer at a time: one model job per character keeps
+        # queueing in nekomem, so a request's timeout measures its own generation only.
+        "NEKOMEM_MODEL_JOBS_PER_CHARACTER": "1",
     }
+    timeout = str(min(args.llm_timeout, 110.0))
+    for task in ("EXTRACT", "MAP_EVIDENCE", "DISPUTATION", "SYNTHESIS", "FEEDBACK", "REBUTTAL", "PROMOTION",
+                 "CORRECTION", "DEDUP", "REFINE", "RERANK"):
+        env[f"NEKOMEM_LONGTERM_{task}_TIMEOUT_SECONDS"] = timeout
     memory = workdir / "memory"
     log_path = workdir / "nekomem.log"
     command = [sys.executable, "-m", "nekomem", "serve", "--host", "127.0.0.1", "--port", str(port), "--memory-root", str(memory)]
@@ -336,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conversation", default="conv-30", help="LoCoMo conversation file (default conv-30, the shortest)")
     parser.add_argument("--sessions", type=int, default=0, help="replay only the first N sessions (default 0: all)")
     parser.add_argument("--workdir", type=Path, default=ROOT / "build" / "e2e-model", help="memory root and logs (emptied first)")
-    parser.add_argument("--max-output-tokens", type=int, default=160, help="output-token limit of every task (default 160)")
+    parser.add_argument("--max-output-tokens", type=int, default=128, help="output-token limit of every task (default 128)")
     parser.add_argument("--llm-timeout", type=float, default=110.0, help="per-request LLM timeout in seconds (default 110)")
     parser.add_argument("--quiet-seconds", type=float, default=60.0, help="window after the drain in which no model call may happen")
     parser.add_argument("--drain-limit", type=float, default=1800.0, help="longest wait for the pipeline to drain, seconds")
@@ -345,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="", help="NEKOMEM_MASTER_NAME (default: the conversation's speaker_a)")
     args = parser.parse_args(argv)
 
+    # SIGTERM (and SIGINT, which a background job ignores) must still stop both servers.
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
     started = time.monotonic()
     conv, sessions = load_sessions(args.conversation)
     if args.sessions:

@@ -29,6 +29,13 @@ import httpx
 import msgspec
 
 from nekomem.config.llm import TIERS, LLMSettings
+from nekomem.providers.chat_response import (
+    EXHAUSTED_FINISH_REASONS,
+    AttemptFailed,
+    content_of,
+    error_detail,
+    retry_after,
+)
 from nekomem.providers.jsonparse import ModelOutputError, extract_json_object, salvage_truncated_object
 from nekomem.providers.negotiation import (
     Negotiator,
@@ -52,7 +59,6 @@ __all__ = [
 log = logging.getLogger("nekomem.llm")
 
 TASK_HEADER = "X-Nekomem-Task"
-_EXHAUSTED_FINISH_REASONS = ("length", "max_tokens")
 
 
 class LLMError(Exception):
@@ -137,30 +143,6 @@ def resolve_endpoints(settings: LLMSettings) -> dict[str, Endpoint | None]:
     return endpoints
 
 
-class _Attempt(Exception):
-    """Outcome of one failed attempt (internal)."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        retryable: bool,
-        status_code: int | None = None,
-        retry_after: float | None = None,
-        output_exhausted: bool = False,
-        accepted: bool = False,
-        detail: str = "",
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.retryable = retryable
-        self.status_code = status_code
-        self.retry_after = retry_after
-        self.output_exhausted = output_exhausted
-        self.accepted = accepted  # the server answered 2xx: the request's form was accepted
-        self.detail = detail  # the error body, matched by the negotiation (never logged)
-
-
 @dataclass(frozen=True)
 class _Request:
     """One task call's fixed parts; the negotiated parts are added per request."""
@@ -184,57 +166,6 @@ class _TierStats:
     failures: int = 0
     skipped: int = 0
     last_error: str | None = None
-
-
-def _error_detail(response: httpx.Response, limit: int = 200) -> str:
-    """A short description of an error body (the provider's message if it has one)."""
-    try:
-        body = response.json()
-    except ValueError:
-        return response.text[:limit].strip()
-    if isinstance(body, dict):
-        error = body.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return error["message"][:limit]
-        if isinstance(error, str):
-            return error[:limit]
-    return response.text[:limit].strip()
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    raw = response.headers.get("retry-after")
-    if raw is None:
-        return None
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        return None  # an HTTP-date: fall back to our own backoff
-
-
-def _content_of(body: Any) -> tuple[str, str | None]:
-    """(assistant content, finish_reason) of a chat completion body; raises _Attempt."""
-    if not isinstance(body, dict):
-        raise _Attempt("response body is not a JSON object", retryable=True)
-    choices = body.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise _Attempt("response has no choices", retryable=True)
-    choice = choices[0]
-    finish_reason = choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None
-    message = choice.get("message")
-    if not isinstance(message, dict):
-        raise _Attempt("response choice has no message", retryable=True)
-    content = message.get("content")
-    if isinstance(content, list):  # content parts
-        content = "".join(
-            part.get("text", "") for part in content if isinstance(part, dict) and isinstance(part.get("text"), str)
-        )
-    exhausted = finish_reason in _EXHAUSTED_FINISH_REASONS
-    if not isinstance(content, str) or not content.strip():
-        if isinstance(message.get("refusal"), str):
-            raise _Attempt("model refused the task", retryable=True)
-        reason = f" (finish_reason={finish_reason})" if finish_reason else ""
-        raise _Attempt(f"response message has no content{reason}", retryable=True, output_exhausted=exhausted)
-    return content, finish_reason
 
 
 class LLMClient:
@@ -334,7 +265,7 @@ class LLMClient:
             self._stats[tier].calls += 1
 
         attempts = 0
-        last: _Attempt | None = None
+        last: AttemptFailed | None = None
         total = max_retries + 1
         while attempts < total:
             if attempts:
@@ -342,7 +273,7 @@ class LLMClient:
             attempts += 1
             try:
                 result = self._negotiated_attempt(client, request, attempts)
-            except _Attempt as failure:
+            except AttemptFailed as failure:
                 last = failure
                 with self._lock:
                     self._stats[tier].last_error = f"{task}: {failure.message}"
@@ -371,7 +302,7 @@ class LLMClient:
         that dialect, the same request at once in the next one (see negotiation.py).
 
         While the endpoint's dialect is unsettled, attempts to it run one at a time, so the
-        first refusal teaches every later call. Raises _Attempt.
+        first refusal teaches every later call. Raises AttemptFailed.
         """
         negotiator = self._negotiator
         key = request.key
@@ -385,7 +316,7 @@ class LLMClient:
             while True:
                 try:
                     output = self._attempt(client, request, level, param, attempt)
-                except _Attempt as failure:
+                except AttemptFailed as failure:
                     if failure.accepted:
                         negotiator.accepted(key, level, param)
                     if failure.status_code is None or failure.accepted:
@@ -437,7 +368,7 @@ class LLMClient:
         return msgspec.json.encode(payload)
 
     def _attempt(self, client: httpx.Client, request: _Request, level: str, param: str, attempt: int) -> msgspec.Struct:
-        """One HTTP request; the validated output, or _Attempt saying what went wrong."""
+        """One HTTP request; the validated output, or AttemptFailed saying what went wrong."""
         task, tier, timeout = request.spec.name, request.spec.tier, request.timeout
         with self._lock:
             self._stats[tier].attempts += 1
@@ -447,11 +378,11 @@ class LLMClient:
         try:
             response = client.post(url, content=body, headers=request.headers, timeout=timeout)
         except httpx.TimeoutException:
-            raise _Attempt(f"timed out after {timeout:g} s", retryable=True) from None
+            raise AttemptFailed(f"timed out after {timeout:g} s", retryable=True) from None
         except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
-            raise _Attempt(f"bad endpoint URL: {type(exc).__name__}", retryable=False) from None
+            raise AttemptFailed(f"bad endpoint URL: {type(exc).__name__}", retryable=False) from None
         except httpx.HTTPError as exc:
-            raise _Attempt(f"transport error: {type(exc).__name__}", retryable=True) from None
+            raise AttemptFailed(f"transport error: {type(exc).__name__}", retryable=True) from None
         elapsed_ms = (time.perf_counter() - started) * 1000.0
         status = response.status_code
         log.info(
@@ -460,28 +391,28 @@ class LLMClient:
         )
 
         if not 200 <= status < 300:
-            raise _Attempt(
-                f"HTTP {status}: {_error_detail(response)}",
+            raise AttemptFailed(
+                f"HTTP {status}: {error_detail(response)}",
                 retryable=status == 429 or status >= 500,
                 status_code=status,
-                retry_after=_retry_after(response) if status == 429 else None,
-                detail=_error_detail(response, limit=2000) + " " + response.text[:2000],
+                retry_after=retry_after(response) if status == 429 else None,
+                detail=error_detail(response, limit=2000) + " " + response.text[:2000],
             )
         try:
             decoded = response.json()
         except ValueError:
-            raise _Attempt("response body is not JSON", retryable=True, accepted=True) from None
+            raise AttemptFailed("response body is not JSON", retryable=True, accepted=True) from None
         try:
-            content, finish_reason = _content_of(decoded)
-        except _Attempt as failure:
+            content, finish_reason = content_of(decoded)
+        except AttemptFailed as failure:
             failure.accepted = True
             raise
         log.debug("llm task=%s output: %s", task, content)
-        return self._parse(request.spec, content, finish_reason in _EXHAUSTED_FINISH_REASONS)
+        return self._parse(request.spec, content, finish_reason in EXHAUSTED_FINISH_REASONS)
 
     def _parse(self, spec: TaskSpec, content: str, exhausted: bool) -> msgspec.Struct:
         """Validate the answer; a cut-off answer keeps its complete items when the task
-        allows it. Raises _Attempt."""
+        allows it. Raises AttemptFailed."""
         task, tier = spec.name, spec.tier
         try:
             try:
@@ -493,11 +424,11 @@ class LLMClient:
             output = validate_output(task, obj)
         except ModelOutputError as exc:
             suffix = " (output stopped at its token limit)" if exhausted else ""
-            raise _Attempt(f"{exc}{suffix}", retryable=True, output_exhausted=exhausted, accepted=True) from None
+            raise AttemptFailed(f"{exc}{suffix}", retryable=True, output_exhausted=exhausted, accepted=True) from None
         log.warning("llm task=%s tier=%s output stopped at its token limit: kept %d complete item(s)", task, tier, kept)
         return output
 
-    def _backoff(self, retry_index: int, last: _Attempt | None) -> float:
+    def _backoff(self, retry_index: int, last: AttemptFailed | None) -> float:
         """Delay before retry ``retry_index`` (0-based): doubling from the base, capped, then
         shortened by a random share of up to ``llm_backoff_jitter`` so that callers that
         failed together do not retry together; never shorter than a Retry-After."""
