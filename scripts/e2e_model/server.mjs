@@ -18,6 +18,7 @@
 //        [--json-schema grammar|reject] [--tokens-param both|max_tokens] [--max-output 1024]
 // Prints one line `LISTENING <port>` on stdout once the model is loaded.
 
+import { createHash } from "node:crypto";
 import http from "node:http";
 import { parseArgs } from "node:util";
 import { getLlama, LlamaChat, LlamaLogLevel } from "node-llama-cpp";
@@ -55,11 +56,22 @@ const grammarCache = new Map();
 let counter = 0;
 let queue = Promise.resolve();
 // Per task (the X-Nekomem-Task header): requests, answers by HTTP status, answers cut at the
-// token limit, generation milliseconds. GET /stats returns it for the e2e report.
+// token limit, generation milliseconds, and the most times one identical prompt was sent (a
+// task asked again and again about the same input is the signature of a loop). GET /stats
+// returns it for the e2e report.
 const stats = {};
+const promptCounts = new Map();
+
+function countPrompt(task, body) {
+  const key = `${task}:${createHash("sha256").update(JSON.stringify(body?.messages ?? null)).digest("hex")}`;
+  const seen = (promptCounts.get(key) ?? 0) + 1;
+  promptCounts.set(key, seen);
+  const entry = (stats[task || "-"] ??= { requests: 0, statuses: {}, length: 0, ms: 0, max_identical: 0 });
+  entry.max_identical = Math.max(entry.max_identical, seen);
+}
 
 function record(task, status, finishReason, ms) {
-  const entry = (stats[task || "-"] ??= { requests: 0, statuses: {}, length: 0, ms: 0 });
+  const entry = (stats[task || "-"] ??= { requests: 0, statuses: {}, length: 0, ms: 0, max_identical: 0 });
   entry.requests += 1;
   entry.statuses[status] = (entry.statuses[status] ?? 0) + 1;
   if (finishReason === "length") entry.length += 1;
@@ -211,6 +223,7 @@ const server = http.createServer(async (req, res) => {
     if (req.method === "GET" && path === "/stats") return send(res, 200, stats);
     if (req.method !== "POST" || path !== "/v1/chat/completions") throw new HttpError(404, "not found");
     const body = await readBody(req);
+    countPrompt(task, body);
     if (body.stream) throw new HttpError(400, "stream is not supported");
     const abort = new AbortController();
     res.on("close", () => abort.abort(new Error("client went away")));
