@@ -17,7 +17,8 @@ a quiet window after the pipeline drained are shown too).
   answers like llama-cpp-python (500 to ``json_schema``) and refuses
   ``max_completion_tokens``, so both negotiations run against the real model.
 
-Usage: ``python scripts/e2e_model.py [--conversation conv-30] [--sessions N] [--workdir DIR]``.
+Usage: ``python scripts/e2e_model.py [--conversation conv-30] [--sessions 3] [--with-review] [--workdir DIR]``
+(``make e2e-model E2E_ARGS="--sessions 0"`` replays the whole conversation).
 Exit codes: 0 every check passed, 1 a check failed, 2 setup failed.
 """
 
@@ -150,6 +151,7 @@ def start_nekomem(args: argparse.Namespace, workdir: Path, llm_url: str) -> tupl
         # The model server generates one answer at a time: one model job per character keeps
         # queueing in nekomem, so a request's timeout measures its own generation only.
         "NEKOMEM_MODEL_JOBS_PER_CHARACTER": "1",
+        "NEKOMEM_REVIEW_ENABLED": "true" if args.with_review else "false",
     }
     timeout = str(min(args.llm_timeout, 110.0))
     for task in ("EXTRACT", "MAP_EVIDENCE", "DISPUTATION", "SYNTHESIS", "FEEDBACK", "REBUTTAL", "PROMOTION",
@@ -350,7 +352,11 @@ def report(client: httpx.Client, llm_url: str, log_path: Path, memory: Path, sen
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--conversation", default="conv-30", help="LoCoMo conversation file (default conv-30, the shortest)")
-    parser.add_argument("--sessions", type=int, default=0, help="replay only the first N sessions (default 0: all)")
+    parser.add_argument("--sessions", type=int, default=3,
+                        help="replay the first N sessions (default 3, about 5 min each here; 0: the whole conversation)")
+    parser.add_argument("--with-review", action="store_true",
+                        help="keep review_recent on (off by default: the 135M model cannot review a window within "
+                             "the 110 s hard limit on 2 shared cores, and each tail is retried 5 times)")
     parser.add_argument("--workdir", type=Path, default=ROOT / "build" / "e2e-model", help="memory root and logs (emptied first)")
     parser.add_argument("--max-output-tokens", type=int, default=128, help="output-token limit of every task (default 128)")
     parser.add_argument("--llm-timeout", type=float, default=110.0, help="per-request LLM timeout in seconds (default 110)")
