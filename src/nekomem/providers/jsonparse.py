@@ -125,7 +125,9 @@ def extract_json_object(text: str) -> dict[str, Any]:
     """Return the first JSON object found in ``text``.
 
     Accepts bare JSON, fenced JSON (```json ... ```), JSON with prose before or after it,
-    JSON with trailing commas, and output that starts with a ``<think>`` block.
+    JSON with trailing commas, and output that starts with a ``<think>`` block; as a last
+    resort, what ``json-repair`` recovers from single quotes, unquoted keys, Python
+    literals, comments or raw newlines in strings (never from a cut-off object).
     Raises ModelOutputError when no object can be recovered; the message says why but does
     not quote the output.
     """
