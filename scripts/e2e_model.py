@@ -271,6 +271,25 @@ def unparsable_views(memory: Path) -> list[str]:
     return bad
 
 
+def outbox_state(memory: Path) -> tuple[int, int, int]:
+    """(records never finished, finished, dead-lettered) in the character's outbox."""
+    pending: set[str] = set()
+    done = dead = 0
+    path = memory / CHARACTER / "outbox.ndjson"
+    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if record.get("status") == "pending":
+            pending.add(record.get("op_id"))
+        elif record.get("status") == "done":
+            pending.discard(record.get("op_id"))
+            done += 1
+            dead += bool(record.get("dead"))
+    return len(pending), done, dead
+
+
 def failure_kinds(log_path: Path) -> tuple[Counter[str], Counter[str]]:
     kinds: Counter[str] = Counter()
     salvaged: Counter[str] = Counter()
@@ -323,6 +342,8 @@ def report(client: httpx.Client, llm_url: str, log_path: Path, memory: Path, sen
     print("\n== produced ==")
     for layer in ("facts", "reflections", "persona"):
         print(f"  {layer}: {layer_count(client, layer)}")
+    left, done, dead = outbox_state(memory)
+    print(f"  outbox (post-turn work): {done} records finished ({dead} dead-lettered), {left} still pending")
     # A gated task repeats one prompt only for its bounded retries: llm retries inside a call,
     # times the outbox's or the review's attempts (5 each by default), plus one negotiation re-send.
     repeat_bound = (args.llm_retries + 1) * 5 + 1
