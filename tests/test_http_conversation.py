@@ -138,14 +138,14 @@ def test_gap_hints_on_a_manual_clock(tmp_path):
         srv.post("/cache/Lan", json={"input_history": [openai_turn("user", "see you")]})
         clock.advance(minutes=10)
         assert srv.get("/last_conversation_gap/Lan").json()["gap_seconds"] == pytest.approx(600)
-        assert "since the last chat" not in srv.get("/new_dialog/Lan").text
+        assert "since the last conversation" not in srv.get("/new_dialog/Lan").text
         clock.advance(minutes=25)
         text = srv.get("/new_dialog/Lan").text
-        assert "It has been 35 minutes since the last chat" in text
-        assert "long time" not in text
+        assert "It has been 35 minutes since the last conversation" in text
+        assert "quite a while" not in text
         clock.advance(hours=5)
         text = srv.get("/new_dialog/Lan").text
-        assert "5 hours and 35 minutes" in text and "long time" in text
+        assert "5 hours and 35 minutes" in text and "quite a while" in text
         assert "2026-05-01 17:35" in text
 
 

@@ -106,7 +106,7 @@ def test_paraphrases_in_three_languages(tmp_path: Path, embeddings: EmbeddingSer
             body = ask(srv, query=query)
             assert expected in texts(body)[:3], (query, texts(body))
             row = body["results"][texts(body).index(expected)]
-            assert set(row) == {"id", "text", "tier", "entity", "score", "created_at", "event_start_at", "event_end_at"}
+            assert set(row) == {"id", "text", "tier", "entity", "score", "created_at", "event_start_at", "event_end_at", "subject_kind", "subject_id", "scope"}
             assert row["tier"] == "fact" and row["entity"] == "master" and row["score"] > 0
             assert body["query"] == query and body["candidates_total"] == len(FACTS) and body["elapsed_ms"] >= 0
 
@@ -260,11 +260,15 @@ def test_render_markdown_and_tool_schema(tmp_path: Path) -> None:
 def test_bad_bodies(tmp_path: Path) -> None:
     with LiveServer(make_settings(tmp_path)) as srv:
         import_facts(srv, [{"text": "Master loves green tea"}])
-        for body in ({"query": 3}, {"time": ["2026"]}, {}, {"query": "  ", "time": ""}, {"query": "tea", "render": "html"},
-                     {"query": "tea", "language": 5}):
+        for body in ({"query": 3}, {"time": ["2026"]}, {"query": "tea", "render": "html"},
+                     {"query": "tea", "language": 5}, {"query": "tea", "subjects": []}):
             r = srv.post(f"/query_memory/{NAME}", json=body)
             assert r.status_code == 422, (body, r.text)
             assert r.json()["status"] == "error" and r.json()["error_code"]
+        # Neither query nor time: the reference's no-op, 200 with no rows.
+        for body in ({}, {"query": "  ", "time": ""}):
+            r = srv.post(f"/query_memory/{NAME}", json=body)
+            assert r.status_code == 200 and r.json()["results"] == [], (body, r.text)
         assert srv.post(f"/query_memory/{NAME}", content=b"not json").status_code == 400
         assert srv.post("/query_memory/..", json={"query": "tea"}).status_code in (400, 404)
         # An unparsable time is ignored: the query is answered as if alone.

@@ -38,12 +38,14 @@ from nekomem.actors.messages import (
     Tick,
     VectorsComputed,
 )
+from nekomem.actors.scoped_facts import ScopedFactsMixin
 from nekomem.domain import facts as fl
 from nekomem.domain import prompts_longterm as prompts
 from nekomem.domain import reflections as rl
 from nekomem.domain.dedup_index import DedupIndex
 from nekomem.domain.messages import Turn, from_disk, parse_timestamp
 from nekomem.domain.records import Fact, fact_hash, fact_id
+from nekomem.domain.subjects import is_private, same_corpus
 from nekomem.runtime.reply import ActorFailure
 from nekomem.stores.atomic import atomic_write_json, read_json
 from nekomem.stores.journal import Event
@@ -70,10 +72,13 @@ def fact_index_entry(fact: Fact, tier: str) -> IndexEntry:
         vector=fact.embedding if isinstance(fact.embedding, str) else None,
         vector_model=fact.embedding_model_id,
         text_sha256=fact.embedding_text_sha256,
+        subject_kind=fact.subject_kind,
+        subject_id=fact.subject_id,
+        scope=fact.scope,
     )
 
 
-class FactActor(JournaledActor):
+class FactActor(ScopedFactsMixin, JournaledActor):
     child_name = "facts"
     owner = "facts"
 
@@ -106,8 +111,11 @@ class FactActor(JournaledActor):
         self.next_synthesis = self.ctx.clock.monotonic() + self.s.reflection_synthesis_initial_delay_seconds
 
     def after_load(self) -> None:
+        # Only the private corpus dedups private extraction: a group's fact must not hide
+        # the owner's own (scoped facts dedup within their subject, see scoped_facts).
         for fact in list(self.facts.values()) + list(self.archive.values()):
-            self.dedup.add(fact)
+            if is_private(fact):
+                self.dedup.add(fact)
         self.send_index()
 
     def on_RequestIndex(self, msg: Any) -> None:
@@ -290,7 +298,8 @@ class FactActor(JournaledActor):
             return
         batch, report, reply = pending
         related = [self.facts.get(i) or self.archive.get(i) for i in msg.ids]
-        self.ctx.send("reflections", Synthesize(batch=batch, related=[f for f in related if f is not None], report=report, reply=reply))
+        related = [f for f in related if f is not None and is_private(f)]
+        self.ctx.send("reflections", Synthesize(batch=batch, related=related, report=report, reply=reply))
 
     def on_ReflectNow(self, msg: ReflectNow) -> None:
         self._start_synthesis({}, msg.reply)
@@ -433,7 +442,7 @@ class FactActor(JournaledActor):
         scored = []
         for nid in neighbour_ids:
             other = self.facts.get(nid)
-            if other is None or not isinstance(other.embedding, str) or other.embedding_model_id != fact.embedding_model_id:
+            if other is None or not same_corpus(other, fact) or not isinstance(other.embedding, str) or other.embedding_model_id != fact.embedding_model_id:
                 continue
             vec = try_decode(other.embedding, dim)
             if vec is not None and vec.shape == mine.shape:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 import msgspec
 
 from nekomem.domain.messages import Turn
+from nekomem.domain.subjects import Subject
 
 WriteMode = Literal["cache", "process", "renew", "settle"]
 
@@ -152,6 +153,9 @@ class IndexEntry(msgspec.Struct, kw_only=True):
     vector: str | None = None
     vector_model: str | None = None
     text_sha256: str | None = None
+    subject_kind: str | None = None
+    subject_id: str | None = None
+    scope: str | None = None
 
 
 class IndexUpsert(Message):
@@ -263,11 +267,19 @@ class PromotionResult(Message):
 
 
 class RenderContext(Message):
-    pass
+    """The long-term block of a context. ``subjects`` None: the owner's private corpus;
+    otherwise only entries of those subjects (nekomem.domain.subjects)."""
+
+    subjects: list[Subject] | None = None
+    language: str = "en"
+    master_name: str = ""  # empty: the master_name setting
 
 
 class RenderWithPersona(Message):
     persona: Any
+    subjects: list[Subject] | None = None
+    language: str = "en"
+    master_name: str = ""
 
 
 class FollowupTopics(Message):
@@ -291,3 +303,33 @@ class ReplyMentions(Message):
 class CorrectionResolved(Message):
     reflection_id: str
     kind: str
+
+
+class AddScopedFacts(Message):
+    """Store already-extracted facts of one group/participant subject (``/scoped_facts``).
+    Answered ``{"created": n, "fact_ids": [...]}``."""
+
+    subject: Subject
+    facts: list[dict[str, Any]]
+
+
+class ExtractScoped(Message):
+    """Extract and store facts of one subject from its history (``/scoped_history``).
+    Answered like :class:`AddScopedFacts`; an extraction failure fails the reply (502)."""
+
+    subject: Subject
+    turns: list[Turn]
+    speaker_label: str = ""
+
+
+class CancelCorrection(Message):
+    """``/cancel_correction``: drop an in-flight review of the recent window and adopt an
+    outside edit of recent.json. Answered ``{"status": "cancelled" | "no_task"}``."""
+
+
+class ScopedMentions(Message):
+    """``/scoped_mentions``: record mentions of the subjects' persona entries echoed in
+    ``text`` (the character's reply in that group). Answered ``{"status", "mentioned"}``."""
+
+    subjects: list[Subject]
+    text: str

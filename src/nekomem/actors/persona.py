@@ -29,6 +29,7 @@ from nekomem.actors.messages import (
     RenderContext,
     RenderWithPersona,
     ReplyMentions,
+    ScopedMentions,
     SignalsProcessed,
     Tick,
 )
@@ -45,6 +46,7 @@ from nekomem.domain.records import (
     persona_from_disk,
     persona_to_disk,
 )
+from nekomem.domain.subjects import private_persona, scoped_persona
 from nekomem.domain.tokens import get_counter
 from nekomem.runtime.reply import ActorFailure
 from nekomem.stores.atomic import atomic_write_json, read_json
@@ -265,16 +267,31 @@ class PersonaActor(JournaledActor):
         self.ctx.send("facts", SignalsProcessed(fact_ids=msg.context["fact_ids"]))
 
     def on_ReplyMentions(self, msg: ReplyMentions) -> None:
-        new, changed = pl.record_reply_mentions(self.persona, msg.text, self.now(), self.s, self.stop_names())
+        # A private reply counts only for private entries (a group's are counted by /scoped_mentions).
+        self._record_mentions(private_persona(self.persona), msg.text)
+
+    def on_ScopedMentions(self, msg: ScopedMentions) -> None:
+        changed = self._record_mentions(scoped_persona(self.persona, msg.subjects), msg.text)
+        msg.reply.ok({"status": "recorded", "mentioned": changed})
+
+    def _record_mentions(self, part: Persona, text: str) -> int:
+        """Record mentions in ``text`` of the entries of ``part`` (a view of the persona)."""
+        updated, changed = pl.record_reply_mentions(part, text, self.now(), self.s, self.stop_names())
         if changed:
-            self.commit(new, type="persona.fact_mentioned")
+            ids = set(changed)
+            by_id = {e.id: e for entries in updated.values() for e in entries if e.id in ids}
+            self.commit({k: [by_id.get(e.id, e) for e in v] for k, v in self.persona.items()}, type="persona.fact_mentioned")
+        return len(changed)
 
     # -- rendering -------------------------------------------------------------------
     def on_RenderContext(self, msg: RenderContext) -> None:
         new, changed = pl.refresh_suppressions(self.persona, self.now(), self.s)
         if changed:
             self.commit(new, type="persona.suppressed")
-        self.ctx.send("reflections", RenderWithPersona(persona=pl.copy_persona(self.persona), reply=msg.reply))
+        persona = private_persona(self.persona) if msg.subjects is None else scoped_persona(self.persona, msg.subjects)
+        self.ctx.send("reflections", RenderWithPersona(
+            persona=pl.copy_persona(persona), subjects=msg.subjects, language=msg.language, master_name=msg.master_name, reply=msg.reply,
+        ))
 
     # -- periodic --------------------------------------------------------------------
     def tick(self, msg: Tick) -> None:

@@ -43,6 +43,7 @@ from nekomem.actors.messages import (
     Tick,
     VectorsComputed,
 )
+from nekomem.domain.subjects import Subject, SubjectIndex, restrict, row_fields
 from nekomem.recall import vector_codec
 from nekomem.recall.embeddings import text_sha256
 from nekomem.recall.fusion import leg_top, rrf
@@ -69,6 +70,7 @@ class QueryMemory(Message):
     query: str = ""
     time: str = ""
     now: datetime | None = None
+    subjects: list[Subject] | None = None  # None: the private corpus (nekomem.domain.subjects)
 
 
 class RankForStage2(Message):
@@ -432,6 +434,7 @@ class RecallActor(ChildActor):
         names = [self.ctx.settings.recent.master_name, self.ctx.name, *s.recall_extra_stop_names]
         self.stop_names = tuple(sorted({normalise(n).strip() for n in names if n and n.strip()}))
         self.docs: dict[str, _Doc] = {}
+        self.subject_index = SubjectIndex()
         # Stop names are stripped by lexical_text, before stemming, so the index gets none.
         self.lexical = LexicalIndex(s)
         self.vectors: VectorIndex | None = None
@@ -508,6 +511,7 @@ class RecallActor(ChildActor):
         sha = old.sha if old is not None and old.entry.text == entry.text else text_sha256(entry.text)
         start, end = event_interval(entry, self.tz)
         self.docs[entry.id] = _Doc(entry, sha, start, end)
+        self.subject_index.put(entry.id, entry)
         if old is None or old.entry.text != entry.text:
             if old is not None:
                 self.lexical.remove(entry.id)
@@ -527,6 +531,7 @@ class RecallActor(ChildActor):
     def _drop(self, doc_id: str) -> None:
         if self.docs.pop(doc_id, None) is None:
             return
+        self.subject_index.remove(doc_id)
         self.lexical.remove(doc_id)
         self.need.pop(doc_id, None)
         self._vec_remove(doc_id)
@@ -700,16 +705,18 @@ class RecallActor(ChildActor):
             window = parse_time_window(spec, now) if spec else None
             if window is None and spec:
                 self.log.info("recall: time expression not understood; ignored")
+            # Subject scoping is a hard filter applied before any scoring (fail closed).
+            visible = self.subject_index.allowed(msg.subjects)
             if not query:
-                msg.reply.ok(empty_response("") if window is None else self._time_only(window, spec, started))
+                msg.reply.ok(empty_response("") if window is None else self._time_only(window, spec, started, visible))
                 return
             search, hinted = query, None
             if window is None and self.s.recall_query_time_hints:
                 hint, rest = query_time_hint(query, now, self.s.recall_query_time_max_tokens, self.s.recall_query_time_max_attempts)
                 if hint is not None:
-                    hinted = self._in_window(hint) or None
+                    hinted = restrict(self._in_window(hint), visible) or None
                     search = rest or query
-            allowed = self._in_window(window) if window is not None else None
+            allowed = restrict(self._in_window(window) if window is not None else None, visible)
             pending = _PendingQuery(msg, query, search, window, allowed, hinted, started)
             if self.s.recall_legs != "bm25" and self.vectors is not None and len(self.vectors) and (allowed is None or allowed):
                 token = self._next_token()
@@ -799,6 +806,7 @@ class RecallActor(ChildActor):
             "created_at": e.created_at,
             "event_start_at": e.event_start_at,
             "event_end_at": e.event_end_at,
+            **row_fields(e),
         }
 
     # -- time ------------------------------------------------------------------------
@@ -816,8 +824,11 @@ class RecallActor(ChildActor):
         mask = (starts < window.end.timestamp()) & (ends >= window.start.timestamp())
         return {ids[i] for i in np.flatnonzero(mask).tolist()}
 
-    def _time_only(self, window: TimeWindow, spec: str, started: float) -> dict[str, Any]:
+    def _time_only(self, window: TimeWindow, spec: str, started: float, visible: set[str] | None = None) -> dict[str, Any]:
         ids, starts, ends = self._time_arrays()
+        if visible is not None:
+            keep = np.fromiter((i in visible for i in ids), dtype=bool, count=len(ids))
+            ids, starts, ends = [i for i, k in zip(ids, keep) if k], starts[keep], ends[keep]
         ws, we = window.start.timestamp(), window.end.timestamp()
         inside = (starts < we) & (ends >= ws)
         distance = np.where(inside, 0.0, np.where(ends < ws, ws - ends, starts - we))

@@ -19,6 +19,7 @@ import msgspec
 from nekomem.actors.base import ChildActor
 from nekomem.actors.messages import (
     AppendTurns,
+    CancelCorrection,
     CompressDone,
     EditRecent,
     Enqueue,
@@ -35,6 +36,7 @@ from nekomem.runtime.clock import iso
 from nekomem.runtime.pool import PoolFull
 from nekomem.runtime.reply import ActorFailure, Reply
 from nekomem.stores.atomic import atomic_write_json, read_json
+from nekomem.stores.recent_watch import RecentWatch, journal_adoption
 from nekomem.stores.timeindex import TimeIndex
 
 OP_POST_TURN = "extract_facts"  # wire value of the reference's OP_POST_TURN_SIGNALS
@@ -102,6 +104,7 @@ class RecentActor(ChildActor):
             window = self.tindex.tail(self.settings.recent_compress_threshold_items)
             self.log.warning("recent.json was corrupt; rebuilt the window from the journal (%d items)", len(window))
         self.window = window
+        self.watch = RecentWatch(paths.recent)
         self.tokens = [self.counter.count(t.text) for t in window]
         if status == "corrupt":
             self._enforce_cap()
@@ -123,6 +126,7 @@ class RecentActor(ChildActor):
 
     # -- writes ----------------------------------------------------------------------
     def on_AppendTurns(self, msg: AppendTurns) -> None:
+        self.adopt_outside_edit("write")
         self._last_activity = self.ctx.clock.monotonic()
         key = msg.idempotency_key
         if key:
@@ -201,7 +205,36 @@ class RecentActor(ChildActor):
         self.log.info("hard cap trimmed the window to %d items", len(self.window))
 
     def _save_window(self) -> None:
+        self.adopt_outside_edit("write", keep_ours=True)
         atomic_write_json(self.ctx.paths.recent, [t.to_disk() for t in self.window])
+        self.watch.remember()
+
+    def adopt_outside_edit(self, reason: str, *, keep_ours: bool = False) -> bool:
+        """If recent.json was changed by someone else, adopt it as the window (or, with
+        ``keep_ours``, only journal it before it is overwritten); True when it was changed."""
+        if not self.watch.changed():
+            return False
+        raw, status = read_json(self.ctx.paths.recent, default=[])
+        items = raw if status == "ok" and isinstance(raw, list) else []
+        ours = [t.to_disk() for t in self.window]
+        if keep_ours or status != "ok" or not isinstance(raw, list):
+            journal_adoption(self.ctx.paths.folder, iso(self.ctx.clock.now()), items, ours, reason + ":kept")
+            self.watch.remember()
+            return True
+        journal_adoption(self.ctx.paths.folder, iso(self.ctx.clock.now()), ours, items, reason)
+        self.window = [t for t in (from_disk(item) for item in items) if t is not None]
+        self.tokens = [self.counter.count(t.text) for t in self.window]
+        self.watch.remember()
+        self.log.info("adopted an outside edit of recent.json (%d items)", len(self.window))
+        return True
+
+    def on_CancelCorrection(self, msg: CancelCorrection) -> None:
+        """The reference's memory browser saved recent.json: adopt it, drop a running review."""
+        self.adopt_outside_edit("cancel_correction")
+        cancelled = self._review_token is not None
+        self._review_token = None
+        self._review_snapshot = None
+        msg.reply.ok({"status": "cancelled" if cancelled else "no_task"})
 
     def _save_meta(self) -> None:
         atomic_write_json(self.ctx.paths.recent_meta, self.meta)
@@ -258,6 +291,7 @@ class RecentActor(ChildActor):
         comp = self._compression
         if comp is None or comp.token != msg.token:
             return  # a late result of a superseded compression
+        self.adopt_outside_edit("compress")
         self._compression = None
         now = self.ctx.clock.now()
         result = msg.result
@@ -344,6 +378,7 @@ class RecentActor(ChildActor):
     def on_ReviewDone(self, msg: ReviewDone) -> None:
         if self._review_token != msg.token:
             return
+        self.adopt_outside_edit("review")
         snapshot = self._review_snapshot or []
         self._review_token = None
         self._review_snapshot = None
@@ -372,6 +407,7 @@ class RecentActor(ChildActor):
 
     # -- reads -----------------------------------------------------------------------
     def on_GetRecent(self, msg: GetRecent) -> None:
+        self.adopt_outside_edit("read")
         if msg.wait_settle and self._compression is not None and self._compression.settle:
             self._settle_waiters.append(msg)
             return
@@ -381,6 +417,7 @@ class RecentActor(ChildActor):
         msg.reply.ok(RecentView(window=list(self.window), last_timestamp=self.tindex.last_timestamp(), stored_total=self.tindex.count()))
 
     def on_EditRecent(self, msg: EditRecent) -> None:
+        self.adopt_outside_edit("edit")
         if not 0 <= msg.index < len(self.window):
             raise ActorFailure("not_found", f"no recent item {msg.index}", 404)
         if msg.text is None:

@@ -47,6 +47,7 @@ from nekomem.domain import refine as rf
 from nekomem.domain import reflections as rl
 from nekomem.domain.records import Reflection, SurfacedEntry, assign_shards
 from nekomem.domain.render_longterm import render_longterm
+from nekomem.domain.subjects import filter_visible
 from nekomem.domain.tokens import get_counter
 from nekomem.runtime.reply import ActorFailure
 from nekomem.stores.atomic import atomic_write_json, read_json
@@ -165,6 +166,9 @@ class ReflectionActor(JournaledActor):
             vector=ref.embedding if isinstance(ref.embedding, str) else None,
             vector_model=ref.embedding_model_id,
             text_sha256=ref.embedding_text_sha256,
+            subject_kind=ref.subject_kind,
+            subject_id=ref.subject_id,
+            scope=ref.scope,
         )
 
     def on_VectorsComputed(self, msg: Any) -> None:
@@ -393,7 +397,7 @@ class ReflectionActor(JournaledActor):
 
     # -- surfacing -------------------------------------------------------------------
     def on_FollowupTopics(self, msg: FollowupTopics) -> None:
-        picks = rl.followup_candidates(self.refs.values(), self.now(), self.s, self.rng)
+        picks = rl.followup_candidates(filter_visible(self.refs.values(), None), self.now(), self.s, self.rng)
         msg.reply.ok({"topics": [{"id": r.id, "text": r.text, "entity": r.entity} for r in picks]})
 
     def on_RecordSurfaced(self, msg: RecordSurfaced) -> None:
@@ -409,8 +413,10 @@ class ReflectionActor(JournaledActor):
 
     # -- rendering -------------------------------------------------------------------
     def on_RenderWithPersona(self, msg: RenderWithPersona) -> None:
+        names = {**self.names(), **({"master_name": msg.master_name} if msg.master_name else {})}
         text = render_longterm(
-            msg.persona, list(self.refs.values()), now=self.now(), settings=self.s, count_tokens=self.counter.count, **self.names()
+            msg.persona, filter_visible(self.refs.values(), msg.subjects), now=self.now(), settings=self.s,
+            count_tokens=self.counter.count, language=msg.language, **names,
         )
         msg.reply.ok(text)
 

@@ -23,6 +23,23 @@ class ServerSettings(Section):
     name_max_length: Annotated[int, doc("Longest accepted character name.", ge=1, le=200)] = 50
     message_max_chars: Annotated[int, doc("Longest accepted message content in characters; longer ones get 422.", ge=1)] = 200_000
     batch_max_messages: Annotated[int, doc("Most messages accepted in one write request.", ge=1)] = 10_000
+    core_config_path: Annotated[str, doc(
+        "Where core_config.json (powerful_memory_enabled, recent_memory_auto_review) is read, on every use. "
+        "Empty: <memory_root>/core_config.json. A folder means <folder>/core_config.json: point it at the chat "
+        "server's config folder (N.E.K.O.: the 'config' folder of its data directory) so that its switches reach nekomem."
+    )] = ""
+    instance_id: Annotated[str, doc(
+        "The instance_id /health reports (the launcher checks it). Empty: the NEKO_INSTANCE_ID environment "
+        "variable, else a random id drawn at start."
+    )] = ""
+    health_app_name: Annotated[str, doc(
+        "The 'app' field of /health. The reference's launcher accepts a port as its memory server only when this "
+        "equals its own app name, 'N.E.K.O'; nekomem's own identity is in the 'server' field."
+    )] = "N.E.K.O"
+    scoped_context_max_facts: Annotated[int, doc("Most facts per subject listed in a /scoped_context answer (highest importance first).", ge=0)] = 20
+    context_language: Annotated[str, doc(
+        "Language of the /new_dialog text when the request names none (zh, zh-TW, ja, en, ko, ru, es, pt)."
+    )] = "en"
 
 
 class RuntimeSettings(Section):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
+from nekomem.domain import context_locale as loc
 from nekomem.domain.messages import Turn, parse_timestamp
 
 # Bracketed asides (timestamps the chat client prefixes, emotion tags) are not context.
@@ -26,27 +27,6 @@ def history_lines(window: list[Turn], master_name: str, character_name: str) -> 
         text = turn.text if turn.role == "system" else _BRACKETS.sub("", turn.text).strip()
         lines.append(f"{speaker(turn, master_name, character_name)} | {text}")
     return lines
-
-
-def format_elapsed(seconds: float) -> str:
-    """"2 days and 3 hours", "1 hour and 5 minutes", "40 minutes"."""
-    total = int(seconds)
-    days, rest = divmod(total, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes = rest // 60
-
-    def unit(n: int, word: str) -> str:
-        return f"{n} {word}{'' if n == 1 else 's'}"
-
-    if days:
-        if hours:
-            return f"{unit(days, 'day')} and {unit(hours, 'hour')}"
-        if minutes:
-            return f"{unit(days, 'day')} and {unit(minutes, 'minute')}"
-        return unit(days, "day")
-    if hours:
-        return f"{unit(hours, 'hour')} and {unit(minutes, 'minute')}" if minutes else unit(hours, "hour")
-    return unit(minutes, "minute")
 
 
 def gap_seconds(last_timestamp: str | None, now: datetime) -> float | None:
@@ -68,34 +48,31 @@ def render_new_dialog(
     longterm: str,
     gap_notice_seconds: float,
     gap_long_seconds: float,
+    language: str = "en",
 ) -> str:
-    parts: list[str] = []
-    parts.append(f"\n======{character_name}'s Long-term Memory======\n")
+    """The /new_dialog text in ``language`` (one of context_locale.LANGUAGES)."""
+    name, master = character_name, master_name
+    parts: list[str] = [loc.text(loc.PERSONA_HEADER, language, name=name)]
     if longterm:
         parts.append(longterm.rstrip("\n") + "\n")
-    parts.append(f"\n\n======{character_name}'s Inner Thoughts======\n")
+    parts.append(loc.text(loc.INNER_THOUGHTS_HEADER, language, name=name))
     stamp = now.strftime("%A, %B %d, %Y at %I:%M %p")
-    parts.append(
-        f"The current time is {stamp}. Before the conversation begins, {character_name} is mentally reviewing recent events.\n"
-    )
-    for line in history_lines(window, master_name, character_name):
+    parts.append(loc.text(loc.INNER_THOUGHTS_DYNAMIC, language, name=name, time=stamp))
+    for line in history_lines(window, master, name):
         parts.append(line + "\n")
     gap = gap_seconds(last_timestamp, now)
     if gap is not None and gap >= gap_notice_seconds:
-        notice = f"It has been {format_elapsed(gap)} since the last chat with {master_name}."
+        notice = loc.text(loc.CHAT_GAP_NOTICE, language, master=master, elapsed=loc.format_elapsed(gap, language))
         if gap >= gap_long_seconds:
-            parts.append(
-                f"The current time is {now.strftime('%Y-%m-%d %H:%M')}. {notice} "
-                f"{character_name} realises it has been a long time since talking with {master_name}; "
-                f"what has happened meanwhile? {character_name} wants to know how {master_name} has been.\n"
-            )
+            current = loc.text(loc.CHAT_GAP_CURRENT_TIME, language, now=now.strftime("%Y-%m-%d %H:%M"))
+            parts.append(current + notice + loc.text(loc.CHAT_GAP_LONG_HINT, language, name=name, master=master) + "\n")
         else:
             parts.append(notice + "\n")
     return "".join(parts)
 
 
-def render_recent_history(window: list[Turn], master_name: str, character_name: str) -> str:
+def render_recent_history(window: list[Turn], master_name: str, character_name: str, language: str = "en") -> str:
     if not window:
-        return f"No recent conversation with {character_name}."
-    intro = f"Recent conversation between {master_name} and {character_name}:\n"
+        return loc.text(loc.NO_RECENT_HISTORY, language, name=character_name)
+    intro = loc.text(loc.RECENT_HISTORY_INTRO, language, master=master_name, name=character_name)
     return intro + "\n".join(history_lines(window, master_name, character_name))

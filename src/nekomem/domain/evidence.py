@@ -19,6 +19,7 @@ from typing import Literal, TypeVar
 import msgspec
 
 from nekomem.config.longterm import LongTermSettings
+from nekomem.domain.subjects import is_private
 from nekomem.domain.records import (
     EvidenceFields,
     Observation,
@@ -232,7 +233,7 @@ def observation_pool(
     wanted = set(entities) if entities is not None else None
     pool: list[Observation] = []
     for ref in reflections:
-        if ref.status not in ("confirmed", "promoted"):
+        if ref.status not in ("confirmed", "promoted") or not is_private(ref):
             continue
         if ref.suppress or not ref.text.strip() or (wanted is not None and ref.entity not in wanted):
             continue
@@ -244,7 +245,8 @@ def observation_pool(
         if wanted is not None and entity not in wanted:
             continue
         for entry in entries:
-            if entry.protected or entry.suppress or not entry.text.strip():
+            # Group/participant memory never takes part in the owner's evidence pass.
+            if entry.protected or entry.suppress or not entry.text.strip() or not is_private(entry):
                 continue
             score = net_score(entry, now, settings)
             if score < 0:

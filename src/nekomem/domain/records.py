@@ -113,6 +113,10 @@ class Fact(msgspec.Struct, kw_only=True, frozen=True):
     last_recheck_attempt_at: str | None = None
     # Where an imported fact came from (e.g. a benchmark's dialogue ids); opaque JSON.
     source_ref: Any = None
+    # Subject scoping (group chats): all three set, or none (the owner's private corpus).
+    subject_kind: str | None = None
+    subject_id: str | None = None
+    scope: str | None = None
 
 
 class DedupPair(msgspec.Struct, kw_only=True, frozen=True):
@@ -171,6 +175,10 @@ class Reflection(TrackedFields, kw_only=True, frozen=True):
     recheck_attempts: int = 0
     refine_attempts: int = 0
     modification_history: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    # Subject scoping (group chats): all three set, or none (the owner's private corpus).
+    subject_kind: str | None = None
+    subject_id: str | None = None
+    scope: str | None = None
 
 
 class SurfacedEntry(msgspec.Struct, kw_only=True, frozen=True):
@@ -222,6 +230,10 @@ class PersonaEntry(TrackedFields, kw_only=True, frozen=True):
     refine_attempts: int = 0
     archived_at: str | None = None
     archive_shard_path: str | None = None
+    # Subject scoping (group chats): all three set, or none (the owner's private corpus).
+    subject_kind: str | None = None
+    subject_id: str | None = None
+    scope: str | None = None
 
 
 class PersonaSection(msgspec.Struct, kw_only=True, frozen=True):
@@ -280,18 +292,45 @@ def persona_from_disk(raw: Any) -> Persona:
         entity = _V1_SECTION_KEYS.get(key, key)
         items = section.get("facts", section.get("dynamics", []))
         entries = persona.setdefault(entity, [])
+        # Entries of a scoped section ("@subject/<kind>:<id>") inherit its descriptor, so
+        # that none of them can be read as the owner's private memory.
+        inherited = _section_subject(key, section)
         if isinstance(items, list):
             for item in items:
                 try:
-                    entries.append(msgspec.convert(item, PersonaEntry, strict=False))
+                    entry = msgspec.convert(item, PersonaEntry, strict=False)
                 except (msgspec.ValidationError, TypeError):
                     continue
+                if inherited and entry.subject_kind is None and entry.subject_id is None and entry.scope is None:
+                    entry = msgspec.structs.replace(entry, **inherited)
+                entries.append(entry)
     return persona
 
 
+def _section_subject(key: str, section: Mapping[str, Any]) -> dict[str, str]:
+    """The subject fields a scoped section hands its entries ({} for a private section).
+
+    A scoped section without a usable descriptor marks its entries ``scope="malformed"``
+    with no kind: served to no read at all (fail closed)."""
+    if not key.startswith("@subject/"):
+        return {}
+    fields = {f: section.get(f) for f in ("subject_kind", "subject_id", "scope")}
+    if all(isinstance(v, str) and v for v in fields.values()):
+        return {k: str(v) for k, v in fields.items()}
+    return {"scope": "malformed"}
+
+
 def persona_to_disk(persona: Mapping[str, Iterable[PersonaEntry]]) -> dict[str, Any]:
-    """The persona.json object (``{entity: {"facts": [...]}}``) as builtins."""
-    return {entity: {"facts": msgspec.to_builtins(list(entries))} for entity, entries in persona.items()}
+    """The persona.json object (``{entity: {"facts": [...]}}``) as builtins; a scoped
+    section also carries its subject descriptor, as the reference writes it."""
+    out: dict[str, Any] = {}
+    for entity, entries in persona.items():
+        items = list(entries)
+        section: dict[str, Any] = {"facts": msgspec.to_builtins(items)}
+        if entity.startswith("@subject/") and items and items[0].subject_kind is not None:
+            section.update(subject_kind=items[0].subject_kind, subject_id=items[0].subject_id, scope=items[0].scope)
+        out[entity] = section
+    return out
 
 
 # --- ids -----------------------------------------------------------------------------

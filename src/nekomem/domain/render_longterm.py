@@ -16,6 +16,7 @@ from datetime import datetime
 import msgspec
 
 from nekomem.config.longterm import LongTermSettings
+from nekomem.domain import longterm_locale as loc
 from nekomem.domain.evidence import net_score
 from nekomem.domain.records import PersonaEntry, Reflection
 from nekomem.domain.reflections import anchor_time, is_past_for_render, is_suppressed
@@ -23,8 +24,12 @@ from nekomem.domain.reflections import anchor_time, is_past_for_render, is_suppr
 CountTokens = Callable[[str], int]
 
 
-def persona_heading(entity: str, master_name: str, ai_name: str) -> str:
+def persona_heading(entity: str, master_name: str, ai_name: str, language: str = "en") -> str:
     """The heading of one persona section."""
+    key = entity if entity in ("master", "neko", "relationship") else "other"
+    local = loc.heading(language, key, master=master_name, ai=ai_name, entity=entity)
+    if local is not None:
+        return local
     if entity == "master":
         return f"## About {master_name}"
     if entity == "neko":
@@ -34,15 +39,18 @@ def persona_heading(entity: str, master_name: str, ai_name: str) -> str:
     return f"## About {entity}"
 
 
-def pending_heading(ai_name: str) -> str:
-    return f"### {ai_name}'s recent impressions (not certain yet)"
+def pending_heading(ai_name: str, language: str = "en") -> str:
+    return loc.heading(language, "pending", ai=ai_name) or f"### {ai_name}'s recent impressions (not certain yet)"
 
 
-def confirmed_heading(ai_name: str) -> str:
-    return f"### {ai_name}'s fairly certain impressions"
+def confirmed_heading(ai_name: str, language: str = "en") -> str:
+    return loc.heading(language, "confirmed", ai=ai_name) or f"### {ai_name}'s fairly certain impressions"
 
 
-def past_block_open(master_name: str, ai_name: str) -> str:
+def past_block_open(master_name: str, ai_name: str, language: str = "en") -> str:
+    local = loc.heading(language, "past_open", master=master_name, ai=ai_name)
+    if local is not None:
+        return local
     return (
         "====== Older memories below ======\n"
         f"These are older impressions, kept only as background. {ai_name} should not bring "
@@ -53,16 +61,26 @@ def past_block_open(master_name: str, ai_name: str) -> str:
 PAST_BLOCK_CLOSE = "====== End of older memories ======"
 
 
-def suppressed_heading(ai_name: str) -> str:
+def past_block_close(language: str = "en") -> str:
+    return loc.heading(language, "past_close") or PAST_BLOCK_CLOSE
+
+
+def suppressed_heading(ai_name: str, language: str = "en") -> str:
+    local = loc.heading(language, "suppressed", ai=ai_name)
+    if local is not None:
+        return local
     return (
         f"### Do not bring these up on your own ({ai_name} remembers them, but they came up "
         "too often recently)"
     )
 
 
-def relative_label(anchor: datetime, now: datetime) -> str:
+def relative_label(anchor: datetime, now: datetime, language: str = "en") -> str:
     """``today``, ``N days ago`` (< 7), ``N weeks ago`` (< 30 days) or ``N months ago``."""
     days = max(0, (now - anchor).days)
+    local = loc.relative(language, days)
+    if local is not None:
+        return local
     if days == 0:
         return "today"
     if days < 7:
@@ -131,12 +149,13 @@ def render_persona(
     count_tokens: CountTokens,
     master_name: str,
     ai_name: str,
+    language: str = "en",
 ) -> str:
     """The persona sections ("" when nothing is selected)."""
     parts: list[str] = []
     for entity, entries in select_persona(persona, now, settings, count_tokens).items():
         if entries:
-            parts.append("\n".join([persona_heading(entity, master_name, ai_name), *(_line(e.text) for e in entries)]))
+            parts.append("\n".join([persona_heading(entity, master_name, ai_name, language), *(_line(e.text) for e in entries)]))
     return "\n\n".join(parts)
 
 
@@ -151,9 +170,9 @@ class ReflectionSelection(msgspec.Struct, frozen=True):
     past: list[Reflection]
 
 
-def _past_line(ref: Reflection, now: datetime) -> str:
+def _past_line(ref: Reflection, now: datetime, language: str = "en") -> str:
     anchor = anchor_time(ref, now)
-    label = relative_label(anchor, now) if anchor is not None else ""
+    label = relative_label(anchor, now, language) if anchor is not None else ""
     return _line(f"({label}) {ref.text}" if label else ref.text)
 
 
@@ -201,18 +220,18 @@ def render_reflections(
     master_name: str,
     ai_name: str,
     suppressed_texts: Iterable[str] = (),
+    language: str = "en",
 ) -> str:
     """The pending, confirmed and past sections ("" when none is selected)."""
     selection = select_reflections(reflections, now, settings, count_tokens, suppressed_texts)
     parts: list[str] = []
     if selection.pending:
-        parts.append("\n".join([pending_heading(ai_name), *(_line(r.text) for r in selection.pending)]))
+        parts.append("\n".join([pending_heading(ai_name, language), *(_line(r.text) for r in selection.pending)]))
     if selection.confirmed:
-        parts.append("\n".join([confirmed_heading(ai_name), *(_line(r.text) for r in selection.confirmed)]))
+        parts.append("\n".join([confirmed_heading(ai_name, language), *(_line(r.text) for r in selection.confirmed)]))
     if selection.past:
-        parts.append(
-            "\n".join([past_block_open(master_name, ai_name), *(_past_line(r, now) for r in selection.past), PAST_BLOCK_CLOSE])
-        )
+        lines = [_past_line(r, now, language) for r in selection.past]
+        parts.append("\n".join([past_block_open(master_name, ai_name, language), *lines, past_block_close(language)]))
     return "\n\n".join(parts)
 
 
@@ -237,11 +256,11 @@ def suppressed_entries(
     return unique[: settings.persona_render_suppressed_max_entries]
 
 
-def render_suppressed(texts: Sequence[str], ai_name: str) -> str:
+def render_suppressed(texts: Sequence[str], ai_name: str, language: str = "en") -> str:
     """The 'do not bring up on your own' section ("" when empty)."""
     if not texts:
         return ""
-    return "\n".join([suppressed_heading(ai_name), *(_line(t) for t in texts)])
+    return "\n".join([suppressed_heading(ai_name, language), *(_line(t) for t in texts)])
 
 
 def render_longterm(
@@ -253,18 +272,22 @@ def render_longterm(
     count_tokens: CountTokens,
     master_name: str,
     ai_name: str,
+    language: str = "en",
 ) -> str:
     """The whole long-term block of /new_dialog: persona, pending, confirmed, past, and the
-    'do not bring up' list, separated by blank lines ("" when everything is empty)."""
+    'do not bring up' list, separated by blank lines ("" when everything is empty), with
+    headings in ``language`` (nekomem.domain.longterm_locale)."""
     suppressed_persona = [
         e.text for entries in persona.values() for e in entries if not e.protected and is_suppressed(e, now, settings)
     ]
     parts = [
-        render_persona(persona, now=now, settings=settings, count_tokens=count_tokens, master_name=master_name, ai_name=ai_name),
+        render_persona(
+            persona, now=now, settings=settings, count_tokens=count_tokens, master_name=master_name, ai_name=ai_name, language=language,
+        ),
         render_reflections(
             reflections, now=now, settings=settings, count_tokens=count_tokens, master_name=master_name,
-            ai_name=ai_name, suppressed_texts=suppressed_persona,
+            ai_name=ai_name, suppressed_texts=suppressed_persona, language=language,
         ),
-        render_suppressed(suppressed_entries(persona, reflections, now, settings), ai_name),
+        render_suppressed(suppressed_entries(persona, reflections, now, settings), ai_name, language),
     ]
     return "\n\n".join(p for p in parts if p)

@@ -55,7 +55,7 @@ class LimitedModeMiddleware:
 
 
 def routes() -> list[Route]:
-    from nekomem.http import recall
+    from nekomem.http import lifecycle, recall, scoped
 
     c, s, lt = conversation, system, longterm
     table: list[Route] = [
@@ -75,6 +75,15 @@ def routes() -> list[Route]:
         Route("/record_surfaced/{name:str}", lt.record_surfaced, methods=["POST"]),
         Route("/query_memory/{name:str}", recall.query_memory, methods=["POST"]),
         Route("/api/tools/recall_memory", recall.recall_tool, methods=["GET"]),
+        Route("/cancel_correction/{name:str}", lifecycle.cancel_correction, methods=["POST"]),
+        Route("/reload", lifecycle.reload, methods=["POST"]),
+        Route("/release_character/{name:str}", lifecycle.release_character, methods=["POST"]),
+        Route("/internal/memory/{name:str}/scoped_facts", scoped.scoped_facts, methods=["POST"]),
+        Route("/internal/memory/{name:str}/scoped_history", scoped.scoped_history, methods=["POST"]),
+        Route("/internal/memory/{name:str}/scoped_context", scoped.scoped_context, methods=["POST"]),
+        Route("/internal/memory/{name:str}/scoped_mentions", scoped.scoped_mentions, methods=["POST"]),
+        Route("/internal/memory/{name:str}/scoped_forget", scoped.scoped_forget, methods=["POST"]),
+        Route("/internal/memory/{name:str}/scoped_subjects", scoped.scoped_subjects, methods=["GET"]),
         Route("/api/characters", lt.list_all_characters, methods=["GET"]),
         Route("/api/characters/{name:str}/card", lt.import_card, methods=["POST"]),
         Route("/api/characters/{name:str}/facts", lt.import_facts, methods=["POST"]),

@@ -10,8 +10,10 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from nekomem.actors.messages import AppendTurns, GetRecent, RecentView
 from nekomem.domain.context import gap_seconds, render_new_dialog, render_recent_history
+from nekomem.domain.context_locale import normalise_language
 from nekomem.http.bodies import character_name, parse_history, read_json_object
 from nekomem.http.errors import ApiError
+from nekomem.http.readonly import character_exists
 from nekomem.runtime.clock import iso
 
 
@@ -77,17 +79,35 @@ async def recent_view(request: Request, name: str, *, wait_settle: bool) -> Rece
     )
 
 
+def context_language(request: Request) -> str:
+    """The language of a context text: ``language``, else ``render_language`` (query), else
+    the ``context_language`` setting."""
+    default = _runtime(request).settings.server.context_language
+    params = request.query_params
+    return normalise_language(params.get("language") or params.get("render_language"), normalise_language(default))
+
+
+def master_name(request: Request) -> str:
+    """The master's name: the ``master_name`` query parameter, else the setting."""
+    given = (request.query_params.get("master_name") or "").strip()
+    return given[:100] if given else _runtime(request).settings.recent.master_name
+
+
 async def new_dialog(request: Request) -> Response:
     rt = _runtime(request)
     name = character_name(request)
+    if not await character_exists(request, name):
+        return PlainTextResponse("")  # the reference's answer for an unknown character
     view = await recent_view(request, name, wait_settle=True)
     longterm = ""
+    language, master = context_language(request), master_name(request)
     render = request.app.state.longterm_renderer
     if render is not None:
-        longterm = await render(request, name)
+        longterm = await render(request, name, language, master)
     text = render_new_dialog(
         character_name=name,
-        master_name=rt.settings.recent.master_name,
+        master_name=master,
+        language=language,
         window=view.window,
         last_timestamp=view.last_timestamp,
         now=display_now(request),
@@ -99,15 +119,19 @@ async def new_dialog(request: Request) -> Response:
 
 
 async def get_recent_history(request: Request) -> Response:
-    rt = _runtime(request)
     name = character_name(request)
+    language = context_language(request)
+    if not await character_exists(request, name):
+        return PlainTextResponse(render_recent_history([], master_name(request), name, language))
     view = await recent_view(request, name, wait_settle=False)
-    return PlainTextResponse(render_recent_history(view.window, rt.settings.recent.master_name, name))
+    return PlainTextResponse(render_recent_history(view.window, master_name(request), name, language))
 
 
 async def last_conversation_gap(request: Request) -> Response:
     rt = _runtime(request)
     name = character_name(request)
+    if not await character_exists(request, name):
+        return JSONResponse({"gap_seconds": -1})
     view = await recent_view(request, name, wait_settle=False)
     gap = gap_seconds(view.last_timestamp, rt.clock.now())
     return JSONResponse({"gap_seconds": -1 if gap is None else gap})

@@ -23,6 +23,7 @@ from nekomem.actors.messages import (
 )
 from nekomem.http.bodies import character_name, read_json_object
 from nekomem.http.errors import ApiError
+from nekomem.http.readonly import character_exists
 from nekomem.stores.layout import list_characters
 
 LAYERS = {"facts": "facts", "reflections": "reflections", "persona": "persona"}
@@ -33,9 +34,11 @@ def _rt(request: Request) -> Any:
     return request.app.state.runtime
 
 
-async def render_longterm(request: Request, name: str) -> str:
+async def render_longterm(request: Request, name: str, language: str = "en", master_name: str = "") -> str:
     """The persona + reflection sections of /new_dialog (used by the conversation routes)."""
-    return await _rt(request).registry.ask(name, "persona", lambda reply: RenderContext(reply=reply))
+    return await _rt(request).registry.ask(
+        name, "persona", lambda reply: RenderContext(language=language, master_name=master_name, reply=reply)
+    )
 
 
 async def reflect(request: Request) -> Response:
@@ -60,15 +63,21 @@ async def reflect(request: Request) -> Response:
 
 async def followup_topics(request: Request) -> Response:
     name = character_name(request)
+    if not await character_exists(request, name):
+        return JSONResponse({"topics": []})
     return JSONResponse(await _rt(request).registry.ask(name, "reflections", lambda reply: FollowupTopics(reply=reply)))
 
 
 async def record_surfaced(request: Request) -> Response:
     name = character_name(request)
-    body = await read_json_object(request)
+    body = await read_json_object(request, allow_empty=True)
     ids = body.get("reflection_ids")
+    if ids is None or ids == []:
+        return JSONResponse({"ok": True, "recorded": 0})  # the reference's no-op
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
         raise ApiError(422, "bad_reflection_ids", "'reflection_ids' must be an array of strings")
+    if not await character_exists(request, name):
+        return JSONResponse({"ok": True, "recorded": 0})
     return JSONResponse(await _rt(request).registry.ask(name, "reflections", lambda reply: RecordSurfaced(ids=ids, reply=reply)))
 
 
@@ -96,6 +105,10 @@ async def list_layer(request: Request) -> Response:
     rt = _rt(request)
     name = character_name(request)
     layer = request.path_params["layer"]
+    if layer not in LAYERS and layer != "recent":
+        raise ApiError(404, "not_found", f"no layer {layer}")
+    if not await character_exists(request, name):
+        raise ApiError(404, "unknown_character", "no character of that name")
     if layer == "recent":
         view = await rt.registry.ask(name, "recent", lambda reply: GetRecent(reply=reply))
         items = [{"index": i, "role": t.role, "text": t.text, "ts": t.ts} for i, t in enumerate(view.window)]

@@ -1,8 +1,12 @@
 """Recall routes: ``POST /query_memory/{name}`` and the ``recall_memory`` tool schema.
 
 ``/query_memory`` takes ``{"query"?: str, "time"?: str, "render"?: "markdown",
-"language"?: str}``. At least one of query and time must be non-empty (422 otherwise); a
-field of the wrong type is 422. Time expressions resolve against the server clock in the
+"language"?: str, "subjects"?: [{subject_kind, subject_id, scope?}]}``. Neither query nor
+time is a no-op answered 200 with no rows (the reference's short-circuit); a field of the
+wrong type is 422. ``subjects`` scopes the read to those group/participant subjects and
+never returns the owner's private memory; an empty list is 422 (fail closed). Timestamps of
+the rows are given in the display time zone, so their first 10 characters are the local
+date. Time expressions resolve against the server clock in the
 display time zone; one that does not parse is ignored. Any failure inside recall answers
 200 with ``results: []`` and ``error_code: "hybrid_recall_failed"``, never a 500.
 With ``render: "markdown"`` the answer also carries ``markdown``, the text block a
@@ -22,7 +26,9 @@ from nekomem.actors.recall import QueryMemory, empty_response
 from nekomem.domain.recall_render import no_result_text, normalise_language, recall_tool_schema, render_recall_block
 from nekomem.domain.tokens import get_counter
 from nekomem.http.bodies import character_name, read_json_object
+from nekomem.domain.subjects import SubjectError, subjects_from_request
 from nekomem.http.conversation import display_now
+from nekomem.http.readonly import character_exists, localise_times
 from nekomem.http.errors import ApiError
 from nekomem.runtime.reply import ActorFailure
 
@@ -52,14 +58,22 @@ async def query_memory(request: Request) -> Response:
     language_raw = body.get("language")
     if language_raw is not None and not isinstance(language_raw, str):
         raise ApiError(422, "schema_violation", "'language' must be a string")
-    if not query and not spec:
-        raise ApiError(422, "missing_query", "give a non-empty 'query', a 'time', or both")
-    now = display_now(request)
     try:
-        result = await rt.registry.ask(name, "recall", lambda reply: QueryMemory(query=query, time=spec, now=now, reply=reply))
-    except (ActorFailure, asyncio.TimeoutError) as exc:
-        log.warning("recall failed for a character: %s", getattr(exc, "code", type(exc).__name__))
-        result = empty_response(query, error=True)
+        subjects = subjects_from_request(body.get("subjects"))
+    except SubjectError as exc:
+        raise ApiError(422, "bad_subjects", str(exc)) from None
+    now = display_now(request)
+    if not query and not spec or not await character_exists(request, name):
+        result = empty_response(query)
+    else:
+        try:
+            result = await rt.registry.ask(
+                name, "recall", lambda reply: QueryMemory(query=query, time=spec, now=now, subjects=subjects, reply=reply)
+            )
+        except (ActorFailure, asyncio.TimeoutError) as exc:
+            log.warning("recall failed for a character: %s", getattr(exc, "code", type(exc).__name__))
+            result = empty_response(query, error=True)
+        result = {**result, "results": [localise_times(row, now.tzinfo) for row in result.get("results", [])]}
     if render == "markdown":
         settings = rt.settings.recall
         language = normalise_language(language_raw, settings.recall_render_language)

@@ -32,10 +32,14 @@ async def health(request: Request) -> Response:
     llm_status = rt.llm.status() if rt.llm is not None else {}
     llm_available = any(t.get("configured") for t in llm_status.values())
     skipped = [tier for tier, t in llm_status.items() if not t.get("configured")]
+    # The first four keys answer the reference launcher's probe (app, service, status,
+    # instance_id); nekomem's own identity follows in "server".
     body = {
-        "status": "ok" if rt.limited_reason is None else "starting",
-        "app": "nekomem",
+        "app": rt.settings.server.health_app_name,
         "service": "memory",
+        "status": "ok" if rt.limited_reason is None else "starting",
+        "instance_id": rt.instance_id,
+        "server": "nekomem",
         "version": nekomem.__version__,
         "limited_mode": rt.limited_reason is not None,
         "blocking_reason": rt.limited_reason,

@@ -225,6 +225,25 @@ class CharacterRegistry:
             except ActorFailure:
                 pass
 
+    def release(self, name: str) -> bool:
+        """Stop ``name``'s actors now and wait until they have flushed and closed every
+        file, so that the folder can be renamed or deleted. False when it was not active."""
+        with self._lock:
+            entry = self._entries.pop(name, None)
+            if entry is not None:
+                # Registered as stopping first, so that a request arriving meanwhile waits
+                # for the old instance to close its files before a new one opens them.
+                try:
+                    self._stopping[name] = entry.ref.stop(block=False)
+                except pykka.ActorDeadError:
+                    pass
+        self._wait_stopped(name)
+        if entry is None:
+            return False
+        self.passivations += 1
+        log.info("released a character")
+        return True
+
     def stop_all(self, timeout: float = 30.0) -> None:
         with self._lock:
             entries = list(self._entries.items())

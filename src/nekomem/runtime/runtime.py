@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ from nekomem.runtime.clock import Clock, SystemClock
 from nekomem.runtime.pool import ModelPool
 from nekomem.runtime.registry import CharacterRegistry
 from nekomem.runtime.scheduler import Scheduler
-from nekomem.runtime.switches import Switches
+from nekomem.runtime.switches import Switches, core_config_file
 
 log = logging.getLogger("nekomem.runtime")
 
@@ -42,7 +44,9 @@ class Runtime:
             root,
             powerful_default=settings.longterm.powerful_memory_default,
             review_default=settings.recent.review_enabled,
+            path=core_config_file(settings.server.core_config_path, root),
         )
+        self.instance_id = settings.server.instance_id or os.environ.get("NEKO_INSTANCE_ID", "") or uuid.uuid4().hex
         self.services = Services(
             settings=settings,
             clock=self.clock,

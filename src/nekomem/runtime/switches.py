@@ -1,4 +1,5 @@
-"""Process-wide switches persisted in ``<memory_root>/core_config.json``.
+"""Process-wide switches persisted in ``core_config.json`` (under the memory root, or where
+the ``core_config_path`` setting says: the chat server's own config folder).
 
 ``powerful_memory_enabled`` and ``recent_memory_auto_review`` are re-read from disk on
 every use, as the reference does, so an operator's edit takes effect without a restart.
@@ -24,9 +25,20 @@ class SwitchError(Exception):
     """core_config.json cannot be read or holds a non-boolean value."""
 
 
+def core_config_file(setting: str, memory_root: Path) -> Path:
+    """The core_config.json the ``core_config_path`` setting names: empty means the memory
+    root's, a folder (existing, or written with a trailing separator) means the file in it."""
+    if not setting.strip():
+        return memory_root / "core_config.json"
+    path = Path(setting).expanduser()
+    if path.is_dir() or setting.endswith(("/", "\\")):
+        return path / "core_config.json"
+    return path
+
+
 class Switches:
-    def __init__(self, memory_root: Path, *, powerful_default: bool, review_default: bool) -> None:
-        self.path = memory_root / "core_config.json"
+    def __init__(self, memory_root: Path, *, powerful_default: bool, review_default: bool, path: Path | None = None) -> None:
+        self.path = path if path is not None else memory_root / "core_config.json"
         self.defaults = {POWERFUL: powerful_default, REVIEW: review_default}
         self._write_lock = threading.Lock()  # serialises read-modify-write of one file
 
