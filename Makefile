@@ -1,4 +1,5 @@
-# nekomem: `make serve` runs the server, `make test` runs the tests.
+# nekomem: `make serve` runs the server, `make test` runs the tests, `make check` runs the
+# linter, the format check and the type checker.
 # Each target creates .venv when missing and installs what it needs first.
 
 PYTHON ?= python3
@@ -10,7 +11,10 @@ HOST ?= 127.0.0.1
 PORT ?= 48912
 MEMORY_ROOT ?= ./memory
 
-.PHONY: serve test bench install model clean e2e-model
+CHECK_STAMP := $(VENV)/.nekomem-check-installed
+LINTED := src tests bench scripts
+
+.PHONY: serve test check bench install model clean e2e-model
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +23,10 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[embeddings,test]'
 	touch $(STAMP)
+
+$(CHECK_STAMP): pyproject.toml | $(STAMP)
+	$(PY) -m pip install --quiet -e '.[check]'
+	touch $(CHECK_STAMP)
 
 $(MODEL): scripts/fetch_model.py | $(STAMP)
 	$(PY) scripts/fetch_model.py --dest models
@@ -31,7 +39,13 @@ serve: install
 	$(PY) -m nekomem serve --host $(HOST) --port $(PORT) --memory-root $(MEMORY_ROOT)
 
 test: install
+	sh scripts/ensure_browser.sh
 	$(PY) -m pytest tests -q -p no:cacheprovider
+
+check: $(CHECK_STAMP)
+	$(PY) -m ruff check $(LINTED)
+	$(PY) -m ruff format --check $(LINTED)
+	$(PY) -m mypy
 
 bench: install
 	$(PY) -m bench.http_load

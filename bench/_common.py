@@ -92,7 +92,7 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     numeric = [all(isinstance(row[i], (int, float)) for row in rows) if rows else False for i in range(len(headers))]
 
     def line(values: Sequence[str]) -> str:
-        return "  ".join(v.rjust(w) if numeric[i] else v.ljust(w) for i, (v, w) in enumerate(zip(values, widths)))
+        return "  ".join(v.rjust(w) if numeric[i] else v.ljust(w) for i, (v, w) in enumerate(zip(values, widths, strict=False)))
 
     print(line(headers))
     for row in cells:

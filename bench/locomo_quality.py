@@ -168,7 +168,7 @@ def run_conversation(root: Path, overrides: dict[str, Any], emb: EmbeddingServic
 
 def ceiling(facts_by_conv: list[list[dict[str, Any]]], questions_by_conv: list[list[dict[str, Any]]]) -> list[tuple[int, float]]:
     out: list[tuple[int, float]] = []
-    for facts, questions in zip(facts_by_conv, questions_by_conv):
+    for facts, questions in zip(facts_by_conv, questions_by_conv, strict=False):
         known = set().union(*(set(f["source"]["dia_ids"]) for f in facts))
         for q in questions:
             evidence = set(q["evidence"])

@@ -29,7 +29,7 @@ def test_same_outcome_as_the_scan():
         rng = random.Random(seed)
         stored = []
         index = DedupIndex(s.fact_near_dup_jaccard_threshold, s.fact_near_dup_max_candidates)
-        for round_no in range(30):
+        for _round in range(30):
             batch = [make(rng, i) for i in range(rng.randint(1, 8))]
             batch = [f for f in batch if f is not None]
             expected = dedup_new_facts(batch, stored, s)

@@ -38,7 +38,7 @@ def launcher_probe(port: int) -> dict | None:
         while True:
             try:
                 data = sock.recv(4096)
-            except socket.timeout:
+            except TimeoutError:
                 break
             if not data:
                 break

@@ -9,8 +9,8 @@ tokenizer, so pooling, padding, prefixes and truncation can be checked exactly.
 from __future__ import annotations
 
 import base64
-import importlib.util
 import hashlib
+import importlib.util
 import json
 import zipfile
 from pathlib import Path
@@ -20,12 +20,12 @@ import pytest
 
 from nekomem.config.embeddings import EmbeddingSettings
 from nekomem.recall import vector_codec
+from nekomem.recall.embedding_backends import plan_batches
 from nekomem.recall.embeddings import (
     EmbeddingService,
     EmbeddingsUnavailable,
     find_project_root,
     parse_model_dim,
-    plan_batches,
     resolve_model_dir,
     text_sha256,
 )
@@ -332,7 +332,7 @@ def test_tokenizer_kind_without_tokenizer_file_disables(tiny_model_dir: Path) ->
 
 
 def test_text_sha256() -> None:
-    assert text_sha256("猫") == hashlib.sha256("猫".encode("utf-8")).hexdigest()
+    assert text_sha256("猫") == hashlib.sha256("猫".encode()).hexdigest()
     assert text_sha256("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
 
 

@@ -28,9 +28,9 @@ from nekomem.domain.facts import (
     text_keywords,
     trim_to_user_span,
 )
-from nekomem.domain.messages import Turn
 from nekomem.domain.prompts_longterm import extract_facts_messages, judge_duplicates_messages
 from nekomem.domain.records import Fact, fact_hash, fact_id, to_iso
+from nekomem.domain.turns import Turn
 
 S = LongTermSettings()
 T0 = datetime(2024, 3, 1, 12, 30, 5, tzinfo=timezone.utc)
@@ -43,7 +43,7 @@ def fact(fid: str, text: str, **kw) -> Fact:
 
 
 def test_fact_id_and_hash_follow_the_reference_scheme() -> None:
-    digest = hashlib.sha256("Master likes tea".encode()).hexdigest()
+    digest = hashlib.sha256(b"Master likes tea").hexdigest()
     assert fact_hash("  Master likes tea \n") == digest[:16]
     assert fact_id(T0, "Master likes tea") == "fact_20240301123005_" + digest[:8]
 

@@ -8,10 +8,8 @@ import re
 import time
 
 from tests.support.fake_llm import Reply
-from tests.support.waiting import wait_for
 from tests.support.live import LiveServer, make_settings
-
-
+from tests.support.waiting import wait_for
 
 
 def fault_settings(root, llm, **extra):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from nekomem.runtime.clock import ManualClock
-from tests.support.waiting import wait_for
 from tests.support.live import LiveServer, make_settings
+from tests.support.waiting import wait_for
 
 PREFERENCES = [
     "I really love green tea in the morning",

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.waiting import wait_for
 from tests.support.live import LiveServer, make_settings
+from tests.support.waiting import wait_for
 
 MODEL = Path(__file__).resolve().parents[1] / "models" / "use-multilingual-v3" / "model.onnx"
 pytestmark = pytest.mark.skipif(not MODEL.exists(), reason="default embedding model not installed (run scripts/fetch_model.py)")

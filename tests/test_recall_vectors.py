@@ -40,7 +40,7 @@ def test_rows_are_unit_vectors_and_scores_are_cosines(data: dict[str, np.ndarray
     assert [d for d, _ in hits] == brute_force(data, q, 10)
     v = data[hits[0][0]]
     assert hits[0][1] == pytest.approx(float(v @ q / np.linalg.norm(v) / np.linalg.norm(q)), abs=1e-5)
-    assert all(a[1] >= b[1] for a, b in zip(hits, hits[1:]))
+    assert all(a[1] >= b[1] for a, b in zip(hits, hits[1:], strict=False))
 
 
 def test_search_accepts_a_one_row_matrix_and_rejects_bad_shapes(data: dict[str, np.ndarray]) -> None:

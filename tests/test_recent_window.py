@@ -9,7 +9,6 @@ import pytest
 
 from nekomem.config.recent import RecentSettings
 from nekomem.domain import prompts_recent
-from nekomem.domain.messages import Turn
 from nekomem.domain.recent_window import (
     CompressResult,
     compress,
@@ -25,6 +24,7 @@ from nekomem.domain.recent_window import (
     window_tokens,
 )
 from nekomem.domain.tokens import HeuristicCounter, TiktokenCounter, TokenCounter, get_counter
+from nekomem.domain.turns import Turn
 
 MASTER, CHAR = "Master", "Neko"
 
@@ -50,7 +50,7 @@ def dialogue(n: int, words: int = 5) -> list[Turn]:
 class FakeSummarizer:
     """Records every request and answers from a script (callable per call)."""
 
-    def __init__(self, answer) -> None:  # noqa: ANN001
+    def __init__(self, answer) -> None:
         self.answer = answer
         self.calls: list[list[dict[str, str]]] = []
 
@@ -85,7 +85,7 @@ def test_window_tokens_counts_raw_text(counter: TokenCounter) -> None:
 # --- compression -----------------------------------------------------------------------
 
 
-def small_settings(**kw) -> RecentSettings:  # noqa: ANN003
+def small_settings(**kw) -> RecentSettings:
     base = dict(
         recent_compress_input_budget_tokens=300,
         recent_per_message_max_tokens=60,
@@ -203,7 +203,7 @@ def test_oversized_single_line_is_cut_to_budget(counter: TokenCounter) -> None:
     assert all(counter.count(c[1]["content"]) <= 300 for c in fake.calls)
 
 
-def raise_on(*which: int):  # noqa: ANN201
+def raise_on(*which: int):
     def answer(n: int, m: list[dict[str, str]]) -> str:
         if n in which:
             raise ConnectionError("boom")
@@ -358,7 +358,7 @@ def test_hard_cap_property(which: str, counter: TokenCounter) -> None:
     c: TokenCounter = counter if which == "o200k" else HeuristicCounter()
     rng = random.Random(2024)
     vocab = ["cat", "猫", "ねこ", "hello", "world", "。", "!", " ", "\n", "123", "😺"]
-    for case in range(300):
+    for _case in range(300):
         cap = rng.choice([100, 150, 400, 1000])
         s = RecentSettings(
             recent_hard_cap_tokens=cap,

@@ -10,7 +10,6 @@ import pytest
 
 from nekomem.config.longterm import LongTermSettings
 from nekomem.domain.evidence import ResolvedSignal, net_score
-from nekomem.domain.messages import Turn
 from nekomem.domain.prompts_longterm import check_feedback_messages, synthesize_reflection_messages
 from nekomem.domain.records import Fact, Reflection, SurfacedEntry, reflection_id, to_iso
 from nekomem.domain.reflections import (
@@ -19,8 +18,8 @@ from nekomem.domain.reflections import (
     age_out_terminal,
     apply_disputed,
     apply_feedback,
-    apply_resolved_signals,
     apply_rebuttals,
+    apply_resolved_signals,
     archive_sweep,
     build_reflection,
     clear_synthesis_backoff,
@@ -51,6 +50,7 @@ from nekomem.domain.reflections import (
     time_driven_promotable,
     transition,
 )
+from nekomem.domain.turns import Turn
 
 S = LongTermSettings()
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)

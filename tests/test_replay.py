@@ -9,8 +9,8 @@ import time
 import httpx
 
 from tests.support.fake_llm import FakeLLM
-from tests.support.waiting import wait_for
 from tests.support.live import LiveServer, ServerProcess, make_settings
+from tests.support.waiting import wait_for
 
 
 def facts_view(root, name="Lan"):

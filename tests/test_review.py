@@ -8,10 +8,10 @@ import pytest
 
 from nekomem.config.recent import RecentSettings
 from nekomem.domain import review as rv
-from nekomem.domain.messages import Turn
 from nekomem.domain.recent_window import tail_fingerprint, window_tokens
 from nekomem.domain.review import ReviewState, apply_review, apply_review_detailed, review_gate
 from nekomem.domain.tokens import TiktokenCounter, get_counter
+from nekomem.domain.turns import Turn
 
 S = RecentSettings()
 PREFIX = S.recent_memo_prefix
@@ -42,7 +42,7 @@ def fp(turns: list[Turn]) -> list[str]:
 # --- gates -------------------------------------------------------------------------------
 
 
-def gate(state: ReviewState, window: list[Turn], counter: TiktokenCounter, **kw) -> str | None:  # noqa: ANN003
+def gate(state: ReviewState, window: list[Turn], counter: TiktokenCounter, **kw) -> str | None:
     args = dict(now_ts=NOW, last_activity_ts=NOW, switch_on=True, settings=S, counter=counter)
     args.update(kw)
     return review_gate(state, window, **args)  # type: ignore[arg-type]
@@ -252,9 +252,9 @@ def test_apply_white_when_tail_gone_or_output_empty() -> None:
     snap = window_of(10)
     edited = [*snap[:-1], t("ai", "rewritten by the browser", 9)]
     assert apply_review(edited, snap, as_dialogue(snap), S) == (None, "white")
-    assert apply_review(snap, snap, [], S) == (None, "white")
+    assert apply_review(snap, snap, [], S) == (None, "clean")
     junk = ["text", 3, {"role": "user"}, {"role": "user", "content": "   "}, {"content": None}]
-    assert apply_review(snap, snap, junk, S) == (None, "white")
+    assert apply_review(snap, snap, junk, S) == (None, "clean")
 
 
 def test_apply_after_concurrent_compression_uses_capacity() -> None:
@@ -283,3 +283,23 @@ def test_apply_shorter_and_longer_output() -> None:
     longer = [{"role": "user", "content": "invented"}] * 3 + as_dialogue(snap)
     new2, _ = apply_review(snap, snap, longer, S)
     assert new2 == snap
+
+
+def test_nothing_to_correct_holds_the_next_review_until_the_window_changes(counter) -> None:
+    """A model that answers an empty corrected_dialogue is not asked again for the same
+    window: the interval holds it first, then the window-changed gate (issue 8, item 2)."""
+    w = window_of(10)
+    st = rv.record_clean(ReviewState(fail_attempts=3, fail_fingerprint=["y"]), w, NOW, S)
+    assert st.fail_attempts == 0 and st.last_review_ts == NOW
+    assert gate(st, w, counter, now_ts=NOW + 1) == rv.GATE_MIN_INTERVAL
+    later = NOW + S.review_min_interval_seconds + 3600
+    assert gate(st, w, counter, now_ts=later, last_activity_ts=later) == rv.GATE_FEW_NEW_MESSAGES
+    grown = [*w, *(t("human", f"news {i}", 20 + i) for i in range(S.review_min_new_messages))]
+    assert gate(st, grown, counter, now_ts=later, last_activity_ts=later) is None
+
+
+def test_white_with_a_time_waits_the_minimum_interval(counter) -> None:
+    st = rv.record_white(ReviewState(last_review_ts=5.0, last_reviewed_tail=["x"]), NOW)
+    assert st.last_reviewed_tail is None and st.last_review_ts == NOW
+    assert gate(st, window_of(10), counter, now_ts=NOW + 1) == rv.GATE_MIN_INTERVAL
+    assert gate(st, window_of(10), counter, now_ts=NOW + S.review_min_interval_seconds) is None

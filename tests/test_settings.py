@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from nekomem.config import SettingsError, load_settings, settings_markdown
-from nekomem.config.settings import field_index, describe
+from nekomem.config.settings import describe, field_index
 
 
 def test_defaults_are_the_reference_numbers():

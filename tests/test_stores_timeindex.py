@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nekomem.domain.messages import Turn
+from nekomem.domain.turns import Turn
 from nekomem.stores.timeindex import IdempotencyConflict, TimeIndex, to_utc_iso
 
 
@@ -190,7 +190,7 @@ _APPENDER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from nekomem.domain.messages import Turn
+    from nekomem.domain.turns import Turn
     from nekomem.stores.timeindex import TimeIndex
     store = TimeIndex(Path(sys.argv[1]))
     n = 0

@@ -1,4 +1,4 @@
-"""Command line: ``nekomem serve`` and ``nekomem settings``."""
+"""Command line: ``nekomem serve``, ``nekomem settings`` and ``nekomem import-neko``."""
 
 from __future__ import annotations
 
@@ -18,6 +18,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--memory-root", help="data folder (default ./memory, env NEKOMEM_MEMORY_ROOT)")
     serve.add_argument("--config", help="TOML settings file (env NEKOMEM_CONFIG)")
     sub.add_parser("settings", help="print every setting with its default as Markdown")
+    imp = sub.add_parser("import-neko", help="import a reference (N.E.K.O.) memory folder into the memory root")
+    imp.add_argument("source_dir", help="the reference memory folder (one sub-folder per character) or one character folder")
+    imp.add_argument("--memory-root", help="data folder to import into (default: the serve settings)")
+    imp.add_argument("--config", help="TOML settings file (env NEKOMEM_CONFIG)")
+    imp.add_argument("--character", action="extend", nargs="+", metavar="NAME", help="import only these characters")
+    imp.add_argument("--progress", action="store_true", help="draw a progress bar on stderr even when it is not a terminal")
     return parser
 
 
@@ -35,11 +41,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "settings":
         print(settings_markdown())
         return 0
+    overrides: dict[str, object] = {"memory_root": args.memory_root}
+    if args.command == "serve":
+        overrides.update(host=args.host, port=args.port)
     try:
-        settings = load_settings(
-            args.config,
-            overrides={"host": args.host, "port": args.port, "memory_root": args.memory_root},
-        )
+        settings = load_settings(args.config, overrides=overrides)
     except SettingsError as exc:
         print(f"nekomem: {exc}", file=sys.stderr)
         return 2
@@ -47,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         level=getattr(logging, settings.server.log_level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.command == "import-neko":
+        from nekomem.importer.command import import_neko
+
+        return import_neko(settings, args.source_dir, args.character, show_progress=args.progress, out=sys.stdout, err=sys.stderr)
     import uvicorn
 
     from nekomem.http.app import create_app

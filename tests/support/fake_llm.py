@@ -77,6 +77,12 @@ class Reply:
         return cls("text", content, finish_reason=finish_reason)
 
     @classmethod
+    def prose(cls, obj: Any, *, before: str = "Sure! Here is what I found:", after: str = "Let me know if you need more.") -> Reply:
+        """A completion with ``obj`` as JSON inside prose, as models that ignore
+        ``response_format`` answer."""
+        return cls("text", f"{before}\n{json.dumps(obj, ensure_ascii=False)}\n{after}")
+
+    @classmethod
     def status(cls, code: int, body: str | dict[str, Any] = "", *, headers: dict[str, str] | None = None) -> Reply:
         """An HTTP error (or any status) with a raw body; a dict body is JSON-encoded."""
         return cls("status", (body, dict(headers or {})), status_code=code)
@@ -178,7 +184,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True  # headers and body are two writes: avoid the 40 ms ACK stall
     server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence stderr
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
     def _send(self, status: int, body: bytes, content_type: str = "application/json", headers: dict[str, str] | None = None) -> None:
@@ -194,13 +200,13 @@ class _RequestHandler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
             self.close_connection = True  # the client gave up (e.g. its timeout)
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         if self.path.rstrip("/") == "/v1/models":
             self._send(200, json.dumps({"object": "list", "data": [{"id": "fake", "object": "model"}]}).encode())
         else:
             self._send(404, b'{"error": {"message": "not found"}}')
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         if self.path != CHAT_PATH:
@@ -223,7 +229,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
             refusal = fake._refusal(request)
             reply = refusal if refusal is not None else fake._resolve(task, request)
             self._answer(task, request, reply)
-        except Exception as exc:  # a failing test handler: make it visible, keep serving
+        except Exception as exc:  # noqa: BLE001 - a failing test handler: make it visible, keep serving
             self._send(500, json.dumps({"error": {"message": f"fake handler raised {type(exc).__name__}: {exc}"}}).encode())
 
     def _answer(self, task: str, request: dict[str, Any], reply: Reply) -> None:
@@ -366,6 +372,14 @@ class FakeLLM:
         header names are lower-case."""
         with self._lock:
             return [dict(c) for c in self._calls if task is None or c["task"] == task]
+
+    def tally(self) -> dict[str, int]:
+        """Recorded requests per task."""
+        with self._lock:
+            counts: dict[str, int] = {}
+            for call in self._calls:
+                counts[call["task"]] = counts.get(call["task"], 0) + 1
+            return counts
 
     def wait_for_calls(self, count: int, task: str | None = None, timeout: float = 10.0) -> bool:
         """Block until at least ``count`` matching requests arrived; False on timeout."""

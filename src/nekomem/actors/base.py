@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 import pykka
 
+from nekomem.actors.handlers import handler_for
 from nekomem.runtime.reply import ActorFailure, Reply
 
 log = logging.getLogger("nekomem.actors")
@@ -172,7 +173,7 @@ class ChildActor(pykka.ThreadingActor):
 
     # -- dispatch --------------------------------------------------------------------
     def on_receive(self, message: Any) -> Any:
-        handler = getattr(self, "on_" + type(message).__name__, None)
+        handler = handler_for(self, message)
         if handler is None:
             fail_message(message, ActorFailure("unknown_message", f"{self.child_name} cannot handle {type(message).__name__}"))
             return None

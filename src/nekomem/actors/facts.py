@@ -16,9 +16,11 @@ from typing import Any
 
 import msgspec
 
+from nekomem.actors.handlers import handles
 from nekomem.actors.journaled import JournaledActor
 from nekomem.actors.messages import (
     AbsorbFacts,
+    BrowseFacts,
     DeleteEntry,
     EditEntry,
     ImportFacts,
@@ -29,9 +31,13 @@ from nekomem.actors.messages import (
     ModelDone,
     NewFacts,
     OpFinished,
+    OpParked,
     PostTurn,
+    RecallAnswer,
+    ReclaimParked,
     ReflectNow,
     ReplyMentions,
+    RequestIndex,
     RunOp,
     SignalsProcessed,
     Synthesize,
@@ -43,11 +49,13 @@ from nekomem.domain import facts as fl
 from nekomem.domain import prompts_longterm as prompts
 from nekomem.domain import reflections as rl
 from nekomem.domain.dedup_index import DedupIndex
-from nekomem.domain.messages import Turn, from_disk, parse_timestamp
+from nekomem.domain.extraction import ExtractionQueue
+from nekomem.domain.gates import task_gate
 from nekomem.domain.records import Fact, fact_hash, fact_id
 from nekomem.domain.subjects import is_private, same_corpus
+from nekomem.domain.turns import Turn, from_disk, parse_timestamp
 from nekomem.runtime.reply import ActorFailure
-from nekomem.stores.atomic import atomic_write_json, read_json
+from nekomem.stores.atomic import atomic_write_json, read_records
 from nekomem.stores.journal import Event
 
 _DECODE = msgspec.json.Decoder()
@@ -68,7 +76,6 @@ def fact_index_entry(fact: Fact, tier: str) -> IndexEntry:
         event_end_at=fact.event_end_at,
         importance=fact.importance,
         searchable=bool(fact.text.strip()),
-        source=fact.source_ref,
         vector=fact.embedding if isinstance(fact.embedding, str) else None,
         vector_model=fact.embedding_model_id,
         text_sha256=fact.embedding_text_sha256,
@@ -88,29 +95,28 @@ class FactActor(ScopedFactsMixin, JournaledActor):
         self.facts: dict[str, Fact] = {}
         self.archive: dict[str, Fact] = {}
         for path, target in ((self.ctx.paths.facts, self.facts), (self.ctx.paths.facts_archive, self.archive)):
-            raw, _ = read_json(path, default=[])
-            for item in raw if isinstance(raw, list) else []:
-                try:
-                    fact = fact_from(item)
-                except msgspec.ValidationError:
-                    self.log.warning("skipped an unreadable fact record")
-                    continue
+            facts, rejected = read_records(path, fact_from, "facts")
+            for fact in facts:
                 target[fact.id] = fact
+            self._dirty += rejected  # rewrite the view once, without what was kept aside
         self.dedup = DedupIndex(self.s.fact_near_dup_jaccard_threshold, self.s.fact_near_dup_max_candidates)
-        self.batch: list[tuple[str, list[Turn]]] = []  # (op_id, turns) waiting for path A
-        self.user_turns_since = 0
-        self.last_check_at: datetime | None = None
-        self.last_activity_at: datetime | None = None
+        self.queue = ExtractionQueue(self.s)  # records waiting for path A
         self.last_archive_at: datetime | None = None
         self.passes_since_disclosure = 0
         self.extract_inflight: int | None = None
+        # A failed batch stays parked and is retried after a backoff (as the reference's
+        # cursor stays put): a model outage delays extraction but never dead-letters turns.
+        self.extract_gate = task_gate(self.s)
         self._synth_pending: dict[str, tuple[Any, Any, Any]] = {}
         self._paraphrase_todo: set[str] = set()
         self.dup_queue: list[Any] = []  # DedupPair awaiting judge_duplicates (a cache: rebuilt as facts arrive)
         self.dup_inflight = False
+        self.dup_gate = task_gate(self.s, self.s.longterm_idle_maintenance_interval_seconds)
         self.next_synthesis = self.ctx.clock.monotonic() + self.s.reflection_synthesis_initial_delay_seconds
 
     def after_load(self) -> None:
+        # Records parked in a previous instance's batch were lost with it.
+        self.ctx.send("outbox", ReclaimParked(child=self.child_name))
         # Only the private corpus dedups private extraction: a group's fact must not hide
         # the owner's own (scoped facts dedup within their subject, see scoped_facts).
         for fact in list(self.facts.values()) + list(self.archive.values()):
@@ -118,7 +124,8 @@ class FactActor(ScopedFactsMixin, JournaledActor):
                 self.dedup.add(fact)
         self.send_index()
 
-    def on_RequestIndex(self, msg: Any) -> None:
+    @handles(RequestIndex)
+    def on_RequestIndex(self, msg: RequestIndex) -> None:
         """A restarted RecallActor lost its index: send the complete set again."""
         self.send_index()
 
@@ -173,6 +180,7 @@ class FactActor(ScopedFactsMixin, JournaledActor):
         return outcome.accepted, skipped
 
     # -- post-turn work --------------------------------------------------------------
+    @handles(RunOp)
     def on_RunOp(self, msg: RunOp) -> None:
         turns = [t for t in (from_disk(m) for m in msg.payload.get("messages", [])) if t is not None]
         if msg.attempt == 1 and turns:
@@ -187,47 +195,54 @@ class FactActor(ScopedFactsMixin, JournaledActor):
             # (reported by /health) and the record is finished.
             self.ctx.send("outbox", OpFinished(op_id=msg.op_id, ok=True))
             return
-        self.last_activity_at = self.now()
-        if any(op_id == msg.op_id for op_id, _ in self.batch):
-            return  # a replayed record that is already buffered
-        if self.powerful():
-            self.batch.append((msg.op_id, turns))
-            self.user_turns_since += len(user_turns)
+        if self.powerful() or msg.op_id in self.queue:
+            self.queue.add(msg.op_id, turns, self.now())
+            # Held for a batch: free the outbox slot so the records behind it arrive.
+            self.ctx.send("outbox", OpParked(op_id=msg.op_id))
             self._maybe_extract()
         else:
             self._extract("single", [(msg.op_id, turns)])
 
     def _maybe_extract(self) -> None:
-        if self.extract_inflight is not None or not self.batch:
+        if self.extract_inflight is not None or self.extract_gate.blocked(self.ctx.clock.monotonic()):
             return
-        if fl.extraction_due(self.user_turns_since, self.last_check_at, self.last_activity_at, self.now(), self.s):
-            batch, self.batch = self.batch, []
-            self.user_turns_since = 0
-            self._extract("batch", batch)
+        trigger = self.queue.due(self.now())
+        if trigger is not None:
+            batch = self.queue.take(trigger)
+            self.log.info("batch extraction (%s): %d records", trigger, len(batch))
+            self._extract("batch", batch, trigger)
 
-    def _extract(self, mode: str, ops: list[tuple[str, list[Turn]]]) -> None:
+    def _extract(self, mode: str, ops: list[tuple[str, list[Turn]]], trigger: str = "") -> None:
         turns = [t for _op, ts in ops for t in ts]
         messages = prompts.extract_facts_messages(turns, now=self.now(), **self.names())
         token = self.ask_model(
-            "extract", "extract_facts", messages, context={"mode": mode, "ops": ops}, timeout=self.s.longterm_extract_timeout_seconds
+            "extract", "extract_facts", messages, context={"mode": mode, "ops": ops, "trigger": trigger},
+            timeout=self.s.longterm_extract_timeout_seconds,
         )
         if token is None:
             # Pool full: put the work back and try on the next tick.
             if mode == "batch":
-                self.batch = ops + self.batch
-                self.user_turns_since += sum(1 for t in turns if t.role == "human")
+                self.queue.put_back(ops, trigger)
             else:
                 for op_id, _ in ops:
                     self.ctx.send("outbox", OpFinished(op_id=op_id, ok=False, error="model pool full"))
             return
         if mode == "batch":
             self.extract_inflight = token
+            self.extract_gate.start()
 
     def done_extract(self, msg: ModelDone) -> None:
         ctx = msg.context
         ops: list[tuple[str, list[Turn]]] = ctx["ops"]
         if ctx["mode"] == "batch":
             self.extract_inflight = None
+            mono = self.ctx.clock.monotonic()
+            if msg.error is not None:
+                delay = self.extract_gate.failed_at(mono)
+                self.queue.put_back(ops, ctx["trigger"])
+                self.log.warning("batch fact extraction failed (%d records kept); retried in %.0f s", len(ops), delay)
+                return
+            self.extract_gate.answered_at(mono)
         if msg.error is not None:
             self.log.warning("fact extraction failed; the outbox will retry (%d records)", len(ops))
             for op_id, _ in ops:
@@ -235,8 +250,10 @@ class FactActor(ScopedFactsMixin, JournaledActor):
             return
         now = self.now()
         new = fl.normalize_extraction(msg.output, now=now, source="user_observation", settings=self.s)
+        new = _with_turn_span(new, [t for _op, ts in ops for t in ts])
         added, _skipped = self.add_facts(new)
-        self.last_check_at = now
+        if ctx["mode"] == "batch":
+            self.queue.checked(now)
         for op_id, _ in ops:
             self.ctx.send("outbox", OpFinished(op_id=op_id, ok=True))
         if added and self.powerful():
@@ -266,7 +283,7 @@ class FactActor(ScopedFactsMixin, JournaledActor):
     def _start_synthesis(self, report: dict[str, Any] | None, reply: Any) -> None:
         """Pick the batch, ask RecallActor for related facts (cosine; empty without
         vectors), then hand both to ReflectionActor."""
-        from nekomem.actors.recall import RelatedFacts
+        from nekomem.actors.messages import RelatedFacts
 
         batch = rl.synthesis_batch(self.facts.values(), self.s)
         if batch is None:
@@ -289,7 +306,8 @@ class FactActor(ScopedFactsMixin, JournaledActor):
             ),
         )
 
-    def on_RecallAnswer(self, msg: Any) -> None:
+    @handles(RecallAnswer)
+    def on_RecallAnswer(self, msg: RecallAnswer) -> None:
         if msg.tag.startswith("dup-"):
             self._paraphrase_candidates(msg.tag[4:], msg.ids)
             return
@@ -301,14 +319,17 @@ class FactActor(ScopedFactsMixin, JournaledActor):
         related = [f for f in related if f is not None and is_private(f)]
         self.ctx.send("reflections", Synthesize(batch=batch, related=related, report=report, reply=reply))
 
+    @handles(ReflectNow)
     def on_ReflectNow(self, msg: ReflectNow) -> None:
         self._start_synthesis({}, msg.reply)
 
+    @handles(AbsorbFacts)
     def on_AbsorbFacts(self, msg: AbsorbFacts) -> None:
         ids = [i for i in msg.ids if i in self.facts and not self.facts[i].absorbed]
         if ids:
             self.record("fact.absorbed", {"ids": ids, "reflection_id": msg.reflection_id})
 
+    @handles(SignalsProcessed)
     def on_SignalsProcessed(self, msg: SignalsProcessed) -> None:
         ids = [i for i in msg.fact_ids if i in self.facts and not self.facts[i].signal_processed]
         if ids:
@@ -333,6 +354,7 @@ class FactActor(ScopedFactsMixin, JournaledActor):
                 self.ctx.send("recall", IndexUpsert(entries=[fact_index_entry(self.archive[i], "fact_archive") for i in ids]))
 
     # -- API -------------------------------------------------------------------------
+    @handles(ImportFacts)
     def on_ImportFacts(self, msg: ImportFacts) -> None:
         now = self.now()
         new: list[Fact] = []
@@ -347,6 +369,7 @@ class FactActor(ScopedFactsMixin, JournaledActor):
         added, skipped = self.add_facts(new)
         msg.reply.ok({"added": [f.id for f in added], "skipped_duplicates": skipped + (len(new) - len(added) - skipped)})
 
+    @handles(ListEntries)
     def on_ListEntries(self, msg: ListEntries) -> None:
         if msg.status in (None, "active"):
             pool = list(self.facts.values())
@@ -365,6 +388,15 @@ class FactActor(ScopedFactsMixin, JournaledActor):
         page = pool[msg.offset : msg.offset + msg.limit]
         msg.reply.ok({"total": len(pool), "offset": msg.offset, "items": [msgspec.to_builtins(_public(f)) for f in page]})
 
+    @handles(BrowseFacts)
+    def on_BrowseFacts(self, msg: BrowseFacts) -> None:
+        from nekomem.domain.browse import page_facts
+
+        total, page = page_facts(list(self.facts.values()), list(self.archive.values()), msg.filter, msg.offset, msg.limit)
+        items = [{**msgspec.to_builtins(_public(f)), "archived": archived} for f, archived in page]
+        msg.reply.ok({"total": total, "offset": msg.offset, "items": items})
+
+    @handles(EditEntry)
     def on_EditEntry(self, msg: EditEntry) -> None:
         fact = self.facts.get(msg.id)
         if fact is None:
@@ -393,6 +425,7 @@ class FactActor(ScopedFactsMixin, JournaledActor):
         self.ctx.send("recall", IndexUpsert(entries=[fact_index_entry(updated, "fact")]))
         msg.reply.ok(msgspec.to_builtins(_public(updated)))
 
+    @handles(DeleteEntry)
     def on_DeleteEntry(self, msg: DeleteEntry) -> None:
         if msg.id not in self.facts and msg.id not in self.archive:
             raise ActorFailure("not_found", f"no fact {msg.id}", 404)
@@ -401,6 +434,7 @@ class FactActor(ScopedFactsMixin, JournaledActor):
         self.ctx.send("recall", IndexRemove(ids=[msg.id]))
         msg.reply.ok({"deleted": msg.id})
 
+    @handles(VectorsComputed)
     def on_VectorsComputed(self, msg: VectorsComputed) -> None:
         # Vectors are a cache: stored on the entries at the next view write, not journaled.
         for fid, (vector, model, sha) in msg.vectors.items():
@@ -409,7 +443,7 @@ class FactActor(ScopedFactsMixin, JournaledActor):
                 if fact is not None and hashlib.sha256(fact.text.encode()).hexdigest() == sha:
                     store[fid] = msgspec.structs.replace(fact, embedding=vector, embedding_model_id=model, embedding_text_sha256=sha)
         self._dirty = max(self._dirty, 1) if msg.vectors else self._dirty
-        from nekomem.actors.recall import RelatedFacts
+        from nekomem.actors.messages import RelatedFacts
 
         for fid in [f for f in msg.vectors if f in self._paraphrase_todo]:
             self._paraphrase_todo.discard(fid)
@@ -456,20 +490,27 @@ class FactActor(ScopedFactsMixin, JournaledActor):
         if self.dup_inflight or not self.dup_queue or not self.powerful():
             return
         batch = fl.dedup_batch(self.dup_queue, self.s)
-        if not batch:
+        if not batch or self.dup_gate.blocked(self.ctx.clock.monotonic()):
             return
         messages = prompts.judge_duplicates_messages(batch, **self.names())
         token = self.ask_model("dups", "judge_duplicates", messages, context={"batch": batch}, timeout=self.s.longterm_dedup_timeout_seconds)
         self.dup_inflight = token is not None
+        if token is not None:
+            self.dup_gate.start()
 
     def done_dups(self, msg: ModelDone) -> None:
         self.dup_inflight = False
         batch = msg.context["batch"]
         if msg.error is not None:
             self.dup_queue, _dropped = fl.record_dedup_failure(self.dup_queue, batch, self.s)
+            self.dup_gate.failed_at(self.ctx.clock.monotonic())
             return
         result = fl.apply_duplicate_decisions(list(self.facts.values()), self.dup_queue, batch, msg.output, self.s)
         self.dup_queue = list(result.queue)
+        if result.decided:
+            self.dup_gate.answered_at(self.ctx.clock.monotonic())
+        else:  # no usable decision: counted as a failure of the batch
+            self.dup_gate.failed_at(self.ctx.clock.monotonic())
         by_id = {f.id: f for f in result.facts}
         items: list[tuple[str, dict[str, Any]]] = [("fact.deleted", {"id": i}) for i in result.removed_ids]
         items += [("fact.updated", {"fact": msgspec.to_builtins(by_id[i])}) for i in result.changed_ids if i in by_id]
@@ -484,6 +525,16 @@ class FactActor(ScopedFactsMixin, JournaledActor):
         if changed:
             self.ctx.send("recall", IndexUpsert(entries=[fact_index_entry(f, "fact") for f in changed]))
         self.log.info("judge_duplicates: %d removed, %d rewritten", len(result.removed_ids), len(result.changed_ids))
+
+
+def _with_turn_span(facts: list[Fact], turns: list[Turn]) -> list[Fact]:
+    """Tag extracted facts with the time span of the turns they came from (the memory
+    browser jumps from a fact to those turns in time_indexed.db)."""
+    stamps = sorted(t.ts for t in turns if t.ts)
+    if not stamps:
+        return facts
+    span = {"kind": "turns", "from": stamps[0], "to": stamps[-1]}
+    return [f if f.source_ref is not None else msgspec.structs.replace(f, source_ref=span) for f in facts]
 
 
 def _public(fact: Fact) -> Fact:

@@ -18,7 +18,8 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from nekomem.actors.base import ChildActor
-from nekomem.actors.messages import Flush, Tick
+from nekomem.actors.handlers import handles
+from nekomem.actors.messages import Flush, ModelDone, Tick
 from nekomem.runtime.clock import iso
 from nekomem.stores.journal import Event
 
@@ -155,6 +156,7 @@ class JournaledActor(ChildActor):
         self._last_flush = time.monotonic()
         self.ctx.journal.compact_if_applied(self.ctx.settings.runtime.events_compact_lines)
 
+    @handles(Tick)
     def on_Tick(self, msg: Tick) -> None:
         self._maybe_flush()
         self.tick(msg)
@@ -162,6 +164,11 @@ class JournaledActor(ChildActor):
     def tick(self, msg: Tick) -> None:
         """Periodic work of the layer."""
 
+    @handles(ModelDone)
+    def on_model_done(self, msg: ModelDone) -> None:
+        self.on_ModelDone(msg)
+
+    @handles(Flush)
     def on_Flush(self, msg: Flush) -> None:
         self.flush()
         if msg.reply is not None:

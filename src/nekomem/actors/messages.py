@@ -1,35 +1,50 @@
 """Every message exchanged with and between the actors of a character.
 
 A message that expects an answer carries ``reply`` (a :class:`~nekomem.runtime.reply.Reply`);
-whichever actor finishes the work completes it.
+whichever actor finishes the work completes it. Messages are frozen: a handler never
+changes what it was sent. Fields that carry model output or JSON from a client are typed
+``object`` (untrusted until the receiving owner validates them).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Literal
 
 import msgspec
+import numpy as np
+import numpy.typing as npt
 
-from nekomem.domain.messages import Turn
+from nekomem.domain.browse import FactFilter
+from nekomem.domain.evidence import ResolvedSignal
+from nekomem.domain.records import Fact, Observation, Persona, Reflection
+from nekomem.domain.reflections import SynthesisBatch
 from nekomem.domain.subjects import Subject
+from nekomem.domain.turns import Turn
+from nekomem.recall.entry import VECTOR_TIERS, IndexEntry
+from nekomem.runtime.reply import Reply
 
 WriteMode = Literal["cache", "process", "renew", "settle"]
+# The answer of POST /reflect, filled in by the passes it runs (facts, reflections, persona).
+Report = dict[str, object]
+Vectors = npt.NDArray[np.float32]
 
 
-class Message(msgspec.Struct, kw_only=True):
-    reply: Any = None
+class Message(msgspec.Struct, kw_only=True, frozen=True):
+    reply: Reply | None = None
 
 
 # -- supervision -------------------------------------------------------------------------
 class Deliver(Message):
     child: str
-    message: Any
+    message: Message
 
 
 class ChildCrashed(Message):
     child: str
     error: str
-    pending: list[Any]
+    pending: list[object]
 
 
 class Tick(Message):
@@ -54,12 +69,6 @@ class AppendTurns(Message):
     idempotency_key: str | None = None
 
 
-class WriteResult(msgspec.Struct):
-    status: str
-    count: int
-    stored: int
-
-
 class GetRecent(Message):
     """The window for /new_dialog and /get_recent_history; waits for an in-flight settle
     or renew when ``wait_settle``."""
@@ -75,13 +84,13 @@ class RecentView(msgspec.Struct):
 
 class CompressDone(Message):
     token: int
-    result: Any
+    result: object
     error: str | None
 
 
 class ReviewDone(Message):
     token: int
-    result: Any
+    result: object
     error: str | None
     exhausted: bool = False
 
@@ -98,8 +107,15 @@ class Enqueue(Message):
     """Record background work durably, then answer ``reply`` with ``reply_value``."""
 
     op_type: str
-    payload: dict[str, Any]
-    reply_value: Any = None
+    payload: Mapping[str, object]
+    reply_value: object = None
+
+
+class OutboxAck(Message):
+    """Sent back by the outbox to RecentActor once a post-turn record of a
+    process/renew/settle is durable (the ``reply_value`` of its Enqueue)."""
+
+    write_id: int
 
 
 class RunOp(Message):
@@ -107,7 +123,7 @@ class RunOp(Message):
 
     op_id: str
     op_type: str
-    payload: dict[str, Any]
+    payload: Mapping[str, object]
     attempt: int
 
 
@@ -116,6 +132,21 @@ class OpFinished(Message):
     ok: bool
     error: str = ""
     retry: bool = True
+
+
+class OpParked(Message):
+    """Sent by a handler that keeps an op in memory until a later batch runs it: the
+    record stays pending (replayed after a crash) but no longer takes a dispatch slot,
+    so the outbox goes on dispatching the records behind it."""
+
+    op_id: str
+
+
+class ReclaimParked(Message):
+    """Sent by a handler at load: the ops it had parked were lost with its memory, so the
+    outbox dispatches them again."""
+
+    child: str
 
 
 class OutboxState(Message):
@@ -129,35 +160,6 @@ class ResetConfirmedAt(Message):
 
 
 # -- recall index feed -------------------------------------------------------------------
-class IndexEntry(msgspec.Struct, kw_only=True):
-    """What RecallActor needs of one searchable entry.
-
-    ``tier`` is "fact", "reflection" or "fact_archive". ``searchable`` is False for entries
-    the shared hard filter excludes (denied/archived/merged/promote_blocked reflections,
-    suppressed, protected, negative evidence score, empty text); RecallActor drops them.
-    ``vector`` is a cached vector in nekomem.recall.vector_codec form with ``vector_model``
-    and ``text_sha256`` so it is reused only when both still match.
-    """
-
-    id: str
-    tier: str
-    text: str
-    entity: str = ""
-    created_at: str | None = None
-    event_start_at: str | None = None
-    event_end_at: str | None = None
-    importance: int = 0
-    score: float = 0.0
-    searchable: bool = True
-    source: Any = None
-    vector: str | None = None
-    vector_model: str | None = None
-    text_sha256: str | None = None
-    subject_kind: str | None = None
-    subject_id: str | None = None
-    scope: str | None = None
-
-
 class IndexUpsert(Message):
     """Owners (FactActor, ReflectionActor) tell RecallActor of new or changed entries.
     ``replace_tier`` set: these entries are the complete set of that tier (used at load)."""
@@ -183,13 +185,13 @@ class ModelDone(Message):
 
     kind: str
     token: int
-    output: Any
+    output: object
     error: str | None
-    context: Any = None
+    context: Mapping[str, object] | None = None
 
 
 class ImportFacts(Message):
-    facts: list[dict[str, Any]]
+    facts: list[Mapping[str, object]]
 
 
 class ListEntries(Message):
@@ -201,7 +203,7 @@ class ListEntries(Message):
 
 class EditEntry(Message):
     id: str
-    changes: dict[str, Any]
+    changes: Mapping[str, object]
 
 
 class DeleteEntry(Message):
@@ -213,9 +215,9 @@ class ReflectNow(Message):
 
 
 class Synthesize(Message):
-    batch: Any  # nekomem.domain.reflections.SynthesisBatch | None
-    related: list[Any] = []
-    report: dict[str, Any] | None = None  # set for /reflect: the pass answers through reply
+    batch: SynthesisBatch | None
+    related: list[Fact] = []
+    report: Report | None = None  # set for /reflect: the pass answers through reply
 
 
 class AbsorbFacts(Message):
@@ -226,16 +228,16 @@ class AbsorbFacts(Message):
 class NewFacts(Message):
     """New user facts (powerful memory on): the Stage-2 evidence pass starts here."""
 
-    facts: list[Any]
+    facts: list[Fact]
 
 
 class EvidencePass(Message):
-    facts: list[Any]
-    reflection_observations: list[Any]
+    facts: list[Fact]
+    reflection_observations: list[Observation]
 
 
 class ApplySignals(Message):
-    signals: list[Any]
+    signals: list[ResolvedSignal]
     source: str = "user_fact"
 
 
@@ -253,16 +255,16 @@ class Feedback(Message):
 
 
 class PromotionPass(Message):
-    report: dict[str, Any] | None = None
+    report: Report | None = None
 
 
 class Promote(Message):
-    candidates: list[Any]
-    report: dict[str, Any] | None = None
+    candidates: list[Reflection]
+    report: Report | None = None
 
 
 class PromotionResult(Message):
-    reflection: Any
+    reflection: Reflection
     kind: str
 
 
@@ -276,7 +278,7 @@ class RenderContext(Message):
 
 
 class RenderWithPersona(Message):
-    persona: Any
+    persona: Persona
     subjects: list[Subject] | None = None
     language: str = "en"
     master_name: str = ""
@@ -305,12 +307,106 @@ class CorrectionResolved(Message):
     kind: str
 
 
+# -- recall ------------------------------------------------------------------------------
+class QueryMemory(Message):
+    """User recall (``/query_memory``). ``now`` is the caller's clock in the display time
+    zone (time expressions resolve against it); ``reply`` gets the response dict."""
+
+    query: str = ""
+    time: str = ""
+    now: datetime | None = None
+    subjects: list[Subject] | None = None  # None: the private corpus (nekomem.domain.subjects)
+
+
+class RankForStage2(Message):
+    """Stage-2 coarse rank: ``candidate_ids`` (confirmed/promoted reflections and
+    non-protected persona, in evidence order) ranked by their best cosine to any of
+    ``query_texts``, cut to ``recall_coarse_oversample * budget``. Candidates the index has
+    no vector for (persona entries) keep the given order in a reserved quota; pass their
+    texts in ``candidate_texts`` to have them embedded too. Without vectors or queries the
+    answer is the given order. Answered with ``RecallAnswer(tag, ids)`` sent to
+    ``reply_child`` (and through ``reply`` when set)."""
+
+    query_texts: list[str]
+    candidate_ids: list[str]
+    budget: int
+    reply_child: str = ""
+    tag: str = ""
+    candidate_texts: dict[str, str] = {}
+
+
+class RelatedFacts(Message):
+    """Synthesis related context: the ``per_query_k`` entries nearest to each query text
+    (cosine), merged round-robin (every query's first before anyone's second), deduplicated,
+    capped at ``cap``; ``tiers`` limits the pool, ``exclude_ids`` removes entries (e.g. the
+    batch's own facts). Empty without vectors. Answered like :class:`RankForStage2`."""
+
+    query_texts: list[str]
+    per_query_k: int
+    cap: int
+    reply_child: str = ""
+    tag: str = ""
+    tiers: list[str] = msgspec.field(default_factory=lambda: list(VECTOR_TIERS))
+    exclude_ids: list[str] = []
+
+
+MaintenanceRecall = RankForStage2 | RelatedFacts
+
+
+class RecallAnswer(Message):
+    """The answer of a maintenance recall: ``ids`` best first, ``tag`` as given."""
+
+    tag: str
+    ids: list[str]
+
+
+class RequestIndex(Message):
+    """Sent by a restarted RecallActor to the owners: please resend your complete
+    IndexUpsert (with replace_tier), my in-memory index was lost with the crash."""
+
+
+class QueryVector(Message):
+    """A query's embedding came back from the model pool (``vectors`` one row)."""
+
+    token: int
+    vectors: Vectors | None
+    error: str | None
+
+
+class IndexWaitOver(Message):
+    """The wait for the owners' first IndexUpsert is over: answer held queries anyway."""
+
+
+class QueryExpired(Message):
+    """A query's embedding did not come back in time: answer from BM25 alone."""
+
+    token: int
+
+
+class BackfillDone(Message):
+    """A backfill batch came back: ``items`` are (id, text sha256) in batch order."""
+
+    token: int
+    items: list[tuple[str, str]]
+    vectors: Vectors | None
+    error: str | None
+
+
+class MaintenanceVectors(Message):
+    """The query (and extra candidate) embeddings of a maintenance recall came back."""
+
+    token: int
+    vectors: Vectors | None
+    error: str | None
+
+
+# -- drop-in routes --------------------------------------------------------------------
 class AddScopedFacts(Message):
     """Store already-extracted facts of one group/participant subject (``/scoped_facts``).
     Answered ``{"created": n, "fact_ids": [...]}``."""
 
     subject: Subject
-    facts: list[dict[str, Any]]
+    facts: list[Mapping[str, object]]
 
 
 class ExtractScoped(Message):
@@ -333,3 +429,43 @@ class ScopedMentions(Message):
 
     subjects: list[Subject]
     text: str
+
+
+# -- memory browser (/ui) ----------------------------------------------------------------
+class BrowseFacts(Message):
+    """A filtered page of facts, newest first. Answers ``{"total", "offset", "items"}``."""
+
+    filter: FactFilter
+    offset: int = 0
+    limit: int = 100
+
+
+class GetEntry(Message):
+    """One reflection by id in its public form (404 when unknown)."""
+
+    id: str
+
+
+class SetSuppressed(Message):
+    """Suppress (or lift the suppression of) one persona entry; journaled like any change."""
+
+    id: str
+    suppress: bool
+
+
+class ListCorrections(Message):
+    """The persona contradiction queue (corrections waiting for a model decision)."""
+
+
+class ExplainQuery(Message):
+    """Recall playground: run a user recall and answer each leg with scores, the fused
+    result, and what the filters removed. ``vector`` is the query embedding computed by the
+    caller (None: lexical only); ``excluded`` are entries the owners keep out of the index
+    (``{"id", "tier", "text", "reason"}``), scored lexically to show what the hard filter
+    removed."""
+
+    query: str = ""
+    time: str = ""
+    now: datetime | None = None
+    vector: list[float] | None = None
+    excluded: list[dict[str, str]] = []

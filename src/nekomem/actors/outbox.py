@@ -2,8 +2,12 @@
 
 Work is recorded (fsync) before it starts and before the request that caused it is
 answered. Each record is dispatched to its handler actor as :class:`RunOp`; the handler
-answers :class:`OpFinished`. A failure is recorded as an attempt and retried after a delay;
-after ``outbox_max_attempts`` the record is dead-lettered. Pending records are replayed
+answers :class:`OpFinished`. A handler that batches work answers :class:`OpParked` first:
+the record stays pending but frees its dispatch slot, so at most ``replay_concurrency``
+records are *running* while any number wait in a handler's batch. A failure is recorded as
+an attempt and retried after a delay that doubles with each attempt (up to
+``outbox_retry_max_delay_seconds``); after ``outbox_max_attempts`` the record is
+dead-lettered. Pending records are replayed
 when the character is activated, so work pending at a crash runs after the restart.
 Handlers are idempotent (delivery is at least once).
 """
@@ -13,7 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 from nekomem.actors.base import ChildActor
-from nekomem.actors.messages import Enqueue, Flush, OpFinished, OutboxState, RunOp, Tick
+from nekomem.actors.handlers import handles
+from nekomem.actors.messages import Enqueue, Flush, OpFinished, OpParked, OutboxState, ReclaimParked, RunOp, Tick
+from nekomem.domain.gates import backoff_delay
 from nekomem.runtime.clock import iso
 from nekomem.stores.outbox import Outbox
 
@@ -34,6 +40,7 @@ class OutboxActor(ChildActor):
         # op_id -> (type, payload, attempts)
         self.pending: dict[str, tuple[str, dict[str, Any], int]] = {}
         self.running: set[str] = set()
+        self.parked: set[str] = set()  # pending, held in a handler's batch
         self.retry_at: dict[str, float] = {}
         self.done_count = 0
         self.dead_count = 0
@@ -43,6 +50,7 @@ class OutboxActor(ChildActor):
             self.log.info("replaying %d pending outbox records", len(self.pending))
         self._dispatch_ready()
 
+    @handles(Enqueue)
     def on_Enqueue(self, msg: Enqueue) -> None:
         op_id = self.outbox.add(msg.op_type, msg.payload, iso(self.ctx.clock.now()))
         self.pending[op_id] = (msg.op_type, msg.payload, 0)
@@ -56,7 +64,7 @@ class OutboxActor(ChildActor):
     def _dispatch_ready(self) -> None:
         now = self.ctx.clock.monotonic()
         for op_id, (op_type, payload, attempts) in list(self.pending.items()):
-            if op_id in self.running or self.retry_at.get(op_id, 0.0) > now:
+            if op_id in self.running or op_id in self.parked or self.retry_at.get(op_id, 0.0) > now:
                 continue
             if len(self.running) >= self.settings.replay_concurrency:
                 break
@@ -77,8 +85,25 @@ class OutboxActor(ChildActor):
         self.dead_count += 1
         self.log.warning("outbox record dead-lettered: %s", why)
 
+    @handles(OpParked)
+    def on_OpParked(self, msg: OpParked) -> None:
+        if msg.op_id in self.running and msg.op_id in self.pending:
+            self.running.discard(msg.op_id)
+            self.parked.add(msg.op_id)
+            self._dispatch_ready()
+
+    @handles(ReclaimParked)
+    def on_ReclaimParked(self, msg: ReclaimParked) -> None:
+        lost = [op_id for op_id in self.parked if op_id in self.pending and HANDLERS.get(self.pending[op_id][0]) == msg.child]
+        if lost:
+            self.parked.difference_update(lost)
+            self.log.info("%d parked outbox records go back to a restarted %s actor", len(lost), msg.child)
+            self._dispatch_ready()
+
+    @handles(OpFinished)
     def on_OpFinished(self, msg: OpFinished) -> None:
         self.running.discard(msg.op_id)
+        self.parked.discard(msg.op_id)
         entry = self.pending.get(msg.op_id)
         if entry is None:
             return  # a duplicate report; the record is already finished
@@ -96,16 +121,22 @@ class OutboxActor(ChildActor):
                 self._dead_letter(msg.op_id, "handler failed")
             else:
                 self.pending[msg.op_id] = (op_type, payload, attempts)
-                self.retry_at[msg.op_id] = self.ctx.clock.monotonic() + self.settings.outbox_retry_delay_seconds
+                delay = backoff_delay(self.settings.outbox_retry_delay_seconds, attempts, self.settings.outbox_retry_max_delay_seconds)
+                self.retry_at[msg.op_id] = self.ctx.clock.monotonic() + delay
         self._dispatch_ready()
 
+    @handles(Tick)
     def on_Tick(self, msg: Tick) -> None:
         if self.pending:
             self._dispatch_ready()
 
+    @handles(OutboxState)
     def on_OutboxState(self, msg: OutboxState) -> None:
-        msg.reply.ok({"pending": len(self.pending), "running": len(self.running), "done": self.done_count, "dead": self.dead_count})
+        msg.reply.ok(
+            {"pending": len(self.pending), "running": len(self.running), "parked": len(self.parked), "done": self.done_count, "dead": self.dead_count}
+        )
 
+    @handles(Flush)
     def on_Flush(self, msg: Flush) -> None:
         if msg.reply is not None:
             msg.reply.ok(True)

@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from nekomem.actors.handlers import handles
 from nekomem.actors.journaled import JournaledActor
 from nekomem.actors.messages import (
     ApplySignals,
@@ -22,6 +23,7 @@ from nekomem.actors.messages import (
     EditEntry,
     EvidencePass,
     ImportCard,
+    ListCorrections,
     ListEntries,
     ModelDone,
     Promote,
@@ -30,6 +32,7 @@ from nekomem.actors.messages import (
     RenderWithPersona,
     ReplyMentions,
     ScopedMentions,
+    SetSuppressed,
     SignalsProcessed,
     Tick,
 )
@@ -37,19 +40,22 @@ from nekomem.domain import evidence as ev
 from nekomem.domain import persona as pl
 from nekomem.domain import prompts_longterm as prompts
 from nekomem.domain import refine as rf
+from nekomem.domain.gates import task_gate
+from nekomem.domain.persona.refinement import cluster_changed, missing_vectors, persona_clusters, with_vectors
 from nekomem.domain.records import (
     Correction,
     Persona,
     PersonaEntry,
     assign_shards,
     card_entry_id,
+    new_shard_suffix,
     persona_from_disk,
     persona_to_disk,
 )
 from nekomem.domain.subjects import private_persona, scoped_persona
 from nekomem.domain.tokens import get_counter
 from nekomem.runtime.reply import ActorFailure
-from nekomem.stores.atomic import atomic_write_json, read_json
+from nekomem.stores.atomic import atomic_write_json, keep_rejected, read_json, read_records, shard_counts
 from nekomem.stores.journal import Event
 
 ENTITY_MAX_CHARS = 50
@@ -67,16 +73,17 @@ class PersonaActor(JournaledActor):
         self.s = self.ctx.settings.longterm
         self.counter = get_counter(self.ctx.settings.recent.recent_tokenizer_encoding)
         raw, _ = read_json(self.ctx.paths.persona, default={})
-        self.persona: Persona = pl.ensure_sections(persona_from_disk(raw))
-        raw, _ = read_json(self.ctx.paths.persona_corrections, default=[])
-        self.corrections: list[Correction] = []
-        for item in raw if isinstance(raw, list) else []:
-            try:
-                self.corrections.append(msgspec.convert(item, Correction, strict=False))
-            except msgspec.ValidationError:
-                continue
+        rejected: list[Any] = []
+        self.persona: Persona = pl.ensure_sections(persona_from_disk(raw, rejected))
+        if rejected:
+            keep_rejected(self.ctx.paths.persona, rejected, "persona entries")
+        self.corrections, rejected_corrections = read_records(
+            self.ctx.paths.persona_corrections, lambda item: msgspec.convert(item, Correction, strict=False), "corrections"
+        )
+        self._dirty += len(rejected) + rejected_corrections  # rewrite the views once, without what was kept aside
         self.archived_pending: dict[str, list[dict[str, Any]]] = {}
         self.correction_inflight = False
+        self.correction_gate = task_gate(self.s, self.s.longterm_idle_maintenance_interval_seconds)
         mono = self.ctx.clock.monotonic()
         self.next_sweep = mono + self.s.evidence_archive_sweep_initial_delay_seconds
         self.next_corrections = mono + self.s.longterm_idle_maintenance_initial_delay_seconds
@@ -149,6 +156,7 @@ class PersonaActor(JournaledActor):
         return pl.find_entry(self.persona, entry_id)
 
     # -- character card --------------------------------------------------------------
+    @handles(ImportCard)
     def on_ImportCard(self, msg: ImportCard) -> None:
         now = self.now()
         new = pl.copy_persona(self.persona)
@@ -174,6 +182,7 @@ class PersonaActor(JournaledActor):
         msg.reply.ok({"added": added, "skipped_existing": len(msg.entries) - len(added)})
 
     # -- promotion -------------------------------------------------------------------
+    @handles(Promote)
     def on_Promote(self, msg: Promote) -> None:
         now = self.now()
         state = {"left": 0, "report": msg.report, "reply": msg.reply}
@@ -234,6 +243,7 @@ class PersonaActor(JournaledActor):
             state["reply"] = None
 
     # -- evidence --------------------------------------------------------------------
+    @handles(EvidencePass)
     def on_EvidencePass(self, msg: EvidencePass) -> None:
         now = self.now()
         batch = msg.facts[: self.s.evidence_map_max_new_facts]
@@ -266,10 +276,12 @@ class PersonaActor(JournaledActor):
             self.ctx.send("reflections", ApplySignals(signals=theirs))
         self.ctx.send("facts", SignalsProcessed(fact_ids=msg.context["fact_ids"]))
 
+    @handles(ReplyMentions)
     def on_ReplyMentions(self, msg: ReplyMentions) -> None:
         # A private reply counts only for private entries (a group's are counted by /scoped_mentions).
         self._record_mentions(private_persona(self.persona), msg.text)
 
+    @handles(ScopedMentions)
     def on_ScopedMentions(self, msg: ScopedMentions) -> None:
         changed = self._record_mentions(scoped_persona(self.persona, msg.subjects), msg.text)
         msg.reply.ok({"status": "recorded", "mentioned": changed})
@@ -284,6 +296,7 @@ class PersonaActor(JournaledActor):
         return len(changed)
 
     # -- rendering -------------------------------------------------------------------
+    @handles(RenderContext)
     def on_RenderContext(self, msg: RenderContext) -> None:
         new, changed = pl.refresh_suppressions(self.persona, self.now(), self.s)
         if changed:
@@ -307,11 +320,11 @@ class PersonaActor(JournaledActor):
         now = self.now()
         result = pl.persona_archive_sweep(self.persona, now, self.s)
         if result.archived:
-            day = now.strftime("%Y-%m-%d")
-            shards = assign_shards({}, len(result.archived), day, lambda: __import__("uuid").uuid4().hex[:8], self.s.evidence_archive_shard_max_entries)
+            counts = shard_counts(self.ctx.paths.persona_archive_dir, self.archived_pending)
+            shards = assign_shards(counts, len(result.archived), now.date(), new_shard_suffix, self.s.evidence_archive_shard_max_entries)
             items = [
                 ("persona.entry_updated", {"entity": entity, "entry": msgspec.to_builtins(entry), "archive_shard": shard})
-                for (entity, entry), shard in zip(result.archived, shards)
+                for (entity, entry), shard in zip(result.archived, shards, strict=False)
             ]
             self.record_many(items)
         archived_ids = {entry.id for _e, entry in result.archived}
@@ -322,6 +335,8 @@ class PersonaActor(JournaledActor):
     def _resolve_corrections(self) -> None:
         if self.correction_inflight or not self.corrections or not self.powerful():
             return
+        if self.correction_gate.blocked(self.ctx.clock.monotonic()):
+            return
         batch = pl.correction_batch(self.corrections, self.s)
         if not batch:
             return
@@ -330,19 +345,19 @@ class PersonaActor(JournaledActor):
         token = self.ask_model("correction", "resolve_correction", messages, context={"item": item},
                                timeout=self.s.longterm_correction_timeout_seconds)
         self.correction_inflight = token is not None
+        if token is not None:
+            self.correction_gate.start()
 
     def done_correction(self, msg: ModelDone) -> None:
         self.correction_inflight = False
         item = msg.context["item"]
-        if msg.error is not None:
+        outcome = None if msg.error is not None else pl.apply_correction(self.persona, self.corrections, item, msg.output, self.now(), self.s)
+        if outcome is None or outcome.kind == "invalid":
+            self.correction_gate.failed_at(self.ctx.clock.monotonic())
             corrections, _dead = pl.record_correction_failure(self.corrections, item, self.s)
             self.commit(pl.copy_persona(self.persona), corrections)
             return
-        outcome = pl.apply_correction(self.persona, self.corrections, item, msg.output, self.now(), self.s)
-        if outcome.kind == "invalid":
-            corrections, _dead = pl.record_correction_failure(self.corrections, item, self.s)
-            self.commit(pl.copy_persona(self.persona), corrections)
-            return
+        self.correction_gate.answered_at(self.ctx.clock.monotonic())
         self.commit(outcome.persona, outcome.corrections)
         if outcome.source_id:
             self.ctx.send("reflections", CorrectionResolved(reflection_id=outcome.source_id, kind=outcome.kind))
@@ -374,11 +389,6 @@ class PersonaActor(JournaledActor):
             self.log.info("persona refinement is off: no embedding model")
         return None
 
-    def _refine_candidates(self) -> list[tuple[str, PersonaEntry]]:
-        now = self.now()
-        return [(entity, e) for entity, entries in self.persona.items() for e in entries
-                if not e.protected and e.text.strip() and rf.refine_eligible(e, now, self.s)]
-
     def refine_pass(self) -> int:
         """One persona refinement pass. Entries without a vector for the current model are
         embedded first on the model pool (the pass goes on when they arrive); then the
@@ -389,7 +399,7 @@ class PersonaActor(JournaledActor):
         if emb is None:
             return 0
         model, dim = emb.model_id, int(emb.dim)
-        missing = [(e.id, e.text) for _entity, e in self._refine_candidates() if rf.cached_vector(e, model, dim) is None]
+        missing = missing_vectors(self.persona, model, dim, self.now(), self.s)
         if not missing:
             return self._refine_send(model, dim)
         from nekomem.runtime.pool import PoolFull
@@ -416,46 +426,22 @@ class PersonaActor(JournaledActor):
         if msg.error is not None:
             self.log.info("persona refinement: embedding failed; retried at the next pass")
             return
-        from nekomem.recall import vector_codec
-
         model = msg.context["model"]
-        fresh: dict[str, tuple[str, str]] = {}
-        for (entry_id, text), row in zip(msg.context["items"], list(msg.output)):
-            try:
-                fresh[entry_id] = (text, vector_codec.encode(row))
-            except vector_codec.VectorCodecError:
-                continue
-        for entity, entries in self.persona.items():
-            if any(e.id in fresh for e in entries):
-                self.persona[entity] = [
-                    msgspec.structs.replace(e, embedding=fresh[e.id][1], embedding_model_id=model,
-                                            embedding_text_sha256=rf.text_sha256(e.text))
-                    if e.id in fresh and fresh[e.id][0] == e.text else e
-                    for e in entries
-                ]
-        if fresh:
+        self.persona, changed = with_vectors(self.persona, msg.context["items"], list(msg.output), model)
+        if changed:
             self._dirty = max(self._dirty, 1)
         if self.powerful() and self.model_available("refine_cluster"):
             self._refine_send(model, msg.context["dim"])
 
     def _refine_send(self, model: str, dim: int) -> int:
-        now = self.now()
-        sections = [(entity, [e for e in entries if not e.protected]) for entity, entries in self.persona.items()]
-        clusters = rf.plan_clusters([entries for _entity, entries in sections], lambda e: rf.cached_vector(e, model, dim), now, self.s)
-        entity_of = {e.id: entity for entity, entries in sections for e in entries}
-        batch = []
-        for ids in clusters:
-            entity = entity_of[ids[0]]
-            batch.append(({i: e.text for i in ids for e in self.persona[entity] if e.id == i}, {"entity": entity}))
-        return self.send_refine_clusters(batch, "persona")
+        clusters = persona_clusters(self.persona, model, dim, self.now(), self.s)
+        return self.send_refine_clusters([(members, {"entity": entity}) for members, entity in clusters], "persona")
 
     def done_refine(self, msg: ModelDone) -> None:
         self._refine_inflight = max(0, self._refine_inflight - 1)
         entity: str = msg.context["entity"]
         members: dict[str, str] = msg.context["members"]
-        section = {e.id: e for e in self.persona.get(entity, [])}
-        if any(i not in section or section[i].protected or section[i].text != text for i, text in members.items()):
-            # Changed while the model was thinking: its answer is about texts that are gone.
+        if cluster_changed(self.persona, entity, members):
             self.log.info("persona refinement answer dropped: the cluster changed meanwhile")
             return
         now = self.now()
@@ -470,6 +456,7 @@ class PersonaActor(JournaledActor):
         self.log.info("persona refinement applied: %s, %d new", result.outcome.counts, len(result.outcome.created))
 
     # -- API -------------------------------------------------------------------------
+    @handles(ListEntries)
     def on_ListEntries(self, msg: ListEntries) -> None:
         now = self.now()
         rows: list[dict[str, Any]] = []
@@ -487,6 +474,7 @@ class PersonaActor(JournaledActor):
         page = rows[msg.offset : msg.offset + msg.limit]
         msg.reply.ok({"total": len(rows), "offset": msg.offset, "items": page})
 
+    @handles(EditEntry)
     def on_EditEntry(self, msg: EditEntry) -> None:
         found = self.find(msg.id)
         if found is None:
@@ -501,6 +489,28 @@ class PersonaActor(JournaledActor):
         self.commit(new)
         msg.reply.ok({"id": msg.id, "entity": entity, "text": text})
 
+    @handles(SetSuppressed)
+    def on_SetSuppressed(self, msg: SetSuppressed) -> None:
+        found = self.find(msg.id)
+        if found is None:
+            raise ActorFailure("not_found", f"no persona entry {msg.id}", 404)
+        entity, entry = found
+        if entry.protected and msg.suppress:
+            raise ActorFailure("conflict", f"persona entry {msg.id} is protected (character card) and cannot be suppressed", 409)
+        if msg.suppress:
+            changed = msgspec.structs.replace(entry, suppress=True, suppressed_at=self.now_iso())
+        else:
+            changed = msgspec.structs.replace(entry, suppress=False, suppressed_at=None, recent_mentions=[])
+        new = pl.copy_persona(self.persona)
+        new[entity] = [changed if e.id == msg.id else e for e in new[entity]]
+        self.commit(new, type="persona.suppressed")
+        msg.reply.ok({"id": msg.id, "entity": entity, "suppress": changed.suppress, "suppressed_at": changed.suppressed_at})
+
+    @handles(ListCorrections)
+    def on_ListCorrections(self, msg: ListCorrections) -> None:
+        msg.reply.ok({"total": len(self.corrections), "items": msgspec.to_builtins(self.corrections), "inflight": self.correction_inflight})
+
+    @handles(DeleteEntry)
     def on_DeleteEntry(self, msg: DeleteEntry) -> None:
         if self.find(msg.id) is None:
             raise ActorFailure("not_found", f"no persona entry {msg.id}", 404)

@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from nekomem.actors.base import ChildActor
+from nekomem.actors.handlers import handles
 from nekomem.actors.messages import (
     AppendTurns,
     CancelCorrection,
@@ -25,17 +26,18 @@ from nekomem.actors.messages import (
     Enqueue,
     Flush,
     GetRecent,
+    OutboxAck,
     RecentView,
     ReviewDone,
     Tick,
 )
 from nekomem.domain import recent_window, review
-from nekomem.domain.messages import Turn, from_disk
 from nekomem.domain.tokens import get_counter
+from nekomem.domain.turns import Turn, from_disk
 from nekomem.runtime.clock import iso
 from nekomem.runtime.pool import PoolFull
 from nekomem.runtime.reply import ActorFailure, Reply
-from nekomem.stores.atomic import atomic_write_json, read_json
+from nekomem.stores.atomic import atomic_write_json, keep_rejected, read_json
 from nekomem.stores.recent_watch import RecentWatch, journal_adoption
 from nekomem.stores.timeindex import TimeIndex
 
@@ -72,13 +74,6 @@ class _Compression:
     writes: list[_PendingWrite] = field(default_factory=list)
 
 
-class OutboxAck(msgspec.Struct):
-    """Sent back by the outbox once a post-turn record of a process/renew/settle is durable."""
-
-    write_id: int
-    reply: Any = None
-
-
 class RecentActor(ChildActor):
     child_name = "recent"
 
@@ -86,12 +81,7 @@ class RecentActor(ChildActor):
         paths = self.ctx.paths
         self.settings = self.ctx.settings.recent
         self.counter = get_counter(self.settings.recent_tokenizer_encoding)
-        raw, status = read_json(paths.recent, default=[])
-        window: list[Turn] = []
-        for item in raw if isinstance(raw, list) else []:
-            turn = from_disk(item)
-            if turn is not None:
-                window.append(turn)
+        window, status, unreadable = self._read_window(paths.recent)
         self.tindex = TimeIndex(paths.time_index_db)
         meta_raw, _ = read_json(paths.recent_meta, default={})
         try:
@@ -106,9 +96,9 @@ class RecentActor(ChildActor):
         self.window = window
         self.watch = RecentWatch(paths.recent)
         self.tokens = [self.counter.count(t.text) for t in window]
-        if status == "corrupt":
+        if status == "corrupt" or unreadable:
             self._enforce_cap()
-            self._save_window()
+            self._save_window()  # the unreadable items are kept aside: they are not kept twice
         self._token = 0
         self._compression: _Compression | None = None
         self._review_token: int | None = None
@@ -120,11 +110,32 @@ class RecentActor(ChildActor):
         self._next_compress_try = 0.0
         self._last_purge = 0.0
 
+    @staticmethod
+    def _read_window(path: Any) -> tuple[list[Turn], str, int]:
+        """(turns, read status, how many items were unreadable). Unreadable items are kept
+        aside by keep_rejected; the caller rewrites the window without them."""
+        raw, status = read_json(path, default=[])
+        if status != "ok":
+            return [], status, 0
+        items = raw if isinstance(raw, list) else []
+        unreadable: list[Any] = [] if isinstance(raw, list) else [raw]
+        window: list[Turn] = []
+        for item in items:
+            turn = from_disk(item)
+            if turn is None:
+                unreadable.append(item)
+            else:
+                window.append(turn)
+        if unreadable:
+            keep_rejected(path, unreadable, "window items")
+        return window, status, len(unreadable)
+
     def close(self) -> None:
         if getattr(self, "tindex", None) is not None:
             self.tindex.close()
 
     # -- writes ----------------------------------------------------------------------
+    @handles(AppendTurns)
     def on_AppendTurns(self, msg: AppendTurns) -> None:
         self.adopt_outside_edit("write")
         self._last_activity = self.ctx.clock.monotonic()
@@ -177,6 +188,7 @@ class RecentActor(ChildActor):
             self._maybe_review()
         self._finish_if_ready(write)
 
+    @handles(OutboxAck)
     def on_OutboxAck(self, msg: OutboxAck) -> None:
         write = self._writes.pop(msg.write_id, None)
         if write is not None:
@@ -192,7 +204,7 @@ class RecentActor(ChildActor):
         """How many leading turns of a settle batch repeat the stored tail (role + text)."""
         tail = self.tindex.tail(len(turns))
         for k in range(min(len(tail), len(turns)), 0, -1):
-            if all(a.role == b.role and a.text == b.text for a, b in zip(tail[-k:], turns[:k])):
+            if all(a.role == b.role and a.text == b.text for a, b in zip(tail[-k:], turns[:k], strict=False)):
                 return k
         return 0
 
@@ -228,6 +240,7 @@ class RecentActor(ChildActor):
         self.log.info("adopted an outside edit of recent.json (%d items)", len(self.window))
         return True
 
+    @handles(CancelCorrection)
     def on_CancelCorrection(self, msg: CancelCorrection) -> None:
         """The reference's memory browser saved recent.json: adopt it, drop a running review."""
         self.adopt_outside_edit("cancel_correction")
@@ -279,7 +292,7 @@ class RecentActor(ChildActor):
         anchor = self.meta.last_past_block_update_at
         if not anchor:
             return None
-        from nekomem.domain.messages import parse_timestamp
+        from nekomem.domain.turns import parse_timestamp
 
         try:
             then = parse_timestamp(anchor)
@@ -287,6 +300,7 @@ class RecentActor(ChildActor):
             return None
         return max(0.0, (self.ctx.clock.now() - then).total_seconds() / 3600.0)
 
+    @handles(CompressDone)
     def on_CompressDone(self, msg: CompressDone) -> None:
         comp = self._compression
         if comp is None or comp.token != msg.token:
@@ -336,7 +350,7 @@ class RecentActor(ChildActor):
         reason = review.review_gate(
             self.meta.review,
             self.window,
-            time.time(),
+            self._wall(),
             self._last_activity_wall(),
             switch_on,
             self.settings,
@@ -372,9 +386,14 @@ class RecentActor(ChildActor):
         self._review_token = token
         self._review_snapshot = snapshot
 
-    def _last_activity_wall(self) -> float:
-        return time.time() - (self.ctx.clock.monotonic() - self._last_activity)
+    def _wall(self) -> float:
+        """Epoch seconds on the injectable clock (review times are stored as these)."""
+        return self.ctx.clock.now().timestamp()
 
+    def _last_activity_wall(self) -> float:
+        return self._wall() - (self.ctx.clock.monotonic() - self._last_activity)
+
+    @handles(ReviewDone)
     def on_ReviewDone(self, msg: ReviewDone) -> None:
         if self._review_token != msg.token:
             return
@@ -382,7 +401,7 @@ class RecentActor(ChildActor):
         snapshot = self._review_snapshot or []
         self._review_token = None
         self._review_snapshot = None
-        now = time.time()
+        now = self._wall()
         if msg.error is not None or msg.result is None:
             if msg.exhausted:
                 tokens = sum(self.counter.count(t.text) for t in snapshot)
@@ -400,12 +419,15 @@ class RecentActor(ChildActor):
             self._enforce_cap()
             self._save_window()
             self.meta.review = review.record_success(self.meta.review, now, outcome.cutoff_fingerprint)
+        elif outcome.status == review.STATUS_CLEAN:
+            self.meta.review = review.record_clean(self.meta.review, snapshot, now, self.settings)
         else:
-            self.meta.review = review.record_white(self.meta.review)
+            self.meta.review = review.record_white(self.meta.review, now)
         self._save_meta()
         self.log.info("review finished: %s", outcome.status)
 
     # -- reads -----------------------------------------------------------------------
+    @handles(GetRecent)
     def on_GetRecent(self, msg: GetRecent) -> None:
         self.adopt_outside_edit("read")
         if msg.wait_settle and self._compression is not None and self._compression.settle:
@@ -416,6 +438,7 @@ class RecentActor(ChildActor):
     def _answer_view(self, msg: GetRecent) -> None:
         msg.reply.ok(RecentView(window=list(self.window), last_timestamp=self.tindex.last_timestamp(), stored_total=self.tindex.count()))
 
+    @handles(EditRecent)
     def on_EditRecent(self, msg: EditRecent) -> None:
         self.adopt_outside_edit("edit")
         if not 0 <= msg.index < len(self.window):
@@ -431,6 +454,7 @@ class RecentActor(ChildActor):
         msg.reply.ok(RecentView(window=list(self.window), last_timestamp=self.tindex.last_timestamp(), stored_total=self.tindex.count()))
 
     # -- periodic --------------------------------------------------------------------
+    @handles(Tick)
     def on_Tick(self, msg: Tick) -> None:
         now = msg.monotonic
         idle = now - self._last_activity
@@ -447,6 +471,7 @@ class RecentActor(ChildActor):
             self._last_purge = now
             self.tindex.purge_idempotency(time.time() - self.ctx.settings.server.idempotency_ttl_seconds)
 
+    @handles(Flush)
     def on_Flush(self, msg: Flush) -> None:
         if msg.reply is not None:
             msg.reply.ok(True)

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from nekomem.actors.handlers import handles
 from nekomem.actors.messages import AddScopedFacts, ExtractScoped, IndexUpsert, ModelDone
 from nekomem.domain import facts as fl
 from nekomem.domain import prompts_longterm as prompts
@@ -49,10 +50,12 @@ class ScopedFactsMixin:
             self.log.info("stored %d scoped facts", len(new))  # type: ignore[attr-defined]
         return new
 
+    @handles(AddScopedFacts)
     def on_AddScopedFacts(self, msg: AddScopedFacts) -> None:
         created = self.store_scoped(msg.subject, msg.facts)
         msg.reply.ok({"created": len(created), "fact_ids": [f.id for f in created]})
 
+    @handles(ExtractScoped)
     def on_ExtractScoped(self, msg: ExtractScoped) -> None:
         names = self.names()  # type: ignore[attr-defined]
         master = msg.speaker_label or msg.subject.key

@@ -66,7 +66,6 @@ class LongTermSettings(Section):
     evidence_map_max_new_facts: Annotated[int, doc("Most new facts in one Stage-2 batch (highest importance first, then oldest).", ge=1)] = 20
     evidence_per_observation_max_tokens: Annotated[int, doc("Each observation text is cut to this many tokens in a prompt.", ge=8)] = 200
     evidence_observations_total_max_tokens: Annotated[int, doc("Token cap of the whole observations block of one prompt.", ge=100)] = 15000
-    evidence_coarse_oversample: Annotated[int, doc("Stage-2 coarse ranking keeps budget x this many candidates before an optional rerank.", ge=1)] = 3
     evidence_negative_keyword_context_items: Annotated[int, doc("Latest user messages sent to check_disputation after a negative keyword.", ge=1)] = 3
     evidence_negative_keywords: Annotated[tuple[str, ...], doc("Phrases (matched case-insensitively as substrings of a user message) that start the negative-keyword check.")] = _NEGATIVE_KEYWORDS
 
@@ -74,9 +73,8 @@ class LongTermSettings(Section):
     fact_extract_every_n_turns: Annotated[int, doc("Batch extraction runs once this many user turns arrived since the last check.", ge=1)] = 10
     fact_extract_interval_minutes: Annotated[float, doc("Batch extraction runs when this long has passed since the last check and at least one user turn arrived.", ge=0)] = 5.0
     fact_extract_idle_seconds: Annotated[float, doc("Idle time (no conversation activity) that lets a first batch extraction run.", ge=0)] = 10.0
-    fact_extract_idle_requires_first_run: Annotated[bool, doc("As in the reference, the idle rule only applies before the first batch of a character; false applies it always.")] = True
-    fact_extract_poll_seconds: Annotated[float, doc("Interval at which the batch-extraction trigger is evaluated.", gt=0)] = 40.0
-    fact_extract_initial_delay_seconds: Annotated[float, doc("Delay before the first batch-extraction poll after start-up.", ge=0)] = 60.0
+    fact_extract_idle_requires_first_run: Annotated[bool, doc("As in the reference, the idle rule only applies before the first batch of a character (and to the tail of a burst a count-triggered batch left behind); false applies it always.")] = True
+    fact_extract_max_batch_user_turns: Annotated[int, doc("Most user turns in one batch extraction (whole requests; one request with more is taken alone); a longer backlog is extracted in several calls.", ge=1)] = 20
     fact_extract_cold_start_lookback_minutes: Annotated[float, doc("Window start of the first batch extraction: now minus this.", ge=0)] = 10.0
     fact_self_disclosure_every_n_passes: Annotated[int, doc("An AI-self-disclosure pass runs after this many successful batch passes.", ge=1)] = 3
     fact_self_disclosure_max_window_messages: Annotated[int, doc("Most journal rows read by one self-disclosure pass (oldest first).", ge=1)] = 200
@@ -121,10 +119,6 @@ class LongTermSettings(Section):
     reflection_rebuttal_lookback_hours: Annotated[float, doc("First disputation scan of a character looks back this far.", ge=0)] = 1.0
     reflection_rebuttal_max_rows: Annotated[int, doc("Most journal rows read by one disputation scan.", ge=1)] = 200
     reflection_rebuttal_max_messages: Annotated[int, doc("Most user messages per disputation scan (extended to the rest of a same-timestamp cluster).", ge=1)] = 20
-    reflection_recheck_enabled: Annotated[bool, doc("Run the slow schema v1 -> v2 time-scope recheck of old entries.")] = True
-    reflection_recheck_interval_seconds: Annotated[float, doc("Interval of the schema recheck loop (one item per tick).", gt=0)] = 30.0
-    reflection_recheck_initial_delay_seconds: Annotated[float, doc("Delay before the first schema recheck.", ge=0)] = 180.0
-    reflection_recheck_max_attempts: Annotated[int, doc("Failed rechecks of one item before it is given up.", ge=1)] = 5
 
     # --- persona ------------------------------------------------------------------------
     persona_render_max_tokens: Annotated[int, doc("Token budget of non-protected persona entries in /new_dialog.", ge=0)] = 2000
@@ -147,6 +141,8 @@ class LongTermSettings(Section):
     # --- maintenance, liveness, refinement ----------------------------------------------
     longterm_idle_maintenance_interval_seconds: Annotated[float, doc("Interval of the idle maintenance loop (fact dedup judgments, corrections).", gt=0)] = 40.0
     longterm_idle_maintenance_initial_delay_seconds: Annotated[float, doc("Delay before the first idle maintenance pass.", ge=0)] = 20.0
+    longterm_task_backoff_base_seconds: Annotated[float, doc("Backoff of a background model task (duplicate judgment, synthesis, correction, disputation scan) after its first failure in a row; it doubles with each further failure.", gt=0)] = 60.0
+    longterm_task_backoff_max_seconds: Annotated[float, doc("Longest backoff of a background model task after failures in a row.", gt=0)] = 3600.0
     longterm_liveness_max_attempts: Annotated[int, doc("Failures on the same input after which a background step is dead-lettered or its cursor forced forward.", ge=1)] = 5
     longterm_dead_letter_self_heal_seconds: Annotated[float, doc("A dead-lettered synthesis batch, refine cluster or recheck is probed again after this long.", ge=0)] = 18000.0
     longterm_refine_cosine_threshold: Annotated[float, doc("Refinement: neighbours at or above this cosine form a cluster (model-specific).", ge=-1, le=1)] = 0.82
@@ -170,4 +166,3 @@ class LongTermSettings(Section):
     longterm_correction_timeout_seconds: Annotated[float, doc("Timeout of resolve_correction.", gt=0, le=110)] = 110.0
     longterm_dedup_timeout_seconds: Annotated[float, doc("Timeout of judge_duplicates.", gt=0, le=110)] = 60.0
     longterm_refine_timeout_seconds: Annotated[float, doc("Timeout of refine_cluster.", gt=0, le=110)] = 110.0
-    longterm_rerank_timeout_seconds: Annotated[float, doc("Timeout of the maintenance rerank.", gt=0, le=110)] = 8.0

@@ -51,11 +51,10 @@ class RecallSettings(Section):
     recall_embed_batch_size: Annotated[int, doc("Entries embedded per model-pool job while RecallActor backfills missing vectors (one job in flight per character).", ge=1)] = 64
     recall_backfill_retry_seconds: Annotated[float, doc("After a failed backfill job, wait this long (real time) before the next one.", ge=0)] = 5.0
     recall_query_embed_timeout_seconds: Annotated[float, doc("A query whose embedding has not come back from the model pool after this many seconds is answered from BM25 alone.", gt=0)] = 2.0
+    recall_index_wait_seconds: Annotated[float, doc("A query that reaches a just-activated character before its facts and reflections are indexed waits at most this long for them, then is answered from what is indexed.", gt=0)] = 10.0
 
     # Maintenance recall (Stage-2 candidates, synthesis related context).
     recall_coarse_oversample: Annotated[int, doc("Stage-2 coarse rank keeps this many times the budget before the optional LLM rerank.", ge=1)] = 3
-    recall_related_per_query_k: Annotated[int, doc("Synthesis related context: nearest entries kept per query text.", ge=1)] = 3
-    recall_related_total_cap: Annotated[int, doc("Synthesis related context: most entries in all (round-robin over the queries).", ge=1)] = 20
 
     # Rendering of recall results (render=markdown, the recall_memory tool output).
     recall_render_language: Annotated[str, doc("Language of rendered recall blocks and tool descriptions when a request names none: en, ja or zh.")] = "en"

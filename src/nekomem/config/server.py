@@ -51,9 +51,10 @@ class RuntimeSettings(Section):
     model_workers: Annotated[int, doc("Threads of the shared pool that runs LLM and embedding calls.", ge=1)] = 8
     model_queue_max: Annotated[int, doc("Most model jobs waiting for a worker; beyond this new jobs are refused and retried later.", ge=1)] = 10_000
     model_jobs_per_character: Annotated[int, doc("Model jobs one character may run at once, so a slow model for one character leaves workers for the others.", ge=1)] = 2
-    replay_concurrency: Annotated[int, doc("Outbox records replayed at once per character at activation.", ge=1)] = 2
+    replay_concurrency: Annotated[int, doc("Outbox records running at once per character (a record parked in a handler's batch does not count).", ge=1)] = 2
     outbox_max_attempts: Annotated[int, doc("Attempts before an outbox record is dead-lettered.", ge=1)] = 5
-    outbox_retry_delay_seconds: Annotated[float, doc("Delay before a failed outbox record is tried again.", ge=0)] = 5.0
+    outbox_retry_delay_seconds: Annotated[float, doc("Delay before a failed outbox record is tried again the first time; it doubles with each further failure.", ge=0)] = 5.0
+    outbox_retry_max_delay_seconds: Annotated[float, doc("Longest delay between two attempts of a failed outbox record.", gt=0)] = 300.0
     outbox_compact_lines: Annotated[int, doc("outbox.ndjson is compacted at activation once it has this many lines.", ge=10)] = 1000
     events_compact_lines: Annotated[int, doc("events.ndjson is compacted once it has this many applied lines.", ge=10)] = 10_000
     view_flush_seconds: Annotated[float, doc("Long-term views (facts, reflections, persona) are rewritten from the journal at most this often; the journal makes each change durable at once.", ge=0)] = 2.0

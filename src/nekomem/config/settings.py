@@ -16,6 +16,7 @@ from typing import Any, get_args, get_origin, get_type_hints
 import msgspec
 
 from nekomem.config.embeddings import EmbeddingSettings
+from nekomem.config.importer import ImportSettings
 from nekomem.config.llm import LLMSettings
 from nekomem.config.longterm import LongTermSettings
 from nekomem.config.recall import RecallSettings
@@ -33,6 +34,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=
     longterm: LongTermSettings = msgspec.field(default_factory=LongTermSettings)
     recall: RecallSettings = msgspec.field(default_factory=RecallSettings)
     embeddings: EmbeddingSettings = msgspec.field(default_factory=EmbeddingSettings)
+    importer: ImportSettings = msgspec.field(default_factory=ImportSettings)
 
 
 class SettingsError(ValueError):

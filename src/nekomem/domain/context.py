@@ -11,7 +11,7 @@ import re
 from datetime import datetime
 
 from nekomem.domain import context_locale as loc
-from nekomem.domain.messages import Turn, parse_timestamp
+from nekomem.domain.turns import Turn, parse_timestamp
 
 # Bracketed asides (timestamps the chat client prefixes, emotion tags) are not context.
 _BRACKETS = re.compile(r"(\[.*?\]|\(.*?\)|（.*?）|【.*?】|\{.*?\}|<.*?>)")

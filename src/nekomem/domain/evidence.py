@@ -19,7 +19,6 @@ from typing import Literal, TypeVar
 import msgspec
 
 from nekomem.config.longterm import LongTermSettings
-from nekomem.domain.subjects import is_private
 from nekomem.domain.records import (
     EvidenceFields,
     Observation,
@@ -29,6 +28,7 @@ from nekomem.domain.records import (
     record_get,
     to_iso,
 )
+from nekomem.domain.subjects import is_private
 
 E = TypeVar("E", bound=EvidenceFields)
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
+
 import msgspec
 
 from nekomem.config.longterm import LongTermSettings
-from nekomem.domain.messages import Turn
 from nekomem.domain.records import (
     BUILTIN_ENTITIES,
     IMPORTANCE_MAX,
@@ -26,6 +26,7 @@ from nekomem.domain.records import (
     record_get,
     to_iso,
 )
+from nekomem.domain.turns import Turn
 
 # --- lexical keywords (shared with persona contradiction and mention checks) -------------
 
@@ -284,6 +285,14 @@ def _pair_key(a: str, b: str) -> frozenset[str]:
     return frozenset((a, b))
 
 
+def _absorb_duplicate(winner: Fact, loser: Fact, importance: int, text: object) -> Fact:
+    """``winner`` after absorbing ``loser``: the merge chain of both (winner's first, then
+    the loser and its chain), ``importance``, and ``text`` when the model gave one."""
+    chain = [i for i in [*winner.merged_from_ids, loser.id, *loser.merged_from_ids] if i != winner.id]
+    kept = msgspec.structs.replace(winner, importance=importance, merged_from_ids=list(dict.fromkeys(chain)))
+    return _rewrite_text(kept, text)
+
+
 def apply_duplicate_decisions(
     facts: Sequence[Fact],
     queue: Sequence[DedupPair],
@@ -321,31 +330,16 @@ def apply_duplicate_decisions(
         candidate, existing = by_id.get(pair.candidate_id), by_id.get(pair.existing_id)
         if candidate is None or existing is None or action == "keep_both":
             continue
-        text = record_get(item, "text")
         if action == "merge":
-            chain = [i for i in [*existing.merged_from_ids, candidate.id, *candidate.merged_from_ids] if i != existing.id]
-            kept = msgspec.structs.replace(
-                existing,
-                importance=min(IMPORTANCE_MAX, existing.importance + settings.fact_merge_importance_bonus),
-                merged_from_ids=list(dict.fromkeys(chain)),
-            )
-            kept = _rewrite_text(kept, text)
-            by_id[existing.id] = kept
-            del by_id[candidate.id]
-            removed.append(candidate.id)
-            changed.append(existing.id)
+            winner, loser = existing, candidate
+            importance = min(IMPORTANCE_MAX, existing.importance + settings.fact_merge_importance_bonus)
         else:
-            chain = [i for i in [*candidate.merged_from_ids, existing.id, *existing.merged_from_ids] if i != candidate.id]
-            kept = msgspec.structs.replace(
-                candidate,
-                importance=max(candidate.importance, existing.importance),
-                merged_from_ids=list(dict.fromkeys(chain)),
-            )
-            kept = _rewrite_text(kept, text)
-            by_id[candidate.id] = kept
-            del by_id[existing.id]
-            removed.append(existing.id)
-            changed.append(candidate.id)
+            winner, loser = candidate, existing
+            importance = max(candidate.importance, existing.importance)
+        by_id[winner.id] = _absorb_duplicate(winner, loser, importance, record_get(item, "text"))
+        del by_id[loser.id]
+        removed.append(loser.id)
+        changed.append(winner.id)
     if not consumed:
         new_queue, dropped = record_dedup_failure(queue, batch, settings)
         return DuplicateResolution(list(facts), new_queue, [], [], 0, dropped)

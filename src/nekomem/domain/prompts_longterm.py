@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 
 from nekomem.config.longterm import LongTermSettings
-from nekomem.domain.messages import Turn
 from nekomem.domain.records import Correction, DedupPair, Fact, Observation, Reflection
+from nekomem.domain.turns import Turn
 
 EXTRACT_FACTS_TASK = "extract_facts"
 EXTRACT_SELF_DISCLOSURE_TASK = "extract_self_disclosure"

@@ -16,12 +16,12 @@ Languages: en, ja, zh (anything else falls back to the configured default).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from nekomem.domain.messages import parse_iso
 from datetime import datetime, timezone
 from typing import Any
 
 from nekomem.config.recall import RECALL_RENDER_LANGUAGES, RecallSettings
 from nekomem.domain.tokens import TokenCounter
+from nekomem.domain.turns import parse_iso
 
 _TIER_LABELS = {
     "en": {"fact": "fact", "reflection": "impression", "fact_archive": "old fact"},

@@ -16,8 +16,8 @@ import msgspec
 
 from nekomem.config.recent import RecentSettings
 from nekomem.domain import prompts_recent
-from nekomem.domain.messages import Turn
 from nekomem.domain.tokens import TokenCounter
+from nekomem.domain.turns import Turn
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ class _Run:
         self.calls += 1
         try:
             out = self.summarize(messages)
-        except Exception as exc:  # any failure of the callable is a failed call
+        except Exception as exc:  # noqa: BLE001 - any failure of the callable is a failed call
             log.info("summarize_recent call %d failed: %s", self.calls, type(exc).__name__)
             return None
         if not isinstance(out, str) or not out.strip():
@@ -207,6 +207,30 @@ class _Run:
         return merged
 
 
+def _rounds(run: _Run, text: str, hint_hours: float | None, s: RecentSettings, counter: TokenCounter) -> str | None:
+    """The summary of ``text`` after up to ``recent_compress_max_rounds`` stage-1/stage-2
+    rounds (see :func:`compress`); None when a stage-1 call fails."""
+    limit = s.recent_summary_max_tokens
+    marks = s.recent_sentence_final_marks
+    last_stage1 = ""
+    for _ in range(s.recent_compress_max_rounds):
+        first = run.stage1(text, hint_hours)
+        if first is None:
+            return None
+        last_stage1 = first
+        if counter.count(first) <= limit:
+            return first
+        second = run.stage2(first)
+        if second is None:
+            continue
+        second = cut_to_sentence_end(second, marks)
+        if counter.count(second) > limit:
+            second = cut_to_sentence_end(counter.truncate(second, limit), marks)
+        if second:
+            return second
+    return cut_to_sentence_end(counter.truncate(last_stage1, limit), marks)
+
+
 def compress(
     snapshot: list[Turn],
     summarize: Summarize,
@@ -250,30 +274,10 @@ def compress(
         text = merged
     use_hint = stale_hours is not None and stale_hours >= s.recent_summary_stale_hours
     hint_hours = stale_hours if use_hint else None
-    limit = s.recent_summary_max_tokens
-    marks = s.recent_sentence_final_marks
-    summary: str | None = None
-    last_stage1 = ""
-    for _ in range(s.recent_compress_max_rounds):
-        first = run.stage1(text, hint_hours)
-        if first is None:
-            log.info("recent compression failed at stage 1 after %d calls", run.calls)
-            return None
-        last_stage1 = first
-        if counter.count(first) <= limit:
-            summary = first
-            break
-        second = run.stage2(first)
-        if second is None:
-            continue
-        second = cut_to_sentence_end(second, marks)
-        if counter.count(second) > limit:
-            second = cut_to_sentence_end(counter.truncate(second, limit), marks)
-        if second:
-            summary = second
-            break
+    summary = _rounds(run, text, hint_hours, s, counter)
     if summary is None:
-        summary = cut_to_sentence_end(counter.truncate(last_stage1, limit), marks)
+        log.info("recent compression failed at stage 1 after %d calls", run.calls)
+        return None
     memo = Turn(role="system", text=s.recent_memo_prefix + summary, ts=snapshot[-1].ts)
     log.info(
         "recent compression done: %d turns, %d calls, stale_hint=%s",

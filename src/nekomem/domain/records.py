@@ -41,7 +41,7 @@ def parse_time(value: Any, like: datetime) -> datetime | None:
     A naive stored value takes ``like``'s zone; an aware value is converted to it (or made
     naive when ``like`` is naive).
     """
-    from nekomem.domain.messages import parse_iso
+    from nekomem.domain.turns import parse_iso
 
     parsed = parse_iso(value, naive_tz=None)
     if parsed is None:
@@ -277,33 +277,44 @@ class Observation(msgspec.Struct, kw_only=True, frozen=True):
 _V1_SECTION_KEYS = {"user": "master", "ai": "neko"}
 
 
-def persona_from_disk(raw: Any) -> Persona:
+def persona_from_disk(raw: Any, rejected: list[Any] | None = None) -> Persona:
     """Read a decoded persona.json object (v1 ``user``/``ai``/``dynamics`` is migrated).
 
-    Sections whose key starts with ``__`` (markers) and malformed entries are skipped.
-    Raises nothing: a non-object gives an empty persona.
+    Sections whose key starts with ``__`` (markers) are skipped. What cannot be read (a
+    non-object root, a section that is not an object, an entry that fails validation) is
+    left out and, when ``rejected`` is given, appended to it as found (entries as
+    ``{"entity", "entry"}``) so the caller can keep it. Raises nothing.
     """
     persona: Persona = {}
+    sink: list[Any] = rejected if rejected is not None else []
     if not isinstance(raw, Mapping):
+        if raw is not None:
+            sink.append(raw)
         return persona
     for key, section in raw.items():
-        if not isinstance(key, str) or key.startswith("__") or not isinstance(section, Mapping):
+        if not isinstance(key, str) or key.startswith("__"):
+            continue
+        if not isinstance(section, Mapping):
+            sink.append({"entity": key, "section": section})
             continue
         entity = _V1_SECTION_KEYS.get(key, key)
         items = section.get("facts", section.get("dynamics", []))
         entries = persona.setdefault(entity, [])
+        if not isinstance(items, list):
+            sink.append({"entity": key, "section": section})
+            continue
         # Entries of a scoped section ("@subject/<kind>:<id>") inherit its descriptor, so
         # that none of them can be read as the owner's private memory.
         inherited = _section_subject(key, section)
-        if isinstance(items, list):
-            for item in items:
-                try:
-                    entry = msgspec.convert(item, PersonaEntry, strict=False)
-                except (msgspec.ValidationError, TypeError):
-                    continue
-                if inherited and entry.subject_kind is None and entry.subject_id is None and entry.scope is None:
-                    entry = msgspec.structs.replace(entry, **inherited)
-                entries.append(entry)
+        for item in items:
+            try:
+                entry = msgspec.convert(item, PersonaEntry, strict=False)
+            except (msgspec.ValidationError, TypeError):
+                sink.append({"entity": entity, "entry": item})
+                continue
+            if inherited and entry.subject_kind is None and entry.subject_id is None and entry.scope is None:
+                entry = msgspec.structs.replace(entry, **inherited)
+            entries.append(entry)
     return persona
 
 
@@ -403,6 +414,13 @@ def text_sha256(text: str) -> str:
 def shard_name(day: date, suffix: str) -> str:
     """``<YYYY-MM-DD>_<suffix>.json`` (suffix: 8 hex characters of a uuid)."""
     return f"{day.isoformat()}_{suffix}.json"
+
+
+def new_shard_suffix() -> str:
+    """A fresh shard suffix: 8 hex characters of a uuid4."""
+    import uuid
+
+    return uuid.uuid4().hex[:8]
 
 
 def assign_shards(

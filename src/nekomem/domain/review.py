@@ -18,9 +18,9 @@ import msgspec
 
 from nekomem.config.recent import RecentSettings
 from nekomem.domain import prompts_recent
-from nekomem.domain.messages import Role, Turn, content_text
 from nekomem.domain.recent_window import locate_fingerprint, tail_fingerprint, window_tokens
 from nekomem.domain.tokens import TokenCounter
+from nekomem.domain.turns import Role, Turn, content_text
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,8 @@ GATE_DEAD_LETTER = "dead_letter"
 
 # apply_review statuses (the actor adds "failed" and "output_exhausted" for LLM outcomes).
 STATUS_PATCHED = "patched"
-STATUS_WHITE = "white"
+STATUS_WHITE = "white"  # the reviewed tail is no longer in the window
+STATUS_CLEAN = "clean"  # the model had nothing to correct (no usable message)
 
 _HUMAN_ROLES = {"user", "human", "master"}
 _AI_ROLES = {"ai", "assistant", "character"}
@@ -197,7 +198,7 @@ def apply_review_detailed(
     has_memo = bool(snapshot) and snapshot[0].role == "system"
     memo_text, body = _normalize(corrected, has_memo, s, character_name)
     if not body:
-        return ReviewApply(None, STATUS_WHITE)
+        return ReviewApply(None, STATUS_CLEAN)
     fp = tail_fingerprint(snapshot, s.review_fingerprint_k, s.review_fingerprint_prefix_chars)
     end = locate_fingerprint(current, fp)
     if end is None:
@@ -219,7 +220,7 @@ def apply_review_detailed(
     tail_slots = slots[len(slots) - used :]
     patched = [
         Turn(role=role, text=text, ts=slot.ts)
-        for (role, text), slot in zip(body[len(body) - used :], tail_slots)
+        for (role, text), slot in zip(body[len(body) - used :], tail_slots, strict=False)
     ]
     head: list[Turn] = []
     if memo_covered:
@@ -255,8 +256,9 @@ def apply_review(
     appended after the snapshot is kept. Roles: ``system`` only when the snapshot starts
     with a memo (all system items become one head memo); user/human/master (or the master's
     name) → human; ai/assistant/character (or ``character_name``) → ai; anything else →
-    human. Returns ``(window, "patched")``, or ``(None, "white")`` when the output has no
-    usable message or the tail is no longer in ``current``.
+    human. Returns ``(window, "patched")``, ``(None, "clean")`` when the output has no
+    usable message (nothing to correct), or ``(None, "white")`` when the tail is no longer
+    in ``current``.
     """
     result = apply_review_detailed(current, snapshot, corrected, settings, character_name=character_name)
     return result.window, result.status
@@ -270,10 +272,22 @@ def record_success(state: ReviewState, now_ts: float, reviewed_tail: Sequence[st
     )
 
 
-def record_white(state: ReviewState) -> ReviewState:
-    """State after a white review: the anchor is cleared and the old time kept, so the
-    next review may run as soon as the other gates allow."""
-    return msgspec.structs.replace(state, last_reviewed_tail=None)
+def record_white(state: ReviewState, now_ts: float | None = None) -> ReviewState:
+    """State after a white review: the anchor is cleared, so the next review does not wait
+    for new messages. With ``now_ts`` the review time moves too, so that next review waits
+    the minimum interval (the reference keeps the old time and retries at once; a tail
+    that keeps moving would then be reviewed on every tick)."""
+    if now_ts is None:
+        return msgspec.structs.replace(state, last_reviewed_tail=None)
+    return msgspec.structs.replace(state, last_reviewed_tail=None, last_review_ts=now_ts)
+
+
+def record_clean(state: ReviewState, snapshot: Sequence[Turn], now_ts: float, settings: RecentSettings) -> ReviewState:
+    """State after a review that found nothing to correct in ``snapshot``: like a success
+    anchored at the snapshot's tail, so the window-changed gate (new messages since that
+    tail) and the minimum interval hold the next review back until there is new input."""
+    fp = tail_fingerprint(snapshot, settings.review_fingerprint_k, settings.review_fingerprint_prefix_chars)
+    return record_success(state, now_ts, fp)
 
 
 def record_failure(

@@ -57,10 +57,10 @@ class Subject(msgspec.Struct, frozen=True, kw_only=True):
         return {"subject_kind": self.subject_kind, "subject_id": self.subject_id, "scope": self.scope}
 
 
-def _component(value: Any, field: str) -> str:
-    if not isinstance(value, str):
+def _component(raw: Any, field: str) -> str:
+    if not isinstance(raw, str):
         raise SubjectError(f"{field} must be a string")
-    value = value.strip()
+    value = raw.strip()
     if not value:
         raise SubjectError(f"{field} must not be empty")
     if len(value) > MAX_COMPONENT_CHARS:

@@ -205,7 +205,8 @@ class TiktokenCounter(TokenCounter):
         return self._enc
 
     def encode(self, text: str) -> list[int]:
-        return self._enc.encode_ordinary(text)  # type: ignore[attr-defined]
+        tokens: list[int] = self._enc.encode_ordinary(text)  # type: ignore[attr-defined]
+        return tokens
 
     def count(self, text: str) -> int:
         if not text:
@@ -214,7 +215,7 @@ class TiktokenCounter(TokenCounter):
 
     def _cutters(self, text: str) -> tuple[Callable[[int], str], Callable[[int], str]]:
         tokens = self.encode(text)
-        decode = self._enc.decode_bytes  # type: ignore[attr-defined]
+        decode: Callable[[list[int]], bytes] = self._enc.decode_bytes  # type: ignore[attr-defined]
 
         # A cut inside a multi-byte character leaves a broken edge character: drop it.
         def head(n: int) -> str:

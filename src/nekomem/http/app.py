@@ -9,7 +9,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nekomem.config import Settings
@@ -40,7 +40,8 @@ class LimitedModeMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         reason = self.runtime.limited_reason
-        if scope["type"] == "http" and reason is not None and scope["path"] not in UNFENCED:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and reason is not None and path not in UNFENCED and not path.startswith("/ui"):
             response = error_response(
                 409,
                 "storage_startup_blocked",
@@ -54,11 +55,11 @@ class LimitedModeMiddleware:
         await self.app(scope, receive, send)
 
 
-def routes() -> list[Route]:
-    from nekomem.http import lifecycle, recall, scoped
+def routes() -> list[BaseRoute]:
+    from nekomem.http import browse, importing, lifecycle, recall, scoped
 
     c, s, lt = conversation, system, longterm
-    table: list[Route] = [
+    table: list[BaseRoute] = [*browse.routes(),
         Route("/health", s.health, methods=["GET"]),
         Route("/cache/{name:str}", c.cache, methods=["POST"]),
         Route("/process/{name:str}", c.process, methods=["POST"]),
@@ -85,6 +86,7 @@ def routes() -> list[Route]:
         Route("/internal/memory/{name:str}/scoped_forget", scoped.scoped_forget, methods=["POST"]),
         Route("/internal/memory/{name:str}/scoped_subjects", scoped.scoped_subjects, methods=["GET"]),
         Route("/api/characters", lt.list_all_characters, methods=["GET"]),
+        Route("/api/import/neko", importing.import_neko, methods=["POST"]),
         Route("/api/characters/{name:str}/card", lt.import_card, methods=["POST"]),
         Route("/api/characters/{name:str}/facts", lt.import_facts, methods=["POST"]),
         Route("/api/characters/{name:str}/reflections/{reflection_id:str}/feedback", lt.feedback, methods=["POST"]),

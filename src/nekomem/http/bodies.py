@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 from starlette.requests import Request
 
-from nekomem.domain.messages import MessageError, Turn, normalize_message
+from nekomem.domain.turns import MessageError, Turn, normalize_message
 from nekomem.http.errors import ApiError
 from nekomem.stores.layout import InvalidName, validate_name
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from nekomem.domain.messages import parse_iso
+from nekomem.domain.turns import parse_iso
 from nekomem.stores.layout import CharacterPaths
 
 TIME_FIELDS = ("created_at", "event_start_at", "event_end_at", "surfaced_at", "feedback_at", "confirmed_at")

@@ -22,14 +22,20 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from nekomem.actors.recall import QueryMemory, empty_response
-from nekomem.domain.recall_render import no_result_text, normalise_language, recall_tool_schema, render_recall_block
+from nekomem.actors.messages import QueryMemory
+from nekomem.domain.recall_render import (
+    no_result_text,
+    normalise_language,
+    recall_tool_schema,
+    render_recall_block,
+)
+from nekomem.domain.subjects import SubjectError, subjects_from_request
 from nekomem.domain.tokens import get_counter
 from nekomem.http.bodies import character_name, read_json_object
-from nekomem.domain.subjects import SubjectError, subjects_from_request
 from nekomem.http.conversation import display_now
-from nekomem.http.readonly import character_exists, localise_times
 from nekomem.http.errors import ApiError
+from nekomem.http.readonly import character_exists, localise_times
+from nekomem.recall.response import empty_response
 from nekomem.runtime.reply import ActorFailure
 
 log = logging.getLogger("nekomem.http.recall")
@@ -70,7 +76,7 @@ async def query_memory(request: Request) -> Response:
             result = await rt.registry.ask(
                 name, "recall", lambda reply: QueryMemory(query=query, time=spec, now=now, subjects=subjects, reply=reply)
             )
-        except (ActorFailure, asyncio.TimeoutError) as exc:
+        except (ActorFailure, TimeoutError) as exc:
             log.warning("recall failed for a character: %s", getattr(exc, "code", type(exc).__name__))
             result = empty_response(query, error=True)
         result = {**result, "results": [localise_times(row, now.tzinfo) for row in result.get("results", [])]}

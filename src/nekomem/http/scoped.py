@@ -130,7 +130,6 @@ async def scoped_facts(request: Request) -> Response:
 
 
 async def scoped_history(request: Request) -> Response:
-    rt = request.app.state.runtime
     name = character_name(request)
     raw = await read_json_object(request)
     body = convert_body(raw, ScopedHistoryBody)
@@ -187,7 +186,7 @@ async def _history_segments(request: Request, name: str, segments: list[ScopedSe
     if all(isinstance(o, BaseException) for o in outcomes):
         raise ApiError(502, "extraction_failed", "scoped fact extraction failed; retry later")
     rows = []
-    for (subject, _turns_, _label_), outcome in zip(parsed, outcomes):
+    for (subject, _, _), outcome in zip(parsed, outcomes, strict=True):
         ok = not isinstance(outcome, BaseException)
         result = outcome if ok else {"created": 0, "fact_ids": []}
         rows.append({"subject": subject.fields(), "trust": dict(NO_TRUST), "status": "ok" if ok else "failed", "dropped": 0, **result})

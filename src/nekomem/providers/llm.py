@@ -240,22 +240,7 @@ class LLMClient:
             log.info("llm task=%s tier=%s skipped: tier not configured", task, tier)
             raise LLMNotConfigured(task, tier)
         client = self._client_for(endpoint)
-        settings = self._settings
-
-        if timeout is None:
-            if task == "review_recent":
-                timeout = settings.llm_review_timeout_seconds
-            elif task == "rerank":
-                timeout = settings.llm_rerank_timeout_seconds
-            else:
-                timeout = endpoint.timeout_seconds
-        if max_output_tokens is None:
-            max_output_tokens = (
-                settings.llm_review_max_output_tokens if task == "review_recent" else settings.llm_max_output_tokens
-            )
-        if max_retries is None:
-            max_retries = settings.llm_rerank_max_retries if task == "rerank" else settings.llm_max_retries
-
+        timeout, max_output_tokens, max_retries = self._limits(task, endpoint, timeout, max_output_tokens, max_retries)
         headers = {TASK_HEADER: task, "Content-Type": "application/json"}
         if endpoint.api_key:
             headers["Authorization"] = f"Bearer {endpoint.api_key}"
@@ -296,6 +281,25 @@ class LLMClient:
             status_code=last.status_code,
             output_exhausted=last.output_exhausted,
         )
+
+    def _limits(
+        self, task: str, endpoint: Endpoint, timeout: float | None, max_output_tokens: int | None, max_retries: int | None
+    ) -> tuple[float, int, int]:
+        """(timeout, output token limit, retries) of one call: the overrides given, else the
+        task's settings (review and rerank have their own), else the tier's."""
+        settings = self._settings
+        if timeout is None:
+            if task == "review_recent":
+                timeout = settings.llm_review_timeout_seconds
+            elif task == "rerank":
+                timeout = settings.llm_rerank_timeout_seconds
+            else:
+                timeout = endpoint.timeout_seconds
+        if max_output_tokens is None:
+            max_output_tokens = settings.llm_review_max_output_tokens if task == "review_recent" else settings.llm_max_output_tokens
+        if max_retries is None:
+            max_retries = settings.llm_rerank_max_retries if task == "rerank" else settings.llm_max_retries
+        return timeout, max_output_tokens, max_retries
 
     def _negotiated_attempt(self, client: httpx.Client, request: _Request, attempt: int) -> msgspec.Struct:
         """One attempt: a request in the endpoint's dialect, and when the endpoint refuses

@@ -29,11 +29,12 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import numpy as np
 
 from nekomem.config.embeddings import EmbeddingSettings
+from nekomem.recall.embedding_backends import Backend, Disable, StringInputBackend, TokenizerBackend
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,6 @@ PROFILE_FILE = "profile.json"
 _HASH_CHUNK = 1 << 20
 _DIGEST_CHARS = 12
 _PROBE_TEXT = "probe"
-_TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids")
-_INT_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32}
 _MODEL_ID_DIM = re.compile(r"-(\d+)d(?=-|$)")
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -60,14 +59,6 @@ class EmbeddingsUnavailable(RuntimeError):
         super().__init__(f"embeddings unavailable ({state}{': ' + reason if reason else ''})")
         self.state = state
         self.reason = reason
-
-
-class _Disable(Exception):
-    """Internal: loading failed with a reason code."""
-
-    def __init__(self, code: str, detail: str) -> None:
-        super().__init__(f"{code}: {detail}")
-        self.reason = f"{code}: {detail}"
 
 
 def text_sha256(text: str) -> str:
@@ -117,143 +108,6 @@ def resolve_model_dir(value: str, project_root: Path | None = None) -> Path:
     return from_cwd
 
 
-def plan_batches(lengths: Sequence[int], max_batch: int, budget: int, padded: bool) -> list[list[int]]:
-    """Group item indices into inference batches, shortest first.
-
-    ``padded`` True: a batch costs count x longest length (token models pad to the longest);
-    False: it costs the sum of lengths (string-input models). A batch never exceeds
-    max_batch items, nor budget unless it holds a single item.
-    """
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    batches: list[list[int]] = []
-    current: list[int] = []
-    cost_sum = 0
-    for index in order:
-        length = max(int(lengths[index]), 1)
-        if current:
-            # Sorted ascending, so this item is the batch's longest one.
-            cost = (len(current) + 1) * length if padded else cost_sum + length
-            if len(current) >= max_batch or cost > budget:
-                batches.append(current)
-                current, cost_sum = [], 0
-        current.append(index)
-        cost_sum += length
-    if current:
-        batches.append(current)
-    return batches
-
-
-class _Backend(Protocol):
-    kind: str
-
-    def infer(self, texts: list[str]) -> np.ndarray:
-        """Raw (unnormalised) float32 [len(texts), dim] embeddings; raises on failure."""
-        ...
-
-
-class _StringInputBackend:
-    """A graph with one string tensor input that tokenises inside (custom ops)."""
-
-    kind = "use-string-input"
-
-    def __init__(self, session: Any, input_name: str, output_name: str, settings: EmbeddingSettings) -> None:
-        self._session = session
-        self._input = input_name
-        self._output = output_name
-        self._settings = settings
-
-    def infer(self, texts: list[str]) -> np.ndarray:
-        s = self._settings
-        rows: list[np.ndarray | None] = [None] * len(texts)
-        for batch in plan_batches([len(t) for t in texts], s.embedding_max_batch_size, s.embedding_batch_char_budget, padded=False):
-            feed = {self._input: np.array([texts[i] for i in batch], dtype=object)}
-            out = np.asarray(self._session.run([self._output], feed)[0], dtype=np.float32)
-            if out.ndim != 2 or out.shape[0] != len(batch):
-                raise ValueError(f"model output has shape {out.shape} for a batch of {len(batch)}")
-            for row, index in zip(out, batch, strict=True):
-                rows[index] = row
-        return np.stack(rows)  # type: ignore[arg-type]
-
-
-class _TokenizerBackend:
-    """model.onnx fed by a HuggingFace tokenizer, with pooling of token outputs."""
-
-    kind = "hf-tokenizer"
-
-    def __init__(self, session: Any, tokenizer: Any, output_name: str, settings: EmbeddingSettings) -> None:
-        self._session = session
-        self._tokenizer = tokenizer
-        self._output = output_name
-        self._settings = settings
-        self._inputs: dict[str, Any] = {}
-        for spec in session.get_inputs():
-            if spec.name not in _TOKEN_INPUTS:
-                raise _Disable("unsupported_model", f"unknown model input {spec.name!r}")
-            if spec.type not in _INT_TYPES:
-                raise _Disable("unsupported_model", f"input {spec.name!r} has type {spec.type}")
-            self._inputs[spec.name] = _INT_TYPES[spec.type]
-        if "input_ids" not in self._inputs:
-            raise _Disable("unsupported_model", "model has no input_ids input")
-        self._pad_id = self._find_pad_id(tokenizer)
-
-    @staticmethod
-    def _find_pad_id(tokenizer: Any) -> int:
-        padding = tokenizer.padding
-        if padding and isinstance(padding.get("pad_id"), int):
-            return int(padding["pad_id"])
-        for token in ("<pad>", "[PAD]", "<|endoftext|>"):
-            found = tokenizer.token_to_id(token)
-            if found is not None:
-                return int(found)
-        # Padded positions are masked out, so any id works when the vocabulary names none.
-        return 0
-
-    def infer(self, texts: list[str]) -> np.ndarray:
-        s = self._settings
-        encodings = self._tokenizer.encode_batch(texts)
-        ids = [enc.ids or [self._pad_id] for enc in encodings]
-        rows: list[np.ndarray | None] = [None] * len(texts)
-        for batch in plan_batches([len(x) for x in ids], s.embedding_max_batch_size, s.embedding_batch_token_budget, padded=True):
-            width = max(len(ids[i]) for i in batch)
-            input_ids = np.full((len(batch), width), self._pad_id, dtype=np.int64)
-            mask = np.zeros((len(batch), width), dtype=np.int64)
-            for row, index in enumerate(batch):
-                input_ids[row, : len(ids[index])] = ids[index]
-                mask[row, : len(ids[index])] = 1
-            feed: dict[str, np.ndarray] = {}
-            for name, dtype in self._inputs.items():
-                if name == "input_ids":
-                    value = input_ids
-                elif name == "attention_mask":
-                    value = mask
-                elif name == "token_type_ids":
-                    value = np.zeros_like(input_ids)
-                else:
-                    value = np.broadcast_to(np.arange(width, dtype=np.int64), input_ids.shape).copy()
-                feed[name] = value.astype(dtype, copy=False)
-            out = np.asarray(self._session.run([self._output], feed)[0], dtype=np.float32)
-            pooled = self._pool(out, mask)
-            if pooled.shape[0] != len(batch):
-                raise ValueError(f"model output has shape {out.shape} for a batch of {len(batch)}")
-            for vec, index in zip(pooled, batch, strict=True):
-                rows[index] = vec
-        return np.stack(rows)  # type: ignore[arg-type]
-
-    def _pool(self, out: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        if out.ndim == 2:
-            return out  # already one vector per text
-        if out.ndim != 3 or out.shape[:2] != mask.shape:
-            raise ValueError(f"model output has shape {out.shape}, expected [batch, tokens, dim] or [batch, dim]")
-        pooling = self._settings.embedding_pooling
-        if pooling == "cls":
-            return out[:, 0, :]
-        if pooling == "last":
-            last = mask.sum(axis=1) - 1
-            return out[np.arange(out.shape[0]), last, :]
-        weights = mask.astype(np.float32)[:, :, None]
-        return (out * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1.0)
-
-
 class EmbeddingService:
     """Process-wide embedding model; thread-safe.
 
@@ -273,7 +127,7 @@ class EmbeddingService:
         self._thread: threading.Thread | None = None
         self._state: State = "loading"
         self._reason: str | None = None
-        self._backend: _Backend | None = None
+        self._backend: Backend | None = None
         self._model_id: str | None = None
         self._dim: int | None = None
         if not settings.embedding_enabled:
@@ -361,7 +215,7 @@ class EmbeddingService:
         started = time.monotonic()
         try:
             backend, model_id, dim = self._load()
-        except _Disable as exc:
+        except Disable as exc:
             self._disable(exc.reason)
             return
         except Exception as exc:  # noqa: BLE001 - any load failure disables, never crashes
@@ -388,16 +242,16 @@ class EmbeddingService:
 
     # -- loading ----------------------------------------------------------------------
 
-    def _load(self) -> tuple[_Backend, str, int]:
+    def _load(self) -> tuple[Backend, str, int]:
         s = self._settings
         folder = resolve_model_dir(s.embedding_model_dir, self._project_root)
         model_path = folder / MODEL_FILE
         if not model_path.is_file() or model_path.stat().st_size == 0:
-            raise _Disable("model_file_missing", str(model_path))
+            raise Disable("model_file_missing", str(model_path))
         try:
             import onnxruntime as ort
         except ImportError as exc:
-            raise _Disable("onnxruntime_not_importable", str(exc)) from None
+            raise Disable("onnxruntime_not_importable", str(exc)) from None
 
         profile = self._read_profile(folder)
         kind = s.embedding_model_kind
@@ -416,37 +270,37 @@ class EmbeddingService:
             try:
                 import onnxruntime_extensions
             except ImportError as exc:
-                raise _Disable("onnxruntime_extensions_not_importable", str(exc)) from None
+                raise Disable("onnxruntime_extensions_not_importable", str(exc)) from None
             options.register_custom_ops_library(onnxruntime_extensions.get_library_path())
         else:
             tokenizer_path = folder / TOKENIZER_FILE
             if not tokenizer_path.is_file():
-                raise _Disable("tokenizer_file_missing", str(tokenizer_path))
+                raise Disable("tokenizer_file_missing", str(tokenizer_path))
             try:
                 from tokenizers import Tokenizer
             except ImportError as exc:
-                raise _Disable("tokenizers_not_importable", str(exc)) from None
+                raise Disable("tokenizers_not_importable", str(exc)) from None
             try:
                 tokenizer = Tokenizer.from_file(str(tokenizer_path))
                 tokenizer.no_padding()
                 tokenizer.enable_truncation(max_length=s.embedding_max_length)
             except Exception as exc:  # noqa: BLE001
-                raise _Disable("tokenizer_setup_failed", f"{type(exc).__name__}: {exc}") from None
+                raise Disable("tokenizer_setup_failed", f"{type(exc).__name__}: {exc}") from None
 
         session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
         output_name = self._pick_output(session, profile)
-        backend: _Backend
+        backend: Backend
         if kind == "use-string-input":
             strings = [i.name for i in session.get_inputs() if i.type == "tensor(string)"]
             if len(session.get_inputs()) != 1 or len(strings) != 1:
-                raise _Disable("unsupported_model", "a use-string-input model needs exactly one string tensor input")
-            backend = _StringInputBackend(session, strings[0], output_name, s)
+                raise Disable("unsupported_model", "a use-string-input model needs exactly one string tensor input")
+            backend = StringInputBackend(session, strings[0], output_name, s)
         else:
-            backend = _TokenizerBackend(session, tokenizer, output_name, s)
+            backend = TokenizerBackend(session, tokenizer, output_name, s)
 
         probe = backend.infer([_PROBE_TEXT])
         if probe.ndim != 2 or probe.shape[0] != 1 or probe.shape[1] < 1 or not np.isfinite(probe).all():
-            raise _Disable("unsupported_model", f"probe inference gave shape {probe.shape}")
+            raise Disable("unsupported_model", f"probe inference gave shape {probe.shape}")
         dim = int(probe.shape[1])
         return backend, self._make_model_id(folder, profile, kind, dim), dim
 
@@ -464,15 +318,16 @@ class EmbeddingService:
         wanted = self._settings.embedding_output_name or profile.get("output_name") or ""
         if wanted:
             if wanted not in names:
-                raise _Disable("unsupported_model", f"model has no output {wanted!r} (outputs: {', '.join(names)})")
+                raise Disable("unsupported_model", f"model has no output {wanted!r} (outputs: {', '.join(names)})")
             return str(wanted)
         if not names:
-            raise _Disable("unsupported_model", "model has no outputs")
-        return names[0]
+            raise Disable("unsupported_model", "model has no outputs")
+        return str(names[0])
 
     def _make_model_id(self, folder: Path, profile: dict[str, Any], kind: str, dim: int) -> str:
         s = self._settings
-        name = profile.get("model_id") if isinstance(profile.get("model_id"), str) else folder.name
+        given = profile.get("model_id")
+        name = given if isinstance(given, str) else folder.name
         name = _NAME_UNSAFE.sub("_", name).strip("_-") or "model"
         model_sha = _file_sha256(folder / MODEL_FILE)
         # Everything else that changes the vectors is folded into the digest; for a bare
@@ -526,14 +381,15 @@ class EmbeddingService:
                 raise ValueError(f"embeddings have shape {raw.shape}, expected {(len(items), dim)}")
             if not np.isfinite(raw).all():
                 raise ValueError("model produced non-finite values")
-        except Exception as exc:  # noqa: BLE001 - any inference failure disables, never crashes
+        except Exception as exc:
             self._disable(f"inference_raised: {type(exc).__name__}: {exc}")
             raise EmbeddingsUnavailable("disabled", self._reason) from exc
         norms = np.linalg.norm(raw, axis=1, keepdims=True)
-        vectors = (raw / np.maximum(norms, np.finfo(np.float32).tiny)).astype(np.float32, copy=False)
+        vectors: np.ndarray = (raw / np.maximum(norms, np.finfo(np.float32).tiny)).astype(np.float32, copy=False)
         log.debug("embedded %d texts (%s) in %.1f ms", len(items), kind, (time.monotonic() - started) * 1000)
         return vectors
 
     def embed_one(self, text: str, kind: EmbedKind = "passage") -> np.ndarray:
         """Embed one text into a float32 [dim] unit vector; raises like embed."""
-        return self.embed([text], kind)[0]
+        row: np.ndarray = self.embed([text], kind)[0]
+        return row

@@ -124,7 +124,7 @@ class _Postings:
         """Keep the live postings only, renumbered through ``remap`` (old slot -> new slot)."""
         if self.tail_slots is not None:
             assert self.tail_tfs is not None
-            pairs = [(int(remap[s]), tf) for s, tf in zip(self.tail_slots, self.tail_tfs) if alive[s]]
+            pairs = [(int(remap[s]), tf) for s, tf in zip(self.tail_slots, self.tail_tfs, strict=False) if alive[s]]
             self.tail_slots = [s for s, _ in pairs]
             self.tail_tfs = [tf for _, tf in pairs]
         else:

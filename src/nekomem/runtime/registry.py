@@ -10,19 +10,25 @@ flight is never passivated.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pykka
 
 from nekomem.actors.base import Services
-from nekomem.actors.messages import Deliver, Describe, Flush, Tick
+from nekomem.actors.messages import Deliver, Describe, Tick
 from nekomem.runtime.reply import ActorFailure, Reply
 
 log = logging.getLogger("nekomem.registry")
+
+
+class CharacterBusy(RuntimeError):
+    """A hold could not take a character: it stayed busy, or another hold has it."""
 
 
 class _Entry:
@@ -42,6 +48,9 @@ class CharacterRegistry:
         # name -> future of a supervisor that is stopping. A character is not activated
         # again until its previous instance has flushed and released its files.
         self._stopping: dict[str, Any] = {}
+        # name -> event set when a hold (an import writing the character's files) ends.
+        self._held: dict[str, threading.Event] = {}
+        self._changed = threading.Condition(self._lock)
         self.activations = 0
         self.passivations = 0
 
@@ -52,6 +61,8 @@ class CharacterRegistry:
         self._wait_stopped(name)
         now = self.services.clock.monotonic()
         with self._lock:
+            if name in self._held:
+                raise ActorFailure("character_importing", "an import into this character is running; try again shortly", 409)
             entry = self._entries.get(name)
             if entry is not None and not entry.ref.is_alive():
                 del self._entries[name]
@@ -90,6 +101,58 @@ class CharacterRegistry:
         with self._lock:
             entry.inflight -= 1
             entry.last_used = self.services.clock.monotonic()
+            self._changed.notify_all()
+
+    async def _await_unheld(self, name: str, timeout: float) -> None:
+        event = self._held.get(name)
+        if event is not None:
+            await asyncio.to_thread(event.wait, timeout)
+
+    @contextlib.contextmanager
+    def hold(self, name: str, timeout: float) -> Iterator[None]:
+        """Stop ``name``'s actors and keep them stopped while the block runs.
+
+        New requests for ``name`` wait for the hold to end (up to their ask timeout) and
+        then answer 409 ``character_importing``. The actors are stopped once the requests
+        and model jobs in flight have finished, so their views are flushed and their files
+        closed; the next request activates them again from disk. Raises CharacterBusy when
+        ``name`` is not idle within ``timeout`` seconds, or is already held.
+        """
+        event = threading.Event()
+        with self._lock:
+            if name in self._held:
+                raise CharacterBusy("another import into this character is running")
+            self._held[name] = event
+        try:
+            entry = self._take_idle(name, timeout)
+            if entry is not None:
+                self._stop((name, entry))
+            self._wait_stopped(name)
+            if entry is not None and entry.ref.is_alive():
+                raise CharacterBusy("the character's actors did not stop in time")
+            yield
+        finally:
+            with self._lock:
+                del self._held[name]
+            event.set()
+
+    def _take_idle(self, name: str, timeout: float) -> _Entry | None:
+        """Remove ``name``'s entry once it is idle; None when it is not active."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while True:
+                entry = self._entries.get(name)
+                if entry is None:
+                    return None
+                if self._idle(name, entry):
+                    del self._entries[name]
+                    return entry
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise CharacterBusy(f"the character stayed busy for {timeout:g} s")
+                # Woken by a finished request; model jobs end without a notification,
+                # so the wait is also bounded.
+                self._changed.wait(min(left, 0.1))
 
     def tell(self, name: str, child: str, message: Any) -> None:
         """Deliver ``message`` to ``child`` of ``name``, activating the character."""
@@ -113,6 +176,7 @@ class CharacterRegistry:
         loop = asyncio.get_running_loop()
         reply = Reply(loop)
         timeout = timeout or self.services.settings.server.ask_timeout_seconds
+        await self._await_unheld(name, timeout)
         await self._await_stopped(name)
         entry = self._acquire(name)
         try:
@@ -204,26 +268,10 @@ class CharacterRegistry:
         reply = Reply()
         try:
             entry.ref.tell(Describe(reply=reply))
-            return reply.result(timeout)
+            described: dict[str, Any] | None = reply.result(timeout)
+            return described
         except (pykka.ActorDeadError, ActorFailure):
             return None
-
-    def flush_all(self, timeout: float = 30.0) -> None:
-        with self._lock:
-            refs = [entry.ref for entry in self._entries.values()]
-        replies = []
-        for ref in refs:
-            reply = Reply()
-            try:
-                ref.tell(Flush(reply=reply))
-                replies.append(reply)
-            except pykka.ActorDeadError:
-                pass
-        for reply in replies:
-            try:
-                reply.result(timeout)
-            except ActorFailure:
-                pass
 
     def release(self, name: str) -> bool:
         """Stop ``name``'s actors now and wait until they have flushed and closed every

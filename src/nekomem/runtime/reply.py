@@ -82,7 +82,7 @@ class Reply:
         assert self._afut is not None, "wait() needs a Reply created with a loop"
         try:
             return await asyncio.wait_for(asyncio.shield(self._afut), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise AskTimeout(what, timeout) from None
 
     def result(self, timeout: float, what: str = "the actor") -> Any:

@@ -12,10 +12,13 @@ from typing import Any
 from nekomem.actors.base import Services
 from nekomem.config import Settings
 from nekomem.runtime.clock import Clock, SystemClock
+from nekomem.runtime.importing import ImportService
 from nekomem.runtime.pool import ModelPool
 from nekomem.runtime.registry import CharacterRegistry
 from nekomem.runtime.scheduler import Scheduler
 from nekomem.runtime.switches import Switches, core_config_file
+from nekomem.stores import rootlock
+from nekomem.stores.rootlock import RootLock
 
 log = logging.getLogger("nekomem.runtime")
 
@@ -58,16 +61,22 @@ class Runtime:
         )
         self.registry = CharacterRegistry(self.services)
         self.scheduler = Scheduler(self.registry, rt.scheduler_tick_seconds)
+        self.importing = ImportService(settings, self.registry, root)
         self.limited_reason: str | None = "runtime_initializing"
         self.recovery_error: str | None = None
         self._recovery: threading.Thread | None = None
+        self._root_lock: RootLock | None = None
 
     @property
     def memory_root(self) -> Path:
         return self.services.memory_root
 
     def start(self, *, background: bool = True) -> None:
+        """Start serving; raises RootLocked while an offline import holds the memory root."""
         self.memory_root.mkdir(parents=True, exist_ok=True)
+        # Shared: several servers may share a root as before; an offline import (which
+        # takes it exclusive) is refused while any of them runs, and blocks their start.
+        self._root_lock = rootlock.acquire(self.memory_root, "shared", "serve")
         if self.embeddings is not None and hasattr(self.embeddings, "start"):
             self.embeddings.start()
         if background:
@@ -127,6 +136,9 @@ class Runtime:
     def stop(self) -> None:
         self.scheduler.stop()
         self.registry.stop_all()
+        if self._root_lock is not None:
+            self._root_lock.release()
+            self._root_lock = None
         self.pool.shutdown(wait=False)
         if self.llm is not None and hasattr(self.llm, "close"):
             self.llm.close()

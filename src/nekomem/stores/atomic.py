@@ -8,7 +8,9 @@ complete old file or the complete new one.
 
 A file that cannot be decoded is never deleted: :func:`read_json` renames it aside to
 ``<name>.corrupt-<UTC timestamp>`` and hands back the caller's default, so one bad file
-degrades to "not there" instead of stopping the server.
+degrades to "not there" instead of stopping the server. Likewise single records of a view
+that decode as JSON but fail validation are never dropped: :func:`read_records` copies them
+to ``<name>.rejected-<UTC timestamp>`` before the next view write could lose them.
 """
 
 from __future__ import annotations
@@ -19,13 +21,16 @@ import os
 import re
 import secrets
 import time
+from collections.abc import Callable, Mapping, Sized
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 ReadStatus = Literal["ok", "missing", "corrupt"]
 
@@ -124,12 +129,12 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, encode_json(obj))
 
 
-def _corrupt_name(path: Path) -> Path:
+def _aside_name(path: Path, tag: str = "corrupt") -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-    candidate = path.with_name(f"{path.name}.corrupt-{stamp}")
+    candidate = path.with_name(f"{path.name}.{tag}-{stamp}")
     counter = 1
     while candidate.exists():
-        candidate = path.with_name(f"{path.name}.corrupt-{stamp}-{counter}")
+        candidate = path.with_name(f"{path.name}.{tag}-{stamp}-{counter}")
         counter += 1
     return candidate
 
@@ -140,7 +145,7 @@ def move_aside(path: Path, reason: str) -> Path:
     Logs a WARNING with the reason (metadata only) and returns the new path. Raises OSError
     if the rename fails.
     """
-    target = _corrupt_name(path)
+    target = _aside_name(path)
     os.replace(path, target)
     try:
         fsync_dir(path.parent)
@@ -178,6 +183,59 @@ def read_json(path: Path, *, type: Any = None, default: Any = None) -> tuple[Any
             log.warning("corrupt file %s could not be moved aside (%s)", path, reason, exc_info=True)
         return default, "corrupt"
     return value, "ok"
+
+
+def keep_rejected(path: Path, rejected: list[Any], what: str) -> Path:
+    """Write the raw ``rejected`` records of view ``path`` to ``<name>.rejected-<UTC
+    timestamp>`` (atomically, next to the view) and log a WARNING with their count only.
+
+    Called before the view is rewritten without them, so nothing that could not be read is
+    ever lost. Raises OSError (the caller must then not rewrite the view) or TypeError for
+    a value that cannot be encoded.
+    """
+    target = _aside_name(Path(path), "rejected")
+    atomic_write_json(target, rejected)
+    log.warning("%d unreadable %s of %s kept in %s", len(rejected), what, Path(path).name, target.name)
+    return target
+
+
+def read_records(path: Path, convert: Callable[[Any], T], what: str) -> tuple[list[T], int]:
+    """The records of the JSON list view ``path``, each passed through ``convert``, and how
+    many were set aside (the caller should rewrite the view, so they are kept only once).
+
+    A missing file gives no record; an undecodable one is moved aside (see
+    :func:`read_json`). Records ``convert`` rejects (msgspec.ValidationError, TypeError,
+    ValueError), or a whole value that is not a list, are kept by :func:`keep_rejected` and
+    left out of the result. Raises OSError when the file or the rejected records cannot be
+    read or written.
+    """
+    raw, status = read_json(path, default=[])
+    if status != "ok":
+        return [], 0
+    items = raw if isinstance(raw, list) else None
+    result: list[T] = []
+    rejected: list[Any] = [raw] if items is None else []
+    for item in items or []:
+        try:
+            result.append(convert(item))
+        except (msgspec.ValidationError, TypeError, ValueError):
+            rejected.append(item)
+    if rejected:
+        keep_rejected(path, rejected, what)
+    return result, len(rejected)
+
+
+def shard_counts(folder: Path, pending: Mapping[str, Sized]) -> dict[str, int]:
+    """Entries per archive shard file: those on disk in ``folder`` (``*.json``) plus
+    ``pending`` ones not written yet (shard name -> entries)."""
+    counts: dict[str, int] = {}
+    if Path(folder).exists():
+        for shard in Path(folder).glob("*.json"):
+            raw, _ = read_json(shard, default=[])
+            counts[shard.name] = len(raw) if isinstance(raw, list) else 0
+    for name, entries in pending.items():
+        counts[name] = counts.get(name, 0) + len(entries)
+    return counts
 
 
 def sweep_temp_files(folder: Path, older_than_seconds: float, *, now: float | None = None) -> int:

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from nekomem.domain.messages import parse_timestamp
+from nekomem.domain.turns import parse_timestamp
 from nekomem.stores.atomic import atomic_write_bytes, fsync_dir
 
 log = logging.getLogger(__name__)

@@ -15,9 +15,9 @@ Schema (compatible with the reference implementation's file):
 ``YYYY-MM-DDTHH:MM:SS.ffffff+00:00`` (see :func:`to_utc_iso`); inputs with another offset
 are converted, inputs without an offset are taken as UTC. SQLite compares the column as
 text, and with a single fixed-width UTC form text order is time order, which is what
-``MAX(timestamp)``, ``ORDER BY timestamp`` and ``BETWEEN`` rely on. (Rows imported from a
-reference database carry naive local ``YYYY-MM-DD HH:MM:SS`` stamps, which do not sort
-with these; such a file has to be converted before use.)
+``MAX(timestamp)``, ``ORDER BY timestamp`` and ``BETWEEN`` rely on. (A reference database
+carries naive local ``YYYY-MM-DD HH:MM:SS`` stamps, which do not sort with these; it is
+never used in place: ``nekomem import-neko`` converts its rows into this form.)
 
 Durability: WAL journal with ``synchronous=FULL``, so a committed append survives a crash
 or power loss. The connection is opened lazily and used by one owning actor at a time
@@ -31,22 +31,23 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import timezone
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
-from nekomem.domain.messages import Turn, from_disk, parse_timestamp
+from nekomem.domain.turns import Turn
 from nekomem.stores.atomic import fsync_dir
+from nekomem.stores.timeindex_read import (
+    DEFAULT_BUSY_TIMEOUT_MS,
+    ORIGINAL_TABLE,
+    TimeIndexReader,
+    TimeIndexRow,
+    to_utc_iso,
+)
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BUSY_TIMEOUT_MS = 5000
-# Rows fetched per query by iter_all: bounds memory, not a tunable.
-_ITER_BATCH_ROWS = 500
-
-_ORIGINAL = "time_indexed_original"
+_ORIGINAL = ORIGINAL_TABLE
 _COMPRESSED = "time_indexed_compressed"
 _SCHEMA = (
     f"CREATE TABLE IF NOT EXISTS {_ORIGINAL} (id INTEGER PRIMARY KEY AUTOINCREMENT, "
@@ -61,17 +62,12 @@ _TIMESTAMP_INDEX = f"CREATE INDEX IF NOT EXISTS ix_{_ORIGINAL}_timestamp ON {_OR
 _encoder = msgspec.json.Encoder()
 
 
-def to_utc_iso(ts: str) -> str:
-    """Canonical stored form of an ISO 8601 timestamp: UTC, microseconds, ``+00:00``.
-
-    A value without offset is taken as UTC. Raises ValueError for anything unparseable.
-    """
-    if not isinstance(ts, str) or not ts.strip():
-        raise ValueError("timestamp must be a non-empty ISO 8601 string")
-    try:
-        return parse_timestamp(ts).astimezone(timezone.utc).isoformat(timespec="microseconds")
-    except (ValueError, OverflowError):
-        raise ValueError(f"timestamp {ts!r} is not ISO 8601 (or is out of range)") from None
+def encode_row(session_id: str, turn: Turn) -> tuple[str, str, str]:
+    """``(session_id, message, timestamp)`` exactly as :meth:`TimeIndex.append_rows` stores
+    them (compare with :meth:`TimeIndex.raw_rows`). Raises ValueError for an invalid ts."""
+    ts = to_utc_iso(turn.ts)
+    stored = msgspec.structs.replace(turn, ts=ts)
+    return session_id, _encoder.encode(stored.to_disk()).decode("utf-8"), ts
 
 
 class IdempotencyConflict(ValueError):
@@ -82,16 +78,8 @@ class IdempotencyConflict(ValueError):
         self.key = key
 
 
-class TimeIndexRow(msgspec.Struct, frozen=True):
-    """A stored turn with its row id and the write request (session) that stored it."""
-
-    id: int
-    session_id: str | None
-    turn: Turn
-
-
-class TimeIndex:
-    """time_indexed.db of one character.
+class TimeIndex(TimeIndexReader):
+    """time_indexed.db of one character, opened by its one writer (RecentActor).
 
     ``clock`` supplies ``created_at`` (epoch seconds) of idempotency rows. Every method
     raises sqlite3.Error when the database cannot be used.
@@ -104,10 +92,8 @@ class TimeIndex:
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.path = Path(path)
-        self.busy_timeout_ms = busy_timeout_ms
+        super().__init__(path, busy_timeout_ms=busy_timeout_ms)
         self._clock = clock
-        self._db: sqlite3.Connection | None = None
 
     # -- connection ----------------------------------------------------------------------
 
@@ -161,17 +147,8 @@ class TimeIndex:
                 db.execute("ROLLBACK")
             raise
 
-    def close(self) -> None:
-        """Close the connection (it reopens on the next use)."""
-        if self._db is not None:
-            self._db.close()
-            self._db = None
-
     def __enter__(self) -> TimeIndex:
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- writing -----------------------------------------------------------------------
 
@@ -215,6 +192,23 @@ class TimeIndex:
                     raise IdempotencyConflict(idempotency_key) from None
         return len(rows)
 
+    def append_rows(self, rows: Sequence[tuple[str, Turn]]) -> int:
+        """Store ``(session_id, turn)`` rows of several sessions in one transaction (an
+        import of another server's journal). Timestamps as in :meth:`append`; raises
+        ValueError (nothing written) when a turn has no valid ts."""
+        encoded: list[tuple[str, str, str]] = []
+        for index, (session_id, turn) in enumerate(rows):
+            try:
+                encoded.append(encode_row(session_id, turn))
+            except ValueError as exc:
+                raise ValueError(f"row {index}: {exc}") from None
+        with self._transaction() as db:
+            db.executemany(
+                f"INSERT INTO {_ORIGINAL} (session_id, message, timestamp) VALUES (?, ?, ?)",
+                encoded,
+            )
+        return len(encoded)
+
     def idempotent_response(self, key: str, *, newer_than: float | None = None) -> bytes | None:
         """The stored answer for ``key``; None when unknown (or created before ``newer_than``)."""
         row = self._conn().execute("SELECT response, created_at FROM idempotency WHERE key = ?", (key,)).fetchone()
@@ -231,82 +225,4 @@ class TimeIndex:
             cursor = db.execute("DELETE FROM idempotency WHERE created_at < ?", (older_than,))
             return cursor.rowcount
 
-    # -- reading -----------------------------------------------------------------------
-
-    def _turn(self, row_id: int, message: Any, timestamp: Any) -> Turn | None:
-        try:
-            raw = msgspec.json.decode(message) if isinstance(message, (str, bytes)) else None
-        except msgspec.DecodeError:
-            raw = None
-        turn = from_disk(raw) if raw is not None else None
-        if turn is None:
-            log.warning("%s: row %d has no readable message; skipped", self.path.name, row_id)
-            return None
-        if isinstance(timestamp, str) and timestamp:
-            turn = msgspec.structs.replace(turn, ts=timestamp)
-        return turn
-
-    def _rows(self, sql: str, params: Sequence[Any]) -> list[TimeIndexRow]:
-        rows: list[TimeIndexRow] = []
-        for row_id, session_id, message, timestamp in self._conn().execute(sql, params):
-            turn = self._turn(row_id, message, timestamp)
-            if turn is not None:
-                rows.append(TimeIndexRow(id=row_id, session_id=session_id, turn=turn))
-        return rows
-
-    def last_timestamp(self) -> str | None:
-        """``MAX(timestamp)``: the newest stored turn's time, or None when empty."""
-        row = self._conn().execute(f"SELECT MAX(timestamp) FROM {_ORIGINAL}").fetchone()
-        return row[0] if row and row[0] is not None else None
-
-    def count(self) -> int:
-        """Number of stored turns."""
-        return int(self._conn().execute(f"SELECT COUNT(*) FROM {_ORIGINAL}").fetchone()[0])
-
-    def tail(self, n: int) -> list[Turn]:
-        """The newest ``n`` turns, oldest first (insertion order)."""
-        if n <= 0:
-            return []
-        rows = self._rows(
-            f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} ORDER BY id DESC LIMIT ?",
-            (n,),
-        )
-        return [row.turn for row in reversed(rows)]
-
-    def rows_between(self, start_iso: str, end_iso: str, limit: int | None = None) -> list[TimeIndexRow]:
-        """Rows with ``start <= timestamp <= end`` ordered by timestamp, then insertion.
-
-        Bounds are converted with :func:`to_utc_iso` (ValueError if unparseable). Rows that
-        share a timestamp come out together in insertion order, so a caller draining in
-        batches can extend a batch to the rows sharing its boundary timestamp.
-        """
-        start, end = to_utc_iso(start_iso), to_utc_iso(end_iso)
-        sql = (
-            f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} "
-            "WHERE timestamp BETWEEN ? AND ? ORDER BY timestamp, id"
-        )
-        params: list[Any] = [start, end]
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(max(0, limit))
-        return self._rows(sql, params)
-
-    def between(self, start_iso: str, end_iso: str, limit: int | None = None) -> list[Turn]:
-        """Turns of :meth:`rows_between`."""
-        return [row.turn for row in self.rows_between(start_iso, end_iso, limit)]
-
-    def iter_all(self) -> Iterator[Turn]:
-        """Every stored turn in insertion order, fetched in bounded batches."""
-        last_id = 0
-        while True:
-            batch = self._conn().execute(
-                f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} WHERE id > ? ORDER BY id LIMIT ?",
-                (last_id, _ITER_BATCH_ROWS),
-            ).fetchall()
-            if not batch:
-                return
-            for row_id, _session_id, message, timestamp in batch:
-                turn = self._turn(row_id, message, timestamp)
-                if turn is not None:
-                    yield turn
-            last_id = batch[-1][0]
+__all__ = ["DEFAULT_BUSY_TIMEOUT_MS", "IdempotencyConflict", "TimeIndex", "TimeIndexRow", "encode_row", "to_utc_iso"]

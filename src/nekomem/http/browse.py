@@ -1,0 +1,236 @@
+"""Routes of the memory browser (``/ui``) that the ``/api/characters`` API lacks.
+
+``/api/browse/...`` reads: characters with counts, a filtered page of time_indexed.db, a
+filtered page of facts, archived reflections, the persona contradiction queue; and two
+writes: suppress/unsuppress a persona entry and the recent-review switch
+(``/api/memory/review_config``, the reference's route). Every change goes through the
+character's actors and journal like any other client's. The explained recall, the working
+context and the evidence history live in :mod:`nekomem.http.browse_insight`; the page
+itself in :mod:`nekomem.http.ui_static`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from nekomem.actors.messages import BrowseFacts, GetRecent, ListCorrections, ListEntries, SetSuppressed
+from nekomem.domain.browse import FACT_STATUSES, FactFilter
+from nekomem.http import browse_insight, ui_static
+from nekomem.http import browse_store as store
+from nekomem.http.bodies import character_name, read_json_object
+from nekomem.http.errors import ApiError
+from nekomem.http.longterm import _int_param
+from nekomem.http.readonly import character_exists
+from nekomem.http.system import _toggle_lock
+from nekomem.runtime.switches import REVIEW, SwitchError
+from nekomem.stores.layout import CharacterPaths, list_characters
+from nekomem.stores.timeindex import to_utc_iso
+
+REFLECTION_STATUSES = ("pending", "confirmed", "promoted", "denied", "merged", "promote_blocked")
+ENTITIES = ("master", "neko", "relationship")
+
+
+def _rt(request: Request) -> Any:
+    return request.app.state.runtime
+
+
+def _paths(request: Request, name: str) -> CharacterPaths:
+    rt = _rt(request)
+    return CharacterPaths(rt.memory_root, name, max_length=rt.settings.server.name_max_length)
+
+
+def _time_param(request: Request, key: str) -> str | None:
+    raw = request.query_params.get(key)
+    if raw is None or not raw.strip():
+        return None
+    try:
+        return to_utc_iso(raw.strip())
+    except ValueError:
+        raise ApiError(400, "bad_query", f"{key} must be an ISO 8601 time") from None
+
+
+def _bool_param(request: Request, key: str) -> bool | None:
+    raw = request.query_params.get(key)
+    if raw is None or raw == "":
+        return None
+    if raw not in ("true", "false"):
+        raise ApiError(400, "bad_query", f"{key} must be true or false")
+    return raw == "true"
+
+
+def _page(request: Request, default: int) -> tuple[int, int]:
+    limit_max = _rt(request).settings.server.api_page_max
+    return _int_param(request, "offset", 0, 0, 10**9), _int_param(request, "limit", min(default, limit_max), 1, limit_max)
+
+
+# -- characters --------------------------------------------------------------------------
+async def _live_counts(rt: Any, name: str) -> dict[str, Any]:
+    """Counts asked of an active character's actors (exact, including unflushed changes)."""
+
+    async def total(child: str, status: str | None = None) -> int:
+        answer = await rt.registry.ask(name, child, lambda reply: ListEntries(status=status, limit=1, reply=reply))
+        return int(answer["total"])
+
+    view = await rt.registry.ask(name, "recent", lambda reply: GetRecent(reply=reply))
+    reflections = {s: await total("reflections", s) for s in REFLECTION_STATUSES}
+    corrections = await rt.registry.ask(name, "persona", lambda reply: ListCorrections(reply=reply))
+    return {
+        "recent": len(view.window),
+        "facts": await total("facts", "active"),
+        "facts_archived": await total("facts", "archived"),
+        "reflections": reflections,
+        "persona": await total("persona"),
+        "corrections": corrections["total"],
+    }
+
+
+async def characters(request: Request) -> Response:
+    """``GET /api/browse/characters``: every character on disk with its counts per layer,
+    whether it is active, its last conversation time and any storage trouble."""
+    rt = _rt(request)
+    names = await asyncio.to_thread(list_characters, rt.memory_root)
+    active = set(rt.registry.active_names())
+    rows = []
+    for name in names:
+        paths = _paths(request, name)
+        turns, last = await asyncio.to_thread(store.journal_summary, paths)
+        trouble = await asyncio.to_thread(store.storage_trouble, paths)
+        if name in active:
+            counts = await _live_counts(rt, name)
+            archived = await asyncio.to_thread(store.archived_reflections, paths)
+            counts["reflections"]["archived"] = len(archived)
+            described = await asyncio.to_thread(rt.registry.describe, name)
+            failed = (described or {}).get("failed", {})
+            trouble += [f"{child} layer failed: {error}" for child, error in failed.items()]
+        else:
+            counts = await asyncio.to_thread(store.disk_counts, paths)
+        rows.append({"name": name, "active": name in active, "turns": turns, "last_conversation_at": last, "counts": counts, "trouble": trouble})
+    return JSONResponse({"characters": rows})
+
+
+# -- journal -----------------------------------------------------------------------------
+async def journal(request: Request) -> Response:
+    """``GET /api/browse/{name}/journal?since&until&q&order&offset&limit``: a page of the
+    raw conversation in time_indexed.db."""
+    name = character_name(request)
+    offset, limit = _page(request, 50)
+    order = request.query_params.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise ApiError(400, "bad_query", "order must be asc or desc")
+    q = store.JournalQuery(
+        since=_time_param(request, "since"), until=_time_param(request, "until"),
+        text=request.query_params.get("q", ""), order=order, offset=offset, limit=limit,
+    )
+    try:
+        page = await asyncio.to_thread(store.read_journal, _paths(request, name), q)
+    except sqlite3.Error as exc:
+        raise ApiError(503, "storage_unreadable", f"time_indexed.db cannot be read: {type(exc).__name__}") from None
+    return JSONResponse(page)
+
+
+# -- facts -------------------------------------------------------------------------------
+def _importance(request: Request, key: str) -> int | None:
+    if request.query_params.get(key) in (None, ""):
+        return None
+    return _int_param(request, key, 0, 1, 10)
+
+
+async def facts(request: Request) -> Response:
+    """``GET /api/browse/{name}/facts``: facts filtered by status (active, archived, all),
+    entity, importance range, absorbed, event time range, text and ids; newest first."""
+    rt = _rt(request)
+    name = character_name(request)
+    offset, limit = _page(request, 50)
+    status = request.query_params.get("status", "active")
+    if status not in FACT_STATUSES:
+        raise ApiError(400, "bad_query", "status must be active, archived or all")
+    entity = request.query_params.get("entity") or None
+    if entity is not None and entity not in ENTITIES:
+        raise ApiError(400, "bad_query", "entity must be master, neko or relationship")
+    ids = tuple(i for i in request.query_params.get("ids", "").split(",") if i)
+    if not await character_exists(request, name):
+        return JSONResponse({"total": 0, "offset": offset, "items": []})  # reads never create a character
+    flt = FactFilter(
+        status=status, entity=entity, importance_min=_importance(request, "importance_min"),
+        importance_max=_importance(request, "importance_max"), absorbed=_bool_param(request, "absorbed"),
+        event_from=_time_param(request, "event_from"), event_to=_time_param(request, "event_to"),
+        text=request.query_params.get("q", ""), ids=ids,
+    )
+    answer = await rt.registry.ask(name, "facts", lambda reply: BrowseFacts(filter=flt, offset=offset, limit=limit, reply=reply))
+    return JSONResponse(answer)
+
+
+# -- reflections and persona -------------------------------------------------------------
+async def archived_reflections(request: Request) -> Response:
+    """``GET /api/browse/{name}/reflections_archived``: a page of reflection_archive/."""
+    name = character_name(request)
+    offset, limit = _page(request, 50)
+    items = await asyncio.to_thread(store.archived_reflections, _paths(request, name))
+    return JSONResponse({"total": len(items), "offset": offset, "items": items[offset : offset + limit]})
+
+
+async def corrections(request: Request) -> Response:
+    """``GET /api/browse/{name}/corrections``: the persona contradiction queue."""
+    name = character_name(request)
+    if not await character_exists(request, name):
+        return JSONResponse({"total": 0, "items": [], "inflight": False})
+    return JSONResponse(await _rt(request).registry.ask(name, "persona", lambda reply: ListCorrections(reply=reply)))
+
+
+async def suppress(request: Request) -> Response:
+    """``POST /api/browse/{name}/persona/{entry_id}/suppress`` with ``{"suppress": bool}``."""
+    name = character_name(request)
+    body = await read_json_object(request)
+    value = body.get("suppress")
+    if not isinstance(value, bool):
+        raise ApiError(422, "bad_suppress", "'suppress' must be true or false")
+    entry_id = request.path_params["entry_id"]
+    return JSONResponse(await _rt(request).registry.ask(name, "persona", lambda reply: SetSuppressed(id=entry_id, suppress=value, reply=reply)))
+
+
+# -- the review switch -------------------------------------------------------------------
+async def review_get(request: Request) -> Response:
+    rt = _rt(request)
+    async with _toggle_lock(request):
+        try:
+            enabled = await asyncio.to_thread(rt.switches.get, REVIEW)
+        except SwitchError as exc:
+            raise ApiError(503, "invalid_memory_setting", str(exc)) from None
+    return JSONResponse({"enabled": enabled})
+
+
+async def review_post(request: Request) -> Response:
+    rt = _rt(request)
+    body = await read_json_object(request)
+    enabled = body.get("enabled")
+    if not isinstance(enabled, bool):
+        raise ApiError(400, "bad_enabled", "'enabled' must be true or false")
+    async with _toggle_lock(request):
+        await asyncio.to_thread(rt.switches.set, REVIEW, enabled)
+    return JSONResponse({"success": True, "enabled": enabled})
+
+
+def routes() -> list[BaseRoute]:
+    """Every route of the memory browser; registered before the generic
+    ``/api/characters/{name}/{layer}`` routes."""
+    b, i = "/api/browse", browse_insight
+    return [
+        Route(f"{b}/characters", characters, methods=["GET"]),
+        Route(f"{b}/{{name:str}}/journal", journal, methods=["GET"]),
+        Route(f"{b}/{{name:str}}/facts", facts, methods=["GET"]),
+        Route(f"{b}/{{name:str}}/reflections_archived", archived_reflections, methods=["GET"]),
+        Route(f"{b}/{{name:str}}/reflections/{{reflection_id:str}}/evidence", i.evidence_history, methods=["GET"]),
+        Route(f"{b}/{{name:str}}/corrections", corrections, methods=["GET"]),
+        Route(f"{b}/{{name:str}}/persona/{{entry_id:str}}/suppress", suppress, methods=["POST"]),
+        Route(f"{b}/{{name:str}}/recall_explain", i.recall_explain, methods=["POST"]),
+        Route(f"{b}/{{name:str}}/context", i.context_sections, methods=["GET"]),
+        Route("/api/memory/review_config", review_get, methods=["GET"]),
+        Route("/api/memory/review_config", review_post, methods=["POST"]),
+        *ui_static.routes(),
+    ]

@@ -1,0 +1,109 @@
+"""What the recall index holds of one searchable entry, and the rules that decide it.
+
+The owners (facts, reflections) describe their entries as :class:`IndexEntry`; the index
+keeps each one as an :class:`IndexedDoc` with what recall needs precomputed (the text's
+sha256, the event interval as epoch seconds).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone, tzinfo
+
+import msgspec
+
+from nekomem.domain.turns import parse_iso
+
+TIERS = ("fact", "reflection", "fact_archive")
+VECTOR_TIERS = ("fact", "reflection")
+# replace_tier names a family: "fact" is the active store and its archive (one owner).
+TIER_FAMILIES = {"fact": ("fact", "fact_archive"), "fact_archive": ("fact", "fact_archive"), "reflection": ("reflection",)}
+OWNERS = {"fact": "facts", "fact_archive": "facts", "reflection": "reflections"}
+
+
+class IndexEntry(msgspec.Struct, kw_only=True, frozen=True):
+    """What the recall index needs of one searchable entry.
+
+    ``tier`` is "fact", "reflection" or "fact_archive". ``searchable`` is False for entries
+    the shared hard filter excludes (denied/archived/merged/promote_blocked reflections,
+    suppressed, protected, negative evidence score, empty text); the index drops them.
+    ``vector`` is a cached vector in nekomem.recall.vector_codec form with ``vector_model``
+    and ``text_sha256`` so it is reused only when both still match.
+    """
+
+    id: str
+    tier: str
+    text: str
+    entity: str = ""
+    created_at: str | None = None
+    event_start_at: str | None = None
+    event_end_at: str | None = None
+    importance: int = 0
+    score: float = 0.0
+    searchable: bool = True
+    vector: str | None = None
+    vector_model: str | None = None
+    text_sha256: str | None = None
+    subject_kind: str | None = None
+    subject_id: str | None = None
+    scope: str | None = None
+
+
+class IndexedDoc:
+    """One indexed entry and what recall needs of it, precomputed at upsert."""
+
+    __slots__ = ("entry", "sha", "start", "end")
+
+    def __init__(self, entry: IndexEntry, sha: str, start: float | None, end: float | None) -> None:
+        self.entry = entry
+        self.sha = sha
+        self.start = start
+        self.end = end
+
+
+def _epoch(value: object, tz: tzinfo) -> float | None:
+    """An ISO 8601 timestamp as epoch seconds (a naive one is read in ``tz``); None if unusable."""
+    parsed = parse_iso(value, tz)
+    if parsed is None:
+        return None
+    try:
+        return parsed.timestamp()
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def event_interval(entry: IndexEntry, tz: tzinfo) -> tuple[float | None, float | None]:
+    """The entry's event as epoch ``(start, end)``: anchor = event end, else event start,
+    else created_at; the interval is [start or anchor, end or anchor], swapped if reversed.
+    ``(None, None)`` when no timestamp parses."""
+    start = _epoch(entry.event_start_at, tz)
+    end = _epoch(entry.event_end_at, tz)
+    anchor = end if end is not None else start if start is not None else _epoch(entry.created_at, tz)
+    if anchor is None:
+        return None, None
+    s = start if start is not None else anchor
+    e = end if end is not None else anchor
+    return (e, s) if e < s else (s, e)
+
+
+def indexable(entry: IndexEntry) -> bool:
+    """The shared hard filter as the index applies it (the owner's verdict first)."""
+    return (
+        entry.searchable
+        and entry.tier in TIERS
+        and isinstance(entry.text, str)
+        and bool(entry.text.strip())
+        and not (entry.score < 0)
+    )
+
+
+def display_tz(name: str) -> tzinfo:
+    """The named IANA zone; the machine's local zone when the name is empty or unknown."""
+    if name:
+        try:
+            from zoneinfo import ZoneInfo
+
+            return ZoneInfo(name)
+        except Exception:  # noqa: BLE001 - a bad zone name falls back to local time
+            pass
+    local = datetime.now().astimezone().tzinfo
+    return local if local is not None else timezone.utc

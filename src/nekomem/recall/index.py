@@ -1,0 +1,326 @@
+"""One character's recall index: BM25 over every searchable entry, vectors over facts and
+reflections, and the searches recall runs over them. A plain object (no actor, no
+threads): RecallActor owns one and feeds it; tests drive it directly.
+
+Documents enter through :meth:`RecallIndex.upsert`. The lexical side is updated at once;
+the vector side, while a model is attached (:meth:`attach_model`), reuses a vector cached
+on the entry when its model id and text sha256 still match, and otherwise lists the entry
+as needing one (:attr:`need`); the caller computes those in batches
+(:meth:`take_backfill` / :meth:`store_backfill`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Collection, Iterable, Sequence
+from datetime import tzinfo
+
+import numpy as np
+import numpy.typing as npt
+
+from nekomem.config.recall import RecallSettings
+from nekomem.domain.subjects import Subject, SubjectIndex
+from nekomem.recall import vector_codec
+from nekomem.recall.embeddings import text_sha256
+from nekomem.recall.entry import (
+    OWNERS,
+    TIER_FAMILIES,
+    VECTOR_TIERS,
+    IndexedDoc,
+    IndexEntry,
+    event_interval,
+    indexable,
+)
+from nekomem.recall.fusion import leg_top, rrf
+from nekomem.recall.lexical import LexicalIndex
+from nekomem.recall.query_text import LexicalAnalyzer
+from nekomem.recall.timewindow import TimeWindow
+from nekomem.recall.vectors import VectorIndex
+
+Vectors = npt.NDArray[np.float32]
+# owner child -> entry id -> (encoded vector, model id, text sha256)
+ComputedVectors = dict[str, dict[str, tuple[str, str, str]]]
+
+
+class RecallIndex:
+    """The lexical and vector indexes of one character and the searches over them."""
+
+    def __init__(self, settings: RecallSettings, tz: tzinfo, analyzer: LexicalAnalyzer) -> None:
+        self.s = settings
+        self.tz = tz
+        self.analyzer = analyzer
+        self.docs: dict[str, IndexedDoc] = {}
+        # Stop names are stripped by the analyzer, before stemming, so the index gets none.
+        self.lexical = LexicalIndex(settings)
+        self.vectors: VectorIndex | None = None
+        self.vector_model: str | None = None
+        self.need: dict[str, str] = {}  # id -> sha of the text waiting for a vector
+        self.subjects = SubjectIndex()  # which subject's corpus each entry belongs to
+        self._time_cache: tuple[list[str], npt.NDArray[np.float64], npt.NDArray[np.float64]] | None = None
+
+    # -- feed ----------------------------------------------------------------------------
+    def upsert(self, entries: Iterable[IndexEntry], replace_tier: str | None = None) -> None:
+        """Add or update ``entries``; with ``replace_tier`` they are the complete set of that
+        tier's family and every other entry of the family is dropped."""
+        entries = list(entries)
+        if replace_tier is not None:
+            family = TIER_FAMILIES.get(replace_tier, (replace_tier,))
+            keep = {e.id for e in entries}
+            for doc_id in [i for i, d in self.docs.items() if d.entry.tier in family and i not in keep]:
+                self._drop(doc_id)
+        for entry in entries:
+            self._put(entry)
+        self._time_cache = None
+
+    def remove(self, ids: Iterable[str]) -> None:
+        """Drop the entries ``ids`` (unknown ids are ignored)."""
+        for doc_id in ids:
+            self._drop(doc_id)
+        self._time_cache = None
+
+    def _put(self, entry: IndexEntry) -> None:
+        if not entry.id:
+            return
+        if not indexable(entry):
+            self._drop(entry.id)
+            return
+        old = self.docs.get(entry.id)
+        sha = old.sha if old is not None and old.entry.text == entry.text else text_sha256(entry.text)
+        start, end = event_interval(entry, self.tz)
+        self.docs[entry.id] = IndexedDoc(entry, sha, start, end)
+        self.subjects.put(entry.id, entry)
+        if old is None or old.entry.text != entry.text:
+            if old is not None:
+                self.lexical.remove(entry.id)
+            self.lexical.add(entry.id, self.analyzer.document(entry.text))
+        if self.vectors is None:
+            return
+        if entry.tier not in VECTOR_TIERS:
+            self.vectors.remove(entry.id)
+            self.need.pop(entry.id, None)
+            return
+        if old is not None and old.sha == sha and entry.id in self.vectors:
+            return
+        if not self._adopt_cached(entry, sha):
+            self.vectors.remove(entry.id)
+            self.need[entry.id] = sha
+
+    def _drop(self, doc_id: str) -> None:
+        if self.docs.pop(doc_id, None) is None:
+            return
+        self.subjects.remove(doc_id)
+        self.lexical.remove(doc_id)
+        self.need.pop(doc_id, None)
+        if self.vectors is not None:
+            self.vectors.remove(doc_id)
+
+    def visible(self, subjects: Sequence[Subject] | None) -> set[str] | None:
+        """The ids a recall for ``subjects`` may see (None: the private corpus, see
+        :mod:`nekomem.domain.subjects`); None means no filter is needed."""
+        return self.subjects.allowed(subjects)
+
+    # -- vectors -------------------------------------------------------------------------
+    def attach_model(self, model: str, dim: int) -> bool:
+        """Use vectors of ``model`` (``dim`` wide). A new model empties the vector side and
+        lists every vector-tier entry without a matching cached vector in :attr:`need`.
+        Returns True when the vector side was rebuilt."""
+        if self.vector_model == model and self.vectors is not None:
+            return False
+        self.vectors = VectorIndex(dim, self.s)
+        self.vector_model = model
+        self.need.clear()
+        for doc_id, doc in self.docs.items():
+            if doc.entry.tier in VECTOR_TIERS and not self._adopt_cached(doc.entry, doc.sha):
+                self.need[doc_id] = doc.sha
+        return True
+
+    def detach_model(self) -> None:
+        """Forget the vector side (the embedding service was disabled)."""
+        self.vectors, self.vector_model = None, None
+        self.need.clear()
+
+    def vector_count(self) -> int:
+        return 0 if self.vectors is None else len(self.vectors)
+
+    def _adopt_cached(self, entry: IndexEntry, sha: str) -> bool:
+        if self.vectors is None or entry.vector is None or entry.vector_model != self.vector_model or entry.text_sha256 != sha:
+            return False
+        vec = vector_codec.try_decode(entry.vector, self.vectors.dim)
+        if vec is None:
+            return False
+        try:
+            self.vectors.upsert(entry.id, vec)
+        except ValueError:
+            return False
+        return True
+
+    def take_backfill(self, batch_size: int) -> tuple[list[tuple[str, str]], list[str]]:
+        """The next ``batch_size`` entries needing a vector as ``(id, sha)`` items and their
+        texts; they leave :attr:`need` only when :meth:`commit_backfill` is called."""
+        items = [(doc_id, self.need[doc_id]) for doc_id in itertools.islice(self.need, batch_size)]
+        return items, [self.docs[doc_id].entry.text for doc_id, _ in items]
+
+    def commit_backfill(self, items: Sequence[tuple[str, str]]) -> None:
+        """The batch ``items`` was handed to the model: they no longer wait."""
+        for doc_id, _ in items:
+            del self.need[doc_id]
+
+    def restore_backfill(self, items: Sequence[tuple[str, str]]) -> None:
+        """A batch failed: list again the entries still present and unchanged."""
+        for doc_id, sha in items:
+            doc = self.docs.get(doc_id)
+            if doc is not None and doc.sha == sha and doc.entry.tier in VECTOR_TIERS:
+                self.need.setdefault(doc_id, sha)
+
+    def store_backfill(self, items: Sequence[tuple[str, str]], vectors: Vectors) -> ComputedVectors:
+        """Store the computed ``vectors`` (one row per item, in order) for the entries still
+        present with the same text; returns them encoded, per owner, to be cached on the
+        entries. Raises AssertionError when no model is attached."""
+        assert self.vectors is not None and self.vector_model is not None
+        computed: ComputedVectors = {}
+        for (doc_id, sha), row in zip(items, np.asarray(vectors), strict=False):
+            doc = self.docs.get(doc_id)
+            if doc is None or doc.sha != sha or doc.entry.tier not in VECTOR_TIERS:
+                continue  # removed or rewritten meanwhile; a newer request is queued if needed
+            try:
+                self.vectors.upsert(doc_id, row)
+                encoded = vector_codec.encode(row)
+            except (ValueError, vector_codec.VectorCodecError):
+                continue
+            computed.setdefault(OWNERS[doc.entry.tier], {})[doc_id] = (encoded, self.vector_model, sha)
+        return computed
+
+    # -- user recall ---------------------------------------------------------------------
+    def legs(self, lexical_query: str, qvec: Vectors | None, allowed: Collection[str] | None) -> list[list[str]]:
+        """The lexical and the vector leg (ids, best first) over ``allowed`` (None: all)."""
+        s = self.s
+        lex_hits: list[tuple[str, float]] = []
+        vec_hits: list[tuple[str, float]] = []
+        if allowed is None or allowed:
+            if s.recall_legs != "vector":
+                lex_hits = self.lexical.search(lexical_query, s.recall_budget_each, allowed, min_score=s.recall_bm25_threshold)
+            if qvec is not None and self.vectors is not None and s.recall_legs != "bm25":
+                try:
+                    vec_hits = self.vectors.search(qvec, s.recall_budget_each, allowed, min_score=s.recall_cosine_threshold)
+                except ValueError:
+                    vec_hits = []
+        return [leg_top(lex_hits, s.recall_budget_each, s.recall_bm25_threshold), leg_top(vec_hits, s.recall_budget_each, s.recall_cosine_threshold)]
+
+    def search(
+        self, text: str, qvec: Vectors | None, allowed: set[str] | None, hinted: set[str] | None
+    ) -> tuple[list[tuple[IndexEntry, float]], list[list[str]]]:
+        """Hybrid search of ``text`` (and its vector ``qvec`` when there is one) inside
+        ``allowed`` (None: everything); the entries of ``hinted`` get a pair of legs of
+        their own. Returns the fused hits best first and the legs."""
+        lexical_query = self.analyzer.query(text)
+        legs = self.legs(lexical_query, qvec, allowed)
+        if hinted:
+            # The query named a time: the same search inside that window adds two legs, so
+            # entries of that time rank first without hiding the rest.
+            legs += self.legs(lexical_query, qvec, hinted)
+        fused = rrf(legs, self.s.recall_rrf_k, self.s.recall_budget_total)
+        return [(self.docs[i].entry, round(score, 6)) for i, score in fused if i in self.docs], legs
+
+    def _time_arrays(self) -> tuple[list[str], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        if self._time_cache is None:
+            ids = [i for i, d in self.docs.items() if d.start is not None]
+            starts = np.fromiter((self.docs[i].start for i in ids), dtype=np.float64, count=len(ids))
+            ends = np.fromiter((self.docs[i].end for i in ids), dtype=np.float64, count=len(ids))
+            self._time_cache = (ids, starts, ends)
+        return self._time_cache
+
+    def in_window(self, window: TimeWindow) -> set[str]:
+        """Ids whose event interval overlaps ``window`` (start < window end, end >= start)."""
+        ids, starts, ends = self._time_arrays()
+        mask = (starts < window.end.timestamp()) & (ends >= window.start.timestamp())
+        return {ids[i] for i in np.flatnonzero(mask).tolist()}
+
+    def nearest_in_time(self, window: TimeWindow, limit: int, visible: Collection[str] | None = None) -> tuple[list[IndexEntry], int, int]:
+        """Up to ``limit`` entries nearest to ``window`` among ``visible`` (None: all): inside
+        first, then by the gap, then the later event. Returns them, the number of dated
+        entries considered and how many are inside."""
+        ids, starts, ends = self._time_arrays()
+        if visible is not None:
+            keep = np.fromiter((i in visible for i in ids), dtype=bool, count=len(ids))
+            ids, starts, ends = [i for i, k in zip(ids, keep, strict=True) if k], starts[keep], ends[keep]
+        ws, we = window.start.timestamp(), window.end.timestamp()
+        inside = (starts < we) & (ends >= ws)
+        distance = np.where(inside, 0.0, np.where(ends < ws, ws - ends, starts - we))
+        order = np.lexsort((-starts, distance, (~inside).astype(np.int8)))[:limit]
+        return [self.docs[ids[i]].entry for i in order.tolist()], len(ids), int(inside.sum())
+
+    # -- maintenance recall --------------------------------------------------------------
+    def coarse_rank(self, candidates: list[str], k: int, vectors: Vectors | None, n_queries: int, extra: list[str]) -> list[str]:
+        """Stage-2 coarse rank: ``candidates`` by their best cosine to the first
+        ``n_queries`` rows of ``vectors`` (the rows after them embed ``extra``, candidates
+        the index has no vector for), cut to ``k``. Unembedded candidates keep the given
+        order in a reserved quota; without vectors the answer is the given order."""
+        if vectors is None or self.vectors is None:
+            return candidates[:k]
+        queries = vectors[:n_queries]
+        own = {c: vectors[n_queries + i] for i, c in enumerate(extra)}
+        scored: list[tuple[float, int, str]] = []
+        unembedded: list[str] = []
+        for position, cid in enumerate(candidates):
+            vec = own.get(cid)
+            if vec is None:
+                vec = self.vectors.get(cid)
+            if vec is None:
+                unembedded.append(cid)
+                continue
+            best = float(np.max(queries @ vec))
+            scored.append((-best, position, cid))  # ties keep the given (evidence) order
+        scored.sort()
+        embedded = [cid for _, _, cid in scored]
+        # Unembedded candidates keep a reserved share so that they are not starved.
+        quota = min(len(unembedded), max(1, k // (self.s.recall_coarse_oversample + 1))) if unembedded else 0
+        chosen = embedded[: k - quota] + unembedded[:quota]
+        if len(chosen) < k:
+            rest = embedded[k - quota :] + unembedded[quota:]
+            chosen += rest[: k - len(chosen)]
+        return chosen
+
+    def related(self, vectors: Vectors, per_query_k: int, cap: int, tiers: Collection[str], exclude: Collection[str]) -> list[str]:
+        """The ``per_query_k`` entries nearest to each query row, merged round-robin (every
+        query's first before anyone's second), deduplicated, capped at ``cap``; only
+        ``tiers``, never ``exclude``. Empty without a vector side."""
+        if self.vectors is None:
+            return []
+        tier_set, excluded, docs = set(tiers), set(exclude), self.docs
+
+        def accept(doc_id: str) -> bool:
+            doc = docs.get(doc_id)
+            return doc is not None and doc.entry.tier in tier_set and doc_id not in excluded
+
+        per_query = [[i for i, _ in self.vectors.search(row, per_query_k, accept)] for row in vectors]
+        merged: list[str] = []
+        seen: set[str] = set()
+        for rank in range(per_query_k):
+            for hits in per_query:
+                if rank < len(hits) and hits[rank] not in seen:
+                    seen.add(hits[rank])
+                    merged.append(hits[rank])
+                    if len(merged) >= cap:
+                        return merged
+        return merged
+
+
+class PendingCounter:
+    """Entries waiting for a vector, per character; calling it gives the process total
+    (registered as ``services.hooks["embedding_pending"]`` for /health)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+
+    def set(self, key: str, count: int) -> None:
+        with self._lock:
+            if count > 0:
+                self._counts[key] = count
+            else:
+                self._counts.pop(key, None)
+
+    def __call__(self) -> int:
+        with self._lock:
+            return sum(self._counts.values())

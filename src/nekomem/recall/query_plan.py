@@ -1,0 +1,56 @@
+"""What a user recall will search, decided before any embedding is computed.
+
+An explicit ``time`` restricts the pool to the entries inside its window (a hard filter).
+Without one, a time expression inside the query itself ("what did I eat yesterday") is
+taken out of the searched text and its window's entries get a pair of legs of their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from nekomem.config.recall import RecallSettings
+from nekomem.domain.subjects import restrict
+from nekomem.recall.index import RecallIndex
+from nekomem.recall.query_text import query_time_hint
+from nekomem.recall.timewindow import TimeWindow, parse_time_window
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """``query`` as asked (trimmed, capped), ``search`` the text searched, ``spec`` the
+    explicit time expression and ``window`` its parse (None when absent or not
+    understood), ``allowed`` the ids inside that window (None: no filter), ``hinted`` the
+    ids inside a window named by the query itself, ``started`` a perf_counter stamp."""
+
+    query: str
+    search: str
+    spec: str
+    window: TimeWindow | None
+    allowed: set[str] | None
+    hinted: set[str] | None
+    started: float
+
+
+def plan_query(
+    query: str,
+    spec: str,
+    now: datetime,
+    index: RecallIndex,
+    settings: RecallSettings,
+    started: float,
+    visible: set[str] | None = None,
+) -> QueryPlan:
+    """The plan of recall ``query`` with time expression ``spec`` resolved against ``now``;
+    ``visible`` (None: everything) is a hard filter on every id the plan allows."""
+    spec = spec.strip()
+    window = parse_time_window(spec, now) if spec else None
+    search, hinted = query, None
+    if query and window is None and settings.recall_query_time_hints:
+        hint, rest = query_time_hint(query, now, settings.recall_query_time_max_tokens, settings.recall_query_time_max_attempts)
+        if hint is not None:
+            hinted = restrict(index.in_window(hint), visible) or None
+            search = rest or query
+    allowed = restrict(index.in_window(window) if window is not None else None, visible)
+    return QueryPlan(query, search, spec, window, allowed, hinted, started)

@@ -1,0 +1,184 @@
+"""Reading time_indexed.db, the raw conversation journal (see :mod:`nekomem.stores.timeindex`).
+
+:class:`TimeIndexReader` is the one path by which another layer than its writer (RecentActor)
+reads the journal: :meth:`TimeIndexReader.read_only` opens the file with SQLite's
+``mode=ro`` URI, runs no DDL and takes no write lock, so a reader never waits on nor
+blocks the writer (WAL readers see the last committed state). The writer
+(:class:`~nekomem.stores.timeindex.TimeIndex`) inherits these queries over its own
+read-write connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Iterator, Sequence
+from datetime import timezone
+from pathlib import Path
+
+import msgspec
+
+from nekomem.domain.turns import Turn, from_disk, parse_timestamp
+
+log = logging.getLogger("nekomem.stores.timeindex")
+
+ORIGINAL_TABLE = "time_indexed_original"
+DEFAULT_BUSY_TIMEOUT_MS = 5000
+# Rows fetched per query by iter_all: bounds memory, not a tunable.
+_ITER_BATCH_ROWS = 500
+_ORIGINAL = ORIGINAL_TABLE
+
+
+def to_utc_iso(ts: str) -> str:
+    """Canonical stored form of an ISO 8601 timestamp: UTC, microseconds, ``+00:00``.
+
+    A value without offset is taken as UTC. Raises ValueError for anything unparseable.
+    """
+    if not isinstance(ts, str) or not ts.strip():
+        raise ValueError("timestamp must be a non-empty ISO 8601 string")
+    try:
+        return parse_timestamp(ts).astimezone(timezone.utc).isoformat(timespec="microseconds")
+    except (ValueError, OverflowError):
+        raise ValueError(f"timestamp {ts!r} is not ISO 8601 (or is out of range)") from None
+
+
+class TimeIndexRow(msgspec.Struct, frozen=True):
+    """A stored turn with its row id and the write request (session) that stored it."""
+
+    id: int
+    session_id: str | None
+    turn: Turn
+
+
+class TimeIndexReader:
+    """Queries over time_indexed.db. Every method raises sqlite3.Error when the database
+    cannot be used (a read-only reader also when the file does not exist)."""
+
+    def __init__(self, path: Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> None:
+        self.path = Path(path)
+        self.busy_timeout_ms = busy_timeout_ms
+        self._db: sqlite3.Connection | None = None
+
+    @classmethod
+    def read_only(cls, path: Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> TimeIndexReader:
+        """A reader that never writes (the connection opens on first use)."""
+        return cls(path, busy_timeout_ms=busy_timeout_ms)
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            uri = f"{self.path.resolve().as_uri()}?mode=ro"
+            db = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout_ms / 1000.0, check_same_thread=False)
+            db.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
+            self._db = db
+        return self._db
+
+    def close(self) -> None:
+        """Close the connection (it reopens on the next use)."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def __enter__(self) -> TimeIndexReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reading -----------------------------------------------------------------------
+
+    def _turn(self, row_id: int, message: object, timestamp: object) -> Turn | None:
+        try:
+            raw = msgspec.json.decode(message) if isinstance(message, (str, bytes)) else None
+        except msgspec.DecodeError:
+            raw = None
+        turn = from_disk(raw) if raw is not None else None
+        if turn is None:
+            log.warning("%s: row %d has no readable message; skipped", self.path.name, row_id)
+            return None
+        if isinstance(timestamp, str) and timestamp:
+            turn = msgspec.structs.replace(turn, ts=timestamp)
+        return turn
+
+    def _rows(self, sql: str, params: Sequence[object]) -> list[TimeIndexRow]:
+        rows: list[TimeIndexRow] = []
+        for row_id, session_id, message, timestamp in self._conn().execute(sql, params):
+            turn = self._turn(row_id, message, timestamp)
+            if turn is not None:
+                rows.append(TimeIndexRow(id=row_id, session_id=session_id, turn=turn))
+        return rows
+
+    def last_timestamp(self) -> str | None:
+        """``MAX(timestamp)``: the newest stored turn's time, or None when empty."""
+        row = self._conn().execute(f"SELECT MAX(timestamp) FROM {_ORIGINAL}").fetchone()
+        return row[0] if row and row[0] is not None else None
+
+    def count(self) -> int:
+        """Number of stored turns."""
+        return int(self._conn().execute(f"SELECT COUNT(*) FROM {_ORIGINAL}").fetchone()[0])
+
+    def tail(self, n: int) -> list[Turn]:
+        """The newest ``n`` turns, oldest first (insertion order)."""
+        if n <= 0:
+            return []
+        rows = self._rows(
+            f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} ORDER BY id DESC LIMIT ?",
+            (n,),
+        )
+        return [row.turn for row in reversed(rows)]
+
+    def rows_between(self, start_iso: str, end_iso: str, limit: int | None = None) -> list[TimeIndexRow]:
+        """Rows with ``start <= timestamp <= end`` ordered by timestamp, then insertion.
+
+        Bounds are converted with :func:`to_utc_iso` (ValueError if unparseable). Rows that
+        share a timestamp come out together in insertion order, so a caller draining in
+        batches can extend a batch to the rows sharing its boundary timestamp.
+        """
+        start, end = to_utc_iso(start_iso), to_utc_iso(end_iso)
+        sql = (
+            f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} "
+            "WHERE timestamp BETWEEN ? AND ? ORDER BY timestamp, id"
+        )
+        params: list[object] = [start, end]
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(max(0, limit))
+        return self._rows(sql, params)
+
+    def between(self, start_iso: str, end_iso: str, limit: int | None = None) -> list[Turn]:
+        """Turns of :meth:`rows_between`."""
+        return [row.turn for row in self.rows_between(start_iso, end_iso, limit)]
+
+    def iter_all(self) -> Iterator[Turn]:
+        """Every stored turn in insertion order, fetched in bounded batches."""
+        for row in self.iter_rows():
+            yield row.turn
+
+    def raw_rows(self) -> Iterator[tuple[str | None, str, str]]:
+        """Every row's stored ``(session_id, message, timestamp)``, undecoded, in bounded batches."""
+        last_id = 0
+        while True:
+            batch = self._conn().execute(
+                f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} WHERE id > ? ORDER BY id LIMIT ?",
+                (last_id, _ITER_BATCH_ROWS),
+            ).fetchall()
+            if not batch:
+                return
+            for _row_id, session_id, message, timestamp in batch:
+                yield session_id, message, timestamp
+            last_id = batch[-1][0]
+
+    def iter_rows(self) -> Iterator[TimeIndexRow]:
+        """Every readable row (id, session, turn) in insertion order, in bounded batches."""
+        last_id = 0
+        while True:
+            batch = self._conn().execute(
+                f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} WHERE id > ? ORDER BY id LIMIT ?",
+                (last_id, _ITER_BATCH_ROWS),
+            ).fetchall()
+            if not batch:
+                return
+            for row_id, session_id, message, timestamp in batch:
+                turn = self._turn(row_id, message, timestamp)
+                if turn is not None:
+                    yield TimeIndexRow(id=row_id, session_id=session_id, turn=turn)
+            last_id = batch[-1][0]

@@ -1,0 +1,104 @@
+// The memory browser: hash routes (#/facts, #/journal?since=...) over one page.
+import { t, setLang, currentLang, applyStatic } from "./i18n.js";
+import { api, h, status, showError, getToken, setToken } from "./core.js";
+import * as memory from "./views_memory.js";
+import * as longterm from "./views_longterm.js";
+import * as tools from "./views_tools.js";
+
+const VIEWS = {
+  characters: memory.characters,
+  recent: memory.recent,
+  journal: memory.journal,
+  facts: memory.facts,
+  reflections: longterm.reflections,
+  persona: longterm.persona,
+  recall: tools.recall,
+  context: tools.context,
+  server: tools.server,
+};
+const NEEDS_CHARACTER = new Set(["recent", "journal", "facts", "reflections", "persona", "recall", "context"]);
+const CHAR_KEY = "nekomem.character";
+
+function route() {
+  const raw = location.hash.replace(/^#\/?/, "");
+  const [name, query] = raw.split("?");
+  return { view: VIEWS[name] ? name : "characters", params: new URLSearchParams(query || "") };
+}
+
+export function go(view, params) {
+  const q = params ? new URLSearchParams(params).toString() : "";
+  location.hash = "#/" + view + (q ? "?" + q : "");
+}
+
+function character() { return document.getElementById("character").value; }
+
+async function loadCharacters() {
+  const sel = document.getElementById("character");
+  try {
+    const data = await api("GET", "/api/browse/characters");
+    const keep = sel.value || localStorage.getItem(CHAR_KEY) || "";
+    sel.replaceChildren(...data.characters.map((c) => h("option", { value: c.name }, c.name)));
+    if (data.characters.some((c) => c.name === keep)) sel.value = keep;
+    return data;
+  } catch (e) { showError(e); return null; }
+}
+
+function drawNav(active) {
+  const nav = document.getElementById("nav");
+  nav.replaceChildren(...Object.keys(VIEWS).map((v) =>
+    h("a", { href: "#/" + v, class: v === active ? "active" : null, "data-view": v }, t("view_" + v))));
+}
+
+let renderSeq = 0;
+async function render() {
+  const { view, params } = route();
+  const seq = ++renderSeq;
+  drawNav(view);
+  applyStatic();
+  status("");
+  const main = document.getElementById("view");
+  main.setAttribute("data-view", view);
+  main.setAttribute("data-ready", "false");
+  main.setAttribute("data-seq", String(seq));
+  await charactersLoaded;
+  const name = character();
+  if (NEEDS_CHARACTER.has(view) && !name) {
+    main.replaceChildren(h("p", { class: "muted" }, t("no_character")));
+    main.setAttribute("data-ready", "true");
+    return;
+  }
+  const box = h("div", {});
+  main.replaceChildren(box);
+  try {
+    await VIEWS[view](box, { name, params, go, refresh: render, reloadCharacters: loadCharacters });
+  } catch (e) { showError(e); }
+  if (seq === renderSeq) main.setAttribute("data-ready", "true");
+}
+
+function setupChrome() {
+  const lang = document.getElementById("lang");
+  lang.value = currentLang();
+  lang.addEventListener("change", () => { setLang(lang.value); render(); });
+  document.getElementById("character").addEventListener("change", (e) => {
+    localStorage.setItem(CHAR_KEY, e.target.value);
+    render();
+  });
+  const box = document.getElementById("token-box");
+  const input = document.getElementById("token-input");
+  document.getElementById("token-button").addEventListener("click", () => { box.hidden = !box.hidden; input.value = getToken(); });
+  document.getElementById("token-save").addEventListener("click", async () => {
+    setToken(input.value.trim());
+    box.hidden = true;
+    await loadCharacters();
+    render();
+  });
+  document.addEventListener("nekomem-auth", () => { box.hidden = false; status(t("need_token")); });
+  window.addEventListener("hashchange", render);
+}
+
+setupChrome();
+setLang(currentLang());
+// Every render waits for the first character list, so a deep link (#/facts) never renders
+// before the character it needs is known.
+const charactersLoaded = loadCharacters();
+render();

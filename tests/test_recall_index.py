@@ -1,0 +1,153 @@
+"""RecallIndex and the query plan without any actor: the feed, the vector side (cached
+vectors, backfill bookkeeping), hybrid search, time windows and maintenance ranking. Real
+settings, real BM25 and vector indexes; vectors are small hand-made unit vectors."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import numpy as np
+import pytest
+
+from nekomem.config.settings import load_settings
+from nekomem.recall import vector_codec
+from nekomem.recall.embeddings import text_sha256
+from nekomem.recall.entry import IndexEntry
+from nekomem.recall.index import RecallIndex
+from nekomem.recall.query_plan import plan_query
+from nekomem.recall.query_text import LexicalAnalyzer, stop_names_for
+from nekomem.recall.response import empty_response, query_response
+
+UTC = timezone.utc
+MODEL = "test-model"
+
+
+def settings():
+    return load_settings(None, env={}, overrides={}).recall
+
+
+def make_index() -> RecallIndex:
+    s = settings()
+    return RecallIndex(s, UTC, LexicalAnalyzer(s, stop_names_for(["Master", "Lan"])))
+
+
+def unit(*xs: float) -> np.ndarray:
+    v = np.asarray(xs, dtype=np.float32)
+    return v / np.linalg.norm(v)
+
+
+def entry(id: str, text: str, tier: str = "fact", vec: np.ndarray | None = None, **kw) -> IndexEntry:
+    cached = {}
+    if vec is not None:
+        cached = {"vector": vector_codec.encode(vec), "vector_model": MODEL, "text_sha256": text_sha256(text)}
+    return IndexEntry(id=id, tier=tier, text=text, entity="master", created_at="2026-01-01T00:00:00+00:00", **cached, **kw)
+
+
+def test_feed_replace_and_remove():
+    index = make_index()
+    index.upsert([entry("f1", "Master plays the violin"), entry("a1", "Master sold the old bike", tier="fact_archive")])
+    index.upsert([entry("r1", "Master is musical", tier="reflection")])
+    assert set(index.docs) == {"f1", "a1", "r1"}
+    # "fact" names the family of the fact owner: the archive entry not resent goes too.
+    index.upsert([entry("f2", "Master bakes bread")], replace_tier="fact")
+    assert set(index.docs) == {"f2", "r1"}
+    index.upsert([entry("r1", "Master is musical", tier="reflection", searchable=False)])
+    index.remove(["f2", "unknown"])
+    assert index.docs == {}
+
+
+def test_lexical_search_stems_and_ignores_names_and_function_words():
+    index = make_index()
+    index.upsert([entry("f1", "Master researched old maps"), entry("f2", "Lan likes green tea")])
+    hits, legs = index.search("What did Master research?", None, None, None)
+    assert [e.id for e, _ in hits] == ["f1"] and legs[1] == []
+    assert query_response(hits, "q", 2, 1.0)["results"][0]["id"] == "f1"
+    assert empty_response("q", error=True)["error_code"] == "hybrid_recall_failed"
+
+
+def test_cached_vectors_are_adopted_and_missing_ones_wait_for_backfill():
+    index = make_index()
+    index.upsert([entry("f1", "Master rides a bicycle", vec=unit(1, 0, 0)), entry("f2", "Master paints at night")])
+    assert index.attach_model(MODEL, 3) is True and index.attach_model(MODEL, 3) is False
+    assert "f1" in index.vectors and index.need == {"f2": text_sha256("Master paints at night")}
+    items, texts = index.take_backfill(10)
+    assert texts == ["Master paints at night"] and index.need  # taken, not yet committed
+    index.commit_backfill(items)
+    assert not index.need
+    index.restore_backfill(items)  # the batch failed
+    assert list(index.need) == ["f2"]
+    index.commit_backfill(items)
+    computed = index.store_backfill(items, np.stack([unit(0, 1, 0)]))
+    encoded, model, sha = computed["facts"]["f2"]
+    assert model == MODEL and sha == text_sha256("Master paints at night")
+    assert np.allclose(vector_codec.decode(encoded, 3), unit(0, 1, 0), atol=1e-3)
+    # A rewritten text invalidates the cached vector; removal drops it everywhere.
+    index.upsert([entry("f1", "Master rides a motorbike")])
+    assert "f1" not in index.vectors and "f1" in index.need
+    index.detach_model()
+    assert index.vectors is None and not index.need
+
+
+def test_vector_leg_finds_what_bm25_cannot():
+    index = make_index()
+    index.upsert([entry("f1", "Master drinks green tea", vec=unit(1, 0.1, 0)), entry("f2", "Master owns a red car", vec=unit(0, 0, 1))])
+    index.attach_model(MODEL, 3)
+    hits, legs = index.search("favourite beverage", unit(1, 0, 0), None, None)
+    assert legs[0] == [] and legs[1] == ["f1"] and hits[0][0].id == "f1"
+
+
+def test_time_windows_and_the_query_plan():
+    index = make_index()
+    index.upsert([
+        entry("d8", "dinner at the harbour", event_start_at="2025-12-08T19:00:00+00:00"),
+        entry("d1", "lunch in the park", event_start_at="2025-12-01T12:00:00+00:00"),
+    ])
+    now = datetime(2025, 12, 10, 12, tzinfo=UTC)
+    plan = plan_query("what did we eat on 8 December 2025", "", now, index, settings(), 0.0)
+    assert plan.hinted == {"d8"} and "December" not in plan.search and plan.allowed is None
+    plan = plan_query("", "2025-12-01", now, index, settings(), 0.0)
+    assert plan.allowed == {"d1"} and plan.window is not None
+    nearest, dated, inside = index.nearest_in_time(plan.window, 5)
+    assert [e.id for e in nearest] == ["d1", "d8"] and (dated, inside) == (2, 1)
+
+
+def test_maintenance_ranking():
+    index = make_index()
+    index.upsert([
+        entry("r1", "Master likes cats", tier="reflection", vec=unit(1, 0, 0)),
+        entry("r2", "Master likes dogs", tier="reflection", vec=unit(0, 1, 0)),
+        entry("f1", "Master adopted a kitten", vec=unit(0.9, 0.1, 0)),
+    ])
+    index.attach_model(MODEL, 3)
+    queries = np.stack([unit(1, 0, 0)])
+    assert index.coarse_rank(["r2", "r1"], 2, queries, 1, []) == ["r1", "r2"]
+    # A candidate without a vector keeps a reserved place; no vectors: the given order.
+    assert "p1" in index.coarse_rank(["r2", "r1", "p1"], 2, queries, 1, [])
+    assert index.coarse_rank(["r2", "r1"], 1, None, 1, []) == ["r2"]
+    assert index.related(queries, 2, 5, ["fact"], []) == ["f1"]
+    assert index.related(queries, 2, 5, ["fact", "reflection"], ["r1"]) == ["f1", "r2"]
+    assert index.related(queries, 2, 1, ["fact", "reflection"], []) == ["r1"]  # the cap
+
+
+@pytest.mark.parametrize("bad", [entry("e", "  "), entry("e", "x", tier="persona"), entry("e", "x", score=-0.5)])
+def test_entries_the_hard_filter_excludes_are_not_indexed(bad):
+    index = make_index()
+    index.upsert([bad])
+    assert index.docs == {}
+
+
+def test_a_visibility_filter_restricts_every_path():
+    index = make_index()
+    index.upsert([
+        entry("d8", "dinner at the harbour", event_start_at="2025-12-08T19:00:00+00:00"),
+        entry("d1", "dinner in the park", event_start_at="2025-12-01T12:00:00+00:00"),
+    ])
+    now = datetime(2025, 12, 10, 12, tzinfo=UTC)
+    plan = plan_query("dinner", "", now, index, settings(), 0.0, visible={"d1"})
+    assert plan.allowed == {"d1"}
+    hits, _ = index.search(plan.search, None, plan.allowed, plan.hinted)
+    assert [e.id for e, _ in hits] == ["d1"]
+    plan = plan_query("what did we eat on 8 December 2025", "", now, index, settings(), 0.0, visible={"d1"})
+    assert plan.hinted is None  # the hinted window holds nothing visible
+    window = plan_query("", "2025-12", now, index, settings(), 0.0).window
+    assert [e.id for e in index.nearest_in_time(window, 5, visible={"d8"})[0]] == ["d8"]
