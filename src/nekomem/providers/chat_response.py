@@ -40,8 +40,6 @@ class AttemptFailed(Exception):
         self.detail = detail  # the error body, matched by the negotiation (never logged)
 
 
-
-
 def error_detail(response: httpx.Response, limit: int = 200) -> str:
     """A short description of an error body (the provider's message if it has one)."""
     try:
@@ -81,9 +79,7 @@ def content_of(body: Any) -> tuple[str, str | None]:
         raise AttemptFailed("response choice has no message", retryable=True)
     content = message.get("content")
     if isinstance(content, list):  # content parts
-        content = "".join(
-            part.get("text", "") for part in content if isinstance(part, dict) and isinstance(part.get("text"), str)
-        )
+        content = "".join(part.get("text", "") for part in content if isinstance(part, dict) and isinstance(part.get("text"), str))
     exhausted = finish_reason in EXHAUSTED_FINISH_REASONS
     if not isinstance(content, str) or not content.strip():
         if isinstance(message.get("refusal"), str):
