@@ -131,14 +131,24 @@ def test_a_broken_server_leaves_no_false_memory(fake_llm):
         with pytest.raises(LLMTaskFailed) as info:
             client.run("summarize_recent", MSGS)
         assert info.value.status_code == 500 and info.value.attempts == 2
-        # each attempt probed the whole ladder: the 500 might have been about the format
-        assert formats(fake_llm) == ["json_schema", "json_object", "none"] * 2
+        # the first attempt probed one level down (the 500 might have been about the format);
+        # json_object failed the very same way, so the probe stopped and the retry is plain
+        assert formats(fake_llm) == ["json_schema", "json_object", "json_schema"]
         assert client.status()["summary"]["negotiated"]["response_format"] == "json_schema"
         fake_llm.reset()
         client.run("summarize_recent", MSGS)  # the server recovered: json_schema is confirmed
         assert formats(fake_llm) == ["json_schema"]
         negotiated = client.status()["summary"]["negotiated"]
     assert negotiated["response_format_confirmed"] and negotiated["fallbacks"] == []
+
+
+def test_a_probe_is_repeated_only_after_the_reprobe_interval(fake_llm):
+    fake_llm.on("summarize_recent", Reply.status(500, "boom"))
+    with client_for(fake_llm, llm_max_retries=0, llm_negotiation_reprobe_seconds=0) as client:
+        for _ in range(2):
+            with pytest.raises(LLMTaskFailed):
+                client.run("summarize_recent", MSGS)
+    assert formats(fake_llm) == ["json_schema", "json_object"] * 2  # interval 0: every call probes
 
 
 def test_a_confirmed_format_is_not_dropped_for_a_plain_500(fake_llm):

@@ -317,6 +317,7 @@ class LLMClient:
             dialect = negotiator.current(key)
             level, param, confirmed = dialect.response_format, dialect.tokens_param, dialect.format_confirmed
             switched_param = False
+            probed: tuple[int, str] | None = None
             while True:
                 try:
                     output = self._attempt(client, request, level, param, attempt)
@@ -338,6 +339,14 @@ class LLMClient:
                     following, certain = step
                     if certain:
                         negotiator.refused_format(key, level, following, status)
+                    elif not negotiator.may_probe(key):
+                        raise
+                    elif probed == (status, detail):
+                        # The level below failed exactly like the one above: not the format.
+                        negotiator.block_probing(key, self._settings.llm_negotiation_reprobe_seconds)
+                        raise
+                    else:
+                        probed = (status, detail)
                     self._log_fallback(request, f"{level} -> {following}", status)
                     level, confirmed = following, False
                     continue

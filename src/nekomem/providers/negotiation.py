@@ -13,7 +13,9 @@ Which errors move down the ladder (everything else is an ordinary failure with b
   a grammar or structured output: the level is refused, move down and remember it;
 - a 400, 422 or 500 that explains nothing, while the current level has never been accepted
   by this endpoint: try the next level at once; it is remembered only when a lower level
-  then gets a 2xx (a server that is merely broken leaves no false memory);
+  then gets a 2xx (a server that is merely broken leaves no false memory). When the lower
+  level fails with the very same error, the error was not about the format: the probe stops
+  and such errors are plain failures for ``llm_negotiation_reprobe_seconds``;
 - a 400 or 422 naming the token parameter as unsupported, unknown or extra: switch to the
   other name and remember it.
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,6 +144,7 @@ class Negotiator:
         self._lock = threading.Lock()
         self._dialects: dict[tuple[str, str], EndpointDialect] = {}
         self._probe_locks: dict[tuple[str, str], threading.Lock] = {}
+        self._no_probe_until: dict[tuple[str, str], float] = {}
 
     @property
     def format_pinned(self) -> bool:
@@ -174,6 +178,16 @@ class Negotiator:
         """The lock that serialises requests to ``key`` while it is not settled."""
         with self._lock:
             return self._probe_locks.setdefault(key, threading.Lock())
+
+    def may_probe(self, key: tuple[str, str]) -> bool:
+        """False while a recent probe of ``key`` showed its errors are not about the format."""
+        with self._lock:
+            return time.monotonic() >= self._no_probe_until.get(key, 0.0)
+
+    def block_probing(self, key: tuple[str, str], seconds: float) -> None:
+        """Treat unexplained errors of ``key`` as plain failures for ``seconds``."""
+        with self._lock:
+            self._no_probe_until[key] = time.monotonic() + seconds
 
     def accepted(self, key: tuple[str, str], level: str, param: str) -> bool:
         """Record that a request sent at ``level`` with ``param`` got a 2xx.
