@@ -50,6 +50,7 @@ check: $(CHECK_STAMP)
 bench: install
 	$(PY) -m bench.http_load
 	$(PY) -m bench.isolation
+	$(PY) -m bench.density
 	$(PY) -m bench.fact_write_cost
 	$(PY) -m bench.recall_latency
 	$(PY) -m bench.recall_http_latency

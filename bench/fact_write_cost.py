@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from nekomem.actors.host import ACTORS
 from nekomem.actors.messages import Flush, ImportFacts
 from nekomem.config import load_settings
 from nekomem.runtime.runtime import Runtime
@@ -46,7 +47,7 @@ def run(size: int, samples: int, chunk: int) -> list[float]:
     rng = random.Random(size)
     with tempfile.TemporaryDirectory() as root:
         settings = load_settings(None, env={}, overrides={"memory_root": str(Path(root)), "embedding_enabled": False})
-        rt = Runtime(settings)
+        rt = Runtime(settings, actors=ACTORS)
         rt.start(background=False)
         try:
             ask = rt.registry.ask_sync

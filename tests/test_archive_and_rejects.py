@@ -12,6 +12,7 @@ from nekomem.actors.messages import Flush
 from nekomem.actors.supervisor import CHILD_ORDER
 from nekomem.runtime.clock import ManualClock
 from nekomem.stores.layout import CharacterPaths
+from tests.support.waiting import quiesce
 from tests.support.live import LiveServer, make_settings
 
 NAME = "Lan"
@@ -68,20 +69,20 @@ def shard_entries(folder: Path) -> dict[str, list]:
 
 def test_both_archive_sweeps_move_entries_into_day_shards(tmp_path):
     clock = ManualClock(START)
-    settings = make_settings(tmp_path, embedding_enabled=False)
+    settings = make_settings(tmp_path, embedding_enabled=False, passivate_idle_seconds=1e9)  # the clock jumps by days
     paths = seed(tmp_path, settings)
     with LiveServer(settings, clock=clock) as srv:
         assert ids(srv, "reflections") == {"ref_doomed", "ref_fine", "ref_denied_long_ago"}
         assert ids(srv, "persona") == {"prom_doomed", "prom_fine"}
         clock.advance(settings.longterm.evidence_archive_sweep_initial_delay_seconds + 1)
-        srv.runtime.scheduler.tick_now()
+        quiesce(srv.runtime, NAME)  # runs what the advance made due
         settle(srv)
         assert ids(srv, "reflections") == {"ref_fine"}
         assert ids(srv, "persona") == {"prom_fine"}
 
         # The next day's sweep runs too (a crashing sweep restarted the actor each time).
         clock.advance(days=1)
-        srv.runtime.scheduler.tick_now()
+        quiesce(srv.runtime, NAME)  # runs what the advance made due
         settle(srv)
         health = srv.get("/health").json()
         assert srv.get(f"/api/characters/{NAME}/reflections").status_code == 200

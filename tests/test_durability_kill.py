@@ -12,6 +12,7 @@ import time
 import httpx
 
 from tests.support.live import ServerProcess
+from tests.support.waiting import wait_for
 
 
 def stored_texts(root, name):
@@ -78,6 +79,108 @@ def test_kill_during_writes_loses_no_acknowledged_turn(tmp_path):
                 json.loads(line)  # only the very last line may be torn
         # Still serving after all that.
         r = httpx.post(server.url + "/cache/Lan", json={"input_history": [{"role": "user", "content": "after"}]})
+        assert r.status_code == 200
+    finally:
+        server.stop()
+
+
+def covered_rows(root, name):
+    """Row ranges of the post-turn records in a character's outbox (pending or finished)."""
+    path = root / name / "outbox.ndjson"
+    ranges = []
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # a torn last line
+            rows = record.get("payload", {}).get("rows") if record.get("status") == "pending" else None
+            if rows:
+                ranges.append(tuple(rows))
+    return ranges
+
+
+def stored_rows(root, name):
+    db = sqlite3.connect(root / name / "time_indexed.db")
+    try:
+        return {json.loads(m)["data"]["content"]: row_id for row_id, m in db.execute("SELECT id, message FROM time_indexed_original")}
+    finally:
+        db.close()
+
+
+def test_kill_during_load_over_500_active_characters(tmp_path):
+    """500 characters active at once, 8 writers on random ones, SIGKILL mid-load: after a
+    restart every acknowledged turn is stored, in recent.json, covered by a post-turn
+    record, and every view parses."""
+    names = [f"c{i:03d}" for i in range(500)]
+    env = {"NEKOMEM_MAX_ACTIVE_CHARACTERS": "600", "NEKOMEM_PASSIVATE_IDLE_SECONDS": "86400"}
+    server = ServerProcess(tmp_path, env=env)
+    server.start(timeout=60)
+    acked: list[tuple[str, str]] = []
+    lock = threading.Lock()
+
+    def post(client, name, text):
+        r = client.post(f"/cache/{name}", json={"input_history": [{"role": "user", "content": text}]})
+        if r.status_code == 200:
+            with lock:
+                acked.append((name, text))
+
+    def activate(part):
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            for name in part:
+                post(client, name, f"{name}-hello")
+
+    threads = [threading.Thread(target=activate, args=(names[k::8],)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(acked) == len(names), "every character answered its first turn"
+    assert httpx.get(server.url + "/health").json()["active_characters"] == len(names)
+
+    stop = threading.Event()
+
+    def load(seed):
+        rng = random.Random(seed)
+        i = 0
+        with httpx.Client(base_url=server.url, timeout=10) as client:
+            while not stop.is_set():
+                i += 1
+                try:
+                    post(client, rng.choice(names), f"w{seed}-{i}")
+                except httpx.HTTPError:
+                    return  # the server was killed
+
+    writers = [threading.Thread(target=load, args=(k,)) for k in range(8)]
+    before = len(acked)
+    for t in writers:
+        t.start()
+    wait_for(lambda: len(acked) >= before + 300, timeout=120, what="300 acknowledged turns under load")
+    server.kill()
+    stop.set()
+    for t in writers:
+        t.join(timeout=15)
+    server.start(timeout=120)  # recovery re-enqueues what the cursor had not covered
+    try:
+        by_name: dict[str, list[str]] = {}
+        for name, text in acked:
+            by_name.setdefault(name, []).append(text)
+        for name, mine in by_name.items():
+            rows = stored_rows(tmp_path, name)
+            missing = set(mine) - set(rows)
+            assert not missing, f"{len(missing)} acknowledged turns of {name} lost"
+            recent = {m["data"]["content"] for m in json.loads((tmp_path / name / "recent.json").read_text(encoding="utf-8"))}
+            assert set(mine) <= recent, f"recent.json of {name} misses acknowledged turns"
+        # Recovery has run: every stored turn's post-turn work is recorded once.
+        for name in names:
+            rows = stored_rows(tmp_path, name)
+            ranges = covered_rows(tmp_path, name)
+            for text, row_id in rows.items():
+                hits = sum(1 for first, last in ranges if first <= row_id <= last)
+                assert hits == 1, f"row {row_id} of {name} has {hits} post-turn records"
+        for path in tmp_path.rglob("*.json"):
+            json.loads(path.read_text(encoding="utf-8"))
+        r = httpx.post(server.url + "/cache/c000", json={"input_history": [{"role": "user", "content": "after"}]})
         assert r.status_code == 200
     finally:
         server.stop()

@@ -13,7 +13,7 @@ from nekomem.actors.messages import OutboxState
 from nekomem.runtime.clock import ManualClock
 from tests.support.fake_llm import FakeLLM, last_user_text
 from tests.support.live import LiveServer, make_settings
-from tests.support.waiting import wait_for
+from tests.support.waiting import quiesce, wait_for
 
 NAME = "Lan"
 # Distinct words, so that the lexical near-duplicate check keeps every fact apart.
@@ -67,7 +67,7 @@ def test_twelve_turns_one_per_request_are_all_extracted_within_the_idle_trigger(
         assert [turns_in(c) for c in fake_llm.calls("extract_facts")] == [list(range(1, 11))]
 
         clock.advance(settings.longterm.fact_extract_idle_seconds)
-        srv.runtime.scheduler.tick_now()
+        quiesce(srv.runtime, NAME)  # runs what the advance made due
         wait_for(lambda: fact_total(srv) == 12, what="the tail of the burst")
         wait_for(lambda: outbox(srv)["pending"] == 0, what="every outbox record to finish")
 
@@ -91,11 +91,11 @@ def test_a_backlog_is_extracted_in_bounded_batches(tmp_path, fake_llm: FakeLLM):
         wait_for(lambda: outbox(srv)["parked"] == 25, what="all 25 records parked in the batch")
         assert fake_llm.calls("extract_facts") == []  # below every trigger yet
         clock.advance(settings.longterm.fact_extract_idle_seconds)  # first run: the idle rule
-        srv.runtime.scheduler.tick_now()
+        quiesce(srv.runtime, NAME)  # runs what the advance made due
         wait_for(lambda: fact_total(srv) == 8, what="the first bounded batch")
         clock.advance(minutes=settings.longterm.fact_extract_interval_minutes)
         for expected in (16, 24, 25):
-            srv.runtime.scheduler.tick_now()
+            quiesce(srv.runtime, NAME)  # runs what the advance made due
             wait_for(lambda expected=expected: fact_total(srv) == expected, what=f"{expected} facts")
             clock.advance(minutes=settings.longterm.fact_extract_interval_minutes)
         wait_for(lambda: outbox(srv)["pending"] == 0, what="every outbox record to finish")
@@ -117,7 +117,7 @@ def test_parked_records_are_replayed_when_the_server_restarts(tmp_path, fake_llm
     with LiveServer(settings, clock=clock) as srv:
         wait_for(lambda: outbox(srv)["parked"] == 3, what="the replayed records parked again")
         clock.advance(settings.longterm.fact_extract_idle_seconds)
-        srv.runtime.scheduler.tick_now()
+        quiesce(srv.runtime, NAME)  # runs what the advance made due
         wait_for(lambda: fact_total(srv) == 3, what="the replayed turns extracted")
         wait_for(lambda: outbox(srv)["pending"] == 0, what="every outbox record to finish")
 
@@ -138,14 +138,14 @@ def test_a_model_outage_delays_extraction_but_loses_no_turn(tmp_path, fake_llm: 
         wait_for(lambda: len(fake_llm.calls("extract_facts")) == 1, what="the first (failing) extraction")
         for _ in range(8):  # 10 s steps through the first backoffs (60 s, then 120 s)
             clock.advance(10)
-            srv.runtime.scheduler.tick_now()
+            quiesce(srv.runtime, NAME)  # runs what the advance made due
             outbox(srv)  # barrier: the outbox handled what the tick caused
         wait_for(lambda: len(fake_llm.calls("extract_facts")) == 2, what="one retry after the first backoff")
         assert outbox(srv)["dead"] == 0
 
         fake_llm.on("extract_facts", one_fact_per_turn)
         clock.advance(settings.longterm.longterm_task_backoff_max_seconds)
-        srv.runtime.scheduler.tick_now()
+        quiesce(srv.runtime, NAME)  # runs what the advance made due
         wait_for(lambda: fact_total(srv) == 12, what="every turn extracted after the outage")
         wait_for(lambda: outbox(srv)["pending"] == 0, what="every outbox record to finish")
         assert outbox(srv)["dead"] == 0
@@ -169,7 +169,7 @@ def test_every_turn_is_extracted_however_the_turns_are_split(tmp_path, fake_llm:
             assert srv.post(f"/cache/{NAME}", json={"input_history": history}).status_code == 200
         wait_for(lambda: outbox(srv)["running"] == 0, what="every record handed to the batch")
         clock.advance(settings.longterm.fact_extract_idle_seconds)
-        srv.runtime.scheduler.tick_now()
+        quiesce(srv.runtime, NAME)  # runs what the advance made due
         wait_for(lambda: fact_total(srv) == 12, what="all twelve turns extracted")
         wait_for(lambda: outbox(srv)["pending"] == 0, what="every outbox record to finish")
     calls = [turns_in(c) for c in fake_llm.calls("extract_facts")]

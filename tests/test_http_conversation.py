@@ -12,6 +12,7 @@ import pytest
 from nekomem.runtime.clock import ManualClock
 from tests.support.fake_llm import Reply
 from tests.support.live import LiveServer, make_settings
+from tests.support.waiting import quiesce
 
 
 def stored_rows(root, name):
@@ -193,7 +194,7 @@ def test_review_switch_off_means_no_review(tmp_path, fake_llm):
     with LiveServer(settings) as srv:
         turns = [openai_turn("user" if i % 2 == 0 else "assistant", f"t{i}") for i in range(10)]
         srv.post("/process/Lan", json={"input_history": turns})
-        time.sleep(0.5)
+        quiesce(srv.runtime, "Lan")
         assert fake_llm.calls("review_recent") == []
 
 

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from tests.support.live import LiveServer, make_settings
+from tests.support.waiting import quiesce
 
 GOOD = {"input_history": [{"role": "user", "content": "keep me"}]}
 
@@ -16,6 +17,7 @@ def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("errors")
     with LiveServer(make_settings(root, max_body_bytes=4096)) as srv:
         assert srv.post("/cache/Lan", json=GOOD).status_code == 200
+        quiesce(srv.runtime, "Lan")  # the post-turn record is written after the answer
         yield srv, root
 
 

@@ -19,6 +19,7 @@ import msgspec
 import pytest
 
 from nekomem import cli
+from nekomem.actors.host import ACTORS
 from nekomem.domain.records import Fact, PersonaEntry, Reflection
 from nekomem.domain.turns import from_disk
 from nekomem.runtime.runtime import Runtime
@@ -278,7 +279,7 @@ def test_a_database_with_rows_only_in_its_wal(tmp_path: Path, capsys: pytest.Cap
 
 def test_refused_while_a_server_holds_the_root(fixture: neko_fixture.NekoFixture, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "nekomem-root"
-    runtime = Runtime(make_settings(root))
+    runtime = Runtime(make_settings(root), actors=ACTORS)
     runtime.start(background=False)
     try:
         code, report, err = run_cli(capsys, str(fixture.root), "--memory-root", str(root))
@@ -298,7 +299,7 @@ def test_the_root_lock_modes(tmp_path: Path) -> None:
             rootlock.acquire(root, "exclusive", "import-neko")
     with rootlock.acquire(root, "exclusive", "import-neko"):
         with pytest.raises(RootLocked, match="locked by another tool"):
-            Runtime(make_settings(root)).start(background=False)
+            Runtime(make_settings(root), actors=ACTORS).start(background=False)
     lock = rootlock.acquire(root, "exclusive", "import-neko")
     lock.release()
     lock.release()  # idempotent

@@ -26,21 +26,6 @@ LAYERS: dict[str, int] = {
 TOP = 5  # cli.py and __main__.py: may import anything
 ROOT = 0  # nekomem/__init__.py (the version): importable from everywhere, imports nothing
 
-# Known edges against the direction that the `runtime` branch removes (Services and
-# CharacterContext move into runtime/, the registry gets a supervisor factory). Remove this
-# allowance when that branch lands.
-TEMPORARY_ALLOWANCE: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("nekomem.runtime.runtime", "nekomem.actors.base"),
-        ("nekomem.runtime.runtime", "nekomem.actors.messages"),
-        ("nekomem.runtime.runtime", "nekomem.actors.events"),
-        ("nekomem.runtime.registry", "nekomem.actors.base"),
-        ("nekomem.runtime.registry", "nekomem.actors.messages"),
-        ("nekomem.runtime.registry", "nekomem.actors.supervisor"),
-    }
-)
-
-
 def module_name(path: Path, src: Path = SRC) -> str:
     parts = list(path.relative_to(src.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -77,13 +62,13 @@ def imports_of(path: Path, src: Path = SRC) -> list[tuple[int, str]]:
     return found
 
 
-def violations(src: Path = SRC, allowance: frozenset[tuple[str, str]] = TEMPORARY_ALLOWANCE) -> list[str]:
+def violations(src: Path = SRC) -> list[str]:
     """Every import under ``src`` that goes up a layer, as ``file:line: what``."""
     problems: list[str] = []
     for path in sorted(src.rglob("*.py")):
         source = module_name(path, src)
         for line, target in imports_of(path, src):
-            if layer_of(target) > layer_of(source) and (source, target) not in allowance:
+            if layer_of(target) > layer_of(source):
                 where = path.relative_to(src.parent)
                 problems.append(f"{where}:{line}: {source} imports {target} (layer {layer_of(target)} > {layer_of(source)})")
     return problems
@@ -98,17 +83,6 @@ def test_imports_point_down():
     assert violations() == []
 
 
-def test_allowance_is_still_needed():
-    """An allowance entry nothing uses any more must be deleted, not kept as a loophole."""
-    unused = set()
-    for source, target in TEMPORARY_ALLOWANCE:
-        path = SRC.parent / Path(*source.split("."))
-        path = path.with_suffix(".py") if path.with_suffix(".py").exists() else path / "__init__.py"
-        if not path.exists() or target not in {t for _, t in imports_of(path)}:
-            unused.add((source, target))
-    assert not unused, f"remove from TEMPORARY_ALLOWANCE: {sorted(unused)}"
-
-
 def test_a_wrong_import_is_caught(tmp_path):
     """The checker itself: a domain module importing an actor module is reported, and so
     is a function-level import of the runtime from a store."""
@@ -119,7 +93,7 @@ def test_a_wrong_import_is_caught(tmp_path):
     (fake / "domain" / "bad.py").write_text("from nekomem.actors.recall import RecallActor\n")
     (fake / "stores" / "late.py").write_text("def f():\n    from nekomem.runtime import pool\n")
     (fake / "actors" / "fine.py").write_text("from nekomem.domain import bad\nfrom . import fine\n")
-    assert violations(fake, frozenset()) == [
+    assert violations(fake) == [
         "nekomem/domain/bad.py:1: nekomem.domain.bad imports nekomem.actors.recall (layer 3 > 1)",
         "nekomem/stores/late.py:2: nekomem.stores.late imports nekomem.runtime (layer 2 > 1)",
     ]

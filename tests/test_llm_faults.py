@@ -9,7 +9,7 @@ import time
 
 from tests.support.fake_llm import Reply
 from tests.support.live import LiveServer, make_settings
-from tests.support.waiting import wait_for
+from tests.support.waiting import quiesce, wait_for
 
 
 def fault_settings(root, llm, **extra):
@@ -108,7 +108,7 @@ def test_map_evidence_with_unknown_ids_changes_nothing(tmp_path, fake_llm):
         assert before["status"] == "confirmed"
         srv.post("/cache/Lan", json={"input_history": [{"role": "user", "content": "I went to a jazz club last night"}]})
         wait_for(lambda: fake_llm.calls("map_evidence"), what="the evidence pass")
-        time.sleep(0.3)
+        quiesce(srv.runtime, "Lan")
         after = {r["id"]: r for r in srv.get("/api/characters/Lan/reflections").json()["items"]}[rid]
         assert (after["reinforcement"], after["disputation"]) == (before["reinforcement"], before["disputation"])
     all_views_parse(tmp_path)

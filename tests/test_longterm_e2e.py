@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 
 from nekomem.runtime.clock import ManualClock
 from tests.support.live import LiveServer, make_settings
-from tests.support.waiting import wait_for
+from tests.support.waiting import quiesce, wait_for
 
 PREFERENCES = [
     "I really love green tea in the morning",
@@ -86,7 +86,12 @@ def test_powerful_memory_path_to_persona(tmp_path, fake_llm):
 def test_powerful_memory_off_reaches_persona_by_time(tmp_path, fake_llm):
     clock = ManualClock(datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc))
     fake_llm.on("synthesize_reflection", REFLECTION)
-    settings = make_settings(tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake")
+    # Only /reflect promotes here (the clock jumps by days, which would fire the periodic
+    # pass first), so its answer shows each step.
+    settings = make_settings(
+        tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake",
+        reflection_auto_promote_initial_delay_seconds=1e9, reflection_auto_promote_interval_seconds=1e9,
+    )
     with LiveServer(settings, clock=clock) as srv:
         assert srv.post("/api/memory/powerful_memory_config", json={"enabled": False}).json() == {"success": True, "enabled": False}
         assert srv.get("/api/memory/powerful_memory_config").json() == {"enabled": False}
@@ -168,7 +173,6 @@ def test_periodic_disputation_scan_reads_new_user_messages(tmp_path, fake_llm):
         chat(srv, "Lan", ["These days I mostly drink hot chocolate instead"])
         before = {r["id"]: r for r in srv.get("/api/characters/Lan/reflections").json()["items"]}[rid]
         clock.advance(seconds=settings.longterm.reflection_rebuttal_initial_delay_seconds + 1)
-        srv.runtime.scheduler.tick_now()
         wait_for(lambda: fake_llm.calls("check_disputation"), what="the disputation scan")
         scan_prompt = str(fake_llm.calls("check_disputation")[-1]["body"])
         assert "hot chocolate" in scan_prompt
@@ -182,8 +186,5 @@ def test_periodic_disputation_scan_reads_new_user_messages(tmp_path, fake_llm):
         calls = len(fake_llm.calls("check_disputation"))
         # The next scan has nothing new to read: no second call for the same message.
         clock.advance(seconds=settings.longterm.reflection_rebuttal_interval_seconds + 1)
-        srv.runtime.scheduler.tick_now()
-        import time as _time
-
-        _time.sleep(0.5)
+        quiesce(srv.runtime, "Lan")
         assert len(fake_llm.calls("check_disputation")) == calls

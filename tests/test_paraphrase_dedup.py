@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.live import LiveServer, make_settings
-from tests.support.waiting import wait_for
+from tests.support.waiting import quiesce, wait_for
 
 MODEL = Path(__file__).resolve().parents[1] / "models" / "use-multilingual-v3" / "model.onnx"
 pytestmark = pytest.mark.skipif(not MODEL.exists(), reason="default embedding model not installed (run scripts/fetch_model.py)")
@@ -27,10 +27,10 @@ def test_paraphrase_pair_is_judged_and_merged(tmp_path, fake_llm, embedding_serv
         return {"decisions": [{"new_id": ids[0], "existing_id": ids[1], "action": "merge", "text": "Master loves green tea"}]}
 
     fake_llm.on("judge_duplicates", merge)
-    settings = make_settings(tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake", scheduler_tick_seconds=0.1)
+    settings = make_settings(tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake")
     with LiveServer(settings, embeddings=embedding_service) as srv:
         srv.post("/api/characters/Lan/facts", json={"facts": [{"text": "Master loves green tea very much", "importance": 6}]})
-        time.sleep(0.5)
+        quiesce(srv.runtime, "Lan")
         srv.post("/api/characters/Lan/facts", json={"facts": [{"text": "Master really adores drinking green tea", "importance": 6}]})
         wait_for(lambda: fake_llm.calls("judge_duplicates"), what="judge_duplicates")
         items = wait_for(lambda: (lambda xs: xs if len(xs) == 1 else None)(srv.get("/api/characters/Lan/facts").json()["items"]), what="the merge")
@@ -38,10 +38,10 @@ def test_paraphrase_pair_is_judged_and_merged(tmp_path, fake_llm, embedding_serv
 
 
 def test_unrelated_facts_are_not_paired(tmp_path, fake_llm, embedding_service):
-    settings = make_settings(tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake", scheduler_tick_seconds=0.1)
+    settings = make_settings(tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake")
     with LiveServer(settings, embeddings=embedding_service) as srv:
         srv.post("/api/characters/Lan/facts", json={"facts": [{"text": "Master loves green tea very much", "importance": 6}]})
         srv.post("/api/characters/Lan/facts", json={"facts": [{"text": "The train to Osaka was two hours late", "importance": 6}]})
-        time.sleep(2.0)
+        quiesce(srv.runtime, "Lan")
         assert fake_llm.calls("judge_duplicates") == []
         assert srv.get("/api/characters/Lan/facts").json()["total"] == 2

@@ -2,7 +2,7 @@
 
 A real server on a ManualClock, a scripted model whose answers say "nothing here" (an
 empty ``corrected_dialogue``, a null reflection). After a short chat the clock moves
-through a quiet hour in 5-second steps, each step a scheduler tick followed by a barrier
+through a quiet hour in 5-second steps, each step fires the timers that came due, followed by a barrier
 (every child answered a Flush sent after the tick, and the model pool is idle), and the
 model calls of each task are counted.
 """
@@ -17,7 +17,7 @@ from nekomem.actors.supervisor import CHILD_ORDER
 from nekomem.runtime.clock import ManualClock
 from tests.support.fake_llm import FakeLLM, Reply
 from tests.support.live import LiveServer, make_settings
-from tests.support.waiting import wait_for
+from tests.support.waiting import quiesce, wait_for
 
 NAME = "Lan"
 STEP_SECONDS = 5.0
@@ -40,7 +40,7 @@ def settle(srv: LiveServer) -> None:
 
 def step(srv: LiveServer, clock: ManualClock, seconds: float) -> None:
     clock.advance(seconds)
-    srv.runtime.scheduler.tick_now()
+    quiesce(srv.runtime, NAME)  # runs what the advance made due
     settle(srv)
 
 

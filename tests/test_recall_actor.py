@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from nekomem.actors.host import ACTORS
 from nekomem.actors.messages import IndexEntry, IndexRemove, IndexUpsert, ListEntries, QueryMemory, RankForStage2, RelatedFacts
 from nekomem.recall import vector_codec
 from nekomem.recall.embeddings import EmbeddingService, text_sha256
@@ -68,7 +69,7 @@ class Spy:
 
 
 def start_runtime(tmp_path: Path, embeddings: Any = None, **overrides: Any) -> Runtime:
-    rt = Runtime(make_settings(tmp_path, **overrides), embeddings=embeddings)
+    rt = Runtime(make_settings(tmp_path, **overrides), actors=ACTORS, embeddings=embeddings)
     rt.start(background=False)
     # Let the owners load (and send their own, empty, index feed) before the test feeds it.
     for owner in ("facts", "reflections"):

@@ -1,6 +1,6 @@
 """The background refinement pass through the real runtime: LiveServer, the scripted LLM
 server for refine_cluster, the real local embedding model for the vectors, and a manual
-clock driven with ``scheduler.tick_now()``."""
+clock: advancing it fires the timers that came due."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from nekomem.recall.embeddings import EmbeddingService
 from nekomem.runtime.clock import ManualClock
 from tests.support.fake_llm import Reply, last_user_text
 from tests.support.live import ROOT, LiveServer, make_settings
+from tests.support.waiting import quiesce
 
 MODEL = ROOT / "models" / "use-multilingual-v3" / "model.onnx"
 NAME = "Lan"
@@ -89,8 +90,8 @@ def wait_vectors(srv: LiveServer) -> None:
 
 
 def run_pass(srv: LiveServer, clock: ManualClock, seconds: float, **delta: float) -> None:
-    clock.advance(seconds, **delta)
-    srv.runtime.scheduler.tick_now()
+    clock.advance(seconds, **delta)  # posts every timer that came due
+    quiesce(srv.runtime, NAME)
 
 
 def test_reflection_clusters_are_refined_and_revisited(tmp_path: Path, fake_llm: Any, embeddings: EmbeddingService) -> None:
@@ -101,7 +102,6 @@ def test_reflection_clusters_are_refined_and_revisited(tmp_path: Path, fake_llm:
     clock = ManualClock(datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc))
     with LiveServer(settings_for(tmp_path, fake_llm), clock=clock, embeddings=embeddings) as srv:
         tea = make_reflection(srv, 0)
-        srv.runtime.scheduler.tick_now()  # the refine schedule starts here
         tea2 = make_reflection(srv, 1)
         job = make_reflection(srv, 2)
         wait_vectors(srv)
@@ -119,8 +119,6 @@ def test_reflection_clusters_are_refined_and_revisited(tmp_path: Path, fake_llm:
 
         # Next pass: the same cluster was refined less than 30 days ago, nothing is sent.
         run_pass(srv, clock, INTERVAL + 1)
-        reflections(srv)  # answered after the tick was handled
-        time.sleep(0.5)
         assert len(fake_llm.calls("refine_cluster")) == 1
 
         # A failure counts an attempt and changes nothing else.
@@ -194,7 +192,6 @@ def test_persona_entries_are_embedded_and_merged_without_touching_protected(tmp_
     with LiveServer(settings_for(tmp_path, fake_llm), clock=clock, embeddings=embeddings) as srv:
         before = persona_items(srv)
         card = [e for e in before if e["protected"]]
-        srv.runtime.scheduler.tick_now()
         run_pass(srv, clock, DELAY + 1)
         wait_for(lambda: fake_llm.calls("refine_cluster"), "refine_cluster")
         assert sorted(entry_ids(fake_llm.calls("refine_cluster")[0]["body"])) == ["manual_20260301000000_00000001", "manual_20260301000000_00000002"]
@@ -219,13 +216,10 @@ def test_without_embeddings_the_pass_does_nothing_and_says_so_once(tmp_path: Pat
     clock = ManualClock(datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc))
     with LiveServer(settings_for(tmp_path, fake_llm, embedding_enabled=False), clock=clock) as srv:
         assert len(persona_items(srv)) == 4
-        srv.runtime.scheduler.tick_now()
         for _ in range(3):
             run_pass(srv, clock, INTERVAL + 1)
         wait_for(lambda: sum("refinement is off" in r.getMessage() for r in caplog.records) >= 2, "the INFO notes")
-        srv.runtime.scheduler.tick_now()
-        srv.post(f"/query_memory/{NAME}", json={"query": "barrier"})
-        time.sleep(0.3)
+        quiesce(srv.runtime, NAME)
         notes = [r.getMessage() for r in caplog.records if "refinement is off" in r.getMessage()]
         assert sorted(notes) == ["persona refinement is off: no embedding model", "reflection refinement is off: no embedding model"]
         assert fake_llm.calls("refine_cluster") == []

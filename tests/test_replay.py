@@ -82,7 +82,10 @@ def test_outbox_work_pending_at_a_crash_runs_once_after_restart(tmp_path):
         # A restart does not run finished work again.
         server.start()
         try:
-            time.sleep(0.5)
+            # Start-up recovery activates only characters with unfinished work; once it is
+            # over nothing else can start an extraction.
+            wait_for(lambda: httpx.get(f"{server.url}/health").json()["status"] == "ok", what="recovery")
+            assert not httpx.get(f"{server.url}/health").json()["limited_mode"]
         finally:
             server.stop()
         assert len(llm.calls("extract_facts")) == 1
@@ -91,7 +94,8 @@ def test_outbox_work_pending_at_a_crash_runs_once_after_restart(tmp_path):
         server.start()
         try:
             wait_for(lambda: len(llm.calls("extract_facts")) == 2, what="the second replay")
-            time.sleep(0.5)
+            # The record is marked done only after its facts are journaled.
+            wait_for(lambda: '"done"' in (folder / "outbox.ndjson").read_text(), what="the replayed record to finish")
             texts = [f["text"] for f in httpx.get(f"{server.url}/api/characters/Lan/facts").json()["items"]]
             assert texts.count("Master grows tomatoes on the balcony") == 1
         finally:

@@ -224,3 +224,25 @@ def test_sigkill_keeps_every_committed_append_whole(tmp_path: Path) -> None:
         keys = db.execute("SELECT COUNT(*) FROM idempotency").fetchone()[0]
         db.close()
         assert keys * 20 == count
+
+
+def test_cursors_move_with_an_append_and_last_row_id_names_the_turns_row(tmp_path: Path) -> None:
+    db = TimeIndex(tmp_path / "time_indexed.db")
+    assert db.cursor("post_turn") is None
+    assert not TimeIndex.rows_after_cursor(tmp_path / "time_indexed.db", "post_turn")
+    db.append("s1", [Turn(role="human", text="one", ts="2026-01-01T00:00:00+00:00")])
+    first = db.last_row_id
+    db.set_cursors({"post_turn": first})
+    # The cursor row is written in the same transaction, after the turns: last_row_id
+    # still names the turn's row, not the cursor's.
+    db.append("s2", [Turn(role="human", text="two", ts="2026-01-01T00:00:01+00:00")], cursors={"post_turn": first})
+    second = db.last_row_id
+    assert second == first + 1
+    assert [r.turn.text for r in db.rows_after(first)] == ["two"] and db.rows_after(first)[0].id == second
+    assert db.max_row_id() == second
+    db.close()
+    assert TimeIndex.rows_after_cursor(tmp_path / "time_indexed.db", "post_turn")
+    db = TimeIndex(tmp_path / "time_indexed.db")
+    db.set_cursors({"post_turn": second})
+    db.close()
+    assert not TimeIndex.rows_after_cursor(tmp_path / "time_indexed.db", "post_turn")

@@ -18,3 +18,11 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "c
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def quiesce(runtime: Any, name: str, timeout: float = 30.0) -> None:
+    """Wait until character ``name`` is quiet: the runtime's flush barrier, repeated until
+    no message moved, no model job runs and no child has work already due. Use it before
+    asserting that something did NOT happen. A character that is not active (or was just
+    passivated) is quiet once its actors have stopped."""
+    runtime.registry.quiesce(name, timeout)

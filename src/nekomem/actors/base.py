@@ -2,105 +2,39 @@
 
 A child owns one layer's files and is the only code that mutates them. It receives
 msgspec message Structs (see :mod:`nekomem.actors.messages`); the handler for ``Foo`` is the
-method ``on_Foo``. A handler that raises :class:`~nekomem.runtime.reply.ActorFailure`
-answers its caller with that error and keeps running; any other exception answers 500,
-then crashes the actor so that its supervisor restarts it from disk (in-memory state may
+method marked ``@handles(Foo)`` (see :mod:`nekomem.actors.handlers`). A handler that
+raises :class:`~nekomem.runtime.reply.ActorFailure` answers its caller with that error and
+keeps running; any other exception answers 500, then crashes the actor so that its supervisor restarts it from disk (in-memory state may
 be half-changed, the disk state is not).
 """
 
 from __future__ import annotations
 
 import logging
-import queue
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 import pykka
 
 from nekomem.actors.handlers import handler_for
-from nekomem.runtime.reply import ActorFailure, Reply
+from nekomem.runtime.dispatch import Completion, DispatchedActor, Dispatcher
+from nekomem.runtime.protocol import ChildCrashed, Tick, fail_message
+from nekomem.runtime.reply import ActorFailure
+from nekomem.runtime.services import CharacterContext, Counters, Services
+from nekomem.runtime.timers import TimerHandle, Wakeup
+
+__all__ = ["CharacterContext", "ChildActor", "Counters", "Services", "fail_message"]
 
 log = logging.getLogger("nekomem.actors")
 
 
-class Counters:
-    """Process-wide counters for /health (thread-safe)."""
+class ChildActor(DispatchedActor):
+    """Base class: dispatch by message type, error replies, crash hand-off, timers.
 
-    def __init__(self) -> None:
-        import threading
-
-        self._lock = threading.Lock()
-        self._values: dict[str, int] = {}
-
-    def add(self, name: str, n: int = 1) -> None:
-        with self._lock:
-            self._values[name] = self._values.get(name, 0) + n
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self._values)
-
-
-@dataclass
-class Services:
-    """Process-wide services shared by every character."""
-
-    settings: Any  # nekomem.config.Settings
-    clock: Any  # nekomem.runtime.clock.Clock
-    pool: Any  # nekomem.runtime.pool.ModelPool
-    memory_root: Path
-    llm: Any = None  # nekomem.providers.llm.LLMClient | None
-    embeddings: Any = None  # nekomem.recall.embeddings.EmbeddingService | None
-    switches: Any = None  # nekomem.runtime.switches.Switches
-    hooks: dict[str, Callable[..., Any]] = field(default_factory=dict)
-    counters: Counters = field(default_factory=Counters)
-
-
-@dataclass
-class CharacterContext:
-    """What a child actor knows about its character and the world."""
-
-    name: str
-    paths: Any  # nekomem.stores.layout.CharacterPaths
-    services: Services
-    journal: Any  # nekomem.stores.journal.EventJournal (internally serialised)
-    supervisor: pykka.ActorRef[Any]
-
-    @property
-    def settings(self) -> Any:
-        return self.services.settings
-
-    @property
-    def clock(self) -> Any:
-        return self.services.clock
-
-    def send(self, child: str, message: Any) -> None:
-        """Deliver ``message`` to sibling ``child`` through the supervisor (never blocks)."""
-        from nekomem.actors.messages import Deliver
-
-        try:
-            self.supervisor.tell(Deliver(child=child, message=message))
-        except pykka.ActorDeadError:
-            fail_message(message, ActorFailure("character_stopped", "the character was stopped", 503))
-
-    def submit_model_job(self, child: str, job: Callable[[], Any], wrap: Callable[[Any, BaseException | None], Any]) -> None:
-        """Run ``job`` on the model pool; its outcome comes back to ``child`` as ``wrap(result, error)``.
-
-        Raises nekomem.runtime.pool.PoolFull when the pool queue is at its limit.
-        """
-        self.services.pool.submit(self.name, job, lambda result, error: self.send(child, wrap(result, error)))
-
-
-def fail_message(message: Any, error: BaseException) -> None:
-    reply = getattr(message, "reply", None)
-    if isinstance(reply, Reply):
-        reply.fail(error)
-
-
-class ChildActor(pykka.ThreadingActor):
-    """Base class: dispatch by message type, error replies, crash hand-off."""
+    Runs on the process dispatcher (no thread of its own). Periodic and delayed work is
+    asked for through :meth:`due_at` (on the injectable clock) and :meth:`real_due_at`
+    (real time, for I/O batching): after every message the base arms one timer at the
+    earliest of the two, and the actor receives ``Tick`` only when that time has come.
+    """
 
     child_name: ClassVar[str] = ""
 
@@ -108,23 +42,85 @@ class ChildActor(pykka.ThreadingActor):
         super().__init__()
         self.ctx = ctx
         self.log = logging.getLogger(f"nekomem.actors.{self.child_name}")
+        floor = ctx.settings.runtime.timer_retry_floor_seconds
+        self._wake = Wakeup(ctx.services.timers, self._post_tick, real=False, floor=floor)
+        self._wake_real = Wakeup(ctx.services.timers, self._post_tick, real=True, floor=floor)
+        self._timers: set[TimerHandle] = set()
+
+    def dispatcher(self) -> Dispatcher:
+        return self.ctx.services.dispatcher
 
     # -- lifecycle -------------------------------------------------------------------
     def on_start(self) -> None:
         self.load()
+        self._rearm()
 
     def load(self) -> None:
         """Read this layer's state from disk. Called at start and after a restart."""
 
-    def on_stop(self) -> None:
+    def on_stop(self) -> Completion | None:
+        self._stop_timers()
         self.flush()
         self.close()
+        return None
 
     def flush(self) -> None:
         """Write any view that is behind its journal (called on stop and on Flush)."""
 
     def close(self) -> None:
         """Release files and connections."""
+
+    # -- timers ----------------------------------------------------------------------
+    def due_at(self) -> float | None:
+        """When this actor next has periodic or delayed work, on the clock's monotonic
+        scale; None when nothing is due. Read after every message."""
+        return None
+
+    def real_due_at(self) -> float | None:
+        """Like :meth:`due_at` on ``time.monotonic()`` (work paced in real time)."""
+        return None
+
+    def schedule(self, delay: float, message: object, *, real: bool = False) -> TimerHandle:
+        """Post ``message`` to this actor after ``delay`` seconds (of the injectable clock,
+        or real seconds when ``real``); :meth:`cancel` the handle to take it back."""
+        ref = self.actor_ref
+        box: list[TimerHandle] = []
+
+        def fire() -> None:
+            self._timers.discard(box[0])
+            try:
+                ref.tell(message)
+            except pykka.ActorDeadError:
+                pass
+
+        handle = self.ctx.services.timers.call_later(delay, fire, real=real)
+        box.append(handle)
+        self._timers.add(handle)
+        return handle
+
+    def cancel(self, handle: TimerHandle) -> None:
+        handle.cancel()
+        self._timers.discard(handle)
+
+    def is_settled(self) -> bool:
+        return not (self._wake.retrying or self._wake_real.retrying)
+
+    def _post_tick(self) -> None:
+        try:
+            self.actor_ref.tell(Tick(monotonic=self.ctx.clock.monotonic()))
+        except pykka.ActorDeadError:
+            pass
+
+    def _rearm(self) -> None:
+        self._wake.want(self.due_at())
+        self._wake_real.want(self.real_due_at())
+
+    def _stop_timers(self) -> None:
+        self._wake.close()
+        self._wake_real.close()
+        for handle in list(self._timers):
+            handle.cancel()
+        self._timers.clear()
 
     # -- model calls -----------------------------------------------------------------
     def model_available(self, task: str) -> bool:
@@ -183,26 +179,23 @@ class ChildActor(pykka.ThreadingActor):
             fail_message(message, exc)
             return None
         except Exception as exc:
+            self._stop_timers()
             self.log.exception("%s crashed on %s for a character", self.child_name, type(message).__name__)
             fail_message(message, ActorFailure("internal_error", f"{self.child_name} failed: {type(exc).__name__}", 500))
             raise
+        finally:
+            if not self.actor_stopped.is_set():
+                self._rearm()
 
     def on_failure(self, exc_type: Any, exc_value: Any, tb: Any) -> None:
         # pykka has already stopped this actor. Hand the messages still queued to the
         # supervisor, which restarts a fresh instance from disk and redelivers them.
-        pending: list[Any] = []
-        while True:
-            try:
-                envelope = self.actor_inbox.get_nowait()
-            except queue.Empty:
-                break
-            pending.append(envelope.message)
+        self._stop_timers()
+        pending: list[object] = [envelope.message for envelope in self.actor_inbox.drain()]
         try:
             self.close()
         except Exception:  # noqa: BLE001
             self.log.exception("close after crash failed")
-        from nekomem.actors.messages import ChildCrashed
-
         try:
             self.ctx.supervisor.tell(ChildCrashed(child=self.child_name, error=repr(exc_value), pending=pending))
         except pykka.ActorDeadError:

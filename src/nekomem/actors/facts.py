@@ -11,7 +11,7 @@ before they are journaled. This actor also picks the facts of each reflection sy
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -220,7 +220,7 @@ class FactActor(ScopedFactsMixin, JournaledActor):
             timeout=self.s.longterm_extract_timeout_seconds,
         )
         if token is None:
-            # Pool full: put the work back and try on the next tick.
+            # Pool full: put the work back; the timer tries again after the retry floor.
             if mode == "batch":
                 self.queue.put_back(ops, trigger)
             else:
@@ -337,8 +337,49 @@ class FactActor(ScopedFactsMixin, JournaledActor):
             self.record_many(("fact.updated", {"fact": msgspec.to_builtins(f)}) for f in updated)
 
     # -- periodic --------------------------------------------------------------------
+    def due_at(self) -> float | None:
+        """Synthesis, the fact archive move, batch extraction when its trigger comes, and
+        duplicate judgments (at once for new pairs, else per idle-maintenance interval)."""
+        mono = self.ctx.clock.monotonic()
+        now = self.now()
+        due = [self.next_synthesis]
+        if self.last_archive_at is None:
+            due.append(mono)
+        else:
+            due.append(mono + (self.last_archive_at + timedelta(hours=self.s.fact_archive_cooldown_hours) - now).total_seconds())
+        wait = self._extract_wait(now)
+        if wait is not None:
+            due.append(mono + wait)
+        if self.dup_queue and not self.dup_inflight and self.model_available("judge_duplicates"):
+            fresh = len(self.dup_queue) != getattr(self, "_dups_tried", (0, 0.0))[0]
+            retry = mono if fresh else self._dups_tried[1] + self.s.longterm_idle_maintenance_interval_seconds
+            due.append(max(retry, self.dup_gate.not_before))
+        return min(due)
+
+    def _extract_wait(self, now: datetime) -> float | None:
+        """Seconds until ``self.queue.due`` gives a trigger and the extraction gate is open
+        (0: now); None when nothing waits, one is in flight, or no model can run it."""
+        q, s = self.queue, self.s
+        if self.extract_inflight is not None or not q.ops or not self.model_available("extract_facts"):
+            return None
+        pending = q.user_turns
+        if pending <= 0:
+            return None
+        gate = max(0.0, self.extract_gate.not_before - self.ctx.clock.monotonic())
+        if pending >= s.fact_extract_every_n_turns:
+            return gate
+        waits: list[float] = []
+        if q.last_check_at is not None:
+            waits.append((q.last_check_at + timedelta(minutes=s.fact_extract_interval_minutes) - now).total_seconds())
+        if q.last_check_at is None or not s.fact_extract_idle_requires_first_run or q.burst_tail:
+            idle_from = q.last_activity_at or now
+            waits.append((idle_from + timedelta(seconds=s.fact_extract_idle_seconds) - now).total_seconds())
+        return max(gate, min(waits)) if waits else None
+
     def tick(self, msg: Tick) -> None:
         self._maybe_extract()
+        if self.dup_queue and not self.dup_inflight:
+            self._dups_tried = (len(self.dup_queue), msg.monotonic)
         self._judge_duplicates()
         if msg.monotonic >= self.next_synthesis:
             self.next_synthesis = msg.monotonic + self.s.reflection_synthesis_interval_seconds

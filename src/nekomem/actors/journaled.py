@@ -156,13 +156,19 @@ class JournaledActor(ChildActor):
         self._last_flush = time.monotonic()
         self.ctx.journal.compact_if_applied(self.ctx.settings.runtime.events_compact_lines)
 
+    def real_due_at(self) -> float | None:
+        """The next view rewrite, when changes wait (see _maybe_flush)."""
+        if not getattr(self, "_dirty", 0):
+            return None
+        return self._last_flush + max(self._flush_gap, self.ctx.settings.runtime.view_flush_seconds)
+
     @handles(Tick)
     def on_Tick(self, msg: Tick) -> None:
         self._maybe_flush()
         self.tick(msg)
 
     def tick(self, msg: Tick) -> None:
-        """Periodic work of the layer."""
+        """Periodic work of the layer (runs when the timer of ``due_at`` fires)."""
 
     @handles(ModelDone)
     def on_model_done(self, msg: ModelDone) -> None:

@@ -23,42 +23,14 @@ from nekomem.domain.reflections import SynthesisBatch
 from nekomem.domain.subjects import Subject
 from nekomem.domain.turns import Turn
 from nekomem.recall.entry import VECTOR_TIERS, IndexEntry
+# The supervision protocol is the runtime's; re-exported here for the actors.
+from nekomem.runtime.protocol import ChildCrashed, Deliver, Describe, Flush, Message, Tick
 from nekomem.runtime.reply import Reply
 
 WriteMode = Literal["cache", "process", "renew", "settle"]
 # The answer of POST /reflect, filled in by the passes it runs (facts, reflections, persona).
 Report = dict[str, object]
 Vectors = npt.NDArray[np.float32]
-
-
-class Message(msgspec.Struct, kw_only=True, frozen=True):
-    reply: Reply | None = None
-
-
-# -- supervision -------------------------------------------------------------------------
-class Deliver(Message):
-    child: str
-    message: Message
-
-
-class ChildCrashed(Message):
-    child: str
-    error: str
-    pending: list[object]
-
-
-class Tick(Message):
-    """Periodic work; sent by the scheduler through the supervisor to every child."""
-
-    monotonic: float
-
-
-class Flush(Message):
-    """Write views that lag their journal now."""
-
-
-class Describe(Message):
-    """Ask the supervisor for its children's state (for /health and tests)."""
 
 
 # -- recent window -----------------------------------------------------------------------
@@ -109,6 +81,7 @@ class Enqueue(Message):
     op_type: str
     payload: Mapping[str, object]
     reply_value: object = None
+    replay: bool = False  # re-sent after a crash: dropped when the outbox holds the same rows
 
 
 class OutboxAck(Message):
@@ -116,6 +89,7 @@ class OutboxAck(Message):
     process/renew/settle is durable (the ``reply_value`` of its Enqueue)."""
 
     write_id: int
+    row: int = 0  # the last time-index row the record covers
 
 
 class RunOp(Message):

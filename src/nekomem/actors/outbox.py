@@ -35,8 +35,6 @@ class OutboxActor(ChildActor):
     def load(self) -> None:
         self.settings = self.ctx.settings.runtime
         self.outbox = Outbox(self.ctx.paths.outbox)
-        if self.outbox.line_count >= self.settings.outbox_compact_lines and not self.outbox.pending():
-            self.outbox.compact()
         # op_id -> (type, payload, attempts)
         self.pending: dict[str, tuple[str, dict[str, Any], int]] = {}
         self.running: set[str] = set()
@@ -44,6 +42,19 @@ class OutboxActor(ChildActor):
         self.retry_at: dict[str, float] = {}
         self.done_count = 0
         self.dead_count = 0
+        # The time-index row ranges of the post-turn records in the file (finished ones
+        # too): RecentActor re-enqueues the rows after its cursor at load, and a range
+        # already recorded must not run twice. Compaction drops finished records, so
+        # everything up to the highest row seen is then taken as recorded.
+        self.rows_known: set[tuple[int, int]] = set()
+        for record in self.outbox.records():
+            rows = _rows(record.payload)
+            if rows is not None:
+                self.rows_known.add(rows)
+        self.rows_floor = 0
+        if self.outbox.line_count >= self.settings.outbox_compact_lines and not self.outbox.pending():
+            self.rows_floor = max((last for _first, last in self.rows_known), default=0)
+            self.outbox.compact()
         for record in self.outbox.pending():
             self.pending[record.op_id] = (record.type, record.payload, record.attempts)
         if self.pending:
@@ -52,8 +63,14 @@ class OutboxActor(ChildActor):
 
     @handles(Enqueue)
     def on_Enqueue(self, msg: Enqueue) -> None:
-        op_id = self.outbox.add(msg.op_type, msg.payload, iso(self.ctx.clock.now()))
-        self.pending[op_id] = (msg.op_type, msg.payload, 0)
+        rows = _rows(msg.payload)
+        if msg.replay and rows is not None and (rows in self.rows_known or rows[1] <= self.rows_floor):
+            self.log.info("outbox already holds a record of these rows; not added again")
+        else:
+            op_id = self.outbox.add(msg.op_type, msg.payload, iso(self.ctx.clock.now()))
+            self.pending[op_id] = (msg.op_type, msg.payload, 0)
+            if rows is not None:
+                self.rows_known.add(rows)
         if msg.reply is not None:
             msg.reply.ok(msg.reply_value)
         elif msg.reply_value is not None and hasattr(msg.reply_value, "write_id"):
@@ -109,7 +126,9 @@ class OutboxActor(ChildActor):
             return  # a duplicate report; the record is already finished
         now_iso = iso(self.ctx.clock.now())
         if msg.ok:
-            self.outbox.done(msg.op_id, now_iso)
+            # Not fsync'd: handlers are idempotent, so a done line lost to a power loss
+            # costs one more run, and each turn's work keeps to one fsync (its pending line).
+            self.outbox.done(msg.op_id, now_iso, durable=False)
             self.pending.pop(msg.op_id, None)
             self.retry_at.pop(msg.op_id, None)
             self.done_count += 1
@@ -124,6 +143,11 @@ class OutboxActor(ChildActor):
                 delay = backoff_delay(self.settings.outbox_retry_delay_seconds, attempts, self.settings.outbox_retry_max_delay_seconds)
                 self.retry_at[msg.op_id] = self.ctx.clock.monotonic() + delay
         self._dispatch_ready()
+
+    def due_at(self) -> float | None:
+        """The earliest retry of a failed record (others are sent as soon as a slot frees)."""
+        waiting = [at for op_id, at in self.retry_at.items() if op_id in self.pending and op_id not in self.running]
+        return min(waiting) if waiting else None
 
     @handles(Tick)
     def on_Tick(self, msg: Tick) -> None:
@@ -140,3 +164,11 @@ class OutboxActor(ChildActor):
     def on_Flush(self, msg: Flush) -> None:
         if msg.reply is not None:
             msg.reply.ok(True)
+
+
+def _rows(payload: dict[str, Any]) -> tuple[int, int] | None:
+    """The (first, last) time-index rows a post-turn payload covers; None without rows."""
+    rows = payload.get("rows")
+    if isinstance(rows, list) and len(rows) == 2 and all(isinstance(r, int) for r in rows):
+        return rows[0], rows[1]
+    return None

@@ -307,6 +307,17 @@ class PersonaActor(JournaledActor):
         ))
 
     # -- periodic --------------------------------------------------------------------
+    def due_at(self) -> float | None:
+        """The archive sweep, pending corrections, and the refinement pass."""
+        if self._refine_next is None:
+            self._refine_next = self.ctx.clock.monotonic() + self.s.longterm_refine_persona_initial_delay_seconds
+        due = [self.next_sweep]
+        if self.corrections and not self.correction_inflight:
+            due.append(self.next_corrections)
+        if not self._refine_inflight and not self._refine_embedding:
+            due.append(self._refine_next)
+        return min(due)
+
     def tick(self, msg: Tick) -> None:
         if msg.monotonic >= self.next_sweep:
             self.next_sweep = msg.monotonic + self.s.evidence_archive_sweep_interval_seconds

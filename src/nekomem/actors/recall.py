@@ -130,6 +130,24 @@ class RecallActor(ChildActor):
                 held.reply.ok(empty_response((held.query or "").strip(), error=True))
         self.held = []
 
+    def real_due_at(self) -> float | None:
+        """While the embedding service loads, or the vector side lags it, or a backfill
+        waits: when to look again (real time: this waits on a model, not on domain time)."""
+        emb = self.ctx.services.embeddings
+        if emb is None or self.s.recall_legs == "bm25":
+            return None
+        now = time.monotonic()
+        if getattr(emb, "state", "") == "disabled":
+            return now if self.index.vectors is not None else None
+        ready = self._service()
+        if ready is None:
+            return now + self.ctx.settings.runtime.timer_retry_floor_seconds  # still loading
+        if self.index.vectors is None or self.index.vector_model != ready.model_id:
+            return now
+        if self.index.need and self.backfill_token is None:
+            return self.backfill_after
+        return None
+
     @handles(Tick)
     def on_Tick(self, msg: Tick) -> None:
         self._safe_sync()

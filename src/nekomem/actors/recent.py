@@ -1,15 +1,22 @@
 """RecentActor: the recent window (recent.json + recent_meta.json) and the raw journal
 (time_indexed.db).
 
-A write is durable before it is answered: the turns go to the time index (one SQLite
-transaction, which also stores the Idempotency-Key's response), then recent.json is
-replaced atomically, then the outbox records the post-turn work. Compression and review
+A write is durable before it is answered, with one fsync: the turns go to the time index
+in one SQLite transaction (synchronous=FULL), which also stores the Idempotency-Key's
+response and the post-turn cursor. recent.json and recent_meta.json are then replaced
+atomically without fsync (a killed process leaves them whole; after a power loss they are
+rebuilt at load from the rows after ``journal_row``), and /cache is answered. The post-turn
+work record goes to the outbox after the answer (its own fsync, off the request's path);
+the outbox acknowledges it and the cursor moves with the next transaction, so rows after
+the cursor at load are enqueued again (the outbox ignores ranges it already holds).
+/process, /renew and /settle still wait for their record. Compression and review
 run on the model pool; while one is in flight the actor keeps serving, and the result is
 spliced in only if the window's head is still the snapshot it summarised.
 """
 
 from __future__ import annotations
 
+import collections
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,9 +46,10 @@ from nekomem.runtime.pool import PoolFull
 from nekomem.runtime.reply import ActorFailure, Reply
 from nekomem.stores.atomic import atomic_write_json, keep_rejected, read_json
 from nekomem.stores.recent_watch import RecentWatch, journal_adoption
-from nekomem.stores.timeindex import TimeIndex
+from nekomem.stores.timeindex import IMPORTED_CURSOR, TimeIndex
 
 OP_POST_TURN = "extract_facts"  # wire value of the reference's OP_POST_TURN_SIGNALS
+POST_TURN_CURSOR = "post_turn"  # time-index cursor: rows up to here have their outbox record
 
 
 class RecentMeta(msgspec.Struct, kw_only=True):
@@ -51,6 +59,7 @@ class RecentMeta(msgspec.Struct, kw_only=True):
     last_compress_at: str | None = None
     compressions: int = 0
     hard_cap_trims: int = 0
+    journal_row: int | None = None  # the last time-index row folded into recent.json
     review: review.ReviewState = msgspec.field(default_factory=review.ReviewState)
 
 
@@ -96,9 +105,14 @@ class RecentActor(ChildActor):
         self.window = window
         self.watch = RecentWatch(paths.recent)
         self.tokens = [self.counter.count(t.text) for t in window]
+        if status == "corrupt":
+            self.meta.journal_row = self.tindex.max_row_id()
         if status == "corrupt" or unreadable:
             self._enforce_cap()
             self._save_window()  # the unreadable items are kept aside: they are not kept twice
+            self._save_meta()
+        if status != "corrupt":
+            self._catch_up_window()
         self._token = 0
         self._compression: _Compression | None = None
         self._review_token: int | None = None
@@ -109,6 +123,12 @@ class RecentActor(ChildActor):
         self._last_activity = self.ctx.clock.monotonic()
         self._next_compress_try = 0.0
         self._last_purge = 0.0
+        self._replay_post_turn()
+
+    def flush(self) -> None:
+        """Persist the post-turn cursor and recent_meta.json (with journal_row)."""
+        self._save_cursor()
+        self._save_meta()
 
     @staticmethod
     def _read_window(path: Any) -> tuple[list[Turn], str, int]:
@@ -132,7 +152,77 @@ class RecentActor(ChildActor):
 
     def close(self) -> None:
         if getattr(self, "tindex", None) is not None:
+            self._save_cursor()
             self.tindex.close()
+
+    # -- crash catch-up --------------------------------------------------------------
+    def _catch_up_window(self) -> None:
+        """Fold rows stored after ``meta.journal_row`` into the window (recent.json is
+        written without fsync; the time index is the durable copy)."""
+        top = self.tindex.max_row_id()
+        imported = self.tindex.cursor(IMPORTED_CURSOR) or 0
+        if self.meta.journal_row is None or self.meta.journal_row > top:
+            self.meta.journal_row = top  # a folder from before the cursor existed
+            return
+        # Rows of an import are history: the import wrote the window it wanted.
+        self.meta.journal_row = max(self.meta.journal_row, imported)
+        if top == self.meta.journal_row:
+            return
+        missing = [row.turn for row in self.tindex.rows_after(self.meta.journal_row)]
+        skip = 0
+        for k in range(min(len(self.window), len(missing)), 0, -1):
+            if all(a.role == b.role and a.text == b.text for a, b in zip(self.window[-k:], missing[:k])):
+                skip = k
+                break
+        self.window.extend(missing[skip:])
+        self.tokens = [self.counter.count(t.text) for t in self.window]
+        self.meta.journal_row = top
+        self._enforce_cap()
+        self._save_window()
+        self._save_meta()
+        self.log.info("recent.json caught up with %d stored turns", len(missing) - skip)
+
+    def _replay_post_turn(self) -> None:
+        """Enqueue again the post-turn work of rows after the cursor (answered before their
+        record was acknowledged); the outbox drops ranges it already holds."""
+        saved = self.tindex.cursor(POST_TURN_CURSOR)
+        top = self.tindex.max_row_id()
+        if saved is None:
+            # Before the cursor existed every record was written before the answer.
+            self.tindex.set_cursors({POST_TURN_CURSOR: top})
+            saved = top
+        self._post_turn_row = self._post_turn_saved = saved
+        self._post_turn_sent: collections.deque[int] = collections.deque()  # last rows, in send order
+        self._post_turn_acked: set[int] = set()
+        if top <= saved:
+            return
+        rows = self.tindex.rows_after(saved)
+        start = 0
+        for i in range(1, len(rows) + 1):
+            if i == len(rows) or rows[i].session_id != rows[start].session_id:
+                group = rows[start:i]
+                self._enqueue_post_turn([r.turn for r in group], group[0].session_id or "", group[0].id, group[-1].id, replay=True)
+                start = i
+        self.log.info("re-enqueued post-turn work of %d stored turns", len(rows))
+
+    def _enqueue_post_turn(
+        self, turns: list[Turn], session_id: str, first: int, last: int, write_id: int = 0, *, replay: bool = False
+    ) -> None:
+        payload = {"messages": [t.to_disk() for t in turns], "session_id": session_id, "rows": [first, last]}
+        ack = OutboxAck(write_id=write_id, row=last)
+        self._post_turn_sent.append(last)
+        self.ctx.send("outbox", Enqueue(op_type=OP_POST_TURN, payload=payload, reply_value=ack, replay=replay))
+
+    def _cursor_update(self) -> dict[str, int] | None:
+        if self._post_turn_row == self._post_turn_saved:
+            return None
+        self._post_turn_saved = self._post_turn_row
+        return {POST_TURN_CURSOR: self._post_turn_row}
+
+    def _save_cursor(self) -> None:
+        update = self._cursor_update() if hasattr(self, "_post_turn_row") else None
+        if update:
+            self.tindex.set_cursors(update)
 
     # -- writes ----------------------------------------------------------------------
     @handles(AppendTurns)
@@ -157,24 +247,30 @@ class RecentActor(ChildActor):
                 turns,
                 idempotency_key=key,
                 response=msgspec.json.encode(value) if key else None,
+                cursors=self._cursor_update(),
             )
         if turns:
             self.window.extend(turns)
             self.tokens.extend(self.counter.count(t.text) for t in turns)
+            # recent_meta.json (and its journal_row) is written with the next meta change
+            # or flush: at load, rows after the stored journal_row that recent.json already
+            # ends with are recognised, so one rename per write is enough.
+            self.meta.journal_row = self.tindex.last_row_id
             self._enforce_cap()
-            self._save_window()
+            self._save_window(durable=False)
         write = _PendingWrite(reply=msg.reply, value=value, wait_outbox=bool(turns), wait_compress=False)
         if turns:
-            payload = {"messages": [t.to_disk() for t in turns], "session_id": msg.session_id}
+            last = self.tindex.last_row_id
+            first = last - len(turns) + 1
             if msg.mode == "cache":
-                # The outbox answers the caller once the record is durable.
-                self.ctx.send("outbox", Enqueue(op_type=OP_POST_TURN, payload=payload, reply=msg.reply, reply_value=value))
-                write.reply = None
+                # Durable with the rows (the cursor rebuilds the record): answer first.
                 write.wait_outbox = False
+                self._finish_if_ready(write)
+                self._enqueue_post_turn(turns, msg.session_id, first, last)
             else:
                 self._write_seq += 1
                 self._writes[self._write_seq] = write
-                self.ctx.send("outbox", Enqueue(op_type=OP_POST_TURN, payload=payload, reply_value=OutboxAck(write_id=self._write_seq)))
+                self._enqueue_post_turn(turns, msg.session_id, first, last, self._write_seq)
         if msg.mode != "cache":
             detailed = msg.mode in ("renew", "settle")
             if self._compression is not None:
@@ -190,6 +286,12 @@ class RecentActor(ChildActor):
 
     @handles(OutboxAck)
     def on_OutboxAck(self, msg: OutboxAck) -> None:
+        # The cursor moves over acknowledged records only while every earlier one is too.
+        if msg.row:
+            self._post_turn_acked.add(msg.row)
+            while self._post_turn_sent and self._post_turn_sent[0] in self._post_turn_acked:
+                self._post_turn_acked.discard(self._post_turn_sent[0])
+                self._post_turn_row = max(self._post_turn_row, self._post_turn_sent.popleft())
         write = self._writes.pop(msg.write_id, None)
         if write is not None:
             write.wait_outbox = False
@@ -216,9 +318,9 @@ class RecentActor(ChildActor):
         self.meta.hard_cap_trims += 1
         self.log.info("hard cap trimmed the window to %d items", len(self.window))
 
-    def _save_window(self) -> None:
+    def _save_window(self, *, durable: bool = True) -> None:
         self.adopt_outside_edit("write", keep_ours=True)
-        atomic_write_json(self.ctx.paths.recent, [t.to_disk() for t in self.window])
+        atomic_write_json(self.ctx.paths.recent, [t.to_disk() for t in self.window], durable=durable)
         self.watch.remember()
 
     def adopt_outside_edit(self, reason: str, *, keep_ours: bool = False) -> bool:
@@ -249,8 +351,8 @@ class RecentActor(ChildActor):
         self._review_snapshot = None
         msg.reply.ok({"status": "cancelled" if cancelled else "no_task"})
 
-    def _save_meta(self) -> None:
-        atomic_write_json(self.ctx.paths.recent_meta, self.meta)
+    def _save_meta(self, *, durable: bool = True) -> None:
+        atomic_write_json(self.ctx.paths.recent_meta, self.meta, durable=durable)
 
     # -- compression -----------------------------------------------------------------
     def _llm_ready(self, tier: str) -> bool:
@@ -451,13 +553,27 @@ class RecentActor(ChildActor):
         self.tokens = [self.counter.count(t.text) for t in self.window]
         self._enforce_cap()
         self._save_window()
+        self._save_meta()  # journal_row with it: the edit must not be undone at load
         msg.reply.ok(RecentView(window=list(self.window), last_timestamp=self.tindex.last_timestamp(), stored_total=self.tindex.count()))
 
     # -- periodic --------------------------------------------------------------------
+    def due_at(self) -> float | None:
+        """Idle compression (once idle, after a failure's backoff), the idle review (once
+        per idle spell) and the idempotency-key purge."""
+        idle_at = self._last_activity + self.settings.recent_idle_compress_seconds
+        due = [self._last_purge + self.ctx.settings.server.idempotency_purge_seconds]
+        if self._compression is None and self._llm_ready("summary") and recent_window.needs_compression(self.window, self.settings):
+            due.append(max(idle_at, self._next_compress_try))
+        if getattr(self, "_idle_seen", None) != self._last_activity and self._review_token is None and self.window and self._llm_ready("correction"):
+            due.append(idle_at)
+        return min(due)
+
     @handles(Tick)
     def on_Tick(self, msg: Tick) -> None:
         now = msg.monotonic
         idle = now - self._last_activity
+        if idle >= self.settings.recent_idle_compress_seconds:
+            self._idle_seen = self._last_activity
         if (
             self._compression is None
             and idle >= self.settings.recent_idle_compress_seconds
@@ -473,5 +589,6 @@ class RecentActor(ChildActor):
 
     @handles(Flush)
     def on_Flush(self, msg: Flush) -> None:
+        self.flush()
         if msg.reply is not None:
             msg.reply.ok(True)

@@ -28,6 +28,17 @@ class ReflectionUpkeep(ReflectionState):
     """Work of the reflections layer that no message asks for."""
 
     # -- periodic --------------------------------------------------------------------
+    def due_at(self) -> float | None:
+        """Promotion (with decay), the archive sweep, refinement and the disputation scan."""
+        if self._refine_next is None:
+            self._refine_next = self.ctx.clock.monotonic() + self.s.longterm_refine_reflection_initial_delay_seconds
+        due = [self.next_promote, self.next_sweep]
+        if not self._refine_inflight:
+            due.append(self._refine_next)
+        if not self.rebuttal_inflight:
+            due.append(self.next_rebuttal)
+        return min(due)
+
     def tick(self, msg: Tick) -> None:
         if msg.monotonic >= self.next_promote:
             self.next_promote = msg.monotonic + self.s.reflection_auto_promote_interval_seconds

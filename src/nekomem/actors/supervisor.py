@@ -8,9 +8,10 @@ from typing import Any
 
 import pykka
 
-from nekomem.actors.base import CharacterContext, Services, fail_message
-from nekomem.actors.messages import ChildCrashed, Deliver, Describe, Flush, Tick
-from nekomem.runtime.reply import ActorFailure
+from nekomem.runtime.dispatch import Completion, DispatchedActor, Dispatcher
+from nekomem.runtime.protocol import ChildCrashed, Deliver, Describe, Flush, fail_message
+from nekomem.runtime.reply import ActorFailure, Reply
+from nekomem.runtime.services import CharacterContext, Routes, Services
 
 log = logging.getLogger("nekomem.supervisor")
 
@@ -37,16 +38,19 @@ def child_classes() -> dict[str, type[Any]]:
     }
 
 
-class CharacterSupervisor(pykka.ThreadingActor):
-    """Owns one character's children. Every request for the character enters here as a
-    :class:`Deliver`; a crashed child is restarted from disk within the restart budget and
-    the messages it had queued are redelivered to the new instance."""
+class CharacterSupervisor(DispatchedActor):
+    """Owns one character's children. Requests reach a live child directly (through
+    :class:`Routes`); anything for a child that is not alive enters here as a
+    :class:`Deliver`. A crashed child is restarted from disk within the restart budget and
+    the messages it had queued are redelivered to the new instance. Nothing here blocks:
+    stopping chains the children's stops, and ``Flush`` answers once every child has."""
 
-    def __init__(self, name: str, services: Services) -> None:
+    def __init__(self, name: str, services: Services, routes: Routes | None = None) -> None:
         super().__init__()
         self.name = name
         self.services = services
-        self.children: dict[str, pykka.ActorRef[Any]] = {}
+        self.routes = routes if routes is not None else Routes()
+        self.children: dict[str, pykka.ActorRef[Any]] = self.routes.children
         self.failed: dict[str, str] = {}
         self.restarts: dict[str, collections.deque[float]] = collections.defaultdict(collections.deque)
         self.restart_total = 0
@@ -61,27 +65,41 @@ class CharacterSupervisor(pykka.ThreadingActor):
         paths.ensure()
         journal = SharedJournal(paths.events, paths.events_applied, EVENT_OWNERS)
         self.ctx = CharacterContext(
-            name=self.name, paths=paths, services=self.services, journal=journal, supervisor=self.actor_ref
+            name=self.name, paths=paths, services=self.services, journal=journal, supervisor=self.actor_ref, routes=self.routes
         )
         classes = child_classes()
+        # Every child's ref is routable before any child loads (a loading child already
+        # sends to its siblings), then they start in order.
         for child in CHILD_ORDER:
-            self.children[child] = classes[child].start(self.ctx)
+            self.children[child] = classes[child].start_held(self.ctx)
+        for child in CHILD_ORDER:
+            self.children[child].actor_inbox.release()
 
-    def on_stop(self) -> None:
-        # Stop in reverse order; each child flushes its views in on_stop.
-        for child in reversed(CHILD_ORDER):
-            ref = self.children.get(child)
-            if ref is not None:
+    def dispatcher(self) -> Dispatcher:
+        return self.services.dispatcher
+
+    def on_stop(self) -> Completion:
+        """Stop the children one after the other in reverse start order (each flushes its
+        views in its own on_stop). Returns the completion of all
+        that: the supervisor's stop is answered only then, so a new activation of the
+        character never races the old one for its files."""
+        released = Completion()
+        order = [self.children[c] for c in reversed(CHILD_ORDER) if c in self.children]
+
+        def stop_next() -> None:
+            while order:
+                ref = order.pop(0)
                 try:
-                    ref.stop(block=True, timeout=self.services.settings.server.ask_timeout_seconds)
-                except (pykka.ActorDeadError, pykka.Timeout):
-                    log.warning("child %s did not stop cleanly", child)
-        self.children.clear()
-        if self.ctx is not None:
-            try:
-                getattr(self.ctx.journal, "close", lambda: None)()
-            except Exception:  # noqa: BLE001
-                log.exception("closing the journal failed")
+                    ref.stop(block=False)
+                except pykka.ActorDeadError:
+                    pass
+                if not ref.actor_inbox.terminated:
+                    ref.actor_inbox.when_terminated(stop_next)
+                    return
+            released.done()
+
+        stop_next()
+        return released
 
     def on_failure(self, exc_type: Any, exc_value: Any, tb: Any) -> None:
         for ref in self.children.values():
@@ -95,15 +113,25 @@ class CharacterSupervisor(pykka.ThreadingActor):
             self._deliver(message.child, message.message)
         elif isinstance(message, ChildCrashed):
             self._restart(message)
-        elif isinstance(message, Tick | Flush):
-            for child in CHILD_ORDER:
-                if child not in self.failed:
-                    self._deliver(child, message if isinstance(message, Tick) else Flush())
-            if isinstance(message, Flush) and message.reply is not None:
-                message.reply.ok(True)
+        elif isinstance(message, Flush):
+            self._barrier(message.reply)
         elif isinstance(message, Describe):
-            message.reply.ok(self.describe())
+            if message.reply is not None:
+                message.reply.ok(self.describe())
         return None
+
+    def _barrier(self, reply: Reply | None) -> None:
+        """Send Flush to every live child and answer ``reply`` once all have answered: each
+        child has then handled everything it had queued before the flush."""
+        parts: list[Completion] = []
+        for child in CHILD_ORDER:
+            if child in self.failed:
+                continue
+            part = Completion()
+            parts.append(part)
+            self._deliver(child, Flush(reply=_CompletionReply(part)))
+        if reply is not None:
+            Completion.all(parts).then(lambda: reply.ok(True))
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -165,3 +193,20 @@ class CharacterSupervisor(pykka.ThreadingActor):
             return
         for message in crash.pending:
             self.children[child].tell(message)
+
+
+class _CompletionReply(Reply):
+    """A Reply whose answer (ok or failure alike) completes a Completion: the barrier
+    waits for every child to answer, not for every child to succeed."""
+
+    __slots__ = ("_part",)
+
+    def __init__(self, part: Completion) -> None:
+        super().__init__()
+        self._part = part
+
+    def ok(self, value: Any = None) -> None:
+        self._part.done()
+
+    def fail(self, exc: BaseException) -> None:
+        self._part.done()

@@ -17,7 +17,7 @@ class RecentSettings(Section):
     recent_compress_max_rounds: Annotated[int, doc("Most stage-1/stage-2 rounds of one compression.", ge=1)] = 3
     recent_hard_cap_tokens: Annotated[int, doc("The window never holds more tokens than this, whatever the summariser does.", ge=100)] = 60_000
     recent_hard_cap_min_items: Annotated[int, doc("The hard cap keeps at least this many newest items while they fit.", ge=1)] = 10
-    recent_idle_compress_seconds: Annotated[float, doc("A window over the threshold is compressed by the scheduler once the character has been idle this long.", ge=0)] = 10.0
+    recent_idle_compress_seconds: Annotated[float, doc("A window over the threshold is compressed (by a timer of the recent actor) once the character has been idle this long.", ge=0)] = 10.0
     recent_compress_retry_seconds: Annotated[float, doc("First wait before an idle retry after a failed compression; doubles per failure.", ge=0)] = 30.0
     recent_compress_retry_max_seconds: Annotated[float, doc("Longest wait between idle compression retries.", ge=0)] = 1800.0
     recent_summary_stale_hours: Annotated[float, doc("Hours since the last summary after which the summariser is told to move stale content to an 'earlier' block.", ge=0)] = 1.0

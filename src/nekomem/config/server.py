@@ -43,9 +43,11 @@ class ServerSettings(Section):
 
 
 class RuntimeSettings(Section):
-    max_active_characters: Annotated[int, doc("Most characters whose actors are alive at once; the least recently used idle one is passivated beyond this.", ge=1)] = 64
+    max_active_characters: Annotated[int, doc("Most characters whose actors are alive at once; the least recently used idle one is passivated beyond this. Actors cost no thread, so this bounds memory only (see README: about 0.3 MB per active character with a short history).", ge=1)] = 1000
     passivate_idle_seconds: Annotated[float, doc("A character idle this long has its actors stopped (state stays on disk).", gt=0)] = 600.0
-    scheduler_tick_seconds: Annotated[float, doc("How often the scheduler checks idle timers and periodic work.", gt=0)] = 1.0
+    actor_workers: Annotated[int, doc("Threads that run the actors of every character (one shared dispatcher; an actor costs no thread of its own).", ge=1, le=256)] = 4
+    actor_batch: Annotated[int, doc("Messages one actor handles before its worker moves on to the next ready actor, so a flooded character cannot starve the others.", ge=1)] = 32
+    timer_retry_floor_seconds: Annotated[float, doc("Work that is already due when an actor asks for its timer (e.g. a retry after the model pool was full) runs after this many real seconds, so a gate that stays open cannot spin.", gt=0)] = 1.0
     restart_budget: Annotated[int, doc("Restarts of one child actor allowed within restart_window_seconds before the character is marked failed.", ge=0)] = 5
     restart_window_seconds: Annotated[float, doc("Window of the restart budget.", gt=0)] = 60.0
     model_workers: Annotated[int, doc("Threads of the shared pool that runs LLM and embedding calls.", ge=1)] = 8

@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from nekomem.actors.host import ACTORS
 from nekomem.config import Settings
 from nekomem.http import conversation, longterm, system
 from nekomem.http.errors import (
@@ -105,7 +106,7 @@ def create_app(
     runtime: Runtime | None = None,
 ) -> Starlette:
     """Build the app and its runtime. The runtime starts with the app's lifespan."""
-    rt = runtime or Runtime(settings, clock, llm=llm, embeddings=embeddings)
+    rt = runtime or Runtime(settings, clock, actors=ACTORS, llm=llm, embeddings=embeddings)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

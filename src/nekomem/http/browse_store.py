@@ -93,6 +93,10 @@ def journal_summary(paths: CharacterPaths) -> tuple[int, str | None]:
     db = _connect(paths.time_index_db)
     try:
         count, last = db.execute(f"SELECT COUNT(*), MAX(timestamp) FROM {TABLE}").fetchone()
+    except sqlite3.OperationalError:
+        # Created a moment ago by an activating character whose recent actor has not yet
+        # made its tables (it loads on an actor worker, concurrently with this read).
+        return 0, None
     finally:
         db.close()
     return int(count), last

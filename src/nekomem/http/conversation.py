@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from typing import Any
 
@@ -15,6 +16,15 @@ from nekomem.http.bodies import character_name, parse_history, read_json_object
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
 from nekomem.runtime.clock import iso
+
+
+# Write-request ids: unique per process start and request, without a random read per request.
+_SESSION_PREFIX = uuid.uuid4().hex[:16]
+_SESSION_SEQ = itertools.count(1)
+
+
+def _session_id() -> str:
+    return f"{_SESSION_PREFIX}{next(_SESSION_SEQ):016x}"
 
 
 def _runtime(request: Request) -> Any:
@@ -47,7 +57,7 @@ async def _write(request: Request, mode: str) -> Response:
     result = await rt.registry.ask(
         name,
         "recent",
-        lambda reply: AppendTurns(turns=turns, mode=mode, session_id=uuid.uuid4().hex, idempotency_key=key, reply=reply),
+        lambda reply: AppendTurns(turns=turns, mode=mode, session_id=_session_id(), idempotency_key=key, reply=reply),
         timeout=timeout,
     )
     return JSONResponse(result)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Protocol
 
@@ -29,7 +30,9 @@ class SystemClock:
 class ManualClock:
     """A clock that moves only when told to; used by tests to exercise decay and timers.
 
-    ``advance`` moves both the wall clock and the monotonic clock.
+    ``advance`` moves both the wall clock and the monotonic clock, then runs the
+    ``on_advance`` listeners (the process timer fires what became due) on the caller's
+    thread, so a test that advances the clock has every due timer posted when it returns.
     """
 
     def __init__(self, start: datetime | None = None) -> None:
@@ -38,6 +41,15 @@ class ManualClock:
             self._now = self._now.replace(tzinfo=timezone.utc)
         self._mono = 1000.0
         self._lock = threading.Lock()
+        self._listeners: list[Callable[[], object]] = []
+
+    def on_advance(self, listener: Callable[[], object]) -> None:
+        """Call ``listener()`` after every advance or set."""
+        self._listeners.append(listener)
+
+    def _moved(self) -> None:
+        for listener in list(self._listeners):
+            listener()
 
     def now(self) -> datetime:
         with self._lock:
@@ -52,6 +64,7 @@ class ManualClock:
         with self._lock:
             self._now += step
             self._mono += step.total_seconds()
+        self._moved()
 
     def set(self, when: datetime) -> None:
         with self._lock:
@@ -59,6 +72,7 @@ class ManualClock:
                 when = when.replace(tzinfo=timezone.utc)
             self._mono += max(0.0, (when - self._now).total_seconds())
             self._now = when
+        self._moved()
 
 
 def iso(dt: datetime) -> str:

@@ -16,13 +16,15 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import pykka
 
-from nekomem.actors.base import Services
-from nekomem.actors.messages import Deliver, Describe, Tick
-from nekomem.runtime.reply import ActorFailure, Reply
+from nekomem.runtime.protocol import Deliver, Describe, Flush
+from nekomem.runtime.reply import ActorFailure, AskTimeout, Reply
+from nekomem.runtime.services import Routes, Services
+from nekomem.runtime.timers import TimerHandle
+from nekomem.stores.layout import CharacterPaths
 
 log = logging.getLogger("nekomem.registry")
 
@@ -31,23 +33,51 @@ class CharacterBusy(RuntimeError):
     """A hold could not take a character: it stayed busy, or another hold has it."""
 
 
-class _Entry:
-    __slots__ = ("ref", "last_used", "inflight")
+class ActorLayer(Protocol):
+    """What the runtime needs of the actors layer (which it never imports)."""
 
-    def __init__(self, ref: pykka.ActorRef[Any], now: float) -> None:
+    def start_supervisor(self, name: str, services: Services, routes: Routes) -> pykka.ActorRef[Any]:
+        """Post the start of character ``name``'s supervisor, which keeps ``routes`` up to
+        date with its live children."""
+        ...
+
+    def has_unfinished(self, paths: CharacterPaths) -> bool:
+        """Whether the character has work left over from a crash (start-up recovery)."""
+        ...
+
+
+class _Entry:
+    __slots__ = ("ref", "routes", "last_used", "inflight")
+
+    def __init__(self, ref: pykka.ActorRef[Any], routes: Routes, now: float) -> None:
         self.ref = ref
+        self.routes = routes
         self.last_used = now
         self.inflight = 0
 
+    def tell(self, child: str, message: object) -> None:
+        """To the live child directly, else through the supervisor; raises ActorDeadError
+        when the character has stopped."""
+        ref = self.routes.live(child)
+        if ref is not None:
+            try:
+                ref.tell(message)
+                return
+            except pykka.ActorDeadError:
+                pass
+        self.ref.tell(Deliver(child=child, message=message))
+
 
 class CharacterRegistry:
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Services, actors: ActorLayer) -> None:
         self.services = services
+        self._start_supervisor = actors.start_supervisor
+        self._sweep_timer: TimerHandle | None = None
         self._lock = threading.Lock()  # guards the name -> supervisor map, not domain state
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
-        # name -> future of a supervisor that is stopping. A character is not activated
+        # name -> the supervisor of a stopping instance. A character is not activated
         # again until its previous instance has flushed and released its files.
-        self._stopping: dict[str, Any] = {}
+        self._stopping: dict[str, pykka.ActorRef[Any]] = {}
         # name -> event set when a hold (an import writing the character's files) ends.
         self._held: dict[str, threading.Event] = {}
         self._changed = threading.Condition(self._lock)
@@ -55,21 +85,32 @@ class CharacterRegistry:
         self.passivations = 0
 
     # -- activation --------------------------------------------------------------------
-    def _acquire(self, name: str) -> _Entry:
-        from nekomem.actors.supervisor import CharacterSupervisor
-
-        self._wait_stopped(name)
+    def _acquire(self, name: str, *, block: bool = True) -> _Entry | None:
+        """The live entry of ``name``, activating it; counts one request in flight. While a
+        previous instance is still stopping: waits for it, or returns None unless ``block``."""
+        if block:
+            self._wait_stopped(name)
         now = self.services.clock.monotonic()
         with self._lock:
             if name in self._held:
                 raise ActorFailure("character_importing", "an import into this character is running; try again shortly", 409)
+            stopping = self._stopping.get(name)
+            if stopping is not None:
+                if not stopping.actor_inbox.terminated:
+                    if block:
+                        raise AskTimeout("the previous instance of the character to stop", self.services.settings.server.ask_timeout_seconds)
+                    return None
+                del self._stopping[name]
             entry = self._entries.get(name)
             if entry is not None and not entry.ref.is_alive():
                 del self._entries[name]
                 entry = None
             if entry is None:
-                ref = CharacterSupervisor.start(name, self.services)
-                entry = _Entry(ref, now)
+                # Only the start is posted here; the supervisor opens the character's files
+                # and starts its children on a dispatcher worker, never on the caller.
+                routes = Routes()
+                ref = self._start_supervisor(name, self.services, routes)
+                entry = _Entry(ref, routes, now)
                 self._entries[name] = entry
                 self.activations += 1
                 log.info("activated a character (active=%d)", len(self._entries))
@@ -79,23 +120,35 @@ class CharacterRegistry:
             victims = self._over_limit_locked()
         for victim in victims:
             self._stop(victim)
+        self._arm_sweep()
         return entry
 
     def _wait_stopped(self, name: str) -> None:
-        future = self._stopping.get(name)
-        if future is None:
+        """Block (a plain thread) until a stopping previous instance of ``name`` has
+        released its files; bounded by ``ask_timeout_seconds``."""
+        ref = self._stopping.get(name)
+        if ref is None:
             return
-        try:
-            future.get(timeout=self.services.settings.server.ask_timeout_seconds)
-        except Exception:  # noqa: BLE001 - a failed stop still released the actor
-            pass
-        with self._lock:
-            if self._stopping.get(name) is future:
-                del self._stopping[name]
+        done = threading.Event()
+        ref.actor_inbox.when_terminated(done.set)
+        done.wait(self.services.settings.server.ask_timeout_seconds)
 
     async def _await_stopped(self, name: str) -> None:
-        if name in self._stopping:
-            await asyncio.to_thread(self._wait_stopped, name)
+        """Like :meth:`_wait_stopped` without blocking the event loop."""
+        ref = self._stopping.get(name)
+        if ref is None:
+            return
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+
+        ref.actor_inbox.when_terminated(wake)
+        try:
+            await asyncio.wait_for(done, self.services.settings.server.ask_timeout_seconds)
+        except asyncio.TimeoutError:
+            raise AskTimeout("the previous instance of the character to stop", self.services.settings.server.ask_timeout_seconds) from None
 
     def _release(self, name: str, entry: _Entry) -> None:
         with self._lock:
@@ -158,12 +211,12 @@ class CharacterRegistry:
         """Deliver ``message`` to ``child`` of ``name``, activating the character."""
         entry = self._acquire(name)
         try:
-            entry.ref.tell(Deliver(child=child, message=message))
+            entry.tell(child, message)
         except pykka.ActorDeadError:
             # Passivated between lookup and tell: activate again, once.
             self._release(name, entry)
             entry = self._acquire(name)
-            entry.ref.tell(Deliver(child=child, message=message))
+            entry.tell(child, message)
         finally:
             self._release(name, entry)
 
@@ -177,18 +230,30 @@ class CharacterRegistry:
         reply = Reply(loop)
         timeout = timeout or self.services.settings.server.ask_timeout_seconds
         await self._await_unheld(name, timeout)
-        await self._await_stopped(name)
-        entry = self._acquire(name)
+        entry = await self._acquire_async(name)
         try:
             try:
-                entry.ref.tell(Deliver(child=child, message=make(reply)))
+                entry.tell(child, make(reply))
             except pykka.ActorDeadError:
                 self._release(name, entry)
-                entry = self._acquire(name)
-                entry.ref.tell(Deliver(child=child, message=make(reply)))
+                entry = await self._acquire_async(name)
+                entry.tell(child, make(reply))
             return await reply.wait(timeout, f"character {child} actor")
         finally:
             self._release(name, entry)
+
+    async def _acquire_async(self, name: str) -> _Entry:
+        # Activation only posts the supervisor's start: nothing here blocks the loop.
+        while True:
+            await self._await_stopped(name)
+            entry = self._acquire(name, block=False)
+            if entry is not None:
+                return entry
+
+    def activate(self, name: str) -> None:
+        """Make character ``name`` active (its start is posted, not awaited)."""
+        entry = self._acquire(name)
+        self._release(name, entry)
 
     def ask_sync(self, name: str, child: str, make: Callable[[Reply], Any], timeout: float | None = None) -> Any:
         """Like :meth:`ask`, for callers on plain threads."""
@@ -230,27 +295,49 @@ class CharacterRegistry:
             self._stop(victim)
         return len(victims)
 
+    def _arm_sweep(self) -> None:
+        """Keep one timer armed at the earliest time an active character can become idle
+        long enough to passivate; nothing runs while no character is active."""
+        with self._lock:
+            if not self._entries:
+                return
+            # Entries are in least-recently-acquired order: the first is (about) the oldest;
+            # the sweep itself checks every entry exactly.
+            oldest = next(iter(self._entries.values())).last_used
+            due = oldest + self.services.settings.runtime.passivate_idle_seconds
+            armed = self._sweep_timer
+            if armed is not None and not armed.cancelled and armed.due <= due:
+                return
+            if armed is not None:
+                armed.cancel()
+            self._sweep_timer = self.services.timers.call_at(due, self._on_sweep_timer)
+
+    def _on_sweep_timer(self) -> None:
+        with self._lock:
+            self._sweep_timer = None
+        self.sweep()
+        rt = self.services.settings.runtime
+        now = self.services.clock.monotonic()
+        with self._lock:
+            busy = any(now - e.last_used >= rt.passivate_idle_seconds for e in self._entries.values())
+        if busy:
+            # Idle long enough but with work in flight: look again after the retry floor.
+            with self._lock:
+                self._sweep_timer = self.services.timers.call_later(rt.timer_retry_floor_seconds, self._on_sweep_timer, real=True)
+        else:
+            self._arm_sweep()
+
     def _stop(self, victim: tuple[str, _Entry]) -> None:
         name, entry = victim
         try:
             # Non-blocking: the stop is queued behind the character's pending messages.
-            future = entry.ref.stop(block=False)
+            entry.ref.stop(block=False)
             with self._lock:
-                self._stopping[name] = future
+                self._stopping[name] = entry.ref
         except pykka.ActorDeadError:
             pass
         self.passivations += 1
         log.info("passivated a character")
-
-    def tick(self) -> None:
-        with self._lock:
-            refs = [entry.ref for entry in self._entries.values()]
-        now = self.services.clock.monotonic()
-        for ref in refs:
-            try:
-                ref.tell(Tick(monotonic=now))
-            except pykka.ActorDeadError:
-                pass
 
     # -- inspection --------------------------------------------------------------------
     def active_names(self) -> list[str]:
@@ -273,6 +360,51 @@ class CharacterRegistry:
         except (pykka.ActorDeadError, ActorFailure):
             return None
 
+    def flush(self, name: str, timeout: float | None = None) -> bool:
+        """The flush barrier of one active character: returns once every child has handled
+        what it had queued and written its views; False when the character is not active.
+        Raises AskTimeout. Call from a plain thread, not the event loop."""
+        with self._lock:
+            entry = self._entries.get(name)
+        if entry is None:
+            self._wait_stopped(name)  # a stopping instance has flushed once it is gone
+            return False
+        reply = Reply()
+        try:
+            entry.ref.tell(Flush(reply=reply))
+        except pykka.ActorDeadError:
+            return False
+        reply.result(timeout or self.services.settings.server.ask_timeout_seconds, "the flush barrier")
+        return True
+
+    def quiesce(self, name: str, timeout: float | None = None) -> bool:
+        """Flush barriers until character ``name`` is quiet: no model job in flight, no
+        child with work already due, and no message handled between two barriers but the
+        barrier's own. Returns False when the character is not active. Raises AskTimeout
+        after ``timeout`` seconds in all (the wait is real time)."""
+        timeout = timeout or self.services.settings.server.ask_timeout_seconds
+        end = time.monotonic() + timeout  # real time: a manual clock does not move here
+        last = -1
+        while time.monotonic() < end:
+            if not self.flush(name, max(0.1, end - time.monotonic())):
+                return False
+            handled = self._handled(name)
+            settled = all(ref.actor_inbox.settled for ref in self._children_of(name))
+            if handled == last and settled and self.services.pool.busy(name) == 0:
+                return True
+            if not settled:
+                time.sleep(0.02)  # a retry timer is armed: let it fire
+            last = handled + len(self._children_of(name))  # the next barrier's own Flushes
+        raise AskTimeout("the character to become quiet", timeout)
+
+    def _children_of(self, name: str) -> list[pykka.ActorRef[Any]]:
+        with self._lock:
+            entry = self._entries.get(name)
+        return [] if entry is None else list(entry.routes.children.values())
+
+    def _handled(self, name: str) -> int:
+        return sum(ref.actor_inbox.handled for ref in self._children_of(name))
+
     def release(self, name: str) -> bool:
         """Stop ``name``'s actors now and wait until they have flushed and closed every
         file, so that the folder can be renamed or deleted. False when it was not active."""
@@ -281,10 +413,8 @@ class CharacterRegistry:
             if entry is not None:
                 # Registered as stopping first, so that a request arriving meanwhile waits
                 # for the old instance to close its files before a new one opens them.
-                try:
-                    self._stopping[name] = entry.ref.stop(block=False)
-                except pykka.ActorDeadError:
-                    pass
+                entry.ref.stop(block=False)
+                self._stopping[name] = entry.ref
         self._wait_stopped(name)
         if entry is None:
             return False
@@ -296,8 +426,22 @@ class CharacterRegistry:
         with self._lock:
             entries = list(self._entries.items())
             self._entries.clear()
-        for _name, entry in entries:
+        # Every character stops at once (the pool runs their flushes); then wait for all,
+        # and for instances that were already stopping.
+        futures = [entry.ref.stop(block=False) for _name, entry in entries]
+        with self._lock:
+            stopping = list(self._stopping.values())
+        deadline = time.monotonic() + timeout
+        for future in futures:
             try:
-                entry.ref.stop(block=True, timeout=timeout)
+                future.get(timeout=max(0.0, deadline - time.monotonic()))
             except (pykka.ActorDeadError, pykka.Timeout):
                 pass
+        for ref in stopping:
+            done = threading.Event()
+            ref.actor_inbox.when_terminated(done.set)
+            done.wait(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            if self._sweep_timer is not None:
+                self._sweep_timer.cancel()
+                self._sweep_timer = None

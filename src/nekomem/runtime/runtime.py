@@ -1,4 +1,4 @@
-"""The process runtime: services, character registry, scheduler and start-up recovery."""
+"""The process runtime: services, dispatcher, timers, character registry and start-up recovery."""
 
 from __future__ import annotations
 
@@ -9,14 +9,17 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from nekomem.actors.base import Services
 from nekomem.config import Settings
+from nekomem.domain.tokens import get_counter
 from nekomem.runtime.clock import Clock, SystemClock
+from nekomem.runtime.dispatch import Dispatcher
 from nekomem.runtime.importing import ImportService
 from nekomem.runtime.pool import ModelPool
-from nekomem.runtime.registry import CharacterRegistry
-from nekomem.runtime.scheduler import Scheduler
+from nekomem.runtime.registry import ActorLayer, CharacterRegistry
+from nekomem.runtime.services import Services
 from nekomem.runtime.switches import Switches, core_config_file
+from nekomem.runtime.timers import Timers
+from nekomem.stores.layout import CharacterPaths, list_characters
 from nekomem.stores import rootlock
 from nekomem.stores.rootlock import RootLock
 
@@ -26,17 +29,23 @@ log = logging.getLogger("nekomem.runtime")
 class Runtime:
     """Everything one nekomem process hosts.
 
-    ``start()`` creates the memory root, starts the scheduler and runs start-up recovery in
+    ``start()`` creates the memory root, starts the timer and runs start-up recovery in
     the background; until recovery ends ``limited_reason`` is set and the HTTP front end
-    answers 409 on every route but /health.
+    answers 409 on every route but /health. Threads: ``actor_workers`` run every actor of
+    every character, ``model_workers`` run model calls, one runs timers, one (briefly)
+    recovery; none is per character.
     """
 
-    def __init__(self, settings: Settings, clock: Clock | None = None, *, llm: Any = None, embeddings: Any = None) -> None:
+    def __init__(
+        self, settings: Settings, clock: Clock | None = None, *, actors: ActorLayer, llm: Any = None, embeddings: Any = None
+    ) -> None:
         self.settings = settings
         self.clock = clock or SystemClock()
         root = Path(settings.server.memory_root).expanduser().resolve()
         rt = settings.runtime
         self.pool = ModelPool(rt.model_workers, rt.model_queue_max, rt.model_jobs_per_character)
+        self.dispatcher = Dispatcher(rt.actor_workers, rt.actor_batch)
+        self.timers = Timers(self.clock)
         if llm is None:
             from nekomem.providers.llm import LLMClient
 
@@ -55,12 +64,14 @@ class Runtime:
             clock=self.clock,
             pool=self.pool,
             memory_root=root,
+            dispatcher=self.dispatcher,
+            timers=self.timers,
             llm=llm,
             embeddings=embeddings,
             switches=self.switches,
         )
-        self.registry = CharacterRegistry(self.services)
-        self.scheduler = Scheduler(self.registry, rt.scheduler_tick_seconds)
+        self.actors = actors
+        self.registry = CharacterRegistry(self.services, actors)
         self.importing = ImportService(settings, self.registry, root)
         self.limited_reason: str | None = "runtime_initializing"
         self.recovery_error: str | None = None
@@ -74,6 +85,7 @@ class Runtime:
     def start(self, *, background: bool = True) -> None:
         """Start serving; raises RootLocked while an offline import holds the memory root."""
         self.memory_root.mkdir(parents=True, exist_ok=True)
+        self.timers.start()
         # Shared: several servers may share a root as before; an offline import (which
         # takes it exclusive) is refused while any of them runs, and blocks their start.
         self._root_lock = rootlock.acquire(self.memory_root, "shared", "serve")
@@ -84,14 +96,13 @@ class Runtime:
             self._recovery.start()
         else:
             self._recover()
-        self.scheduler.start()
 
     def _recover(self) -> None:
         """Activate every character with unfinished work, so that its actors reconcile the
         journal and replay the outbox before normal service starts."""
-        from nekomem.actors.messages import OutboxState
-        from nekomem.stores.layout import CharacterPaths, list_characters
-
+        # The token counter's vocabulary takes seconds to load: load it here, before
+        # service starts, not inside the first activation while a request waits.
+        get_counter(self.settings.recent.recent_tokenizer_encoding)
         try:
             names = list_characters(self.memory_root)
         except OSError as exc:
@@ -104,9 +115,15 @@ class Runtime:
             # One character that cannot recover must not keep every other one in
             # limited mode: it is reported and retried at its next activation.
             try:
-                if not self._has_unfinished(CharacterPaths(self.memory_root, name)):
+                if not self.actors.has_unfinished(CharacterPaths(self.memory_root, name)):
                     continue
-                self.registry.ask_sync(name, "outbox", lambda reply: OutboxState(reply=reply))
+                # Activation reconciles the journal and replays the outbox; the barrier
+                # returns once every child has loaded.
+                self.registry.activate(name)
+                self.registry.flush(name)
+                described = self.registry.describe(name)
+                if described is not None and described["failed"]:
+                    raise RuntimeError(f"layers failed at recovery: {sorted(described['failed'])}")
                 recovered += 1
             except Exception as exc:  # noqa: BLE001
                 failed += 1
@@ -116,29 +133,18 @@ class Runtime:
             log.info("start-up recovery: %d characters activated, %d failed", recovered, failed)
         self.limited_reason = None
 
-    @staticmethod
-    def _has_unfinished(paths: Any) -> bool:
-        from nekomem.actors.events import EVENT_OWNERS
-        from nekomem.stores.applied import SharedJournal
-        from nekomem.stores.outbox import Outbox
-
-        if paths.outbox.exists() and Outbox(paths.outbox).pending():
-            return True
-        if paths.events.exists():
-            return SharedJournal(paths.events, paths.events_applied, EVENT_OWNERS).has_unapplied()
-        return False
-
     def wait_ready(self, timeout: float = 30.0) -> bool:
         if self._recovery is not None:
             self._recovery.join(timeout)
         return self.limited_reason is None
 
     def stop(self) -> None:
-        self.scheduler.stop()
         self.registry.stop_all()
+        self.timers.stop()
         if self._root_lock is not None:
             self._root_lock.release()
             self._root_lock = None
         self.pool.shutdown(wait=False)
+        self.dispatcher.shutdown()
         if self.llm is not None and hasattr(self.llm, "close"):
             self.llm.close()

@@ -80,12 +80,16 @@ def _open_temp(folder: Path) -> tuple[int, Path]:
     raise FileExistsError(errno.EEXIST, f"no free temp file name in {folder}") from last_error
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Replace ``path`` with ``data`` atomically and durably.
 
     Creates missing parent folders. When this returns, the new content is on disk (file and
     folder fsync'd). On any exception (including KeyboardInterrupt) the temp file is removed
     and ``path`` still holds its previous content. Raises OSError on I/O failure.
+
+    ``durable=False`` skips both fsyncs: readers and a killed process still see the old or
+    the new content whole, but a power loss may keep the old one. Only for views rebuilt at
+    start-up from a store that is durable.
     """
     path = Path(path)
     folder = path.parent
@@ -94,7 +98,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     try:
         try:
             _write_all(fd, data)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(temp, path)
@@ -104,7 +109,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         except OSError:
             pass
         raise
-    fsync_dir(folder)
+    if durable:
+        fsync_dir(folder)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -120,13 +126,14 @@ def encode_json(obj: Any) -> bytes:
     return msgspec.json.format(_encoder.encode(obj), indent=_JSON_INDENT) + b"\n"
 
 
-def atomic_write_json(path: Path, obj: Any) -> None:
+def atomic_write_json(path: Path, obj: Any, *, durable: bool = True) -> None:
     """Atomically replace ``path`` with ``obj`` as indented JSON (see :func:`encode_json`).
 
     The value is encoded before anything touches the disk, so an unencodable value raises
-    TypeError and leaves the file alone. Raises OSError on I/O failure.
+    TypeError and leaves the file alone. Raises OSError on I/O failure. ``durable`` as in
+    :func:`atomic_write_bytes`.
     """
-    atomic_write_bytes(path, encode_json(obj))
+    atomic_write_bytes(path, encode_json(obj), durable=durable)
 
 
 def _aside_name(path: Path, tag: str = "corrupt") -> Path:

@@ -74,8 +74,9 @@ class NdjsonLog:
 
     # -- writing -----------------------------------------------------------------------
 
-    def append(self, lines: Sequence[bytes]) -> None:
-        """Append the encoded values as lines, then fsync. Raises OSError on failure.
+    def append(self, lines: Sequence[bytes], *, durable: bool = True) -> None:
+        """Append the encoded values as lines, then fsync (unless ``durable`` is False: a
+        killed process still leaves the lines, a power loss may not). Raises OSError.
 
         Each value must be a single line (compact msgspec JSON always is). On failure
         nothing is promised about the lines of this call: they may be absent, torn, or
@@ -95,7 +96,8 @@ class NdjsonLog:
             if not self._tail_clean:
                 self._repair_tail(fd)
             _write_all(fd, data)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         except BaseException:
             self._tail_clean = False
             self._lines = None

@@ -128,13 +128,15 @@ class Outbox:
         line = _AttemptLine(op_id=op_id, ts=require_iso(ts, "outbox ts"), error=text)
         self._log.append([_encoder.encode(line)])
 
-    def done(self, op_id: str, ts: str, dead: bool = False) -> None:
+    def done(self, op_id: str, ts: str, dead: bool = False, *, durable: bool = True) -> None:
         """Record that ``op_id`` finished (``dead=True``: given up as a dead letter).
+        ``durable=False`` skips the fsync: a done line lost to a power loss only means the
+        (idempotent) op runs once more.
 
         Raises ValueError for a bad ts, OSError if the write fails.
         """
         line = _DoneLine(op_id=op_id, ts=require_iso(ts, "outbox ts"), dead=dead)
-        self._log.append([_encoder.encode(line)])
+        self._log.append([_encoder.encode(line)], durable=durable)
 
     # -- reading -----------------------------------------------------------------------
 
@@ -183,6 +185,11 @@ class Outbox:
         """
         scan = self._scan()
         return [self._record(scan, op_id) for op_id in scan.pending if op_id not in scan.done]
+
+    def records(self) -> list[OutboxRecord]:
+        """Every registered operation still in the file (finished ones too), in order."""
+        scan = self._scan()
+        return [self._record(scan, op_id) for op_id in scan.pending]
 
     def dead_letters(self) -> list[OutboxRecord]:
         """Operations finished as dead letters, in registration order (until compacted away)."""

@@ -9,7 +9,10 @@ Schema (compatible with the reference implementation's file):
   written;
 - ``idempotency(key TEXT PRIMARY KEY, response BLOB, created_at REAL)``: the answer of a
   write request that carried an ``Idempotency-Key``, stored in the same transaction as its
-  rows, so a retried request is either fully new or fully answered from here.
+  rows, so a retried request is either fully new or fully answered from here;
+- ``cursors(name TEXT PRIMARY KEY, row_id INTEGER)``: how far the owner's derived work
+  has got (e.g. the last row whose post-turn work is recorded in the outbox), written in
+  the same transaction as the next append, so work derived from rows is rebuilt from here.
 
 **Timestamps.** Every ``timestamp`` this module writes is UTC in one fixed-width form,
 ``YYYY-MM-DDTHH:MM:SS.ffffff+00:00`` (see :func:`to_utc_iso`); inputs with another offset
@@ -29,7 +32,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -56,10 +59,12 @@ _SCHEMA = (
     "session_id VARCHAR, message TEXT, timestamp DATETIME)",
     "CREATE TABLE IF NOT EXISTS idempotency (key TEXT PRIMARY KEY, response BLOB, created_at REAL)",
     "CREATE INDEX IF NOT EXISTS ix_idempotency_created_at ON idempotency(created_at)",
+    "CREATE TABLE IF NOT EXISTS cursors (name TEXT PRIMARY KEY, row_id INTEGER)",
 )
 _TIMESTAMP_INDEX = f"CREATE INDEX IF NOT EXISTS ix_{_ORIGINAL}_timestamp ON {_ORIGINAL}(timestamp)"
 
 _encoder = msgspec.json.Encoder()
+IMPORTED_CURSOR = "imported"  # the last row written by append_rows (an import)
 
 
 def encode_row(session_id: str, turn: Turn) -> tuple[str, str, str]:
@@ -94,6 +99,7 @@ class TimeIndex(TimeIndexReader):
     ) -> None:
         super().__init__(path, busy_timeout_ms=busy_timeout_ms)
         self._clock = clock
+        self.last_row_id = 0  # id of the last row the latest append wrote
 
     # -- connection ----------------------------------------------------------------------
 
@@ -159,8 +165,10 @@ class TimeIndex(TimeIndexReader):
         *,
         idempotency_key: str | None = None,
         response: bytes | None = None,
+        cursors: Mapping[str, int] | None = None,
     ) -> int:
-        """Store the turns (and the idempotency answer, if a key is given) in one transaction.
+        """Store the turns (and the idempotency answer, if a key is given, and ``cursors``)
+        in one transaction; :attr:`last_row_id` is then the id of the last row written.
 
         Each row's ``timestamp`` is the turn's ``ts`` in UTC (:func:`to_utc_iso`); the stored
         message carries the same value. Returns the number of rows written. Raises
@@ -182,6 +190,8 @@ class TimeIndex(TimeIndexReader):
                 f"INSERT INTO {_ORIGINAL} (session_id, message, timestamp) VALUES (?, ?, ?)",
                 rows,
             )
+            # Read before any other INSERT: last_insert_rowid() follows every table.
+            last_row_id = int(db.execute("SELECT last_insert_rowid()").fetchone()[0]) if rows else self.last_row_id
             if idempotency_key is not None:
                 try:
                     db.execute(
@@ -190,12 +200,63 @@ class TimeIndex(TimeIndexReader):
                     )
                 except sqlite3.IntegrityError:
                     raise IdempotencyConflict(idempotency_key) from None
+            if cursors:
+                db.executemany("INSERT OR REPLACE INTO cursors (name, row_id) VALUES (?, ?)", list(cursors.items()))
+        self.last_row_id = last_row_id
         return len(rows)
+
+    @staticmethod
+    def rows_after_cursor(path: Path, name: str) -> bool:
+        """Whether the database at ``path`` holds rows after cursor ``name``, read through a
+        read-only connection (no schema change, no writer lock). False when the file, the
+        cursor table or the cursor does not exist."""
+        if not Path(path).exists():
+            return False
+        try:
+            db = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True, timeout=DEFAULT_BUSY_TIMEOUT_MS / 1000.0)
+        except sqlite3.Error:
+            return False
+        try:
+            row = db.execute("SELECT row_id FROM cursors WHERE name = ?", (name,)).fetchone()
+            if row is None or row[0] is None:
+                return False
+            top = db.execute(f"SELECT MAX(id) FROM {_ORIGINAL}").fetchone()
+            return top is not None and top[0] is not None and int(top[0]) > int(row[0])
+        except sqlite3.Error:
+            return False
+        finally:
+            db.close()
+
+    def set_cursors(self, cursors: Mapping[str, int]) -> None:
+        """Store ``cursors`` (name -> row id) in a transaction of their own."""
+        with self._transaction() as db:
+            db.executemany("INSERT OR REPLACE INTO cursors (name, row_id) VALUES (?, ?)", list(cursors.items()))
+
+    def cursor(self, name: str) -> int | None:
+        """The stored row id of cursor ``name``; None when never set."""
+        row = self._conn().execute("SELECT row_id FROM cursors WHERE name = ?", (name,)).fetchone()
+        return int(row[0]) if row is not None and row[0] is not None else None
+
+    def max_row_id(self) -> int:
+        """The id of the newest row (0 when empty)."""
+        row = self._conn().execute(f"SELECT MAX(id) FROM {_ORIGINAL}").fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def rows_after(self, row_id: int, limit: int | None = None) -> list[TimeIndexRow]:
+        """Rows with an id above ``row_id``, oldest first (at most ``limit``)."""
+        sql = f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} WHERE id > ? ORDER BY id"
+        params: list[Any] = [row_id]
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(int(limit))
+        return self._rows(sql, params)
 
     def append_rows(self, rows: Sequence[tuple[str, Turn]]) -> int:
         """Store ``(session_id, turn)`` rows of several sessions in one transaction (an
         import of another server's journal). Timestamps as in :meth:`append`; raises
-        ValueError (nothing written) when a turn has no valid ts."""
+        ValueError (nothing written) when a turn has no valid ts. Imported rows are
+        history: in the same transaction every cursor moves past them and ``imported``
+        records the last of them, so no work is derived from them later."""
         encoded: list[tuple[str, str, str]] = []
         for index, (session_id, turn) in enumerate(rows):
             try:
@@ -207,6 +268,10 @@ class TimeIndex(TimeIndexReader):
                 f"INSERT INTO {_ORIGINAL} (session_id, message, timestamp) VALUES (?, ?, ?)",
                 encoded,
             )
+            if encoded:
+                top = int(db.execute("SELECT last_insert_rowid()").fetchone()[0])
+                db.execute("UPDATE cursors SET row_id = ? WHERE row_id < ?", (top, top))
+                db.execute("INSERT OR REPLACE INTO cursors (name, row_id) VALUES (?, ?)", (IMPORTED_CURSOR, top))
         return len(encoded)
 
     def idempotent_response(self, key: str, *, newer_than: float | None = None) -> bytes | None:

@@ -1,0 +1,44 @@
+"""The actors layer as the runtime sees it: how to start a character, and whether one has
+work left over from a crash. The runtime never imports this package; the app hands it
+:data:`ACTORS`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pykka
+
+from nekomem.actors.events import EVENT_OWNERS
+from nekomem.actors.recent import POST_TURN_CURSOR
+from nekomem.actors.supervisor import CharacterSupervisor, child_classes
+from nekomem.runtime.services import Routes, Services
+from nekomem.stores.applied import SharedJournal
+from nekomem.stores.layout import CharacterPaths
+from nekomem.stores.outbox import Outbox
+from nekomem.stores.timeindex import TimeIndex
+
+
+class CharacterActors:
+    def __init__(self) -> None:
+        # Import every actor module now, at start-up: the first activation must not pay
+        # for it on an actor worker while requests wait.
+        child_classes()
+
+    def start_supervisor(self, name: str, services: Services, routes: Routes) -> pykka.ActorRef[Any]:
+        """Post the start of ``name``'s supervisor (its files open on a dispatcher worker)."""
+        return CharacterSupervisor.start(name, services, routes)
+
+    def has_unfinished(self, paths: CharacterPaths) -> bool:
+        """Whether the character has outbox work pending, turns whose post-turn record may
+        be missing (stored after the cursor), or journaled events not yet in its views (so
+        it must be activated at start-up to finish them)."""
+        if paths.outbox.exists() and Outbox(paths.outbox).pending():
+            return True
+        if TimeIndex.rows_after_cursor(paths.time_index_db, POST_TURN_CURSOR):
+            return True
+        if paths.events.exists():
+            return SharedJournal(paths.events, paths.events_applied, EVENT_OWNERS).has_unapplied()
+        return False
+
+
+ACTORS = CharacterActors()

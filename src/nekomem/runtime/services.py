@@ -1,0 +1,122 @@
+"""What the runtime gives every character: process-wide services and a per-character context.
+
+``Services`` is built once per process by :class:`~nekomem.runtime.runtime.Runtime`;
+``CharacterContext`` once per activation by the character's supervisor. Both are plain
+data with the real types of what they hold.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pykka
+
+from nekomem.config import Settings
+from nekomem.runtime.clock import Clock
+from nekomem.runtime.dispatch import Dispatcher
+from nekomem.runtime.pool import ModelPool
+from nekomem.runtime.protocol import Deliver, fail_message
+from nekomem.runtime.reply import ActorFailure
+from nekomem.runtime.switches import Switches
+from nekomem.runtime.timers import Timers
+from nekomem.stores.applied import SharedJournal
+from nekomem.stores.layout import CharacterPaths
+
+if TYPE_CHECKING:
+    from nekomem.providers.llm import LLMClient
+    from nekomem.recall.embeddings import EmbeddingService
+
+
+class Counters:
+    """Process-wide counters for /health (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[str, int] = {}
+
+    def add(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self._values[name] = self._values.get(name, 0) + n
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._values)
+
+
+@dataclass
+class Services:
+    """Process-wide services shared by every character."""
+
+    settings: Settings
+    clock: Clock
+    pool: ModelPool
+    memory_root: Path
+    dispatcher: Dispatcher
+    timers: Timers
+    llm: LLMClient | None = None
+    embeddings: EmbeddingService | None = None
+    switches: Switches | None = None
+    hooks: dict[str, Callable[[], int]] = field(default_factory=dict)
+    counters: Counters = field(default_factory=Counters)
+
+
+class Routes:
+    """A character's live child refs, kept by its supervisor and read by senders.
+
+    Senders tell a live child directly (one hop); a child that is dead, restarting or not
+    started yet is reached through the supervisor, which restarts it or fails the message.
+    Entries are replaced whole, so readers need no lock.
+    """
+
+    def __init__(self) -> None:
+        self.children: dict[str, pykka.ActorRef[pykka.Actor]] = {}
+
+    def live(self, child: str) -> pykka.ActorRef[pykka.Actor] | None:
+        ref = self.children.get(child)
+        return ref if ref is not None and ref.is_alive() else None
+
+
+@dataclass
+class CharacterContext:
+    """What a child actor knows about its character and the world."""
+
+    name: str
+    paths: CharacterPaths
+    services: Services
+    journal: SharedJournal
+    supervisor: pykka.ActorRef[pykka.Actor]
+    routes: Routes = field(default_factory=Routes)
+
+    @property
+    def settings(self) -> Settings:
+        return self.services.settings
+
+    @property
+    def clock(self) -> Clock:
+        return self.services.clock
+
+    def send(self, child: str, message: object) -> None:
+        """Deliver ``message`` to sibling ``child`` (never blocks): directly when it is
+        alive, else through the supervisor. A stopped character fails the message 503."""
+        ref = self.routes.live(child)
+        if ref is not None:
+            try:
+                ref.tell(message)
+                return
+            except pykka.ActorDeadError:
+                pass
+        try:
+            self.supervisor.tell(Deliver(child=child, message=message))
+        except pykka.ActorDeadError:
+            fail_message(message, ActorFailure("character_stopped", "the character was stopped", 503))
+
+    def submit_model_job(self, child: str, job: Callable[[], object], wrap: Callable[[object, BaseException | None], object]) -> None:
+        """Run ``job`` on the model pool; its outcome comes back to ``child`` as ``wrap(result, error)``.
+
+        Raises nekomem.runtime.pool.PoolFull when the pool queue is at its limit.
+        """
+        self.services.pool.submit(self.name, job, lambda result, error: self.send(child, wrap(result, error)))
