@@ -48,6 +48,7 @@ class RouteStats:
     latencies: list[float] = field(default_factory=list)
     errors: int = 0
     response_bytes: int = 0
+    server_errors: int = 0  # the 5xx among ``errors``
 
     def summary(self, wall_seconds: float) -> dict[str, float]:
         values = sorted(self.latencies)
@@ -250,6 +251,8 @@ async def timed_request(client: httpx.AsyncClient, method: str, path: str, body:
         stats.response_bytes += len(response.content)
     else:
         stats.errors += 1
+        if response.status_code >= 500:
+            stats.server_errors += 1
     return response
 
 

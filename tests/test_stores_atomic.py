@@ -80,17 +80,24 @@ def test_unencodable_json_touches_nothing(tmp_path: Path) -> None:
     assert _temps(tmp_path) == []
 
 
-def test_json_is_indented_utf8_and_handles_structs(tmp_path: Path) -> None:
+def test_json_is_compact_utf8_and_handles_structs(tmp_path: Path) -> None:
     target = tmp_path / "view.json"
     atomic_write_json(target, {"items": [Sample(name="ねこ", count=2)]})
     text = target.read_text(encoding="utf-8")
     assert "ねこ" in text  # not \\u-escaped
-    assert '\n  "items"' in text
+    assert text == '{"items":[{"name":"ねこ","count":2}]}\n'  # compact: depth costs no bytes
     assert text.endswith("\n")
     value, status = read_json(target, type=dict[str, list[Sample]])
     assert status == "ok"
     assert value == {"items": [Sample(name="ねこ", count=2)]}
     assert encode_json([]) == b"[]\n"
+
+
+def test_a_view_nested_beyond_every_decoder_reads_as_corrupt(tmp_path: Path) -> None:
+    target = tmp_path / "facts.json"
+    target.write_bytes(b"[" * 50_000 + b"]" * 50_000)
+    assert read_json(target, default=[]) == ([], "corrupt")
+    assert not target.exists() and list(tmp_path.glob("facts.json.corrupt-*"))
 
 
 # -- reads -------------------------------------------------------------------------------

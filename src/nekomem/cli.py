@@ -49,6 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"nekomem: {exc}", file=sys.stderr)
         return 2
+    from nekomem.http.guard import bind_refusal
+
+    refusal = bind_refusal(settings.server)
+    if refusal is not None:
+        print(f"nekomem: {refusal}", file=sys.stderr)
+        return 2
     logging.basicConfig(
         level=getattr(logging, settings.server.log_level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

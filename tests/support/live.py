@@ -88,8 +88,11 @@ def free_port() -> int:
 class ServerProcess:
     """``python -m nekomem serve`` as a child process, for tests that kill it."""
 
-    def __init__(self, memory_root: Path, env: dict[str, str] | None = None, port: int | None = None) -> None:
+    def __init__(
+        self, memory_root: Path, env: dict[str, str] | None = None, port: int | None = None, host: str | None = None
+    ) -> None:
         self.memory_root = memory_root
+        self.host = host
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("NEKOMEM_")}
@@ -99,10 +102,15 @@ class ServerProcess:
         # block the server inside a log call).
         self.log_path = memory_root.parent / f"{memory_root.name}-server-{self.port}.log"
 
+    def command(self) -> list[str]:
+        """The command line that starts the server (``--host`` only when one was given)."""
+        cmd = [sys.executable, "-m", "nekomem", "serve", "--port", str(self.port), "--memory-root", str(self.memory_root)]
+        return cmd + (["--host", self.host] if self.host else [])
+
     def start(self, timeout: float = 30.0) -> None:
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nekomem", "serve", "--port", str(self.port), "--memory-root", str(self.memory_root)],
+            self.command(),
             cwd=ROOT,
             env=self.env,
             stdout=subprocess.DEVNULL,

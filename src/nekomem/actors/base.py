@@ -21,6 +21,7 @@ from nekomem.runtime.protocol import ChildCrashed, Tick, fail_message
 from nekomem.runtime.reply import ActorFailure
 from nekomem.runtime.services import CharacterContext, Counters, Services
 from nekomem.runtime.timers import TimerHandle, Wakeup
+from nekomem.stores.faults import StorageFault, classify
 
 __all__ = ["CharacterContext", "ChildActor", "Counters", "Services", "fail_message"]
 
@@ -52,8 +53,47 @@ class ChildActor(DispatchedActor):
 
     # -- lifecycle -------------------------------------------------------------------
     def on_start(self) -> None:
-        self.load()
+        self._needs_reload = False
+        try:
+            self.load()
+        except Exception as exc:
+            fault = classify(exc)
+            if fault is None:
+                raise
+            self._storage_trouble(fault, exc)
         self._rearm()
+
+    # -- storage faults --------------------------------------------------------------
+    # A full, read-only or failing disk is the environment's fault: the message is
+    # answered with the fault, the actor drops whatever in-memory change did not reach
+    # the disk by reloading from disk, and it is never crashed (so never marked failed).
+    # Until a reload succeeds, every message first retries it: the layer recovers by
+    # itself as soon as the disk does.
+    def _storage_trouble(self, fault: StorageFault, exc: BaseException) -> None:
+        self.log.warning("%s: %s for a character (%s)", self.child_name, fault.code, type(exc).__name__, exc_info=self.log.isEnabledFor(logging.DEBUG))
+        storage = self.ctx.services.storage
+        if storage is not None:
+            storage.report(self.ctx.name, self.child_name, fault)
+        self._fault_reported = True
+        self._needs_reload = True
+        self._reload()
+
+    def _reload(self) -> StorageFault | None:
+        """Reload this layer from disk; the fault that stopped it, or None on success."""
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - a half-open handle is replaced by load()
+            self.log.debug("close before reload failed", exc_info=True)
+        try:
+            self.load()
+        except Exception as exc:
+            fault = classify(exc)
+            if fault is None:
+                raise
+            return fault
+        self._needs_reload = False
+        self.log.info("%s reloaded from disk after a storage fault", self.child_name)
+        return None
 
     def load(self) -> None:
         """Read this layer's state from disk. Called at start and after a restart."""
@@ -173,12 +213,29 @@ class ChildActor(DispatchedActor):
         if handler is None:
             fail_message(message, ActorFailure("unknown_message", f"{self.child_name} cannot handle {type(message).__name__}"))
             return None
+        if getattr(self, "_needs_reload", False):
+            fault = self._reload()
+            if fault is not None:
+                fail_message(message, ActorFailure(fault.code, fault.message, fault.status))
+                return None
         try:
-            return handler(message)
+            result = handler(message)
+            if getattr(self, "_fault_reported", False):
+                # A message handled without a storage fault: this layer is healthy again.
+                self._fault_reported = False
+                storage = self.ctx.services.storage
+                if storage is not None:
+                    storage.clear(self.ctx.name, self.child_name)
+            return result
         except ActorFailure as exc:
             fail_message(message, exc)
             return None
         except Exception as exc:
+            fault = classify(exc)
+            if fault is not None:
+                fail_message(message, ActorFailure(fault.code, fault.message, fault.status))
+                self._storage_trouble(fault, exc)
+                return None
             self._stop_timers()
             self.log.exception("%s crashed on %s for a character", self.child_name, type(message).__name__)
             fail_message(message, ActorFailure("internal_error", f"{self.child_name} failed: {type(exc).__name__}", 500))

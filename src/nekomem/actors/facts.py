@@ -11,6 +11,7 @@ before they are journaled. This actor also picks the facts of each reflection sy
 from __future__ import annotations
 
 import hashlib
+import logging
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -51,6 +52,7 @@ from nekomem.domain import reflections as rl
 from nekomem.domain.dedup_index import DedupIndex
 from nekomem.domain.extraction import ExtractionQueue
 from nekomem.domain.gates import task_gate
+from nekomem.domain.opaque import clip_opaque
 from nekomem.domain.records import Fact, fact_hash, fact_id
 from nekomem.domain.subjects import is_private, same_corpus
 from nekomem.domain.turns import Turn, from_disk, parse_timestamp
@@ -58,11 +60,21 @@ from nekomem.runtime.reply import ActorFailure
 from nekomem.stores.atomic import atomic_write_json, read_records
 from nekomem.stores.journal import Event
 
+log = logging.getLogger(__name__)
+
 _DECODE = msgspec.json.Decoder()
 
 
-def fact_from(obj: Any) -> Fact:
-    return msgspec.convert(obj, Fact, strict=False)
+def fact_from(obj: Any, max_depth: int = 8, max_bytes: int = 4096) -> Fact:
+    """A Fact from its stored form. An opaque field over the bounds (a record poisoned
+    before the bounds existed) is dropped, so one record cannot break every read."""
+    fact = msgspec.convert(obj, Fact, strict=False)
+    source_ref, clipped_source = clip_opaque(fact.source_ref, max_depth=max_depth, max_bytes=max_bytes)
+    when_raw, clipped_when = clip_opaque(fact.event_when_raw, max_depth=max_depth, max_bytes=max_bytes)
+    if clipped_source or clipped_when:
+        log.warning("dropped an oversized opaque field of fact %s", fact.id)
+        fact = msgspec.structs.replace(fact, source_ref=source_ref, event_when_raw=when_raw)
+    return fact
 
 
 def fact_index_entry(fact: Fact, tier: str) -> IndexEntry:
@@ -95,7 +107,7 @@ class FactActor(ScopedFactsMixin, JournaledActor):
         self.facts: dict[str, Fact] = {}
         self.archive: dict[str, Fact] = {}
         for path, target in ((self.ctx.paths.facts, self.facts), (self.ctx.paths.facts_archive, self.archive)):
-            facts, rejected = read_records(path, fact_from, "facts")
+            facts, rejected = read_records(path, self.fact_from, "facts", on_corrupt=self.note_corrupt)
             for fact in facts:
                 target[fact.id] = fact
             self._dirty += rejected  # rewrite the view once, without what was kept aside
@@ -113,6 +125,10 @@ class FactActor(ScopedFactsMixin, JournaledActor):
         self.dup_inflight = False
         self.dup_gate = task_gate(self.s, self.s.longterm_idle_maintenance_interval_seconds)
         self.next_synthesis = self.ctx.clock.monotonic() + self.s.reflection_synthesis_initial_delay_seconds
+
+    def fact_from(self, obj: Any) -> Fact:
+        server = self.ctx.settings.server
+        return fact_from(obj, server.opaque_max_depth, server.opaque_max_bytes)
 
     def after_load(self) -> None:
         # Records parked in a previous instance's batch were lost with it.
@@ -141,7 +157,7 @@ class FactActor(ScopedFactsMixin, JournaledActor):
     def apply_event(self, event: Event) -> None:
         p = event.payload
         if event.type == "fact.added" or event.type == "fact.updated":
-            fact = fact_from(p["fact"])
+            fact = self.fact_from(p["fact"])
             if event.type == "fact.added" and fact.id in self.archive:
                 return
             self.facts[fact.id] = fact

@@ -15,12 +15,14 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime
+from pathlib import Path
 from typing import Any, ClassVar
 
 from nekomem.actors.base import ChildActor
 from nekomem.actors.handlers import handles
 from nekomem.actors.messages import Flush, ModelDone, Tick
 from nekomem.runtime.clock import iso
+from nekomem.stores.atomic import read_json
 from nekomem.stores.journal import Event
 
 
@@ -41,21 +43,58 @@ class JournaledActor(ChildActor):
         """Hook after views are loaded and the journal replayed."""
 
     # -- machinery -------------------------------------------------------------------
+    def read_view(self, path: Path, default: Any) -> Any:
+        """A view's content (see :func:`read_json`); a corrupt one (moved aside) is noted,
+        so that :meth:`load` rebuilds it from the whole journal."""
+        value, status = read_json(path, default=default)
+        if status == "corrupt":
+            self.note_corrupt(path)
+        return value
+
+    def note_corrupt(self, path: Path) -> None:
+        """Record that the view ``path`` was undecodable (moved aside): :meth:`load`
+        rebuilds it from the whole journal."""
+        self._corrupt_views.append(path.name)
+
     def load(self) -> None:
         self._dirty = 0
         self._last_event: str | None = None
         self._last_flush = time.monotonic()
         self._flush_gap = 0.0
+        self._corrupt_views: list[str] = []
         self.load_views()
-        replay = self.ctx.journal.unapplied_for(self.owner)
+        if self._corrupt_views:
+            # Every event of this owner still in the journal, not just those after the
+            # applied mark: handlers are idempotent, so replaying what the lost view
+            # already held is safe.
+            replay = self.ctx.journal.all_for(self.owner)
+            self._report_rebuild(len(replay))
+        else:
+            replay = self.ctx.journal.unapplied_for(self.owner)
         for event in replay:
             self.apply_event(event)
         if replay:
             self.log.info("re-applied %d journaled events", len(replay))
             self._last_event = replay[-1].event_id
-            self._dirty = len(replay)
+            self._dirty += len(replay)
             self.flush()
         self.after_load()
+
+    def _report_rebuild(self, events: int) -> None:
+        compacted_at = getattr(self.ctx.journal, "compacted_at", None)
+        views = ", ".join(self._corrupt_views)
+        if compacted_at is None:
+            self.log.warning("rebuilt corrupt view(s) %s from %d journaled events", views, events)
+            return
+        self.log.warning("corrupt view(s) %s rebuilt only from events since the journal compaction", views)
+        storage = self.ctx.services.storage
+        if storage is not None:
+            for view in self._corrupt_views:
+                storage.unrebuilt(
+                    self.ctx.name, view,
+                    f"rebuilt from the journal since its compaction at {compacted_at}; older entries of this view are lost "
+                    "(the corrupt file was kept beside it as .corrupt-*)",
+                )
 
     def now(self) -> datetime:
         return self.ctx.clock.now()

@@ -72,7 +72,7 @@ class PersonaActor(JournaledActor):
     def load_views(self) -> None:
         self.s = self.ctx.settings.longterm
         self.counter = get_counter(self.ctx.settings.recent.recent_tokenizer_encoding)
-        raw, _ = read_json(self.ctx.paths.persona, default={})
+        raw = self.read_view(self.ctx.paths.persona, default={})
         rejected: list[Any] = []
         self.persona: Persona = pl.ensure_sections(persona_from_disk(raw, rejected))
         if rejected:

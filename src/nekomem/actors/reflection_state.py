@@ -52,7 +52,7 @@ class ReflectionState(JournaledActor):
         self.s = self.ctx.settings.longterm
         self.counter = get_counter(self.ctx.settings.recent.recent_tokenizer_encoding)
         self.refs: dict[str, Reflection] = {}
-        refs, rejected = read_records(self.ctx.paths.reflections, ref_from, "reflections")
+        refs, rejected = read_records(self.ctx.paths.reflections, ref_from, "reflections", on_corrupt=self.note_corrupt)
         self.refs.update((ref.id, ref) for ref in refs)
         self.surfaced, rejected_surfaced = read_records(
             self.ctx.paths.surfaced, lambda item: msgspec.convert(item, SurfacedEntry, strict=False), "surfaced entries"

@@ -12,6 +12,7 @@ from nekomem.runtime.dispatch import Completion, DispatchedActor, Dispatcher
 from nekomem.runtime.protocol import ChildCrashed, Deliver, Describe, Flush, fail_message
 from nekomem.runtime.reply import ActorFailure, Reply
 from nekomem.runtime.services import CharacterContext, Routes, Services
+from nekomem.stores.faults import StorageFault, classify
 
 log = logging.getLogger("nekomem.supervisor")
 
@@ -55,8 +56,22 @@ class CharacterSupervisor(DispatchedActor):
         self.restarts: dict[str, collections.deque[float]] = collections.defaultdict(collections.deque)
         self.restart_total = 0
         self.ctx: CharacterContext | None = None
+        self.start_fault: StorageFault | None = None
 
     def on_start(self) -> None:
+        # A disk that cannot create the character's folder must answer fast and let the
+        # character start once the disk recovers, not leave callers waiting for a reply.
+        try:
+            self._start_children()
+            self.start_fault = None
+        except Exception as exc:
+            fault = classify(exc)
+            if fault is None:
+                raise
+            self.start_fault = fault
+            log.warning("a character could not start: %s", fault.code)
+
+    def _start_children(self) -> None:
         from nekomem.actors.events import EVENT_OWNERS
         from nekomem.stores.applied import SharedJournal
         from nekomem.stores.layout import CharacterPaths
@@ -141,6 +156,12 @@ class CharacterSupervisor(DispatchedActor):
         }
 
     def _deliver(self, child: str, message: Any) -> None:
+        if self.start_fault is not None:
+            self.on_start()
+            if self.start_fault is not None:
+                fault = self.start_fault
+                fail_message(message, ActorFailure(fault.code, fault.message, fault.status))
+                return
         if child in self.failed:
             fail_message(message, ActorFailure("character_failed", f"the {child} layer of this character failed: {self.failed[child]}", 503))
             return

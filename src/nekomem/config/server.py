@@ -10,11 +10,15 @@ from nekomem.config.base import Section, doc
 class ServerSettings(Section):
     host: Annotated[str, doc("Address the HTTP server binds to.")] = "127.0.0.1"
     port: Annotated[int, doc("TCP port of the HTTP server.", ge=0, le=65535)] = 48912
+    api_token: Annotated[str, doc("Bearer token every route but /health requires when set. Binding to anything but loopback refuses to start without it.")] = ""
+    allowed_hosts: Annotated[list[str], doc("Host names served besides loopback names and the bind host (requests addressed to any other Host get 403, against DNS rebinding).")] = []
+    allowed_origins: Annotated[list[str], doc("Web origins (scheme://host:port) whose pages may call the server; a request with any other Origin gets 403. The server's own origin is always allowed.")] = []
     memory_root: Annotated[str, doc("Folder that holds one sub-folder per character.")] = "./memory"
     log_level: Annotated[str, doc("Log level: DEBUG, INFO, WARNING or ERROR. Memory text is only logged at DEBUG.")] = "INFO"
     max_body_bytes: Annotated[int, doc("Largest accepted request body in bytes; larger bodies get 413.", ge=1024)] = 8 * 1024 * 1024
     ask_timeout_seconds: Annotated[float, doc("How long a request waits for its character's actor before answering 503.", gt=0)] = 30.0
     settle_timeout_seconds: Annotated[float, doc("How long /process, /renew, /settle and /new_dialog wait for an in-flight compression before answering.", gt=0)] = 120.0
+    storage_retry_after_seconds: Annotated[int, doc("Retry-After (seconds) of a 507/503 answer caused by a full, read-only or failing disk.", ge=1)] = 10
     idempotency_ttl_seconds: Annotated[float, doc("How long an Idempotency-Key is remembered.", gt=0)] = 7 * 86400.0
     idempotency_purge_seconds: Annotated[float, doc("How often expired Idempotency-Keys are purged.", gt=0)] = 3600.0
     idempotency_key_max_length: Annotated[int, doc("Longest accepted Idempotency-Key header.", ge=1)] = 160
@@ -22,6 +26,9 @@ class ServerSettings(Section):
     api_page_max: Annotated[int, doc("Largest page size of the /api/characters listings.", ge=1)] = 1000
     name_max_length: Annotated[int, doc("Longest accepted character name.", ge=1, le=200)] = 50
     message_max_chars: Annotated[int, doc("Longest accepted message content in characters; longer ones get 422.", ge=1)] = 200_000
+    opaque_max_depth: Annotated[int, doc("Deepest nesting accepted in an opaque JSON value (a fact's source); deeper ones get 422, and one found on disk is dropped.", ge=1, le=64)] = 8
+    opaque_max_bytes: Annotated[int, doc("Largest opaque JSON value (a fact's source) in bytes; larger ones get 422, and one found on disk is dropped.", ge=64)] = 4096
+    body_max_depth: Annotated[int, doc("Deepest JSON nesting accepted in what a route reads of a request body (unknown fields are skipped unread); deeper bodies get 400.", ge=4, le=200)] = 32
     batch_max_messages: Annotated[int, doc("Most messages accepted in one write request.", ge=1)] = 10_000
     core_config_path: Annotated[str, doc(
         "Where core_config.json (powerful_memory_enabled, recent_memory_auto_review) is read, on every use. "

@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from nekomem.actors.host import ACTORS
 from nekomem.config import Settings
 from nekomem.http import conversation, longterm, system
+from nekomem.http.guard import RequestGuard
 from nekomem.http.errors import (
     ApiError,
     actor_failure_handler,
@@ -22,6 +23,7 @@ from nekomem.http.errors import (
     error_response,
     internal_error_handler,
     not_found_handler,
+    os_error_handler,
 )
 from nekomem.runtime.clock import Clock
 from nekomem.runtime.reply import ActorFailure
@@ -57,11 +59,12 @@ class LimitedModeMiddleware:
 
 
 def routes() -> list[BaseRoute]:
-    from nekomem.http import browse, importing, lifecycle, recall, scoped
+    from nekomem.http import browse, importing, lifecycle, openapi, recall, scoped
 
     c, s, lt = conversation, system, longterm
     table: list[BaseRoute] = [*browse.routes(),
         Route("/health", s.health, methods=["GET"]),
+        Route("/openapi.json", openapi.openapi, methods=["GET"]),
         Route("/cache/{name:str}", c.cache, methods=["POST"]),
         Route("/process/{name:str}", c.process, methods=["POST"]),
         Route("/renew/{name:str}", c.renew, methods=["POST"]),
@@ -123,10 +126,13 @@ def create_app(
             ApiError: api_error_handler,
             ActorFailure: actor_failure_handler,
             HTTPException: not_found_handler,
+            OSError: os_error_handler,
             Exception: internal_error_handler,
         },
     )
     app.state.runtime = rt
     app.state.longterm_renderer = longterm.render_longterm
     app.add_middleware(LimitedModeMiddleware, runtime=rt)
+    # Added last, so it runs first: no refused request reaches limited mode or a route.
+    app.add_middleware(RequestGuard, settings=settings.server)
     return app

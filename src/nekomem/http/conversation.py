@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from nekomem.actors.messages import AppendTurns, GetRecent, RecentView
 from nekomem.domain.context import gap_seconds, render_new_dialog, render_recent_history
 from nekomem.domain.context_locale import normalise_language
-from nekomem.http.bodies import character_name, parse_history, read_json_object
+from nekomem.http.bodies import character_name, decode_history, parse_history
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
 from nekomem.runtime.clock import iso
@@ -45,9 +45,9 @@ def display_now(request: Request) -> Any:
 async def _write(request: Request, mode: str) -> Response:
     rt = _runtime(request)
     name = character_name(request)
-    body = await read_json_object(request)
+    body = await decode_history(request)
     server = rt.settings.server
-    turns = parse_history(body, iso(rt.clock.now()), server.message_max_chars, server.batch_max_messages)
+    turns = parse_history(body, iso(rt.clock.now()), server.message_max_chars, server.batch_max_messages, server.body_max_depth)
     key = request.headers.get("idempotency-key")
     if key is not None:
         key = key.strip()

@@ -1,6 +1,7 @@
 """The JSON error shape of every route: ``{"status": "error", "error_code", "message"}``
 with a real HTTP status (400 bad input, 404 unknown id, 409 limited mode / conflict, 413
-body too large, 422 schema violation, 503 not ready)."""
+body too large, 415 body not JSON, 422 schema violation, 503 not ready or storage not
+writable / failing, 507 storage full; the storage answers carry ``Retry-After``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from nekomem.runtime.reply import ActorFailure
+from nekomem.stores.faults import FAULT_CODES, classify
 
 
 class ApiError(Exception):
@@ -30,9 +32,16 @@ async def api_error_handler(request: Request, exc: Exception) -> JSONResponse:
     return error_response(exc.status, exc.code, exc.message, **exc.extra)
 
 
+def _retry_after(request: Request, response: JSONResponse) -> JSONResponse:
+    seconds = request.app.state.runtime.settings.server.storage_retry_after_seconds
+    response.headers["Retry-After"] = str(seconds)
+    return response
+
+
 async def actor_failure_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ActorFailure)
-    return error_response(exc.status, exc.code, exc.message)
+    response = error_response(exc.status, exc.code, exc.message)
+    return _retry_after(request, response) if exc.code in FAULT_CODES else response
 
 
 async def not_found_handler(request: Request, exc: Exception) -> JSONResponse:
@@ -40,6 +49,15 @@ async def not_found_handler(request: Request, exc: Exception) -> JSONResponse:
     if status == 405:
         return error_response(405, "method_not_allowed", f"{request.method} is not allowed on {request.url.path}")
     return error_response(404, "not_found", f"no route {request.url.path}")
+
+
+async def os_error_handler(request: Request, exc: Exception) -> JSONResponse:
+    """An OSError that reached a route (a write outside the actors, such as the
+    powerful-memory switch): a storage fault answers 507/503, anything else 500."""
+    fault = classify(exc)
+    if fault is not None:
+        return _retry_after(request, error_response(fault.status, fault.code, fault.message))
+    return await internal_error_handler(request, exc)
 
 
 async def internal_error_handler(request: Request, exc: Exception) -> JSONResponse:

@@ -27,6 +27,8 @@ def _decode(raw: bytes) -> ImportNekoBody:
         raise ApiError(400, "empty_body", "the request needs a JSON object body with 'source_dir'")
     try:
         return msgspec.json.decode(raw, type=ImportNekoBody)
+    except RecursionError:
+        raise ApiError(400, "body_too_deep", "the body nests too deeply") from None
     except msgspec.ValidationError as exc:
         raise ApiError(422, "schema_violation", str(exc)) from None
     except msgspec.DecodeError as exc:

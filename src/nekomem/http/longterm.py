@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import msgspec
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -21,13 +23,13 @@ from nekomem.actors.messages import (
     ReflectNow,
     RenderContext,
 )
-from nekomem.http.bodies import character_name, read_json_object
+from nekomem.http.bodies import bounded_opaque, character_name, decode_body, decode_json, read_body
+from nekomem.http.schemas import CardBody, EntryEdit, FactsBody, FeedbackBody, RecentEdit, RecordSurfacedBody
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
 from nekomem.stores.layout import list_characters
 
 LAYERS = {"facts": "facts", "reflections": "reflections", "persona": "persona"}
-FEEDBACK = ("confirmed", "denied", "ignored")
 
 
 def _rt(request: Request) -> Any:
@@ -70,12 +72,18 @@ async def followup_topics(request: Request) -> Response:
 
 async def record_surfaced(request: Request) -> Response:
     name = character_name(request)
-    body = await read_json_object(request, allow_empty=True)
-    ids = body.get("reflection_ids")
-    if ids is None or ids == []:
+    raw = await read_body(request)
+    if raw.strip():
+        try:
+            ids = decode_json(raw, RecordSurfacedBody, _rt(request).settings.server.body_max_depth).reflection_ids
+        except ApiError as exc:
+            if exc.code != "schema_violation":
+                raise
+            raise ApiError(422, "bad_reflection_ids", f"'reflection_ids' must be an array of strings: {exc.message}") from None
+    else:
+        ids = None
+    if not ids:
         return JSONResponse({"ok": True, "recorded": 0})  # the reference's no-op
-    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-        raise ApiError(422, "bad_reflection_ids", "'reflection_ids' must be an array of strings")
     if not await character_exists(request, name):
         return JSONResponse({"ok": True, "recorded": 0})
     return JSONResponse(await _rt(request).registry.ask(name, "reflections", lambda reply: RecordSurfaced(ids=ids, reply=reply)))
@@ -140,55 +148,42 @@ async def edit_entry(request: Request) -> Response:
         if request.method == "DELETE":
             text = None
         else:
-            body = await read_json_object(request)
-            text = body.get("text")
-            if not isinstance(text, str) or not text.strip():
-                raise ApiError(422, "bad_text", "'text' must be a non-empty string")
+            text = (await decode_body(request, RecentEdit)).text
         view = await rt.registry.ask(name, "recent", lambda reply: EditRecent(index=index, text=text, reply=reply))
         return JSONResponse({"total": len(view.window)})
     if layer not in LAYERS:
         raise ApiError(404, "not_found", f"no layer {layer}")
     if request.method == "DELETE":
         return JSONResponse(await rt.registry.ask(name, LAYERS[layer], lambda reply: DeleteEntry(id=entry_id, reply=reply)))
-    body = await read_json_object(request)
-    return JSONResponse(await rt.registry.ask(name, LAYERS[layer], lambda reply: EditEntry(id=entry_id, changes=body, reply=reply)))
+    edit = await decode_body(request, EntryEdit)
+    changes = {k: v for k, v in msgspec.structs.asdict(edit).items() if v is not msgspec.UNSET}
+    return JSONResponse(await rt.registry.ask(name, LAYERS[layer], lambda reply: EditEntry(id=entry_id, changes=changes, reply=reply)))
 
 
 async def feedback(request: Request) -> Response:
     name = character_name(request)
-    body = await read_json_object(request)
-    value = body.get("feedback")
-    if value not in FEEDBACK:
-        raise ApiError(422, "bad_feedback", "'feedback' must be one of confirmed, denied, ignored")
+    value = (await decode_body(request, FeedbackBody)).feedback
     rid = request.path_params["reflection_id"]
     return JSONResponse(await _rt(request).registry.ask(name, "reflections", lambda reply: Feedback(id=rid, feedback=value, reply=reply)))
 
 
 async def import_card(request: Request) -> Response:
     name = character_name(request)
-    body = await read_json_object(request)
-    entries = body.get("entries")
-    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        raise ApiError(422, "bad_entries", "'entries' must be an array of {entity, text} objects")
+    body = await decode_body(request, CardBody)
+    entries = [{"entity": e.entity, "text": e.text} for e in body.entries]
     return JSONResponse(await _rt(request).registry.ask(name, "persona", lambda reply: ImportCard(entries=entries, reply=reply)))
 
 
 async def import_facts(request: Request) -> Response:
     rt = _rt(request)
     name = character_name(request)
-    body = await read_json_object(request)
-    facts = body.get("facts")
-    if not isinstance(facts, list) or not all(isinstance(f, dict) for f in facts):
-        raise ApiError(422, "bad_facts", "'facts' must be an array of fact objects")
-    for index, fact in enumerate(facts):
-        if not isinstance(fact.get("text"), str) or not fact["text"].strip():
-            raise ApiError(422, "bad_fact", f"facts[{index}].text must be a non-empty string")
-        importance = fact.get("importance", 5)
-        if not isinstance(importance, int) or isinstance(importance, bool) or not 1 <= importance <= 10:
-            raise ApiError(422, "bad_fact", f"facts[{index}].importance must be an integer from 1 to 10")
-        for key in ("event_start_at", "event_end_at"):
-            if fact.get(key) is not None and not isinstance(fact[key], str):
-                raise ApiError(422, "bad_fact", f"facts[{index}].{key} must be an ISO 8601 string or null")
+    body = await decode_body(request, FactsBody)
+    facts: list[dict[str, Any]] = []
+    for index, item in enumerate(body.facts):
+        fact = {k: v for k, v in msgspec.structs.asdict(item).items() if v is not None}
+        if item.source is not None:
+            fact["source"] = bounded_opaque(item.source, f"facts[{index}].source", request)
+        facts.append(fact)
     return JSONResponse(
         await rt.registry.ask(name, "facts", lambda reply: ImportFacts(facts=facts, reply=reply), timeout=rt.settings.server.settle_timeout_seconds)
     )

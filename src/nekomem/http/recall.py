@@ -31,7 +31,8 @@ from nekomem.domain.recall_render import (
 )
 from nekomem.domain.subjects import SubjectError, subjects_from_request
 from nekomem.domain.tokens import get_counter
-from nekomem.http.bodies import character_name, read_json_object
+from nekomem.http.bodies import character_name, decode_body
+from nekomem.http.schemas import QueryBody
 from nekomem.http.conversation import display_now
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists, localise_times
@@ -40,10 +41,10 @@ from nekomem.runtime.reply import ActorFailure
 
 log = logging.getLogger("nekomem.http.recall")
 
-RENDER_MODES = ("markdown",)
-
 
 def _optional_str(body: dict[str, Any], key: str) -> str:
+    """``body[key]`` stripped ("" when absent or null); ApiError 422 when not a string
+    (for routes that read a JSON object by hand, such as the browser's recall_explain)."""
     value = body.get(key)
     if value is None:
         return ""
@@ -55,17 +56,13 @@ def _optional_str(body: dict[str, Any], key: str) -> str:
 async def query_memory(request: Request) -> Response:
     rt = request.app.state.runtime
     name = character_name(request)
-    body = await read_json_object(request)
-    query = _optional_str(body, "query")
-    spec = _optional_str(body, "time")
-    render = body.get("render")
-    if render is not None and render not in RENDER_MODES:
-        raise ApiError(422, "schema_violation", "'render' must be \"markdown\" or absent")
-    language_raw = body.get("language")
-    if language_raw is not None and not isinstance(language_raw, str):
-        raise ApiError(422, "schema_violation", "'language' must be a string")
+    body = await decode_body(request, QueryBody)
+    query = (body.query or "").strip()
+    spec = (body.time or "").strip()
+    render = body.render
+    language_raw = body.language
     try:
-        subjects = subjects_from_request(body.get("subjects"))
+        subjects = subjects_from_request(body.subjects)
     except SubjectError as exc:
         raise ApiError(422, "bad_subjects", str(exc)) from None
     now = display_now(request)

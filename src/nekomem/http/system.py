@@ -10,7 +10,8 @@ from starlette.responses import JSONResponse, Response
 
 import nekomem
 from nekomem.actors.messages import ResetConfirmedAt
-from nekomem.http.bodies import read_json_object
+from nekomem.http.bodies import decode_body
+from nekomem.http.schemas import PowerfulMemoryBody
 from nekomem.http.errors import ApiError
 from nekomem.runtime.switches import POWERFUL, SwitchError
 from nekomem.stores.layout import list_characters
@@ -48,6 +49,7 @@ async def health(request: Request) -> Response:
         "embeddings": embeddings_status(rt),
         "model_jobs": rt.pool.total_busy(),
         "supervision": {"child_restarts": 0, "failed_children": 0, **rt.services.counters.snapshot()},
+        "storage": await asyncio.to_thread(rt.services.storage.snapshot),
     }
     return JSONResponse(body)
 
@@ -80,10 +82,11 @@ async def reset_all_confirmed_at(request: Request) -> int:
 
 async def powerful_memory_post(request: Request) -> Response:
     rt = request.app.state.runtime
-    body = await read_json_object(request)
-    enabled = body.get("enabled")
-    if not isinstance(enabled, bool):
-        raise ApiError(400, "bad_enabled", "'enabled' must be true or false")
+    try:
+        enabled = (await decode_body(request, PowerfulMemoryBody)).enabled
+    except ApiError as exc:
+        # The reference answers 400 (not 422) for anything but a JSON object with a boolean.
+        raise ApiError(400, "bad_enabled" if exc.status == 422 else exc.code, exc.message) from None
     async with _toggle_lock(request):
         try:
             previous = await asyncio.to_thread(rt.switches.get, POWERFUL)

@@ -24,6 +24,7 @@ from nekomem.runtime.reply import ActorFailure
 from nekomem.runtime.switches import Switches
 from nekomem.runtime.timers import Timers
 from nekomem.stores.applied import SharedJournal
+from nekomem.stores.faults import StorageHealth
 from nekomem.stores.layout import CharacterPaths
 
 if TYPE_CHECKING:
@@ -62,6 +63,11 @@ class Services:
     switches: Switches | None = None
     hooks: dict[str, Callable[[], int]] = field(default_factory=dict)
     counters: Counters = field(default_factory=Counters)
+    storage: StorageHealth | None = None
+
+    def __post_init__(self) -> None:
+        if self.storage is None:
+            self.storage = StorageHealth(self.memory_root)
 
 
 class Routes:

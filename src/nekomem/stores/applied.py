@@ -32,6 +32,10 @@ class SharedJournal:
         raw = raw if isinstance(raw, dict) else {}
         marks = raw.get("owners")
         self._marks: dict[str, str | None] = dict(marks) if isinstance(marks, dict) else {}
+        compacted = raw.get("compacted_at")
+        # When the journal last dropped applied events: a view lost after that cannot be
+        # rebuilt completely from the journal.
+        self.compacted_at: str | None = compacted if isinstance(compacted, str) else None
         legacy = raw.get("last_applied_event_id")
         if not self._marks and isinstance(legacy, str):
             # A single reference-style sentinel covers every owner.
@@ -61,6 +65,12 @@ class SharedJournal:
                     break
         return [e for e in events[start:] if self.owners.get(e.type) == owner]
 
+    def all_for(self, owner: str) -> list[Event]:
+        """Every event of ``owner``'s types still in the journal, in journal order."""
+        with self._lock:
+            events = self.journal.all_events()
+        return [e for e in events if self.owners.get(e.type) == owner]
+
     def has_unapplied(self) -> bool:
         return any(self.unapplied_for(owner) for owner in set(self.owners.values()))
 
@@ -74,6 +84,7 @@ class SharedJournal:
                     "last_applied_event_id": self._earliest_mark(),
                     "ts": datetime.now(timezone.utc).isoformat(),
                     "owners": dict(self._marks),
+                    "compacted_at": self.compacted_at,
                 },
             )
 
@@ -114,5 +125,9 @@ class SharedJournal:
             for owner in list(self._marks):
                 self._marks[owner] = None
             self.journal.compact(lambda e: False)
-            atomic_write_json(self.applied_path, {"last_applied_event_id": None, "ts": datetime.now(timezone.utc).isoformat(), "owners": {}})
+            self.compacted_at = datetime.now(timezone.utc).isoformat()
+            atomic_write_json(
+                self.applied_path,
+                {"last_applied_event_id": None, "ts": self.compacted_at, "owners": {}, "compacted_at": self.compacted_at},
+            )
             return before

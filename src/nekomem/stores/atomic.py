@@ -40,7 +40,6 @@ _TEMP_RE = re.compile(r"^\.nkatmp[0-9a-f]{8}\.tmp$")
 # Name collisions among 8 random hex digits are astronomically rare; the bound only stops a
 # pathological folder (say, one full of directories with our names) from looping forever.
 _TEMP_NAME_TRIES = 32
-_JSON_INDENT = 2
 
 _encoder = msgspec.json.Encoder()
 
@@ -119,15 +118,17 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def encode_json(obj: Any) -> bytes:
-    """Encode ``obj`` (plain values or msgspec Structs) as indented UTF-8 JSON with a final newline.
+    """Encode ``obj`` (plain values or msgspec Structs) as compact UTF-8 JSON with a final newline.
 
+    Compact, not indented: indentation costs bytes per nesting level on every line, so a
+    view's size would grow with the square of its depth rather than with its content.
     Raises TypeError for values msgspec cannot encode.
     """
-    return msgspec.json.format(_encoder.encode(obj), indent=_JSON_INDENT) + b"\n"
+    return _encoder.encode(obj) + b"\n"
 
 
 def atomic_write_json(path: Path, obj: Any, *, durable: bool = True) -> None:
-    """Atomically replace ``path`` with ``obj`` as indented JSON (see :func:`encode_json`).
+    """Atomically replace ``path`` with ``obj`` as compact JSON (see :func:`encode_json`).
 
     The value is encoded before anything touches the disk, so an unencodable value raises
     TypeError and leaves the file alone. Raises OSError on I/O failure. ``durable`` as in
@@ -182,7 +183,9 @@ def read_json(path: Path, *, type: Any = None, default: Any = None) -> tuple[Any
             value = msgspec.json.decode(raw)
         else:
             value = msgspec.json.decode(raw, type=type)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+        # RecursionError: nesting deeper than any decoder can follow is as unreadable as
+        # broken syntax, and must not fail every start of the character.
         reason = f"{exc.__class__.__name__}: {exc}" if isinstance(exc, msgspec.ValidationError) else "not valid JSON"
         try:
             move_aside(path, reason)
@@ -206,7 +209,9 @@ def keep_rejected(path: Path, rejected: list[Any], what: str) -> Path:
     return target
 
 
-def read_records(path: Path, convert: Callable[[Any], T], what: str) -> tuple[list[T], int]:
+def read_records(
+    path: Path, convert: Callable[[Any], T], what: str, on_corrupt: Callable[[Path], None] | None = None
+) -> tuple[list[T], int]:
     """The records of the JSON list view ``path``, each passed through ``convert``, and how
     many were set aside (the caller should rewrite the view, so they are kept only once).
 
@@ -214,9 +219,12 @@ def read_records(path: Path, convert: Callable[[Any], T], what: str) -> tuple[li
     :func:`read_json`). Records ``convert`` rejects (msgspec.ValidationError, TypeError,
     ValueError), or a whole value that is not a list, are kept by :func:`keep_rejected` and
     left out of the result. Raises OSError when the file or the rejected records cannot be
-    read or written.
+    read or written. ``on_corrupt(path)`` is called when the file was undecodable (so the
+    caller can rebuild it from elsewhere).
     """
     raw, status = read_json(path, default=[])
+    if status == "corrupt" and on_corrupt is not None:
+        on_corrupt(path)
     if status != "ok":
         return [], 0
     items = raw if isinstance(raw, list) else None

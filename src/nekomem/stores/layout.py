@@ -34,6 +34,23 @@ _WINDOWS_DEVICE_NAMES = frozenset(
 # Entries of the root that are not characters.
 _ROOT_RESERVED = frozenset({CORE_CONFIG_FILE.casefold()})
 _ALLOWED_PUNCTUATION = frozenset(" _-.")
+# Unicode's Default_Ignorable_Code_Point ranges (DerivedCoreProperties.txt): characters a
+# renderer shows as nothing. Several are letters or marks by category (the Hangul fillers
+# U+115F, U+1160, U+3164, U+FFA0; variation selectors; the combining grapheme joiner), so
+# the category rule alone would let two names that look identical name two folders.
+_DEFAULT_IGNORABLE: tuple[tuple[int, int], ...] = (
+    (0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160),
+    (0x17B4, 0x17B5), (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E),
+    (0x2060, 0x206F), (0x3164, 0x3164), (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF),
+    (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A),
+    (0xE0000, 0xE0FFF),
+)
+
+
+def is_default_ignorable(ch: str) -> bool:
+    """True for a code point that renders as nothing (Default_Ignorable_Code_Point)."""
+    code = ord(ch)
+    return any(low <= code <= high for low, high in _DEFAULT_IGNORABLE)
 
 # Files of a character folder; a folder with at least one of them is a character.
 RECENT_FILE = "recent.json"
@@ -86,6 +103,8 @@ class InvalidName(ValueError):
 
 
 def _char_allowed(ch: str, first: bool) -> bool:
+    if is_default_ignorable(ch):
+        return False
     if ch in _ALLOWED_PUNCTUATION:
         return True
     category = unicodedata.category(ch)
@@ -102,7 +121,11 @@ def validate_name(raw: str, max_length: int = DEFAULT_NAME_MAX_LENGTH) -> str:
     Allowed: 1..``max_length`` characters (counted after strip and NFC) of letters of any
     script (with their combining marks), decimal digits of any script, the ASCII space,
     ``_``, ``-`` and ``.``. Hence no path separator, no control or invisible formatting
-    character, nothing that can leave the memory root. Refused as ``name_reserved``:
+    character, nothing that can leave the memory root. Default-ignorable code points
+    (Hangul fillers, zero-width characters, variation selectors, the combining grapheme
+    joiner) are refused although some are letters or marks: they render as nothing, so
+    they would make look-alike names. The name is NFC-normalised before every check, so
+    the NFC and NFD spellings of ``café`` are one character and one folder. Refused as ``name_reserved``:
 
     - ``.`` and ``..``, and any name that starts or ends with a dot: a leading dot is a
       hidden entry (nekomem's own temp files are ``.nkatmp*``), and Windows drops a
@@ -126,8 +149,8 @@ def validate_name(raw: str, max_length: int = DEFAULT_NAME_MAX_LENGTH) -> str:
         if not _char_allowed(ch, index == 0):
             if ch in "/\\":
                 problem = "a path separator"
-            elif unicodedata.category(ch)[0] == "C":
-                problem = f"the control or format character U+{ord(ch):04X}"
+            elif unicodedata.category(ch)[0] == "C" or is_default_ignorable(ch):
+                problem = f"the invisible, control or format character U+{ord(ch):04X}"
             else:
                 problem = f"the character U+{ord(ch):04X}"
             raise InvalidName(

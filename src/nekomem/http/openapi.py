@@ -1,0 +1,104 @@
+"""``GET /openapi.json``: the API described from the msgspec types of
+:mod:`nekomem.http.schemas` (the same types that decode the request bodies)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+import nekomem
+from nekomem.http import schemas as s
+from nekomem.http import scoped as sc
+from nekomem.http.importing import ImportNekoBody
+
+NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1, "maxLength": 50}}
+ID = {"name": "entry_id", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
+RID = {"name": "reflection_id", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
+LAYER = {"name": "layer", "in": "path", "required": True, "schema": {"type": "string", "enum": ["recent", "facts", "reflections", "persona"]}}
+PAGE = [
+    {"name": "offset", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0}},
+    {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1}},
+    {"name": "status", "in": "query", "required": False, "schema": {"type": "string"}},
+    {"name": "entity", "in": "query", "required": False, "schema": {"type": "string"}},
+]
+TEXT = "text/plain"
+
+# (path, method, parameters, request type, response type or TEXT, summary)
+OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] = [
+    ("/health", "get", [], None, s.HealthAnswer, "Liveness, launcher probe and storage state"),
+    ("/cache/{name}", "post", [NAME], s.HistoryBody, s.WriteAnswer, "Store finished turns"),
+    ("/process/{name}", "post", [NAME], s.HistoryBody, s.WriteAnswer, "Store, then compress at session end"),
+    ("/renew/{name}", "post", [NAME], s.HistoryBody, s.WriteAnswer, "Store, then compress in detailed mode"),
+    ("/settle/{name}", "post", [NAME], s.HistoryBody, s.WriteAnswer, "Compress what is cached"),
+    ("/new_dialog/{name}", "get", [NAME], None, TEXT, "The working context"),
+    ("/get_recent_history/{name}", "get", [NAME], None, TEXT, "The recent window as text"),
+    ("/last_conversation_gap/{name}", "get", [NAME], None, s.GapAnswer, "Seconds since the last turn"),
+    ("/api/memory/powerful_memory_config", "get", [], None, s.EnabledAnswer, "The powerful-memory switch"),
+    ("/api/memory/powerful_memory_config", "post", [], s.PowerfulMemoryBody, s.ToggleAnswer, "Set the powerful-memory switch"),
+    ("/internal/memory/reset_confirmed_at", "post", [], None, s.CountAnswer, "Restart confirmed reflections' clocks"),
+    ("/reflect/{name}", "post", [NAME], None, s.ReflectAnswer, "Synthesise and promote now"),
+    ("/followup_topics/{name}", "get", [NAME], None, dict[str, Any], "Reflections to bring up"),
+    ("/record_surfaced/{name}", "post", [NAME], s.RecordSurfacedBody, dict[str, Any], "Record surfaced reflections"),
+    ("/query_memory/{name}", "post", [NAME], s.QueryBody, s.RecallAnswer, "Recall"),
+    ("/api/tools/recall_memory", "get", [], None, dict[str, Any], "The recall_memory tool schema"),
+    ("/cancel_correction/{name}", "post", [NAME], None, dict[str, Any], "Cancel pending context corrections"),
+    ("/reload", "post", [], None, dict[str, Any], "Reload every character from disk"),
+    ("/release_character/{name}", "post", [NAME], None, dict[str, Any], "Passivate a character"),
+    ("/internal/memory/{name}/scoped_facts", "post", [NAME], sc.ScopedFactsBody, dict[str, Any], "Add facts about a scoped subject"),
+    ("/internal/memory/{name}/scoped_history", "post", [NAME], sc.ScopedHistoryBody, dict[str, Any], "Store scoped conversation"),
+    ("/internal/memory/{name}/scoped_context", "post", [NAME], sc.ScopedContextBody, dict[str, Any], "Context of scoped subjects"),
+    ("/internal/memory/{name}/scoped_mentions", "post", [NAME], sc.ScopedMentionsBody, dict[str, Any], "Record scoped mentions"),
+    ("/internal/memory/{name}/scoped_forget", "post", [NAME], sc.ScopedForgetBody, dict[str, Any], "Forget a scoped subject"),
+    ("/internal/memory/{name}/scoped_subjects", "get", [NAME], None, dict[str, Any], "Scoped subjects"),
+    ("/api/import/neko", "post", [], ImportNekoBody, dict[str, Any], "Import a reference memory folder (server-side path)"),
+    ("/api/characters", "get", [], None, s.CharactersAnswer, "Every character"),
+    ("/api/characters/{name}/card", "post", [NAME], s.CardBody, dict[str, Any], "Import a character card"),
+    ("/api/characters/{name}/facts", "post", [NAME], s.FactsBody, s.ImportAnswer, "Import facts"),
+    ("/api/characters/{name}/reflections/{reflection_id}/feedback", "post", [NAME, RID], s.FeedbackBody, dict[str, Any], "Confirm or deny a reflection"),
+    ("/api/characters/{name}/{layer}", "get", [NAME, LAYER, *PAGE], None, s.PageAnswer, "List a layer"),
+    ("/api/characters/{name}/{layer}/{entry_id}", "patch", [NAME, LAYER, ID], s.EntryEdit, dict[str, Any], "Edit an entry (recent: by index, body {text})"),
+    ("/api/characters/{name}/{layer}/{entry_id}", "delete", [NAME, LAYER, ID], None, dict[str, Any], "Delete an entry"),
+]
+ERRORS = ("400", "401", "403", "404", "409", "413", "415", "422", "503", "507")
+
+
+def build_document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of every route."""
+    types: list[Any] = [s.ErrorBody]
+    for _p, _m, _params, request, response, _summary in OPERATIONS:
+        if request is not None:
+            types.append(request)
+        if response is not TEXT:
+            types.append(response)
+    schemas, components = msgspec.json.schema_components(types, ref_template="#/components/schemas/{name}")
+    refs = dict(zip(map(id, types), schemas))
+    error = {"description": "error", "content": {"application/json": {"schema": refs[id(s.ErrorBody)]}}}
+    paths: dict[str, dict[str, Any]] = {}
+    for path, method, params, request, response, summary in OPERATIONS:
+        if response is TEXT:
+            ok = {"description": "ok", "content": {TEXT: {"schema": {"type": "string"}}}}
+        else:
+            ok = {"description": "ok", "content": {"application/json": {"schema": refs[id(response)]}}}
+        op: dict[str, Any] = {"summary": summary, "parameters": params, "responses": {"200": ok, **{c: error for c in ERRORS}}}
+        if request is not None:
+            op["requestBody"] = {"required": True, "content": {"application/json": {"schema": refs[id(request)]}}}
+        paths.setdefault(path, {})[method] = op
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "nekomem", "version": nekomem.__version__},
+        "paths": paths,
+        "components": {
+            "schemas": components,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+async def openapi(request: Request) -> Response:
+    document = getattr(request.app.state, "openapi", None)
+    if document is None:
+        document = request.app.state.openapi = build_document()
+    return JSONResponse(document)

@@ -1,0 +1,184 @@
+"""Request and response bodies of the HTTP API as msgspec types.
+
+Each route decodes its body with :func:`nekomem.http.bodies.decode_body` into one of the
+request types here, so the checks that used to be written by hand per route are the types'
+constraints, and ``GET /openapi.json`` (:mod:`nekomem.http.openapi`) is generated from the
+same types. Semantic checks a type cannot express (a message's role, a fact's time) stay
+in the domain code.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+NonEmpty = Annotated[str, Meta(min_length=1, pattern=r"\S")]
+Importance = Annotated[int, Meta(ge=1, le=10)]
+
+
+class Body(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Base of request bodies: unknown fields are ignored (clients send extras)."""
+
+
+class StrictBody(Body, forbid_unknown_fields=True):
+    """Base of request bodies whose every field has a meaning (edits)."""
+
+
+# -- requests ----------------------------------------------------------------------------
+class HistoryBody(Body):
+    """/cache, /process, /renew, /settle. ``input_history`` is an array of messages or that
+    array JSON-encoded in a string (the reference client double-encodes)."""
+
+    input_history: str | list[Any]
+
+
+class QueryBody(Body):
+    """/query_memory: with neither ``query`` nor ``time`` the answer is empty (the
+    reference's no-op). ``subjects`` narrows recall to scoped subjects (checked by
+    :func:`nekomem.domain.subjects.subjects_from_request`)."""
+
+    query: str | None = None
+    time: str | None = None
+    render: Literal["markdown"] | None = None
+    language: str | None = None
+    subjects: Any = None
+
+
+class PowerfulMemoryBody(Body):
+    enabled: bool
+
+
+class RecordSurfacedBody(Body):
+    reflection_ids: list[str] | None = None
+
+
+class FeedbackBody(Body):
+    feedback: Literal["confirmed", "denied", "ignored"]
+
+
+class CardEntry(Body):
+    entity: str
+    text: str
+
+
+class CardBody(Body):
+    entries: list[CardEntry]
+
+
+class FactImport(Body):
+    text: NonEmpty
+    importance: Importance = 5
+    entity: str | None = None
+    event_start_at: str | None = None
+    event_end_at: str | None = None
+    # Where the fact came from (a benchmark's dialogue ids, a file); stored as given
+    # within the opaque bounds (depth and size settings).
+    source: Any = None
+
+
+class FactsBody(Body):
+    facts: list[FactImport]
+
+
+class EntryEdit(StrictBody):
+    """PATCH of a facts/reflections/persona entry; which fields a layer accepts is checked
+    by its actor (422 for one it does not have)."""
+
+    text: str | UnsetType = UNSET
+    importance: int | UnsetType = UNSET
+    entity: str | UnsetType = UNSET
+
+
+class RecentEdit(StrictBody):
+    text: NonEmpty
+
+
+# -- responses ---------------------------------------------------------------------------
+class ErrorBody(msgspec.Struct):
+    status: Literal["error"]
+    error_code: str
+    message: str
+
+
+class WriteAnswer(msgspec.Struct):
+    status: str
+    count: int | None = None
+
+
+class GapAnswer(msgspec.Struct):
+    gap_seconds: float
+
+
+class EnabledAnswer(msgspec.Struct):
+    enabled: bool
+
+
+class ToggleAnswer(msgspec.Struct):
+    success: bool
+    enabled: bool
+
+
+class CountAnswer(msgspec.Struct):
+    ok: bool
+    count: int
+
+
+class RecallResult(msgspec.Struct):
+    id: str
+    text: str
+    tier: Literal["fact", "reflection", "fact_archive"]
+    entity: str | None = None
+    score: float | None = None
+    created_at: str | None = None
+    event_start_at: str | None = None
+    event_end_at: str | None = None
+
+
+class RecallAnswer(msgspec.Struct):
+    results: list[RecallResult]
+    query: str
+    candidates_total: int = 0
+    elapsed_ms: float = 0.0
+    markdown: str | None = None
+    error_code: str | None = None
+
+
+class CharacterItem(msgspec.Struct):
+    name: str
+    active: bool
+
+
+class CharactersAnswer(msgspec.Struct):
+    characters: list[CharacterItem]
+
+
+class PageAnswer(msgspec.Struct):
+    total: int
+    offset: int
+    items: list[dict[str, Any]]
+
+
+class ImportAnswer(msgspec.Struct):
+    added: list[str]
+    skipped_duplicates: int
+
+
+class ReflectAnswer(msgspec.Struct):
+    reflection: dict[str, Any] | None
+    synthesis: dict[str, Any]
+    confirmed: list[Any]
+    promotion: list[Any]
+    auto_transitions: int
+
+
+class HealthAnswer(msgspec.Struct):
+    app: str
+    service: str
+    status: str
+    instance_id: str
+    server: str
+    version: str
+    limited_mode: bool
+    storage: dict[str, Any]

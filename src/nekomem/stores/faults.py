@@ -1,0 +1,137 @@
+"""Storage faults: the disk is full, read-only or failing.
+
+These are faults of the environment, not of nekomem's state: the right answer is to refuse
+the write with a clear status (507 / 503 and ``Retry-After``), keep the in-memory state
+equal to what is on disk, and carry on as soon as the disk recovers, never to mark a
+character failed. :func:`classify` recognises them in an exception (an ``OSError`` errno
+or an SQLite result code, also when wrapped); :class:`StorageHealth` keeps what ``/health``
+reports.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# SQLite primary result codes (the low byte of an extended code).
+_SQLITE_PERM, _SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_FULL, _SQLITE_CANTOPEN = 3, 8, 10, 13, 14
+
+
+@dataclass(frozen=True)
+class StorageFault:
+    """One class of storage trouble: ``code`` is the API ``error_code``."""
+
+    code: str
+    status: int
+    message: str
+
+
+FULL = StorageFault("storage_full", 507, "the memory folder's disk is full; nothing was stored. Free space and retry")
+READ_ONLY = StorageFault("storage_read_only", 503, "the memory folder is not writable; nothing was stored. Restore write access and retry")
+IO_ERROR = StorageFault("storage_io_error", 503, "the memory folder's disk reported an I/O error; nothing was stored. Retry later")
+FAULT_CODES = frozenset(f.code for f in (FULL, READ_ONLY, IO_ERROR))
+
+_ERRNO = {
+    errno.ENOSPC: FULL,
+    errno.EDQUOT: FULL,
+    errno.EFBIG: FULL,
+    errno.EROFS: READ_ONLY,
+    errno.EACCES: READ_ONLY,
+    errno.EPERM: READ_ONLY,
+    errno.EIO: IO_ERROR,
+}
+_SQLITE = {_SQLITE_FULL: FULL, _SQLITE_READONLY: READ_ONLY, _SQLITE_PERM: READ_ONLY, _SQLITE_CANTOPEN: READ_ONLY, _SQLITE_IOERR: IO_ERROR}
+_SQLITE_TEXT = (("disk is full", FULL), ("readonly database", READ_ONLY), ("disk i/o error", IO_ERROR), ("unable to open", READ_ONLY))
+
+
+class StorageError(OSError):
+    """An OSError the store layer has classified (``fault``); still an OSError, so every
+    ``except OSError`` keeps working."""
+
+    def __init__(self, fault: StorageFault, cause: BaseException) -> None:
+        super().__init__(getattr(cause, "errno", None) or errno.EIO, f"{fault.code}: {cause}")
+        self.fault = fault
+
+
+def classify(exc: BaseException | None) -> StorageFault | None:
+    """The storage fault behind ``exc`` (or its cause / context chain), or None."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, StorageError):
+            return exc.fault
+        if isinstance(exc, OSError) and exc.errno in _ERRNO:
+            return _ERRNO[exc.errno]
+        if isinstance(exc, sqlite3.Error):
+            code = getattr(exc, "sqlite_errorcode", None)
+            if code is not None and code & 0xFF in _SQLITE:
+                return _SQLITE[code & 0xFF]
+            text = str(exc).lower()
+            for needle, fault in _SQLITE_TEXT:
+                if needle in text:
+                    return fault
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
+
+
+def raise_classified(exc: OSError) -> None:
+    """Re-raise ``exc`` as a StorageError when it is a storage fault (else unchanged)."""
+    fault = classify(exc)
+    if fault is not None and not isinstance(exc, StorageError):
+        raise StorageError(fault, exc) from exc
+    raise exc
+
+
+class StorageHealth:
+    """Storage trouble seen by the actors, per character and layer (thread-safe), plus a
+    direct look at the memory root's file system, for ``/health``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._lock = threading.Lock()
+        self._faults: dict[tuple[str, str], tuple[str, float]] = {}
+        self._unrebuilt: dict[tuple[str, str], str] = {}
+
+    def report(self, character: str, layer: str, fault: StorageFault) -> None:
+        with self._lock:
+            self._faults.setdefault((character, layer), (fault.code, time.time()))
+
+    def clear(self, character: str, layer: str) -> None:
+        with self._lock:
+            self._faults.pop((character, layer), None)
+
+    def unrebuilt(self, character: str, view: str, detail: str) -> None:
+        """A corrupt view could not be rebuilt completely (``detail`` says what is missing)."""
+        with self._lock:
+            self._unrebuilt[(character, view)] = detail
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            faults = [{"character": c, "layer": l, "error_code": code, "since": since} for (c, l), (code, since) in self._faults.items()]
+            unrebuilt = [{"character": c, "view": v, "detail": d} for (c, v), d in self._unrebuilt.items()]
+        disk = self.probe()
+        state = "ok"
+        if disk.get("read_only"):
+            state = READ_ONLY.code
+        elif disk.get("free_bytes") == 0:
+            state = FULL.code
+        elif faults:
+            state = faults[0]["error_code"]
+        return {"state": state, **disk, "faults": faults, "unrebuilt_views": unrebuilt}
+
+    def probe(self) -> dict[str, Any]:
+        """Free bytes and the read-only flag of the memory root's file system."""
+        folder = self.root
+        while not folder.exists() and folder.parent != folder:
+            folder = folder.parent
+        try:
+            st = os.statvfs(folder)
+        except (OSError, AttributeError):
+            return {}
+        return {"free_bytes": st.f_bavail * st.f_frsize, "read_only": bool(st.f_flag & os.ST_RDONLY)}
