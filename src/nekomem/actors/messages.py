@@ -25,7 +25,12 @@ from nekomem.domain.turns import Turn
 from nekomem.recall.entry import VECTOR_TIERS, IndexEntry
 
 # The supervision protocol is the runtime's; re-exported here for the actors.
+from nekomem.runtime.protocol import ChildCrashed as ChildCrashed
+from nekomem.runtime.protocol import Deliver as Deliver
+from nekomem.runtime.protocol import Describe as Describe
+from nekomem.runtime.protocol import Flush as Flush
 from nekomem.runtime.protocol import Message
+from nekomem.runtime.protocol import Tick as Tick
 
 WriteMode = Literal["cache", "process", "renew", "settle"]
 # The answer of POST /reflect, filled in by the passes it runs (facts, reflections, persona).
