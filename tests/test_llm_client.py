@@ -206,12 +206,15 @@ def test_request_shape_headers_and_response_format(fake):
 
 
 def test_no_key_no_authorization_and_options(fake):
-    with make_client(fake, llm_send_response_format=False, llm_output_tokens_param="max_tokens") as client:
+    with make_client(fake, llm_response_format="none", llm_output_tokens_param="max_tokens") as client:
         client.run("summarize_recent", MSGS, max_output_tokens=123)
         client.run("review_recent", MSGS)
     first, review = fake.calls()
     assert "authorization" not in first["headers"]
     assert "response_format" not in first["body"]
+    # with no response_format the system message states the schema
+    assert first["body"]["messages"][0]["role"] == "system"
+    assert json.dumps(TASKS["summarize_recent"].schema, separators=(",", ":")) in first["body"]["messages"][0]["content"]
     assert first["body"]["max_tokens"] == 123 and "max_completion_tokens" not in first["body"]
     assert review["body"]["max_tokens"] == 8192
 
@@ -238,7 +241,7 @@ def test_wrapped_output_is_parsed(fake, client, content):
 
 def test_garbage_then_valid_succeeds_after_retry(fake):
     sleeps: list[float] = []
-    with LLMClient(LLMSettings(llm_base_url=fake.base_url, llm_max_retries=3), sleep=sleeps.append) as client:
+    with LLMClient(LLMSettings(llm_base_url=fake.base_url, llm_max_retries=3, llm_backoff_jitter=0), sleep=sleeps.append) as client:
         fake.queue("summarize_recent", Reply.text("I cannot do JSON today"), Reply.text(None))
         assert client.run("summarize_recent", MSGS).summary.startswith("summary: ")
         status = client.status()["summary"]
@@ -252,7 +255,7 @@ def test_backoff_is_capped():
     sleeps: list[float] = []
     with FakeLLM() as fake:
         fake.on("rerank", Reply.status(503))
-        settings = LLMSettings(llm_base_url=fake.base_url, llm_max_retries=5, llm_backoff_base_seconds=1, llm_backoff_max_seconds=3)
+        settings = LLMSettings(llm_base_url=fake.base_url, llm_max_retries=5, llm_backoff_base_seconds=1, llm_backoff_max_seconds=3, llm_backoff_jitter=0)
         with LLMClient(settings, sleep=sleeps.append) as client, pytest.raises(LLMTaskFailed):
             client.run("rerank", MSGS, max_retries=5)
     assert sleeps == [1.0, 2.0, 3.0, 3.0, 3.0]
@@ -302,16 +305,16 @@ def test_server_errors_and_429_are_retried(fake, client):
 
 def test_retry_after_is_honoured_within_the_cap(fake):
     sleeps: list[float] = []
-    with LLMClient(LLMSettings(llm_base_url=fake.base_url), sleep=sleeps.append) as client:
+    with LLMClient(LLMSettings(llm_base_url=fake.base_url, llm_backoff_jitter=0), sleep=sleeps.append) as client:
         fake.queue("map_evidence", Reply.status(429, "", headers={"Retry-After": "5"}), Reply.status(429, "", headers={"Retry-After": "60"}))
         client.run("map_evidence", MSGS)
     assert sleeps == [5.0, 8.0]
 
 
 @pytest.mark.parametrize("code", [400, 401, 404, 422])
-def test_client_errors_are_not_retried(fake, client, code):
+def test_client_errors_are_not_retried(fake, code):
     fake.on("judge_promotion", Reply.status(code, {"error": {"message": "bad request: schema"}}))
-    with pytest.raises(LLMTaskFailed) as info:
+    with make_client(fake, llm_response_format="json_schema") as client, pytest.raises(LLMTaskFailed) as info:
         client.run("judge_promotion", MSGS)
     assert info.value.attempts == 1 and info.value.status_code == code
     assert "bad request: schema" in info.value.last_error
@@ -366,7 +369,7 @@ def test_not_configured_tier():
         status = client.status()
     assert status["correction"] == {
         "configured": False, "model": "", "base_url": "", "calls": 0, "attempts": 0,
-        "failures": 0, "skipped": 1, "last_error": None,
+        "failures": 0, "skipped": 1, "last_error": None, "negotiated": None,
     }
     with pytest.raises(ValueError):
         client.available("nope")

@@ -14,6 +14,14 @@ the task from the ``X-Nekomem-Task`` header. What it answers is scripted per tas
 Order of resolution for one request: the task's queue (one reply consumed), else the task's
 handler, else the built-in default handler. Every default is deterministic and derived from
 the prompt; see ``DEFAULT_HANDLERS``. A handler that raises makes the server answer 500.
+
+Dialects of real servers (``set_dialect``): refuse requests that carry a feature
+(``response_format`` type ``json_schema`` / ``json_object``, or the token parameter
+``max_completion_tokens`` / ``max_tokens``) with a given reply before any script runs, and
+optionally ignore ``response_format`` and wrap every JSON answer in prose:
+
+    llm.set_dialect(refuse={"json_schema": Reply.status(500, "Internal Server Error")})
+    llm.set_dialect(wrap_in_prose=True)
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["DEFAULT_HANDLERS", "FakeLLM", "Reply", "last_user_text", "prompt_text"]
+__all__ = ["DEFAULT_HANDLERS", "FakeLLM", "Reply", "last_user_text", "prompt_text", "request_features"]
 
 CHAT_PATH = "/v1/chat/completions"
 TASK_HEADER = "x-nekomem-task"
@@ -121,6 +129,16 @@ def prompt_text(request: dict[str, Any]) -> str:
     return "\n".join(_flatten(m.get("content")) for m in request.get("messages") or [] if isinstance(m, dict))
 
 
+def request_features(request: dict[str, Any]) -> set[str]:
+    """Dialect features a chat request carries: its response_format type and the names of
+    the token-limit parameters present."""
+    features = {name for name in ("max_completion_tokens", "max_tokens") if name in request}
+    response_format = request.get("response_format")
+    if isinstance(response_format, dict) and isinstance(response_format.get("type"), str):
+        features.add(response_format["type"])
+    return features
+
+
 _ID = re.compile(r"\b(?:fact|ref|prom|card|legacy|manual|corr)_[0-9A-Za-z_]+")
 
 
@@ -208,7 +226,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
             return
         fake._global_wait(task)
         try:
-            reply = fake._resolve(task, request)
+            refusal = fake._refusal(request)
+            reply = refusal if refusal is not None else fake._resolve(task, request)
             self._answer(task, request, reply)
         except Exception as exc:  # noqa: BLE001 - a failing test handler: make it visible, keep serving
             self._send(500, json.dumps({"error": {"message": f"fake handler raised {type(exc).__name__}: {exc}"}}).encode())
@@ -228,6 +247,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self._send(reply.status_code, str(reply.value).encode(), reply.content_type)
             return
         content = reply.value if reply.kind == "text" else json.dumps(reply.value, ensure_ascii=False)
+        if reply.kind == "json" and fake._wrap_in_prose:
+            content = f"Sure! Here is what I found:\n```json\n{content}\n```\nLet me know if you need more."
         self._send(200, json.dumps(fake._completion(request, content, reply.finish_reason), ensure_ascii=False).encode())
 
 
@@ -250,6 +271,8 @@ class FakeLLM:
         self._queues: dict[str, deque[Any]] = {}
         self._delays: dict[str | None, float] = {}
         self._calls: list[dict[str, Any]] = []
+        self._refuse: dict[str, Reply] = {}
+        self._wrap_in_prose = False
         self._ids = itertools.count(1)
         self._closing = threading.Event()
         self._server: _Server | None = None
@@ -323,9 +346,20 @@ class FakeLLM:
                 self._delays.pop(task, None)
         return self
 
-    def reset(self) -> None:
-        """Forget recorded calls, queued replies, handlers and delays."""
+    def set_dialect(self, *, refuse: dict[str, Reply] | None = None, wrap_in_prose: bool = False) -> FakeLLM:
+        """Play a server dialect: a request carrying a feature named in ``refuse`` (see
+        ``request_features``) gets that reply; ``wrap_in_prose`` ignores response_format and
+        wraps every JSON answer in prose and a code fence. No arguments: plain OpenAI."""
         with self._lock:
+            self._refuse = dict(refuse or {})
+            self._wrap_in_prose = wrap_in_prose
+        return self
+
+    def reset(self) -> None:
+        """Forget recorded calls, queued replies, handlers, delays and the dialect."""
+        with self._lock:
+            self._refuse.clear()
+            self._wrap_in_prose = False
             self._calls.clear()
             self._queues.clear()
             self._handlers.clear()
@@ -380,6 +414,11 @@ class FakeLLM:
         if handler is None:
             return Reply.status(400, {"error": {"message": f"fake LLM has no handler for task {task!r}"}})
         return _as_reply(handler(request))
+
+    def _refusal(self, request: dict[str, Any]) -> Reply | None:
+        features = request_features(request)
+        with self._lock:
+            return next((reply for feature, reply in self._refuse.items() if feature in features), None)
 
     def _resolve(self, task: str, request: dict[str, Any]) -> Reply:
         with self._lock:

@@ -100,7 +100,15 @@ class ChildActor(DispatchedActor):
 
     def on_stop(self) -> Completion | None:
         self._stop_timers()
-        self.flush()
+        # A layer whose load failed on a storage fault holds no trustworthy state: writing
+        # it out would replace the files on disk with a partial copy.
+        if not getattr(self, "_needs_reload", False):
+            try:
+                self.flush()
+            except Exception as exc:
+                if classify(exc) is None:
+                    raise
+                self.log.warning("%s: views not flushed at stop (%s)", self.child_name, type(exc).__name__)
         self.close()
         return None
 
@@ -152,6 +160,11 @@ class ChildActor(DispatchedActor):
             pass
 
     def _rearm(self) -> None:
+        if getattr(self, "_needs_reload", False):
+            # Not loaded (a storage fault): nothing is due; the next message retries the load.
+            self._wake.want(None)
+            self._wake_real.want(None)
+            return
         self._wake.want(self.due_at())
         self._wake_real.want(self.real_due_at())
 

@@ -3,9 +3,12 @@
 One :class:`LLMClient` serves the whole process and is called from the model worker pool, so
 it is thread-safe: one pooled ``httpx.Client`` per base URL, counters behind a lock. Every
 call is ``POST {base_url}/chat/completions``; the answer's content is parsed defensively and
-validated against the task's output Struct. Connection errors, timeouts, 429, 5xx and
-malformed or invalid output are retried with exponential backoff; any other HTTP error is
-final at once.
+validated against the task's output Struct. What each endpoint accepts (``response_format``
+level, token-limit parameter name) is negotiated once and remembered (see
+``providers/negotiation.py``); a refused format is re-sent at once at the next level, not
+retried. Connection errors, timeouts, 429, 5xx and malformed or invalid output are retried
+with exponential backoff and jitter; any other HTTP error is final at once. An answer cut
+off at its token limit keeps its complete items.
 
 Logs at INFO carry the task, tier, attempt, status code and elapsed time only; neither the
 prompt nor the output is logged above DEBUG, and the API key never is.
@@ -14,6 +17,7 @@ prompt nor the output is logged above DEBUG, and the API key never is.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -25,8 +29,22 @@ import httpx
 import msgspec
 
 from nekomem.config.llm import TIERS, LLMSettings
-from nekomem.providers.jsonparse import ModelOutputError, extract_json_object
-from nekomem.providers.tasks import task_spec, validate_output
+from nekomem.providers.chat_response import (
+    EXHAUSTED_FINISH_REASONS,
+    AttemptFailed,
+    content_of,
+    error_detail,
+    retry_after,
+)
+from nekomem.providers.jsonparse import ModelOutputError, extract_json_object, salvage_truncated_object
+from nekomem.providers.negotiation import (
+    Negotiator,
+    format_fallback,
+    response_format_field,
+    state_schema_in_messages,
+    token_param_fallback,
+)
+from nekomem.providers.tasks import TASKS, TaskSpec, task_spec, validate_output
 
 __all__ = [
     "Endpoint",
@@ -41,7 +59,6 @@ __all__ = [
 log = logging.getLogger("nekomem.llm")
 
 TASK_HEADER = "X-Nekomem-Task"
-_EXHAUSTED_FINISH_REASONS = ("length", "max_tokens")
 
 
 class LLMError(Exception):
@@ -126,24 +143,20 @@ def resolve_endpoints(settings: LLMSettings) -> dict[str, Endpoint | None]:
     return endpoints
 
 
-class _Attempt(Exception):
-    """Outcome of one failed attempt (internal)."""
+@dataclass(frozen=True)
+class _Request:
+    """One task call's fixed parts; the negotiated parts are added per request."""
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        retryable: bool,
-        status_code: int | None = None,
-        retry_after: float | None = None,
-        output_exhausted: bool = False,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.retryable = retryable
-        self.status_code = status_code
-        self.retry_after = retry_after
-        self.output_exhausted = output_exhausted
+    spec: TaskSpec
+    endpoint: Endpoint
+    messages: list[dict[str, Any]]
+    max_output_tokens: int
+    timeout: float
+    headers: dict[str, str]
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.endpoint.base_url, self.endpoint.model)
 
 
 @dataclass
@@ -155,71 +168,28 @@ class _TierStats:
     last_error: str | None = None
 
 
-def _error_detail(response: httpx.Response) -> str:
-    """A short description of an error body (the provider's message if it has one)."""
-    limit = 200
-    try:
-        body = response.json()
-    except ValueError:
-        return response.text[:limit].strip()
-    if isinstance(body, dict):
-        error = body.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return error["message"][:limit]
-        if isinstance(error, str):
-            return error[:limit]
-    return response.text[:limit].strip()
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    raw = response.headers.get("retry-after")
-    if raw is None:
-        return None
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        return None  # an HTTP-date: fall back to our own backoff
-
-
-def _content_of(body: Any) -> tuple[str, str | None]:
-    """(assistant content, finish_reason) of a chat completion body; raises _Attempt."""
-    if not isinstance(body, dict):
-        raise _Attempt("response body is not a JSON object", retryable=True)
-    choices = body.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise _Attempt("response has no choices", retryable=True)
-    choice = choices[0]
-    finish_reason = choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None
-    message = choice.get("message")
-    if not isinstance(message, dict):
-        raise _Attempt("response choice has no message", retryable=True)
-    content = message.get("content")
-    if isinstance(content, list):  # content parts
-        content = "".join(
-            part.get("text", "") for part in content if isinstance(part, dict) and isinstance(part.get("text"), str)
-        )
-    exhausted = finish_reason in _EXHAUSTED_FINISH_REASONS
-    if not isinstance(content, str) or not content.strip():
-        if isinstance(message.get("refusal"), str):
-            raise _Attempt("model refused the task", retryable=True)
-        reason = f" (finish_reason={finish_reason})" if finish_reason else ""
-        raise _Attempt(f"response message has no content{reason}", retryable=True, output_exhausted=exhausted)
-    return content, finish_reason
-
-
 class LLMClient:
     """Runs contract tasks against the configured tiers (thread-safe).
 
     ``sleep`` is called with each backoff delay (inject a no-op in tests).
     """
 
-    def __init__(self, settings: LLMSettings, *, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        settings: LLMSettings,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
         self._settings = settings
         self._sleep = sleep
+        self._rng = rng or random.Random()
         self._endpoints = resolve_endpoints(settings)
+        self._negotiator = Negotiator(settings.llm_response_format, settings.llm_output_tokens_param)
         self._lock = threading.Lock()
         self._http: dict[str, httpx.Client] = {}
         self._stats = {tier: _TierStats() for tier in TIERS}
+        self._schema_json = {name: msgspec.json.encode(spec.schema).decode() for name, spec in TASKS.items()}
         self._closed = False
 
     # --- configuration ---------------------------------------------------------------------
@@ -258,7 +228,8 @@ class LLMClient:
         ``max_output_tokens``, ``timeout`` and ``max_retries`` override the settings for this
         call. Raises LLMNotConfigured when the tier has no endpoint, LLMTaskFailed when no
         attempt gave a valid answer (after the retries, or at once for a 4xx other than
-        429), UnknownTaskError for a task outside the contract, LLMError once closed.
+        429 that no negotiation step explains), UnknownTaskError for a task outside the
+        contract, LLMError once closed.
         """
         spec = task_spec(task)
         tier = spec.tier
@@ -270,31 +241,46 @@ class LLMClient:
             raise LLMNotConfigured(task, tier)
         client = self._client_for(endpoint)
         timeout, max_output_tokens, max_retries = self._limits(task, endpoint, timeout, max_output_tokens, max_retries)
-        url, body, headers = self._request(task, endpoint, messages, max_output_tokens)
+        headers = {TASK_HEADER: task, "Content-Type": "application/json"}
+        if endpoint.api_key:
+            headers["Authorization"] = f"Bearer {endpoint.api_key}"
+        request = _Request(spec, endpoint, messages, max_output_tokens, timeout, headers)
+
         with self._lock:
             self._stats[tier].calls += 1
+
         attempts = 0
-        last: _Attempt | None = None
+        last: AttemptFailed | None = None
         total = max_retries + 1
         while attempts < total:
             if attempts:
                 self._sleep(self._backoff(attempts - 1, last))
             attempts += 1
-            with self._lock:
-                self._stats[tier].attempts += 1
             try:
-                return self._attempt(client, url, body, headers, timeout, task, tier, attempts)
-            except _Attempt as failure:
+                result = self._negotiated_attempt(client, request, attempts)
+            except AttemptFailed as failure:
                 last = failure
                 with self._lock:
                     self._stats[tier].last_error = f"{task}: {failure.message}"
-                log.warning("llm task=%s tier=%s attempt=%d/%d failed: %s", task, tier, attempts, total, failure.message)
+                log.warning(
+                    "llm task=%s tier=%s attempt=%d/%d failed: %s",
+                    task, tier, attempts, total, failure.message,
+                )
                 if not failure.retryable:
                     break
+                continue
+            return result
+
         assert last is not None
         with self._lock:
             self._stats[tier].failures += 1
-        raise LLMTaskFailed(task, attempts, last.message, status_code=last.status_code, output_exhausted=last.output_exhausted)
+        raise LLMTaskFailed(
+            task,
+            attempts,
+            last.message,
+            status_code=last.status_code,
+            output_exhausted=last.output_exhausted,
+        )
 
     def _limits(
         self, task: str, endpoint: Endpoint, timeout: float | None, max_output_tokens: int | None, max_retries: int | None
@@ -315,74 +301,154 @@ class LLMClient:
             max_retries = settings.llm_rerank_max_retries if task == "rerank" else settings.llm_max_retries
         return timeout, max_output_tokens, max_retries
 
-    def _request(self, task: str, endpoint: Endpoint, messages: list[dict[str, Any]], max_output_tokens: int) -> tuple[str, bytes, dict[str, str]]:
-        """(url, JSON body, headers) of a chat completion for ``task``."""
-        settings = self._settings
-        payload: dict[str, Any] = {
-            "model": endpoint.model,
-            "messages": messages,
-            settings.llm_output_tokens_param: max_output_tokens,
-        }
-        if settings.llm_send_response_format:
-            payload["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": task, "schema": task_spec(task).schema},
-            }
-        headers = {TASK_HEADER: task, "Content-Type": "application/json"}
-        if endpoint.api_key:
-            headers["Authorization"] = f"Bearer {endpoint.api_key}"
-        return f"{endpoint.base_url}/chat/completions", msgspec.json.encode(payload), headers
+    def _negotiated_attempt(self, client: httpx.Client, request: _Request, attempt: int) -> msgspec.Struct:
+        """One attempt: a request in the endpoint's dialect, and when the endpoint refuses
+        that dialect, the same request at once in the next one (see negotiation.py).
 
-    def _attempt(
-        self,
-        client: httpx.Client,
-        url: str,
-        body: bytes,
-        headers: dict[str, str],
-        timeout: float,
-        task: str,
-        tier: str,
-        attempt: int,
-    ) -> msgspec.Struct:
+        While the endpoint's dialect is unsettled, attempts to it run one at a time, so the
+        first refusal teaches every later call. Raises AttemptFailed.
+        """
+        negotiator = self._negotiator
+        key = request.key
+        probe = None if negotiator.settled(key) else negotiator.probe_lock(key)
+        if probe is not None:
+            probe.acquire()
+        try:
+            dialect = negotiator.current(key)
+            level, param, confirmed = dialect.response_format, dialect.tokens_param, dialect.format_confirmed
+            switched_param = False
+            probed: tuple[int, str] | None = None
+            while True:
+                try:
+                    output = self._attempt(client, request, level, param, attempt)
+                except AttemptFailed as failure:
+                    if failure.accepted:
+                        negotiator.accepted(key, level, param)
+                    if failure.status_code is None or failure.accepted:
+                        raise
+                    status, detail = failure.status_code, failure.detail
+                    other = None if negotiator.tokens_pinned or switched_param else token_param_fallback(param, status, detail)
+                    if other is not None:
+                        negotiator.refused_tokens_param(key, param, other, status)
+                        self._log_fallback(request, f"{param} -> {other}", status)
+                        param, switched_param = other, True
+                        continue
+                    step = None if negotiator.format_pinned else format_fallback(level, confirmed, status, detail)
+                    if step is None:
+                        raise
+                    following, certain = step
+                    if certain:
+                        negotiator.refused_format(key, level, following, status)
+                    elif not negotiator.may_probe(key):
+                        raise
+                    elif probed == (status, detail):
+                        # The level below failed exactly like the one above: not the format.
+                        negotiator.block_probing(key, self._settings.llm_negotiation_reprobe_seconds)
+                        raise
+                    else:
+                        probed = (status, detail)
+                    self._log_fallback(request, f"{level} -> {following}", status)
+                    level, confirmed = following, False
+                    continue
+                negotiator.accepted(key, level, param)
+                return output
+        finally:
+            if probe is not None:
+                probe.release()
+
+    def _log_fallback(self, request: _Request, step: str, status: int) -> None:
+        log.warning(
+            "llm task=%s tier=%s endpoint=%s model=%s refused the request (HTTP %d): trying %s",
+            request.spec.name, request.spec.tier, _public_url(request.endpoint.base_url),
+            request.endpoint.model, status, step,
+        )
+
+    def _payload(self, request: _Request, level: str, param: str) -> bytes:
+        """The request body in one dialect. Below json_schema the schema is also stated in
+        the system message, as the server may not enforce it."""
+        spec = request.spec
+        messages = request.messages
+        if level != "json_schema":
+            messages = state_schema_in_messages(messages, self._schema_json[spec.name])
+        payload: dict[str, Any] = {
+            "model": request.endpoint.model,
+            "messages": messages,
+            param: request.max_output_tokens,
+        }
+        response_format = response_format_field(level, spec.name, spec.schema)
+        if response_format is not None:
+            payload["response_format"] = response_format
+        return msgspec.json.encode(payload)
+
+    def _attempt(self, client: httpx.Client, request: _Request, level: str, param: str, attempt: int) -> msgspec.Struct:
+        """One HTTP request; the validated output, or AttemptFailed saying what went wrong."""
+        task, tier, timeout = request.spec.name, request.spec.tier, request.timeout
+        with self._lock:
+            self._stats[tier].attempts += 1
+        url = f"{request.endpoint.base_url}/chat/completions"
+        body = self._payload(request, level, param)
         started = time.perf_counter()
         try:
-            response = client.post(url, content=body, headers=headers, timeout=timeout)
+            response = client.post(url, content=body, headers=request.headers, timeout=timeout)
         except httpx.TimeoutException:
-            raise _Attempt(f"timed out after {timeout:g} s", retryable=True) from None
+            raise AttemptFailed(f"timed out after {timeout:g} s", retryable=True) from None
         except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
-            raise _Attempt(f"bad endpoint URL: {type(exc).__name__}", retryable=False) from None
+            raise AttemptFailed(f"bad endpoint URL: {type(exc).__name__}", retryable=False) from None
         except httpx.HTTPError as exc:
-            raise _Attempt(f"transport error: {type(exc).__name__}", retryable=True) from None
+            raise AttemptFailed(f"transport error: {type(exc).__name__}", retryable=True) from None
         elapsed_ms = (time.perf_counter() - started) * 1000.0
         status = response.status_code
-        log.info("llm task=%s tier=%s attempt=%d status=%d elapsed_ms=%.0f", task, tier, attempt, status, elapsed_ms)
+        log.info(
+            "llm task=%s tier=%s attempt=%d status=%d response_format=%s elapsed_ms=%.0f",
+            task, tier, attempt, status, level, elapsed_ms,
+        )
 
-        if status == 429 or status >= 500:
-            raise _Attempt(
-                f"HTTP {status}: {_error_detail(response)}",
-                retryable=True,
-                status_code=status,
-                retry_after=_retry_after(response) if status == 429 else None,
-            )
         if not 200 <= status < 300:
-            raise _Attempt(f"HTTP {status}: {_error_detail(response)}", retryable=False, status_code=status)
-
+            raise AttemptFailed(
+                f"HTTP {status}: {error_detail(response)}",
+                retryable=status == 429 or status >= 500,
+                status_code=status,
+                retry_after=retry_after(response) if status == 429 else None,
+                detail=error_detail(response, limit=2000) + " " + response.text[:2000],
+            )
         try:
             decoded = response.json()
         except ValueError:
-            raise _Attempt("response body is not JSON", retryable=True) from None
-        content, finish_reason = _content_of(decoded)
-        exhausted = finish_reason in _EXHAUSTED_FINISH_REASONS
-        log.debug("llm task=%s output: %s", task, content)
+            raise AttemptFailed("response body is not JSON", retryable=True, accepted=True) from None
         try:
-            return validate_output(task, extract_json_object(content))
+            content, finish_reason = content_of(decoded)
+        except AttemptFailed as failure:
+            failure.accepted = True
+            raise
+        log.debug("llm task=%s output: %s", task, content)
+        return self._parse(request.spec, content, finish_reason in EXHAUSTED_FINISH_REASONS)
+
+    def _parse(self, spec: TaskSpec, content: str, exhausted: bool) -> msgspec.Struct:
+        """Validate the answer; a cut-off answer keeps its complete items when the task
+        allows it. Raises AttemptFailed."""
+        task, tier = spec.name, spec.tier
+        try:
+            try:
+                return validate_output(task, extract_json_object(content))
+            except ModelOutputError:
+                if not (exhausted and spec.keeps_complete_items):
+                    raise
+            obj, kept = salvage_truncated_object(content)
+            output = validate_output(task, obj)
         except ModelOutputError as exc:
             suffix = " (output stopped at its token limit)" if exhausted else ""
-            raise _Attempt(f"{exc}{suffix}", retryable=True, output_exhausted=exhausted) from None
+            raise AttemptFailed(f"{exc}{suffix}", retryable=True, output_exhausted=exhausted, accepted=True) from None
+        log.warning("llm task=%s tier=%s output stopped at its token limit: kept %d complete item(s)", task, tier, kept)
+        return output
 
-    def _backoff(self, retry_index: int, last: _Attempt | None) -> float:
+    def _backoff(self, retry_index: int, last: AttemptFailed | None) -> float:
+        """Delay before retry ``retry_index`` (0-based): doubling from the base, capped, then
+        shortened by a random share of up to ``llm_backoff_jitter`` so that callers that
+        failed together do not retry together; never shorter than a Retry-After."""
         settings = self._settings
         delay = min(settings.llm_backoff_base_seconds * (2**retry_index), settings.llm_backoff_max_seconds)
+        if settings.llm_backoff_jitter:
+            delay *= 1.0 - settings.llm_backoff_jitter * self._rng.random()
         if last is not None and last.retry_after is not None:
             delay = min(max(delay, last.retry_after), settings.llm_backoff_max_seconds)
         return delay
@@ -404,7 +470,9 @@ class LLMClient:
 
         ``calls`` counts run() calls that reached an endpoint, ``attempts`` the HTTP
         requests, ``failures`` the calls that ended in LLMTaskFailed, ``skipped`` the calls
-        refused because the tier is not configured.
+        refused because the tier is not configured; ``negotiated`` is what the tier's
+        endpoint is sent (response_format level, token parameter, whether a 2xx confirmed
+        them, the fallbacks taken), None without an endpoint.
         """
         with self._lock:
             out: dict[str, dict[str, Any]] = {}
@@ -420,6 +488,7 @@ class LLMClient:
                     "failures": stats.failures,
                     "skipped": stats.skipped,
                     "last_error": stats.last_error,
+                    "negotiated": self._negotiator.status((endpoint.base_url, endpoint.model)) if endpoint else None,
                 }
             return out
 

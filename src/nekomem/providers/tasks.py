@@ -177,12 +177,17 @@ class RefineClusterOutput(_Output):
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """One task of the contract: its name, tier, output Struct and response JSON schema."""
+    """One task of the contract: its name, tier, output Struct and response JSON schema.
+
+    ``keeps_complete_items``: an answer cut off at its token limit may be used without its
+    unfinished last list item (each item stands alone).
+    """
 
     name: str
     tier: str
     output_type: type[msgspec.Struct]
     schema: dict[str, Any]
+    keeps_complete_items: bool = True
 
 
 class UnknownTaskError(KeyError):
@@ -223,8 +228,18 @@ _TABLE: tuple[tuple[str, str, type[msgspec.Struct]], ...] = (
     ("refine_cluster", "correction", RefineClusterOutput),
 )
 
+# review_recent's corrected dialogue is spliced into the window aligned at its end: the
+# first turns of a cut-off answer would land in the wrong slots, so it is all or nothing.
+_WHOLE_ANSWER_ONLY = frozenset({"review_recent"})
+
 TASKS: dict[str, TaskSpec] = {
-    name: TaskSpec(name=name, tier=tier, output_type=output, schema=_inline_schema(output))
+    name: TaskSpec(
+        name=name,
+        tier=tier,
+        output_type=output,
+        schema=_inline_schema(output),
+        keeps_complete_items=name not in _WHOLE_ANSWER_ONLY,
+    )
     for name, tier, output in _TABLE
 }
 
