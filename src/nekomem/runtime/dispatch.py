@@ -350,18 +350,20 @@ class DispatchedActor(pykka.Actor):
         other threads by barriers; True unless a subclass knows better)."""
         return True
 
-    def _stop(self) -> None:
-        """Stop now (the rest of the inbox is failed by the teardown); when ``on_stop``
-        returns a Completion it is kept in ``_stopping``, so the stop is answered after it."""
+    def _stop(self) -> Completion | None:  # type: ignore[override]  # pykka's _handle_receive returns it
+        """Stop now (the rest of the inbox is failed by the teardown); returns what
+        ``on_stop`` returned when it is a Completion, so the stop is answered after it."""
         ActorRegistry.unregister(self.actor_ref)
         self.actor_stopped.set()
         try:
             result: object = self.on_stop()  # type: ignore[func-returns-value]  # may return a Completion
         except Exception:  # noqa: BLE001
             self._handle_failure(*sys.exc_info())
-            return
+            return None
         if isinstance(result, Completion):
             self._stopping = result
+            return result
+        return None
 
     def _dispatch_envelope(self, envelope: Envelope[Any]) -> None:
         # The body of pykka's Actor._actor_loop_running, for one envelope.
