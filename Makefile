@@ -40,7 +40,7 @@ serve: install
 
 test: install
 	sh scripts/ensure_browser.sh
-	$(PY) -m pytest tests -q -p no:cacheprovider
+	$(PY) -m pytest tests -q -p no:cacheprovider --durations=10
 
 check: $(CHECK_STAMP)
 	$(PY) -m ruff check $(LINTED)
