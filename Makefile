@@ -40,7 +40,7 @@ serve: install
 
 test: install
 	sh scripts/ensure_browser.sh
-	$(PY) -m pytest tests -q -p no:cacheprovider
+	$(PY) -m pytest tests -q -p no:cacheprovider --durations=10
 
 check: $(CHECK_STAMP)
 	$(PY) -m ruff check $(LINTED)
@@ -51,6 +51,8 @@ bench: install
 	$(PY) -m bench.http_load
 	$(PY) -m bench.isolation
 	$(PY) -m bench.density
+	$(PY) -m bench.chaos
+	$(PY) -m bench.import_neko
 	$(PY) -m bench.fact_write_cost
 	$(PY) -m bench.recall_latency
 	$(PY) -m bench.recall_http_latency

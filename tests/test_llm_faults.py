@@ -54,7 +54,8 @@ def test_a_model_that_keeps_failing_is_dead_lettered_and_chat_goes_on(tmp_path, 
         r = srv.post("/cache/Lan", json={"input_history": [{"role": "user", "content": "remember my birthday is in May"}]})
         assert r.status_code == 200
         outbox = tmp_path / "Lan" / "outbox.ndjson"
-        wait_for(lambda: any(json.loads(x).get("dead") for x in outbox.read_text().splitlines()), what="the dead letter")
+        # The outbox record is written after /cache answers (the turn's cursor is what is durable first).
+        wait_for(lambda: outbox.exists() and any(json.loads(x).get("dead") for x in outbox.read_text().splitlines()), what="the dead letter")
         lines = [json.loads(x) for x in outbox.read_text().splitlines()]
         attempts = [x for x in lines if x["status"] == "attempt"]
         assert len(attempts) == 2 and all("503" in a["error"] for a in attempts)  # each failure recorded

@@ -350,10 +350,9 @@ class DispatchedActor(pykka.Actor):
         other threads by barriers; True unless a subclass knows better)."""
         return True
 
-    def _stop(self) -> Completion | None:  # type: ignore[override]  # pykka's _handle_receive returns this as the stop's answer
+    def _stop(self) -> Completion | None:  # type: ignore[override]  # pykka's _handle_receive returns it
         """Stop now (the rest of the inbox is failed by the teardown); returns what
-        ``on_stop`` returned when it is a Completion (kept in ``_stopping`` too), so the
-        stop is answered only after it."""
+        ``on_stop`` returned when it is a Completion, so the stop is answered after it."""
         ActorRegistry.unregister(self.actor_ref)
         self.actor_stopped.set()
         try:
