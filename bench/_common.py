@@ -185,9 +185,17 @@ class UvicornProcess:
         log = open(log_path, "wb")
         self.proc = subprocess.Popen(
             [
-                sys.executable, "-m", "uvicorn", self.app,
-                "--host", LOOPBACK, "--port", str(self.port),
-                "--log-level", BENCH_LOG_LEVEL, "--no-access-log",
+                sys.executable,
+                "-m",
+                "uvicorn",
+                self.app,
+                "--host",
+                LOOPBACK,
+                "--port",
+                str(self.port),
+                "--log-level",
+                BENCH_LOG_LEVEL,
+                "--no-access-log",
             ],
             cwd=ROOT,
             env=env,

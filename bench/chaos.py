@@ -69,8 +69,16 @@ def chaotic(fake: FakeLLM, seed: int, delay: float) -> None:
 
 
 async def phase(url: str, names: list[str], args: argparse.Namespace, pid: int) -> Any:
-    return await run_load(url, plan_for(names), clients=args.clients, seconds=args.seconds, max_requests=10**7,
-                          pause_seconds=args.pause, request_timeout=60.0, server_pid=pid)
+    return await run_load(
+        url,
+        plan_for(names),
+        clients=args.clients,
+        seconds=args.seconds,
+        max_requests=10**7,
+        pause_seconds=args.pause,
+        request_timeout=60.0,
+        server_pid=pid,
+    )
 
 
 def run(kind: str, args: argparse.Namespace, names: list[str]) -> tuple[Any, float, dict[str, int]]:
@@ -109,8 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     names = [f"chaos{i:02d}" for i in range(args.characters)]
     load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"chaos: {args.characters} characters, {args.clients} clients, {args.seconds:g} s per phase; "
-          f"chaos model: 30% 500, 30% garbage, {args.delay:g} s each; cores={os.cpu_count()}, loadavg={load1:.2f}")
+    print(
+        f"chaos: {args.characters} characters, {args.clients} clients, {args.seconds:g} s per phase; "
+        f"chaos model: 30% 500, 30% garbage, {args.delay:g} s each; cores={os.cpu_count()}, loadavg={load1:.2f}"
+    )
     print("schedules (both phases): " + ", ".join(f"{k.removeprefix('NEKOMEM_').lower()}={v}" for k, v in SCHEDULES.items()))
     healthy, healthy_rate, healthy_tasks = run("healthy", args, names)
     chaos, chaos_rate, per_task = run("chaos", args, names)
@@ -123,20 +133,47 @@ def main(argv: list[str] | None = None) -> int:
         if h is None or c is None:
             continue
         hs, cs = h.summary(healthy.wall_seconds), c.summary(chaos.wall_seconds)
-        rows.append([route, hs["count"], cs["count"], f"{hs['p50_ms']:.1f}", f"{cs['p50_ms']:.1f}", f"{hs['p99_ms']:.1f}",
-                     f"{cs['p99_ms']:.1f}", f"{ratio(cs['p99_ms'], hs['p99_ms']):.2f}", hs["errors"], cs["errors"]])
+        rows.append(
+            [
+                route,
+                hs["count"],
+                cs["count"],
+                f"{hs['p50_ms']:.1f}",
+                f"{cs['p50_ms']:.1f}",
+                f"{hs['p99_ms']:.1f}",
+                f"{cs['p99_ms']:.1f}",
+                f"{ratio(cs['p99_ms'], hs['p99_ms']):.2f}",
+                hs["errors"],
+                cs["errors"],
+            ]
+        )
         fivexx += cs["errors"] + hs["errors"]
         fivexx_only += h.server_errors + c.server_errors
-    print_table(["route", "n healthy", "n chaos", "p50 healthy ms", "p50 chaos ms", "p99 healthy ms", "p99 chaos ms",
-                 "p99 ratio", "errors healthy", "errors chaos"], rows)
+    print_table(
+        [
+            "route",
+            "n healthy",
+            "n chaos",
+            "p50 healthy ms",
+            "p50 chaos ms",
+            "p99 healthy ms",
+            "p99 chaos ms",
+            "p99 ratio",
+            "errors healthy",
+            "errors chaos",
+        ],
+        rows,
+    )
     print(f"model calls per character per minute: healthy {healthy_rate:.2f}, chaos {chaos_rate:.2f}")
     print(f"healthy model calls per character per minute by task: {dict(sorted(healthy_tasks.items()))}")
     print(f"chaos model calls per character per minute by task: {dict(sorted(per_task.items()))}")
     defaults = load_settings(None, env=SCHEDULES)
     attempts = 1 + defaults.llm.llm_max_retries
     bound = 60 / defaults.longterm.fact_extract_poll_seconds * attempts
-    print(f"schedule bound for extract_facts: {bound:.1f} calls per character per minute "
-          f"(one batch per {defaults.longterm.fact_extract_poll_seconds:g} s poll x {attempts} attempts)")
+    print(
+        f"schedule bound for extract_facts: {bound:.1f} calls per character per minute "
+        f"(one batch per {defaults.longterm.fact_extract_poll_seconds:g} s poll x {attempts} attempts)"
+    )
     print(f"non-2xx answers (both phases): {fivexx}; 5xx: {fivexx_only}")
     return 0
 

@@ -101,7 +101,12 @@ def plan_for(names: list[str], seed: int, clients: int) -> Any:
         who = rngs[client].choice(names)
         if number % 5 == 4:
             return READ, "GET", f"/new_dialog/{who}", None
-        return WRITE, "POST", f"/cache/{who}", turn_pair(f"client {client} turn {number}: what did you cook today?", f"turn {number}: a warm curry, master.")
+        return (
+            WRITE,
+            "POST",
+            f"/cache/{who}",
+            turn_pair(f"client {client} turn {number}: what did you cook today?", f"turn {number}: a warm curry, master."),
+        )
 
     return plan
 
@@ -119,7 +124,9 @@ async def activate(url: str, names: list[str]) -> RouteStats:
 
 
 class Phase:
-    def __init__(self, active: int, warm: PhaseResult, status: dict[str, int], activation: RouteStats | None, health: dict[str, Any]) -> None:
+    def __init__(
+        self, active: int, warm: PhaseResult, status: dict[str, int], activation: RouteStats | None, health: dict[str, Any]
+    ) -> None:
         self.active = active
         self.warm = warm
         self.status = status
@@ -158,7 +165,9 @@ def report(phases: list[Phase]) -> None:
         act = sorted(p.activation.latencies) if p.activation else []
         act_s = p.activation.summary(1.0) if p.activation else {"p50_ms": float("nan"), "p99_ms": float("nan")}
         rows.append([p.active, p.status["Threads"], rss_mb, extra, len(act), act_s["p50_ms"], act_s["p99_ms"], p.errors()])
-    print_table(["active", "threads", "RSS MB", "MB per extra active", "activations", "activation p50 ms", "activation p99 ms", "errors"], rows)
+    print_table(
+        ["active", "threads", "RSS MB", "MB per extra active", "activations", "activation p50 ms", "activation p99 ms", "errors"], rows
+    )
     print()
     print(f"ratios against {base.active} active (targets: throughput >= 0.8, p99 <= 2, activation p99 <= 10x warm /cache p99):")
     rows = []
@@ -167,13 +176,15 @@ def report(phases: list[Phase]) -> None:
         wb, wp = base.route(WRITE), p.route(WRITE)
         rb, rp = base.route(READ), p.route(READ)
         act_p99 = p.activation.summary(1.0)["p99_ms"] if p.activation else float("nan")
-        rows.append([
-            p.active,
-            ratio(total_p["rps"], total_b["rps"]),
-            ratio(wp["p99_ms"], wb["p99_ms"]),
-            ratio(rp["p99_ms"], rb["p99_ms"]),
-            ratio(act_p99, wp["p99_ms"]),
-        ])
+        rows.append(
+            [
+                p.active,
+                ratio(total_p["rps"], total_b["rps"]),
+                ratio(wp["p99_ms"], wb["p99_ms"]),
+                ratio(rp["p99_ms"], rb["p99_ms"]),
+                ratio(act_p99, wp["p99_ms"]),
+            ]
+        )
     print_table(["active", "throughput", "/cache p99", "/new_dialog p99", "activation p99 / warm /cache p99"], rows)
 
 

@@ -83,9 +83,13 @@ def main() -> None:
         t0 = time.perf_counter()
         results[size] = describe(run(size, args.samples, args.chunk))
         p50, mean, p99 = results[size]
-        print(f"stored={size:>7}  add one fact: p50 {p50:7.2f} ms  mean {mean:7.2f} ms  p99 {p99:7.2f} ms  (run {time.perf_counter() - t0:.0f} s)")
+        print(
+            f"stored={size:>7}  add one fact: p50 {p50:7.2f} ms  mean {mean:7.2f} ms  p99 {p99:7.2f} ms  (run {time.perf_counter() - t0:.0f} s)"
+        )
     small, large = results[args.small], results[args.large]
-    print(f"ratio {args.large}/{args.small}: p50 {large[0] / small[0]:.2f}x  mean {large[1] / small[1]:.2f}x  p99 {large[2] / small[2]:.2f}x")
+    print(
+        f"ratio {args.large}/{args.small}: p50 {large[0] / small[0]:.2f}x  mean {large[1] / small[1]:.2f}x  p99 {large[2] / small[2]:.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -124,7 +124,9 @@ def cpu_line(server: str, result: PhaseResult) -> str:
     if result.server_cpu_seconds is None:
         server_cpu = "n/a"
     else:
-        server_cpu = f"{100 * result.server_cpu_seconds / result.wall_seconds:.0f}% ({server_cpu_ms_per_request(result):.2f} ms CPU per request)"
+        server_cpu = (
+            f"{100 * result.server_cpu_seconds / result.wall_seconds:.0f}% ({server_cpu_ms_per_request(result):.2f} ms CPU per request)"
+        )
     return (
         f"  {server}: load generator {client:.0f}% of one core ({1000 * result.client_cpu_seconds / count:.2f} ms CPU per request), "
         f"server process {server_cpu}, wall {result.wall_seconds:.1f} s"
@@ -140,8 +142,8 @@ def print_report(base: PhaseResult, neko: PhaseResult) -> None:
     print("ratios nekomem / baseline:")
     rows = []
     for label in (WRITE, READ, "all"):
-        b = (base.total() if label == "all" else base.routes.get(label))
-        n = (neko.total() if label == "all" else neko.routes.get(label))
+        b = base.total() if label == "all" else base.routes.get(label)
+        n = neko.total() if label == "all" else neko.routes.get(label)
         if b is None or n is None:
             continue
         bs, ns = b.summary(base.wall_seconds), n.summary(neko.wall_seconds)

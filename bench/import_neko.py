@@ -37,11 +37,18 @@ def build(folder: Path, rows: int, facts: int) -> None:
         role = "human" if i % 2 == 0 else "ai"
         journal.append((i + 1, f"session-{i // 4}", {"type": role, "data": {"content": f"line {i} about coffee and cats"}}, str(at)))
     nf._journal_db(folder / "time_indexed.db", journal)
-    fact_records = [nf.fact(f"fact_{i:014d}_{i:08x}", f"master fact number {i} likes item {i % 97}", now - timedelta(hours=i)) for i in range(facts)]
+    fact_records = [
+        nf.fact(f"fact_{i:014d}_{i:08x}", f"master fact number {i} likes item {i % 97}", now - timedelta(hours=i)) for i in range(facts)
+    ]
     nf._write(folder / "facts.json", fact_records)
-    refs = [nf.reflection(f"ref_{i:016x}", f"reflection {i}", "pending", now - timedelta(hours=i), [fact_records[i]["id"]]) for i in range(facts // 10)]
+    refs = [
+        nf.reflection(f"ref_{i:016x}", f"reflection {i}", "pending", now - timedelta(hours=i), [fact_records[i]["id"]])
+        for i in range(facts // 10)
+    ]
     nf._write(folder / "reflections.json", refs)
-    nf._write(folder / "persona.json", {"master": {"facts": [nf.persona_entry(f"manual_{i:08d}", f"persona {i}", "manual") for i in range(200)]}})
+    nf._write(
+        folder / "persona.json", {"master": {"facts": [nf.persona_entry(f"manual_{i:08d}", f"persona {i}", "manual") for i in range(200)]}}
+    )
     nf._write(folder / "recent.json", [j[2] for j in journal[-20:]])
 
 
@@ -73,7 +80,9 @@ def main() -> None:
         records = args.rows + args.facts + args.facts // 10 + 200 + 20
         print(f"source {size / 1e6:.1f} MB, {records} records")
         print(f"copytree      {copy_s:8.3f} s")
-        print(f"import        {first_s:8.3f} s  added={first.added}  ratio vs copy {first_s / copy_s:7.1f}x  {records / first_s:9.0f} records/s")
+        print(
+            f"import        {first_s:8.3f} s  added={first.added}  ratio vs copy {first_s / copy_s:7.1f}x  {records / first_s:9.0f} records/s"
+        )
         print(f"import again  {again_s:8.3f} s  added={again.added}  ratio vs copy {again_s / copy_s:7.1f}x")
 
 

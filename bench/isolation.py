@@ -79,7 +79,11 @@ def other_names(count: int) -> list[str]:
 def cache_plan(names: list[str]) -> Plan:
     def plan(client: int, number: int) -> tuple[str, str, str, Any]:
         name = names[(client + number) % len(names)]
-        body = {"input_history": [{"role": "user" if number % 2 == 0 else "assistant", "content": f"client {client} turn {number}: a quiet day at home"}]}
+        body = {
+            "input_history": [
+                {"role": "user" if number % 2 == 0 else "assistant", "content": f"client {client} turn {number}: a quiet day at home"}
+            ]
+        }
         return CACHE, "POST", f"/cache/{name}", body
 
     return plan
@@ -123,7 +127,15 @@ async def warm(url: str, names: list[str], args: argparse.Namespace) -> None:
 
         await gather_limited([lambda n=n: one(n) for n in [*names, SLOW_NAME]], WARM_CONCURRENCY)
     if args.warmup > 0:
-        await run_load(url, cache_plan(names), clients=args.clients, seconds=args.warmup, max_requests=args.max_requests, pause_seconds=args.pause, record=False)
+        await run_load(
+            url,
+            cache_plan(names),
+            clients=args.clients,
+            seconds=args.warmup,
+            max_requests=args.max_requests,
+            pause_seconds=args.pause,
+            record=False,
+        )
 
 
 def summary_calls(fake: FakeLLM) -> tuple[int, int]:

@@ -44,9 +44,14 @@ PAGE = 1000
 
 # The reference implementation's numbers, and none of nekomem's additions.
 REFERENCE = {
-    "recall_budget_each": 4, "recall_budget_total": 8, "recall_rrf_k": 60,
-    "recall_bm25_threshold": 0.1, "recall_cosine_threshold": 0.3,
-    "recall_stem_english": False, "recall_query_stopwords": False, "recall_query_time_hints": False,
+    "recall_budget_each": 4,
+    "recall_budget_total": 8,
+    "recall_rrf_k": 60,
+    "recall_bm25_threshold": 0.1,
+    "recall_cosine_threshold": 0.3,
+    "recall_stem_english": False,
+    "recall_query_stopwords": False,
+    "recall_query_time_hints": False,
 }
 CONFIGS: dict[str, dict[str, Any]] = {
     "bm25": {"embedding_enabled": False},
@@ -75,13 +80,16 @@ SETS = {
 }
 
 _DATE = re.compile(r"(\d{1,2}):(\d{2})\s*([ap]m)\s+on\s+(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})", re.I)
-_MONTHS = {m: i for i, m in enumerate(
-    ["january", "february", "march", "april", "may", "june", "july", "august", "september",
-     "october", "november", "december"], start=1)}
+_MONTHS = {
+    m: i
+    for i, m in enumerate(
+        ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october", "november", "december"], start=1
+    )
+}
 
 
 def session_time(text: str) -> str | None:
-    """"1:56 pm on 8 May, 2023" -> ISO 8601 (UTC); None if it does not parse."""
+    """ "1:56 pm on 8 May, 2023" -> ISO 8601 (UTC); None if it does not parse."""
     found = _DATE.search(text or "")
     if not found:
         return None
@@ -110,12 +118,14 @@ def load_conversation(path: Path, prefix: str) -> tuple[list[dict[str, Any]], li
         for speaker, observations in (data.get(f"session_{session}_observation") or {}).items():
             for text, ids in observations:
                 shown = f"{speaker}: {text}" if prefix == "speaker" else text
-                facts.append({"text": shown, "importance": 5, "entity": "master", "event_start_at": when,
-                              "source": {"dia_ids": dia_ids(ids)}})
+                facts.append(
+                    {"text": shown, "importance": 5, "entity": "master", "event_start_at": when, "source": {"dia_ids": dia_ids(ids)}}
+                )
         session += 1
     questions = [
         {"question": q["question"], "evidence": dia_ids(q.get("evidence", [])), "category": q["category"]}
-        for q in data["qa"] if q.get("category") in CATEGORIES and q.get("evidence")
+        for q in data["qa"]
+        if q.get("category") in CATEGORIES and q.get("evidence")
     ]
     return facts, questions
 
@@ -131,8 +141,9 @@ def wait_vectors(srv: LiveServer, timeout: float = 120.0) -> None:
     raise RuntimeError("vectors did not finish")
 
 
-def run_conversation(root: Path, overrides: dict[str, Any], emb: EmbeddingService, facts: list[dict[str, Any]],
-                     questions: list[dict[str, Any]]) -> tuple[list[tuple[int, float]], float]:
+def run_conversation(
+    root: Path, overrides: dict[str, Any], emb: EmbeddingService, facts: list[dict[str, Any]], questions: list[dict[str, Any]]
+) -> tuple[list[tuple[int, float]], float]:
     settings = make_settings(root, **overrides)
     service = emb if settings.embeddings.embedding_enabled else EmbeddingService(settings.embeddings)
     with LiveServer(settings, embeddings=service) as srv:
@@ -204,8 +215,9 @@ def resolve_data(value: str) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default="../shared/data/locomo-dev")
-    parser.add_argument("--configs", default="defaults",
-                        help="comma-separated sets (legs, defaults, ablation, sweep) or config names; a+b merges two")
+    parser.add_argument(
+        "--configs", default="defaults", help="comma-separated sets (legs, defaults, ablation, sweep) or config names; a+b merges two"
+    )
     parser.add_argument("--prefix", choices=("none", "speaker"), default="none", help="prefix each fact with its speaker")
     parser.add_argument("--limit-conversations", type=int, default=0)
     parser.add_argument("--json", help="also write the results to this file")
@@ -229,9 +241,11 @@ def main(argv: list[str] | None = None) -> int:
     emb.start()
     if not emb.wait_ready(60):
         print(f"embeddings unavailable ({emb.reason}); vector configurations measure BM25 only", file=sys.stderr)
-    print(f"LoCoMo: {len(files)} conversations, {sum(len(f) for f in facts_by_conv)} facts, "
-          f"{sum(len(q) for q in questions_by_conv)} questions (categories 1-4), prefix={args.prefix}, "
-          f"embeddings={emb.state}")
+    print(
+        f"LoCoMo: {len(files)} conversations, {sum(len(f) for f in facts_by_conv)} facts, "
+        f"{sum(len(q) for q in questions_by_conv)} questions (categories 1-4), prefix={args.prefix}, "
+        f"embeddings={emb.state}"
+    )
     header = ["config"] + list(CATEGORIES.values()) + ["overall", "p50 ms", "seconds"]
     print(" | ".join(f"{h:>11}" if i else f"{h:<28}" for i, h in enumerate(header)))
     results: dict[str, dict[str, float]] = {}

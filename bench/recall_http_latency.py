@@ -44,9 +44,19 @@ def build(srv: LiveServer, facts: Sequence[str], model: str | None, dim: int, rn
             text = facts[i]
             vec = vector_codec.encode(rng.standard_normal(dim).astype(np.float32)) if model else None
             day = 1 + i % 28
-            entries.append(IndexEntry(id=f"f{i}", tier="fact", text=text, entity="master",
-                                      created_at=f"2026-02-{day:02d}T10:00:00+00:00", event_start_at=f"2026-02-{day:02d}T10:00:00+00:00",
-                                      vector=vec, vector_model=model, text_sha256=text_sha256(text) if model else None))
+            entries.append(
+                IndexEntry(
+                    id=f"f{i}",
+                    tier="fact",
+                    text=text,
+                    entity="master",
+                    created_at=f"2026-02-{day:02d}T10:00:00+00:00",
+                    event_start_at=f"2026-02-{day:02d}T10:00:00+00:00",
+                    vector=vec,
+                    vector_model=model,
+                    text_sha256=text_sha256(text) if model else None,
+                )
+            )
         registry.tell(NAME, "recall", IndexUpsert(entries=entries))
     srv.post(f"/query_memory/{NAME}", json={"query": "warm up"}).raise_for_status()  # after the whole feed
     return time.perf_counter() - started

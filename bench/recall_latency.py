@@ -28,12 +28,62 @@ BASELINE_QUERIES = {1_000: 200, 10_000: 200, 100_000: 100}
 TOP_K = 4
 WRITES = 500
 
-_ONSETS = ["", "b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "z",
-           "br", "ch", "cl", "dr", "fl", "gr", "pl", "sh", "st", "th", "tr"]
+_ONSETS = [
+    "",
+    "b",
+    "c",
+    "d",
+    "f",
+    "g",
+    "h",
+    "j",
+    "k",
+    "l",
+    "m",
+    "n",
+    "p",
+    "r",
+    "s",
+    "t",
+    "v",
+    "w",
+    "z",
+    "br",
+    "ch",
+    "cl",
+    "dr",
+    "fl",
+    "gr",
+    "pl",
+    "sh",
+    "st",
+    "th",
+    "tr",
+]
 _VOWELS = ["a", "e", "i", "o", "u", "ai", "ea", "ou", "oo"]
 _CODAS = ["", "n", "r", "s", "t", "l", "m", "nd", "ng", "ck", "st"]
-_FUNCTION_WORDS = ["the", "and", "likes", "with", "was", "her", "his", "at", "in", "on", "to", "of",
-                   "master", "yesterday", "always", "never", "favourite", "wants", "said", "about"]
+_FUNCTION_WORDS = [
+    "the",
+    "and",
+    "likes",
+    "with",
+    "was",
+    "her",
+    "his",
+    "at",
+    "in",
+    "on",
+    "to",
+    "of",
+    "master",
+    "yesterday",
+    "always",
+    "never",
+    "favourite",
+    "wants",
+    "said",
+    "about",
+]
 _KANA = [chr(c) for c in range(0x30A1, 0x30F7)]
 _PARTICLES = ["の", "を", "は", "が", "に", "了", "的", "在", "和"]
 
@@ -57,8 +107,9 @@ class Corpus:
         while len(words) < n:
             syllables = self.rng.integers(1, 4)
             word = "".join(
-                _ONSETS[self.rng.integers(len(_ONSETS))] + _VOWELS[self.rng.integers(len(_VOWELS))]
-                + _CODAS[self.rng.integers(len(_CODAS))] for _ in range(syllables))
+                _ONSETS[self.rng.integers(len(_ONSETS))] + _VOWELS[self.rng.integers(len(_VOWELS))] + _CODAS[self.rng.integers(len(_CODAS))]
+                for _ in range(syllables)
+            )
             if len(word) >= 3:
                 words[word] = None
         return list(words)
@@ -123,8 +174,10 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     results: dict[int, dict[str, float]] = {}
     print("ours: 2nd pass over the queries (1st pass = cold, right after the build); times in ms")
-    print(f"{'docs':>8} {'build s':>8} {'cold p99':>9} {'ours p50':>9} {'ours p99':>9} "
-          f"{'bm25 build s':>12} {'bm25 p50':>9} {'bm25 p99':>9} {'bm25 n':>6} {'p50 x':>7}")
+    print(
+        f"{'docs':>8} {'build s':>8} {'cold p99':>9} {'ours p50':>9} {'ours p99':>9} "
+        f"{'bm25 build s':>12} {'bm25 p50':>9} {'bm25 p99':>9} {'bm25 n':>6} {'p50 x':>7}"
+    )
     index: LexicalIndex | None = None
     for size in sorted(args.sizes):
         t0 = time.perf_counter()
@@ -151,13 +204,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         c50, c99 = percentiles(cold)
         b50, b99 = percentiles(base)
         results[size] = {"o50": o50, "o99": o99, "b50": b50, "b99": b99}
-        print(f"{size:>8} {build:>8.2f} {c99:>9.3f} {o50:>9.3f} {o99:>9.3f} {base_build:>12.2f} {b50:>9.3f} "
-              f"{b99:>9.3f} {n_base:>6} {b50 / o50:>7.1f}")
+        print(
+            f"{size:>8} {build:>8.2f} {c99:>9.3f} {o50:>9.3f} {o99:>9.3f} {base_build:>12.2f} {b50:>9.3f} "
+            f"{b99:>9.3f} {n_base:>6} {b50 / o50:>7.1f}"
+        )
 
     smallest = min(results)
     print()
-    print(f"ours {largest} / ours {smallest}: p50 x{results[largest]['o50'] / results[smallest]['o50']:.1f}, "
-          f"p99 x{results[largest]['o99'] / results[smallest]['o99']:.1f}")
+    print(
+        f"ours {largest} / ours {smallest}: p50 x{results[largest]['o50'] / results[smallest]['o50']:.1f}, "
+        f"p99 x{results[largest]['o99'] / results[smallest]['o99']:.1f}"
+    )
     for size, r in sorted(results.items()):
         print(f"baseline / ours at {size}: p50 x{r['b50'] / r['o50']:.1f}, p99 x{r['b99'] / r['o99']:.1f}")
 
@@ -172,8 +229,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     w50, w99 = percentiles(write_times)
     after = timed(lambda q: index.search(q, TOP_K), queries)  # type: ignore[union-attr]
     a50, a99 = percentiles(after)
-    print(f"\nupdate at {largest}: p50 {w50:.3f} ms, p99 {w99:.3f} ms; "
-          f"queries after {WRITES} updates: p50 {a50:.3f} ms, p99 {a99:.3f} ms")
+    print(f"\nupdate at {largest}: p50 {w50:.3f} ms, p99 {w99:.3f} ms; queries after {WRITES} updates: p50 {a50:.3f} ms, p99 {a99:.3f} ms")
 
 
 if __name__ == "__main__":

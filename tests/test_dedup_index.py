@@ -21,7 +21,12 @@ def make(rng, i):
     if rng.random() < 0.2:
         text = "ご主人様は" + "".join(rng.sample(list("猫犬茶朝夜雨本"), 3)) + "が好き"
     now = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    return normalize_fact({"text": text, "importance": 5, "entity": rng.choice(["master", "neko"])}, now=now, source="user_observation", settings=LongTermSettings())
+    return normalize_fact(
+        {"text": text, "importance": 5, "entity": rng.choice(["master", "neko"])},
+        now=now,
+        source="user_observation",
+        settings=LongTermSettings(),
+    )
 
 
 def test_same_outcome_as_the_scan():

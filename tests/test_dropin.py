@@ -106,7 +106,9 @@ def test_the_chat_servers_calls_replayed(tmp_path: Path) -> None:
         r = srv.post(f"/cache/{NAME}", json={"input_history": json.dumps(history, indent=2, ensure_ascii=False)})
         assert r.json() == {"status": "cached", "count": 2}
         history += [turn("user", "明天想去咖啡店"), turn("assistant", "[20261201 Tue 10:01] 一起去吧")]
-        assert srv.post(f"/renew/{NAME}", json={"input_history": json.dumps(history[2:], ensure_ascii=False)}).json() == {"status": "processed"}
+        assert srv.post(f"/renew/{NAME}", json={"input_history": json.dumps(history[2:], ensure_ascii=False)}).json() == {
+            "status": "processed"
+        }
         # Nothing left to sync: the client sends the whole, already cached history to /settle.
         assert srv.post(f"/settle/{NAME}", json={"input_history": json.dumps(history, ensure_ascii=False)}).json() == {"status": "settled"}
         assert journal_texts(tmp_path, NAME).count("明天想去咖啡店") == 1
@@ -139,12 +141,31 @@ def test_new_dialog_languages_and_master_name(tmp_path: Path) -> None:
         assert srv.post(f"/api/characters/{NAME}/card", json=card).status_code == 200
         clock.advance(hours=6, minutes=5)
         expected = {
-            "zh": ("======Lan的长期记忆======", "## 关于主人\n- likes rain", "## 关于Lan\n- a grey cat",
-                   "距离上次与主人聊天已经过去了6小时5分钟。", "现在的时间是2026-05-01 18:05。"),
-            "ja": ("======Lanの長期記憶======", "## 主人について", "主人との最後の会話から6時間5分が経過しました。", "現在の時刻は2026-05-01 18:05です。"),
-            "ko": ("======Lan의 장기 기억======", "## 主人에 대하여", "主人와의 마지막 대화로부터 6시간 5분이 지났습니다.", "현재 시각은 2026-05-01 18:05입니다."),
-            "en": ("======Lan's Long-term Memory======", "## About 主人", "It has been 6 hours and 5 minutes since the last conversation with 主人.",
-                   "The current time is 2026-05-01 18:05."),
+            "zh": (
+                "======Lan的长期记忆======",
+                "## 关于主人\n- likes rain",
+                "## 关于Lan\n- a grey cat",
+                "距离上次与主人聊天已经过去了6小时5分钟。",
+                "现在的时间是2026-05-01 18:05。",
+            ),
+            "ja": (
+                "======Lanの長期記憶======",
+                "## 主人について",
+                "主人との最後の会話から6時間5分が経過しました。",
+                "現在の時刻は2026-05-01 18:05です。",
+            ),
+            "ko": (
+                "======Lan의 장기 기억======",
+                "## 主人에 대하여",
+                "主人와의 마지막 대화로부터 6시간 5분이 지났습니다.",
+                "현재 시각은 2026-05-01 18:05입니다.",
+            ),
+            "en": (
+                "======Lan's Long-term Memory======",
+                "## About 主人",
+                "It has been 6 hours and 5 minutes since the last conversation with 主人.",
+                "The current time is 2026-05-01 18:05.",
+            ),
         }
         for language, pieces in expected.items():
             text = srv.get(f"/new_dialog/{NAME}", params={"language": language, "master_name": "主人"}).text
@@ -158,10 +179,18 @@ def test_new_dialog_languages_and_master_name(tmp_path: Path) -> None:
 def seed(srv: LiveServer) -> None:
     r = srv.post(f"/api/characters/{NAME}/facts", json={"facts": [{"text": t} for t in PRIVATE_FACTS]})
     assert r.status_code == 200 and len(r.json()["added"]) == 3, r.text
-    r = srv.post(f"/internal/memory/{NAME}/scoped_facts", json={"subject": GROUP, "facts": [{"text": "The group plans a thunder photo contest"}, {"text": "The group likes green tea memes"}]})
+    r = srv.post(
+        f"/internal/memory/{NAME}/scoped_facts",
+        json={
+            "subject": GROUP,
+            "facts": [{"text": "The group plans a thunder photo contest"}, {"text": "The group likes green tea memes"}],
+        },
+    )
     assert r.status_code == 200 and r.json()["status"] == "stored" and r.json()["created"] == 2, r.text
     assert r.json()["subject"] == {**GROUP, "scope": "group_chat:qq:123456"}
-    r = srv.post(f"/internal/memory/{NAME}/scoped_facts", json={"subject": MEMBER, "facts": [{"text": "Member 777 is afraid of thunder too"}]})
+    r = srv.post(
+        f"/internal/memory/{NAME}/scoped_facts", json={"subject": MEMBER, "facts": [{"text": "Member 777 is afraid of thunder too"}]}
+    )
     assert r.json()["created"] == 1
 
 
@@ -186,9 +215,14 @@ def test_subject_scoped_recall_never_returns_private_rows(tmp_path: Path) -> Non
         private = srv.post(f"/query_memory/{NAME}", json={"query": "thunder"}).json()["results"]
         assert [r["text"] for r in private] == ["Master is afraid of thunder"]
         # Fail closed: an empty list, too many or malformed subjects are refused.
-        for bad in ([], [GROUP] * 0 + [{"subject_kind": "group_chat", "subject_id": f"qq:{i}"} for i in range(9)],
-                    [{"subject_kind": "owner", "subject_id": "x"}], [{"subject_kind": "group_chat", "subject_id": ""}],
-                    [{**GROUP, "scope": "legacy_private"}], "group"):
+        for bad in (
+            [],
+            [GROUP] * 0 + [{"subject_kind": "group_chat", "subject_id": f"qq:{i}"} for i in range(9)],
+            [{"subject_kind": "owner", "subject_id": "x"}],
+            [{"subject_kind": "group_chat", "subject_id": ""}],
+            [{**GROUP, "scope": "legacy_private"}],
+            "group",
+        ):
             r = srv.post(f"/query_memory/{NAME}", json={"query": "thunder", "subjects": bad})
             assert r.status_code == 422 and r.json()["error_code"] == "bad_subjects", (bad, r.text)
         # /new_dialog (private) carries no group memory.
@@ -196,16 +230,25 @@ def test_subject_scoped_recall_never_returns_private_rows(tmp_path: Path) -> Non
         # The two corpora dedup separately: the same text is kept in each.
         r = srv.post(f"/internal/memory/{NAME}/scoped_facts", json={"subject": GROUP, "facts": [{"text": "Master loves green tea"}]})
         assert r.json()["created"] == 1
-        assert srv.post(f"/internal/memory/{NAME}/scoped_facts", json={"subject": GROUP, "facts": [{"text": "Master loves green tea"}]}).json()["created"] == 0
+        assert (
+            srv.post(
+                f"/internal/memory/{NAME}/scoped_facts", json={"subject": GROUP, "facts": [{"text": "Master loves green tea"}]}
+            ).json()["created"]
+            == 0
+        )
         r = srv.post(f"/api/characters/{NAME}/facts", json={"facts": [{"text": "The group plans a thunder photo contest"}]})
         assert len(r.json()["added"]) == 1
     # After a restart (views and indexes rebuilt from disk) the boundary holds the same way.
     with LiveServer(make_settings(tmp_path)) as srv:
         # The index is rebuilt from the owners' stores at activation: wait until it is fed.
-        rows = wait_for(lambda: srv.post(f"/query_memory/{NAME}", json={"query": "thunder photo contest"}).json()["results"], what="the rebuilt index")
+        rows = wait_for(
+            lambda: srv.post(f"/query_memory/{NAME}", json={"query": "thunder photo contest"}).json()["results"], what="the rebuilt index"
+        )
         assert "The group plans a thunder photo contest" in [r["text"] for r in rows]
         assert {r["scope"] for r in rows} == {"legacy_private"}
-        rows = srv.post(f"/query_memory/{NAME}", json={"query": "bank PIN thunder green tea", "subjects": [GROUP, MEMBER]}).json()["results"]
+        rows = srv.post(f"/query_memory/{NAME}", json={"query": "bank PIN thunder green tea", "subjects": [GROUP, MEMBER]}).json()[
+            "results"
+        ]
         assert rows and not [r for r in rows if r["scope"] == "legacy_private"]
 
 
@@ -217,7 +260,9 @@ def test_scoped_routes_round_trip(tmp_path: Path, fake_llm) -> None:
     persona = {
         "master": {"facts": [{"id": "manual_1", "text": "Master's secret diary is in the drawer", "source": "manual"}]},
         "@subject/group_chat:qq:123456": {
-            **GROUP, "scope": "group_chat:qq:123456", "entity": "group_chat",
+            **GROUP,
+            "scope": "group_chat:qq:123456",
+            "entity": "group_chat",
             "facts": [{"id": "manual_2", "text": "This group calls the cat Boss", "source": "manual"}],
         },
     }
@@ -234,7 +279,10 @@ def test_scoped_routes_round_trip(tmp_path: Path, fake_llm) -> None:
         assert "secret diary" in private and "Boss" not in private
         assert srv.post(f"{url}/scoped_context", json={"subjects": []}).status_code == 422
 
-        r = srv.post(f"{url}/scoped_history", json={"subject": MEMBER, "input_history": json.dumps([turn("user", "I collect vinyl")]), "speaker_label": "777"})
+        r = srv.post(
+            f"{url}/scoped_history",
+            json={"subject": MEMBER, "input_history": json.dumps([turn("user", "I collect vinyl")]), "speaker_label": "777"},
+        )
         assert r.status_code == 200 and r.json()["status"] == "processed" and r.json()["created"] == 1, r.text
         assert r.json()["trust"]["persisted"] is None
         rows = srv.post(f"/query_memory/{NAME}", json={"query": "vinyl records", "subjects": [MEMBER]}).json()["results"]
@@ -254,14 +302,21 @@ def test_scoped_routes_round_trip(tmp_path: Path, fake_llm) -> None:
         assert srv.post(f"{url}/scoped_context", json={"subjects": [GROUP]}).text == ""
         # The member and the private corpus are untouched.
         assert srv.post(f"/query_memory/{NAME}", json={"query": "thunder", "subjects": [MEMBER]}).json()["results"]
-        assert [r["text"] for r in srv.post(f"/query_memory/{NAME}", json={"query": "thunder"}).json()["results"]] == ["Master is afraid of thunder"]
+        assert [r["text"] for r in srv.post(f"/query_memory/{NAME}", json={"query": "thunder"}).json()["results"]] == [
+            "Master is afraid of thunder"
+        ]
 
         # The batched shape: one result per segment, in request order.
         fake_llm.on("extract_facts", {"facts": [{"text": "Member 888 plays the violin", "importance": 6, "entity": "master"}]})
         other = {"subject_kind": "group_participant", "subject_id": "qq:123456:888"}
-        r = srv.post(f"{url}/scoped_history", json={"segments": [
-            {"subject": other, "input_history": json.dumps([turn("user", "I play the violin")]), "speaker_label": "888"},
-        ]})
+        r = srv.post(
+            f"{url}/scoped_history",
+            json={
+                "segments": [
+                    {"subject": other, "input_history": json.dumps([turn("user", "I play the violin")]), "speaker_label": "888"},
+                ]
+            },
+        )
         assert r.status_code == 200, r.text
         assert [(s["status"], s["created"], s["subject"]["subject_id"]) for s in r.json()["segments"]] == [("ok", 1, "qq:123456:888")]
         assert srv.post(f"/query_memory/{NAME}", json={"query": "violin"}).json()["results"] == []
@@ -394,5 +449,13 @@ def test_long_term_labels_follow_the_language() -> None:
     assert relative_label(now - timedelta(days=3), now, "ko") == "3일 전"
     assert relative_label(now - timedelta(days=3), now, "en") == "3 days ago"
     assert "除非主人先主动提起" in past_block_open("主人", "Lan", "zh")
-    assert [normalise_language(x) for x in ("zh-CN", "zh_TW", "ja-JP", "KO", "pt-BR", "fr", None)] == ["zh", "zh-TW", "ja", "ko", "pt", "en", "en"]
+    assert [normalise_language(x) for x in ("zh-CN", "zh_TW", "ja-JP", "KO", "pt-BR", "fr", None)] == [
+        "zh",
+        "zh-TW",
+        "ja",
+        "ko",
+        "pt",
+        "en",
+        "en",
+    ]
     assert format_elapsed(2 * 86400 + 60, "zh") == "2天1分钟" and format_elapsed(3 * 3600, "en") == "3 hours"

@@ -46,8 +46,7 @@ def test_kill_during_writes_loses_no_acknowledged_turn(tmp_path):
         server.start()
         stop = threading.Event()
         threads = [
-            threading.Thread(target=writer, args=(server.url, names[t % len(names)], f"r{round_no}t{t}", acked, stop))
-            for t in range(6)
+            threading.Thread(target=writer, args=(server.url, names[t % len(names)], f"r{round_no}t{t}", acked, stop)) for t in range(6)
         ]
         before = len(acked)
         for t in threads:

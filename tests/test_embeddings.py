@@ -96,8 +96,9 @@ def test_vectors_are_unit_float32_and_batching_keeps_order(use_service: Embeddin
     together = use_service.embed(texts, kind="query")
     assert together.dtype == np.float32 and together.shape == (len(texts), 512)
     np.testing.assert_allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-4)
-    small_batches = EmbeddingService(EmbeddingSettings(
-        embedding_model_dir=str(DEFAULT_MODEL.parent), embedding_max_batch_size=3, embedding_batch_char_budget=40))
+    small_batches = EmbeddingService(
+        EmbeddingSettings(embedding_model_dir=str(DEFAULT_MODEL.parent), embedding_max_batch_size=3, embedding_batch_char_budget=40)
+    )
     small_batches.start()
     assert small_batches.wait_ready(LOAD_TIMEOUT), small_batches.reason
     one_by_one = small_batches.embed(texts)
@@ -186,13 +187,16 @@ def test_not_started_is_loading_and_unavailable() -> None:
 # -- tokenizer-model path on a tiny hand-built ONNX graph ----------------------------------
 
 PAD, UNK, CAT, DOG, FISH, OUT_OF_TABLE = 0, 1, 2, 3, 4, 9
-TABLE = np.array([
-    [100.0, 100.0, 100.0, 100.0],  # [PAD]: any leak into pooling is obvious
-    [0.0, 0.0, 0.0, 1.0],          # [UNK]
-    [1.0, 0.0, 0.0, 0.0],          # cat
-    [0.0, 1.0, 0.0, 0.0],          # dog
-    [0.0, 0.0, 1.0, 0.0],          # fish
-], dtype=np.float32)
+TABLE = np.array(
+    [
+        [100.0, 100.0, 100.0, 100.0],  # [PAD]: any leak into pooling is obvious
+        [0.0, 0.0, 0.0, 1.0],  # [UNK]
+        [1.0, 0.0, 0.0, 0.0],  # cat
+        [0.0, 1.0, 0.0, 0.0],  # dog
+        [0.0, 0.0, 1.0, 0.0],  # fish
+    ],
+    dtype=np.float32,
+)
 
 
 def _varint(value: int) -> bytes:
@@ -217,9 +221,7 @@ def _bytes_field(number: int, payload: bytes | str) -> bytes:
 
 
 def _value_info(name: str, elem_type: int, dims: list[int | str]) -> bytes:
-    shape = b"".join(
-        _bytes_field(1, _int_field(1, d) if isinstance(d, int) else _bytes_field(2, d)) for d in dims
-    )
+    shape = b"".join(_bytes_field(1, _int_field(1, d) if isinstance(d, int) else _bytes_field(2, d)) for d in dims)
     tensor_type = _int_field(1, elem_type) + _bytes_field(2, shape)
     return _bytes_field(1, name) + _bytes_field(2, _bytes_field(1, tensor_type))
 
@@ -279,15 +281,20 @@ def test_tokenizer_model_cls_and_last_pooling(tiny_model_dir: Path, pooling: str
 
 
 def test_tokenizer_model_prefixes_truncation_and_small_batches(tiny_model_dir: Path) -> None:
-    service = _ready(EmbeddingSettings(
-        embedding_model_dir=str(tiny_model_dir), embedding_query_prefix="fish ", embedding_max_length=2,
-        embedding_max_batch_size=2, embedding_batch_token_budget=3))
+    service = _ready(
+        EmbeddingSettings(
+            embedding_model_dir=str(tiny_model_dir),
+            embedding_query_prefix="fish ",
+            embedding_max_length=2,
+            embedding_max_batch_size=2,
+            embedding_batch_token_budget=3,
+        )
+    )
     query, passage = service.embed(["cat"], kind="query")[0], service.embed(["cat"], kind="passage")[0]
     np.testing.assert_allclose(query, _unit(1, 0, 1, 0), atol=1e-6)
     np.testing.assert_allclose(passage, _unit(1, 0, 0, 0), atol=1e-6)
     truncated = service.embed(["dog", "cat dog fish fish", "fish", "cat cat"])
-    np.testing.assert_allclose(truncated, np.stack([
-        _unit(0, 1, 0, 0), _unit(1, 1, 0, 0), _unit(0, 0, 1, 0), _unit(1, 0, 0, 0)]), atol=1e-6)
+    np.testing.assert_allclose(truncated, np.stack([_unit(0, 1, 0, 0), _unit(1, 1, 0, 0), _unit(0, 0, 1, 0), _unit(1, 0, 0, 0)]), atol=1e-6)
 
 
 def test_model_id_tracks_settings_and_files(tiny_model_dir: Path) -> None:

@@ -41,7 +41,7 @@ def test_reinforcement_halves_after_30_days_and_quarters_after_60() -> None:
     r = ref(reinforcement=1.0, rein_last_signal_at=to_iso(T0))
     assert effective_reinforcement(r, T0 + timedelta(days=30), S) == pytest.approx(0.5)
     assert effective_reinforcement(r, T0 + timedelta(days=60), S) == pytest.approx(0.25)
-    assert effective_reinforcement(r, T0 + timedelta(days=15), S) == pytest.approx(2 ** -0.5)
+    assert effective_reinforcement(r, T0 + timedelta(days=15), S) == pytest.approx(2**-0.5)
 
 
 def test_disputation_halves_after_180_days() -> None:
@@ -210,8 +210,15 @@ def test_below_zero_counter_never_goes_down_and_skips_non_negative_days() -> Non
 
 def test_merge_evidence_takes_max_of_each_side_and_resets_clocks() -> None:
     now = T0 + timedelta(days=30)
-    target = PersonaEntry(id="p1", text="x", reinforcement=1.0, rein_last_signal_at=to_iso(T0), disputation=0.2,
-                          disp_last_signal_at=to_iso(now), sub_zero_days=5)
+    target = PersonaEntry(
+        id="p1",
+        text="x",
+        reinforcement=1.0,
+        rein_last_signal_at=to_iso(T0),
+        disputation=0.2,
+        disp_last_signal_at=to_iso(now),
+        sub_zero_days=5,
+    )
     other = ref(reinforcement=0.8, rein_last_signal_at=to_iso(now), disputation=0.0)
     merged = merge_evidence(target, other, now, S)
     assert merged.reinforcement == pytest.approx(0.8)  # target decayed to 0.5 < 0.8

@@ -51,7 +51,9 @@ def fact_total(srv: LiveServer) -> int:
 
 def post_turns_one_per_request(srv: LiveServer, texts: list[str]) -> None:
     for text in texts:
-        r = srv.post(f"/cache/{NAME}", json={"input_history": [{"role": "user", "content": text}, {"role": "assistant", "content": "Nice!"}]})
+        r = srv.post(
+            f"/cache/{NAME}", json={"input_history": [{"role": "user", "content": text}, {"role": "assistant", "content": "Nice!"}]}
+        )
         assert r.status_code == 200, r.text
 
 
@@ -83,8 +85,12 @@ def test_a_backlog_is_extracted_in_bounded_batches(tmp_path, fake_llm: FakeLLM):
     clock = ManualClock(datetime(2026, 5, 1, 20, 0, tzinfo=timezone.utc))
     texts = [turn_text(n) for n in range(1, 26)]
     settings = make_settings(
-        tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake", embedding_enabled=False,
-        fact_extract_every_n_turns=30, fact_extract_max_batch_user_turns=8,
+        tmp_path,
+        llm_base_url=fake_llm.base_url,
+        llm_model="fake",
+        embedding_enabled=False,
+        fact_extract_every_n_turns=30,
+        fact_extract_max_batch_user_turns=8,
     )
     with LiveServer(settings, clock=clock) as srv:
         post_turns_one_per_request(srv, texts)
@@ -130,7 +136,11 @@ def test_a_model_outage_delays_extraction_but_loses_no_turn(tmp_path, fake_llm: 
     fake_llm.on("extract_facts", Reply.status(503, "overloaded"))
     clock = ManualClock(datetime(2026, 5, 1, 20, 0, tzinfo=timezone.utc))
     settings = make_settings(
-        tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake", embedding_enabled=False, llm_max_retries=0,
+        tmp_path,
+        llm_base_url=fake_llm.base_url,
+        llm_model="fake",
+        embedding_enabled=False,
+        llm_max_retries=0,
         passivate_idle_seconds=7200,  # stays active through the backoff
     )
     with LiveServer(settings, clock=clock) as srv:

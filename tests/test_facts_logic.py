@@ -52,9 +52,16 @@ def test_importance_clamp(raw, expected) -> None:
 
 def test_normalize_fact_fields_and_event_times() -> None:
     f = normalize_fact(
-        {"text": "  Master has an exam  ", "importance": 11, "entity": "Dragon",
-         "event_start_at": "2024-03-05", "event_end_at": "2024-03-04"},
-        now=T0, source="user_observation", settings=S,
+        {
+            "text": "  Master has an exam  ",
+            "importance": 11,
+            "entity": "Dragon",
+            "event_start_at": "2024-03-05",
+            "event_end_at": "2024-03-04",
+        },
+        now=T0,
+        source="user_observation",
+        settings=S,
     )
     assert f is not None
     assert f.text == "Master has an exam" and f.importance == 10 and f.entity == "master"
@@ -67,15 +74,23 @@ def test_normalize_fact_fields_and_event_times() -> None:
 
 
 def test_normalize_extraction_accepts_structs_and_drops_same_text() -> None:
-    out = normalize_extraction({"facts": [{"text": "a b"}, {"text": "a b "}, {"text": ""}, {"text": "c d", "entity": "neko"}]},
-                               now=T0, source="user_observation", settings=S)
+    out = normalize_extraction(
+        {"facts": [{"text": "a b"}, {"text": "a b "}, {"text": ""}, {"text": "c d", "entity": "neko"}]},
+        now=T0,
+        source="user_observation",
+        settings=S,
+    )
     assert [(f.text, f.entity) for f in out] == [("a b", "master"), ("c d", "neko")]
 
 
 def test_exact_dedup_skips_and_upgrades_ai_disclosure() -> None:
     existing = [fact("fact_old", "Neko likes fish", source="ai_disclosure", entity="neko")]
-    new = normalize_extraction({"facts": [{"text": "Neko likes fish ", "entity": "neko"}, {"text": "Master is tired"},
-                                          {"text": "Master is tired"}]}, now=T0, source="user_observation", settings=S)
+    new = normalize_extraction(
+        {"facts": [{"text": "Neko likes fish ", "entity": "neko"}, {"text": "Master is tired"}, {"text": "Master is tired"}]},
+        now=T0,
+        source="user_observation",
+        settings=S,
+    )
     out = dedup_new_facts(new, existing, S)
     assert [f.text for f in out.accepted] == ["Master is tired"]
     assert [(f.id, f.source, f.signal_processed) for f in out.upgraded] == [("fact_old", "user_observation", False)]
@@ -110,7 +125,10 @@ def test_paraphrase_pairs_threshold_cap_and_bucket() -> None:
         (fact("f2", "b"), 0.85),
         (fact("f3", "c"), 0.95),
         (fact("f4", "d"), 0.90),
-        (fact("f5", "e"), 0.99, ),
+        (
+            fact("f5", "e"),
+            0.99,
+        ),
         (fact("f6", "f", absorbed=True), 0.99),
         (fact("f7", "g", entity="neko"), 0.99),
         (new, 1.0),
@@ -133,11 +151,19 @@ def _queue():
 
 def test_merge_drops_candidate_and_bumps_existing() -> None:
     facts, queue = _queue()
-    out = apply_duplicate_decisions(facts, queue, queue, {"decisions": [
-        {"new_id": "fact_b", "existing_id": "fact_a", "action": "merge", "text": None},
-        {"new_id": "fact_b", "existing_id": "fact_a", "action": "keep_both", "text": None},  # first wins
-        {"new_id": "fact_d", "existing_id": "fact_c", "action": "merge", "text": "Master hates rainy days"},
-    ]}, S)
+    out = apply_duplicate_decisions(
+        facts,
+        queue,
+        queue,
+        {
+            "decisions": [
+                {"new_id": "fact_b", "existing_id": "fact_a", "action": "merge", "text": None},
+                {"new_id": "fact_b", "existing_id": "fact_a", "action": "keep_both", "text": None},  # first wins
+                {"new_id": "fact_d", "existing_id": "fact_c", "action": "merge", "text": "Master hates rainy days"},
+            ]
+        },
+        S,
+    )
     by_id = {f.id: f for f in out.facts}
     assert set(by_id) == {"fact_a", "fact_c"}
     assert by_id["fact_a"].importance == 7 and by_id["fact_a"].merged_from_ids == ["fact_z", "fact_b"]
@@ -148,9 +174,17 @@ def test_merge_drops_candidate_and_bumps_existing() -> None:
 
 def test_replace_keeps_candidate_with_max_importance_and_chain() -> None:
     facts, queue = _queue()
-    out = apply_duplicate_decisions(facts, queue, queue[:1], {"decisions": [
-        {"new_id": "fact_b", "existing_id": "fact_a", "action": "replace", "text": None},
-    ]}, S)
+    out = apply_duplicate_decisions(
+        facts,
+        queue,
+        queue[:1],
+        {
+            "decisions": [
+                {"new_id": "fact_b", "existing_id": "fact_a", "action": "replace", "text": None},
+            ]
+        },
+        S,
+    )
     by_id = {f.id: f for f in out.facts}
     assert "fact_a" not in by_id
     assert by_id["fact_b"].importance == 9 and by_id["fact_b"].merged_from_ids == ["fact_a", "fact_z"]
@@ -159,10 +193,18 @@ def test_replace_keeps_candidate_with_max_importance_and_chain() -> None:
 
 def test_keep_both_and_vanished_pairs_are_consumed() -> None:
     facts, queue = _queue()
-    out = apply_duplicate_decisions([f for f in facts if f.id != "fact_c"], queue, queue, {"decisions": [
-        {"new_id": "fact_b", "existing_id": "fact_a", "action": "keep_both", "text": None},
-        {"new_id": "fact_d", "existing_id": "fact_c", "action": "merge", "text": None},
-    ]}, S)
+    out = apply_duplicate_decisions(
+        [f for f in facts if f.id != "fact_c"],
+        queue,
+        queue,
+        {
+            "decisions": [
+                {"new_id": "fact_b", "existing_id": "fact_a", "action": "keep_both", "text": None},
+                {"new_id": "fact_d", "existing_id": "fact_c", "action": "merge", "text": None},
+            ]
+        },
+        S,
+    )
     assert [f.id for f in out.facts] == ["fact_a", "fact_b", "fact_d"]
     assert out.queue == [] and out.removed_ids == []
 

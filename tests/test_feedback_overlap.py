@@ -11,7 +11,9 @@ from tests.support.live import LiveServer, make_settings
 from tests.support.waiting import wait_for
 
 NAME = "Lan"
-REFLECTION = {"reflection": {"text": "Master loves tea", "entity": "master", "time_scope": "pattern", "event_start_at": None, "event_end_at": None}}
+REFLECTION = {
+    "reflection": {"text": "Master loves tea", "entity": "master", "time_scope": "pattern", "event_start_at": None, "event_end_at": None}
+}
 
 
 def test_overlapping_feedback_answers_count_once(tmp_path, fake_llm: FakeLLM):
@@ -26,7 +28,10 @@ def test_overlapping_feedback_answers_count_once(tmp_path, fake_llm: FakeLLM):
         before = next(r for r in srv.get(f"/api/characters/{NAME}/reflections").json()["items"] if r["id"] == rid)
 
         # Every call answers "confirmed", slowly, so that the three calls overlap.
-        fake_llm.on("check_feedback", lambda req: {"feedback": [{"reflection_id": rid, "feedback": "confirmed"}]} if rid in prompt_text(req) else {"feedback": []})
+        fake_llm.on(
+            "check_feedback",
+            lambda req: {"feedback": [{"reflection_id": rid, "feedback": "confirmed"}]} if rid in prompt_text(req) else {"feedback": []},
+        )
         fake_llm.set_delay("check_feedback", 0.5)
         for text in ("yes I love it", "tea is the best", "so true"):
             assert srv.post(f"/cache/{NAME}", json={"input_history": [{"role": "user", "content": text}]}).status_code == 200

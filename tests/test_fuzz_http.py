@@ -103,8 +103,9 @@ def test_fuzz_every_route_no_5xx_and_stores_parse(memory_root):
                 if seen["requests"] >= TARGET_REQUESTS:
                     break
 
-                @settings(max_examples=EXAMPLES, deadline=None, phases=[Phase.generate], database=None,
-                          suppress_health_check=list(HealthCheck))
+                @settings(
+                    max_examples=EXAMPLES, deadline=None, phases=[Phase.generate], database=None, suppress_health_check=list(HealthCheck)
+                )
                 @given(case=op.as_strategy())
                 def run(case):
                     response = session.request(**case.as_transport_kwargs(base_url=srv.url), timeout=30)

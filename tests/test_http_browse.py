@@ -34,7 +34,9 @@ def test_characters_journal_and_facts_pages(tmp_path):
         assert [r["text"] for r in asc["items"]][0].startswith("journal line 00000")
         kites = srv.get("/api/browse/Diary/journal", params={"q": "KITES", "limit": 1000}).json()
         assert kites["total"] == 30 and all("about kites" in r["text"] for r in kites["items"])
-        window = srv.get("/api/browse/Diary/journal", params={"since": "2026-01-01T08:10:00+00:00", "until": "2026-01-01T09:10:00+00:00"}).json()
+        window = srv.get(
+            "/api/browse/Diary/journal", params={"since": "2026-01-01T08:10:00+00:00", "until": "2026-01-01T09:10:00+00:00"}
+        ).json()
         assert window["total"] == 61
         assert srv.get("/api/browse/Diary/journal", params={"since": "yesterday-ish"}).status_code == 400
         assert srv.get("/api/browse/Diary/journal", params={"order": "sideways"}).status_code == 400
@@ -59,17 +61,31 @@ def test_characters_journal_and_facts_pages(tmp_path):
 def test_event_time_filter_and_turn_span(tmp_path, fake_llm):
     fake_llm.on("extract_facts", {"facts": [{"text": "Master bought a green umbrella", "importance": 6, "entity": "master"}]})
     with LiveServer(make_settings(tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake")) as srv:
-        srv.post("/api/characters/Lan/facts", json={"facts": [
-            {"text": "Master visited Kyoto", "event_start_at": "2025-05-01T00:00:00+00:00"},
-            {"text": "Master visited Osaka", "event_start_at": "2026-05-01T00:00:00+00:00"},
-        ]})
-        page = srv.get("/api/browse/Lan/facts", params={"event_from": "2026-01-01T00:00:00Z", "event_to": "2026-12-31T00:00:00Z", "q": "visited"}).json()
+        srv.post(
+            "/api/characters/Lan/facts",
+            json={
+                "facts": [
+                    {"text": "Master visited Kyoto", "event_start_at": "2025-05-01T00:00:00+00:00"},
+                    {"text": "Master visited Osaka", "event_start_at": "2026-05-01T00:00:00+00:00"},
+                ]
+            },
+        )
+        page = srv.get(
+            "/api/browse/Lan/facts", params={"event_from": "2026-01-01T00:00:00Z", "event_to": "2026-12-31T00:00:00Z", "q": "visited"}
+        ).json()
         assert [f["text"] for f in page["items"]] == ["Master visited Osaka"]
-        srv.post("/process/Lan", json={"input_history": [
-            {"role": "user", "content": "I bought an umbrella", "timestamp": "2026-11-30T10:00:00+00:00"},
-            {"role": "assistant", "content": "What colour?", "timestamp": "2026-11-30T10:00:05+00:00"},
-        ]})
-        fact = wait_for(lambda: (srv.get("/api/browse/Lan/facts", params={"q": "umbrella"}).json()["items"] or [None])[0], what="the extracted fact")
+        srv.post(
+            "/process/Lan",
+            json={
+                "input_history": [
+                    {"role": "user", "content": "I bought an umbrella", "timestamp": "2026-11-30T10:00:00+00:00"},
+                    {"role": "assistant", "content": "What colour?", "timestamp": "2026-11-30T10:00:05+00:00"},
+                ]
+            },
+        )
+        fact = wait_for(
+            lambda: (srv.get("/api/browse/Lan/facts", params={"q": "umbrella"}).json()["items"] or [None])[0], what="the extracted fact"
+        )
         # The extracted fact knows which turns it came from: the browser jumps to them.
         assert fact["source_ref"] == {"kind": "turns", "from": "2026-11-30T10:00:00+00:00", "to": "2026-11-30T10:00:05+00:00"}
         turns = srv.get("/api/browse/Lan/journal", params={"since": fact["source_ref"]["from"], "until": fact["source_ref"]["to"]}).json()
@@ -103,11 +119,27 @@ def test_persona_suppress_corrections_and_review_switch(tmp_path):
 
 def test_recall_explain_shows_legs_and_removals(tmp_path, fake_llm):
     with LiveServer(make_settings(tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake")) as srv:
-        srv.post("/api/characters/Lan/facts", json={"facts": [
-            {"text": "Master flew a kite at the beach", "event_start_at": "2026-03-01T00:00:00+00:00"},
-            {"text": "Master repaired the kite string", "event_start_at": "2026-06-01T00:00:00+00:00"},
-        ]})
-        fake_llm.on("synthesize_reflection", {"reflection": {"text": "Master loves kites", "entity": "master", "time_scope": "pattern", "event_start_at": None, "event_end_at": None}})
+        srv.post(
+            "/api/characters/Lan/facts",
+            json={
+                "facts": [
+                    {"text": "Master flew a kite at the beach", "event_start_at": "2026-03-01T00:00:00+00:00"},
+                    {"text": "Master repaired the kite string", "event_start_at": "2026-06-01T00:00:00+00:00"},
+                ]
+            },
+        )
+        fake_llm.on(
+            "synthesize_reflection",
+            {
+                "reflection": {
+                    "text": "Master loves kites",
+                    "entity": "master",
+                    "time_scope": "pattern",
+                    "event_start_at": None,
+                    "event_end_at": None,
+                }
+            },
+        )
         for place in ("park", "hill", "field"):
             srv.post("/api/characters/Lan/facts", json={"facts": [{"text": f"Master flew a kite at the {place}", "importance": 8}]})
         rid = srv.post("/reflect/Lan").json()["reflection"]["id"]
@@ -138,10 +170,26 @@ def test_recall_explain_shows_legs_and_removals(tmp_path, fake_llm):
 
 def test_evidence_history_and_context_sections(tmp_path, fake_llm):
     seed_persona(tmp_path, "Lan")
-    fake_llm.on("synthesize_reflection", {"reflection": {"text": "Master loves kites", "entity": "master", "time_scope": "pattern", "event_start_at": None, "event_end_at": None}})
+    fake_llm.on(
+        "synthesize_reflection",
+        {
+            "reflection": {
+                "text": "Master loves kites",
+                "entity": "master",
+                "time_scope": "pattern",
+                "event_start_at": None,
+                "event_end_at": None,
+            }
+        },
+    )
     with LiveServer(make_settings(tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake")) as srv:
         srv.post("/cache/Lan", json={"input_history": [{"role": "user", "content": "hello"}]})
-        srv.post("/api/characters/Lan/facts", json={"facts": [{"text": f"Master flew a kite at the {p}", "importance": 8} for p in ("park", "hill", "field", "beach", "river")]})
+        srv.post(
+            "/api/characters/Lan/facts",
+            json={
+                "facts": [{"text": f"Master flew a kite at the {p}", "importance": 8} for p in ("park", "hill", "field", "beach", "river")]
+            },
+        )
         rid = srv.post("/reflect/Lan").json()["reflection"]["id"]
         before = srv.get(f"/api/browse/Lan/reflections/{rid}/evidence").json()
         srv.post(f"/api/characters/Lan/reflections/{rid}/feedback", json={"feedback": "confirmed"})
@@ -168,8 +216,24 @@ def test_split_sections_and_evidence_curve_units():
     assert [s for s, _p in pieces] == ["frame", "persona", "suppressed", "recent"]
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
     snaps = [
-        _Snap(at=t0, type="a", status="pending", reinforcement=1.0, disputation=0.0, rein_last_signal_at=t0.isoformat(), disp_last_signal_at=None),
-        _Snap(at=t0 + timedelta(days=10), type="b", status="pending", reinforcement=2.0, disputation=1.0, rein_last_signal_at=(t0 + timedelta(days=10)).isoformat(), disp_last_signal_at=(t0 + timedelta(days=10)).isoformat()),
+        _Snap(
+            at=t0,
+            type="a",
+            status="pending",
+            reinforcement=1.0,
+            disputation=0.0,
+            rein_last_signal_at=t0.isoformat(),
+            disp_last_signal_at=None,
+        ),
+        _Snap(
+            at=t0 + timedelta(days=10),
+            type="b",
+            status="pending",
+            reinforcement=2.0,
+            disputation=1.0,
+            rein_last_signal_at=(t0 + timedelta(days=10)).isoformat(),
+            disp_last_signal_at=(t0 + timedelta(days=10)).isoformat(),
+        ),
     ]
     curve = evidence_curve(snaps, t0, t0 + timedelta(days=20), 10.0, 5.0)
     assert curve[0]["net"] == 1.0
@@ -194,7 +258,9 @@ def test_corrupt_file_is_storage_trouble(tmp_path):
     paths = CharacterPaths(tmp_path, "Lan")
     paths.ensure()
     atomic_write_json(paths.persona, persona_to_disk({"master": [PersonaEntry(id="p1", text="x")]}))
-    atomic_write_json(paths.persona_corrections, [Correction(old_text="a", new_text="b", entity="master", created_at="2026-01-01T00:00:00+00:00")])
+    atomic_write_json(
+        paths.persona_corrections, [Correction(old_text="a", new_text="b", entity="master", created_at="2026-01-01T00:00:00+00:00")]
+    )
     paths.facts.write_text("[{broken")
     with LiveServer(make_settings(tmp_path)) as srv:
         srv.get("/api/browse/Lan/facts")  # activation moves the corrupt view aside

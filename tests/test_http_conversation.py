@@ -105,9 +105,7 @@ def test_25_turns_compress_into_memo_plus_nine(tmp_path, fake_llm):
 def test_hard_cap_holds_while_summariser_fails(tmp_path, fake_llm):
     fake_llm.on("summarize_recent", Reply.status(500))
     cap = 300
-    settings = make_settings(
-        tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake", recent_hard_cap_tokens=cap, llm_max_retries=0
-    )
+    settings = make_settings(tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake", recent_hard_cap_tokens=cap, llm_max_retries=0)
     with LiveServer(settings) as srv:
         from nekomem.domain.tokens import get_counter
 
@@ -168,7 +166,10 @@ def test_review_patches_the_window_through_the_correction_tier(tmp_path, fake_ll
         return {
             "explanation": "fixed typos",
             "corrected_dialogue": [
-                {"role": "user" if i % 2 == 0 else "assistant", "content": f"question {i // 2}" if i % 2 == 0 else f"answer {i // 2}, fixed"}
+                {
+                    "role": "user" if i % 2 == 0 else "assistant",
+                    "content": f"question {i // 2}" if i % 2 == 0 else f"answer {i // 2}, fixed",
+                }
                 for i in range(10)
             ],
         }

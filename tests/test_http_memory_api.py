@@ -9,7 +9,20 @@ from tests.support.live import LiveServer, make_settings
 
 def test_list_edit_delete_facts_and_recent(tmp_path):
     with LiveServer(make_settings(tmp_path)) as srv:
-        r = srv.post("/api/characters/Lan/facts", json={"facts": [{"text": "Master likes kites", "importance": 4}, {"text": "Master owns a red bicycle", "importance": 6, "entity": "master", "event_start_at": "2026-04-01T00:00:00+00:00"}]})
+        r = srv.post(
+            "/api/characters/Lan/facts",
+            json={
+                "facts": [
+                    {"text": "Master likes kites", "importance": 4},
+                    {
+                        "text": "Master owns a red bicycle",
+                        "importance": 6,
+                        "entity": "master",
+                        "event_start_at": "2026-04-01T00:00:00+00:00",
+                    },
+                ]
+            },
+        )
         added = r.json()["added"]
         assert len(added) == 2
         again = srv.post("/api/characters/Lan/facts", json={"facts": [{"text": "Master likes kites", "importance": 4}]}).json()
@@ -49,7 +62,18 @@ def test_list_edit_delete_facts_and_recent(tmp_path):
 
 
 def test_edit_and_delete_reflections_and_persona(tmp_path, fake_llm):
-    fake_llm.on("synthesize_reflection", {"reflection": {"text": "Master enjoys windy days", "entity": "master", "time_scope": "pattern", "event_start_at": None, "event_end_at": None}})
+    fake_llm.on(
+        "synthesize_reflection",
+        {
+            "reflection": {
+                "text": "Master enjoys windy days",
+                "entity": "master",
+                "time_scope": "pattern",
+                "event_start_at": None,
+                "event_end_at": None,
+            }
+        },
+    )
     with LiveServer(make_settings(tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake")) as srv:
         facts = [{"text": f"Master flew a kite at the {p}", "importance": 7} for p in ("beach", "park", "hill", "field", "river")]
         srv.post("/api/characters/Lan/facts", json={"facts": facts})

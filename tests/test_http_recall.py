@@ -106,7 +106,19 @@ def test_paraphrases_in_three_languages(tmp_path: Path, embeddings: EmbeddingSer
             body = ask(srv, query=query)
             assert expected in texts(body)[:3], (query, texts(body))
             row = body["results"][texts(body).index(expected)]
-            assert set(row) == {"id", "text", "tier", "entity", "score", "created_at", "event_start_at", "event_end_at", "subject_kind", "subject_id", "scope"}
+            assert set(row) == {
+                "id",
+                "text",
+                "tier",
+                "entity",
+                "score",
+                "created_at",
+                "event_start_at",
+                "event_end_at",
+                "subject_kind",
+                "subject_id",
+                "scope",
+            }
             assert row["tier"] == "fact" and row["entity"] == "master" and row["score"] > 0
             assert body["query"] == query and body["candidates_total"] == len(FACTS) and body["elapsed_ms"] >= 0
 
@@ -128,8 +140,11 @@ def test_bm25_alone_when_embeddings_are_disabled(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, embedding_enabled=False, display_timezone="UTC")
     clock = ManualClock(datetime(2026, 3, 10, 12, tzinfo=timezone.utc))
     with LiveServer(settings, clock=clock, embeddings=EmbeddingService(settings.embeddings)) as srv:
-        import_facts(srv, [{"text": t, "event_start_at": "2026-03-09T10:00:00+00:00"} for t in FACTS[:8]]
-                     + [{"text": t, "event_start_at": "2026-02-01T10:00:00+00:00"} for t in FACTS[8:]])
+        import_facts(
+            srv,
+            [{"text": t, "event_start_at": "2026-03-09T10:00:00+00:00"} for t in FACTS[:8]]
+            + [{"text": t, "event_start_at": "2026-02-01T10:00:00+00:00"} for t in FACTS[8:]],
+        )
         health = srv.get("/health").json()["embeddings"]
         assert health["state"] == "disabled" and health["pending"] == 0
         assert texts(ask(srv, query="green tea"))[0] == "Master loves drinking green tea every morning"
@@ -147,11 +162,33 @@ def test_bm25_alone_when_embeddings_are_disabled(tmp_path: Path) -> None:
 
 def test_thousands_of_facts_in_one_import(tmp_path: Path, embeddings: EmbeddingService) -> None:
     rng = random.Random(7)
-    words = ["river", "garden", "violin", "mountain", "bakery", "library", "subway", "festival", "harbor", "museum",
-             "lantern", "meadow", "glacier", "orchard", "canyon", "pottery", "ferry", "temple", "market", "stadium"]
+    words = [
+        "river",
+        "garden",
+        "violin",
+        "mountain",
+        "bakery",
+        "library",
+        "subway",
+        "festival",
+        "harbor",
+        "museum",
+        "lantern",
+        "meadow",
+        "glacier",
+        "orchard",
+        "canyon",
+        "pottery",
+        "ferry",
+        "temple",
+        "market",
+        "stadium",
+    ]
     verbs = ["visited", "painted", "described", "photographed", "remembered", "sketched", "mentioned", "praised"]
-    facts = [{"text": f"Master {rng.choice(verbs)} the {rng.choice(words)} near {rng.choice(words)} on trip {i} code{i:05d}"}
-             for i in range(3000)]
+    facts = [
+        {"text": f"Master {rng.choice(verbs)} the {rng.choice(words)} near {rng.choice(words)} on trip {i} code{i:05d}"}
+        for i in range(3000)
+    ]
     facts[1234] = {"text": "Master once saw a purple giraffe at the zoo in Sapporo"}
     with LiveServer(make_settings(tmp_path), embeddings=embeddings) as srv:
         added = import_facts(srv, facts)
@@ -169,7 +206,9 @@ def reflection_for(texts_by_call: list[str]) -> Any:
     calls = iter(texts_by_call)
 
     def handler(request: dict[str, Any]) -> dict[str, Any]:
-        return {"reflection": {"text": next(calls), "entity": "master", "time_scope": "pattern", "event_start_at": None, "event_end_at": None}}
+        return {
+            "reflection": {"text": next(calls), "entity": "master", "time_scope": "pattern", "event_start_at": None, "event_end_at": None}
+        }
 
     return handler
 
@@ -182,24 +221,52 @@ def make_reflection(srv: LiveServer, facts: list[str]) -> str:
 
 
 def test_hard_filters_and_persona(tmp_path: Path, fake_llm: Any, embeddings: EmbeddingService) -> None:
-    fake_llm.on("synthesize_reflection", reflection_for([
-        "Master adores oolong tea with honey",
-        "Master jogs along the river on weekends",
-        "Master collects vintage postage stamps",
-    ]))
+    fake_llm.on(
+        "synthesize_reflection",
+        reflection_for(
+            [
+                "Master adores oolong tea with honey",
+                "Master jogs along the river on weekends",
+                "Master collects vintage postage stamps",
+            ]
+        ),
+    )
     # Post-turn records finish at the next extraction; no idle wait keeps the test short.
     settings = make_settings(tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake", fact_extract_idle_seconds=0)
     with LiveServer(settings, embeddings=embeddings) as srv:
-        srv.post(f"/api/characters/{NAME}/card", json={"entries": [{"entity": "neko", "text": "Lan is a cat girl who adores sardines"}]}).raise_for_status()
-        denied = make_reflection(srv, ["Master brewed oolong tea at dawn", "A honey jar sits next to Master's teapot",
-                                       "Master ordered oolong in a cafe", "Master said tea calms the nerves",
-                                       "Master gifted a tea set to a friend"])
-        ignored = make_reflection(srv, ["Master ran five kilometres on Saturday", "Master bought new running shoes",
-                                        "The riverside path is Master's favourite route", "Master stretched after the run",
-                                        "Master timed a personal best on Sunday"])
-        suppressed = make_reflection(srv, ["Master showed me an album of old stamps", "A stamp from 1950 is Master's treasure",
-                                           "Master visited a philately fair", "Master traded stamps with a pen pal",
-                                           "Master keeps stamps in a leather binder"])
+        srv.post(
+            f"/api/characters/{NAME}/card", json={"entries": [{"entity": "neko", "text": "Lan is a cat girl who adores sardines"}]}
+        ).raise_for_status()
+        denied = make_reflection(
+            srv,
+            [
+                "Master brewed oolong tea at dawn",
+                "A honey jar sits next to Master's teapot",
+                "Master ordered oolong in a cafe",
+                "Master said tea calms the nerves",
+                "Master gifted a tea set to a friend",
+            ],
+        )
+        ignored = make_reflection(
+            srv,
+            [
+                "Master ran five kilometres on Saturday",
+                "Master bought new running shoes",
+                "The riverside path is Master's favourite route",
+                "Master stretched after the run",
+                "Master timed a personal best on Sunday",
+            ],
+        )
+        suppressed = make_reflection(
+            srv,
+            [
+                "Master showed me an album of old stamps",
+                "A stamp from 1950 is Master's treasure",
+                "Master visited a philately fair",
+                "Master traded stamps with a pen pal",
+                "Master keeps stamps in a leather binder",
+            ],
+        )
         wait_vectors(srv)
         found = ask(srv, query="oolong tea honey")
         assert denied in [r["id"] for r in found["results"]]
@@ -227,8 +294,13 @@ def test_hard_filters_and_persona(tmp_path: Path, fake_llm: Any, embeddings: Emb
 def test_render_markdown_and_tool_schema(tmp_path: Path) -> None:
     clock = ManualClock(datetime(2026, 3, 10, 12, tzinfo=timezone.utc))
     with LiveServer(make_settings(tmp_path, display_timezone="UTC"), clock=clock) as srv:
-        import_facts(srv, [{"text": "Master loves drinking green tea every morning", "event_start_at": "2026-03-07T08:00:00+00:00"},
-                           {"text": "Master drank green tea in Kyoto", "event_start_at": "2026-01-20T08:00:00+00:00"}])
+        import_facts(
+            srv,
+            [
+                {"text": "Master loves drinking green tea every morning", "event_start_at": "2026-03-07T08:00:00+00:00"},
+                {"text": "Master drank green tea in Kyoto", "event_start_at": "2026-01-20T08:00:00+00:00"},
+            ],
+        )
         body = srv.post(f"/query_memory/{NAME}", json={"query": "green tea", "render": "markdown"}).json()
         lines = body["markdown"].split("\n")
         assert lines[0] == "Found 2 relevant memories:"
@@ -260,8 +332,13 @@ def test_render_markdown_and_tool_schema(tmp_path: Path) -> None:
 def test_bad_bodies(tmp_path: Path) -> None:
     with LiveServer(make_settings(tmp_path)) as srv:
         import_facts(srv, [{"text": "Master loves green tea"}])
-        for body in ({"query": 3}, {"time": ["2026"]}, {"query": "tea", "render": "html"},
-                     {"query": "tea", "language": 5}, {"query": "tea", "subjects": []}):
+        for body in (
+            {"query": 3},
+            {"time": ["2026"]},
+            {"query": "tea", "render": "html"},
+            {"query": "tea", "language": 5},
+            {"query": "tea", "subjects": []},
+        ):
             r = srv.post(f"/query_memory/{NAME}", json=body)
             assert r.status_code == 422, (body, r.text)
             assert r.json()["status"] == "error" and r.json()["error_code"]
@@ -290,15 +367,31 @@ def test_merged_reflection_leaves_the_pool(tmp_path: Path, fake_llm: Any) -> Non
     fake_llm.on("judge_promotion", judge)
     settings = make_settings(tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake")
     with LiveServer(settings) as srv:
-        first = make_reflection(srv, ["Master planted basil seeds", "The basil pot is on the balcony", "Master picked basil for pasta",
-                                      "Master bought potting soil", "Basil smells great, Master said"])
+        first = make_reflection(
+            srv,
+            [
+                "Master planted basil seeds",
+                "The basil pot is on the balcony",
+                "Master picked basil for pasta",
+                "Master bought potting soil",
+                "Basil smells great, Master said",
+            ],
+        )
         for _ in range(2):
             srv.post(f"/api/characters/{NAME}/reflections/{first}/feedback", json={"feedback": "confirmed"}).raise_for_status()
         srv.post(f"/reflect/{NAME}").raise_for_status()
         persona = srv.get(f"/api/characters/{NAME}/persona").json()["items"]
         target["id"] = next(e["id"] for e in persona if e.get("source_id") == first)
-        second = make_reflection(srv, ["Master watered the mint", "Master moved the thyme into the sun", "A rosemary pot arrived",
-                                       "Master trimmed the parsley", "Master checks the herbs every evening"])
+        second = make_reflection(
+            srv,
+            [
+                "Master watered the mint",
+                "Master moved the thyme into the sun",
+                "A rosemary pot arrived",
+                "Master trimmed the parsley",
+                "Master checks the herbs every evening",
+            ],
+        )
         assert second in [r["id"] for r in ask(srv, query="waters balcony herbs daily")["results"]]
         for _ in range(2):
             srv.post(f"/api/characters/{NAME}/reflections/{second}/feedback", json={"feedback": "confirmed"}).raise_for_status()

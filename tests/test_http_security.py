@@ -117,7 +117,9 @@ def test_the_reference_clients_calls_keep_working(server):
     # Body-less writes (/reflect, reset_confirmed_at) need no Content-Type.
     assert srv.post("/internal/memory/reset_confirmed_at").json()["ok"] is True
     assert srv.post("/reflect/Lan").status_code == 200
-    r = srv.post("/api/memory/powerful_memory_config", content=b'{"enabled": true}', headers={"content-type": "application/json; charset=utf-8"})
+    r = srv.post(
+        "/api/memory/powerful_memory_config", content=b'{"enabled": true}', headers={"content-type": "application/json; charset=utf-8"}
+    )
     assert r.json() == {"success": True, "enabled": True}
 
 
@@ -235,8 +237,17 @@ def test_a_request_grows_the_view_by_a_small_constant_times_its_size(server):
     assert b"\n  " not in (root / "Lan" / "facts.json").read_bytes()  # compact, not indented
 
 
-@pytest.mark.parametrize("path", ["/cache/Lan", "/query_memory/Lan", "/api/characters/Lan/facts", "/record_surfaced/Lan",
-                                  "/api/memory/powerful_memory_config", "/api/characters/Lan/card"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/cache/Lan",
+        "/query_memory/Lan",
+        "/api/characters/Lan/facts",
+        "/record_surfaced/Lan",
+        "/api/memory/powerful_memory_config",
+        "/api/characters/Lan/card",
+    ],
+)
 @pytest.mark.parametrize("depth", [40, 2000, 200_000])
 def test_deeply_nested_bodies_get_a_4xx_on_every_route(server, path, depth):
     srv, _root = server

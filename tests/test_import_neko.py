@@ -113,7 +113,9 @@ def journal_rows(db_path: Path) -> list[tuple[str, str, str, str]]:
     return out
 
 
-def test_every_layer_is_imported_with_its_fields(fixture: neko_fixture.NekoFixture, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_layer_is_imported_with_its_fields(
+    fixture: neko_fixture.NekoFixture, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = tmp_path / "nekomem-root"
     code, report, err = run_cli(capsys, str(fixture.root), "--memory-root", str(root))
     assert code == 0, err
@@ -144,7 +146,10 @@ def test_every_layer_is_imported_with_its_fields(fixture: neko_fixture.NekoFixtu
             stored = by_id(read(folder / file)) if records else {}
             assert set(stored) == {r["id"] for r in records}
             for record in records:
-                fixed = {**record, "source": record["source"] if record["source"] in ("user_observation", "ai_disclosure") else "user_observation"}
+                fixed = {
+                    **record,
+                    "source": record["source"] if record["source"] in ("user_observation", "ai_disclosure") else "user_observation",
+                }
                 if fixed["source"] != record["source"]:
                     fixed["neko_source"] = record["source"]
                 assert_same_record(fixed, stored[record["id"]], Fact, passthrough="source_ref")
@@ -159,7 +164,9 @@ def test_every_layer_is_imported_with_its_fields(fixture: neko_fixture.NekoFixtu
                 assert_same_record(record, stored[record["id"]], Reflection)
         if data.surfaced:
             stored_surfaced = read(folder / "surfaced.json")
-            assert [(s["reflection_id"], s["feedback"]) for s in stored_surfaced] == [(s["reflection_id"], s["feedback"]) for s in data.surfaced]
+            assert [(s["reflection_id"], s["feedback"]) for s in stored_surfaced] == [
+                (s["reflection_id"], s["feedback"]) for s in data.surfaced
+            ]
             assert [datetime.fromisoformat(s["surfaced_at"]) for s in stored_surfaced] == [local(s["surfaced_at"]) for s in data.surfaced]
         # persona by section; card entries stay protected
         persona = read(folder / "persona.json")
@@ -173,7 +180,9 @@ def test_every_layer_is_imported_with_its_fields(fixture: neko_fixture.NekoFixtu
                 assert stored[entry["id"]]["protected"] is entry["protected"]
         assert "__meta__" not in persona
         if data.corrections:
-            assert [(c["old_text"], c["new_text"]) for c in read(folder / "persona_corrections.json")] == [(c["old_text"], c["new_text"]) for c in data.corrections]
+            assert [(c["old_text"], c["new_text"]) for c in read(folder / "persona_corrections.json")] == [
+                (c["old_text"], c["new_text"]) for c in data.corrections
+            ]
         if data.cursors:
             cursors = read(folder / "cursors.json")
             assert {k: datetime.fromisoformat(v) for k, v in cursors.items()} == {k: local(v) for k, v in data.cursors.items()}
@@ -183,7 +192,13 @@ def test_every_layer_is_imported_with_its_fields(fixture: neko_fixture.NekoFixtu
         assert any(p["character"] == bad.character and p["layer"] == bad.layer and p["record"] == bad.record for p in problems), bad
     # scoped records nekomem cannot scope are refused by name (fail closed), never imported unscoped
     refused = [r["id"] for d in fixture.characters.values() for r in d.facts + d.facts_archive if r not in expected([r], Fact)]
-    refused += [e["id"] for d in fixture.characters.values() for ent, es in d.persona.items() for e in es if e not in expected([e], PersonaEntry, ent)]
+    refused += [
+        e["id"]
+        for d in fixture.characters.values()
+        for ent, es in d.persona.items()
+        for e in es
+        if e not in expected([e], PersonaEntry, ent)
+    ]
     for record_id in refused:
         assert any(p["record"] == record_id and "scoped to subject" in p["reason"] for p in problems), record_id
     record_problems = [p for p in problems if p["record"] is not None]
@@ -194,7 +209,9 @@ def test_every_layer_is_imported_with_its_fields(fixture: neko_fixture.NekoFixtu
     assert "records added" in err
 
 
-def test_second_run_adds_nothing_and_the_source_is_untouched(fixture: neko_fixture.NekoFixture, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_second_run_adds_nothing_and_the_source_is_untouched(
+    fixture: neko_fixture.NekoFixture, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = tmp_path / "nekomem-root"
     source_before = tree_hashes(fixture.root)
     code, first, _ = run_cli(capsys, str(fixture.root), "--memory-root", str(root))
@@ -221,7 +238,9 @@ def test_only_the_named_characters(fixture: neko_fixture.NekoFixture, tmp_path: 
     assert code == 1 and "no character folder named nobody" in err
 
 
-def test_a_single_character_folder_and_the_source_timezone(fixture: neko_fixture.NekoFixture, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_single_character_folder_and_the_source_timezone(
+    fixture: neko_fixture.NekoFixture, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = tmp_path / "nekomem-root"
     monkeypatch.setenv("NEKOMEM_IMPORT_SOURCE_TIMEZONE", "Asia/Tokyo")
     code, report, err = run_cli(capsys, str(fixture.root / neko_fixture.MAIN), "--memory-root", str(root))
@@ -236,7 +255,9 @@ def test_a_single_character_folder_and_the_source_timezone(fixture: neko_fixture
     assert code == 1 and "Mars/Olympus" in err
 
 
-def test_bad_sources_are_refused_with_a_message(fixture: neko_fixture.NekoFixture, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_sources_are_refused_with_a_message(
+    fixture: neko_fixture.NekoFixture, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, _, err = run_cli(capsys, str(tmp_path / "missing"), "--memory-root", str(tmp_path / "root"))
     assert code == 1 and "is not a folder" in err
     code, _, err = run_cli(capsys, str(fixture.root), "--memory-root", str(fixture.root / "inside"))
@@ -260,9 +281,13 @@ def test_a_database_with_rows_only_in_its_wal(tmp_path: Path, capsys: pytest.Cap
     live = sqlite3.connect(folder / "time_indexed.db")
     live.execute("PRAGMA journal_mode=WAL")
     live.execute("PRAGMA wal_autocheckpoint=0")
-    live.execute("CREATE TABLE time_indexed_original (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id VARCHAR, message TEXT, timestamp DATETIME)")
-    live.execute("INSERT INTO time_indexed_original (session_id, message, timestamp) VALUES ('s', ?, '2026-11-30 10:00:00.000001')",
-                 (json.dumps({"type": "human", "data": {"content": "only in the wal"}}),))
+    live.execute(
+        "CREATE TABLE time_indexed_original (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id VARCHAR, message TEXT, timestamp DATETIME)"
+    )
+    live.execute(
+        "INSERT INTO time_indexed_original (session_id, message, timestamp) VALUES ('s', ?, '2026-11-30 10:00:00.000001')",
+        (json.dumps({"type": "human", "data": {"content": "only in the wal"}}),),
+    )
     live.commit()
     copy = tmp_path / "copy" / "walcat"
     copy.mkdir(parents=True)
@@ -277,7 +302,9 @@ def test_a_database_with_rows_only_in_its_wal(tmp_path: Path, capsys: pytest.Cap
     assert tree_hashes(copy.parent) == before
 
 
-def test_refused_while_a_server_holds_the_root(fixture: neko_fixture.NekoFixture, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_refused_while_a_server_holds_the_root(
+    fixture: neko_fixture.NekoFixture, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = tmp_path / "nekomem-root"
     runtime = Runtime(make_settings(root), actors=ACTORS)
     runtime.start(background=False)
@@ -307,7 +334,9 @@ def test_the_root_lock_modes(tmp_path: Path) -> None:
         pass
 
 
-def test_the_memory_root_of_the_config_file(fixture: neko_fixture.NekoFixture, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_memory_root_of_the_config_file(
+    fixture: neko_fixture.NekoFixture, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Without --memory-root the import goes where `serve --config FILE` keeps its data."""
     for key in [k for k in os.environ if k.startswith("NEKOMEM_")]:
         monkeypatch.delenv(key)

@@ -26,6 +26,7 @@ LAYERS: dict[str, int] = {
 TOP = 5  # cli.py and __main__.py: may import anything
 ROOT = 0  # nekomem/__init__.py (the version): importable from everywhere, imports nothing
 
+
 def module_name(path: Path, src: Path = SRC) -> str:
     parts = list(path.relative_to(src.parent).with_suffix("").parts)
     if parts[-1] == "__init__":

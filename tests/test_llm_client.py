@@ -97,10 +97,18 @@ def test_error_message_does_not_quote_output():
 
 def test_every_contract_task_is_registered_with_its_tier():
     expected = {
-        "summarize_recent": "summary", "review_recent": "correction", "extract_facts": "summary",
-        "extract_self_disclosure": "summary", "map_evidence": "summary", "judge_duplicates": "summary",
-        "synthesize_reflection": "summary", "check_feedback": "summary", "check_disputation": "emotion",
-        "judge_promotion": "correction", "resolve_correction": "correction", "rerank": "summary",
+        "summarize_recent": "summary",
+        "review_recent": "correction",
+        "extract_facts": "summary",
+        "extract_self_disclosure": "summary",
+        "map_evidence": "summary",
+        "judge_duplicates": "summary",
+        "synthesize_reflection": "summary",
+        "check_feedback": "summary",
+        "check_disputation": "emotion",
+        "judge_promotion": "correction",
+        "resolve_correction": "correction",
+        "rerank": "summary",
         "refine_cluster": "correction",
     }
     assert {name: spec.tier for name, spec in TASKS.items()} == expected
@@ -255,7 +263,9 @@ def test_backoff_is_capped():
     sleeps: list[float] = []
     with FakeLLM() as fake:
         fake.on("rerank", Reply.status(503))
-        settings = LLMSettings(llm_base_url=fake.base_url, llm_max_retries=5, llm_backoff_base_seconds=1, llm_backoff_max_seconds=3, llm_backoff_jitter=0)
+        settings = LLMSettings(
+            llm_base_url=fake.base_url, llm_max_retries=5, llm_backoff_base_seconds=1, llm_backoff_max_seconds=3, llm_backoff_jitter=0
+        )
         with LLMClient(settings, sleep=sleeps.append) as client, pytest.raises(LLMTaskFailed):
             client.run("rerank", MSGS, max_retries=5)
     assert sleeps == [1.0, 2.0, 3.0, 3.0, 3.0]
@@ -306,7 +316,9 @@ def test_server_errors_and_429_are_retried(fake, client):
 def test_retry_after_is_honoured_within_the_cap(fake):
     sleeps: list[float] = []
     with LLMClient(LLMSettings(llm_base_url=fake.base_url, llm_backoff_jitter=0), sleep=sleeps.append) as client:
-        fake.queue("map_evidence", Reply.status(429, "", headers={"Retry-After": "5"}), Reply.status(429, "", headers={"Retry-After": "60"}))
+        fake.queue(
+            "map_evidence", Reply.status(429, "", headers={"Retry-After": "5"}), Reply.status(429, "", headers={"Retry-After": "60"})
+        )
         client.run("map_evidence", MSGS)
     assert sleeps == [5.0, 8.0]
 
@@ -368,8 +380,15 @@ def test_not_configured_tier():
         assert info.value.tier == "correction" and isinstance(info.value, LLMError)
         status = client.status()
     assert status["correction"] == {
-        "configured": False, "model": "", "base_url": "", "calls": 0, "attempts": 0,
-        "failures": 0, "skipped": 1, "last_error": None, "negotiated": None,
+        "configured": False,
+        "model": "",
+        "base_url": "",
+        "calls": 0,
+        "attempts": 0,
+        "failures": 0,
+        "skipped": 1,
+        "last_error": None,
+        "negotiated": None,
     }
     with pytest.raises(ValueError):
         client.available("nope")
@@ -378,7 +397,9 @@ def test_not_configured_tier():
 
 
 def test_status_counters_and_no_key(fake):
-    settings = LLMSettings(llm_base_url=fake.base_url.replace("http://", "http://user:pw@"), llm_model="m", llm_api_key="topsecret", llm_max_retries=0)
+    settings = LLMSettings(
+        llm_base_url=fake.base_url.replace("http://", "http://user:pw@"), llm_model="m", llm_api_key="topsecret", llm_max_retries=0
+    )
     with LLMClient(settings, sleep=lambda _s: None) as client:
         client.run("summarize_recent", MSGS)
         client.run("extract_facts", MSGS)

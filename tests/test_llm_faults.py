@@ -30,7 +30,11 @@ def all_views_parse(root):
 
 
 def test_malformed_answers_are_retried_then_parsed(tmp_path, fake_llm):
-    good = {"facts": [{"text": "Master collects vinyl records", "importance": 6, "entity": "master", "event_start_at": None, "event_end_at": None}]}
+    good = {
+        "facts": [
+            {"text": "Master collects vinyl records", "importance": 6, "entity": "master", "event_start_at": None, "event_end_at": None}
+        ]
+    }
     fake_llm.queue(
         "extract_facts",
         Reply.text("I could not decide, sorry."),  # prose only
@@ -55,7 +59,9 @@ def test_a_model_that_keeps_failing_is_dead_lettered_and_chat_goes_on(tmp_path, 
         assert r.status_code == 200
         outbox = tmp_path / "Lan" / "outbox.ndjson"
         # The outbox record is written after /cache answers (the turn's cursor is what is durable first).
-        wait_for(lambda: outbox.exists() and any(json.loads(x).get("dead") for x in outbox.read_text().splitlines()), what="the dead letter")
+        wait_for(
+            lambda: outbox.exists() and any(json.loads(x).get("dead") for x in outbox.read_text().splitlines()), what="the dead letter"
+        )
         lines = [json.loads(x) for x in outbox.read_text().splitlines()]
         attempts = [x for x in lines if x["status"] == "attempt"]
         assert len(attempts) == 2 and all("503" in a["error"] for a in attempts)  # each failure recorded
@@ -82,23 +88,37 @@ def test_slow_model_does_not_hold_the_conversation_routes(tmp_path, fake_llm):
 def test_map_evidence_with_unknown_ids_changes_nothing(tmp_path, fake_llm):
     fake_llm.on(
         "synthesize_reflection",
-        {"reflection": {"text": "Master loves jazz", "entity": "master", "time_scope": "pattern", "event_start_at": None, "event_end_at": None}},
+        {
+            "reflection": {
+                "text": "Master loves jazz",
+                "entity": "master",
+                "time_scope": "pattern",
+                "event_start_at": None,
+                "event_end_at": None,
+            }
+        },
     )
     fake_llm.on("extract_facts", lambda req: {"facts": [{"text": "Master went to a jazz club", "importance": 6, "entity": "master"}]})
 
     def bogus_signals(req):
         prompt = json.dumps(req["messages"])
         fact_ids = re.findall(r"fact_[0-9]+_[0-9a-f]+", prompt)
-        return {"signals": [
-            {"fact_id": "fact_doesnotexist", "target_id": rid_holder[0], "signal": "reinforce"},
-            {"fact_id": fact_ids[0] if fact_ids else "fact_x", "target_id": "ref_unknown", "signal": "negate"},
-        ]}
+        return {
+            "signals": [
+                {"fact_id": "fact_doesnotexist", "target_id": rid_holder[0], "signal": "reinforce"},
+                {"fact_id": fact_ids[0] if fact_ids else "fact_x", "target_id": "ref_unknown", "signal": "negate"},
+            ]
+        }
 
     rid_holder = [""]
     fake_llm.on("map_evidence", bogus_signals)
-    settings = make_settings(tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake", llm_backoff_base_seconds=0.0, fact_extract_every_n_turns=1)
+    settings = make_settings(
+        tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake", llm_backoff_base_seconds=0.0, fact_extract_every_n_turns=1
+    )
     with LiveServer(settings) as srv:
-        facts = [{"text": f"Master listens to {x} records", "importance": 7} for x in ("Coltrane", "Miles Davis", "Monk", "Mingus", "Bill Evans")]
+        facts = [
+            {"text": f"Master listens to {x} records", "importance": 7} for x in ("Coltrane", "Miles Davis", "Monk", "Mingus", "Bill Evans")
+        ]
         srv.post("/api/characters/Lan/facts", json={"facts": facts})
         rid = srv.post("/reflect/Lan").json()["reflection"]["id"]
         rid_holder[0] = rid

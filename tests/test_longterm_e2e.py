@@ -18,13 +18,22 @@ PREFERENCES = [
 
 
 def fact_outputs(request):
-    facts = [{"text": f"Master says: {p}", "importance": 7, "entity": "master", "event_start_at": None, "event_end_at": None} for p in PREFERENCES]
+    facts = [
+        {"text": f"Master says: {p}", "importance": 7, "entity": "master", "event_start_at": None, "event_end_at": None}
+        for p in PREFERENCES
+    ]
     return {"facts": facts}
 
 
-REFLECTION = {"reflection": {"text": "Master loves tea and drinks it every day", "entity": "master", "time_scope": "pattern", "event_start_at": None, "event_end_at": None}}
-
-
+REFLECTION = {
+    "reflection": {
+        "text": "Master loves tea and drinks it every day",
+        "entity": "master",
+        "time_scope": "pattern",
+        "event_start_at": None,
+        "event_end_at": None,
+    }
+}
 
 
 def chat(srv, name, texts):
@@ -39,7 +48,9 @@ def chat(srv, name, texts):
 def test_powerful_memory_path_to_persona(tmp_path, fake_llm):
     fake_llm.on("extract_facts", fact_outputs)
     fake_llm.on("synthesize_reflection", REFLECTION)
-    fake_llm.on("judge_promotion", lambda req: {"action": "promote", "target_id": None, "text": "Master loves tea, every day", "reason": None})
+    fake_llm.on(
+        "judge_promotion", lambda req: {"action": "promote", "target_id": None, "text": "Master loves tea, every day", "reason": None}
+    )
     settings = make_settings(tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake")
     with LiveServer(settings) as srv:
         chat(srv, "Lan", PREFERENCES + [f"and another thing {i}" for i in range(5)])  # 10 user turns
@@ -89,8 +100,11 @@ def test_powerful_memory_off_reaches_persona_by_time(tmp_path, fake_llm):
     # Only /reflect promotes here (the clock jumps by days, which would fire the periodic
     # pass first), so its answer shows each step.
     settings = make_settings(
-        tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake",
-        reflection_auto_promote_initial_delay_seconds=1e9, reflection_auto_promote_interval_seconds=1e9,
+        tmp_path,
+        llm_base_url=fake_llm.base_url,
+        llm_model="fake",
+        reflection_auto_promote_initial_delay_seconds=1e9,
+        reflection_auto_promote_interval_seconds=1e9,
     )
     with LiveServer(settings, clock=clock) as srv:
         assert srv.post("/api/memory/powerful_memory_config", json={"enabled": False}).json() == {"success": True, "enabled": False}
@@ -119,7 +133,9 @@ def test_card_entries_are_protected_and_rendered_first(tmp_path):
     with LiveServer(make_settings(tmp_path)) as srv:
         r = srv.post(
             "/api/characters/Lan/card",
-            json={"entries": [{"entity": "neko", "text": "Lan is a cheerful cat girl"}, {"entity": "master", "text": "Master is a night owl"}]},
+            json={
+                "entries": [{"entity": "neko", "text": "Lan is a cheerful cat girl"}, {"entity": "master", "text": "Master is a night owl"}]
+            },
         )
         assert r.status_code == 200, r.text
         assert len(r.json()["added"]) == 2
@@ -137,20 +153,32 @@ def test_protected_card_entry_survives_a_contradicting_reflection(tmp_path, fake
     clock = ManualClock(datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc))
     fake_llm.on(
         "synthesize_reflection",
-        {"reflection": {"text": "Master's favourite drink is not coffee at all", "entity": "master", "time_scope": "pattern", "event_start_at": None, "event_end_at": None}},
+        {
+            "reflection": {
+                "text": "Master's favourite drink is not coffee at all",
+                "entity": "master",
+                "time_scope": "pattern",
+                "event_start_at": None,
+                "event_end_at": None,
+            }
+        },
     )
     settings = make_settings(tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake", powerful_memory_default=False)
     with LiveServer(settings, clock=clock) as srv:
         srv.post("/api/characters/Lan/card", json={"entries": [{"entity": "master", "text": "Master's favourite drink is coffee"}]})
         card = srv.get("/api/characters/Lan/persona", params={"status": "protected"}).json()["items"]
-        facts = [{"text": f"Master said coffee is {x}", "importance": 7} for x in ("bitter", "too strong", "awful", "not for me", "overrated")]
+        facts = [
+            {"text": f"Master said coffee is {x}", "importance": 7} for x in ("bitter", "too strong", "awful", "not for me", "overrated")
+        ]
         srv.post("/api/characters/Lan/facts", json={"facts": facts})
         rid = srv.post("/reflect/Lan").json()["reflection"]["id"]
         for _ in range(3):
             clock.advance(days=8)
             srv.post("/reflect/Lan")
             # Decay and archive sweeps run too; protected entries are exempt.
-            srv.runtime.registry.ask_sync("Lan", "persona", lambda reply: __import__("nekomem.actors.messages", fromlist=["Flush"]).Flush(reply=reply))
+            srv.runtime.registry.ask_sync(
+                "Lan", "persona", lambda reply: __import__("nekomem.actors.messages", fromlist=["Flush"]).Flush(reply=reply)
+            )
         persona = srv.get("/api/characters/Lan/persona").json()["items"]
         assert [e for e in persona if e["protected"]] == card
         assert not any(e["text"] == "Master's favourite drink is not coffee at all" for e in persona)

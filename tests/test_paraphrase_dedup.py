@@ -16,8 +16,6 @@ MODEL = Path(__file__).resolve().parents[1] / "models" / "use-multilingual-v3" /
 pytestmark = pytest.mark.skipif(not MODEL.exists(), reason="default embedding model not installed (run scripts/fetch_model.py)")
 
 
-
-
 def test_paraphrase_pair_is_judged_and_merged(tmp_path, fake_llm, embedding_service):
     def merge(request):
         prompt = json.dumps(request["messages"], ensure_ascii=False)
@@ -32,7 +30,9 @@ def test_paraphrase_pair_is_judged_and_merged(tmp_path, fake_llm, embedding_serv
         quiesce(srv.runtime, "Lan")
         srv.post("/api/characters/Lan/facts", json={"facts": [{"text": "Master really adores drinking green tea", "importance": 6}]})
         wait_for(lambda: fake_llm.calls("judge_duplicates"), what="judge_duplicates")
-        items = wait_for(lambda: (lambda xs: xs if len(xs) == 1 else None)(srv.get("/api/characters/Lan/facts").json()["items"]), what="the merge")
+        items = wait_for(
+            lambda: (lambda xs: xs if len(xs) == 1 else None)(srv.get("/api/characters/Lan/facts").json()["items"]), what="the merge"
+        )
         assert items[0]["text"] == "Master loves green tea"
 
 

@@ -35,9 +35,10 @@ S = LongTermSettings()
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
 words = lambda s: len(s.split())  # noqa: E731
 NAMES = ["Mimi", "Boss"]  # stop names: removed before keyword overlap
-CARD = {"neko": {"name": "Mimi", "likes": ["fish", "naps"], "voice_id": "v1", "style": {"a": 1},
-                 "__ai_context.mood": "cheerful"},
-        "master": {"nickname": "Boss"}}
+CARD = {
+    "neko": {"name": "Mimi", "likes": ["fish", "naps"], "voice_id": "v1", "style": {"a": 1}, "__ai_context.mood": "cheerful"},
+    "master": {"nickname": "Boss"},
+}
 
 
 def card_persona():
@@ -45,8 +46,16 @@ def card_persona():
 
 
 def promotable_ref(rid="ref_p", text="Mimi enjoys sunny windowsills", entity="neko", **kw) -> Reflection:
-    base = dict(id=rid, text=text, entity=entity, status="confirmed", created_at=to_iso(T0),
-                reinforcement=2.5, rein_last_signal_at=to_iso(T0), confirmed_at=to_iso(T0))
+    base = dict(
+        id=rid,
+        text=text,
+        entity=entity,
+        status="confirmed",
+        created_at=to_iso(T0),
+        reinforcement=2.5,
+        rein_last_signal_at=to_iso(T0),
+        confirmed_at=to_iso(T0),
+    )
     base.update(kw)
     return Reflection(**base)
 
@@ -129,19 +138,33 @@ def test_correction_never_rewrites_a_protected_entry() -> None:
 def test_add_entry_new_duplicate_and_queued() -> None:
     persona = card_persona()
     ref = promotable_ref()
-    added = add_entry(persona, [], "neko", ref.text, source="reflection", source_id=ref.id, now=T0, settings=S, evidence=ref,
-                      stop_names=NAMES)
+    added = add_entry(
+        persona, [], "neko", ref.text, source="reflection", source_id=ref.id, now=T0, settings=S, evidence=ref, stop_names=NAMES
+    )
     assert added.kind == "added" and added.entry_id == "prom_ref_p"
     entry = find_entry(added.persona, "prom_ref_p")[1]
     assert entry.reinforcement == pytest.approx(2.5) and not entry.protected
-    dup = add_entry(added.persona, [], "neko", ref.text, source="reflection", source_id="ref_other", now=T0, settings=S,
-                    stop_names=NAMES)
+    dup = add_entry(added.persona, [], "neko", ref.text, source="reflection", source_id="ref_other", now=T0, settings=S, stop_names=NAMES)
     assert dup.kind == "duplicate"
-    queued = add_entry(added.persona, [], "neko", "Mimi enjoys sunny balconies", source="reflection", source_id="ref_q",
-                       now=T0, settings=S, stop_names=NAMES)
+    queued = add_entry(
+        added.persona,
+        [],
+        "neko",
+        "Mimi enjoys sunny balconies",
+        source="reflection",
+        source_id="ref_q",
+        now=T0,
+        settings=S,
+        stop_names=NAMES,
+    )
     assert queued.kind == "queued" and queued.entry_id == "prom_ref_p"
     item = queued.corrections[0]
-    assert (item.old_text, item.new_text, item.old_entry_id, item.source_id) == (ref.text, "Mimi enjoys sunny balconies", "prom_ref_p", "ref_q")
+    assert (item.old_text, item.new_text, item.old_entry_id, item.source_id) == (
+        ref.text,
+        "Mimi enjoys sunny balconies",
+        "prom_ref_p",
+        "ref_q",
+    )
     assert queued.persona == added.persona
     again, was_added = enqueue_correction(queued.corrections, msgspec.structs.replace(item, created_at="later"))
     assert not was_added and len(again) == 1
@@ -168,12 +191,20 @@ def test_promote_decision_creates_entry() -> None:
 
 def test_merge_decision_rewrites_target_and_takes_max_evidence() -> None:
     persona = card_persona()
-    target = PersonaEntry(id="manual_t", text="Mimi likes windows", reinforcement=1.0, rein_last_signal_at=to_iso(T0),
-                          disputation=0.5, disp_last_signal_at=to_iso(T0), sub_zero_days=3)
+    target = PersonaEntry(
+        id="manual_t",
+        text="Mimi likes windows",
+        reinforcement=1.0,
+        rein_last_signal_at=to_iso(T0),
+        disputation=0.5,
+        disp_last_signal_at=to_iso(T0),
+        sub_zero_days=3,
+    )
     persona["neko"].append(target)
     ref = promotable_ref()
-    out = apply_promotion_decision(ref, {"action": "merge", "target_id": "manual_t", "text": "Mimi loves sunny windows"},
-                                   persona, [], T0, S)
+    out = apply_promotion_decision(
+        ref, {"action": "merge", "target_id": "manual_t", "text": "Mimi loves sunny windows"}, persona, [], T0, S
+    )
     assert out.kind == "merged" and out.reflection.status == "merged" and out.reflection.absorbed_into == "manual_t"
     merged = find_entry(out.persona, "manual_t")[1]
     assert merged.text == "Mimi loves sunny windows" and merged.merged_from_ids == ["ref_p"]
@@ -188,9 +219,13 @@ def test_invalid_and_stale_decisions_change_nothing() -> None:
     persona = card_persona()
     ref = promotable_ref()
     card_id = persona["neko"][0].id
-    for output in ({"action": "merge", "target_id": card_id, "text": "x"}, {"action": "merge", "target_id": "nope", "text": "x"},
-                   {"action": "merge", "target_id": card_id, "text": None}, {"action": "contradiction", "target_id": None},
-                   {"action": "dance"}):
+    for output in (
+        {"action": "merge", "target_id": card_id, "text": "x"},
+        {"action": "merge", "target_id": "nope", "text": "x"},
+        {"action": "merge", "target_id": card_id, "text": None},
+        {"action": "contradiction", "target_id": None},
+        {"action": "dance"},
+    ):
         out = apply_promotion_decision(ref, output, persona, [], T0, S)
         assert out.kind == "invalid" and out.reflection == ref and out.persona == persona
     weak = promotable_ref(reinforcement=1.5)
@@ -235,8 +270,14 @@ def test_promotion_pool_budget_and_prompt() -> None:
 
 def _queued():
     persona = {"neko": [PersonaEntry(id="manual_t", text="Mimi sleeps all day", reinforcement=1.0, recent_mentions=["x"])]}
-    item = Correction(old_text="Mimi sleeps all day", new_text="Mimi sleeps only at noon", entity="neko",
-                      created_at=to_iso(T0), old_entry_id="manual_t", source_id="ref_p")
+    item = Correction(
+        old_text="Mimi sleeps all day",
+        new_text="Mimi sleeps only at noon",
+        entity="neko",
+        created_at=to_iso(T0),
+        old_entry_id="manual_t",
+        source_id="ref_p",
+    )
     return persona, [item], item
 
 
@@ -300,9 +341,12 @@ def test_signals_and_mentions_on_non_protected_entries() -> None:
 
 
 def test_v1_persona_file_is_migrated() -> None:
-    raw = {"user": {"dynamics": [{"id": "legacy_1", "text": "likes tea"}]}, "ai": {"facts": [{"id": "x", "text": "cat"}]},
-           "__meta__": {"facts": [{"id": "__evidence_migration_v1__", "text": "", "protected": True}]},
-           "relationship": {"facts": [{"no_id": True}]}}
+    raw = {
+        "user": {"dynamics": [{"id": "legacy_1", "text": "likes tea"}]},
+        "ai": {"facts": [{"id": "x", "text": "cat"}]},
+        "__meta__": {"facts": [{"id": "__evidence_migration_v1__", "text": "", "protected": True}]},
+        "relationship": {"facts": [{"no_id": True}]},
+    }
     persona = persona_from_disk(raw)
     assert list(persona) == ["master", "neko", "relationship"]
     assert persona["master"][0].text == "likes tea" and persona["relationship"] == []

@@ -26,7 +26,9 @@ TEAS = "jasmine oolong matcha sencha rooibos chamomile darjeeling assam genmaich
 
 def facts_for(request: dict) -> dict:
     text = "\n".join(str(m.get("content")) for m in request.get("messages", []))
-    return {"facts": [{"text": f"Master drinks {tea} tea", "importance": 7, "entity": "master"} for tea in TEAS if f"{tea} tea every" in text]}
+    return {
+        "facts": [{"text": f"Master drinks {tea} tea", "importance": 7, "entity": "master"} for tea in TEAS if f"{tea} tea every" in text]
+    }
 
 
 def settle(srv: LiveServer) -> None:
@@ -51,14 +53,24 @@ def test_a_quiet_hour_makes_no_repeated_model_call(tmp_path, fake_llm: FakeLLM):
     fake_llm.on("synthesize_reflection", Reply.prose({"reflection": None}, before="These facts do not add up to a pattern."))
     clock = ManualClock(datetime(2026, 6, 1, 21, 0, tzinfo=timezone.utc))
     settings = make_settings(
-        tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake", embedding_enabled=False,
+        tmp_path,
+        llm_base_url=fake_llm.base_url,
+        llm_model="fake",
+        embedding_enabled=False,
         passivate_idle_seconds=7200,  # the character stays active through the hour
         recent_compress_threshold_items=100,  # no compression: the review sees one window
     )
     with LiveServer(settings, clock=clock) as srv:
         for tea in TEAS:
-            r = srv.post(f"/cache/{NAME}", json={"input_history": [
-                {"role": "user", "content": f"I drink {tea} tea every day"}, {"role": "assistant", "content": "Lovely."}]})
+            r = srv.post(
+                f"/cache/{NAME}",
+                json={
+                    "input_history": [
+                        {"role": "user", "content": f"I drink {tea} tea every day"},
+                        {"role": "assistant", "content": "Lovely."},
+                    ]
+                },
+            )
             assert r.status_code == 200, r.text
         settle(srv)
         before = Counter(fake_llm.tally())
@@ -107,13 +119,24 @@ def test_a_failing_model_is_retried_with_backoff_not_on_every_tick(tmp_path, fak
         fake_llm.on(task, Reply.status(500, "down"))
     clock = ManualClock(datetime(2026, 6, 1, 21, 0, tzinfo=timezone.utc))
     settings = make_settings(
-        tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake", embedding_enabled=False,
-        passivate_idle_seconds=7200, llm_max_retries=0,
+        tmp_path,
+        llm_base_url=fake_llm.base_url,
+        llm_model="fake",
+        embedding_enabled=False,
+        passivate_idle_seconds=7200,
+        llm_max_retries=0,
     )
     with LiveServer(settings, clock=clock) as srv:
         for tea in TEAS:
-            r = srv.post(f"/cache/{NAME}", json={"input_history": [
-                {"role": "user", "content": f"I drink {tea} tea every day"}, {"role": "assistant", "content": "Lovely."}]})
+            r = srv.post(
+                f"/cache/{NAME}",
+                json={
+                    "input_history": [
+                        {"role": "user", "content": f"I drink {tea} tea every day"},
+                        {"role": "assistant", "content": "Lovely."},
+                    ]
+                },
+            )
             assert r.status_code == 200, r.text
         facts = [{"text": f"Master drinks {tea} tea", "importance": 7} for tea in TEAS]
         assert srv.post(f"/api/characters/{NAME}/facts", json={"facts": facts}).status_code == 200
@@ -145,10 +168,19 @@ def test_quiet_hour_with_vectors_spaces_dedup_and_refinement(tmp_path, fake_llm:
     clock = ManualClock(datetime(2026, 6, 1, 21, 0, tzinfo=timezone.utc))
     paths = CharacterPaths(tmp_path, NAME)
     paths.ensure()
-    paths.persona.write_text(json.dumps({"master": {"facts": [
-        {"id": "prom_a", "text": "Master loves green tea very much", "source": "reflection"},
-        {"id": "prom_b", "text": "Master really adores drinking green tea", "source": "reflection"},
-    ]}}), encoding="utf-8")
+    paths.persona.write_text(
+        json.dumps(
+            {
+                "master": {
+                    "facts": [
+                        {"id": "prom_a", "text": "Master loves green tea very much", "source": "reflection"},
+                        {"id": "prom_b", "text": "Master really adores drinking green tea", "source": "reflection"},
+                    ]
+                }
+            }
+        ),
+        encoding="utf-8",
+    )
     settings = make_settings(tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake", passivate_idle_seconds=7200)
     with LiveServer(settings, clock=clock, embeddings=embedding_service) as srv:
         for text in ("Master loves green tea very much", "Master really adores drinking green tea"):

@@ -104,8 +104,15 @@ def entry(id: str, text: str, tier: str = "fact", **kw: Any) -> IndexEntry:
 def test_feed_replace_family_filters_and_remove(tmp_path: Path) -> None:
     rt = start_runtime(tmp_path)
     try:
-        feed(rt, [entry("f1", "green tea in the morning"), entry("f2", "green tea after dinner"),
-                  entry("a1", "green tea long ago", tier="fact_archive"), entry("r1", "loves green tea", tier="reflection")])
+        feed(
+            rt,
+            [
+                entry("f1", "green tea in the morning"),
+                entry("f2", "green tea after dinner"),
+                entry("a1", "green tea long ago", tier="fact_archive"),
+                entry("r1", "loves green tea", tier="reflection"),
+            ],
+        )
         assert set(ids(query(rt, "green tea"))) == {"f1", "f2", "a1", "r1"}
         tiers = {r["id"]: r["tier"] for r in query(rt, "green tea")["results"]}
         assert tiers == {"f1": "fact", "f2": "fact", "a1": "fact_archive", "r1": "reflection"}
@@ -113,9 +120,15 @@ def test_feed_replace_family_filters_and_remove(tmp_path: Path) -> None:
         feed(rt, [entry("f1", "green tea in the morning")], replace_tier="fact")
         assert set(ids(query(rt, "green tea"))) == {"f1", "r1"}
         # The hard filter: not searchable, negative score, empty text, unknown tiers (persona).
-        feed(rt, [entry("r1", "loves green tea", tier="reflection", searchable=False),
-                  entry("r2", "green tea is denied", tier="reflection", score=-0.2),
-                  entry("f3", "   "), entry("p1", "green tea persona", tier="persona")])
+        feed(
+            rt,
+            [
+                entry("r1", "loves green tea", tier="reflection", searchable=False),
+                entry("r2", "green tea is denied", tier="reflection", score=-0.2),
+                entry("f3", "   "),
+                entry("p1", "green tea persona", tier="persona"),
+            ],
+        )
         assert ids(query(rt, "green tea")) == ["f1"]
         rt.registry.tell(NAME, "recall", IndexRemove(ids=["f1"]))
         body = query(rt, "green tea")
@@ -127,13 +140,21 @@ def test_feed_replace_family_filters_and_remove(tmp_path: Path) -> None:
 def test_time_only_uses_created_at_and_skips_untimed(tmp_path: Path) -> None:
     rt = start_runtime(tmp_path)
     try:
-        feed(rt, [
-            IndexEntry(id="e1", tier="fact", text="event on the tenth", event_start_at="2026-02-10T09:00:00+00:00"),
-            IndexEntry(id="c1", tier="reflection", text="only a creation time", created_at="2026-02-10T20:00:00+00:00"),
-            IndexEntry(id="n1", tier="fact", text="no time at all"),
-            IndexEntry(id="x1", tier="fact", text="a week later", event_start_at="2026-02-17T09:00:00+00:00",
-                       event_end_at="2026-02-18T09:00:00+00:00"),
-        ])
+        feed(
+            rt,
+            [
+                IndexEntry(id="e1", tier="fact", text="event on the tenth", event_start_at="2026-02-10T09:00:00+00:00"),
+                IndexEntry(id="c1", tier="reflection", text="only a creation time", created_at="2026-02-10T20:00:00+00:00"),
+                IndexEntry(id="n1", tier="fact", text="no time at all"),
+                IndexEntry(
+                    id="x1",
+                    tier="fact",
+                    text="a week later",
+                    event_start_at="2026-02-17T09:00:00+00:00",
+                    event_end_at="2026-02-18T09:00:00+00:00",
+                ),
+            ],
+        )
         body = query(rt, when="2026-02-10", now=datetime(2026, 3, 1, tzinfo=timezone.utc))
         assert ids(body) == ["c1", "e1", "x1"]  # inside first (later start first), then nearest
         assert all(r["score"] is None for r in body["results"]) and body["time"] == "2026-02-10"
@@ -146,15 +167,22 @@ def test_vectors_are_computed_on_the_pool_cached_and_reused(tmp_path: Path, real
     rt = start_runtime(tmp_path, embeddings=spy)
     try:
         assert isinstance(rt.services.hooks["embedding_pending"], PendingCounter)
-        feed(rt, [entry(f"f{i}", f"memory number {i} about tea") for i in range(5)]
-             + [entry("a1", "archived tea memory", tier="fact_archive")])
+        feed(
+            rt,
+            [entry(f"f{i}", f"memory number {i} about tea") for i in range(5)] + [entry("a1", "archived tea memory", tier="fact_archive")],
+        )
         wait_vectors(rt)
         assert spy.embedded["passage"] == 5  # archive entries get no vector
         model = real_embeddings.model_id
         vec = vector_codec.encode(real_embeddings.embed(["Master adores jasmine tea"])[0])
         sha = text_sha256("Master adores jasmine tea")
-        feed(rt, [entry("c1", "Master adores jasmine tea", vector=vec, vector_model=model, text_sha256=sha),
-                  entry("c2", "Master adores oolong tea", vector=vec, vector_model=model, text_sha256="stale")])
+        feed(
+            rt,
+            [
+                entry("c1", "Master adores jasmine tea", vector=vec, vector_model=model, text_sha256=sha),
+                entry("c2", "Master adores oolong tea", vector=vec, vector_model=model, text_sha256="stale"),
+            ],
+        )
         wait_vectors(rt)
         assert spy.embedded["passage"] == 5 + 1  # c1 reused; c2 (stale sha) recomputed
     finally:
@@ -183,7 +211,9 @@ def test_maintenance_recall_without_vectors(tmp_path: Path) -> None:
     try:
         feed(rt, [entry("r1", "loves tea", tier="reflection"), entry("r2", "hates rain", tier="reflection")])
         order = [f"c{i}" for i in range(10)]
-        got = rt.registry.ask_sync(NAME, "recall", lambda reply: RankForStage2(query_texts=["tea"], candidate_ids=order, budget=2, reply=reply))
+        got = rt.registry.ask_sync(
+            NAME, "recall", lambda reply: RankForStage2(query_texts=["tea"], candidate_ids=order, budget=2, reply=reply)
+        )
         assert got == order[:6]  # evidence order kept, cut to 3 x budget
         got = rt.registry.ask_sync(NAME, "recall", lambda reply: RelatedFacts(query_texts=["tea"], per_query_k=3, cap=20, reply=reply))
         assert got == []
@@ -194,29 +224,45 @@ def test_maintenance_recall_without_vectors(tmp_path: Path) -> None:
 def test_maintenance_recall_with_vectors(tmp_path: Path, real_embeddings: EmbeddingService) -> None:
     rt = start_runtime(tmp_path, embeddings=real_embeddings)
     try:
-        feed(rt, [
-            entry("r_tea", "Master drinks green tea every morning", tier="reflection"),
-            entry("r_cat", "Master has a white cat named Snow", tier="reflection"),
-            entry("r_job", "Master works as a nurse at night", tier="reflection"),
-            entry("f_tea", "Master bought matcha powder", tier="fact"),
-            entry("f_cat", "The cat sleeps on Master's bed", tier="fact"),
-            entry("f_job", "Master had a long night shift at the hospital", tier="fact"),
-        ])
+        feed(
+            rt,
+            [
+                entry("r_tea", "Master drinks green tea every morning", tier="reflection"),
+                entry("r_cat", "Master has a white cat named Snow", tier="reflection"),
+                entry("r_job", "Master works as a nurse at night", tier="reflection"),
+                entry("f_tea", "Master bought matcha powder", tier="fact"),
+                entry("f_cat", "The cat sleeps on Master's bed", tier="fact"),
+                entry("f_job", "Master had a long night shift at the hospital", tier="fact"),
+            ],
+        )
         wait_vectors(rt)
         candidates = ["r_job", "r_cat", "r_tea", "persona_1"]
-        got = rt.registry.ask_sync(NAME, "recall", lambda reply: RankForStage2(
-            query_texts=["I had a cup of tea"], candidate_ids=candidates, budget=1, reply=reply))
+        got = rt.registry.ask_sync(
+            NAME, "recall", lambda reply: RankForStage2(query_texts=["I had a cup of tea"], candidate_ids=candidates, budget=1, reply=reply)
+        )
         assert got[0] == "r_tea" and "persona_1" in got and len(got) == 3  # a reserved slot for the unembedded
-        got = rt.registry.ask_sync(NAME, "recall", lambda reply: RankForStage2(
-            query_texts=["my kitten"], candidate_ids=candidates, budget=2, reply=reply,
-            candidate_texts={"persona_1": "Master adores kittens and cats"}))
+        got = rt.registry.ask_sync(
+            NAME,
+            "recall",
+            lambda reply: RankForStage2(
+                query_texts=["my kitten"],
+                candidate_ids=candidates,
+                budget=2,
+                reply=reply,
+                candidate_texts={"persona_1": "Master adores kittens and cats"},
+            ),
+        )
         assert set(got[:2]) == {"r_cat", "persona_1"}
-        got = rt.registry.ask_sync(NAME, "recall", lambda reply: RelatedFacts(
-            query_texts=["tea time", "my pet cat"], per_query_k=2, cap=3, exclude_ids=["f_job"], reply=reply))
+        got = rt.registry.ask_sync(
+            NAME,
+            "recall",
+            lambda reply: RelatedFacts(query_texts=["tea time", "my pet cat"], per_query_k=2, cap=3, exclude_ids=["f_job"], reply=reply),
+        )
         # Round-robin: each query's best before anyone's second; capped; the excluded id never.
         assert got[0] in {"r_tea", "f_tea"} and got[1] in {"r_cat", "f_cat"} and len(got) == 3 and "f_job" not in got
-        got = rt.registry.ask_sync(NAME, "recall", lambda reply: RelatedFacts(
-            query_texts=["green tea powder"], per_query_k=5, cap=20, tiers=["fact"], reply=reply))
+        got = rt.registry.ask_sync(
+            NAME, "recall", lambda reply: RelatedFacts(query_texts=["green tea powder"], per_query_k=5, cap=20, tiers=["fact"], reply=reply)
+        )
         assert got[0] == "f_tea" and set(got) == {"f_tea", "f_cat", "f_job"}
     finally:
         rt.stop()

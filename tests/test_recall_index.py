@@ -98,10 +98,12 @@ def test_vector_leg_finds_what_bm25_cannot():
 
 def test_time_windows_and_the_query_plan():
     index = make_index()
-    index.upsert([
-        entry("d8", "dinner at the harbour", event_start_at="2025-12-08T19:00:00+00:00"),
-        entry("d1", "lunch in the park", event_start_at="2025-12-01T12:00:00+00:00"),
-    ])
+    index.upsert(
+        [
+            entry("d8", "dinner at the harbour", event_start_at="2025-12-08T19:00:00+00:00"),
+            entry("d1", "lunch in the park", event_start_at="2025-12-01T12:00:00+00:00"),
+        ]
+    )
     now = datetime(2025, 12, 10, 12, tzinfo=UTC)
     plan = plan_query("what did we eat on 8 December 2025", "", now, index, settings(), 0.0)
     assert plan.hinted == {"d8"} and "December" not in plan.search and plan.allowed is None
@@ -113,11 +115,13 @@ def test_time_windows_and_the_query_plan():
 
 def test_maintenance_ranking():
     index = make_index()
-    index.upsert([
-        entry("r1", "Master likes cats", tier="reflection", vec=unit(1, 0, 0)),
-        entry("r2", "Master likes dogs", tier="reflection", vec=unit(0, 1, 0)),
-        entry("f1", "Master adopted a kitten", vec=unit(0.9, 0.1, 0)),
-    ])
+    index.upsert(
+        [
+            entry("r1", "Master likes cats", tier="reflection", vec=unit(1, 0, 0)),
+            entry("r2", "Master likes dogs", tier="reflection", vec=unit(0, 1, 0)),
+            entry("f1", "Master adopted a kitten", vec=unit(0.9, 0.1, 0)),
+        ]
+    )
     index.attach_model(MODEL, 3)
     queries = np.stack([unit(1, 0, 0)])
     assert index.coarse_rank(["r2", "r1"], 2, queries, 1, []) == ["r1", "r2"]
@@ -138,10 +142,12 @@ def test_entries_the_hard_filter_excludes_are_not_indexed(bad):
 
 def test_a_visibility_filter_restricts_every_path():
     index = make_index()
-    index.upsert([
-        entry("d8", "dinner at the harbour", event_start_at="2025-12-08T19:00:00+00:00"),
-        entry("d1", "dinner in the park", event_start_at="2025-12-01T12:00:00+00:00"),
-    ])
+    index.upsert(
+        [
+            entry("d8", "dinner at the harbour", event_start_at="2025-12-08T19:00:00+00:00"),
+            entry("d1", "dinner in the park", event_start_at="2025-12-01T12:00:00+00:00"),
+        ]
+    )
     now = datetime(2025, 12, 10, 12, tzinfo=UTC)
     plan = plan_query("dinner", "", now, index, settings(), 0.0, visible={"d1"})
     assert plan.allowed == {"d1"}

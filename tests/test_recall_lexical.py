@@ -187,8 +187,12 @@ def test_incremental_writes_match_a_fresh_index(seed: int, list_max: int) -> Non
     rng = random.Random(seed)
     # Small thresholds so that per-term compaction, slot renumbering and (with a small
     # list_max) growing posting arrays all happen.
-    settings = dict(recall_bm25_compact_dead_ratio=0.2, recall_bm25_compact_min_slots=5,
-                    recall_index_initial_capacity=4, recall_bm25_list_postings_max=list_max)
+    settings = dict(
+        recall_bm25_compact_dead_ratio=0.2,
+        recall_bm25_compact_min_slots=5,
+        recall_index_initial_capacity=4,
+        recall_bm25_list_postings_max=list_max,
+    )
     index = build({}, **settings)
     docs: dict[str, str] = {}
     queries = ["tea cake", "拉面", "ラーメン 猫", "coffee night", "紅茶ケーキ", "rain 雨 music"]

@@ -66,8 +66,11 @@ def test_time_only_returns_the_entries_nearest_the_window(tmp_path: Path) -> Non
         assert all(r["score"] is None for r in body["results"])
         assert body["query"] == "" and body["time"] == "2026-02-10" and body["candidates_total"] == len(FACTS)
         assert texts(ask(srv, time="2026-03-01/2026-03-31"))[:3] == [
-            "Master visited the dentist", "Master ate sushi with friends", "Master ate ramen alone"]  # later first
-        assert texts(ask(srv, time="2026-01-16")) [0] == "Master ate curry at a street stall"  # a range event overlaps
+            "Master visited the dentist",
+            "Master ate sushi with friends",
+            "Master ate ramen alone",
+        ]  # later first
+        assert texts(ask(srv, time="2026-01-16"))[0] == "Master ate curry at a street stall"  # a range event overlaps
 
 
 def test_query_and_time_never_return_an_entry_outside_the_window(tmp_path: Path) -> None:
@@ -125,8 +128,10 @@ def test_the_display_time_zone_decides_what_yesterday_is(tmp_path: Path) -> None
 def test_a_time_inside_the_query_ranks_that_time_first(tmp_path: Path) -> None:
     with server(tmp_path) as srv:
         load(srv)
-        srv.post(f"/api/characters/{NAME}/facts", json={"facts": [
-            {"text": "Master ate pizza at a birthday party", "event_start_at": "2026-03-09T20:00:00+00:00"}]}).raise_for_status()
+        srv.post(
+            f"/api/characters/{NAME}/facts",
+            json={"facts": [{"text": "Master ate pizza at a birthday party", "event_start_at": "2026-03-09T20:00:00+00:00"}]},
+        ).raise_for_status()
         assert texts(ask(srv, query="what pizza did Master eat yesterday?"))[0] == "Master ate pizza at a birthday party"
         assert texts(ask(srv, query="pizza on 2026-02-10"))[0] == "Master ate pizza at home"
         assert texts(ask(srv, query="pizza in February 2026"))[0] == "Master ate pizza at home"

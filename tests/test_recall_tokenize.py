@@ -51,9 +51,21 @@ def test_hangul_words_are_whole_tokens() -> None:
 
 def test_english_suffix_folding() -> None:
     assert [fold_english(w) for w in ("cats", "stories", "boxes", "classes", "dishes", "likes")] == [
-        "cat", "story", "box", "class", "dish", "like"]
+        "cat",
+        "story",
+        "box",
+        "class",
+        "dish",
+        "like",
+    ]
     assert [fold_english(w) for w in ("glass", "virus", "analysis", "bus", "this", "ramen")] == [
-        "glass", "virus", "analysis", "bus", "this", "ramen"]
+        "glass",
+        "virus",
+        "analysis",
+        "bus",
+        "this",
+        "ramen",
+    ]
     assert tokenize("the cat's toys") == tokenize("the cat toy")
     plain = Tokenizer(RecallSettings(recall_fold_english_suffixes=False))
     assert plain("cats") == ["cats"]

@@ -41,10 +41,7 @@ def turn(role: str, text: str, i: int = 0) -> Turn:
 
 
 def dialogue(n: int, words: int = 5) -> list[Turn]:
-    return [
-        turn("human" if i % 2 == 0 else "ai", f"message {i} " + " ".join(f"w{i}x{j}" for j in range(words)), i)
-        for i in range(n)
-    ]
+    return [turn("human" if i % 2 == 0 else "ai", f"message {i} " + " ".join(f"w{i}x{j}" for j in range(words)), i) for i in range(n)]
 
 
 class FakeSummarizer:

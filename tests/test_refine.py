@@ -76,12 +76,14 @@ def test_size_cap_topk_and_limit():
 
 
 def test_seed_is_the_strongest_pair_and_members_by_similarity():
-    sim = np.array([
-        [1.0, 0.85, 0.83, 0.10],
-        [0.85, 1.0, 0.84, 0.10],
-        [0.83, 0.84, 1.0, 0.97],
-        [0.10, 0.10, 0.97, 1.0],
-    ])
+    sim = np.array(
+        [
+            [1.0, 0.85, 0.83, 0.10],
+            [0.85, 1.0, 0.84, 0.10],
+            [0.83, 0.84, 1.0, 0.97],
+            [0.10, 0.10, 0.97, 1.0],
+        ]
+    )
     clusters = rf.build_clusters(["p", "q", "r", "s"], sim, threshold=0.82, topk=5, size_max=6, limit=3)
     assert clusters[0][:2] == ["r", "s"]  # strongest edge seeds first
     assert clusters[0] == ["r", "s", "q", "p"]
@@ -129,7 +131,9 @@ def test_cached_vector_requires_model_and_text_match():
     assert rf.cached_vector(r, "m", 8) is None
     stale = ref("ref_1", "coffee", embedding=enc, embedding_model_id="m", embedding_text_sha256=text_sha256("tea"))
     assert rf.cached_vector(stale, "m", 4) is None
-    assert rf.cached_vector(ref("ref_2", "x", embedding="%%%", embedding_model_id="m", embedding_text_sha256=text_sha256("x")), "m", 4) is None
+    assert (
+        rf.cached_vector(ref("ref_2", "x", embedding="%%%", embedding_model_id="m", embedding_text_sha256=text_sha256("x")), "m", 4) is None
+    )
 
 
 def test_plan_skips_recent_clusters_until_revisit_and_counts_across_groups():
@@ -169,16 +173,18 @@ def test_failed_members_are_excluded_until_self_heal():
 
 def test_parse_actions_drops_invalid_parts():
     ids = ["a", "b", "c", "d"]
-    out = {"actions": [
-        {"op": "merge", "ids": ["a", "zzz", "b"], "texts": ["  ", "a and b"]},  # unknown id dropped, empty text skipped
-        {"op": "modify", "ids": ["a"], "texts": ["again"]},  # a already used
-        {"op": "modify", "ids": ["c"], "texts": []},  # no text
-        {"op": "split", "ids": ["d"], "texts": ["only one"]},  # becomes a modify
-        {"op": "explode", "ids": ["c"], "texts": []},
-        {"op": "keep", "ids": "c"},
-        "garbage",
-        {"op": "discard", "ids": ["card_1"], "texts": []},  # outside the cluster
-    ]}
+    out = {
+        "actions": [
+            {"op": "merge", "ids": ["a", "zzz", "b"], "texts": ["  ", "a and b"]},  # unknown id dropped, empty text skipped
+            {"op": "modify", "ids": ["a"], "texts": ["again"]},  # a already used
+            {"op": "modify", "ids": ["c"], "texts": []},  # no text
+            {"op": "split", "ids": ["d"], "texts": ["only one"]},  # becomes a modify
+            {"op": "explode", "ids": ["c"], "texts": []},
+            {"op": "keep", "ids": "c"},
+            "garbage",
+            {"op": "discard", "ids": ["card_1"], "texts": []},  # outside the cluster
+        ]
+    }
     ops = rf.parse_actions(out, ids)
     assert ops == [rf.RefineOp("merge", ("a", "b"), ("a and b",)), rf.RefineOp("modify", ("d",), ("only one",))]
     assert rf.parse_actions(None, ids) == []
@@ -205,12 +211,36 @@ def test_parse_accepts_validated_structs():
 
 def members():
     return [
-        ref("r1", "Master likes tea", status="pending", source_fact_ids=["f1", "f2"], reinforcement=0.4,
-            rein_last_signal_at=to_iso(NOW), embedding="vec", embedding_model_id="m", embedding_text_sha256="s"),
-        ref("r2", "Master enjoys tea", status="confirmed", source_fact_ids=["f2", "f3"], reinforcement=1.2,
-            rein_last_signal_at=to_iso(NOW), confirmed_at=to_iso(NOW - timedelta(days=1))),
-        ref("r3", "Master drinks tea and jogs", status="pending", source_fact_ids=["f4"], reinforcement=0.6,
-            disputation=0.1, rein_last_signal_at=to_iso(NOW), disp_last_signal_at=to_iso(NOW)),
+        ref(
+            "r1",
+            "Master likes tea",
+            status="pending",
+            source_fact_ids=["f1", "f2"],
+            reinforcement=0.4,
+            rein_last_signal_at=to_iso(NOW),
+            embedding="vec",
+            embedding_model_id="m",
+            embedding_text_sha256="s",
+        ),
+        ref(
+            "r2",
+            "Master enjoys tea",
+            status="confirmed",
+            source_fact_ids=["f2", "f3"],
+            reinforcement=1.2,
+            rein_last_signal_at=to_iso(NOW),
+            confirmed_at=to_iso(NOW - timedelta(days=1)),
+        ),
+        ref(
+            "r3",
+            "Master drinks tea and jogs",
+            status="pending",
+            source_fact_ids=["f4"],
+            reinforcement=0.6,
+            disputation=0.1,
+            rein_last_signal_at=to_iso(NOW),
+            disp_last_signal_at=to_iso(NOW),
+        ),
         ref("r4", "Master's tea is green", status="pending", source_fact_ids=["f5"]),
     ]
 
@@ -261,7 +291,9 @@ def test_modify_split_discard():
     result = rf.refine_reflections(ms, ops, NOW, S, taken_ids=["r1", "r2", "r3", "r4"])
     by = {r.id: r for r in result.records}
     assert by["r1"].text == "Master likes green tea" and by["r1"].embedding is None and by["r1"].embedding_model_id is None
-    assert by["r1"].modification_history == [{"old_text": "Master likes tea", "modified_at": to_iso(NOW), "reason": "refine_modify", "absorbed_fact_ids": []}]
+    assert by["r1"].modification_history == [
+        {"old_text": "Master likes tea", "modified_at": to_iso(NOW), "reason": "refine_modify", "absorbed_fact_ids": []}
+    ]
     assert by["r4"].status == "denied" and by["r4"].denied_reason == "refine_discard" and by["r4"].denied_at == to_iso(NOW)
     new = [by[i] for i in result.outcome.created]
     assert [r.text for r in new] == ["Master drinks tea", "Master jogs"]
@@ -304,8 +336,15 @@ def persona():
         "master": [
             entry("card_1", "Master: likes tea", source="character_card", protected=True),
             entry("p1", "Master likes tea", source="reflection", source_id="ref_a", reinforcement=0.5, rein_last_signal_at=to_iso(NOW)),
-            entry("p2", "Master enjoys tea", source="reflection", source_id="ref_b", reinforcement=1.5,
-                  rein_last_signal_at=to_iso(NOW), merged_from_ids=["ref_c"]),
+            entry(
+                "p2",
+                "Master enjoys tea",
+                source="reflection",
+                source_id="ref_b",
+                reinforcement=1.5,
+                rein_last_signal_at=to_iso(NOW),
+                merged_from_ids=["ref_c"],
+            ),
             entry("p3", "Master jogs and paints", reinforcement=0.3, rein_last_signal_at=to_iso(NOW), token_count=7),
             entry("p4", "Master is tall"),
         ],
@@ -316,13 +355,15 @@ def persona():
 def test_persona_merge_modify_split_discard_and_protection():
     before = persona()
     ids = ["p1", "p2", "p3", "p4"]
-    out = {"actions": [
-        {"op": "merge", "ids": ["p1", "p2"], "texts": ["Master loves tea"]},
-        {"op": "split", "ids": ["p3"], "texts": ["Master jogs", "Master paints"]},
-        {"op": "discard", "ids": ["p4", "card_1"], "texts": []},
-        {"op": "modify", "ids": ["card_1"], "texts": ["hacked"]},
-        {"op": "modify", "ids": ["n1"], "texts": ["hacked"]},
-    ]}
+    out = {
+        "actions": [
+            {"op": "merge", "ids": ["p1", "p2"], "texts": ["Master loves tea"]},
+            {"op": "split", "ids": ["p3"], "texts": ["Master jogs", "Master paints"]},
+            {"op": "discard", "ids": ["p4", "card_1"], "texts": []},
+            {"op": "modify", "ids": ["card_1"], "texts": ["hacked"]},
+            {"op": "modify", "ids": ["n1"], "texts": ["hacked"]},
+        ]
+    }
     ops = rf.parse_actions(out, ids)
     result = rf.refine_persona(before, "master", ids, ops, NOW, S)
     master = result.persona["master"]

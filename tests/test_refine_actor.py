@@ -28,12 +28,21 @@ TEA = "Master loves green tea every morning"
 TEA_2 = "Master loves drinking green tea in the morning"
 JOB = "Master is a software engineer"
 FACT_TEXTS = [
-    "Master brewed sencha at dawn", "A kettle whistles in Master's kitchen", "Master bought a new teapot",
-    "Master said warm drinks calm him", "Master visited a tea farm in Shizuoka",
-    "Master sips matcha before work", "Master keeps a jar of gyokuro leaves", "Master prefers cups without handles",
-    "Master read a book about tea ceremonies", "Master refills his flask at noon",
-    "Master fixed a bug in the payment service", "Master reviews code on Fridays", "Master writes Python at his job",
-    "Master's team ships a release every month", "Master mentors two junior developers",
+    "Master brewed sencha at dawn",
+    "A kettle whistles in Master's kitchen",
+    "Master bought a new teapot",
+    "Master said warm drinks calm him",
+    "Master visited a tea farm in Shizuoka",
+    "Master sips matcha before work",
+    "Master keeps a jar of gyokuro leaves",
+    "Master prefers cups without handles",
+    "Master read a book about tea ceremonies",
+    "Master refills his flask at noon",
+    "Master fixed a bug in the payment service",
+    "Master reviews code on Fridays",
+    "Master writes Python at his job",
+    "Master's team ships a release every month",
+    "Master mentors two junior developers",
 ]
 
 
@@ -96,8 +105,12 @@ def run_pass(srv: LiveServer, clock: ManualClock, seconds: float, **delta: float
 
 def test_reflection_clusters_are_refined_and_revisited(tmp_path: Path, fake_llm: Any, embeddings: EmbeddingService) -> None:
     texts = iter([TEA, TEA_2, JOB])
-    fake_llm.on("synthesize_reflection", lambda req: {"reflection": {"text": next(texts), "entity": "master", "time_scope": "pattern",
-                                                                      "event_start_at": None, "event_end_at": None}})
+    fake_llm.on(
+        "synthesize_reflection",
+        lambda req: {
+            "reflection": {"text": next(texts), "entity": "master", "time_scope": "pattern", "event_start_at": None, "event_end_at": None}
+        },
+    )
     fake_llm.on("refine_cluster", lambda req: {"actions": [{"op": "keep", "ids": entry_ids(req), "texts": []}]})
     clock = ManualClock(datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc))
     with LiveServer(settings_for(tmp_path, fake_llm), clock=clock, embeddings=embeddings) as srv:
@@ -130,14 +143,18 @@ def test_reflection_clusters_are_refined_and_revisited(tmp_path: Path, fake_llm:
         # Garbage ids and an id from outside the cluster are ignored; the merge applies.
         def merge(req: dict[str, Any]) -> dict[str, Any]:
             ids = entry_ids(req)
-            return {"actions": [
-                {"op": "modify", "ids": [job], "texts": ["hijacked"]},
-                {"op": "merge", "ids": [*ids, "ref_0000000000000000"], "texts": ["Master drinks green tea every morning"]},
-            ]}
+            return {
+                "actions": [
+                    {"op": "modify", "ids": [job], "texts": ["hijacked"]},
+                    {"op": "merge", "ids": [*ids, "ref_0000000000000000"], "texts": ["Master drinks green tea every morning"]},
+                ]
+            }
 
         fake_llm.on("refine_cluster", merge)
         run_pass(srv, clock, INTERVAL + 1)
-        merged = wait_for(lambda: (lambda rs: rs if "merged" in {rs[tea]["status"], rs[tea2]["status"]} else None)(reflections(srv)), "merge")
+        merged = wait_for(
+            lambda: (lambda rs: rs if "merged" in {rs[tea]["status"], rs[tea2]["status"]} else None)(reflections(srv)), "merge"
+        )
         survivor, gone = (merged[tea], merged[tea2]) if merged[tea2]["status"] == "merged" else (merged[tea2], merged[tea])
         assert survivor["text"] == "Master drinks green tea every morning" and survivor["status"] == "pending"
         assert gone["absorbed_into"] == survivor["id"]
@@ -159,14 +176,27 @@ def write_persona(root: Path) -> None:
     folder = root / NAME
     folder.mkdir(parents=True)
     persona = {
-        "master": {"facts": [
-            {"id": "card_0000aaaa", "text": "Master loves green tea", "source": "character_card", "protected": True},
-            {"id": "manual_20260301000000_00000001", "text": TEA, "source": "manual", "reinforcement": 0.5,
-             "rein_last_signal_at": "2026-03-01T09:00:00+00:00"},
-            {"id": "manual_20260301000000_00000002", "text": TEA_2, "source": "reflection", "source_id": "ref_00000000000000aa",
-             "reinforcement": 1.5, "rein_last_signal_at": "2026-03-01T09:00:00+00:00"},
-            {"id": "manual_20260301000000_00000003", "text": JOB, "source": "manual"},
-        ]},
+        "master": {
+            "facts": [
+                {"id": "card_0000aaaa", "text": "Master loves green tea", "source": "character_card", "protected": True},
+                {
+                    "id": "manual_20260301000000_00000001",
+                    "text": TEA,
+                    "source": "manual",
+                    "reinforcement": 0.5,
+                    "rein_last_signal_at": "2026-03-01T09:00:00+00:00",
+                },
+                {
+                    "id": "manual_20260301000000_00000002",
+                    "text": TEA_2,
+                    "source": "reflection",
+                    "source_id": "ref_00000000000000aa",
+                    "reinforcement": 1.5,
+                    "rein_last_signal_at": "2026-03-01T09:00:00+00:00",
+                },
+                {"id": "manual_20260301000000_00000003", "text": JOB, "source": "manual"},
+            ]
+        },
         "neko": {"facts": []},
         "relationship": {"facts": []},
     }
@@ -177,15 +207,19 @@ def persona_items(srv: LiveServer) -> list[dict[str, Any]]:
     return srv.get(f"/api/characters/{NAME}/persona", params={"limit": 100}).json()["items"]
 
 
-def test_persona_entries_are_embedded_and_merged_without_touching_protected(tmp_path: Path, fake_llm: Any, embeddings: EmbeddingService) -> None:
+def test_persona_entries_are_embedded_and_merged_without_touching_protected(
+    tmp_path: Path, fake_llm: Any, embeddings: EmbeddingService
+) -> None:
     write_persona(tmp_path)
 
     def merge_all(req: dict[str, Any]) -> dict[str, Any]:
         ids = entry_ids(req)
-        return {"actions": [
-            {"op": "merge", "ids": ids, "texts": ["Master drinks green tea each morning"]},
-            {"op": "discard", "ids": ["card_0000aaaa"], "texts": []},
-        ]}
+        return {
+            "actions": [
+                {"op": "merge", "ids": ids, "texts": ["Master drinks green tea each morning"]},
+                {"op": "discard", "ids": ["card_0000aaaa"], "texts": []},
+            ]
+        }
 
     fake_llm.on("refine_cluster", merge_all)
     clock = ManualClock(datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc))
@@ -194,7 +228,10 @@ def test_persona_entries_are_embedded_and_merged_without_touching_protected(tmp_
         card = [e for e in before if e["protected"]]
         run_pass(srv, clock, DELAY + 1)
         wait_for(lambda: fake_llm.calls("refine_cluster"), "refine_cluster")
-        assert sorted(entry_ids(fake_llm.calls("refine_cluster")[0]["body"])) == ["manual_20260301000000_00000001", "manual_20260301000000_00000002"]
+        assert sorted(entry_ids(fake_llm.calls("refine_cluster")[0]["body"])) == [
+            "manual_20260301000000_00000001",
+            "manual_20260301000000_00000002",
+        ]
         items = wait_for(lambda: (lambda xs: xs if len(xs) == 3 else None)(persona_items(srv)), "the merge")
         assert [e for e in items if e["protected"]] == card
         survivor = [e for e in items if e["id"] == "manual_20260301000000_00000002"][0]
@@ -203,7 +240,9 @@ def test_persona_entries_are_embedded_and_merged_without_touching_protected(tmp_
         assert survivor["version_history"][-1]["text"] == TEA_2 and survivor["version_history"][-1]["reason"] == "refine_merge"
         assert survivor["reinforcement"] > 1.0
         assert JOB in [e["text"] for e in items]
-        srv.runtime.registry.ask_sync(NAME, "persona", lambda reply: __import__("nekomem.actors.messages", fromlist=["Flush"]).Flush(reply=reply))
+        srv.runtime.registry.ask_sync(
+            NAME, "persona", lambda reply: __import__("nekomem.actors.messages", fromlist=["Flush"]).Flush(reply=reply)
+        )
         on_disk = json.loads((tmp_path / NAME / "persona.json").read_text(encoding="utf-8"))
         job_entry = [e for e in on_disk["master"]["facts"] if e["text"] == JOB][0]
         assert job_entry["embedding"] and job_entry["embedding_model_id"] == embeddings.model_id  # cached, reused next pass

@@ -58,8 +58,7 @@ words = lambda s: len(s.split())  # noqa: E731
 
 
 def fact(i: int, importance: int = 6, **kw) -> Fact:
-    base = dict(id=f"fact_{i:02d}", text=f"fact number {i}", importance=importance,
-                created_at=to_iso(T0 + timedelta(minutes=i)))
+    base = dict(id=f"fact_{i:02d}", text=f"fact number {i}", importance=importance, created_at=to_iso(T0 + timedelta(minutes=i)))
     base.update(kw)
     return Fact(**base)
 
@@ -121,8 +120,15 @@ def _batch():
 
 def test_build_reflection_from_output() -> None:
     batch = _batch()
-    out = {"reflection": {"text": "Master studies late at night", "entity": "MASTER", "time_scope": "state",
-                          "event_start_at": "2024-02-20", "event_end_at": None}}
+    out = {
+        "reflection": {
+            "text": "Master studies late at night",
+            "entity": "MASTER",
+            "time_scope": "state",
+            "event_start_at": "2024-02-20",
+            "event_end_at": None,
+        }
+    }
     r = build_reflection(out, batch, T0, S, words)
     assert r is not None
     assert r.id == batch.reflection_id and r.status == "pending" and r.entity == "master"
@@ -136,8 +142,21 @@ def test_build_reflection_validation() -> None:
     batch = _batch()
     assert build_reflection({"reflection": None}, batch, T0, S, words) is None
     assert build_reflection({"reflection": {"text": "  ", "entity": "master", "time_scope": "pattern"}}, batch, T0, S, words) is None
-    odd = build_reflection({"reflection": {"text": "x", "entity": "cat", "time_scope": "pattern",
-                                           "event_start_at": "2024-01-01", "event_end_at": "2024-01-05"}}, batch, T0, S, words)
+    odd = build_reflection(
+        {
+            "reflection": {
+                "text": "x",
+                "entity": "cat",
+                "time_scope": "pattern",
+                "event_start_at": "2024-01-01",
+                "event_end_at": "2024-01-05",
+            }
+        },
+        batch,
+        T0,
+        S,
+        words,
+    )
     assert odd is not None and odd.entity == "relationship" and odd.event_end_at is None
     long_text = " ".join(["w"] * 151)
     long = build_reflection({"reflection": {"text": long_text, "entity": "neko", "time_scope": "episode"}}, batch, T0, S, words)
@@ -195,14 +214,21 @@ def test_direct_confirm_moves_pending_to_confirmed() -> None:
 
 
 def test_interpret_and_record_feedback() -> None:
-    got = interpret_feedback({"feedback": [
-        {"reflection_id": "ref_a", "feedback": "confirmed"},
-        {"reflection_id": "ref_a", "feedback": "denied"},
-        {"reflection_id": "ref_x", "feedback": "denied"},
-    ]}, ["ref_a", "ref_b"])
+    got = interpret_feedback(
+        {
+            "feedback": [
+                {"reflection_id": "ref_a", "feedback": "confirmed"},
+                {"reflection_id": "ref_a", "feedback": "denied"},
+                {"reflection_id": "ref_x", "feedback": "denied"},
+            ]
+        },
+        ["ref_a", "ref_b"],
+    )
     assert got == [("ref_a", "confirmed")]
-    surfaced = [SurfacedEntry(reflection_id="ref_a", text="t", surfaced_at=to_iso(T0)),
-                SurfacedEntry(reflection_id="ref_b", text="u", surfaced_at=to_iso(T0), feedback="denied")]
+    surfaced = [
+        SurfacedEntry(reflection_id="ref_a", text="t", surfaced_at=to_iso(T0)),
+        SurfacedEntry(reflection_id="ref_b", text="u", surfaced_at=to_iso(T0), feedback="denied"),
+    ]
     out = record_feedback(surfaced, "ref_a", "ignored", T0)
     assert out[0].feedback == "ignored" and out[0].feedback_at == to_iso(T0)
     out = record_feedback(out, "ref_a", "confirmed", T0)
@@ -211,8 +237,9 @@ def test_interpret_and_record_feedback() -> None:
 
 
 def test_check_feedback_prompt_lists_ids() -> None:
-    body = check_feedback_messages([("ref_a", "Master likes tea")], [Turn("human", "I hate tea now")],
-                                   master_name="Alex", ai_name="Neko")[1]["content"]
+    body = check_feedback_messages([("ref_a", "Master likes tea")], [Turn("human", "I hate tea now")], master_name="Alex", ai_name="Neko")[
+        1
+    ]["content"]
     assert "[ref_a] Master likes tea" in body and "Alex | I hate tea now" in body
 
 
@@ -246,8 +273,11 @@ def test_rebuttal_batch_caps_and_keeps_same_timestamp_cluster() -> None:
 
 
 def test_rebuttal_denies_confirmed_only() -> None:
-    refs, changed = apply_rebuttals([ref(status="confirmed"), ref("ref_b"), ref("ref_c", status="confirmed")],
-                                    [("ref_a", "denied"), ("ref_b", "denied"), ("ref_c", "ignored")], T0)
+    refs, changed = apply_rebuttals(
+        [ref(status="confirmed"), ref("ref_b"), ref("ref_c", status="confirmed")],
+        [("ref_a", "denied"), ("ref_b", "denied"), ("ref_c", "ignored")],
+        T0,
+    )
     assert changed == ["ref_a"] and [r.status for r in refs] == ["denied", "pending", "confirmed"]
     assert refs[0].denied_reason == "user_rebuttal"
 
@@ -281,7 +311,9 @@ def test_record_surfaced_pushes_cooldown_and_resets_feedback() -> None:
     new_refs, new_surfaced = record_surfaced(refs, surfaced, ["ref_a", "ref_b", "ref_zz"], T0, S)
     assert all(r.next_eligible_at == to_iso(T0 + timedelta(minutes=30)) for r in new_refs)
     assert [(s.reflection_id, s.feedback, s.surfaced_at) for s in new_surfaced] == [
-        ("ref_a", None, to_iso(T0)), ("ref_b", None, to_iso(T0))]
+        ("ref_a", None, to_iso(T0)),
+        ("ref_b", None, to_iso(T0)),
+    ]
 
 
 def test_mentions_more_than_twice_in_five_hours_suppress() -> None:
@@ -314,8 +346,16 @@ def test_reply_mentions_only_touch_confirmed() -> None:
 
 @pytest.mark.parametrize(
     ("scope", "age_days", "past"),
-    [("state", 8, True), ("state", 6, False), ("episode", 4, True), ("episode", 2, False),
-     ("pattern", 100, False), (None, 100, False), ("past", 0, True), ("ongoing", 100, False)],
+    [
+        ("state", 8, True),
+        ("state", 6, False),
+        ("episode", 4, True),
+        ("episode", 2, False),
+        ("pattern", 100, False),
+        (None, 100, False),
+        ("past", 0, True),
+        ("ongoing", 100, False),
+    ],
 )
 def test_stale_rules(scope, age_days, past) -> None:
     r = ref(status="confirmed", temporal_scope=scope, event_start_at=to_iso(T0 - timedelta(days=age_days)))
@@ -323,8 +363,12 @@ def test_stale_rules(scope, age_days, past) -> None:
 
 
 def test_stale_anchor_prefers_end_time() -> None:
-    r = ref(status="confirmed", temporal_scope="state", event_start_at=to_iso(T0 - timedelta(days=30)),
-            event_end_at=to_iso(T0 - timedelta(days=1)))
+    r = ref(
+        status="confirmed",
+        temporal_scope="state",
+        event_start_at=to_iso(T0 - timedelta(days=30)),
+        event_end_at=to_iso(T0 - timedelta(days=1)),
+    )
     assert not is_past_for_render(r, T0, S)
 
 
@@ -353,8 +397,11 @@ def test_reset_confirmed_at() -> None:
 
 
 def test_archive_sweep_over_distinct_days() -> None:
-    refs = [ref("ref_neg", disputation=5.0, disp_last_signal_at=to_iso(T0)), ref("ref_pos", reinforcement=1.0),
-            ref("ref_merged", status="merged", disputation=5.0)]
+    refs = [
+        ref("ref_neg", disputation=5.0, disp_last_signal_at=to_iso(T0)),
+        ref("ref_pos", reinforcement=1.0),
+        ref("ref_merged", status="merged", disputation=5.0),
+    ]
     for day in range(13):
         for tick in range(3):  # several sweeps a day count once
             sweep = archive_sweep(refs, T0 + timedelta(days=day, hours=tick), S)
@@ -367,9 +414,11 @@ def test_archive_sweep_over_distinct_days() -> None:
 
 
 def test_age_out_terminal() -> None:
-    refs = [ref("ref_p", status="promoted", promoted_at=to_iso(T0 - timedelta(days=31))),
-            ref("ref_d", status="denied", denied_at=to_iso(T0 - timedelta(days=29))),
-            ref("ref_m", status="merged", created_at=to_iso(T0 - timedelta(days=300)))]
+    refs = [
+        ref("ref_p", status="promoted", promoted_at=to_iso(T0 - timedelta(days=31))),
+        ref("ref_d", status="denied", denied_at=to_iso(T0 - timedelta(days=29))),
+        ref("ref_m", status="merged", created_at=to_iso(T0 - timedelta(days=300))),
+    ]
     kept, moved = age_out_terminal(refs, T0, S)
     assert [r.id for r in moved] == ["ref_p"] and [r.id for r in kept] == ["ref_d", "ref_m"]
 
@@ -377,16 +426,21 @@ def test_age_out_terminal() -> None:
 def test_synthesis_prompt_includes_related_block() -> None:
     messages = synthesize_reflection_messages([fact(1)], [fact(2)], now=T0, master_name="Alex", ai_name="Neko", settings=S)
     assert "RELATED HISTORY" in messages[1]["content"] and "(importance: 6" in messages[1]["content"]
-    assert "RELATED HISTORY>>>" not in synthesize_reflection_messages([fact(1)], now=T0, master_name="A", ai_name="N", settings=S)[1]["content"]
+    assert (
+        "RELATED HISTORY>>>"
+        not in synthesize_reflection_messages([fact(1)], now=T0, master_name="A", ai_name="N", settings=S)[1]["content"]
+    )
 
 
 def test_map_evidence_signals_apply_to_reflections() -> None:
     refs = [ref(status="confirmed"), ref("ref_b", status="confirmed")]
-    sigs = [ResolvedSignal("fact_1", "reflection", "ref_a", "master", "reinforce"),
-            ResolvedSignal("fact_2", "reflection", "ref_a", "master", "reinforce"),
-            ResolvedSignal("fact_3", "reflection", "ref_a", "master", "reinforce"),
-            ResolvedSignal("fact_1", "persona", "ref_b", "master", "negate"),  # not a reflection target
-            ResolvedSignal("fact_4", "reflection", "ref_b", "master", "negate")]
+    sigs = [
+        ResolvedSignal("fact_1", "reflection", "ref_a", "master", "reinforce"),
+        ResolvedSignal("fact_2", "reflection", "ref_a", "master", "reinforce"),
+        ResolvedSignal("fact_3", "reflection", "ref_a", "master", "reinforce"),
+        ResolvedSignal("fact_1", "persona", "ref_b", "master", "negate"),  # not a reflection target
+        ResolvedSignal("fact_4", "reflection", "ref_b", "master", "negate"),
+    ]
     out, changed = apply_resolved_signals(refs, sigs, T0, S)
     assert changed == ["ref_a", "ref_b"]
     assert out[0].reinforcement == pytest.approx(2.0)  # 0.5 + 0.5 + 1.0

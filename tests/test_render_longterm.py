@@ -77,8 +77,9 @@ def test_reflection_budget_is_shared_and_skips_on_overflow() -> None:
         ref("r_pend2", "p1 p2", status="pending", rein=0.5),  # 3: no room left
         ref("r_zero", "z", rein=0.0),  # confirmed with score 0: not shown
         ref("r_denied", "d", status="denied"),
-        ref("r_past", "went to Kyoto", rein=1.5, temporal_scope="episode",
-            event_start_at=to_iso(T0 - timedelta(days=14))),  # "- (2 weeks ago) went to Kyoto" = 6: no room left
+        ref(
+            "r_past", "went to Kyoto", rein=1.5, temporal_scope="episode", event_start_at=to_iso(T0 - timedelta(days=14))
+        ),  # "- (2 weeks ago) went to Kyoto" = 6: no room left
     ]
     sel = select_reflections(refs, T0, settings, words)
     assert [r.id for r in sel.confirmed] == ["r_conf"]
@@ -111,14 +112,21 @@ def test_full_render_order_and_headings() -> None:
         ref("r_sup", "Boss collects stamps", **mentioned(3)),
         ref("r_dup", "Mimi loves naps", status="pending"),  # same text as a suppressed persona entry
     ]
-    text = render_longterm(persona, refs, now=T0, settings=LongTermSettings(), count_tokens=words,
-                           master_name="Boss", ai_name="Mimi")
+    text = render_longterm(persona, refs, now=T0, settings=LongTermSettings(), count_tokens=words, master_name="Boss", ai_name="Mimi")
     expected_order = [
-        "## About Boss", "- nickname: Boss", "- Boss drinks tea",
-        "### Mimi's recent impressions (not certain yet)", "- Boss may be busy at work",
-        "### Mimi's fairly certain impressions", "- Boss prefers mornings",
-        "====== Older memories below ======", "- (1 week ago) Boss had a cold", "====== End of older memories ======",
-        "### Do not bring these up on your own", "- Mimi loves naps", "- Boss collects stamps",
+        "## About Boss",
+        "- nickname: Boss",
+        "- Boss drinks tea",
+        "### Mimi's recent impressions (not certain yet)",
+        "- Boss may be busy at work",
+        "### Mimi's fairly certain impressions",
+        "- Boss prefers mornings",
+        "====== Older memories below ======",
+        "- (1 week ago) Boss had a cold",
+        "====== End of older memories ======",
+        "### Do not bring these up on your own",
+        "- Mimi loves naps",
+        "- Boss collects stamps",
     ]
     positions = [text.index(part) for part in expected_order]
     assert positions == sorted(positions)
@@ -128,8 +136,13 @@ def test_full_render_order_and_headings() -> None:
 
 
 def test_do_not_bring_up_list_needs_more_than_two_recent_mentions() -> None:
-    persona = {"neko": [entry("a", "two mentions", **mentioned(2)), entry("b", "three mentions", **mentioned(3)),
-                        entry("c", "card", protected=True, **mentioned(3))]}
+    persona = {
+        "neko": [
+            entry("a", "two mentions", **mentioned(2)),
+            entry("b", "three mentions", **mentioned(3)),
+            entry("c", "card", protected=True, **mentioned(3)),
+        ]
+    }
     assert suppressed_entries(persona, [], T0, LongTermSettings()) == ["three mentions"]
     # five hours after the suppression started it is lifted
     later = T0 + timedelta(hours=5)

@@ -17,8 +17,6 @@ def facts_view(root, name="Lan"):
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
 
 
-
-
 def import_facts(url, texts, name="Lan"):
     r = httpx.post(f"{url}/api/characters/{name}/facts", json={"facts": [{"text": t, "importance": 6} for t in texts]}, timeout=30)
     assert r.status_code == 200, r.text
@@ -57,7 +55,9 @@ def test_events_journaled_before_a_crash_are_applied_once_at_restart(tmp_path):
 
 def test_outbox_work_pending_at_a_crash_runs_once_after_restart(tmp_path):
     with FakeLLM() as llm:
-        llm.on("extract_facts", lambda req: {"facts": [{"text": "Master grows tomatoes on the balcony", "importance": 6, "entity": "master"}]})
+        llm.on(
+            "extract_facts", lambda req: {"facts": [{"text": "Master grows tomatoes on the balcony", "importance": 6, "entity": "master"}]}
+        )
         env = {"NEKOMEM_LLM_BASE_URL": llm.base_url, "NEKOMEM_LLM_MODEL": "fake", "NEKOMEM_POWERFUL_MEMORY_DEFAULT": "false"}
         folder = tmp_path / "Lan"
         folder.mkdir()
@@ -72,7 +72,10 @@ def test_outbox_work_pending_at_a_crash_runs_once_after_restart(tmp_path):
         server = ServerProcess(tmp_path, env=env)
         server.start()
         try:
-            wait_for(lambda: any("tomatoes" in f["text"] for f in httpx.get(f"{server.url}/api/characters/Lan/facts").json()["items"]), what="the replayed extraction")
+            wait_for(
+                lambda: any("tomatoes" in f["text"] for f in httpx.get(f"{server.url}/api/characters/Lan/facts").json()["items"]),
+                what="the replayed extraction",
+            )
             lines = [json.loads(x) for x in (folder / "outbox.ndjson").read_text().splitlines()]
             assert any(x.get("op_id") == "op-crashed-1" and x["status"] == "done" for x in lines)
         finally:
@@ -104,7 +107,15 @@ def test_outbox_work_pending_at_a_crash_runs_once_after_restart(tmp_path):
 def test_synthesis_retried_after_a_crash_yields_one_reflection(tmp_path, fake_llm):
     fake_llm.on(
         "synthesize_reflection",
-        {"reflection": {"text": "Master is a keen gardener", "entity": "master", "time_scope": "pattern", "event_start_at": None, "event_end_at": None}},
+        {
+            "reflection": {
+                "text": "Master is a keen gardener",
+                "entity": "master",
+                "time_scope": "pattern",
+                "event_start_at": None,
+                "event_end_at": None,
+            }
+        },
     )
     settings = make_settings(tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake")
     facts = [f"Master waters the {plant} every morning" for plant in ("roses", "basil", "mint", "tomatoes", "ferns")]

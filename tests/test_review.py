@@ -180,13 +180,11 @@ def test_build_review_messages() -> None:
     snap = window_of(3, memo=True)
     msgs = rv.build_review_messages(snap, master_name="Master", character_name="Neko")
     assert [m["role"] for m in msgs] == ["system", "user"]
-    assert msgs[1]["content"] == (
-        f"system: {PREFIX}they met yesterday.\n\nuser: turn 0\n\nassistant: turn 1\n\nuser: turn 2\n\n"
-    )
+    assert msgs[1]["content"] == (f"system: {PREFIX}they met yesterday.\n\nuser: turn 0\n\nassistant: turn 1\n\nuser: turn 2\n\n")
     assert "corrected_dialogue" in msgs[0]["content"] and "Neko" in msgs[0]["content"]
     assert "JSON object only" in msgs[0]["content"]
     no_memo = rv.build_review_messages(window_of(3), master_name="Master", character_name="Neko")
-    assert "do not output any \"system\"" in no_memo[0]["content"]
+    assert 'do not output any "system"' in no_memo[0]["content"]
 
 
 # --- apply -------------------------------------------------------------------------------
@@ -227,7 +225,12 @@ def test_apply_role_mapping() -> None:
     new, status = apply_review(snap, snap, corrected, S, character_name="Neko")
     assert status == "patched" and new is not None
     assert [(x.role, x.text) for x in new] == [
-        ("human", "a"), ("ai", "b"), ("human", "c"), ("ai", "d"), ("human", "e"), ("human", "f"),
+        ("human", "a"),
+        ("ai", "b"),
+        ("human", "c"),
+        ("ai", "d"),
+        ("human", "e"),
+        ("human", "f"),
     ]
     assert [x.ts for x in new] == [x.ts for x in snap]
 
@@ -236,8 +239,12 @@ def test_apply_memo_normalisation() -> None:
     snap = window_of(6, memo=True)
     body = as_dialogue(snap[1:])
     # A corrected memo without the prefix gets it; two system items become one head memo.
-    corrected = [{"role": "system", "content": "they met on Monday."}, *body[:3],
-                 {"role": "system", "content": "and liked tea."}, *body[3:]]
+    corrected = [
+        {"role": "system", "content": "they met on Monday."},
+        *body[:3],
+        {"role": "system", "content": "and liked tea."},
+        *body[3:],
+    ]
     new, status = apply_review(snap, snap, corrected, S)
     assert status == "patched" and new is not None
     assert new[0] == Turn(role="system", text=PREFIX + "they met on Monday.\nand liked tea.", ts=snap[0].ts)

@@ -29,7 +29,7 @@ def test_every_setting_is_documented():
 
 def test_toml_flat_and_sectioned_then_env_then_overrides(tmp_path):
     path = tmp_path / "n.toml"
-    path.write_text('port = 1000\n[recent]\nrecent_hard_cap_tokens = 5000\n', encoding="utf-8")
+    path.write_text("port = 1000\n[recent]\nrecent_hard_cap_tokens = 5000\n", encoding="utf-8")
     s = load_settings(path, env={})
     assert s.server.port == 1000 and s.recent.recent_hard_cap_tokens == 5000
     s = load_settings(path, env={"NEKOMEM_PORT": "2000", "NEKOMEM_REVIEW_ENABLED": "false"})

@@ -24,9 +24,7 @@ def test_add_records_a_pending_line(tmp_path: Path) -> None:
         "ts": TS,
         "payload": {"messages": [{"type": "human", "data": {"content": "x"}}]},
     }
-    assert outbox.pending() == [
-        OutboxRecord(op_id=op_id, type="extract_facts", payload=json.loads(line)["payload"], attempts=0, ts=TS)
-    ]
+    assert outbox.pending() == [OutboxRecord(op_id=op_id, type="extract_facts", payload=json.loads(line)["payload"], attempts=0, ts=TS)]
 
 
 def test_attempts_done_and_dead_letters(tmp_path: Path) -> None:

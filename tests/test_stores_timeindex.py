@@ -68,9 +68,7 @@ def test_append_tail_count_and_last_timestamp(index: TimeIndex) -> None:
 def test_stored_rows_use_the_reference_message_shape(index: TimeIndex) -> None:
     index.append("req-9", _turns(("human", "hi", "2024-05-01T00:00:00+00:00")))
     db = sqlite3.connect(index.path)
-    session_id, message, timestamp = db.execute(
-        "SELECT session_id, message, timestamp FROM time_indexed_original"
-    ).fetchone()
+    session_id, message, timestamp = db.execute("SELECT session_id, message, timestamp FROM time_indexed_original").fetchone()
     db.close()
     assert session_id == "req-9"
     assert timestamp == "2024-05-01T00:00:00.000000+00:00"
@@ -171,9 +169,7 @@ def test_data_survives_reopen(tmp_path: Path) -> None:
 def test_legacy_table_without_timestamp_column_is_migrated(tmp_path: Path) -> None:
     path = tmp_path / "legacy.db"
     db = sqlite3.connect(path)
-    db.execute(
-        "CREATE TABLE time_indexed_original (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id VARCHAR, message TEXT)"
-    )
+    db.execute("CREATE TABLE time_indexed_original (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id VARCHAR, message TEXT)")
     db.execute(
         "INSERT INTO time_indexed_original (session_id, message) VALUES ('old', ?)",
         (json.dumps({"type": "ai", "data": {"content": "from before"}}),),

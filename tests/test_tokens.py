@@ -117,9 +117,7 @@ def test_no_network_and_no_tiktoken_registry(tmp_path: Path) -> None:
         """
     )
     env = dict(os.environ, TIKTOKEN_CACHE_DIR=str(cache), DATA_GYM_CACHE_DIR=str(cache))
-    proc = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
-    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["o200k_base"] == ["TiktokenCounter", 2, 4]

@@ -30,8 +30,17 @@ CHROMIUM = next((Path(p) for p in ("/usr/bin/chromium", "/usr/bin/chromium-brows
 OUT = ROOT / "test-output" / "ui"
 MODEL = ROOT / "models" / "use-multilingual-v3" / "model.onnx"
 FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--lang=en-US", "--window-size=1500,1100",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--lang=en-US",
+    "--window-size=1500,1100",
 )
 BIG_FACTS = 100_000
 JOURNAL_TURNS = 10_000
@@ -78,12 +87,34 @@ def site(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReques
     seed_persona(root, "Lan")
     embeddings = request.getfixturevalue("embedding_service") if MODEL.is_file() else None
     with FakeLLM() as llm:
-        llm.on("synthesize_reflection", {"reflection": {"text": "Master enjoys windy days outdoors", "entity": "master", "time_scope": "pattern", "event_start_at": None, "event_end_at": None}})
+        llm.on(
+            "synthesize_reflection",
+            {
+                "reflection": {
+                    "text": "Master enjoys windy days outdoors",
+                    "entity": "master",
+                    "time_scope": "pattern",
+                    "event_start_at": None,
+                    "event_end_at": None,
+                }
+            },
+        )
         settings = make_settings(root, llm_base_url=llm.base_url, llm_model="fake")
         with LiveServer(settings, embeddings=embeddings) as srv:
-            srv.post("/cache/Lan", json={"input_history": [{"role": "system", "content": "Earlier: Master talked about kites all spring."}, {"role": "user", "content": "The wind was strong at the beach today"}, {"role": "assistant", "content": "Did your kite fly well?"}]})
+            srv.post(
+                "/cache/Lan",
+                json={
+                    "input_history": [
+                        {"role": "system", "content": "Earlier: Master talked about kites all spring."},
+                        {"role": "user", "content": "The wind was strong at the beach today"},
+                        {"role": "assistant", "content": "Did your kite fly well?"},
+                    ]
+                },
+            )
             kites = [{"text": f"Master flew a kite at the {p}", "importance": 7} for p in ("beach", "park", "hill", "field", "river")]
-            extra = [{"text": "Master owns a red bicycle", "importance": 5, "entity": "master", "event_start_at": "2026-04-01T00:00:00+00:00"}]
+            extra = [
+                {"text": "Master owns a red bicycle", "importance": 5, "entity": "master", "event_start_at": "2026-04-01T00:00:00+00:00"}
+            ]
             assert srv.post("/api/characters/Lan/facts", json={"facts": kites + extra}).status_code == 200
             assert srv.post("/reflect/Lan").json()["reflection"] is not None
             yield srv
@@ -117,8 +148,12 @@ def _seq(driver: Any) -> int:
 
 
 def _ready(driver: Any, after: int) -> bool:
-    return bool(driver.execute_script(
-        "const m = document.getElementById('view'); return m && Number(m.dataset.seq || 0) > arguments[0] && m.dataset.ready === 'true'", after))
+    return bool(
+        driver.execute_script(
+            "const m = document.getElementById('view'); return m && Number(m.dataset.seq || 0) > arguments[0] && m.dataset.ready === 'true'",
+            after,
+        )
+    )
 
 
 def open_view(driver: Any, srv: LiveServer, view: str, character: str | None = None, query: str = "") -> None:
@@ -131,7 +166,9 @@ def open_view(driver: Any, srv: LiveServer, view: str, character: str | None = N
         current = driver.execute_script("return document.getElementById('character').value")
         if current != character:
             before = _seq(driver)
-            driver.execute_script("const s = document.getElementById('character'); s.value = arguments[0]; s.dispatchEvent(new Event('change'))", character)
+            driver.execute_script(
+                "const s = document.getElementById('character'); s.value = arguments[0]; s.dispatchEvent(new Event('change'))", character
+            )
             _wait(lambda: _ready(driver, before), f"{character} selected")
     before = _seq(driver)
     driver.execute_script("location.hash = arguments[0]", f"#/{view}" + (f"?{query}" if query else ""))
@@ -148,8 +185,13 @@ def click(driver: Any, css: str) -> None:
 def shot(driver: Any, name: str) -> Path:
     """A full-page PNG of the current view under test-output/ui/."""
     path = OUT / f"{name}.png"
-    width, height = driver.execute_script("return [document.documentElement.scrollWidth, Math.min(6000, document.documentElement.scrollHeight)]")
-    data = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}})
+    width, height = driver.execute_script(
+        "return [document.documentElement.scrollWidth, Math.min(6000, document.documentElement.scrollHeight)]"
+    )
+    data = driver.execute_cdp_cmd(
+        "Page.captureScreenshot",
+        {"format": "png", "captureBeyondViewport": True, "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}},
+    )
     path.write_bytes(base64.b64decode(data["data"]))
     return path
 
@@ -167,7 +209,11 @@ def test_every_view_renders(driver: Any, site: LiveServer) -> None:
     shot(driver, "characters")
 
     open_view(driver, site, "recent", "Lan")
-    assert texts(driver, "[data-test=turn-text]") == ["Earlier: Master talked about kites all spring.", "The wind was strong at the beach today", "Did your kite fly well?"]
+    assert texts(driver, "[data-test=turn-text]") == [
+        "Earlier: Master talked about kites all spring.",
+        "The wind was strong at the beach today",
+        "Did your kite fly well?",
+    ]
     assert "memo" in driver.find_elements("css selector", "[data-test=turn-row]")[0].get_attribute("class")
     shot(driver, "recent")
 
@@ -181,7 +227,10 @@ def test_every_view_renders(driver: Any, site: LiveServer) -> None:
     shot(driver, "persona")
 
     open_view(driver, site, "context", "Lan")
-    sections = {e.get_attribute("data-section"): int(e.get_attribute("data-tokens")) for e in driver.find_elements("css selector", "[data-test=context-section]")}
+    sections = {
+        e.get_attribute("data-section"): int(e.get_attribute("data-tokens"))
+        for e in driver.find_elements("css selector", "[data-test=context-section]")
+    }
     assert {"persona", "reflections", "recent"} <= set(sections) and all(n > 0 for n in sections.values())
     page_text = driver.find_element("css selector", "[data-test=context-text]").get_attribute("textContent")
     assert page_text == site.get("/new_dialog/Lan").text  # the exact text, section by section
@@ -210,7 +259,10 @@ def test_confirm_reflection_changes_status_and_chart(driver: Any, site: LiveServ
         assert driver.find_elements("css selector", f"[data-test={line}]"), line
     before = _seq(driver)
     driver.find_element("css selector", f"[data-id='{rid}'] [data-test=confirm]").click()
-    _wait(lambda: _ready(driver, before) and driver.find_elements("css selector", f"[data-test=column-confirmed] [data-id='{rid}']"), "the card moved to Confirmed")
+    _wait(
+        lambda: _ready(driver, before) and driver.find_elements("css selector", f"[data-test=column-confirmed] [data-id='{rid}']"),
+        "the card moved to Confirmed",
+    )
     assert driver.find_element("css selector", "[data-test=detail-status]").text == "Confirmed"
     chart = driver.find_element("css selector", "[data-test=evidence-chart]")
     assert int(chart.get_attribute("data-events")) == events_before + 1
@@ -234,7 +286,9 @@ def test_edit_fact_then_find_it_in_the_recall_playground(driver: Any, site: Live
     click(driver, "[data-test=fact-save]")
     assert texts(driver, "[data-test=fact-text]") == ["Master rides a blue tandem bicycle on Sundays"]
     events = [json.loads(line) for line in (Path(site.runtime.memory_root) / "Lan" / "events.ndjson").read_text().splitlines()]
-    assert any(e["type"] == "fact.updated" and e["payload"]["fact"]["id"] == fid and e["payload"]["fact"]["importance"] == 9 for e in events)
+    assert any(
+        e["type"] == "fact.updated" and e["payload"]["fact"]["id"] == fid and e["payload"]["fact"]["importance"] == 9 for e in events
+    )
 
     open_view(driver, site, "recall", "Lan", "query=tandem")
     fused = driver.find_elements("css selector", "[data-test=fused] [data-test=hit]")
@@ -303,7 +357,9 @@ def test_language_switch(driver: Any, site: LiveServer) -> None:
     assert driver.find_element("css selector", "nav a[data-view=facts]").text == "Facts"
     for lang, word, column in (("zh", "事实", "文本"), ("ja", "事実", "テキスト")):
         before = _seq(driver)
-        driver.execute_script("const s = document.getElementById('lang'); s.value = arguments[0]; s.dispatchEvent(new Event('change'))", lang)
+        driver.execute_script(
+            "const s = document.getElementById('lang'); s.value = arguments[0]; s.dispatchEvent(new Event('change'))", lang
+        )
         _wait(lambda before=before: _ready(driver, before), f"re-rendered in {lang}")
         assert driver.find_element("css selector", "nav a[data-view=facts]").text == word
         assert driver.find_element("css selector", "[data-test=facts] th").text == column
@@ -325,7 +381,13 @@ def test_facts_view_first_render_with_100000_facts(driver: Any, big: tuple[LiveS
         driver.get("about:blank")
         started = time.perf_counter()
         driver.get(srv.url + "/ui/#/facts")
-        _wait(lambda: driver.execute_script("const m = document.getElementById('view'); return m.dataset.view === 'facts' && m.dataset.ready === 'true'"), "facts rendered", timeout=120)
+        _wait(
+            lambda: driver.execute_script(
+                "const m = document.getElementById('view'); return m.dataset.view === 'facts' && m.dataset.ready === 'true'"
+            ),
+            "facts rendered",
+            timeout=120,
+        )
         assert driver.find_element("id", "status").text == ""
         timings[f"{run}_render_wall_ms"] = round((time.perf_counter() - started) * 1000, 1)
         timings[f"{run}_render_since_navigation_ms"] = round(float(driver.execute_script("return performance.now()")), 1)

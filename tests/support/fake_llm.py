@@ -286,9 +286,7 @@ class FakeLLM:
             return self
         self._closing.clear()
         self._server = _Server(self)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-llm", daemon=True
-        )
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-llm", daemon=True)
         self._thread.start()
         return self
 

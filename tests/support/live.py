@@ -88,9 +88,7 @@ def free_port() -> int:
 class ServerProcess:
     """``python -m nekomem serve`` as a child process, for tests that kill it."""
 
-    def __init__(
-        self, memory_root: Path, env: dict[str, str] | None = None, port: int | None = None, host: str | None = None
-    ) -> None:
+    def __init__(self, memory_root: Path, env: dict[str, str] | None = None, port: int | None = None, host: str | None = None) -> None:
         self.memory_root = memory_root
         self.host = host
         self.port = port or free_port()

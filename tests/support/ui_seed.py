@@ -23,7 +23,11 @@ def seed_journal(root: Path, name: str, turns: int) -> None:
     paths = CharacterPaths(root, name)
     paths.ensure()
     rows = [
-        Turn(role="human" if i % 2 == 0 else "ai", text=f"journal line {i:05d} " + ("about kites" if i % 10 == 0 else "small talk"), ts=(BASE + timedelta(minutes=i)).isoformat())
+        Turn(
+            role="human" if i % 2 == 0 else "ai",
+            text=f"journal line {i:05d} " + ("about kites" if i % 10 == 0 else "small talk"),
+            ts=(BASE + timedelta(minutes=i)).isoformat(),
+        )
         for i in range(turns)
     ]
     with TimeIndex(paths.time_index_db) as db:
@@ -41,7 +45,15 @@ def seed_facts(root: Path, name: str, count: int, archived: int = 0) -> None:
 
     def fact(i: int, created: datetime, absorbed: bool) -> Fact:
         text = f"Seeded fact number {i} about topic {i % 997}"
-        return Fact(id=f"fact_seed_{i:06d}", text=text, importance=1 + i % 10, entity=entities[i % 3], hash=fact_hash(text), created_at=created.isoformat(), absorbed=absorbed)
+        return Fact(
+            id=f"fact_seed_{i:06d}",
+            text=text,
+            importance=1 + i % 10,
+            entity=entities[i % 3],
+            hash=fact_hash(text),
+            created_at=created.isoformat(),
+            absorbed=absorbed,
+        )
 
     active = [fact(i, now - timedelta(seconds=count - i), i % 7 == 0) for i in range(count)]
     old = [fact(count + i, BASE + timedelta(hours=i), True) for i in range(archived)]
@@ -57,11 +69,35 @@ def seed_persona(root: Path, name: str) -> None:
     persona = {
         "master": [
             PersonaEntry(id="card_1", text="Master is a night owl", source="character_card", protected=True, created_at=created),
-            PersonaEntry(id="per_tea", text="Master drinks jasmine tea every morning", source="reflection", created_at=created, reinforcement=3.0, rein_last_signal_at=created),
+            PersonaEntry(
+                id="per_tea",
+                text="Master drinks jasmine tea every morning",
+                source="reflection",
+                created_at=created,
+                reinforcement=3.0,
+                rein_last_signal_at=created,
+            ),
         ],
-        "neko": [PersonaEntry(id="per_song", text="Lan hums when she is happy", source="reflection", created_at=created, reinforcement=2.0, rein_last_signal_at=created)],
+        "neko": [
+            PersonaEntry(
+                id="per_song",
+                text="Lan hums when she is happy",
+                source="reflection",
+                created_at=created,
+                reinforcement=2.0,
+                rein_last_signal_at=created,
+            )
+        ],
         "relationship": [],
     }
     atomic_write_json(paths.persona, persona_to_disk(persona))
-    corrections = [Correction(old_text="Master drinks jasmine tea every morning", new_text="Master switched to coffee in the mornings", entity="master", created_at=created, old_entry_id="per_tea")]
+    corrections = [
+        Correction(
+            old_text="Master drinks jasmine tea every morning",
+            new_text="Master switched to coffee in the mornings",
+            entity="master",
+            created_at=created,
+            old_entry_id="per_tea",
+        )
+    ]
     atomic_write_json(paths.persona_corrections, corrections)

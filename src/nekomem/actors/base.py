@@ -70,7 +70,9 @@ class ChildActor(DispatchedActor):
     # Until a reload succeeds, every message first retries it: the layer recovers by
     # itself as soon as the disk does.
     def _storage_trouble(self, fault: StorageFault, exc: BaseException) -> None:
-        self.log.warning("%s: %s for a character (%s)", self.child_name, fault.code, type(exc).__name__, exc_info=self.log.isEnabledFor(logging.DEBUG))
+        self.log.warning(
+            "%s: %s for a character (%s)", self.child_name, fault.code, type(exc).__name__, exc_info=self.log.isEnabledFor(logging.DEBUG)
+        )
         storage = self.ctx.services.storage
         if storage is not None:
             storage.report(self.ctx.name, self.child_name, fault)

@@ -94,7 +94,10 @@ class FactActor(FactState):
         turns = [t for _op, ts in ops for t in ts]
         messages = prompts.extract_facts_messages(turns, now=self.now(), **self.names())
         token = self.ask_model(
-            "extract", "extract_facts", messages, context={"mode": mode, "ops": ops, "trigger": trigger},
+            "extract",
+            "extract_facts",
+            messages,
+            context={"mode": mode, "ops": ops, "trigger": trigger},
             timeout=self.s.longterm_extract_timeout_seconds,
         )
         if token is None:
@@ -339,6 +342,7 @@ class FactActor(FactState):
         self.dedup.remove(msg.id)
         self.ctx.send("recall", IndexRemove(ids=[msg.id]))
         msg.reply.ok({"deleted": msg.id})
+
 
 def _with_turn_span(facts: list[Fact], turns: list[Turn]) -> list[Fact]:
     """Tag extracted facts with the time span of the turns they came from (the memory

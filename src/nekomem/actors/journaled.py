@@ -91,7 +91,8 @@ class JournaledActor(ChildActor):
         if storage is not None:
             for view in self._corrupt_views:
                 storage.unrebuilt(
-                    self.ctx.name, view,
+                    self.ctx.name,
+                    view,
                     f"rebuilt from the journal since its compaction at {compacted_at}; older entries of this view are lost "
                     "(the corrupt file was kept beside it as .corrupt-*)",
                 )
@@ -131,7 +132,10 @@ class JournaledActor(ChildActor):
         for members, extra in clusters:
             messages = prompts.refine_cluster_messages(list(members.items()), **self.names())
             token = self.ask_model(
-                "refine", "refine_cluster", messages, context={**extra, "members": members},
+                "refine",
+                "refine_cluster",
+                messages,
+                context={**extra, "members": members},
                 timeout=self.ctx.settings.longterm.longterm_refine_timeout_seconds,
             )
             if token is None:

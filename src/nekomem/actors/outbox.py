@@ -157,7 +157,13 @@ class OutboxActor(ChildActor):
     @handles(OutboxState)
     def on_OutboxState(self, msg: OutboxState) -> None:
         msg.reply.ok(
-            {"pending": len(self.pending), "running": len(self.running), "parked": len(self.parked), "done": self.done_count, "dead": self.dead_count}
+            {
+                "pending": len(self.pending),
+                "running": len(self.running),
+                "parked": len(self.parked),
+                "done": self.done_count,
+                "dead": self.dead_count,
+            }
         )
 
     @handles(Flush)

@@ -110,7 +110,10 @@ class PersonaActor(PersonaState):
             score = ev.net_score(attempted, now, self.s)
             messages = prompts.judge_promotion_messages(attempted, score, pool, **self.names())
             token = self.ask_model(
-                "promote", "judge_promotion", messages, context={"ref": attempted, "state": state, "results": results},
+                "promote",
+                "judge_promotion",
+                messages,
+                context={"ref": attempted, "state": state, "results": results},
                 timeout=self.s.longterm_promotion_timeout_seconds,
             )
             if token is None:
@@ -156,7 +159,10 @@ class PersonaActor(PersonaState):
             return
         messages = prompts.map_evidence_messages(batch, observations, count_tokens=self.counter.count, settings=self.s, **self.names())
         token = self.ask_model(
-            "evidence", "map_evidence", messages, context={"fact_ids": fact_ids, "observations": observations},
+            "evidence",
+            "map_evidence",
+            messages,
+            context={"fact_ids": fact_ids, "observations": observations},
             timeout=self.s.longterm_map_evidence_timeout_seconds,
         )
         if token is None:
@@ -202,9 +208,16 @@ class PersonaActor(PersonaState):
         if changed:
             self.commit(new, type="persona.suppressed")
         persona = private_persona(self.persona) if msg.subjects is None else scoped_persona(self.persona, msg.subjects)
-        self.ctx.send("reflections", RenderWithPersona(
-            persona=pl.copy_persona(persona), subjects=msg.subjects, language=msg.language, master_name=msg.master_name, reply=msg.reply,
-        ))
+        self.ctx.send(
+            "reflections",
+            RenderWithPersona(
+                persona=pl.copy_persona(persona),
+                subjects=msg.subjects,
+                language=msg.language,
+                master_name=msg.master_name,
+                reply=msg.reply,
+            ),
+        )
 
     # -- periodic --------------------------------------------------------------------
     def due_at(self) -> float | None:
@@ -275,8 +288,13 @@ class PersonaActor(PersonaState):
             return emb.embed(texts, "passage")
 
         def wrap(result: Any, error: BaseException | None) -> Any:
-            return ModelDone(kind="refine_vectors", token=0, output=result, error=None if error is None else repr(error),
-                             context={"items": missing, "model": model, "dim": dim})
+            return ModelDone(
+                kind="refine_vectors",
+                token=0,
+                output=result,
+                error=None if error is None else repr(error),
+                context={"items": missing, "model": model, "dim": dim},
+            )
 
         try:
             self.ctx.submit_model_job(self.child_name, job, wrap)

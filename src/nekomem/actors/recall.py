@@ -371,8 +371,15 @@ class RecallActor(ChildActor):
         elapsed = round((time.perf_counter() - pending.started) * 1000, 1)
         self.log.info(
             "recall query: pool=%d vectors=%d bm25=%d cosine=%d fused=%d window=%s time_hint=%s embedding=%s elapsed_ms=%.1f",
-            pool_size, index.vector_count(), len(legs[0]), len(legs[1]), len(hits),
-            pending.window is not None, pending.hinted is not None, "used" if qvec is not None else "none", elapsed,
+            pool_size,
+            index.vector_count(),
+            len(legs[0]),
+            len(legs[1]),
+            len(hits),
+            pending.window is not None,
+            pending.hinted is not None,
+            "used" if qvec is not None else "none",
+            elapsed,
         )
         self.log.debug("recall query %r -> %s", pending.query, [entry.id for entry, _ in hits])
         return query_response(hits, pending.query, pool_size, elapsed)
@@ -418,7 +425,13 @@ class RecallActor(ChildActor):
         self._sync_vectors()
         queries = [q.strip() for q in msg.query_texts if isinstance(q, str) and q.strip()]
         token = self._next_token()
-        if queries and msg.per_query_k > 0 and msg.cap > 0 and self.index.vector_count() and self._submit_embed(queries, self._maintenance_wrap(token)):
+        if (
+            queries
+            and msg.per_query_k > 0
+            and msg.cap > 0
+            and self.index.vector_count()
+            and self._submit_embed(queries, self._maintenance_wrap(token))
+        ):
             self.maintenance[token] = (msg, [], 0, len(queries), [])
             return
         self._answer(msg, [])

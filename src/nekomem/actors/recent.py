@@ -131,7 +131,9 @@ class RecentActor(RecentState):
                 write.wait_compress = True
                 self._compression.writes.append(write)
                 self._compression.settle = self._compression.settle or detailed
-            elif recent_window.needs_compression(self.window, self.settings) and self._start_compression(detailed=detailed, settle=detailed):
+            elif recent_window.needs_compression(self.window, self.settings) and self._start_compression(
+                detailed=detailed, settle=detailed
+            ):
                 assert self._compression is not None
                 write.wait_compress = True
                 self._compression.writes.append(write)
@@ -371,7 +373,12 @@ class RecentActor(RecentState):
         due = [self._last_purge + self.ctx.settings.server.idempotency_purge_seconds]
         if self._compression is None and self._llm_ready("summary") and recent_window.needs_compression(self.window, self.settings):
             due.append(max(idle_at, self._next_compress_try))
-        if getattr(self, "_idle_seen", None) != self._last_activity and self._review_token is None and self.window and self._llm_ready("correction"):
+        if (
+            getattr(self, "_idle_seen", None) != self._last_activity
+            and self._review_token is None
+            and self.window
+            and self._llm_ready("correction")
+        ):
             due.append(idle_at)
         return min(due)
 

@@ -79,7 +79,9 @@ class ReflectionUpkeep(ReflectionState):
             batch.messages, observations, count_tokens=self.counter.count, settings=self.s, **self.names()
         )
         token = self.ask_model(
-            "rebuttal", "check_disputation", messages,
+            "rebuttal",
+            "check_disputation",
+            messages,
             context={"observations": observations, "advance_to": batch.advance_to or now_iso},
             timeout=self.s.longterm_rebuttal_timeout_seconds,
         )

@@ -87,7 +87,10 @@ class ReflectionActor(ReflectionUpkeep):
             return  # answered already for these very facts, in backoff, or in flight
         messages = prompts.synthesize_reflection_messages(batch.facts, list(msg.related), now=now, settings=self.s, **self.names())
         token = self.ask_model(
-            "synth", "synthesize_reflection", messages, context={"batch": batch, "report": report, "reply": msg.reply},
+            "synth",
+            "synthesize_reflection",
+            messages,
+            context={"batch": batch, "report": report, "reply": msg.reply},
             timeout=self.s.longterm_synthesis_timeout_seconds,
         )
         if token is None:
@@ -131,7 +134,6 @@ class ReflectionActor(ReflectionUpkeep):
     @handles(PromotionPass)
     def on_PromotionPass(self, msg: PromotionPass) -> None:
         self._promotion_pass(msg.report, msg.reply)
-
 
     @handles(PromotionResult)
     def on_PromotionResult(self, msg: PromotionResult) -> None:
@@ -202,7 +204,6 @@ class ReflectionActor(ReflectionUpkeep):
         self.save([updated], "reflection.evidence_updated")
         msg.reply.ok(self.public(updated))
 
-
     @handles(PostTurn)
     def on_PostTurn(self, msg: PostTurn) -> None:
         user = [t for t in msg.turns if t.role == "human"]
@@ -213,14 +214,26 @@ class ReflectionActor(ReflectionUpkeep):
             items = [(e.reflection_id, e.text) for e in awaiting if e.reflection_id in self.refs]
             if items:
                 messages = prompts.check_feedback_messages(items, user, context=msg.turns, **self.names())
-                self.ask_model("feedback", "check_feedback", messages, context={"ids": [i for i, _ in items]},
-                               timeout=self.s.longterm_feedback_timeout_seconds)
+                self.ask_model(
+                    "feedback",
+                    "check_feedback",
+                    messages,
+                    context={"ids": [i for i, _ in items]},
+                    timeout=self.s.longterm_feedback_timeout_seconds,
+                )
         if self.powerful() and rl.contains_negative_keyword([t.text for t in user], self.s) and self.model_available("check_disputation"):
             observations = ev.observation_pool(self.refs.values(), {}, self.now(), self.s)
             if observations:
-                messages = prompts.check_disputation_messages(user, observations, count_tokens=self.counter.count, settings=self.s, **self.names())
-                self.ask_model("disputation", "check_disputation", messages, context={"observations": observations},
-                               timeout=self.s.longterm_disputation_timeout_seconds)
+                messages = prompts.check_disputation_messages(
+                    user, observations, count_tokens=self.counter.count, settings=self.s, **self.names()
+                )
+                self.ask_model(
+                    "disputation",
+                    "check_disputation",
+                    messages,
+                    context={"observations": observations},
+                    timeout=self.s.longterm_disputation_timeout_seconds,
+                )
 
     def done_feedback(self, msg: ModelDone) -> None:
         if msg.error is not None:
@@ -280,8 +293,13 @@ class ReflectionActor(ReflectionUpkeep):
     def on_RenderWithPersona(self, msg: RenderWithPersona) -> None:
         names = {**self.names(), **({"master_name": msg.master_name} if msg.master_name else {})}
         text = render_longterm(
-            msg.persona, filter_visible(self.refs.values(), msg.subjects), now=self.now(), settings=self.s,
-            count_tokens=self.counter.count, language=msg.language, **names,
+            msg.persona,
+            filter_visible(self.refs.values(), msg.subjects),
+            now=self.now(),
+            settings=self.s,
+            count_tokens=self.counter.count,
+            language=msg.language,
+            **names,
         )
         msg.reply.ok(text)
 
@@ -292,7 +310,6 @@ class ReflectionActor(ReflectionUpkeep):
         changed = [r for r in updated if msgspec.to_builtins(r) != msgspec.to_builtins(before[r.id])]
         self.save(changed)
         msg.reply.ok(count)
-
 
     # -- API -------------------------------------------------------------------------
     @handles(ListEntries)

@@ -61,7 +61,10 @@ class ScopedFactsMixin:
         master = msg.speaker_label or msg.subject.key
         messages = prompts.extract_facts_messages(msg.turns, now=self.now(), master_name=master, ai_name=names["ai_name"])  # type: ignore[attr-defined]
         token = self.ask_model(  # type: ignore[attr-defined]
-            "scoped", "extract_facts", messages, context={"subject": msg.subject, "reply": msg.reply},
+            "scoped",
+            "extract_facts",
+            messages,
+            context={"subject": msg.subject, "reply": msg.reply},
             timeout=self.s.longterm_extract_timeout_seconds,  # type: ignore[attr-defined]
         )
         if token is None:

@@ -163,7 +163,9 @@ class CharacterSupervisor(DispatchedActor):
                 fail_message(message, ActorFailure(fault.code, fault.message, fault.status))
                 return
         if child in self.failed:
-            fail_message(message, ActorFailure("character_failed", f"the {child} layer of this character failed: {self.failed[child]}", 503))
+            fail_message(
+                message, ActorFailure("character_failed", f"the {child} layer of this character failed: {self.failed[child]}", 503)
+            )
             return
         ref = self.children.get(child)
         if ref is None:

@@ -8,6 +8,19 @@ from nekomem.config.base import Section, doc
 
 
 class ImportSettings(Section):
-    import_source_timezone: Annotated[str, doc("IANA time zone in which the imported reference folder wrote its naive local times (empty: this machine's local zone); imported times keep that offset.")] = ""
-    import_progress_min_records: Annotated[int, doc("A progress bar is drawn on stderr (when it is a terminal) only for folders with at least this many records; --progress forces it.", ge=0)] = 2000
-    import_character_timeout_seconds: Annotated[float, doc("How long POST /api/import/neko waits for a busy character to go idle before it answers 409 for that character.", gt=0)] = 60.0
+    import_source_timezone: Annotated[
+        str,
+        doc(
+            "IANA time zone in which the imported reference folder wrote its naive local times (empty: this machine's local zone); imported times keep that offset."
+        ),
+    ] = ""
+    import_progress_min_records: Annotated[
+        int,
+        doc(
+            "A progress bar is drawn on stderr (when it is a terminal) only for folders with at least this many records; --progress forces it.",
+            ge=0,
+        ),
+    ] = 2000
+    import_character_timeout_seconds: Annotated[
+        float, doc("How long POST /api/import/neko waits for a busy character to go idle before it answers 409 for that character.", gt=0)
+    ] = 60.0

@@ -14,53 +14,137 @@ RECALL_RENDER_LANGUAGES = ("en", "ja", "zh")
 
 class RecallSettings(Section):
     # Tokenizer (lexical leg).
-    recall_cjk_ngram_min: Annotated[int, doc("Shortest CJK character n-gram emitted for a run of ideographs/kana (a run shorter than this is emitted whole).", ge=1)] = 2
+    recall_cjk_ngram_min: Annotated[
+        int, doc("Shortest CJK character n-gram emitted for a run of ideographs/kana (a run shorter than this is emitted whole).", ge=1)
+    ] = 2
     recall_cjk_ngram_max: Annotated[int, doc("Longest CJK character n-gram emitted for a run of ideographs/kana.", ge=1)] = 3
-    recall_word_min_chars: Annotated[int, doc("Latin/Cyrillic words shorter than this are dropped (pure numbers are always kept).", ge=1)] = 2
-    recall_fold_english_suffixes: Annotated[bool, doc("Fold English plurals and possessives (cats -> cat, boxes -> box, stories -> story) in both documents and queries.")] = True
-    recall_extra_stop_names: Annotated[list[str], doc("Names of the user or the character stripped from lexical texts like the master and character names (how companions address their user in Japanese and Chinese, which would otherwise match every memory).")] = msgspec.field(default_factory=lambda: ["ご主人様", "ご主人", "主人"])
-    recall_stop_name_min_chars: Annotated[int, doc("Master/character names (stop names) shorter than this are not stripped from texts.", ge=1)] = 2
+    recall_word_min_chars: Annotated[
+        int, doc("Latin/Cyrillic words shorter than this are dropped (pure numbers are always kept).", ge=1)
+    ] = 2
+    recall_fold_english_suffixes: Annotated[
+        bool, doc("Fold English plurals and possessives (cats -> cat, boxes -> box, stories -> story) in both documents and queries.")
+    ] = True
+    recall_extra_stop_names: Annotated[
+        list[str],
+        doc(
+            "Names of the user or the character stripped from lexical texts like the master and character names (how companions address their user in Japanese and Chinese, which would otherwise match every memory)."
+        ),
+    ] = msgspec.field(default_factory=lambda: ["ご主人様", "ご主人", "主人"])
+    recall_stop_name_min_chars: Annotated[
+        int, doc("Master/character names (stop names) shorter than this are not stripped from texts.", ge=1)
+    ] = 2
 
     # BM25.
     recall_bm25_k1: Annotated[float, doc("Okapi BM25 term-frequency saturation k1.", ge=0)] = 1.5
     recall_bm25_b: Annotated[float, doc("Okapi BM25 document-length normalisation b (0 = none, 1 = full).", ge=0, le=1)] = 0.75
-    recall_bm25_threshold: Annotated[float, doc("Lexical hits below this normalised BM25 score are dropped (1.0 = every query term found once in a document of average length).", ge=0)] = 0.1
-    recall_bm25_compact_dead_ratio: Annotated[float, doc("A term's postings are compacted when this fraction of them belongs to removed documents; the whole index is renumbered when this fraction of its document slots is dead.", gt=0, le=1)] = 0.25
-    recall_index_initial_capacity: Annotated[int, doc("Document slots (lexical) and matrix rows (vectors) allocated up front; both double when full.", ge=1)] = 1024
-    recall_bm25_list_postings_max: Annotated[int, doc("A term's postings stay in plain lists until it has this many (or a query reads it); then they move to growing numpy arrays.", ge=1)] = 256
-    recall_bm25_compact_min_slots: Annotated[int, doc("The whole lexical index is never renumbered while it has fewer dead document slots than this.", ge=0)] = 1024
+    recall_bm25_threshold: Annotated[
+        float,
+        doc(
+            "Lexical hits below this normalised BM25 score are dropped (1.0 = every query term found once in a document of average length).",
+            ge=0,
+        ),
+    ] = 0.1
+    recall_bm25_compact_dead_ratio: Annotated[
+        float,
+        doc(
+            "A term's postings are compacted when this fraction of them belongs to removed documents; the whole index is renumbered when this fraction of its document slots is dead.",
+            gt=0,
+            le=1,
+        ),
+    ] = 0.25
+    recall_index_initial_capacity: Annotated[
+        int, doc("Document slots (lexical) and matrix rows (vectors) allocated up front; both double when full.", ge=1)
+    ] = 1024
+    recall_bm25_list_postings_max: Annotated[
+        int,
+        doc(
+            "A term's postings stay in plain lists until it has this many (or a query reads it); then they move to growing numpy arrays.",
+            ge=1,
+        ),
+    ] = 256
+    recall_bm25_compact_min_slots: Annotated[
+        int, doc("The whole lexical index is never renumbered while it has fewer dead document slots than this.", ge=0)
+    ] = 1024
 
     # Vectors.
-    recall_cosine_threshold: Annotated[float, doc("Vector hits below this cosine similarity are dropped; model-specific: with the default multilingual USE model paraphrases score about 0.2-0.6 and unrelated memories mostly below 0.15.", ge=-1, le=1)] = 0.15
+    recall_cosine_threshold: Annotated[
+        float,
+        doc(
+            "Vector hits below this cosine similarity are dropped; model-specific: with the default multilingual USE model paraphrases score about 0.2-0.6 and unrelated memories mostly below 0.15.",
+            ge=-1,
+            le=1,
+        ),
+    ] = 0.15
 
     # Fusion and budgets.
-    recall_budget_each: Annotated[int, doc("Hits kept from each leg (lexical, vector) after thresholding, before fusion (the reference keeps 4; 8 measured better on LoCoMo).", ge=1)] = 8
+    recall_budget_each: Annotated[
+        int,
+        doc(
+            "Hits kept from each leg (lexical, vector) after thresholding, before fusion (the reference keeps 4; 8 measured better on LoCoMo).",
+            ge=1,
+        ),
+    ] = 8
     recall_budget_total: Annotated[int, doc("Most results returned by a query recall after Reciprocal Rank Fusion.", ge=1)] = 8
     recall_rrf_k: Annotated[int, doc("Reciprocal Rank Fusion constant k in 1/(k + rank), ranks starting at 1.", ge=0)] = 60
     recall_time_budget: Annotated[int, doc("Most results returned by a time-only recall (nearest the window first).", ge=1)] = 8
 
-    recall_legs: Annotated[str, doc("Which legs a query recall uses: both (BM25 + vectors, fused), bm25 or vector (for measurements).")] = "both"
+    recall_legs: Annotated[str, doc("Which legs a query recall uses: both (BM25 + vectors, fused), bm25 or vector (for measurements).")] = (
+        "both"
+    )
     recall_query_max_chars: Annotated[int, doc("A query longer than this many characters is cut before searching.", ge=1)] = 2000
-    recall_stem_english: Annotated[bool, doc("Cut plain English words to a light stem (plurals, -ed, -ing, -ly, final e) in documents and queries of the lexical leg.")] = True
-    recall_query_stopwords: Annotated[bool, doc("Drop English function words (what, did, the, ...) from queries of the lexical leg (a query of nothing else keeps them).")] = True
-    recall_query_time_hints: Annotated[bool, doc("A time expression inside a query without 'time' (\"on 8 May 2023\", \"yesterday\", 昨日) is taken out of the searched text and adds a second pair of legs restricted to that window, so entries of that time rank first.")] = True
-    recall_query_time_max_tokens: Annotated[int, doc("Longest time expression (in words; three times as many characters for CJK) looked for inside a query.", ge=1)] = 6
+    recall_stem_english: Annotated[
+        bool, doc("Cut plain English words to a light stem (plurals, -ed, -ing, -ly, final e) in documents and queries of the lexical leg.")
+    ] = True
+    recall_query_stopwords: Annotated[
+        bool, doc("Drop English function words (what, did, the, ...) from queries of the lexical leg (a query of nothing else keeps them).")
+    ] = True
+    recall_query_time_hints: Annotated[
+        bool,
+        doc(
+            'A time expression inside a query without \'time\' ("on 8 May 2023", "yesterday", 昨日) is taken out of the searched text and adds a second pair of legs restricted to that window, so entries of that time rank first.'
+        ),
+    ] = True
+    recall_query_time_max_tokens: Annotated[
+        int, doc("Longest time expression (in words; three times as many characters for CJK) looked for inside a query.", ge=1)
+    ] = 6
     recall_query_time_max_attempts: Annotated[int, doc("Most candidate spans of one query tried as time expressions.", ge=1)] = 200
 
     # Vector upkeep (RecallActor) and query embedding.
-    recall_embed_batch_size: Annotated[int, doc("Entries embedded per model-pool job while RecallActor backfills missing vectors (one job in flight per character).", ge=1)] = 64
-    recall_backfill_retry_seconds: Annotated[float, doc("After a failed backfill job, wait this long (real time) before the next one.", ge=0)] = 5.0
-    recall_query_embed_timeout_seconds: Annotated[float, doc("A query whose embedding has not come back from the model pool after this many seconds is answered from BM25 alone.", gt=0)] = 2.0
-    recall_index_wait_seconds: Annotated[float, doc("A query that reaches a just-activated character before its facts and reflections are indexed waits at most this long for them, then is answered from what is indexed.", gt=0)] = 10.0
+    recall_embed_batch_size: Annotated[
+        int, doc("Entries embedded per model-pool job while RecallActor backfills missing vectors (one job in flight per character).", ge=1)
+    ] = 64
+    recall_backfill_retry_seconds: Annotated[
+        float, doc("After a failed backfill job, wait this long (real time) before the next one.", ge=0)
+    ] = 5.0
+    recall_query_embed_timeout_seconds: Annotated[
+        float,
+        doc("A query whose embedding has not come back from the model pool after this many seconds is answered from BM25 alone.", gt=0),
+    ] = 2.0
+    recall_index_wait_seconds: Annotated[
+        float,
+        doc(
+            "A query that reaches a just-activated character before its facts and reflections are indexed waits at most this long for them, then is answered from what is indexed.",
+            gt=0,
+        ),
+    ] = 10.0
 
     # Maintenance recall (Stage-2 candidates, synthesis related context).
-    recall_coarse_oversample: Annotated[int, doc("Stage-2 coarse rank keeps this many times the budget before the optional LLM rerank.", ge=1)] = 3
+    recall_coarse_oversample: Annotated[
+        int, doc("Stage-2 coarse rank keeps this many times the budget before the optional LLM rerank.", ge=1)
+    ] = 3
 
     # Rendering of recall results (render=markdown, the recall_memory tool output).
-    recall_render_language: Annotated[str, doc("Language of rendered recall blocks and tool descriptions when a request names none: en, ja or zh.")] = "en"
+    recall_render_language: Annotated[
+        str, doc("Language of rendered recall blocks and tool descriptions when a request names none: en, ja or zh.")
+    ] = "en"
     recall_render_entry_max_tokens: Annotated[int, doc("A rendered memory text is cut to this many tokens (never dropped).", ge=1)] = 400
-    recall_render_line_overhead_tokens: Annotated[int, doc("Tokens allowed on a rendered line beyond its text (number, tag, date).", ge=0)] = 40
-    recall_render_total_max_tokens: Annotated[int, doc("Token budget of a whole rendered block, header included; lines past it are dropped (the first line is always kept).", ge=1)] = 2204
+    recall_render_line_overhead_tokens: Annotated[
+        int, doc("Tokens allowed on a rendered line beyond its text (number, tag, date).", ge=0)
+    ] = 40
+    recall_render_total_max_tokens: Annotated[
+        int,
+        doc("Token budget of a whole rendered block, header included; lines past it are dropped (the first line is always kept).", ge=1),
+    ] = 2204
 
     def __post_init__(self) -> None:
         if self.recall_legs not in RECALL_LEGS:

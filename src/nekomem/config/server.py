@@ -10,15 +10,31 @@ from nekomem.config.base import Section, doc
 class ServerSettings(Section):
     host: Annotated[str, doc("Address the HTTP server binds to.")] = "127.0.0.1"
     port: Annotated[int, doc("TCP port of the HTTP server.", ge=0, le=65535)] = 48912
-    api_token: Annotated[str, doc("Bearer token every route but /health requires when set. Binding to anything but loopback refuses to start without it.")] = ""
-    allowed_hosts: Annotated[list[str], doc("Host names served besides loopback names and the bind host (requests addressed to any other Host get 403, against DNS rebinding).")] = []
-    allowed_origins: Annotated[list[str], doc("Web origins (scheme://host:port) whose pages may call the server; a request with any other Origin gets 403. The server's own origin is always allowed.")] = []
+    api_token: Annotated[
+        str, doc("Bearer token every route but /health requires when set. Binding to anything but loopback refuses to start without it.")
+    ] = ""
+    allowed_hosts: Annotated[
+        list[str],
+        doc(
+            "Host names served besides loopback names and the bind host (requests addressed to any other Host get 403, against DNS rebinding)."
+        ),
+    ] = []
+    allowed_origins: Annotated[
+        list[str],
+        doc(
+            "Web origins (scheme://host:port) whose pages may call the server; a request with any other Origin gets 403. The server's own origin is always allowed."
+        ),
+    ] = []
     memory_root: Annotated[str, doc("Folder that holds one sub-folder per character.")] = "./memory"
     log_level: Annotated[str, doc("Log level: DEBUG, INFO, WARNING or ERROR. Memory text is only logged at DEBUG.")] = "INFO"
     max_body_bytes: Annotated[int, doc("Largest accepted request body in bytes; larger bodies get 413.", ge=1024)] = 8 * 1024 * 1024
     ask_timeout_seconds: Annotated[float, doc("How long a request waits for its character's actor before answering 503.", gt=0)] = 30.0
-    settle_timeout_seconds: Annotated[float, doc("How long /process, /renew, /settle and /new_dialog wait for an in-flight compression before answering.", gt=0)] = 120.0
-    storage_retry_after_seconds: Annotated[int, doc("Retry-After (seconds) of a 507/503 answer caused by a full, read-only or failing disk.", ge=1)] = 10
+    settle_timeout_seconds: Annotated[
+        float, doc("How long /process, /renew, /settle and /new_dialog wait for an in-flight compression before answering.", gt=0)
+    ] = 120.0
+    storage_retry_after_seconds: Annotated[
+        int, doc("Retry-After (seconds) of a 507/503 answer caused by a full, read-only or failing disk.", ge=1)
+    ] = 10
     idempotency_ttl_seconds: Annotated[float, doc("How long an Idempotency-Key is remembered.", gt=0)] = 7 * 86400.0
     idempotency_purge_seconds: Annotated[float, doc("How often expired Idempotency-Keys are purged.", gt=0)] = 3600.0
     idempotency_key_max_length: Annotated[int, doc("Longest accepted Idempotency-Key header.", ge=1)] = 160
@@ -26,46 +42,117 @@ class ServerSettings(Section):
     api_page_max: Annotated[int, doc("Largest page size of the /api/characters listings.", ge=1)] = 1000
     name_max_length: Annotated[int, doc("Longest accepted character name.", ge=1, le=200)] = 50
     message_max_chars: Annotated[int, doc("Longest accepted message content in characters; longer ones get 422.", ge=1)] = 200_000
-    opaque_max_depth: Annotated[int, doc("Deepest nesting accepted in an opaque JSON value (a fact's source); deeper ones get 422, and one found on disk is dropped.", ge=1, le=64)] = 8
-    opaque_max_bytes: Annotated[int, doc("Largest opaque JSON value (a fact's source) in bytes; larger ones get 422, and one found on disk is dropped.", ge=64)] = 4096
-    body_max_depth: Annotated[int, doc("Deepest JSON nesting accepted in what a route reads of a request body (unknown fields are skipped unread); deeper bodies get 400.", ge=4, le=200)] = 32
+    opaque_max_depth: Annotated[
+        int,
+        doc(
+            "Deepest nesting accepted in an opaque JSON value (a fact's source); deeper ones get 422, and one found on disk is dropped.",
+            ge=1,
+            le=64,
+        ),
+    ] = 8
+    opaque_max_bytes: Annotated[
+        int, doc("Largest opaque JSON value (a fact's source) in bytes; larger ones get 422, and one found on disk is dropped.", ge=64)
+    ] = 4096
+    body_max_depth: Annotated[
+        int,
+        doc(
+            "Deepest JSON nesting accepted in what a route reads of a request body (unknown fields are skipped unread); deeper bodies get 400.",
+            ge=4,
+            le=200,
+        ),
+    ] = 32
     batch_max_messages: Annotated[int, doc("Most messages accepted in one write request.", ge=1)] = 10_000
-    core_config_path: Annotated[str, doc(
-        "Where core_config.json (powerful_memory_enabled, recent_memory_auto_review) is read, on every use. "
-        "Empty: <memory_root>/core_config.json. A folder means <folder>/core_config.json: point it at the chat "
-        "server's config folder (N.E.K.O.: the 'config' folder of its data directory) so that its switches reach nekomem."
-    )] = ""
-    instance_id: Annotated[str, doc(
-        "The instance_id /health reports (the launcher checks it). Empty: the NEKO_INSTANCE_ID environment "
-        "variable, else a random id drawn at start."
-    )] = ""
-    health_app_name: Annotated[str, doc(
-        "The 'app' field of /health. The reference's launcher accepts a port as its memory server only when this "
-        "equals its own app name, 'N.E.K.O'; nekomem's own identity is in the 'server' field."
-    )] = "N.E.K.O"
-    scoped_context_max_facts: Annotated[int, doc("Most facts per subject listed in a /scoped_context answer (highest importance first).", ge=0)] = 20
-    context_language: Annotated[str, doc(
-        "Language of the /new_dialog text when the request names none (zh, zh-TW, ja, en, ko, ru, es, pt)."
-    )] = "en"
+    core_config_path: Annotated[
+        str,
+        doc(
+            "Where core_config.json (powerful_memory_enabled, recent_memory_auto_review) is read, on every use. "
+            "Empty: <memory_root>/core_config.json. A folder means <folder>/core_config.json: point it at the chat "
+            "server's config folder (N.E.K.O.: the 'config' folder of its data directory) so that its switches reach nekomem."
+        ),
+    ] = ""
+    instance_id: Annotated[
+        str,
+        doc(
+            "The instance_id /health reports (the launcher checks it). Empty: the NEKO_INSTANCE_ID environment "
+            "variable, else a random id drawn at start."
+        ),
+    ] = ""
+    health_app_name: Annotated[
+        str,
+        doc(
+            "The 'app' field of /health. The reference's launcher accepts a port as its memory server only when this "
+            "equals its own app name, 'N.E.K.O'; nekomem's own identity is in the 'server' field."
+        ),
+    ] = "N.E.K.O"
+    scoped_context_max_facts: Annotated[
+        int, doc("Most facts per subject listed in a /scoped_context answer (highest importance first).", ge=0)
+    ] = 20
+    context_language: Annotated[
+        str, doc("Language of the /new_dialog text when the request names none (zh, zh-TW, ja, en, ko, ru, es, pt).")
+    ] = "en"
 
 
 class RuntimeSettings(Section):
-    max_active_characters: Annotated[int, doc("Most characters whose actors are alive at once; the least recently used idle one is passivated beyond this. Actors cost no thread, so this bounds memory only (see README: about 0.3 MB per active character with a short history).", ge=1)] = 1000
+    max_active_characters: Annotated[
+        int,
+        doc(
+            "Most characters whose actors are alive at once; the least recently used idle one is passivated beyond this. Actors cost no thread, so this bounds memory only (see README: about 0.3 MB per active character with a short history).",
+            ge=1,
+        ),
+    ] = 1000
     passivate_idle_seconds: Annotated[float, doc("A character idle this long has its actors stopped (state stays on disk).", gt=0)] = 600.0
-    actor_workers: Annotated[int, doc("Threads that run the actors of every character (one shared dispatcher; an actor costs no thread of its own).", ge=1, le=256)] = 4
-    actor_batch: Annotated[int, doc("Messages one actor handles before its worker moves on to the next ready actor, so a flooded character cannot starve the others.", ge=1)] = 32
-    timer_retry_floor_seconds: Annotated[float, doc("Work that is already due when an actor asks for its timer (e.g. a retry after the model pool was full) runs after this many real seconds, so a gate that stays open cannot spin.", gt=0)] = 1.0
-    restart_budget: Annotated[int, doc("Restarts of one child actor allowed within restart_window_seconds before the character is marked failed.", ge=0)] = 5
+    actor_workers: Annotated[
+        int,
+        doc("Threads that run the actors of every character (one shared dispatcher; an actor costs no thread of its own).", ge=1, le=256),
+    ] = 4
+    actor_batch: Annotated[
+        int,
+        doc(
+            "Messages one actor handles before its worker moves on to the next ready actor, so a flooded character cannot starve the others.",
+            ge=1,
+        ),
+    ] = 32
+    timer_retry_floor_seconds: Annotated[
+        float,
+        doc(
+            "Work that is already due when an actor asks for its timer (e.g. a retry after the model pool was full) runs after this many real seconds, so a gate that stays open cannot spin.",
+            gt=0,
+        ),
+    ] = 1.0
+    restart_budget: Annotated[
+        int, doc("Restarts of one child actor allowed within restart_window_seconds before the character is marked failed.", ge=0)
+    ] = 5
     restart_window_seconds: Annotated[float, doc("Window of the restart budget.", gt=0)] = 60.0
     model_workers: Annotated[int, doc("Threads of the shared pool that runs LLM and embedding calls.", ge=1)] = 8
-    model_queue_max: Annotated[int, doc("Most model jobs waiting for a worker; beyond this new jobs are refused and retried later.", ge=1)] = 10_000
-    model_jobs_per_character: Annotated[int, doc("Model jobs one character may run at once, so a slow model for one character leaves workers for the others.", ge=1)] = 2
-    replay_concurrency: Annotated[int, doc("Outbox records running at once per character (a record parked in a handler's batch does not count).", ge=1)] = 2
+    model_queue_max: Annotated[
+        int, doc("Most model jobs waiting for a worker; beyond this new jobs are refused and retried later.", ge=1)
+    ] = 10_000
+    model_jobs_per_character: Annotated[
+        int, doc("Model jobs one character may run at once, so a slow model for one character leaves workers for the others.", ge=1)
+    ] = 2
+    replay_concurrency: Annotated[
+        int, doc("Outbox records running at once per character (a record parked in a handler's batch does not count).", ge=1)
+    ] = 2
     outbox_max_attempts: Annotated[int, doc("Attempts before an outbox record is dead-lettered.", ge=1)] = 5
-    outbox_retry_delay_seconds: Annotated[float, doc("Delay before a failed outbox record is tried again the first time; it doubles with each further failure.", ge=0)] = 5.0
+    outbox_retry_delay_seconds: Annotated[
+        float, doc("Delay before a failed outbox record is tried again the first time; it doubles with each further failure.", ge=0)
+    ] = 5.0
     outbox_retry_max_delay_seconds: Annotated[float, doc("Longest delay between two attempts of a failed outbox record.", gt=0)] = 300.0
     outbox_compact_lines: Annotated[int, doc("outbox.ndjson is compacted at activation once it has this many lines.", ge=10)] = 1000
     events_compact_lines: Annotated[int, doc("events.ndjson is compacted once it has this many applied lines.", ge=10)] = 10_000
-    view_flush_seconds: Annotated[float, doc("Long-term views (facts, reflections, persona) are rewritten from the journal at most this often; the journal makes each change durable at once.", ge=0)] = 2.0
-    view_flush_max_duty: Annotated[float, doc("Largest share of an actor's time spent rewriting its views: after a rewrite that took T seconds the next waits at least T / this.", gt=0, le=1)] = 0.1
+    view_flush_seconds: Annotated[
+        float,
+        doc(
+            "Long-term views (facts, reflections, persona) are rewritten from the journal at most this often; the journal makes each change durable at once.",
+            ge=0,
+        ),
+    ] = 2.0
+    view_flush_max_duty: Annotated[
+        float,
+        doc(
+            "Largest share of an actor's time spent rewriting its views: after a rewrite that took T seconds the next waits at least T / this.",
+            gt=0,
+            le=1,
+        ),
+    ] = 0.1
     view_flush_changes: Annotated[int, doc("A view is rewritten as soon as this many journaled changes are waiting.", ge=1)] = 200

@@ -67,7 +67,9 @@ def matches(fact: Fact, f: FactFilter, needle: str, bounds: tuple[datetime | Non
     return not needle or needle in fact.text.casefold()
 
 
-def page_facts(active: Sequence[Fact], archived: Sequence[Fact], f: FactFilter, offset: int, limit: int) -> tuple[int, list[tuple[Fact, bool]]]:
+def page_facts(
+    active: Sequence[Fact], archived: Sequence[Fact], f: FactFilter, offset: int, limit: int
+) -> tuple[int, list[tuple[Fact, bool]]]:
     """``(total matching, page)`` newest first; each page item is ``(fact, is_archived)``.
 
     Store order is insertion order, so newest first is the reverse of it; the filter is one

@@ -78,15 +78,66 @@ CHAT_GAP_CURRENT_TIME = {
 
 # Elapsed-time forms: only non-zero units (the reference's format_elapsed).
 ELAPSED = {
-    "dh": {"zh": "{d}天{h}小时", "zh-TW": "{d}天{h}小時", "en": "{d} days and {h} hours", "ja": "{d}日{h}時間", "ko": "{d}일 {h}시간",
-           "ru": "{d} дн. {h} ч.", "es": "{d} días y {h} horas", "pt": "{d} dias e {h} horas"},
-    "dm": {"zh": "{d}天{m}分钟", "zh-TW": "{d}天{m}分鐘", "en": "{d} days and {m} minutes", "ja": "{d}日{m}分", "ko": "{d}일 {m}분",
-           "ru": "{d} дн. {m} мин.", "es": "{d} días y {m} minutos", "pt": "{d} dias e {m} minutos"},
-    "d": {"zh": "{d}天", "zh-TW": "{d}天", "en": "{d} days", "ja": "{d}日", "ko": "{d}일", "ru": "{d} дн.", "es": "{d} días", "pt": "{d} dias"},
-    "hm": {"zh": "{h}小时{m}分钟", "zh-TW": "{h}小時{m}分鐘", "en": "{h} hours and {m} minutes", "ja": "{h}時間{m}分", "ko": "{h}시간 {m}분",
-           "ru": "{h} ч. {m} мин.", "es": "{h} horas y {m} minutos", "pt": "{h} horas e {m} minutos"},
-    "h": {"zh": "{h}小时", "zh-TW": "{h}小時", "en": "{h} hours", "ja": "{h}時間", "ko": "{h}시간", "ru": "{h} ч.", "es": "{h} horas", "pt": "{h} horas"},
-    "m": {"zh": "{m}分钟", "zh-TW": "{m}分鐘", "en": "{m} minutes", "ja": "{m}分", "ko": "{m}분", "ru": "{m} мин.", "es": "{m} minutos", "pt": "{m} minutos"},
+    "dh": {
+        "zh": "{d}天{h}小时",
+        "zh-TW": "{d}天{h}小時",
+        "en": "{d} days and {h} hours",
+        "ja": "{d}日{h}時間",
+        "ko": "{d}일 {h}시간",
+        "ru": "{d} дн. {h} ч.",
+        "es": "{d} días y {h} horas",
+        "pt": "{d} dias e {h} horas",
+    },
+    "dm": {
+        "zh": "{d}天{m}分钟",
+        "zh-TW": "{d}天{m}分鐘",
+        "en": "{d} days and {m} minutes",
+        "ja": "{d}日{m}分",
+        "ko": "{d}일 {m}분",
+        "ru": "{d} дн. {m} мин.",
+        "es": "{d} días y {m} minutos",
+        "pt": "{d} dias e {m} minutos",
+    },
+    "d": {
+        "zh": "{d}天",
+        "zh-TW": "{d}天",
+        "en": "{d} days",
+        "ja": "{d}日",
+        "ko": "{d}일",
+        "ru": "{d} дн.",
+        "es": "{d} días",
+        "pt": "{d} dias",
+    },
+    "hm": {
+        "zh": "{h}小时{m}分钟",
+        "zh-TW": "{h}小時{m}分鐘",
+        "en": "{h} hours and {m} minutes",
+        "ja": "{h}時間{m}分",
+        "ko": "{h}시간 {m}분",
+        "ru": "{h} ч. {m} мин.",
+        "es": "{h} horas y {m} minutos",
+        "pt": "{h} horas e {m} minutos",
+    },
+    "h": {
+        "zh": "{h}小时",
+        "zh-TW": "{h}小時",
+        "en": "{h} hours",
+        "ja": "{h}時間",
+        "ko": "{h}시간",
+        "ru": "{h} ч.",
+        "es": "{h} horas",
+        "pt": "{h} horas",
+    },
+    "m": {
+        "zh": "{m}分钟",
+        "zh-TW": "{m}分鐘",
+        "en": "{m} minutes",
+        "ja": "{m}分",
+        "ko": "{m}분",
+        "ru": "{m} мин.",
+        "es": "{m} minutos",
+        "pt": "{m} minutos",
+    },
 }
 
 RECENT_HISTORY_INTRO = {
@@ -132,7 +183,7 @@ def text(table: dict[str, str], language: str, **values: object) -> str:
 
 
 def format_elapsed(seconds: float, language: str) -> str:
-    """"3 hours and 22 minutes" / "3小时22分钟" ...: days, hours, minutes, zeros left out."""
+    """ "3 hours and 22 minutes" / "3小时22分钟" ...: days, hours, minutes, zeros left out."""
     total = int(max(0.0, seconds))
     days, rest = divmod(total, 86400)
     hours, rest = divmod(rest, 3600)

@@ -131,9 +131,7 @@ def normalize_fact(
     )
 
 
-def normalize_extraction(
-    output: object, *, now: datetime, source: FactSource, settings: LongTermSettings
-) -> list[Fact]:
+def normalize_extraction(output: object, *, now: datetime, source: FactSource, settings: LongTermSettings) -> list[Fact]:
     """All valid facts of an extract_facts / extract_self_disclosure output ``{"facts": [...]}``
     (a bare list is accepted too). Facts with the same text keep the first."""
     items = output if isinstance(output, list) else record_get(output, "facts", None) or []
@@ -215,9 +213,7 @@ def self_disclosure_due(successful_passes_since_last: int, settings: LongTermSet
     return successful_passes_since_last >= settings.fact_self_disclosure_every_n_passes
 
 
-def self_disclosure_window_start(
-    last_b_check_at: datetime | None, path_a_latest: datetime, settings: LongTermSettings
-) -> datetime:
+def self_disclosure_window_start(last_b_check_at: datetime | None, path_a_latest: datetime, settings: LongTermSettings) -> datetime:
     """Start of the path-B window: its cursor, or the last path-A message minus the cold-start lookback."""
     if last_b_check_at is not None:
         return last_b_check_at

@@ -36,15 +36,12 @@ REVIEW_SCHEMA: dict[str, Any] = {
     "required": ["explanation", "corrected_dialogue"],
 }
 
-_JSON_ONLY = (
-    "Answer with the JSON object only: no code fence, no text before or after it."
-)
+_JSON_ONLY = "Answer with the JSON object only: no code fence, no text before or after it."
 
 
 def _language_rule(master_name: str) -> str:
     return (
-        f"Write in the language {master_name} uses in the conversation (if several are "
-        "mixed, the one used most in their latest messages)."
+        f"Write in the language {master_name} uses in the conversation (if several are mixed, the one used most in their latest messages)."
     )
 
 
@@ -57,7 +54,7 @@ def stale_hint(hours: float) -> str:
     return (
         f"Note: the previous memo was written about {hours:.1f} hours ago. Whatever in it "
         "is no longer going on should not be presented as current: condense it into a short "
-        "block headed \"Earlier:\" at the end of the summary, and let the new conversation "
+        'block headed "Earlier:" at the end of the summary, and let the new conversation '
         "take the main part.\n\n"
     )
 
@@ -90,13 +87,13 @@ def summarize_messages(
     system = (
         f"You keep the memory of {character_name}, an AI companion talking with "
         f"{master_name}. You receive part of their recent conversation, one message per "
-        f"line as \"speaker | text\"; a line from \"system\" is the memo of even earlier "
+        f'line as "speaker | text"; a line from "system" is the memo of even earlier '
         f"conversations, and text before the lines may summarise earlier parts. Write one "
         f"summary of everything you receive, so that {character_name} can continue "
         f"naturally without the original messages. Refer to the two by their names "
         f"({master_name}, {character_name}), state facts plainly and do not invent anything. "
         f"{depth} {_language_rule(master_name)}\n"
-        f"Output: {{\"summary\": \"...\"}}. {_JSON_ONLY}"
+        f'Output: {{"summary": "..."}}. {_JSON_ONLY}'
     )
     user = transcript
     if stale_hours is not None:
@@ -104,9 +101,7 @@ def summarize_messages(
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-def further_compress_messages(
-    summary: str, *, target_words: int, master_name: str, character_name: str
-) -> list[dict[str, str]]:
+def further_compress_messages(summary: str, *, target_words: int, master_name: str, character_name: str) -> list[dict[str, str]]:
     """Stage-2 prompt: compress an over-long ``summary`` to about ``target_words`` words."""
     system = (
         f"You keep the memory of {character_name}, an AI companion talking with "
@@ -115,28 +110,26 @@ def further_compress_messages(
         "characters), keeping the most important facts, plans and feelings and dropping "
         "details. Keep the language of the summary, end with a complete sentence, and do "
         "not add anything new.\n"
-        f"Output: {{\"summary\": \"...\"}}. {_JSON_ONLY}"
+        f'Output: {{"summary": "..."}}. {_JSON_ONLY}'
     )
     return [{"role": "system", "content": system}, {"role": "user", "content": summary}]
 
 
-def review_messages(
-    transcript: str, *, master_name: str, character_name: str, has_memo: bool
-) -> list[dict[str, str]]:
+def review_messages(transcript: str, *, master_name: str, character_name: str, has_memo: bool) -> list[dict[str, str]]:
     """``review_recent`` prompt over ``transcript`` (``role: text`` blocks).
 
     The model returns the whole dialogue corrected, one item per input message, with roles
     ``user``, ``assistant`` and (only for the memo, when ``has_memo``) ``system``.
     """
     memo_rule = (
-        "The first block, from \"system\", is the memo of earlier conversations: return it "
-        "first, with role \"system\", corrected only where the dialogue proves it wrong. "
+        'The first block, from "system", is the memo of earlier conversations: return it '
+        'first, with role "system", corrected only where the dialogue proves it wrong. '
         if has_memo
-        else "There is no memo: do not output any \"system\" message. "
+        else 'There is no memo: do not output any "system" message. '
     )
     system = (
         f"You review the recent memory of {character_name}, an AI companion. Below is the "
-        f"latest dialogue; \"user\" is {master_name}, \"assistant\" is {character_name}. "
+        f'latest dialogue; "user" is {master_name}, "assistant" is {character_name}. '
         f"Find what would mislead {character_name} when this dialogue is read back later: "
         f"{character_name} repeating itself, contradicting itself or the memo, stating "
         "wrong facts, breaking character, or garbled, duplicated or truncated messages. "
@@ -144,11 +137,11 @@ def review_messages(
         f"the order, and never change what {master_name} said except to remove exact "
         "duplicates. "
         f"{memo_rule}"
-        "Every other message you keep has role \"user\" or \"assistant\". "
+        'Every other message you keep has role "user" or "assistant". '
         f"{_language_rule(master_name)} The explanation lists the corrections briefly "
         "(or says that none were needed).\n"
-        "Output: {\"explanation\": \"...\", \"corrected_dialogue\": [{\"role\": \"user\", "
-        f"\"content\": \"...\"}}, ...]}}. {_JSON_ONLY}"
+        'Output: {"explanation": "...", "corrected_dialogue": [{"role": "user", '
+        f'"content": "..."}}, ...]}}. {_JSON_ONLY}'
     )
     return [{"role": "system", "content": system}, {"role": "user", "content": transcript}]
 

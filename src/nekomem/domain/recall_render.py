@@ -51,38 +51,37 @@ _NO_RESULT = {
 }
 _NO_RESULT_LOOSEN = {
     "en": 'No memory matched "{query}" within that time range. Try loosening the filter: '
-          "ask with the time only (memories nearest that period) or with the query only (any time).",
+    "ask with the time only (memories nearest that period) or with the query only (any time).",
     "ja": "その期間には「{query}」に合う記憶がありませんでした。条件を緩めてみてください："
-          "時間だけ（その頃に近い記憶）か、クエリだけ（期間を問わない）で呼び出せます。",
-    "zh": "在该时间范围内没有与“{query}”相符的记忆。请放宽条件：只给时间（最接近该时段的记忆），"
-          "或只给查询（不限时间）。",
+    "時間だけ（その頃に近い記憶）か、クエリだけ（期間を問わない）で呼び出せます。",
+    "zh": "在该时间范围内没有与“{query}”相符的记忆。请放宽条件：只给时间（最接近该时段的记忆），或只给查询（不限时间）。",
 }
 _TOOL_TEXT = {
     "en": {
         "description": "Recall past memories related to the current conversation: earlier dialogue, the user's "
-                       "preferences, past events, or background you are missing. Provide at least one of query and time.",
-        "query": "A keyword, question or topic in one or two sentences, e.g. \"the travel plan mentioned earlier\" or "
-                 "\"the user's coffee preferences\". Leave empty for a pure time lookup.",
+        "preferences, past events, or background you are missing. Provide at least one of query and time.",
+        "query": 'A keyword, question or topic in one or two sentences, e.g. "the travel plan mentioned earlier" or '
+        '"the user\'s coffee preferences". Leave empty for a pure time lookup.',
         "time": "Optional period. Time only: the memories closest to that period; with a query: the query searched "
-                "inside the period. Forms: 2026-05-01T14 (hour), 2026-05-01 (day), 2026-05 (month), 2026 (year), "
-                "ranges such as 2026-05-01/2026-05-07, or natural expressions like \"yesterday\", \"last week\", "
-                "\"3 days ago\", \"last March\".",
+        "inside the period. Forms: 2026-05-01T14 (hour), 2026-05-01 (day), 2026-05 (month), 2026 (year), "
+        'ranges such as 2026-05-01/2026-05-07, or natural expressions like "yesterday", "last week", '
+        '"3 days ago", "last March".',
     },
     "ja": {
         "description": "今の会話に関係する過去の記憶を呼び出します。以前の会話、ユーザーの好み、過去の出来事、"
-                       "足りない背景が必要なときに使ってください。query と time の少なくとも一方を指定します。",
+        "足りない背景が必要なときに使ってください。query と time の少なくとも一方を指定します。",
         "query": "キーワード・質問・話題を一、二文で（例：「前に話した旅行の計画」「ユーザーのコーヒーの好み」）。"
-                 "時間だけで探すときは空にします。",
+        "時間だけで探すときは空にします。",
         "time": "任意の期間。time だけならその期間に最も近い記憶、query と一緒ならその期間の中で検索します。"
-                "形式：2026-05-01T14（時）、2026-05-01（日）、2026-05（月）、2026（年）、2026-05-01/2026-05-07 の"
-                "ような範囲、または「昨日」「先週」「3日前」のような表現。",
+        "形式：2026-05-01T14（時）、2026-05-01（日）、2026-05（月）、2026（年）、2026-05-01/2026-05-07 の"
+        "ような範囲、または「昨日」「先週」「3日前」のような表現。",
     },
     "zh": {
         "description": "回忆与当前对话相关的过去记忆。需要之前的对话、用户的喜好、过去的事件或缺少的背景时调用。"
-                       "query 和 time 至少提供一个。",
+        "query 和 time 至少提供一个。",
         "query": "一两句话的关键词、问题或话题，例如“之前提到的旅行计划”或“用户的咖啡喜好”。只按时间查找时留空。",
         "time": "可选的时间段。只给时间：返回最接近该时段的记忆；同时给查询：在该时段内进行检索。格式：2026-05-01T14（小时）、"
-                "2026-05-01（日）、2026-05（月）、2026（年）、2026-05-01/2026-05-07 这样的范围，或“昨天”“上周”“三天前”等说法。",
+        "2026-05-01（日）、2026-05（月）、2026（年）、2026-05-01/2026-05-07 这样的范围，或“昨天”“上周”“三天前”等说法。",
     },
 }
 

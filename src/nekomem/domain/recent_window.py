@@ -74,11 +74,7 @@ def render_lines(
     kept head and tail of a cut message.
     """
     mark = _DEFAULTS.recent_truncation_marker if marker is None else marker
-    return [
-        f"{speaker(t, master_name, character_name)} | "
-        f"{counter.head_tail(t.text, per_message_max_tokens, mark)}"
-        for t in turns
-    ]
+    return [f"{speaker(t, master_name, character_name)} | {counter.head_tail(t.text, per_message_max_tokens, mark)}" for t in turns]
 
 
 def window_tokens(turns: Sequence[Turn], counter: TokenCounter) -> int:
@@ -95,9 +91,7 @@ def cut_to_sentence_end(text: str, marks: str) -> str:
     return cut or text.strip()
 
 
-def _pack(
-    pieces: list[str], sep: str, budget: int, counter: TokenCounter, marker: str
-) -> list[str]:
+def _pack(pieces: list[str], sep: str, budget: int, counter: TokenCounter, marker: str) -> list[str]:
     """Join consecutive pieces into groups of at most ``budget`` tokens, never splitting one.
 
     A piece over the budget on its own is head/tail cut to the budget.
@@ -185,11 +179,7 @@ class _Run:
                 return None
             partials.append(out)
         depth = 0
-        while (
-            len(partials) > 1
-            and c.count(_PARTIAL_SEP.join(partials)) > budget
-            and depth < s.recent_map_reduce_max_depth
-        ):
+        while len(partials) > 1 and c.count(_PARTIAL_SEP.join(partials)) > budget and depth < s.recent_map_reduce_max_depth:
             batches = _pack(partials, _PARTIAL_SEP, budget, c, s.recent_truncation_marker)
             if len(batches) >= len(partials):
                 break  # every partial is already alone in its batch: no progress possible
@@ -367,9 +357,7 @@ def enforce_hard_cap(window: Sequence[Turn], settings: RecentSettings, counter: 
         break
     kept.reverse()
     result = ([memo] if memo is not None else []) + kept
-    log.info(
-        "recent hard cap: %d -> %d items (cap %d tokens)", len(items), len(result), cap
-    )
+    log.info("recent hard cap: %d -> %d items (cap %d tokens)", len(items), len(result), cap)
     return result
 
 
@@ -378,9 +366,7 @@ def _entry(turn: Turn, prefix_chars: int) -> str:
     return f"{turn.role}:{digest}:{turn.text[:prefix_chars]}"
 
 
-def tail_fingerprint(
-    turns: Sequence[Turn], k: int, prefix_chars: int | None = None
-) -> list[str]:
+def tail_fingerprint(turns: Sequence[Turn], k: int, prefix_chars: int | None = None) -> list[str]:
     """Fingerprint of the last ``k`` turns, oldest first.
 
     Each entry is ``"{role}:{sha256 of the full text}:{text[:prefix_chars]}"``

@@ -69,10 +69,7 @@ def suppressed_heading(ai_name: str, language: str = "en") -> str:
     local = loc.heading(language, "suppressed", ai=ai_name)
     if local is not None:
         return local
-    return (
-        f"### Do not bring these up on your own ({ai_name} remembers them, but they came up "
-        "too often recently)"
-    )
+    return f"### Do not bring these up on your own ({ai_name} remembers them, but they came up too often recently)"
 
 
 def relative_label(anchor: datetime, now: datetime, language: str = "en") -> str:
@@ -249,9 +246,7 @@ def suppressed_entries(
     texts: list[str] = []
     for entries in persona.values():
         texts.extend(e.text for e in entries if not e.protected and e.text.strip() and is_suppressed(e, now, settings))
-    texts.extend(
-        r.text for r in reflections if r.status == "confirmed" and r.text.strip() and is_suppressed(r, now, settings)
-    )
+    texts.extend(r.text for r in reflections if r.status == "confirmed" and r.text.strip() and is_suppressed(r, now, settings))
     unique = list(dict.fromkeys(" ".join(t.split()) for t in texts))
     return unique[: settings.persona_render_suppressed_max_entries]
 
@@ -277,16 +272,26 @@ def render_longterm(
     """The whole long-term block of /new_dialog: persona, pending, confirmed, past, and the
     'do not bring up' list, separated by blank lines ("" when everything is empty), with
     headings in ``language`` (nekomem.domain.longterm_locale)."""
-    suppressed_persona = [
-        e.text for entries in persona.values() for e in entries if not e.protected and is_suppressed(e, now, settings)
-    ]
+    suppressed_persona = [e.text for entries in persona.values() for e in entries if not e.protected and is_suppressed(e, now, settings)]
     parts = [
         render_persona(
-            persona, now=now, settings=settings, count_tokens=count_tokens, master_name=master_name, ai_name=ai_name, language=language,
+            persona,
+            now=now,
+            settings=settings,
+            count_tokens=count_tokens,
+            master_name=master_name,
+            ai_name=ai_name,
+            language=language,
         ),
         render_reflections(
-            reflections, now=now, settings=settings, count_tokens=count_tokens, master_name=master_name,
-            ai_name=ai_name, suppressed_texts=suppressed_persona, language=language,
+            reflections,
+            now=now,
+            settings=settings,
+            count_tokens=count_tokens,
+            master_name=master_name,
+            ai_name=ai_name,
+            suppressed_texts=suppressed_persona,
+            language=language,
         ),
         render_suppressed(suppressed_entries(persona, reflections, now, settings), ai_name, language),
     ]

@@ -117,10 +117,7 @@ def review_gate(
         idle = now_ts - last_activity_ts
         if not (fresh >= 1 and idle >= s.review_long_idle_bypass_seconds):
             return GATE_FEW_NEW_MESSAGES
-    blocked = (
-        state.output_exhaustion_blocked
-        or state.output_exhaustion_attempts >= s.review_output_exhaustion_max_attempts
-    )
+    blocked = state.output_exhaustion_blocked or state.output_exhaustion_attempts >= s.review_output_exhaustion_max_attempts
     if blocked and state.output_exhaustion_min_context_tokens is not None:
         if window_tokens(window, counter) >= state.output_exhaustion_min_context_tokens:
             return GATE_OUTPUT_EXHAUSTED
@@ -136,9 +133,7 @@ def render_review_transcript(snapshot: Sequence[Turn]) -> str:
     return "".join(f"{t.openai_role}: {t.text}\n\n" for t in snapshot)
 
 
-def build_review_messages(
-    snapshot: Sequence[Turn], *, master_name: str, character_name: str
-) -> list[dict[str, str]]:
+def build_review_messages(snapshot: Sequence[Turn], *, master_name: str, character_name: str) -> list[dict[str, str]]:
     """The ``review_recent`` chat messages for ``snapshot``."""
     has_memo = bool(snapshot) and snapshot[0].role == "system"
     return prompts_recent.review_messages(
@@ -218,10 +213,7 @@ def apply_review_detailed(
         return ReviewApply(None, STATUS_WHITE)
     # Corrected messages take the timestamps of the slots they land in, aligned at the end.
     tail_slots = slots[len(slots) - used :]
-    patched = [
-        Turn(role=role, text=text, ts=slot.ts)
-        for (role, text), slot in zip(body[len(body) - used :], tail_slots, strict=False)
-    ]
+    patched = [Turn(role=role, text=text, ts=slot.ts) for (role, text), slot in zip(body[len(body) - used :], tail_slots, strict=False)]
     head: list[Turn] = []
     if memo_covered:
         old_memo = current[start]
@@ -290,22 +282,16 @@ def record_clean(state: ReviewState, snapshot: Sequence[Turn], now_ts: float, se
     return record_success(state, now_ts, fp)
 
 
-def record_failure(
-    state: ReviewState, snapshot: Sequence[Turn], now_ts: float, settings: RecentSettings
-) -> ReviewState:
+def record_failure(state: ReviewState, snapshot: Sequence[Turn], now_ts: float, settings: RecentSettings) -> ReviewState:
     """State after a failed review of ``snapshot``: one more failure on this tail (a new
     tail restarts the count at 1); the review time moves so retries are spaced."""
     fp = tail_fingerprint(snapshot, settings.review_fingerprint_k, settings.review_fingerprint_prefix_chars)
     same = state.fail_fingerprint is not None and list(state.fail_fingerprint) == fp
     attempts = state.fail_attempts + 1 if same else 1
-    return msgspec.structs.replace(
-        state, last_review_ts=now_ts, fail_attempts=attempts, fail_fingerprint=fp
-    )
+    return msgspec.structs.replace(state, last_review_ts=now_ts, fail_attempts=attempts, fail_fingerprint=fp)
 
 
-def record_output_exhausted(
-    state: ReviewState, context_tokens: int, now_ts: float, settings: RecentSettings
-) -> ReviewState:
+def record_output_exhausted(state: ReviewState, context_tokens: int, now_ts: float, settings: RecentSettings) -> ReviewState:
     """State after a review whose answer hit the output limit with ``context_tokens`` of
     window: the breaker closes after ``review_output_exhaustion_max_attempts`` of them."""
     attempts = state.output_exhaustion_attempts + 1

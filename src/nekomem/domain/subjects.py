@@ -178,11 +178,7 @@ def is_scoped_section(section: str) -> bool:
 
 def private_persona(persona: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
     """The persona as the private context sees it: scoped sections and scoped entries out."""
-    return {
-        section: [e for e in entries if is_private(e)]
-        for section, entries in persona.items()
-        if not is_scoped_section(section)
-    }
+    return {section: [e for e in entries if is_private(e)] for section, entries in persona.items() if not is_scoped_section(section)}
 
 
 def scoped_persona(persona: Mapping[str, Sequence[Any]], subjects: Sequence[Subject]) -> dict[str, list[Any]]:

@@ -229,10 +229,7 @@ class TiktokenCounter(TokenCounter):
 
 # Hiragana and katakana, CJK extension A, CJK unified ideographs, hangul syllables, CJK
 # compatibility ideographs, full-width forms, CJK extensions B..F and the supplement.
-_CJK_RE = re.compile(
-    "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
-    "\uff00-\uffef\U00020000-\U0002fa1f]"
-)
+_CJK_RE = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef\U00020000-\U0002fa1f]")
 
 
 def _is_cjk(ch: str) -> bool:

@@ -62,7 +62,8 @@ def routes() -> list[BaseRoute]:
     from nekomem.http import browse, importing, lifecycle, openapi, recall, scoped
 
     c, s, lt = conversation, system, longterm
-    table: list[BaseRoute] = [*browse.routes(),
+    table: list[BaseRoute] = [
+        *browse.routes(),
         Route("/health", s.health, methods=["GET"]),
         Route("/openapi.json", openapi.openapi, methods=["GET"]),
         Route("/cache/{name:str}", c.cache, methods=["POST"]),

@@ -110,7 +110,9 @@ async def characters(request: Request) -> Response:
             trouble += [f"{child} layer failed: {error}" for child, error in failed.items()]
         else:
             counts = await asyncio.to_thread(store.disk_counts, paths)
-        rows.append({"name": name, "active": name in active, "turns": turns, "last_conversation_at": last, "counts": counts, "trouble": trouble})
+        rows.append(
+            {"name": name, "active": name in active, "turns": turns, "last_conversation_at": last, "counts": counts, "trouble": trouble}
+        )
     return JSONResponse({"characters": rows})
 
 
@@ -124,8 +126,12 @@ async def journal(request: Request) -> Response:
     if order not in ("asc", "desc"):
         raise ApiError(400, "bad_query", "order must be asc or desc")
     q = store.JournalQuery(
-        since=_time_param(request, "since"), until=_time_param(request, "until"),
-        text=request.query_params.get("q", ""), order=order, offset=offset, limit=limit,
+        since=_time_param(request, "since"),
+        until=_time_param(request, "until"),
+        text=request.query_params.get("q", ""),
+        order=order,
+        offset=offset,
+        limit=limit,
     )
     try:
         page = await asyncio.to_thread(store.read_journal, _paths(request, name), q)
@@ -157,10 +163,15 @@ async def facts(request: Request) -> Response:
     if not await character_exists(request, name):
         return JSONResponse({"total": 0, "offset": offset, "items": []})  # reads never create a character
     flt = FactFilter(
-        status=status, entity=entity, importance_min=_importance(request, "importance_min"),
-        importance_max=_importance(request, "importance_max"), absorbed=_bool_param(request, "absorbed"),
-        event_from=_time_param(request, "event_from"), event_to=_time_param(request, "event_to"),
-        text=request.query_params.get("q", ""), ids=ids,
+        status=status,
+        entity=entity,
+        importance_min=_importance(request, "importance_min"),
+        importance_max=_importance(request, "importance_max"),
+        absorbed=_bool_param(request, "absorbed"),
+        event_from=_time_param(request, "event_from"),
+        event_to=_time_param(request, "event_to"),
+        text=request.query_params.get("q", ""),
+        ids=ids,
     )
     answer = await rt.registry.ask(name, "facts", lambda reply: BrowseFacts(filter=flt, offset=offset, limit=limit, reply=reply))
     return JSONResponse(answer)
@@ -191,7 +202,9 @@ async def suppress(request: Request) -> Response:
     if not isinstance(value, bool):
         raise ApiError(422, "bad_suppress", "'suppress' must be true or false")
     entry_id = request.path_params["entry_id"]
-    return JSONResponse(await _rt(request).registry.ask(name, "persona", lambda reply: SetSuppressed(id=entry_id, suppress=value, reply=reply)))
+    return JSONResponse(
+        await _rt(request).registry.ask(name, "persona", lambda reply: SetSuppressed(id=entry_id, suppress=value, reply=reply))
+    )
 
 
 # -- the review switch -------------------------------------------------------------------

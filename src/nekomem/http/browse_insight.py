@@ -120,7 +120,11 @@ def split_sections(text: str, name: str, master: str, language: str = "en") -> l
 
     for entity in ("master", "neko", "relationship"):
         mark(rlt.persona_heading(entity, master, name, language), "persona")
-    for heading in (rlt.pending_heading(name, language), rlt.confirmed_heading(name, language), rlt.past_block_open(master, name, language)):
+    for heading in (
+        rlt.pending_heading(name, language),
+        rlt.confirmed_heading(name, language),
+        rlt.past_block_open(master, name, language),
+    ):
         mark(heading, "reflections")
     mark(rlt.suppressed_heading(name, language), "suppressed")
     if inner >= 0:
@@ -146,7 +150,11 @@ async def context_sections(request: Request) -> Response:
     text = bytes(response.body).decode("utf-8")
     counter = get_counter(rt.settings.recent.recent_tokenizer_encoding)
     lt = rt.settings.longterm
-    budgets = {"persona": lt.persona_render_max_tokens, "reflections": lt.reflection_render_max_tokens, "recent": rt.settings.recent.recent_hard_cap_tokens}
+    budgets = {
+        "persona": lt.persona_render_max_tokens,
+        "reflections": lt.reflection_render_max_tokens,
+        "recent": rt.settings.recent.recent_hard_cap_tokens,
+    }
     merged: dict[str, str] = {}
     order: list[str] = []
     for section, piece in split_sections(text, name, master_name(request), context_language(request)):
@@ -202,9 +210,13 @@ def _journal_snapshots(paths: CharacterPaths, reflection_id: str) -> tuple[list[
 
 def _snap(ts: str, type: str, ref: dict[str, Any]) -> _Snap:
     return _Snap(
-        at=parse_timestamp(ts), type=type, status=str(ref.get("status", "")),
-        reinforcement=float(ref.get("reinforcement") or 0.0), disputation=float(ref.get("disputation") or 0.0),
-        rein_last_signal_at=ref.get("rein_last_signal_at"), disp_last_signal_at=ref.get("disp_last_signal_at"),
+        at=parse_timestamp(ts),
+        type=type,
+        status=str(ref.get("status", "")),
+        reinforcement=float(ref.get("reinforcement") or 0.0),
+        disputation=float(ref.get("disputation") or 0.0),
+        rein_last_signal_at=ref.get("rein_last_signal_at"),
+        disp_last_signal_at=ref.get("disp_last_signal_at"),
     )
 
 
@@ -262,12 +274,22 @@ async def evidence_history(request: Request) -> Response:
         {
             "reflection": current,
             "events": [
-                {"t": s.at.isoformat(), "type": s.type, "status": s.status, "reinforcement": s.reinforcement, "disputation": s.disputation,
-                 "net": _point(s, s.at, lt.evidence_rein_half_life_days, lt.evidence_disp_half_life_days)["net"]}
+                {
+                    "t": s.at.isoformat(),
+                    "type": s.type,
+                    "status": s.status,
+                    "reinforcement": s.reinforcement,
+                    "disputation": s.disputation,
+                    "net": _point(s, s.at, lt.evidence_rein_half_life_days, lt.evidence_disp_half_life_days)["net"],
+                }
                 for s in snaps[:-1]
             ],
             "curve": curve,
-            "thresholds": {"confirm": lt.evidence_confirm_threshold, "promote": lt.evidence_promote_threshold, "archive": lt.evidence_archive_threshold},
+            "thresholds": {
+                "confirm": lt.evidence_confirm_threshold,
+                "promote": lt.evidence_promote_threshold,
+                "archive": lt.evidence_archive_threshold,
+            },
             "net_now": score if isinstance(score, (int, float)) and math.isfinite(score) else None,
             "history_since": oldest,
         }

@@ -163,7 +163,12 @@ class RequestGuard:
         if origin is not None and not self.policy.origin_allowed(origin, host, scheme):
             return 403, "origin_not_allowed", "requests from web pages of other origins are refused (setting allowed_origins)", {}
         if self.token and not self._open(scope) and not self._authorized(headers):
-            return 401, "unauthorized", "this server needs 'Authorization: Bearer <token>' (NEKOMEM_API_TOKEN)", {"WWW-Authenticate": "Bearer"}
+            return (
+                401,
+                "unauthorized",
+                "this server needs 'Authorization: Bearer <token>' (NEKOMEM_API_TOKEN)",
+                {"WWW-Authenticate": "Bearer"},
+            )
         if scope["type"] == "http" and scope["method"] in WRITE_METHODS and _has_body(headers):
             if not json_content_type(headers.get("content-type")):
                 return 415, "unsupported_media_type", "a request body must be sent as 'Content-Type: application/json'", {}

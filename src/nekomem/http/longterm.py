@@ -57,7 +57,8 @@ async def reflect(request: Request) -> Response:
             "synthesis": synthesis,
             "confirmed": report.get("confirmed", []),
             "promotion": promotion,
-            "auto_transitions": len(report.get("confirmed", [])) + sum(1 for p in promotion if p.get("kind") in ("promoted", "merged", "duplicate")),
+            "auto_transitions": len(report.get("confirmed", []))
+            + sum(1 for p in promotion if p.get("kind") in ("promoted", "merged", "duplicate")),
         }
     )
 
@@ -184,5 +185,7 @@ async def import_facts(request: Request) -> Response:
             fact["source"] = bounded_opaque(item.source, f"facts[{index}].source", request)
         facts.append(fact)
     return JSONResponse(
-        await rt.registry.ask(name, "facts", lambda reply: ImportFacts(facts=facts, reply=reply), timeout=rt.settings.server.settle_timeout_seconds)
+        await rt.registry.ask(
+            name, "facts", lambda reply: ImportFacts(facts=facts, reply=reply), timeout=rt.settings.server.settle_timeout_seconds
+        )
     )

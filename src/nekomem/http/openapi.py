@@ -17,7 +17,12 @@ from nekomem.http.importing import ImportNekoBody
 NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1, "maxLength": 50}}
 ID = {"name": "entry_id", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
 RID = {"name": "reflection_id", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
-LAYER = {"name": "layer", "in": "path", "required": True, "schema": {"type": "string", "enum": ["recent", "facts", "reflections", "persona"]}}
+LAYER = {
+    "name": "layer",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "enum": ["recent", "facts", "reflections", "persona"]},
+}
 PAGE = [
     {"name": "offset", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0}},
     {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1}},
@@ -57,9 +62,23 @@ OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] =
     ("/api/characters", "get", [], None, s.CharactersAnswer, "Every character"),
     ("/api/characters/{name}/card", "post", [NAME], s.CardBody, dict[str, Any], "Import a character card"),
     ("/api/characters/{name}/facts", "post", [NAME], s.FactsBody, s.ImportAnswer, "Import facts"),
-    ("/api/characters/{name}/reflections/{reflection_id}/feedback", "post", [NAME, RID], s.FeedbackBody, dict[str, Any], "Confirm or deny a reflection"),
+    (
+        "/api/characters/{name}/reflections/{reflection_id}/feedback",
+        "post",
+        [NAME, RID],
+        s.FeedbackBody,
+        dict[str, Any],
+        "Confirm or deny a reflection",
+    ),
     ("/api/characters/{name}/{layer}", "get", [NAME, LAYER, *PAGE], None, s.PageAnswer, "List a layer"),
-    ("/api/characters/{name}/{layer}/{entry_id}", "patch", [NAME, LAYER, ID], s.EntryEdit, dict[str, Any], "Edit an entry (recent: by index, body {text})"),
+    (
+        "/api/characters/{name}/{layer}/{entry_id}",
+        "patch",
+        [NAME, LAYER, ID],
+        s.EntryEdit,
+        dict[str, Any],
+        "Edit an entry (recent: by index, body {text})",
+    ),
     ("/api/characters/{name}/{layer}/{entry_id}", "delete", [NAME, LAYER, ID], None, dict[str, Any], "Delete an entry"),
 ]
 ERRORS = ("400", "401", "403", "404", "409", "413", "415", "422", "503", "507")

@@ -164,7 +164,9 @@ def _label(raw: str | None, where: str) -> str:
 async def _extract(request: Request, name: str, subject: Subject, turns: list[Any], label: str) -> dict[str, Any]:
     rt = request.app.state.runtime
     return await rt.registry.ask(
-        name, "facts", lambda reply: ExtractScoped(subject=subject, turns=turns, speaker_label=label, reply=reply),
+        name,
+        "facts",
+        lambda reply: ExtractScoped(subject=subject, turns=turns, speaker_label=label, reply=reply),
         timeout=rt.settings.server.settle_timeout_seconds,
     )
 
@@ -223,7 +225,9 @@ async def scoped_mentions(request: Request) -> Response:
     subjects = _subjects(body.subjects)
     if not body.response_text.strip() or not await character_exists(request, name):
         return JSONResponse({"status": "skipped", "mentioned": 0})
-    return JSONResponse(await rt.registry.ask(name, "persona", lambda reply: ScopedMentions(subjects=subjects, text=body.response_text, reply=reply)))
+    return JSONResponse(
+        await rt.registry.ask(name, "persona", lambda reply: ScopedMentions(subjects=subjects, text=body.response_text, reply=reply))
+    )
 
 
 async def scoped_forget(request: Request) -> Response:

@@ -21,7 +21,11 @@ def embeddings_status(rt: Any) -> dict[str, Any]:
     emb = rt.embeddings
     if emb is None:
         return {"state": "disabled", "model": "", "pending": 0, "reason": "no embedding service configured"}
-    status = {"state": emb.state, "model": getattr(emb, "model_id", "") or "", "pending": int(rt.services.hooks.get("embedding_pending", lambda: 0)())}
+    status = {
+        "state": emb.state,
+        "model": getattr(emb, "model_id", "") or "",
+        "pending": int(rt.services.hooks.get("embedding_pending", lambda: 0)()),
+    }
     reason = getattr(emb, "reason", None)
     if reason:
         status["reason"] = reason

@@ -36,7 +36,11 @@ def import_neko(
         report, sources = plan(Path(source_dir), root, settings, characters)
         with rootlock.acquire(root, "exclusive", "import-neko"):
             total = count_records(sources) if show_progress or err.isatty() else 0
-            bar = bars.ProgressBar(total, err, "import-neko") if bars.wanted(show_progress, err, total, settings.importer.import_progress_min_records) else None
+            bar = (
+                bars.ProgressBar(total, err, "import-neko")
+                if bars.wanted(show_progress, err, total, settings.importer.import_progress_min_records)
+                else None
+            )
             run_import(report, sources, settings, progress=bar or (lambda n: None))
             if bar is not None:
                 bar.finish()
@@ -45,5 +49,8 @@ def import_neko(
         return 1
     out.write(msgspec.json.format(msgspec.json.encode(report.to_builtins())).decode("utf-8") + "\n")
     names = ", ".join(f"{c.name} (+{c.added})" for c in report.characters) or "nothing"
-    print(f"nekomem import-neko: {report.added} records added: {names}; {len(report.problems)} problems (see 'problems' in the report)", file=err)
+    print(
+        f"nekomem import-neko: {report.added} records added: {names}; {len(report.problems)} problems (see 'problems' in the report)",
+        file=err,
+    )
     return 0

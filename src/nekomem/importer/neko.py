@@ -192,7 +192,9 @@ class CharacterImport:
                 count.unchanged = len(stamped)
             else:
                 count.skipped = len(stamped)
-                self.problem("recent", src.RECENT, f"the target already holds a different recent window ({len(existing)} items); it was kept")
+                self.problem(
+                    "recent", src.RECENT, f"the target already holds a different recent window ({len(existing)} items); it was kept"
+                )
         self.progress(len(turns))
         meta = self.report.count("recent_meta")
         if memo_at is None:
@@ -380,7 +382,13 @@ def count_records(sources: Iterable[SourceCharacter]) -> int:
     total = 0
     for s in sources:
         total += s.journal_count()
-        for layer, file in (("facts", src.FACTS), ("facts_archive", src.FACTS_ARCHIVE), ("reflections", src.REFLECTIONS), ("surfaced", src.SURFACED), ("persona_corrections", src.PERSONA_CORRECTIONS)):
+        for layer, file in (
+            ("facts", src.FACTS),
+            ("facts_archive", src.FACTS_ARCHIVE),
+            ("reflections", src.REFLECTIONS),
+            ("surfaced", src.SURFACED),
+            ("persona_corrections", src.PERSONA_CORRECTIONS),
+        ):
             total += len(s.records(layer, file))
     return total
 
@@ -439,10 +447,18 @@ def run_import(
 def _note_bookkeeping(source: SourceCharacter, report: ImportReport) -> None:
     events = source.unapplied_events()
     if events:
-        source.problem("events", src.EVENTS, f"{events} journal events lie after the source's applied mark; their effects were not imported (start the reference server once so it applies them, then import again)")
+        source.problem(
+            "events",
+            src.EVENTS,
+            f"{events} journal events lie after the source's applied mark; their effects were not imported (start the reference server once so it applies them, then import again)",
+        )
     pending = source.pending_outbox()
     if pending:
-        source.problem("outbox", src.OUTBOX, f"{pending} background operations were still pending in the source (their turns are in the imported journal; facts they would have extracted are not)")
+        source.problem(
+            "outbox",
+            src.OUTBOX,
+            f"{pending} background operations were still pending in the source (their turns are in the imported journal; facts they would have extracted are not)",
+        )
     for name in src.BOOKKEEPING_FILES:
         if (source.folder / name).exists():
             report.ignored_files.append(f"{source.name}/{name}")

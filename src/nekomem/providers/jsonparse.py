@@ -159,10 +159,7 @@ def extract_json_object(text: str) -> dict[str, Any]:
         if stripped.startswith("["):
             raise ModelOutputError(f"model output is a JSON array, not an object ({len(text)} chars)")
         raise ModelOutputError(f"no JSON object in model output ({len(text)} chars, no '{{')")
-    raise ModelOutputError(
-        f"no parseable JSON object in model output ({len(text)} chars; braces found but "
-        "no balanced, valid object)"
-    )
+    raise ModelOutputError(f"no parseable JSON object in model output ({len(text)} chars; braces found but no balanced, valid object)")
 
 
 def _repair(cleaned: str) -> dict[str, Any] | None:

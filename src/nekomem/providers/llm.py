@@ -264,7 +264,11 @@ class LLMClient:
                     self._stats[tier].last_error = f"{task}: {failure.message}"
                 log.warning(
                     "llm task=%s tier=%s attempt=%d/%d failed: %s",
-                    task, tier, attempts, total, failure.message,
+                    task,
+                    tier,
+                    attempts,
+                    total,
+                    failure.message,
                 )
                 if not failure.retryable:
                     break
@@ -359,8 +363,12 @@ class LLMClient:
     def _log_fallback(self, request: _Request, step: str, status: int) -> None:
         log.warning(
             "llm task=%s tier=%s endpoint=%s model=%s refused the request (HTTP %d): trying %s",
-            request.spec.name, request.spec.tier, _public_url(request.endpoint.base_url),
-            request.endpoint.model, status, step,
+            request.spec.name,
+            request.spec.tier,
+            _public_url(request.endpoint.base_url),
+            request.endpoint.model,
+            status,
+            step,
         )
 
     def _payload(self, request: _Request, level: str, param: str) -> bytes:
@@ -400,7 +408,12 @@ class LLMClient:
         status = response.status_code
         log.info(
             "llm task=%s tier=%s attempt=%d status=%d response_format=%s elapsed_ms=%.0f",
-            task, tier, attempt, status, level, elapsed_ms,
+            task,
+            tier,
+            attempt,
+            status,
+            level,
+            elapsed_ms,
         )
 
         if not 200 <= status < 300:

@@ -139,7 +139,7 @@ class EmbeddingService:
 
     @property
     def state(self) -> State:
-        """"loading" (not ready yet), "ready" or "disabled"."""
+        """ "loading" (not ready yet), "ready" or "disabled"."""
         return self._state
 
     @property
@@ -227,8 +227,7 @@ class EmbeddingService:
             self._backend, self._model_id, self._dim = backend, model_id, dim
             self._state = "ready"
         self._settled.set()
-        log.info("embedding model ready: id=%s dim=%d kind=%s load_seconds=%.2f",
-                 model_id, dim, backend.kind, time.monotonic() - started)
+        log.info("embedding model ready: id=%s dim=%d kind=%s load_seconds=%.2f", model_id, dim, backend.kind, time.monotonic() - started)
 
     def _disable(self, reason: str) -> None:
         with self._lock:

@@ -87,13 +87,7 @@ def event_interval(entry: IndexEntry, tz: tzinfo) -> tuple[float | None, float |
 
 def indexable(entry: IndexEntry) -> bool:
     """The shared hard filter as the index applies it (the owner's verdict first)."""
-    return (
-        entry.searchable
-        and entry.tier in TIERS
-        and isinstance(entry.text, str)
-        and bool(entry.text.strip())
-        and not (entry.score < 0)
-    )
+    return entry.searchable and entry.tier in TIERS and isinstance(entry.text, str) and bool(entry.text.strip()) and not (entry.score < 0)
 
 
 def display_tz(name: str) -> tzinfo:

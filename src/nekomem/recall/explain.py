@@ -88,24 +88,40 @@ def _hard_filtered(
             lexical.add(item["id"], index.analyzer.document(item["text"]))
     threshold = settings.recall_bm25_threshold
     return [
-        {"id": i, "text": by_id[i]["text"], "tier": by_id[i].get("tier", ""), "reason": by_id[i].get("reason", ""),
-         "score": round(float(s), 6), "above_threshold": s >= threshold}
+        {
+            "id": i,
+            "text": by_id[i]["text"],
+            "tier": by_id[i].get("tier", ""),
+            "reason": by_id[i].get("reason", ""),
+            "score": round(float(s), 6),
+            "above_threshold": s >= threshold,
+        }
         for i, s in lexical.search(lexical_query, len(by_id))
     ]
 
 
 def _legs_explained(
-    index: RecallIndex, settings: RecallSettings, body: dict[str, Any], search: str, qvec: Vectors | None,
-    visible: set[str] | None, allowed: set[str] | None, hinted: set[str] | None,
+    index: RecallIndex,
+    settings: RecallSettings,
+    body: dict[str, Any],
+    search: str,
+    qvec: Vectors | None,
+    visible: set[str] | None,
+    allowed: set[str] | None,
+    hinted: set[str] | None,
 ) -> None:
     """Fill the widened legs and the fused list of ``body``."""
     s = settings
     lexical_query = index.analyzer.query(search)
     wide = s.recall_budget_each * WIDEN
     if s.recall_legs != "vector":
-        body["lexical"] = _annotate(index, index.lexical.search(lexical_query, wide, None), visible, allowed, s.recall_bm25_threshold, s.recall_budget_each)
+        body["lexical"] = _annotate(
+            index, index.lexical.search(lexical_query, wide, None), visible, allowed, s.recall_bm25_threshold, s.recall_budget_each
+        )
     if qvec is not None and index.vectors is not None:
-        body["vector"] = _annotate(index, index.vectors.search(qvec, wide, None), visible, allowed, s.recall_cosine_threshold, s.recall_budget_each)
+        body["vector"] = _annotate(
+            index, index.vectors.search(qvec, wide, None), visible, allowed, s.recall_cosine_threshold, s.recall_budget_each
+        )
     legs = index.legs(lexical_query, qvec, allowed)
     if hinted:
         legs += index.legs(lexical_query, qvec, hinted)
@@ -113,7 +129,8 @@ def _legs_explained(
     vec_rank = {i: n + 1 for n, i in enumerate(legs[1])}
     body["fused"] = [
         {**hit_row(index.docs[i].entry, round(score, 6)), "lexical_rank": lex_rank.get(i), "vector_rank": vec_rank.get(i)}
-        for i, score in rrf(legs, s.recall_rrf_k, s.recall_budget_total) if i in index.docs
+        for i, score in rrf(legs, s.recall_rrf_k, s.recall_budget_total)
+        if i in index.docs
     ]
     body["lexical_query"] = lexical_query
 
@@ -145,15 +162,26 @@ def explain(
     allowed = restrict(index.in_window(window) if window is not None else None, visible)
     qvec, vector_state = _query_vector(index, s, vector if query else None)
     body: dict[str, Any] = {
-        "query": query, "search": search, "time": spec,
+        "query": query,
+        "search": search,
+        "time": spec,
         "time_understood": window is not None if spec else None,
-        "window": _window(window), "query_time_hint": _window(hint),
+        "window": _window(window),
+        "query_time_hint": _window(hint),
         "indexed": len(index.docs),
         "in_window": None if window is None or allowed is None else len(allowed),
         "vector_state": vector_state,
-        "thresholds": {"bm25": s.recall_bm25_threshold, "cosine": s.recall_cosine_threshold, "budget_each": s.recall_budget_each,
-                       "budget_total": s.recall_budget_total, "rrf_k": s.recall_rrf_k},
-        "lexical": [], "vector": [], "fused": [], "hard_filtered": [],
+        "thresholds": {
+            "bm25": s.recall_bm25_threshold,
+            "cosine": s.recall_cosine_threshold,
+            "budget_each": s.recall_budget_each,
+            "budget_total": s.recall_budget_total,
+            "rrf_k": s.recall_rrf_k,
+        },
+        "lexical": [],
+        "vector": [],
+        "fused": [],
+        "hard_filtered": [],
     }
     if not query:
         if window is not None:

@@ -205,7 +205,10 @@ class RecallIndex:
                     vec_hits = self.vectors.search(qvec, s.recall_budget_each, allowed, min_score=s.recall_cosine_threshold)
                 except ValueError:
                     vec_hits = []
-        return [leg_top(lex_hits, s.recall_budget_each, s.recall_bm25_threshold), leg_top(vec_hits, s.recall_budget_each, s.recall_cosine_threshold)]
+        return [
+            leg_top(lex_hits, s.recall_budget_each, s.recall_bm25_threshold),
+            leg_top(vec_hits, s.recall_budget_each, s.recall_cosine_threshold),
+        ]
 
     def search(
         self, text: str, qvec: Vectors | None, allowed: set[str] | None, hinted: set[str] | None

@@ -20,13 +20,15 @@ from nekomem.recall.tokenize import normalise, strip_stop_names
 _ASCII_WORD = re.compile(r"[a-z]+")
 _WORD_SPLIT = re.compile(r"[a-z]+|[^a-z]+")
 _VOWEL = re.compile(r"[aeiouy]")
-QUERY_STOPWORDS = frozenset("""
+QUERY_STOPWORDS = frozenset(
+    """
 a an the and or but if of to in on at by for with from about as into through after over between out during
 without before under around among is are was were be been being am do does did doing done have has had having
 will would shall should can could may might must what when where which who whom whose why how that this these
 those there here i me my mine we us our ours you your yours he him his she her hers it its they them their
 theirs not no so than too very just also only both each any all some such more most other another ever
-""".split())
+""".split()
+)
 
 
 def light_stem(word: str) -> str:

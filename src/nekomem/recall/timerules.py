@@ -13,12 +13,24 @@ from nekomem.recall.timecalendar import Calendar, Span, aware
 # ---- vocabularies ----------------------------------------------------------------------
 
 _EN_NUMBERS = {
-    "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
-    "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12,
-    "a couple of": 2, "couple of": 2,
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "eleven": 11,
+    "twelve": 12,
+    "a couple of": 2,
+    "couple of": 2,
 }
-_CJK_DIGITS = {"〇": 0, "零": 0, "一": 1, "二": 2, "两": 2, "兩": 2, "三": 3, "四": 4,
-               "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
+_CJK_DIGITS = {"〇": 0, "零": 0, "一": 1, "二": 2, "两": 2, "兩": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
 _CJK_NUM = "[0-9〇零一二两兩三四五六七八九十百]+"
 _CJK_YEAR = "(?:\\d{4}|[〇零一二三四五六七八九]{4})"
 _EN_NUM = "(?:\\d+|" + "|".join(sorted(map(re.escape, _EN_NUMBERS), key=len, reverse=True)) + ")"
@@ -46,60 +58,187 @@ def _number(token: str) -> int:
 
 
 _DAY_WORDS: dict[str, int] = {
-    "today": 0, "earlier today": 0, "yesterday": -1, "day before yesterday": -2,
-    "tomorrow": 1, "day after tomorrow": 2,
-    "今日": 0, "本日": 0, "きょう": 0, "昨日": -1, "きのう": -1, "一昨日": -2, "おととい": -2,
-    "おとつい": -2, "一昨々日": -3, "一昨昨日": -3, "さきおととい": -3, "明日": 1, "あした": 1,
-    "あす": 1, "明後日": 2, "あさって": 2,
-    "今天": 0, "今儿": 0, "昨天": -1, "昨儿": -1, "前天": -2, "大前天": -3, "明天": 1,
-    "后天": 2, "後天": 2,
+    "today": 0,
+    "earlier today": 0,
+    "yesterday": -1,
+    "day before yesterday": -2,
+    "tomorrow": 1,
+    "day after tomorrow": 2,
+    "今日": 0,
+    "本日": 0,
+    "きょう": 0,
+    "昨日": -1,
+    "きのう": -1,
+    "一昨日": -2,
+    "おととい": -2,
+    "おとつい": -2,
+    "一昨々日": -3,
+    "一昨昨日": -3,
+    "さきおととい": -3,
+    "明日": 1,
+    "あした": 1,
+    "あす": 1,
+    "明後日": 2,
+    "あさって": 2,
+    "今天": 0,
+    "今儿": 0,
+    "昨天": -1,
+    "昨儿": -1,
+    "前天": -2,
+    "大前天": -3,
+    "明天": 1,
+    "后天": 2,
+    "後天": 2,
 }
 # Parts of a day as [start hour, end hour) from the day's midnight (night runs past 24).
 _DAY_PARTS: dict[str, tuple[int, int]] = {
-    "morning": (5, 12), "noon": (11, 14), "afternoon": (12, 18), "evening": (17, 24), "night": (18, 30),
+    "morning": (5, 12),
+    "noon": (11, 14),
+    "afternoon": (12, 18),
+    "evening": (17, 24),
+    "night": (18, 30),
 }
 _PART_WORDS: dict[str, str] = {
-    "morning": "morning", "afternoon": "afternoon", "evening": "evening", "night": "night",
-    "朝": "morning", "午前": "morning", "昼": "noon", "午後": "afternoon", "夕方": "evening",
-    "夜": "night", "晩": "night",
-    "早上": "morning", "早晨": "morning", "上午": "morning", "中午": "noon", "下午": "afternoon",
-    "傍晚": "evening", "晚上": "night", "夜里": "night", "夜裡": "night", "夜晚": "night",
+    "morning": "morning",
+    "afternoon": "afternoon",
+    "evening": "evening",
+    "night": "night",
+    "朝": "morning",
+    "午前": "morning",
+    "昼": "noon",
+    "午後": "afternoon",
+    "夕方": "evening",
+    "夜": "night",
+    "晩": "night",
+    "早上": "morning",
+    "早晨": "morning",
+    "上午": "morning",
+    "中午": "noon",
+    "下午": "afternoon",
+    "傍晚": "evening",
+    "晚上": "night",
+    "夜里": "night",
+    "夜裡": "night",
+    "夜晚": "night",
 }
 _PART_SHORTCUTS: dict[str, tuple[int, str]] = {
-    "this morning": (0, "morning"), "this afternoon": (0, "afternoon"),
-    "this evening": (0, "evening"), "tonight": (0, "night"), "last night": (-1, "night"),
-    "今朝": (0, "morning"), "今夜": (0, "night"), "今晩": (0, "night"), "昨夜": (-1, "night"),
-    "昨晩": (-1, "night"), "ゆうべ": (-1, "night"), "夕べ": (-1, "night"),
-    "今早": (0, "morning"), "今晨": (0, "morning"), "今晚": (0, "night"), "昨晚": (-1, "night"),
+    "this morning": (0, "morning"),
+    "this afternoon": (0, "afternoon"),
+    "this evening": (0, "evening"),
+    "tonight": (0, "night"),
+    "last night": (-1, "night"),
+    "今朝": (0, "morning"),
+    "今夜": (0, "night"),
+    "今晩": (0, "night"),
+    "昨夜": (-1, "night"),
+    "昨晩": (-1, "night"),
+    "ゆうべ": (-1, "night"),
+    "夕べ": (-1, "night"),
+    "今早": (0, "morning"),
+    "今晨": (0, "morning"),
+    "今晚": (0, "night"),
+    "昨晚": (-1, "night"),
 }
 _WEEK_WORDS = {"今週": 0, "先週": -1, "先々週": -2, "先先週": -2, "来週": 1}
 _MONTH_WORDS = {"今月": 0, "先月": -1, "先々月": -2, "先先月": -2, "来月": 1}
-_YEAR_WORDS = {"今年": 0, "去年": -1, "昨年": -1, "一昨年": -2, "おととし": -2, "前年": -2,
-               "大前年": -3, "来年": 1, "明年": 1}
+_YEAR_WORDS = {"今年": 0, "去年": -1, "昨年": -1, "一昨年": -2, "おととし": -2, "前年": -2, "大前年": -3, "来年": 1, "明年": 1}
 _ZH_REL = {"上上": -2, "上": -1, "这": 0, "這": 0, "本": 0, "下": 1}
 _EN_REL = {"this": 0, "last": -1, "previous": -1, "next": 1}
 _EN_UNITS = {"hour": "hour", "hr": "hour", "day": "day", "week": "week", "month": "month", "year": "year"}
-_JA_UNITS = {"時間": "hour", "日": "day", "日間": "day", "週間": "week", "週": "week", "ヶ月": "month",
-             "か月": "month", "カ月": "month", "ケ月": "month", "箇月": "month", "ヵ月": "month",
-             "年": "year", "年間": "year"}
-_ZH_UNITS = {"小时": "hour", "小時": "hour", "个小时": "hour", "個小時": "hour", "天": "day",
-             "日": "day", "周": "week", "週": "week", "星期": "week", "个星期": "week",
-             "個星期": "week", "礼拜": "week", "个礼拜": "week", "禮拜": "week", "个月": "month",
-             "個月": "month", "年": "year"}
-_EN_MONTHS = {name: i + 1 for i, names in enumerate((
-    ("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"), ("may",),
-    ("june", "jun"), ("july", "jul"), ("august", "aug"), ("september", "sep", "sept"),
-    ("october", "oct"), ("november", "nov"), ("december", "dec"))) for name in names}
-_EN_WEEKDAYS = {name: i for i, names in enumerate((
-    ("monday", "mon"), ("tuesday", "tue", "tues"), ("wednesday", "wed"),
-    ("thursday", "thu", "thur", "thurs"), ("friday", "fri"), ("saturday", "sat"),
-    ("sunday", "sun"))) for name in names}
+_JA_UNITS = {
+    "時間": "hour",
+    "日": "day",
+    "日間": "day",
+    "週間": "week",
+    "週": "week",
+    "ヶ月": "month",
+    "か月": "month",
+    "カ月": "month",
+    "ケ月": "month",
+    "箇月": "month",
+    "ヵ月": "month",
+    "年": "year",
+    "年間": "year",
+}
+_ZH_UNITS = {
+    "小时": "hour",
+    "小時": "hour",
+    "个小时": "hour",
+    "個小時": "hour",
+    "天": "day",
+    "日": "day",
+    "周": "week",
+    "週": "week",
+    "星期": "week",
+    "个星期": "week",
+    "個星期": "week",
+    "礼拜": "week",
+    "个礼拜": "week",
+    "禮拜": "week",
+    "个月": "month",
+    "個月": "month",
+    "年": "year",
+}
+_EN_MONTHS = {
+    name: i + 1
+    for i, names in enumerate(
+        (
+            ("january", "jan"),
+            ("february", "feb"),
+            ("march", "mar"),
+            ("april", "apr"),
+            ("may",),
+            ("june", "jun"),
+            ("july", "jul"),
+            ("august", "aug"),
+            ("september", "sep", "sept"),
+            ("october", "oct"),
+            ("november", "nov"),
+            ("december", "dec"),
+        )
+    )
+    for name in names
+}
+_EN_WEEKDAYS = {
+    name: i
+    for i, names in enumerate(
+        (
+            ("monday", "mon"),
+            ("tuesday", "tue", "tues"),
+            ("wednesday", "wed"),
+            ("thursday", "thu", "thur", "thurs"),
+            ("friday", "fri"),
+            ("saturday", "sat"),
+            ("sunday", "sun"),
+        )
+    )
+    for name in names
+}
 _JA_WEEKDAYS = {ch: i for i, ch in enumerate("月火水木金土日")}
 _ZH_WEEKDAYS = {"一": 0, "二": 1, "三": 2, "四": 3, "五": 4, "六": 5, "日": 6, "天": 6, "七": 6}
 
 _LEAD_WORDS = re.compile(r"^(?:(?:in|on|during|over|at|around|about|for|of|the|back in)\s+)+")
-_TRAIL_PARTICLES = ("のとき", "の時", "の頃", "の間", "頃", "ごろ", "ころ", "くらい", "ぐらい",
-                    "の", "に", "は", "で", "的时候", "的時候", "那天", "那时", "左右", "的")
+_TRAIL_PARTICLES = (
+    "のとき",
+    "の時",
+    "の頃",
+    "の間",
+    "頃",
+    "ごろ",
+    "ころ",
+    "くらい",
+    "ぐらい",
+    "の",
+    "に",
+    "は",
+    "で",
+    "的时候",
+    "的時候",
+    "那天",
+    "那时",
+    "左右",
+    "的",
+)
 
 
 def _alt(words: Iterable[str]) -> str:
@@ -116,6 +255,7 @@ def _rule(pattern: str) -> Callable[[Callable[[re.Match[str], Calendar], Span | 
     def register(fn: Callable[[re.Match[str], Calendar], Span | None]) -> Callable[[re.Match[str], Calendar], Span | None]:
         _RULES.append((re.compile(pattern), fn))
         return fn
+
     return register
 
 

@@ -44,9 +44,7 @@ _HANGUL_RANGES = "\u1100-\u11ff\u3131-\u318e\uac00-\ud7a3"
 
 # A word character that is neither CJK nor Hangul (nor the underscore).
 _WORD_CLASS = f"[^\\W_{_CJK_RANGES}{_HANGUL_RANGES}]"
-_RUN_RE = re.compile(
-    f"(?P<cjk>[{_CJK_RANGES}]+)|(?P<hangul>[{_HANGUL_RANGES}]+)|(?P<word>{_WORD_CLASS}+)"
-)
+_RUN_RE = re.compile(f"(?P<cjk>[{_CJK_RANGES}]+)|(?P<hangul>[{_HANGUL_RANGES}]+)|(?P<word>{_WORD_CLASS}+)")
 _HAS_SPACELESS_RE = re.compile(f"[{_CJK_RANGES}{_HANGUL_RANGES}]")
 _ASCII_WORD_RE = re.compile(r"[a-z]+")
 
@@ -83,8 +81,7 @@ def _stop_name_pattern(names: tuple[str, ...], min_chars: int) -> re.Pattern[str
     Names containing CJK or Hangul are matched as plain substrings (those scripts have no
     word boundaries); other names only as whole words, so ``Ann`` does not eat ``annual``.
     """
-    cleaned = sorted({n for n in (normalise(name).strip() for name in names) if len(n) >= min_chars},
-                     key=lambda n: (-len(n), n))
+    cleaned = sorted({n for n in (normalise(name).strip() for name in names) if len(n) >= min_chars}, key=lambda n: (-len(n), n))
     if not cleaned:
         return None
     parts = []

@@ -121,9 +121,7 @@ class VectorIndex:
             return []
         return self._rank(unit, k, allowed, min_score, exclude=None)
 
-    def neighbours(
-        self, doc_id: str, k: int, allowed: Allowed = None, *, min_score: float | None = None
-    ) -> list[tuple[str, float]]:
+    def neighbours(self, doc_id: str, k: int, allowed: Allowed = None, *, min_score: float | None = None) -> list[tuple[str, float]]:
         """The ``k`` stored ids nearest to ``doc_id``'s own vector, itself excluded.
 
         Raises KeyError if ``doc_id`` has no vector.
@@ -137,9 +135,7 @@ class VectorIndex:
 
     # ------------------------------------------------------------------ internals
 
-    def _rank(
-        self, unit: np.ndarray, k: int, allowed: Allowed, min_score: float | None, exclude: int | None
-    ) -> list[tuple[str, float]]:
+    def _rank(self, unit: np.ndarray, k: int, allowed: Allowed, min_score: float | None, exclude: int | None) -> list[tuple[str, float]]:
         accept: Callable[[str], bool] | None = None
         used = len(self._row_ids)
         if allowed is not None and not callable(allowed):

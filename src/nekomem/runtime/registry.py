@@ -99,7 +99,9 @@ class CharacterRegistry:
             if stopping is not None:
                 if not mailbox_of(stopping).terminated:
                     if block:
-                        raise AskTimeout("the previous instance of the character to stop", self.services.settings.server.ask_timeout_seconds)
+                        raise AskTimeout(
+                            "the previous instance of the character to stop", self.services.settings.server.ask_timeout_seconds
+                        )
                     return None
                 del self._stopping[name]
             entry = self._entries.get(name)
@@ -296,9 +298,7 @@ class CharacterRegistry:
         now = self.services.clock.monotonic()
         with self._lock:
             victims = [
-                (name, entry)
-                for name, entry in self._entries.items()
-                if now - entry.last_used >= idle_for and self._idle(name, entry)
+                (name, entry) for name, entry in self._entries.items() if now - entry.last_used >= idle_for and self._idle(name, entry)
             ]
             for name, _entry in victims:
                 del self._entries[name]

@@ -121,7 +121,9 @@ class SharedJournal:
             before = len(events)
             # Every owner has applied everything: say so in the reference-style sentinel
             # the journal's own compaction reads, so it keeps nothing.
-            atomic_write_json(self.applied_path, {"last_applied_event_id": events[-1].event_id, "ts": datetime.now(timezone.utc).isoformat()})
+            atomic_write_json(
+                self.applied_path, {"last_applied_event_id": events[-1].event_id, "ts": datetime.now(timezone.utc).isoformat()}
+            )
             for owner in list(self._marks):
                 self._marks[owner] = None
             self.journal.compact(lambda e: False)

@@ -113,7 +113,9 @@ class StorageHealth:
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
-            faults = [{"character": c, "layer": layer, "error_code": code, "since": since} for (c, layer), (code, since) in self._faults.items()]
+            faults = [
+                {"character": c, "layer": layer, "error_code": code, "since": since} for (c, layer), (code, since) in self._faults.items()
+            ]
             unrebuilt = [{"character": c, "view": v, "detail": d} for (c, v), d in self._unrebuilt.items()]
         disk = self.probe()
         state = "ok"

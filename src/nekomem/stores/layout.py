@@ -26,11 +26,7 @@ CORE_CONFIG_FILE = "core_config.json"
 
 # Windows device names are reserved in every folder and with any extension ("nul.txt"). A
 # memory root must stay copyable between operating systems, so they are refused everywhere.
-_WINDOWS_DEVICE_NAMES = frozenset(
-    {"con", "prn", "aux", "nul"}
-    | {f"com{i}" for i in range(1, 10)}
-    | {f"lpt{i}" for i in range(1, 10)}
-)
+_WINDOWS_DEVICE_NAMES = frozenset({"con", "prn", "aux", "nul"} | {f"com{i}" for i in range(1, 10)} | {f"lpt{i}" for i in range(1, 10)})
 # Entries of the root that are not characters.
 _ROOT_RESERVED = frozenset({CORE_CONFIG_FILE.casefold()})
 _ALLOWED_PUNCTUATION = frozenset(" _-.")
@@ -39,10 +35,22 @@ _ALLOWED_PUNCTUATION = frozenset(" _-.")
 # U+115F, U+1160, U+3164, U+FFA0; variation selectors; the combining grapheme joiner), so
 # the category rule alone would let two names that look identical name two folders.
 _DEFAULT_IGNORABLE: tuple[tuple[int, int], ...] = (
-    (0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160),
-    (0x17B4, 0x17B5), (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E),
-    (0x2060, 0x206F), (0x3164, 0x3164), (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF),
-    (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A),
+    (0x00AD, 0x00AD),
+    (0x034F, 0x034F),
+    (0x061C, 0x061C),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x200B, 0x200F),
+    (0x202A, 0x202E),
+    (0x2060, 0x206F),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFEFF, 0xFEFF),
+    (0xFFA0, 0xFFA0),
+    (0xFFF0, 0xFFF8),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
     (0xE0000, 0xE0FFF),
 )
 
@@ -51,6 +59,7 @@ def is_default_ignorable(ch: str) -> bool:
     """True for a code point that renders as nothing (Default_Ignorable_Code_Point)."""
     code = ord(ch)
     return any(low <= code <= high for low, high in _DEFAULT_IGNORABLE)
+
 
 # Files of a character folder; a folder with at least one of them is a character.
 RECENT_FILE = "recent.json"

@@ -194,11 +194,7 @@ class Outbox:
     def dead_letters(self) -> list[OutboxRecord]:
         """Operations finished as dead letters, in registration order (until compacted away)."""
         scan = self._scan()
-        return [
-            self._record(scan, op_id)
-            for op_id in scan.pending
-            if op_id in scan.done and scan.done[op_id].dead
-        ]
+        return [self._record(scan, op_id) for op_id in scan.pending if op_id in scan.done and scan.done[op_id].dead]
 
     # -- maintenance ---------------------------------------------------------------------
 

@@ -39,7 +39,9 @@ class RootLocked(RuntimeError):
     def __init__(self, root: Path, wanted: LockMode, holder: str) -> None:
         who = f" ({holder})" if holder else ""
         if wanted == "exclusive":
-            message = f"the memory root {root} is in use by a running nekomem server{who}; stop it first, or import through POST /api/import/neko"
+            message = (
+                f"the memory root {root} is in use by a running nekomem server{who}; stop it first, or import through POST /api/import/neko"
+            )
         else:
             message = f"the memory root {root} is locked by another tool{who}; wait until it finishes"
         super().__init__(message)

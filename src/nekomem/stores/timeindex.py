@@ -53,8 +53,7 @@ log = logging.getLogger(__name__)
 _ORIGINAL = ORIGINAL_TABLE
 _COMPRESSED = "time_indexed_compressed"
 _SCHEMA = (
-    f"CREATE TABLE IF NOT EXISTS {_ORIGINAL} (id INTEGER PRIMARY KEY AUTOINCREMENT, "
-    "session_id VARCHAR, message TEXT, timestamp DATETIME)",
+    f"CREATE TABLE IF NOT EXISTS {_ORIGINAL} (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id VARCHAR, message TEXT, timestamp DATETIME)",
     f"CREATE TABLE IF NOT EXISTS {_COMPRESSED} (id INTEGER PRIMARY KEY AUTOINCREMENT, "
     "session_id VARCHAR, message TEXT, timestamp DATETIME)",
     "CREATE TABLE IF NOT EXISTS idempotency (key TEXT PRIMARY KEY, response BLOB, created_at REAL)",
@@ -289,5 +288,6 @@ class TimeIndex(TimeIndexReader):
         with self._transaction() as db:
             cursor = db.execute("DELETE FROM idempotency WHERE created_at < ?", (older_than,))
             return cursor.rowcount
+
 
 __all__ = ["DEFAULT_BUSY_TIMEOUT_MS", "IdempotencyConflict", "TimeIndex", "TimeIndexRow", "encode_row", "to_utc_iso"]

@@ -134,10 +134,7 @@ class TimeIndexReader:
         batches can extend a batch to the rows sharing its boundary timestamp.
         """
         start, end = to_utc_iso(start_iso), to_utc_iso(end_iso)
-        sql = (
-            f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} "
-            "WHERE timestamp BETWEEN ? AND ? ORDER BY timestamp, id"
-        )
+        sql = f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} WHERE timestamp BETWEEN ? AND ? ORDER BY timestamp, id"
         params: list[object] = [start, end]
         if limit is not None:
             sql += " LIMIT ?"
@@ -157,10 +154,14 @@ class TimeIndexReader:
         """Every row's stored ``(session_id, message, timestamp)``, undecoded, in bounded batches."""
         last_id = 0
         while True:
-            batch = self._conn().execute(
-                f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} WHERE id > ? ORDER BY id LIMIT ?",
-                (last_id, _ITER_BATCH_ROWS),
-            ).fetchall()
+            batch = (
+                self._conn()
+                .execute(
+                    f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} WHERE id > ? ORDER BY id LIMIT ?",
+                    (last_id, _ITER_BATCH_ROWS),
+                )
+                .fetchall()
+            )
             if not batch:
                 return
             for _row_id, session_id, message, timestamp in batch:
@@ -171,10 +172,14 @@ class TimeIndexReader:
         """Every readable row (id, session, turn) in insertion order, in bounded batches."""
         last_id = 0
         while True:
-            batch = self._conn().execute(
-                f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} WHERE id > ? ORDER BY id LIMIT ?",
-                (last_id, _ITER_BATCH_ROWS),
-            ).fetchall()
+            batch = (
+                self._conn()
+                .execute(
+                    f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} WHERE id > ? ORDER BY id LIMIT ?",
+                    (last_id, _ITER_BATCH_ROWS),
+                )
+                .fetchall()
+            )
             if not batch:
                 return
             for row_id, session_id, message, timestamp in batch:

@@ -127,9 +127,7 @@ def add_entry(
         return AddOutcome("card_conflict", result, list(corrections), protected[0].id)
     if conflicts:
         old = conflicts[0]
-        item = Correction(
-            old_text=old.text, new_text=text, entity=entity, created_at=to_iso(now), old_entry_id=old.id, source_id=source_id
-        )
+        item = Correction(old_text=old.text, new_text=text, entity=entity, created_at=to_iso(now), old_entry_id=old.id, source_id=source_id)
         queue, _ = enqueue_correction(corrections, item)
         return AddOutcome("queued", result, queue, old.id)
     entry = PersonaEntry(

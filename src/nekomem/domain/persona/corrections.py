@@ -128,9 +128,7 @@ def reflection_after_correction(ref: Reflection, kind: CorrectionKind, now: date
     return ref
 
 
-def record_correction_failure(
-    queue: Sequence[Correction], item: Correction, settings: LongTermSettings
-) -> tuple[list[Correction], bool]:
+def record_correction_failure(queue: Sequence[Correction], item: Correction, settings: LongTermSettings) -> tuple[list[Correction], bool]:
     """One more failed resolution of ``item``; it is dropped at ``persona_correction_max_attempts``.
     Returns (new queue, dropped)."""
     result: list[Correction] = []

@@ -130,8 +130,16 @@ def _promote_via_add(
     card_reason: str,
 ) -> PromotionOutcome:
     outcome = add_entry(
-        persona, corrections, ref.entity, ref.text, source=source, source_id=ref.id, now=now,
-        settings=settings, stop_names=stop_names, evidence=ref,
+        persona,
+        corrections,
+        ref.entity,
+        ref.text,
+        source=source,
+        source_id=ref.id,
+        now=now,
+        settings=settings,
+        stop_names=stop_names,
+        evidence=ref,
     )
     if outcome.kind == "added":
         return PromotionOutcome("promoted", mark_promoted(ref, now), outcome.persona, outcome.corrections, outcome.entry_id)
@@ -200,8 +208,10 @@ def apply_promotion_decision(
         return _promote_via_add(ref, base, corrections, now, settings, stop_names, "reflection", "rejected_by_persona_card")
     if action == "reject":
         return PromotionOutcome(
-            "denied", deny(ref, now, "llm_merge_rejected", reject_reason=reason if isinstance(reason, str) else None),
-            base, list(corrections),
+            "denied",
+            deny(ref, now, "llm_merge_rejected", reject_reason=reason if isinstance(reason, str) else None),
+            base,
+            list(corrections),
         )
     found = find_entry(base, target_id) if isinstance(target_id, str) else None
     if action == "merge":

@@ -18,15 +18,21 @@ from nekomem.recall import vector_codec
 
 def refine_candidates(persona: Mapping[str, Sequence[PersonaEntry]], now: datetime, settings: LongTermSettings) -> list[PersonaEntry]:
     """Non-protected, non-empty entries not dead-lettered by failed refinements."""
-    return [e for entries in persona.values() for e in entries if not e.protected and e.text.strip() and rf.refine_eligible(e, now, settings)]
+    return [
+        e for entries in persona.values() for e in entries if not e.protected and e.text.strip() and rf.refine_eligible(e, now, settings)
+    ]
 
 
-def missing_vectors(persona: Mapping[str, Sequence[PersonaEntry]], model: str, dim: int, now: datetime, settings: LongTermSettings) -> list[tuple[str, str]]:
+def missing_vectors(
+    persona: Mapping[str, Sequence[PersonaEntry]], model: str, dim: int, now: datetime, settings: LongTermSettings
+) -> list[tuple[str, str]]:
     """(id, text) of the candidates without a cached vector of ``model``."""
     return [(e.id, e.text) for e in refine_candidates(persona, now, settings) if rf.cached_vector(e, model, dim) is None]
 
 
-def with_vectors(persona: Mapping[str, Sequence[PersonaEntry]], items: Sequence[tuple[str, str]], rows: Sequence[np.ndarray], model: str) -> tuple[Persona, bool]:
+def with_vectors(
+    persona: Mapping[str, Sequence[PersonaEntry]], items: Sequence[tuple[str, str]], rows: Sequence[np.ndarray], model: str
+) -> tuple[Persona, bool]:
     """``persona`` with the computed vectors cached on the entries whose text is still the
     one embedded (``items`` and ``rows`` pairwise); True when any entry changed. A row
     that cannot be encoded is skipped."""
@@ -42,7 +48,9 @@ def with_vectors(persona: Mapping[str, Sequence[PersonaEntry]], items: Sequence[
         updated = []
         for e in entries:
             if e.id in fresh and fresh[e.id][0] == e.text:
-                e = msgspec.structs.replace(e, embedding=fresh[e.id][1], embedding_model_id=model, embedding_text_sha256=text_sha256(e.text))
+                e = msgspec.structs.replace(
+                    e, embedding=fresh[e.id][1], embedding_model_id=model, embedding_text_sha256=text_sha256(e.text)
+                )
                 changed = True
             updated.append(e)
         result[entity] = updated

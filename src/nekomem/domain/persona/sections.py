@@ -69,8 +69,6 @@ def _push_version(entry: PersonaEntry, now: datetime, reason: str, settings: Lon
     return history[-keep:] if keep else []
 
 
-
-
 def card_entries(entity: str, card: Mapping[str, Any], settings: LongTermSettings, now: datetime | None = None) -> list[PersonaEntry]:
     """Protected entries of one card part, in card-field order.
 

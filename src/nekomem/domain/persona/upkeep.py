@@ -1,5 +1,4 @@
-"""Evidence, archive sweep and mentions of non-protected persona entries.
-"""
+"""Evidence, archive sweep and mentions of non-protected persona entries."""
 
 from __future__ import annotations
 
@@ -128,7 +127,9 @@ def record_reply_mentions(
     return result, changed
 
 
-def refresh_suppressions(persona: Mapping[str, Sequence[PersonaEntry]], now: datetime, settings: LongTermSettings) -> tuple[Persona, list[str]]:
+def refresh_suppressions(
+    persona: Mapping[str, Sequence[PersonaEntry]], now: datetime, settings: LongTermSettings
+) -> tuple[Persona, list[str]]:
     """Lift expired suppressions (run before each render). Returns (persona, ids changed)."""
     result: Persona = {}
     changed: list[str] = []

@@ -228,7 +228,8 @@ class _Reflections(_Kind[Reflection]):
         if _STATUS_RANK.get(best.status, 0) > _STATUS_RANK.get(survivor.status, 0):
             status_fields = {"status": best.status, "confirmed_at": best.confirmed_at, "auto_confirmed": best.auto_confirmed}
         history = self._history(
-            survivor, REASON_MERGE,
+            survivor,
+            REASON_MERGE,
             absorbed_fact_ids=[f for f in sources if f not in set(survivor.source_fact_ids)],
             merged_from_ids=[r.id for r in others],
         )
@@ -246,13 +247,27 @@ class _Reflections(_Kind[Reflection]):
     def _part(self, ref: Reflection, text: str) -> Reflection:
         rid = new_reflection_id(text, self.now, self.taken)
         self.taken.add(rid)
-        history = [{"old_text": ref.text, "modified_at": to_iso(self.now), "reason": REASON_SPLIT, "absorbed_fact_ids": [], "split_from": ref.id}]
+        history = [
+            {"old_text": ref.text, "modified_at": to_iso(self.now), "reason": REASON_SPLIT, "absorbed_fact_ids": [], "split_from": ref.id}
+        ]
         return Reflection(
-            id=rid, text=text, entity=ref.entity, status=ref.status, source_fact_ids=list(ref.source_fact_ids),
-            created_at=ref.created_at, next_eligible_at=ref.next_eligible_at, relation_type=ref.relation_type,
-            subject=ref.subject, temporal_scope=ref.temporal_scope, event_when_raw=ref.event_when_raw,
-            event_start_at=ref.event_start_at, event_end_at=ref.event_end_at, schema_version=ref.schema_version,
-            confirmed_at=ref.confirmed_at, auto_confirmed=ref.auto_confirmed, modification_history=history,
+            id=rid,
+            text=text,
+            entity=ref.entity,
+            status=ref.status,
+            source_fact_ids=list(ref.source_fact_ids),
+            created_at=ref.created_at,
+            next_eligible_at=ref.next_eligible_at,
+            relation_type=ref.relation_type,
+            subject=ref.subject,
+            temporal_scope=ref.temporal_scope,
+            event_when_raw=ref.event_when_raw,
+            event_start_at=ref.event_start_at,
+            event_end_at=ref.event_end_at,
+            schema_version=ref.schema_version,
+            confirmed_at=ref.confirmed_at,
+            auto_confirmed=ref.auto_confirmed,
+            modification_history=history,
             **_evidence_copy(ref),
         )
 
@@ -309,8 +324,12 @@ class _PersonaEntries(_Kind[PersonaEntry]):
     def _rewritten(entry: PersonaEntry, text: str, versions: list[VersionRecord], **changes: Any) -> PersonaEntry:
         if text != entry.text:
             changes.update(
-                token_count=None, token_count_text_sha256=None, token_count_tokenizer=None,
-                embedding=None, embedding_text_sha256=None, embedding_model_id=None,
+                token_count=None,
+                token_count_text_sha256=None,
+                token_count_tokenizer=None,
+                embedding=None,
+                embedding_text_sha256=None,
+                embedding_model_id=None,
             )
         return msgspec.structs.replace(entry, text=text, version_history=versions, **changes)
 
@@ -340,9 +359,14 @@ class _PersonaEntries(_Kind[PersonaEntry]):
             self.taken.add(pid)
             parts.append(
                 PersonaEntry(
-                    id=pid, text=text, source=entry.source, source_id=entry.source_id, created_at=entry.created_at,
+                    id=pid,
+                    text=text,
+                    source=entry.source,
+                    source_id=entry.source_id,
+                    created_at=entry.created_at,
                     merged_from_ids=_unique([*entry.merged_from_ids, entry.id]),
-                    version_history=self._version(entry, REASON_SPLIT), **_evidence_copy(entry),
+                    version_history=self._version(entry, REASON_SPLIT),
+                    **_evidence_copy(entry),
                 )
             )
         return parts, parts
@@ -383,7 +407,5 @@ def persona_failure(persona: Mapping[str, Sequence[PersonaEntry]], entity: str, 
     more failed refine attempt (:func:`record_failure`)."""
     wanted = set(cluster_ids)
     result = {k: list(v) for k, v in persona.items()}
-    result[entity] = [
-        record_failure([e], now)[0] if e.id in wanted and not e.protected else e for e in persona.get(entity, [])
-    ]
+    result[entity] = [record_failure([e], now)[0] if e.id in wanted and not e.protected else e for e in persona.get(entity, [])]
     return result

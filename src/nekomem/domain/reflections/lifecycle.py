@@ -60,8 +60,6 @@ def active(reflections: Iterable[Reflection]) -> list[Reflection]:
     return [r for r in reflections if r.status not in TERMINAL_STATUSES]
 
 
-
-
 def can_transition(current: str, to: str) -> bool:
     """True when ``current`` -> ``to`` is an allowed lifecycle step."""
     return to in _TRANSITIONS.get(current, frozenset())
@@ -107,8 +105,6 @@ def mark_merged(ref: Reflection, target_id: str, now: datetime) -> Reflection:
 def block_promotion(ref: Reflection, now: datetime, reason: str) -> Reflection:
     """confirmed -> promote_blocked with ``promote_blocked_reason``. Raises TransitionError."""
     return transition(ref, "promote_blocked", now, expect="confirmed", promote_blocked_reason=reason)
-
-
 
 
 def anchor_time(ref: Reflection, now: datetime) -> datetime | None:

@@ -22,8 +22,6 @@ from nekomem.domain.records import (
 T = TypeVar("T", bound=TrackedFields)
 
 
-
-
 def mention_keywords(text: str, stop_names: Iterable[str] = ()) -> set[str]:
     """Keywords used to detect that a reply mentions an entry (no single CJK characters)."""
     return text_keywords(text, stop_names, min_cjk_len=2)
@@ -69,7 +67,9 @@ def is_suppressed(entry: TrackedFields, now: datetime, settings: LongTermSetting
     return refresh_suppression(entry, now, settings).suppress
 
 
-def refresh_suppressions(reflections: Sequence[Reflection], now: datetime, settings: LongTermSettings) -> tuple[list[Reflection], list[str]]:
+def refresh_suppressions(
+    reflections: Sequence[Reflection], now: datetime, settings: LongTermSettings
+) -> tuple[list[Reflection], list[str]]:
     """Lift expired suppressions of every reflection. Returns (new list, ids changed)."""
     result = [refresh_suppression(r, now, settings) for r in reflections]
     return result, [r.id for r, old in zip(result, reflections, strict=True) if r is not old]

@@ -23,7 +23,9 @@ from nekomem.domain.reflections.lifecycle import (
 )
 
 
-def evidence_confirmations(reflections: Sequence[Reflection], now: datetime, settings: LongTermSettings) -> tuple[list[Reflection], list[str]]:
+def evidence_confirmations(
+    reflections: Sequence[Reflection], now: datetime, settings: LongTermSettings
+) -> tuple[list[Reflection], list[str]]:
     """Evidence-driven pass: every pending reflection with score >= ``evidence_confirm_threshold``
     becomes confirmed. Returns (new list, ids confirmed)."""
     result: list[Reflection] = []
@@ -39,8 +41,6 @@ def evidence_confirmations(reflections: Sequence[Reflection], now: datetime, set
 def promotable(reflections: Iterable[Reflection], now: datetime, settings: LongTermSettings) -> list[Reflection]:
     """Confirmed reflections with score >= ``evidence_promote_threshold``."""
     return [r for r in reflections if r.status == "confirmed" and net_score(r, now, settings) >= settings.evidence_promote_threshold]
-
-
 
 
 def time_driven_confirmations(

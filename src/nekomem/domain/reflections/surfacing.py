@@ -1,5 +1,4 @@
-"""Surfacing: followup topics for proactive chat and the record of what was brought up.
-"""
+"""Surfacing: followup topics for proactive chat and the record of what was brought up."""
 
 from __future__ import annotations
 

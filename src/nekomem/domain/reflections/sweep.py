@@ -28,8 +28,6 @@ from nekomem.domain.reflections.lifecycle import (
 T = TypeVar("T", bound=TrackedFields)
 
 
-
-
 class ReflectionSweep(msgspec.Struct, frozen=True):
     """Result of an archive sweep: ``kept`` (with updated day counters) stays in
     reflections.json, ``archived`` (status archived, ``archived_at`` set) goes to today's

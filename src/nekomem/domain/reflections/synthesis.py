@@ -72,9 +72,7 @@ class SynthBackoff(msgspec.Struct, frozen=True):
     at: str
 
 
-def synthesis_allowed(
-    backoff: Mapping[str, SynthBackoff], key: str, now: datetime, settings: LongTermSettings
-) -> bool:
+def synthesis_allowed(backoff: Mapping[str, SynthBackoff], key: str, now: datetime, settings: LongTermSettings) -> bool:
     """False while ``key`` has failed ``longterm_liveness_max_attempts`` times and the last
     failure is younger than ``longterm_dead_letter_self_heal_seconds`` (then one probe)."""
     entry = backoff.get(key)
