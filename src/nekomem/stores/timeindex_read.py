@@ -150,8 +150,9 @@ class TimeIndexReader:
         for row in self.iter_rows():
             yield row.turn
 
-    def raw_rows(self) -> Iterator[tuple[str | None, str, str]]:
-        """Every row's stored ``(session_id, message, timestamp)``, undecoded, in bounded batches."""
+    def _stored(self) -> Iterator[tuple[int, str | None, str, str]]:
+        """Every row's stored ``(id, session_id, message, timestamp)`` in insertion order,
+        read in bounded batches."""
         last_id = 0
         while True:
             batch = (
@@ -164,26 +165,17 @@ class TimeIndexReader:
             )
             if not batch:
                 return
-            for _row_id, session_id, message, timestamp in batch:
-                yield session_id, message, timestamp
+            yield from batch
             last_id = batch[-1][0]
+
+    def raw_rows(self) -> Iterator[tuple[str | None, str, str]]:
+        """Every row's stored ``(session_id, message, timestamp)``, undecoded, in bounded batches."""
+        for _row_id, session_id, message, timestamp in self._stored():
+            yield session_id, message, timestamp
 
     def iter_rows(self) -> Iterator[TimeIndexRow]:
         """Every readable row (id, session, turn) in insertion order, in bounded batches."""
-        last_id = 0
-        while True:
-            batch = (
-                self._conn()
-                .execute(
-                    f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} WHERE id > ? ORDER BY id LIMIT ?",
-                    (last_id, _ITER_BATCH_ROWS),
-                )
-                .fetchall()
-            )
-            if not batch:
-                return
-            for row_id, session_id, message, timestamp in batch:
-                turn = self._turn(row_id, message, timestamp)
-                if turn is not None:
-                    yield TimeIndexRow(id=row_id, session_id=session_id, turn=turn)
-            last_id = batch[-1][0]
+        for row_id, session_id, message, timestamp in self._stored():
+            turn = self._turn(row_id, message, timestamp)
+            if turn is not None:
+                yield TimeIndexRow(id=row_id, session_id=session_id, turn=turn)
