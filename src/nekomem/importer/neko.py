@@ -22,7 +22,7 @@ import contextlib
 import functools
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -88,6 +88,10 @@ def convert(raw: dict[str, Any], cls: type[S], passthrough: str | None = None) -
     return msgspec.convert(data, cls, strict=False), dropped
 
 
+def _record_id(record: Reflection) -> str:
+    return record.id
+
+
 def _text_ok(raw: dict[str, Any]) -> str | None:
     """Why a record's id/text cannot be used, or None."""
     if not isinstance(raw.get("id"), str) or not raw["id"].strip():
@@ -137,6 +141,26 @@ class CharacterImport:
                 return record
         self.problem(layer, file, why, str(raw.get("id") or f"[{index}]"))
         return None
+
+    def _unseen(
+        self, layer: str, file: str, records: Iterable[dict[str, Any]], cls: type[S], key: Callable[[S], Hashable], seen: set[Any]
+    ) -> Iterator[S]:
+        """The valid records whose ``key`` is not in ``seen`` yet (added to it), counted in
+        the layer's report: read and unchanged for every valid record, added for each one
+        yielded."""
+        count = self.report.count(layer)
+        for index, raw in enumerate(records):
+            record = self._validated(layer, file, raw, index, cls)
+            if record is None:
+                continue
+            count.read += 1
+            k = key(record)
+            if k in seen:
+                count.unchanged += 1
+                continue
+            seen.add(k)
+            count.added += 1
+            yield record
 
     # -- recent window and journal -------------------------------------------------------
     def journal(self, wanted: set[tuple[str, str]]) -> dict[tuple[str, str], str]:
@@ -251,38 +275,19 @@ class CharacterImport:
                 shards[path.name] = raw if isinstance(raw, list) else []
         ids = {item.get("id") for item in current if isinstance(item, dict)}
         ids |= {item.get("id") for entries in shards.values() for item in entries if isinstance(item, dict)}
-        count = self.report.count("reflections")
         before = len(current)
-        for index, raw in enumerate(self.source.records("reflections", src.REFLECTIONS)):
-            ref = self._validated("reflections", src.REFLECTIONS, raw, index, Reflection)
-            if ref is None:
-                continue
-            count.read += 1
-            if ref.id in ids:
-                count.unchanged += 1
-                continue
-            ids.add(ref.id)
+        records = self.source.records("reflections", src.REFLECTIONS)
+        for ref in self._unseen("reflections", src.REFLECTIONS, records, Reflection, _record_id, ids):
             current.append(msgspec.to_builtins(ref))
-            count.added += 1
         if len(current) > before:
             atomic_write_json(self.paths.reflections, current)
-        self.progress(count.read)
-        archived = self.report.count("reflection_archive")
+        self.progress(self.report.count("reflections").read)
         for name, records in self.source.reflection_shards():
             file = f"{src.REFLECTION_ARCHIVE}/{name}"
             target = shards.setdefault(name, [])
             before = len(target)
-            for index, raw in enumerate(records):
-                ref = self._validated("reflection_archive", file, raw, index, Reflection)
-                if ref is None:
-                    continue
-                archived.read += 1
-                if ref.id in ids:
-                    archived.unchanged += 1
-                    continue
-                ids.add(ref.id)
+            for ref in self._unseen("reflection_archive", file, records, Reflection, _record_id, ids):
                 target.append(msgspec.to_builtins(msgspec.structs.replace(ref, archive_shard_path=name)))
-                archived.added += 1
             if len(target) > before:
                 shard_dir.mkdir(parents=True, exist_ok=True)
                 atomic_write_json(shard_dir / name, target)
@@ -292,22 +297,13 @@ class CharacterImport:
         current, _ = read_json(self.paths.surfaced, default=[])
         current = current if isinstance(current, list) else []
         keys = {(item.get("reflection_id"), item.get("surfaced_at")) for item in current if isinstance(item, dict)}
-        count = self.report.count("surfaced")
         before = len(current)
-        for index, raw in enumerate(self.source.records("surfaced", src.SURFACED)):
-            entry = self._validated("surfaced", src.SURFACED, raw, index, SurfacedEntry)
-            if entry is None:
-                continue
-            count.read += 1
-            if (entry.reflection_id, entry.surfaced_at) in keys:
-                count.unchanged += 1
-                continue
-            keys.add((entry.reflection_id, entry.surfaced_at))
+        records = self.source.records("surfaced", src.SURFACED)
+        for entry in self._unseen("surfaced", src.SURFACED, records, SurfacedEntry, lambda e: (e.reflection_id, e.surfaced_at), keys):
             current.append(msgspec.to_builtins(entry))
-            count.added += 1
         if len(current) > before:
             atomic_write_json(self.paths.surfaced, current)
-        self.progress(count.read)
+        self.progress(self.report.count("surfaced").read)
 
     # -- persona, corrections, cursors --------------------------------------------------
     def persona(self) -> None:
@@ -346,23 +342,15 @@ class CharacterImport:
         current, _ = read_json(self.paths.persona_corrections, default=[])
         current = current if isinstance(current, list) else []
         keys = {(i.get("created_at"), i.get("old_text"), i.get("new_text")) for i in current if isinstance(i, dict)}
-        count = self.report.count("persona_corrections")
         before = len(current)
-        for index, raw in enumerate(self.source.records("persona_corrections", src.PERSONA_CORRECTIONS)):
-            item = self._validated("persona_corrections", src.PERSONA_CORRECTIONS, raw, index, Correction)
-            if item is None:
-                continue
-            count.read += 1
-            key = (item.created_at, item.old_text, item.new_text)
-            if key in keys:
-                count.unchanged += 1
-                continue
-            keys.add(key)
+        layer, file = "persona_corrections", src.PERSONA_CORRECTIONS
+        for item in self._unseen(
+            layer, file, self.source.records(layer, file), Correction, lambda c: (c.created_at, c.old_text, c.new_text), keys
+        ):
             current.append(msgspec.to_builtins(item))
-            count.added += 1
         if len(current) > before:
             atomic_write_json(self.paths.persona_corrections, current)
-        self.progress(count.read)
+        self.progress(self.report.count(layer).read)
 
     def cursors(self) -> None:
         values = self.source.cursors()
