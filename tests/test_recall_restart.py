@@ -7,23 +7,14 @@ import pytest
 
 from nekomem.actors.recall import RecallActor
 from nekomem.recall.embeddings import EmbeddingService
+from tests.support import faults
 from tests.support.live import LiveServer, make_settings
 from tests.support.waiting import wait_for
 
 
 @pytest.fixture
 def crash_next_query(monkeypatch):
-    original = RecallActor.on_QueryMemory
-    state = {"armed": False}
-
-    def faulty(self, msg):
-        if state["armed"]:
-            state["armed"] = False
-            raise RuntimeError("injected fault")
-        return original(self, msg)
-
-    monkeypatch.setattr(RecallActor, "on_QueryMemory", faulty)
-    return state
+    return faults.crash_once(monkeypatch, RecallActor, "on_QueryMemory")
 
 
 def found(srv: LiveServer, query: str) -> list[str]:

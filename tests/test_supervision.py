@@ -5,23 +5,14 @@ from __future__ import annotations
 import pytest
 
 from nekomem.actors.recent import RecentActor
+from tests.support import faults
 from tests.support.live import LiveServer, make_settings
 
 
 @pytest.fixture
 def crash_once(monkeypatch):
     """Fault injection: the next GetRecent handled by any RecentActor raises."""
-    original = RecentActor.on_GetRecent
-    state = {"armed": False}
-
-    def faulty(self, msg):
-        if state["armed"]:
-            state["armed"] = False
-            raise RuntimeError("injected fault")
-        return original(self, msg)
-
-    monkeypatch.setattr(RecentActor, "on_GetRecent", faulty)
-    return state
+    return faults.crash_once(monkeypatch, RecentActor, "on_GetRecent")
 
 
 def test_crashed_child_restarts_from_disk(tmp_path, crash_once):
