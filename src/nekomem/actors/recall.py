@@ -52,6 +52,7 @@ from nekomem.recall.embeddings import EmbeddingService
 from nekomem.recall.entry import OWNERS, display_tz
 from nekomem.recall.explain import explain
 from nekomem.recall.index import PendingCounter, RecallIndex
+from nekomem.recall.names import blend_query_vectors
 from nekomem.recall.query_plan import QueryPlan, plan_query
 from nekomem.recall.query_text import LexicalAnalyzer, stop_names_for
 from nekomem.recall.response import (
@@ -321,7 +322,7 @@ class RecallActor(ChildActor):
                 def wrap(result: object, error: BaseException | None) -> Message:
                     return QueryVector(token=token, vectors=_vectors(result), error=None if error is None else repr(error))
 
-                if self._submit_embed([plan.search], wrap, urgent=True):
+                if self._submit_embed(list(plan.vector_texts), wrap, urgent=True):
                     self.queries[token] = (msg, plan)
                     me = self.actor_ref
                     RECALL_DEADLINES.schedule(self.s.recall_query_embed_timeout_seconds, lambda: me.tell(QueryExpired(token=token)))
@@ -342,8 +343,8 @@ class RecallActor(ChildActor):
         if pending is None:
             return  # answered already (timed out)
         vec = None
-        if msg.error is None and msg.vectors is not None:
-            vec = msg.vectors[0]
+        if msg.error is None and msg.vectors is not None and len(msg.vectors):
+            vec = blend_query_vectors(msg.vectors, self.s.recall_query_unnamed_weight)
         else:
             self.log.info("recall: query embedding failed; answering from BM25 alone")
         self._finish(*pending, vec)

@@ -108,6 +108,28 @@ class RecallSettings(Section):
         int, doc("Longest time expression (in words; three times as many characters for CJK) looked for inside a query.", ge=1)
     ] = 6
     recall_query_time_max_attempts: Annotated[int, doc("Most candidate spans of one query tried as time expressions.", ge=1)] = 200
+    recall_query_unnamed_weight: Annotated[
+        float,
+        doc(
+            "A query naming someone (a capitalised word such as Melanie, not the first word of a sentence) is also embedded without its names, and the vector leg searches (1 - w) * asked + w * unnamed; w is this share (0 = embed the query as asked only), so the name does not fill the leg with generic memories about that person.",
+            ge=0,
+            le=1,
+        ),
+    ] = 0.5
+    recall_vector_hub_weight: Annotated[
+        float,
+        doc(
+            "The vector leg of a query recall ranks by cosine(query, memory) - this * (memory . centroid of all the character's memory vectors), so memories close to everything (generic ones) stop crowding out specific ones; 0 = plain cosine. The cosine threshold still applies to the plain cosine.",
+            ge=0,
+        ),
+    ] = 1.0
+    recall_vector_hub_min_vectors: Annotated[
+        int,
+        doc(
+            "The hubness correction (recall_vector_hub_weight) applies only once a character has this many memory vectors: in a small memory the centroid is mostly the few memories themselves, and subtracting it would favour the odd unrelated one.",
+            ge=1,
+        ),
+    ] = 50
 
     # Vector upkeep (RecallActor) and query embedding.
     recall_embed_batch_size: Annotated[

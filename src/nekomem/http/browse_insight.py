@@ -60,8 +60,9 @@ async def _excluded_reflections(rt: Any, name: str) -> list[dict[str, str]]:
 
 
 async def _query_vector(rt: Any, query: str, now: datetime) -> list[float] | None:
-    """The query's embedding as /query_memory computes it (after a time hint is cut out),
-    or None when there is no ready embedding service or it fails."""
+    """The query's embedding as /query_memory computes it (after a time hint is cut out,
+    blended with the query without names), or None when there is no ready embedding service or it fails."""
+    from nekomem.recall.names import blend_query_vectors, query_vector_texts
     from nekomem.recall.query_text import query_time_hint
 
     emb = rt.embeddings
@@ -72,12 +73,13 @@ async def _query_vector(rt: Any, query: str, now: datetime) -> list[float] | Non
     if s.recall_query_time_hints:
         hint, rest = query_time_hint(query, now, s.recall_query_time_max_tokens, s.recall_query_time_max_attempts)
         search = (rest or query) if hint is not None else query
+    texts = query_vector_texts(search[: s.recall_query_max_chars], s.recall_query_unnamed_weight)
     try:
-        vectors = await asyncio.to_thread(emb.embed, [search[: s.recall_query_max_chars]], "query")
+        vectors = await asyncio.to_thread(emb.embed, texts, "query")
     except Exception as exc:  # noqa: BLE001 - the playground then shows the lexical leg alone
         log.info("playground query embedding failed: %s", type(exc).__name__)
         return None
-    return [float(x) for x in vectors[0]]
+    return [float(x) for x in blend_query_vectors(vectors, s.recall_query_unnamed_weight)]
 
 
 async def recall_explain(request: Request) -> Response:

@@ -120,7 +120,12 @@ def _legs_explained(
         )
     if qvec is not None and index.vectors is not None:
         body["vector"] = _annotate(
-            index, index.vectors.search(qvec, wide, None), visible, allowed, s.recall_cosine_threshold, s.recall_budget_each
+            index,
+            index.vectors.search(qvec, wide, None, hub=index.hub_weight()),
+            visible,
+            allowed,
+            s.recall_cosine_threshold,
+            s.recall_budget_each,
         )
     legs = index.legs(lexical_query, qvec, allowed)
     if hinted:
@@ -177,6 +182,8 @@ def explain(
             "budget_each": s.recall_budget_each,
             "budget_total": s.recall_budget_total,
             "rrf_k": s.recall_rrf_k,
+            "vector_hub_weight": index.hub_weight(),
+            "query_unnamed_weight": s.recall_query_unnamed_weight,
         },
         "lexical": [],
         "vector": [],

@@ -192,6 +192,11 @@ class RecallIndex:
         return computed
 
     # -- user recall ---------------------------------------------------------------------
+    def hub_weight(self) -> float:
+        """The hubness correction of the vector leg (0 below the minimum vector count)."""
+        s = self.s
+        return s.recall_vector_hub_weight if self.vector_count() >= s.recall_vector_hub_min_vectors else 0.0
+
     def legs(self, lexical_query: str, qvec: Vectors | None, allowed: Collection[str] | None) -> list[list[str]]:
         """The lexical and the vector leg (ids, best first) over ``allowed`` (None: all)."""
         s = self.s
@@ -202,13 +207,13 @@ class RecallIndex:
                 lex_hits = self.lexical.search(lexical_query, s.recall_budget_each, allowed, min_score=s.recall_bm25_threshold)
             if qvec is not None and self.vectors is not None and s.recall_legs != "bm25":
                 try:
-                    vec_hits = self.vectors.search(qvec, s.recall_budget_each, allowed, min_score=s.recall_cosine_threshold)
+                    vec_hits = self.vectors.search(
+                        qvec, s.recall_budget_each, allowed, min_score=s.recall_cosine_threshold, hub=self.hub_weight()
+                    )
                 except ValueError:
                     vec_hits = []
-        return [
-            leg_top(lex_hits, s.recall_budget_each, s.recall_bm25_threshold),
-            leg_top(vec_hits, s.recall_budget_each, s.recall_cosine_threshold),
-        ]
+        # The vector search has thresholded, cut and ordered its hits (hubness-corrected).
+        return [leg_top(lex_hits, s.recall_budget_each, s.recall_bm25_threshold), [doc_id for doc_id, _ in vec_hits]]
 
     def search(
         self, text: str, qvec: Vectors | None, allowed: set[str] | None, hinted: set[str] | None

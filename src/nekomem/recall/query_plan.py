@@ -3,6 +3,8 @@
 An explicit ``time`` restricts the pool to the entries inside its window (a hard filter).
 Without one, a time expression inside the query itself ("what did I eat yesterday") is
 taken out of the searched text and its window's entries get a pair of legs of their own.
+The texts the vector leg embeds are decided here too (:mod:`nekomem.recall.names`: the
+query, and the query without the names it mentions).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from datetime import datetime
 from nekomem.config.recall import RecallSettings
 from nekomem.domain.subjects import restrict
 from nekomem.recall.index import RecallIndex
+from nekomem.recall.names import query_vector_texts
 from nekomem.recall.query_text import query_time_hint
 from nekomem.recall.timewindow import TimeWindow, parse_time_window
 
@@ -22,7 +25,8 @@ class QueryPlan:
     """``query`` as asked (trimmed, capped), ``search`` the text searched, ``spec`` the
     explicit time expression and ``window`` its parse (None when absent or not
     understood), ``allowed`` the ids inside that window (None: no filter), ``hinted`` the
-    ids inside a window named by the query itself, ``started`` a perf_counter stamp."""
+    ids inside a window named by the query itself, ``started`` a perf_counter stamp,
+    ``vector_texts`` the texts whose embeddings blend into the query vector."""
 
     query: str
     search: str
@@ -31,6 +35,7 @@ class QueryPlan:
     allowed: set[str] | None
     hinted: set[str] | None
     started: float
+    vector_texts: tuple[str, ...] = ()
 
 
 def plan_query(
@@ -53,4 +58,5 @@ def plan_query(
             hinted = restrict(index.in_window(hint), visible) or None
             search = rest or query
     allowed = restrict(index.in_window(window) if window is not None else None, visible)
-    return QueryPlan(query, search, spec, window, allowed, hinted, started)
+    vector_texts = tuple(query_vector_texts(search, settings.recall_query_unnamed_weight)) if search else ()
+    return QueryPlan(query, search, spec, window, allowed, hinted, started, vector_texts)

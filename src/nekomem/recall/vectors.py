@@ -4,6 +4,13 @@ Rows of removed ids go to a free list and are reused by later inserts; the matri
 when full. A search is one matrix-vector product over the used rows (or over the allowed
 rows only, when the allowed set is small) and an argpartition top-k. Not thread-safe: one
 owner (an actor) calls it.
+
+The index keeps the running sum of its rows, so the centroid of every stored vector is
+known at no cost. A search with ``hub > 0`` ranks by ``cos(q, d) - hub * (d . centroid)``
+instead of the plain cosine: a memory that is close to every other memory (a generic
+"Melanie values her family") is close to every query too, and this "hubness" correction
+lets the specific memories through (the centroid is one more column of the same matrix
+product). Scores returned and thresholds stay plain cosines.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ class VectorIndex:
         self._row_ids: list[str | None] = []  # one per used row (the high-water mark)
         self._id_row: dict[str, int] = {}
         self._free: list[int] = []
+        self._sum = np.zeros(dim, dtype=np.float64)  # of the live rows, for centroid()
 
     # ------------------------------------------------------------------ writes
 
@@ -73,7 +81,10 @@ class VectorIndex:
             self._id_row[doc_id] = row
             self._row_ids[row] = doc_id
             self._alive[row] = True
+        else:
+            self._sum -= self._matrix[row]
         self._matrix[row] = unit
+        self._sum += unit
 
     def remove(self, doc_id: str) -> bool:
         """Drop the vector of ``doc_id``; False if there was none."""
@@ -82,6 +93,7 @@ class VectorIndex:
             return False
         self._alive[row] = False
         self._row_ids[row] = None
+        self._sum -= self._matrix[row]
         self._matrix[row] = 0.0
         self._free.append(row)
         return True
@@ -97,6 +109,11 @@ class VectorIndex:
     def ids(self) -> Iterator[str]:
         return iter(self._id_row)
 
+    def centroid(self) -> np.ndarray:
+        """The mean of the stored unit vectors (float32, not normalised; zeros when empty)."""
+        n = len(self._id_row)
+        return (self._sum / n if n else self._sum).astype(np.float32)
+
     def get(self, doc_id: str) -> np.ndarray | None:
         """A copy of the stored unit vector of ``doc_id``, or None."""
         row = self._id_row.get(doc_id)
@@ -109,17 +126,19 @@ class VectorIndex:
         allowed: Allowed = None,
         *,
         min_score: float | None = None,
+        hub: float = 0.0,
     ) -> list[tuple[str, float]]:
         """The ``k`` ids most cosine-similar to ``qvec``, best first (ties by id).
 
         ``allowed`` is a collection of ids or a predicate on the id; ``min_score`` drops
-        hits below that cosine. A zero query vector gives ``[]``. Raises ValueError if
-        ``qvec`` has the wrong length.
+        hits below that cosine. With ``hub > 0`` the order is by the hubness-corrected
+        score (see the module docstring) while the returned scores stay cosines. A zero
+        query vector gives ``[]``. Raises ValueError if ``qvec`` has the wrong length.
         """
         unit = _unit(qvec, self.dim)
         if unit is None or k <= 0 or not self._id_row:
             return []
-        return self._rank(unit, k, allowed, min_score, exclude=None)
+        return self._rank(unit, k, allowed, min_score, exclude=None, hub=hub)
 
     def neighbours(self, doc_id: str, k: int, allowed: Allowed = None, *, min_score: float | None = None) -> list[tuple[str, float]]:
         """The ``k`` stored ids nearest to ``doc_id``'s own vector, itself excluded.
@@ -135,7 +154,9 @@ class VectorIndex:
 
     # ------------------------------------------------------------------ internals
 
-    def _rank(self, unit: np.ndarray, k: int, allowed: Allowed, min_score: float | None, exclude: int | None) -> list[tuple[str, float]]:
+    def _rank(
+        self, unit: np.ndarray, k: int, allowed: Allowed, min_score: float | None, exclude: int | None, hub: float = 0.0
+    ) -> list[tuple[str, float]]:
         accept: Callable[[str], bool] | None = None
         used = len(self._row_ids)
         if allowed is not None and not callable(allowed):
@@ -147,16 +168,21 @@ class VectorIndex:
             rows = rows[rows != exclude]
         if rows.shape[0] == 0:
             return []
+        probe = unit if hub <= 0 else np.stack([unit, self.centroid()], axis=1)
         if 2 * rows.shape[0] > used:
             # Most rows wanted: one product over the used block beats copying the rows out.
-            sims = (self._matrix[:used] @ unit)[rows].astype(np.float64)
+            prod = (self._matrix[:used] @ probe)[rows].astype(np.float64)
         else:
-            sims = (self._matrix[rows] @ unit).astype(np.float64)
+            prod = (self._matrix[rows] @ probe).astype(np.float64)
+        sims = prod if hub <= 0 else prod[:, 0]
         if min_score is not None:
             keep = sims >= min_score
-            rows, sims = rows[keep], sims[keep]
+            rows, prod, sims = rows[keep], prod[keep], sims[keep]
         row_ids = self._row_ids
-        return top_k(rows, sims, k, lambda r: row_ids[r], accept)  # type: ignore[arg-type,return-value]
+        if hub <= 0:
+            return top_k(rows, sims, k, lambda r: row_ids[r], accept)  # type: ignore[arg-type,return-value]
+        ranked = top_k(rows, sims - hub * prod[:, 1], k, lambda r: row_ids[r], accept)
+        return [(doc_id, float(self._matrix[self._id_row[doc_id]] @ unit)) for doc_id, _ in ranked]
 
     def _take_row(self) -> int:
         if self._free:
