@@ -17,8 +17,11 @@ overall (micro-average over questions) for each configuration, plus the ceiling 
 cited by any observation at all).
 
 Configuration sets (``--configs``): ``legs`` (BM25 only, vector only, hybrid with the
-current defaults), ``defaults`` (legs + the reference's numbers), ``sweep`` (legs plus a
-grid of thresholds, per-leg depth and RRF k), or a comma list of names from CONFIGS.
+current defaults), ``defaults`` (legs + the reference's numbers), ``ablation`` (hybrid
+without each of nekomem's query-side additions), ``query`` (the vector leg's hubness
+correction and unnamed query vector, on and off), ``sweep`` (legs plus a grid of
+thresholds, per-leg depth and RRF k), or a comma list of names from CONFIGS (``a+b``
+merges two).
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ REFERENCE = {
     "recall_stem_english": False,
     "recall_query_stopwords": False,
     "recall_query_time_hints": False,
+    "recall_vector_hub_weight": 0.0,
+    "recall_query_unnamed_weight": 0.0,
 }
 CONFIGS: dict[str, dict[str, Any]] = {
     "bm25": {"embedding_enabled": False},
@@ -63,6 +68,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "no-stem": {"recall_stem_english": False},
     "no-stopwords": {"recall_query_stopwords": False},
     "no-time-hints": {"recall_query_time_hints": False},
+    "no-hub": {"recall_vector_hub_weight": 0.0},
+    "no-unnamed": {"recall_query_unnamed_weight": 0.0},
+    "plain-vector": {"recall_vector_hub_weight": 0.0, "recall_query_unnamed_weight": 0.0},
 }
 for _each in (4, 6, 8, 12):
     CONFIGS[f"each{_each}"] = {"recall_budget_each": _each}
@@ -75,7 +83,8 @@ for _k in (10, 30, 60, 120):
 SETS = {
     "legs": ["bm25", "vector", "hybrid"],
     "defaults": ["reference-bm25", "reference-vector", "reference-hybrid", "bm25", "vector", "hybrid"],
-    "ablation": ["hybrid", "no-stem", "no-stopwords", "no-time-hints"],
+    "ablation": ["hybrid", "no-stem", "no-stopwords", "no-time-hints", "no-hub", "no-unnamed", "plain-vector"],
+    "query": ["hybrid", "no-hub", "no-unnamed", "plain-vector", "vector", "vector+plain-vector"],
     "sweep": ["hybrid"] + [n for n in CONFIGS if n.startswith(("each", "cos", "bm0", "rrf"))],
 }
 

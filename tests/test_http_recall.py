@@ -136,6 +136,36 @@ def test_no_shared_word_is_found_by_the_vector_leg_only(tmp_path: Path, embeddin
         assert expected not in texts(ask(srv, query=query))
 
 
+def test_named_query_blend_and_hub_correction_over_http(tmp_path: Path, embeddings: EmbeddingService) -> None:
+    """A query naming someone, with the hubness correction on: the playground's vector leg
+    is the hub-ranked search of the blended query vector, and /query_memory answers the
+    playground's fused list."""
+    people = ["Melanie", "Caroline", "Joanna"]
+    topics = ["painted a lake sunrise", "goes swimming with her kids", "values her family", "is learning the violin", "reads poetry at night"]
+    facts = [f"{p} {t}" for p in people for t in topics]
+    settings = make_settings(tmp_path, recall_vector_hub_min_vectors=len(facts), recall_budget_each=4)
+    with LiveServer(settings, embeddings=embeddings) as srv:
+        ids_by_text = dict(zip(facts, import_facts(srv, [{"text": t} for t in facts]), strict=True))
+        wait_vectors(srv)
+        query = "What did Melanie paint?"
+        plain = ask(srv, query=query)
+        explained = srv.post(f"/api/browse/{NAME}/recall_explain", json={"query": query}).json()
+        assert [r["id"] for r in explained["fused"]] == [r["id"] for r in plain["results"]]
+        assert explained["thresholds"]["vector_hub_weight"] == 1.0 and explained["thresholds"]["query_unnamed_weight"] == 0.5
+
+        # The same leg computed here from the model: blend, then rank against the centroid.
+        from nekomem.recall.names import blend_query_vectors, query_vector_texts
+        from nekomem.recall.vectors import VectorIndex
+
+        index = VectorIndex(embeddings.dim or 0)
+        for text, row in zip(facts, embeddings.embed(facts), strict=True):
+            index.upsert(ids_by_text[text], row)
+        qvec = blend_query_vectors(embeddings.embed(query_vector_texts(query, 0.5), "query"), 0.5)
+        expected = [i for i, _ in index.search(qvec, 4, min_score=settings.recall.recall_cosine_threshold, hub=1.0)]
+        assert [r["id"] for r in explained["vector"] if r["removed"] is None] == expected
+        assert expected != [i for i, _ in index.search(qvec, 4, min_score=settings.recall.recall_cosine_threshold)]
+
+
 def test_bm25_alone_when_embeddings_are_disabled(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, embedding_enabled=False, display_timezone="UTC")
     clock = ManualClock(datetime(2026, 3, 10, 12, tzinfo=timezone.utc))

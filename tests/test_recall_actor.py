@@ -16,6 +16,7 @@ from nekomem.actors.host import ACTORS
 from nekomem.actors.messages import IndexEntry, IndexRemove, IndexUpsert, ListEntries, QueryMemory, RankForStage2, RelatedFacts
 from nekomem.recall import vector_codec
 from nekomem.recall.embeddings import EmbeddingService, text_sha256
+from nekomem.recall.names import blend_query_vectors, query_vector_texts
 from nekomem.recall.index import PendingCounter
 from nekomem.recall.query_text import lexical_text, light_stem, query_time_hint
 from nekomem.runtime.runtime import Runtime
@@ -300,3 +301,31 @@ def test_text_analysis_helpers() -> None:
     window, rest = query_time_hint("昨日何を食べた", now, 6, 200)
     assert window is not None and window.start.day == 9 and rest == "何を食べた"
     assert query_time_hint("I may go to the sun", now, 6, 200) == (None, "I may go to the sun")
+
+
+def test_a_query_naming_someone_is_embedded_twice_and_blended(tmp_path: Path, real_embeddings: EmbeddingService) -> None:
+    spy = Spy(real_embeddings)
+    rt = start_runtime(tmp_path, embeddings=spy, recall_legs="vector", recall_budget_each=3, recall_budget_total=3)
+    texts = {
+        "f1": "Melanie painted a lake sunrise last year",
+        "f2": "Melanie values her family and friends",
+        "f3": "Caroline is researching adoption agencies",
+        "f4": "Melanie goes swimming with her kids",
+        "f5": "Caroline painted a portrait of her grandmother",
+    }
+    try:
+        feed(rt, [entry(i, t) for i, t in texts.items()])
+        wait_vectors(rt)
+        asked = spy.embedded["query"]
+        body = query(rt, "What did Melanie paint?")
+        assert spy.embedded["query"] == asked + 2  # as asked and without the name
+        # The order is the cosine to the blended vector (too few vectors for the hub correction).
+        rows = real_embeddings.embed(query_vector_texts("What did Melanie paint?", 0.5), "query")
+        blended = blend_query_vectors(rows, 0.5)
+        docs = real_embeddings.embed(list(texts.values()))
+        cosines = {i: float(v @ blended) for i, v in zip(texts, docs, strict=True)}
+        assert ids(body) == sorted((i for i in texts if cosines[i] >= 0.15), key=lambda i: -cosines[i])[:3]
+        query(rt, "what did I paint?")
+        assert spy.embedded["query"] == asked + 3  # no name: one text
+    finally:
+        rt.stop()

@@ -157,3 +157,29 @@ def test_a_visibility_filter_restricts_every_path():
     assert plan.hinted is None  # the hinted window holds nothing visible
     window = plan_query("", "2025-12", now, index, settings(), 0.0).window
     assert [e.id for e in index.nearest_in_time(window, 5, visible={"d8"})[0]] == ["d8"]
+
+
+def test_hub_correction_starts_at_the_minimum_vector_count():
+    s = load_settings(None, env={}, overrides={"recall_vector_hub_min_vectors": 22}).recall
+    index = RecallIndex(s, UTC, LexicalAnalyzer(s, ()))
+    # Twenty generic memories along x, one (g) leaning towards them, one (s) apart.
+    generic = [entry(f"x{i:02d}", f"generic memory {i}", vec=unit(1.0, 0.01 * i, 0.0)) for i in range(20)]
+    index.upsert([*generic, entry("g", "gadget", vec=unit(0.9, 0.436, 0.0))])
+    index.attach_model(MODEL, 3)
+    q = unit(0.6, 0.8, 0.0)
+    assert index.hub_weight() == 0.0 and index.legs("", q, None)[1][0] == "g"  # 21 vectors: plain cosine
+    index.upsert([entry("s", "sundial", vec=unit(0.0, 0.6, 0.8))])
+    assert index.hub_weight() == s.recall_vector_hub_weight == 1.0
+    hits, legs = index.search("nothing lexical", q, None, None)
+    assert legs[1][:2] == ["s", "g"] and hits[0][0].id == "s"
+
+
+def test_the_plan_lists_the_texts_to_embed():
+    index = make_index()
+    now = datetime(2025, 12, 10, 12, tzinfo=UTC)
+    plan = plan_query("What did Melanie eat on 8 December 2025?", "", now, index, settings(), 0.0)
+    assert plan.vector_texts == (plan.search, "What did eat") and "December" not in plan.search
+    assert plan_query("what did we eat", "", now, index, settings(), 0.0).vector_texts == ("what did we eat",)
+    off = load_settings(None, env={}, overrides={"recall_query_unnamed_weight": 0.0}).recall
+    assert plan_query("What did Melanie eat?", "", now, index, off, 0.0).vector_texts == ("What did Melanie eat?",)
+    assert plan_query("", "2025-12-08", now, index, settings(), 0.0).vector_texts == ()

@@ -118,3 +118,58 @@ def near_of(index: VectorIndex, a: str, b: str) -> tuple[str, float]:
     va, vb = index.get(a), index.get(b)
     assert va is not None and vb is not None
     return (b, pytest.approx(float(va @ vb), abs=1e-5))  # type: ignore[return-value]
+
+
+def test_centroid_follows_upserts_replacements_and_removals(data: dict[str, np.ndarray]) -> None:
+    index = build(data)
+    units = {d: v / np.linalg.norm(v) for d, v in data.items()}
+    assert np.allclose(index.centroid(), np.mean(list(units.values()), axis=0), atol=1e-5)
+    index.upsert("v000", data["v001"])  # a replacement leaves one row for v000
+    index.remove("v002")
+    units["v000"] = units["v001"]
+    del units["v002"]
+    assert np.allclose(index.centroid(), np.mean(list(units.values()), axis=0), atol=1e-5)
+    for doc_id in list(units):
+        index.remove(doc_id)
+    assert len(index) == 0 and np.allclose(index.centroid(), 0.0, atol=1e-5)
+
+
+def brute_force_hub(data: dict[str, np.ndarray], q: np.ndarray, k: int, hub: float, min_cos: float) -> list[tuple[str, float]]:
+    units = {d: v / np.linalg.norm(v) for d, v in data.items()}
+    centroid = np.mean(list(units.values()), axis=0)
+    qn = q / np.linalg.norm(q)
+    scored = [(d, float(u @ qn), float(u @ qn - hub * (u @ centroid))) for d, u in units.items()]
+    kept = sorted((s for s in scored if s[1] >= min_cos), key=lambda s: (-s[2], s[0]))[:k]
+    return [(d, cos) for d, cos, _ in kept]
+
+
+def test_hub_correction_ranks_against_the_centroid_and_returns_cosines(data: dict[str, np.ndarray]) -> None:
+    index = build(data)
+    q = np.sin(np.arange(DIM, dtype=np.float64))
+    plain = index.search(q, 10)
+    for hub, min_cos in ((1.0, 0.0), (0.5, 0.1), (2.0, -1.0)):
+        hits = index.search(q, 10, min_score=min_cos, hub=hub)
+        expected = brute_force_hub(data, q, 10, hub, min_cos)
+        assert [d for d, _ in hits] == [d for d, _ in expected]
+        assert [s for _, s in hits] == pytest.approx([s for _, s in expected], abs=1e-5)  # plain cosines
+        assert all(s >= min_cos for _, s in hits)
+    assert [d for d, _ in index.search(q, 10, hub=1.0)] != [d for d, _ in plain]  # it does reorder
+    assert index.search(q, 10, hub=0.0) == plain
+    # The allowed filters (a small set: the rows alone; a predicate: every row) agree.
+    allowed = {f"v{i:03d}" for i in range(0, 200, 3)}
+    by_set = index.search(q, 5, allowed, hub=1.0)
+    by_predicate = index.search(q, 5, allowed.__contains__, hub=1.0)
+    assert [d for d, _ in by_set] == [d for d, _ in by_predicate]
+    assert [d for d, _ in by_set] == [d for d, _ in brute_force_hub(data, q, 200, 1.0, -1.0) if d in allowed][:5]
+
+
+def test_a_hub_vector_loses_its_place_to_a_specific_one() -> None:
+    # Most memories point along x ("generic"); g leans towards them, s does not.
+    index = VectorIndex(3)
+    for i in range(20):
+        index.upsert(f"x{i:02d}", [1.0, 0.01 * i, 0.0])
+    index.upsert("g", [0.9, 0.436, 0.0])
+    index.upsert("s", [0.0, 0.6, 0.8])
+    q = np.array([0.6, 0.8, 0.0])
+    assert [d for d, _ in index.search(q, 2)] == ["g", "x19"]
+    assert [d for d, _ in index.search(q, 2, hub=1.0)] == ["s", "g"]

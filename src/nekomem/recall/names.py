@@ -57,7 +57,7 @@ def _starts_sentence(before: str) -> bool:
 
 def without_names(query: str) -> str | None:
     """``query`` with its names cut out and the spaces tidied; None when it names nothing
-    or nothing but names (no word character would be left)."""
+    or when nothing but function words would be left."""
     spans = name_spans(query)
     if not spans:
         return None
@@ -65,7 +65,8 @@ def without_names(query: str) -> str | None:
     for start, end in reversed(spans):
         out = out[:start] + " " + out[end:]
     rest = " ".join(out.split())
-    return rest if re.search(r"\w", rest) else None
+    # "Who is Melanie?" without the name asks nothing: no second vector for it.
+    return rest if any(w.lower() not in QUERY_STOPWORDS for w in re.findall(r"\w+", rest)) else None
 
 
 def query_vector_texts(search: str, unnamed_weight: float) -> list[str]:
