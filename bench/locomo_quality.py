@@ -4,6 +4,7 @@ Run from the project root::
 
     .venv/bin/python -m bench.locomo_quality [--data ../shared/data/locomo-dev]
         [--configs defaults] [--prefix none|speaker] [--limit-conversations N]
+        [--conversations conv-26,conv-30]
 
 For every configuration and every conversation a fresh in-process server (uvicorn in a
 thread, real HTTP on 127.0.0.1) runs on a temporary memory root. The conversation's
@@ -229,11 +230,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--prefix", choices=("none", "speaker"), default="none", help="prefix each fact with its speaker")
     parser.add_argument("--limit-conversations", type=int, default=0)
+    parser.add_argument("--conversations", default="", help="comma list of file stems to keep (conv-26,conv-30): a cross-check on a subset")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
 
     folder = resolve_data(args.data)
     files = sorted(folder.glob("*.json"))
+    if args.conversations:
+        keep = {c.strip() for c in args.conversations.split(",") if c.strip()}
+        files = [f for f in files if f.stem in keep]
+        if len(files) != len(keep):
+            raise SystemExit(f"unknown conversations: {', '.join(sorted(keep - {f.stem for f in files}))}")
     if args.limit_conversations:
         files = files[: args.limit_conversations]
     names: list[str] = []

@@ -58,7 +58,12 @@ def build(srv: LiveServer, facts: Sequence[str], model: str | None, dim: int, rn
                 )
             )
         registry.tell(NAME, "recall", IndexUpsert(entries=entries))
-    srv.post(f"/query_memory/{NAME}", json={"query": "warm up"}).raise_for_status()  # after the whole feed
+    # Queued after the whole feed; on a loaded machine the first asks may time out (answered
+    # 200 with error_code) while the actor still adopts the feed: ask again until one is served.
+    deadline = time.monotonic() + 600
+    while "error_code" in srv.post(f"/query_memory/{NAME}", json={"query": "warm up"}).json():
+        if time.monotonic() > deadline:
+            raise RuntimeError("the index was not ready after 600 s")
     return time.perf_counter() - started
 
 
