@@ -58,6 +58,7 @@ REFERENCE = {
     "recall_query_time_hints": False,
     "recall_vector_hub_weight": 0.0,
     "recall_query_unnamed_weight": 0.0,
+    "recall_query_time_year_lookback": 0,
 }
 CONFIGS: dict[str, dict[str, Any]] = {
     "bm25": {"embedding_enabled": False},
@@ -72,6 +73,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "no-hub": {"recall_vector_hub_weight": 0.0},
     "no-unnamed": {"recall_query_unnamed_weight": 0.0},
     "plain-vector": {"recall_vector_hub_weight": 0.0, "recall_query_unnamed_weight": 0.0},
+    "no-lookback": {"recall_query_time_year_lookback": 0},
+    # Today's main before this branch's query-side additions.
+    "before": {"recall_vector_hub_weight": 0.0, "recall_query_unnamed_weight": 0.0, "recall_query_time_year_lookback": 0},
 }
 for _each in (4, 6, 8, 12):
     CONFIGS[f"each{_each}"] = {"recall_budget_each": _each}
@@ -84,8 +88,8 @@ for _k in (10, 30, 60, 120):
 SETS = {
     "legs": ["bm25", "vector", "hybrid"],
     "defaults": ["reference-bm25", "reference-vector", "reference-hybrid", "bm25", "vector", "hybrid"],
-    "ablation": ["hybrid", "no-stem", "no-stopwords", "no-time-hints", "no-hub", "no-unnamed", "plain-vector"],
-    "query": ["hybrid", "no-hub", "no-unnamed", "plain-vector", "vector", "vector+plain-vector"],
+    "ablation": ["hybrid", "no-stem", "no-stopwords", "no-time-hints", "no-hub", "no-unnamed", "plain-vector", "no-lookback"],
+    "query": ["hybrid", "no-hub", "no-unnamed", "plain-vector", "no-lookback", "before", "vector", "vector+before"],
     "sweep": ["hybrid"] + [n for n in CONFIGS if n.startswith(("each", "cos", "bm0", "rrf"))],
 }
 

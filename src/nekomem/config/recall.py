@@ -108,6 +108,13 @@ class RecallSettings(Section):
         int, doc("Longest time expression (in words; three times as many characters for CJK) looked for inside a query.", ge=1)
     ] = 6
     recall_query_time_max_attempts: Annotated[int, doc("Most candidate spans of one query tried as time expressions.", ge=1)] = 200
+    recall_query_time_year_lookback: Annotated[
+        int,
+        doc(
+            "A time hint that names a month but no year (\"in June\", \"on Aug 15th\", 6月) and finds no memories in the latest such month tries the same month up to this many years earlier and keeps the first that has memories (0 = never).",
+            ge=0,
+        ),
+    ] = 10
     recall_query_unnamed_weight: Annotated[
         float,
         doc(

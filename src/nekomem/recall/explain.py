@@ -22,6 +22,7 @@ from nekomem.domain.subjects import restrict
 from nekomem.recall.fusion import rrf
 from nekomem.recall.index import RecallIndex, Vectors
 from nekomem.recall.lexical import LexicalIndex
+from nekomem.recall.query_plan import hinted_ids
 from nekomem.recall.query_text import query_time_hint
 from nekomem.recall.response import hit_row
 from nekomem.recall.timewindow import TimeWindow, parse_time_window
@@ -162,7 +163,7 @@ def explain(
     if query and window is None and s.recall_query_time_hints:
         hint, rest = query_time_hint(query, now, s.recall_query_time_max_tokens, s.recall_query_time_max_attempts)
         if hint is not None:
-            hinted = restrict(index.in_window(hint), visible) or None
+            hinted = hinted_ids(query, hint, index, s, visible)
             search = rest or query
     allowed = restrict(index.in_window(window) if window is not None else None, visible)
     qvec, vector_state = _query_vector(index, s, vector if query else None)

@@ -2,7 +2,8 @@
 
 An explicit ``time`` restricts the pool to the entries inside its window (a hard filter).
 Without one, a time expression inside the query itself ("what did I eat yesterday") is
-taken out of the searched text and its window's entries get a pair of legs of their own.
+taken out of the searched text and its window's entries get a pair of legs of their own
+(a month named without a year that holds no memories means the latest earlier one that does).
 The texts the vector leg embeds are decided here too (:mod:`nekomem.recall.names`: the
 query, and the query without the names it mentions).
 """
@@ -17,6 +18,7 @@ from nekomem.domain.subjects import restrict
 from nekomem.recall.index import RecallIndex
 from nekomem.recall.names import query_vector_texts
 from nekomem.recall.query_text import query_time_hint
+from nekomem.recall.time_lookback import latest_remembered, names_month_without_year
 from nekomem.recall.timewindow import TimeWindow, parse_time_window
 
 
@@ -38,6 +40,20 @@ class QueryPlan:
     vector_texts: tuple[str, ...] = ()
 
 
+def hinted_ids(query: str, hint: TimeWindow, index: RecallIndex, settings: RecallSettings, visible: set[str] | None) -> set[str] | None:
+    """The ids inside the time hint ``hint`` of ``query`` (None: none); a month named
+    without a year falls back to the latest earlier year that has memories then
+    (:mod:`nekomem.recall.time_lookback`)."""
+
+    def ids_in(window: TimeWindow) -> set[str] | None:
+        return restrict(index.in_window(window), visible) or None
+
+    hinted = ids_in(hint)
+    if hinted is None and settings.recall_query_time_year_lookback and names_month_without_year(query):
+        hinted = latest_remembered(hint, settings.recall_query_time_year_lookback, ids_in)
+    return hinted
+
+
 def plan_query(
     query: str,
     spec: str,
@@ -55,7 +71,7 @@ def plan_query(
     if query and window is None and settings.recall_query_time_hints:
         hint, rest = query_time_hint(query, now, settings.recall_query_time_max_tokens, settings.recall_query_time_max_attempts)
         if hint is not None:
-            hinted = restrict(index.in_window(hint), visible) or None
+            hinted = hinted_ids(query, hint, index, settings, visible)
             search = rest or query
     allowed = restrict(index.in_window(window) if window is not None else None, visible)
     vector_texts = tuple(query_vector_texts(search, settings.recall_query_unnamed_weight)) if search else ()
