@@ -173,3 +173,7 @@ def test_a_hub_vector_loses_its_place_to_a_specific_one() -> None:
     q = np.array([0.6, 0.8, 0.0])
     assert [d for d, _ in index.search(q, 2)] == ["g", "x19"]
     assert [d for d, _ in index.search(q, 2, hub=1.0)] == ["s", "g"]
+    # An explicit centroid replaces the index's own (here: one that discounts nothing).
+    assert [d for d, _ in index.search(q, 2, hub=1.0, centroid=np.zeros(3))] == ["g", "x19"]
+    with pytest.raises(ValueError):
+        index.search(q, 2, hub=1.0, centroid=np.zeros(4))

@@ -127,18 +127,23 @@ class VectorIndex:
         *,
         min_score: float | None = None,
         hub: float = 0.0,
+        centroid: np.ndarray | None = None,
     ) -> list[tuple[str, float]]:
         """The ``k`` ids most cosine-similar to ``qvec``, best first (ties by id).
 
         ``allowed`` is a collection of ids or a predicate on the id; ``min_score`` drops
         hits below that cosine. With ``hub > 0`` the order is by the hubness-corrected
-        score (see the module docstring) while the returned scores stay cosines. A zero
-        query vector gives ``[]``. Raises ValueError if ``qvec`` has the wrong length.
+        score (see the module docstring) while the returned scores stay cosines;
+        ``centroid`` replaces :meth:`centroid` there (a search over some columns only
+        discounts the centroid of those columns). A zero query vector gives ``[]``. Raises
+        ValueError if ``qvec`` or ``centroid`` has the wrong length.
         """
         unit = _unit(qvec, self.dim)
         if unit is None or k <= 0 or not self._id_row:
             return []
-        return self._rank(unit, k, allowed, min_score, exclude=None, hub=hub)
+        if centroid is not None and np.shape(centroid) != (self.dim,):
+            raise ValueError(f"expected a centroid of {self.dim} numbers, got shape {np.shape(centroid)}")
+        return self._rank(unit, k, allowed, min_score, exclude=None, hub=hub, centroid=centroid)
 
     def neighbours(self, doc_id: str, k: int, allowed: Allowed = None, *, min_score: float | None = None) -> list[tuple[str, float]]:
         """The ``k`` stored ids nearest to ``doc_id``'s own vector, itself excluded.
@@ -155,7 +160,14 @@ class VectorIndex:
     # ------------------------------------------------------------------ internals
 
     def _rank(
-        self, unit: np.ndarray, k: int, allowed: Allowed, min_score: float | None, exclude: int | None, hub: float = 0.0
+        self,
+        unit: np.ndarray,
+        k: int,
+        allowed: Allowed,
+        min_score: float | None,
+        exclude: int | None,
+        hub: float = 0.0,
+        centroid: np.ndarray | None = None,
     ) -> list[tuple[str, float]]:
         accept: Callable[[str], bool] | None = None
         used = len(self._row_ids)
@@ -168,7 +180,11 @@ class VectorIndex:
             rows = rows[rows != exclude]
         if rows.shape[0] == 0:
             return []
-        probe = unit if hub <= 0 else np.stack([unit, self.centroid()], axis=1)
+        if hub > 0:
+            mean = self.centroid() if centroid is None else np.asarray(centroid, dtype=np.float32)
+            probe = np.stack([unit, mean], axis=1)
+        else:
+            probe = unit
         if 2 * rows.shape[0] > used:
             # Most rows wanted: one product over the used block beats copying the rows out.
             prod = (self._matrix[:used] @ probe)[rows].astype(np.float64)
