@@ -141,7 +141,13 @@ def test_named_query_blend_and_hub_correction_over_http(tmp_path: Path, embeddin
     is the hub-ranked search of the blended query vector, and /query_memory answers the
     playground's fused list."""
     people = ["Melanie", "Caroline", "Joanna"]
-    topics = ["painted a lake sunrise", "goes swimming with her kids", "values her family", "is learning the violin", "reads poetry at night"]
+    topics = [
+        "painted a lake sunrise",
+        "goes swimming with her kids",
+        "values her family",
+        "is learning the violin",
+        "reads poetry at night",
+    ]
     facts = [f"{p} {t}" for p in people for t in topics]
     settings = make_settings(tmp_path, recall_vector_hub_min_vectors=len(facts), recall_budget_each=4)
     with LiveServer(settings, embeddings=embeddings) as srv:

@@ -111,7 +111,7 @@ class RecallSettings(Section):
     recall_query_time_year_lookback: Annotated[
         int,
         doc(
-            "A time hint that names a month but no year (\"in June\", \"on Aug 15th\", 6月) and finds no memories in the latest such month tries the same month up to this many years earlier and keeps the first that has memories (0 = never).",
+            'A time hint that names a month but no year ("in June", "on Aug 15th", 6月) and finds no memories in the latest such month tries the same month up to this many years earlier and keeps the first that has memories (0 = never).',
             ge=0,
         ),
     ] = 10

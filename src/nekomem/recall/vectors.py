@@ -197,7 +197,7 @@ class VectorIndex:
         row_ids = self._row_ids
         if hub <= 0:
             return top_k(rows, sims, k, lambda r: row_ids[r], accept)  # type: ignore[arg-type,return-value]
-        ranked = top_k(rows, sims - hub * prod[:, 1], k, lambda r: row_ids[r], accept)
+        ranked = top_k(rows, sims - hub * prod[:, 1], k, lambda r: row_ids[r], accept)  # type: ignore[arg-type,return-value]
         return [(doc_id, float(self._matrix[self._id_row[doc_id]] @ unit)) for doc_id, _ in ranked]
 
     def _take_row(self) -> int:
