@@ -161,6 +161,18 @@ def test_hub_correction_ranks_against_the_centroid_and_returns_cosines(data: dic
     by_predicate = index.search(q, 5, allowed.__contains__, hub=1.0)
     assert [d for d, _ in by_set] == [d for d, _ in by_predicate]
     assert [d for d, _ in by_set] == [d for d, _ in brute_force_hub(data, q, 200, 1.0, -1.0) if d in allowed][:5]
+    # The cached dots with the centroid follow writes: add a crowd near q, remove a few rows.
+    rng = np.random.default_rng(3)
+    for i in range(60):
+        data[f"w{i:03d}"] = q + rng.normal(scale=0.3, size=DIM)
+        index.upsert(f"w{i:03d}", data[f"w{i:03d}"])
+    for doc_id in ("v001", "v002", "w000"):
+        index.remove(doc_id)
+        del data[doc_id]
+    hits = index.search(q, 10, min_score=0.1, hub=1.0)
+    expected = brute_force_hub(data, q, 10, 1.0, 0.1)
+    assert [d for d, _ in hits] == [d for d, _ in expected]
+    assert [s for _, s in hits] == pytest.approx([s for _, s in expected], abs=1e-5)
 
 
 def test_a_hub_vector_loses_its_place_to_a_specific_one() -> None:
@@ -175,5 +187,10 @@ def test_a_hub_vector_loses_its_place_to_a_specific_one() -> None:
     assert [d for d, _ in index.search(q, 2, hub=1.0)] == ["s", "g"]
     # An explicit centroid replaces the index's own (here: one that discounts nothing).
     assert [d for d, _ in index.search(q, 2, hub=1.0, centroid=np.zeros(3))] == ["g", "x19"]
+    # With a fixed centroid, a replaced row is ranked with its new dot (the cache follows writes).
+    along_x = np.array([1.0, 0.0, 0.0], dtype=np.float32)
+    assert [d for d, _ in index.search(q, 1, hub=1.0, centroid=along_x)] == ["s"]
+    index.upsert("s", [1.0, 0.0, 0.0])  # now s is the most generic of all
+    assert [d for d, _ in index.search(q, 1, hub=1.0, centroid=along_x)] == ["g"]
     with pytest.raises(ValueError):
         index.search(q, 2, hub=1.0, centroid=np.zeros(4))

@@ -9,8 +9,9 @@ The index keeps the running sum of its rows, so the centroid of every stored vec
 known at no cost. A search with ``hub > 0`` ranks by ``cos(q, d) - hub * (d . centroid)``
 instead of the plain cosine: a memory that is close to every other memory (a generic
 "Melanie values her family") is close to every query too, and this "hubness" correction
-lets the specific memories through (the centroid is one more column of the same matrix
-product). Scores returned and thresholds stay plain cosines.
+lets the specific memories through (each row's dot with the centroid is computed once
+after a write and cached, so a search costs what a plain one does). Scores returned and
+thresholds stay plain cosines.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class VectorIndex:
         self._id_row: dict[str, int] = {}
         self._free: list[int] = []
         self._sum = np.zeros(dim, dtype=np.float64)  # of the live rows, for centroid()
+        self._hub_dots: dict[bytes, np.ndarray] = {}  # centroid -> every used row's dot with it
 
     # ------------------------------------------------------------------ writes
 
@@ -85,6 +87,7 @@ class VectorIndex:
             self._sum -= self._matrix[row]
         self._matrix[row] = unit
         self._sum += unit
+        self._hub_dots.clear()
 
     def remove(self, doc_id: str) -> bool:
         """Drop the vector of ``doc_id``; False if there was none."""
@@ -95,6 +98,7 @@ class VectorIndex:
         self._row_ids[row] = None
         self._sum -= self._matrix[row]
         self._matrix[row] = 0.0
+        self._hub_dots.clear()
         self._free.append(row)
         return True
 
@@ -181,24 +185,50 @@ class VectorIndex:
         if rows.shape[0] == 0:
             return []
         if hub > 0:
-            mean = self.centroid() if centroid is None else np.asarray(centroid, dtype=np.float32)
-            probe = np.stack([unit, mean], axis=1)
-        else:
-            probe = unit
+            return self._rank_hub(unit, k, rows, accept, min_score, hub, centroid)
         if 2 * rows.shape[0] > used:
             # Most rows wanted: one product over the used block beats copying the rows out.
-            prod = (self._matrix[:used] @ probe)[rows].astype(np.float64)
+            sims = (self._matrix[:used] @ unit)[rows].astype(np.float64)
         else:
-            prod = (self._matrix[rows] @ probe).astype(np.float64)
-        sims = prod if hub <= 0 else prod[:, 0]
+            sims = (self._matrix[rows] @ unit).astype(np.float64)
         if min_score is not None:
             keep = sims >= min_score
-            rows, prod, sims = rows[keep], prod[keep], sims[keep]
+            rows, sims = rows[keep], sims[keep]
         row_ids = self._row_ids
-        if hub <= 0:
-            return top_k(rows, sims, k, lambda r: row_ids[r], accept)  # type: ignore[arg-type,return-value]
-        ranked = top_k(rows, sims - hub * prod[:, 1], k, lambda r: row_ids[r], accept)  # type: ignore[arg-type,return-value]
-        return [(doc_id, float(self._matrix[self._id_row[doc_id]] @ unit)) for doc_id, _ in ranked]
+        return top_k(rows, sims, k, lambda r: row_ids[r], accept)  # type: ignore[arg-type,return-value]
+
+    def _rank_hub(
+        self,
+        unit: np.ndarray,
+        k: int,
+        rows: np.ndarray,
+        allowed: Callable[[str], bool] | None,
+        min_score: float | None,
+        hub: float,
+        centroid: np.ndarray | None,
+    ) -> list[tuple[str, float]]:
+        """The hubness-corrected ranking: the cosines (one product, as a plain search) minus
+        ``hub`` times each row's dot with the centroid, which is cached until the next write."""
+        mean = self.centroid() if centroid is None else np.asarray(centroid, dtype=np.float32)
+        used = len(self._row_ids)
+        key = mean.tobytes()
+        dots = self._hub_dots.get(key)
+        if dots is None or dots.shape[0] != used:
+            dots = (self._matrix[:used] @ mean).astype(np.float64)
+            if len(self._hub_dots) >= 4:  # a few centroids (one per column range searched)
+                self._hub_dots.clear()
+            self._hub_dots[key] = dots
+        if 2 * rows.shape[0] > used:
+            sims = (self._matrix[:used] @ unit)[rows].astype(np.float64)
+        else:
+            sims = (self._matrix[rows] @ unit).astype(np.float64)
+        if min_score is not None:
+            keep = sims >= min_score
+            rows, sims = rows[keep], sims[keep]
+        row_ids = self._row_ids
+        ranked = top_k(rows, sims - hub * dots[rows], k, lambda r: row_ids[r], allowed)  # type: ignore[arg-type,return-value]
+        id_row = self._id_row
+        return [(doc_id, float(score + hub * dots[id_row[doc_id]])) for doc_id, score in ranked]
 
     def _take_row(self) -> int:
         if self._free:
