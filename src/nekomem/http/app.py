@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nekomem.actors.host import ACTORS
 from nekomem.config import Settings
-from nekomem.http import conversation, longterm, system
+from nekomem.http import conversation, longterm, metrics, system
 from nekomem.http.errors import (
     ApiError,
     actor_failure_handler,
@@ -59,13 +59,14 @@ class LimitedModeMiddleware:
 
 
 def routes() -> list[BaseRoute]:
-    from nekomem.http import browse, importing, lifecycle, openapi, recall, scoped
+    from nekomem.http import browse, importing, lifecycle, metrics, openapi, recall, scoped
 
     c, s, lt = conversation, system, longterm
     table: list[BaseRoute] = [
         *browse.routes(),
         Route("/health", s.health, methods=["GET"]),
         Route("/openapi.json", openapi.openapi, methods=["GET"]),
+        Route("/metrics", metrics.scrape, methods=["GET"]),
         Route("/cache/{name:str}", c.cache, methods=["POST"]),
         Route("/process/{name:str}", c.process, methods=["POST"]),
         Route("/renew/{name:str}", c.renew, methods=["POST"]),
@@ -115,9 +116,11 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         rt.start()
+        app.state.metrics.attach()
         try:
             yield
         finally:
+            app.state.metrics.detach()
             rt.stop()
 
     app = Starlette(
@@ -136,4 +139,6 @@ def create_app(
     app.add_middleware(LimitedModeMiddleware, runtime=rt)
     # Added last, so it runs first: no refused request reaches limited mode or a route.
     app.add_middleware(RequestGuard, settings=settings.server)
+    # Outermost: it times every request and also counts the ones the guard refuses.
+    metrics.install(app, rt)
     return app
