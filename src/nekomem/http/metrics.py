@@ -24,8 +24,8 @@ import logging
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.exposition import choose_encoder
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -56,7 +56,10 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(
-            "nekomem_http_requests", "HTTP requests answered, by method, route template and status", ["method", "route", "status"], registry=r
+            "nekomem_http_requests",
+            "HTTP requests answered, by method, route template and status",
+            ["method", "route", "status"],
+            registry=r,
         )
         self.request_seconds = Histogram(
             "nekomem_http_request_duration_seconds",
@@ -66,7 +69,10 @@ class Metrics:
             registry=r,
         )
         self.model_calls = Counter(
-            "nekomem_model_calls", "LLM task calls by tier, task and outcome (ok, failed, skipped, error)", ["tier", "task", "outcome"], registry=r
+            "nekomem_model_calls",
+            "LLM task calls by tier, task and outcome (ok, failed, skipped, error)",
+            ["tier", "task", "outcome"],
+            registry=r,
         )
         self.model_seconds = Histogram(
             "nekomem_model_call_duration_seconds",
@@ -152,23 +158,33 @@ class RuntimeCollector(Collector):
             "nekomem_character_passivations", "Characters passivated or released since start", value=registry.passivations
         )
         yield GaugeMetricFamily(
-            "nekomem_limited_mode", "1 while start-up recovery runs (every route but /health answers 409)", value=int(self.rt.limited_reason is not None)
+            "nekomem_limited_mode",
+            "1 while start-up recovery runs (every route but /health answers 409)",
+            value=int(self.rt.limited_reason is not None),
         )
 
     def _queues(self) -> Iterator[Metric]:
         total, longest = self.rt.registry.mailbox_depths()
-        yield GaugeMetricFamily("nekomem_mailbox_messages", "Messages queued in the mailboxes of the active characters' actors", value=total)
+        yield GaugeMetricFamily(
+            "nekomem_mailbox_messages", "Messages queued in the mailboxes of the active characters' actors", value=total
+        )
         yield GaugeMetricFamily("nekomem_mailbox_max_messages", "Messages queued in the longest single actor mailbox", value=longest)
         dispatcher = self.rt.dispatcher
-        yield GaugeMetricFamily("nekomem_dispatcher_ready_mailboxes", "Mailboxes waiting for an actor worker thread", value=dispatcher.queued())
+        yield GaugeMetricFamily(
+            "nekomem_dispatcher_ready_mailboxes", "Mailboxes waiting for an actor worker thread", value=dispatcher.queued()
+        )
         yield GaugeMetricFamily("nekomem_dispatcher_workers", "Actor worker threads", value=dispatcher.workers)
-        yield GaugeMetricFamily("nekomem_model_jobs", "Model jobs (LLM and embedding) queued or running in the model pool", value=self.rt.pool.total_busy())
+        yield GaugeMetricFamily(
+            "nekomem_model_jobs", "Model jobs (LLM and embedding) queued or running in the model pool", value=self.rt.pool.total_busy()
+        )
 
     def _models(self) -> Iterator[Metric]:
         llm = self.rt.llm
         if isinstance(llm, LLMClient):
             sent = CounterMetricFamily(
-                "nekomem_model_requests", "HTTP requests sent to model endpoints, retries included, by tier and task", labels=["tier", "task"]
+                "nekomem_model_requests",
+                "HTTP requests sent to model endpoints, retries included, by tier and task",
+                labels=["tier", "task"],
             )
             for (tier, task), count in sorted(llm.request_counts().items()):
                 sent.add_metric([tier, task], count)
@@ -191,7 +207,9 @@ class RuntimeCollector(Collector):
         yield CounterMetricFamily("nekomem_outbox_dead_letters", "Outbox records dead-lettered since start", value=dead)
         storage = services.storage
         errors = CounterMetricFamily(
-            "nekomem_storage_errors", "Storage faults met since start, by error code and where (a layer, supervisor, http)", labels=["code", "where"]
+            "nekomem_storage_errors",
+            "Storage faults met since start, by error code and where (a layer, supervisor, http)",
+            labels=["code", "where"],
         )
         faulted = 0
         if storage is not None:
@@ -199,7 +217,9 @@ class RuntimeCollector(Collector):
                 errors.add_metric([code, where], count)
             faulted = storage.fault_count()
         yield errors
-        yield GaugeMetricFamily("nekomem_storage_faulted_layers", "Character layers currently refusing writes on a storage fault", value=faulted)
+        yield GaugeMetricFamily(
+            "nekomem_storage_faulted_layers", "Character layers currently refusing writes on a storage fault", value=faulted
+        )
 
 
 async def scrape(request: Request) -> Response:
