@@ -2,11 +2,13 @@
 text format.
 
 Every app has its own :class:`~prometheus_client.CollectorRegistry` (never the global
-default), so several servers in one process keep apart. Three kinds of series:
+default), so several servers in one process keep apart. Three sources of series:
 
-* counted as they happen: HTTP requests (:mod:`nekomem.http.metrics_middleware`), model
-  calls (an observer on :class:`~nekomem.providers.llm.LLMClient`) and embedding batches
-  (an observer on :class:`~nekomem.recall.embeddings.EmbeddingService`);
+* HTTP requests, counted by :mod:`nekomem.http.metrics_middleware` in plain numbers on
+  the event loop and turned into series at scrape time;
+* counted as they happen with prometheus_client's instruments: model calls (an observer
+  on :class:`~nekomem.providers.llm.LLMClient`) and embedding batches (an observer on
+  :class:`~nekomem.recall.embeddings.EmbeddingService`), both far rarer than requests;
 * read at scrape time by :class:`RuntimeCollector` from counters and state the runtime
   keeps anyway (characters, mailboxes, model jobs, outbox, storage errors): nothing is
   added to the per-message path.
@@ -31,7 +33,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 
-from nekomem.http.metrics_middleware import RequestMetrics, RouteLabels
+from nekomem.http.metrics_middleware import RequestCollector, RequestMetrics, RequestStats, RouteLabels
 from nekomem.providers.llm import LLMClient
 from nekomem.recall.embeddings import EmbeddingService
 from nekomem.runtime.runtime import Runtime
@@ -55,19 +57,8 @@ class Metrics:
         self.runtime = runtime
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter(
-            "nekomem_http_requests",
-            "HTTP requests answered, by method, route template and status",
-            ["method", "route", "status"],
-            registry=r,
-        )
-        self.request_seconds = Histogram(
-            "nekomem_http_request_duration_seconds",
-            "Time from a request's arrival until its response was sent, by method and route template",
-            ["method", "route"],
-            buckets=REQUEST_BUCKETS,
-            registry=r,
-        )
+        self.requests = RequestStats(REQUEST_BUCKETS)
+        r.register(RequestCollector(self.requests))
         self.model_calls = Counter(
             "nekomem_model_calls",
             "LLM task calls by tier, task and outcome (ok, failed, skipped, error)",
@@ -122,7 +113,7 @@ class Metrics:
 
     def middleware_args(self, app: Starlette) -> dict[str, object]:
         """Keyword arguments of :class:`RequestMetrics` for ``app``."""
-        return {"requests": self.requests, "latency": self.request_seconds, "labels": RouteLabels(lambda: app.router.routes)}
+        return {"stats": self.requests, "labels": RouteLabels(lambda: app.router.routes)}
 
     def exposition(self, accept: str) -> tuple[bytes, str]:
         """(body, content type) of a scrape: the Prometheus text format, or OpenMetrics

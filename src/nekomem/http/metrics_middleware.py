@@ -7,16 +7,21 @@ route matched (404, and the guard's 401/403/415 refusals, which answer before ro
 share one label, ``<unmatched>``. Methods outside the HTTP set share ``OTHER``: neither a
 path nor a method can mint new series.
 
-The per-request cost is two ``perf_counter`` calls, one dict lookup of the cached label
-pair and a counter increment plus a histogram observation on cached children.
+The per-request cost is two ``perf_counter`` calls, a few dict lookups and integer
+increments (no lock: only the event loop's thread writes); the series are built from
+those numbers at scrape time by :class:`RequestCollector`.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
-from prometheus_client import Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -71,6 +76,61 @@ class RouteLabels:
         return partial
 
 
+class RouteStats:
+    """Requests of one (method, route): counts per status and a latency histogram."""
+
+    __slots__ = ("statuses", "buckets", "seconds")
+
+    def __init__(self, bounds: int) -> None:
+        self.statuses: dict[int, int] = {}
+        self.buckets = [0] * (bounds + 1)  # per bucket, not cumulative; the last is +Inf
+        self.seconds = 0.0
+
+
+class RequestStats:
+    """What :class:`RequestMetrics` counts, as plain numbers.
+
+    Written only by the event loop's thread, so without a lock; read at a scrape (from
+    another thread) by copying, which the GIL makes consistent enough for counters. This
+    is several times cheaper per request than prometheus_client's Counter and Histogram,
+    whose every increment takes a lock.
+    """
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.routes: dict[tuple[str, str], RouteStats] = {}
+
+    def snapshot(self) -> list[tuple[str, str, dict[int, int], list[int], float]]:
+        """(method, route, count per status, per-bucket counts, seconds) of every route seen."""
+        return [(m, r, dict(s.statuses), list(s.buckets), s.seconds) for (m, r), s in list(self.routes.items())]
+
+
+class RequestCollector(Collector):
+    """Exposes :class:`RequestStats` as ``nekomem_http_requests_total`` and the
+    ``nekomem_http_request_duration_seconds`` histogram."""
+
+    def __init__(self, stats: RequestStats) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            "nekomem_http_requests", "HTTP requests answered, by method, route template and status", labels=["method", "route", "status"]
+        )
+        latency = HistogramMetricFamily(
+            "nekomem_http_request_duration_seconds",
+            "Time from a request's arrival until its response was sent, by method and route template",
+            labels=["method", "route"],
+        )
+        bounds = [*(floatToGoString(b) for b in self.stats.bounds), "+Inf"]
+        for method, route, statuses, buckets, seconds in self.stats.snapshot():
+            for status, count in sorted(statuses.items()):
+                requests.add_metric([method, route, str(status)], count)
+            cumulative = list(itertools.accumulate(buckets))
+            latency.add_metric([method, route], list(zip(bounds, cumulative, strict=True)), seconds)
+        yield requests
+        yield latency
+
+
 class RequestMetrics:
     """Counts every HTTP request by method, route template and status and observes its
     latency (until the handler returned, the body included) by method and route.
@@ -80,14 +140,10 @@ class RequestMetrics:
     through uncounted.
     """
 
-    def __init__(self, app: ASGIApp, requests: Counter, latency: Histogram, labels: RouteLabels) -> None:
+    def __init__(self, app: ASGIApp, stats: RequestStats, labels: RouteLabels) -> None:
         self.app = app
-        self.requests = requests
-        self.latency = latency
+        self.stats = stats
         self.labels = labels
-        # (method, route, status) -> (counter child, histogram child): labels() takes a
-        # lock and builds a key each call; the children are stable, so look them up once.
-        self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -111,12 +167,10 @@ class RequestMetrics:
         method = scope["method"]
         if method not in METHODS:
             method = OTHER_METHOD
-        key = (method, self.labels.of(scope), status)
-        children = self._children.get(key)
-        if children is None:
-            children = self._children[key] = (
-                self.requests.labels(method, key[1], str(status)),
-                self.latency.labels(method, key[1]),
-            )
-        children[0].inc()
-        children[1].observe(seconds)
+        key = (method, self.labels.of(scope))
+        stats = self.stats.routes.get(key)
+        if stats is None:
+            stats = self.stats.routes[key] = RouteStats(len(self.stats.bounds))
+        stats.statuses[status] = stats.statuses.get(status, 0) + 1
+        stats.buckets[bisect.bisect_left(self.stats.bounds, seconds)] += 1
+        stats.seconds += seconds
