@@ -179,3 +179,54 @@ def test_route_templates_drop_converters(template, label):
     from nekomem.http.metrics_middleware import route_template
 
     assert route_template(Route(template, lambda request: None)) == label
+
+
+def test_a_route_of_a_mounted_app_is_labelled_with_the_mount_template():
+    import asyncio
+
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Mount, Route
+
+    from nekomem.http.metrics import REQUEST_BUCKETS
+    from nekomem.http.metrics_middleware import RequestMetrics, RequestStats, RouteLabels
+
+    async def ok(request):
+        return PlainTextResponse("ok")
+
+    inner = Starlette(routes=[Route("/", ok, methods=["POST"]), Route("/items/{item_id:int}", ok)])
+    outer = Starlette(routes=[Mount("/tools", app=inner), Route("/cache/{name:str}", ok, methods=["POST"])])
+    stats = RequestStats(REQUEST_BUCKETS)
+    app = RequestMetrics(outer, stats, RouteLabels(lambda: outer.router.routes))
+
+    async def call(method, path):
+        sent = []
+
+        async def receive():
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "method": method,
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": b"",
+            "headers": [],
+            "root_path": "",
+            "scheme": "http",
+            "server": ("127.0.0.1", 1),
+        }
+        await app(scope, receive, send)
+        return sent[0]["status"]
+
+    async def load():
+        assert await call("POST", "/tools/") == 200
+        assert await call("GET", "/tools/items/41") == 200
+        assert await call("POST", "/cache/Lan") == 200
+
+    asyncio.run(load())
+    seen = {(method, route): statuses for method, route, statuses, _b, _s in stats.snapshot()}
+    assert seen == {("POST", "/tools"): {200: 1}, ("GET", "/tools/items/{item_id}"): {200: 1}, ("POST", "/cache/{name}"): {200: 1}}

@@ -62,8 +62,21 @@ class RouteLabels:
                 return UNMATCHED
         label = self._labels.get(id(route))
         if label is None:
-            label = self._labels[id(route)] = route_template(route)
+            label = self._labels[id(route)] = self._label(route)
         return label
+
+    def _label(self, route: BaseRoute) -> str:
+        """The template of ``route``; for a route inside a mounted application (whose own
+        router records its route last), prefixed with the mount's template."""
+        table = self._routes()
+        if any(top is route for top in table):
+            return route_template(route)
+        for top in table:
+            inner: list[BaseRoute] = getattr(top, "routes", None) or []
+            if any(r is route for r in inner):
+                outer, rest = route_template(top).rstrip("/"), route_template(route)
+                return outer + ("" if rest == "/" else rest) or "/"
+        return route_template(route)
 
     def _match(self, scope: Scope) -> BaseRoute | None:
         partial = None
