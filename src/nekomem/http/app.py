@@ -59,7 +59,7 @@ class LimitedModeMiddleware:
 
 
 def routes() -> list[BaseRoute]:
-    from nekomem.http import browse, importing, lifecycle, metrics, openapi, recall, scoped
+    from nekomem.http import browse, importing, lifecycle, openapi, recall, scoped
 
     c, s, lt = conversation, system, longterm
     table: list[BaseRoute] = [
@@ -137,7 +137,8 @@ def create_app(
     app.state.runtime = rt
     app.state.longterm_renderer = longterm.render_longterm
     app.add_middleware(LimitedModeMiddleware, runtime=rt)
-    # Added last, so it runs first: no refused request reaches limited mode or a route.
+    # Added after limited mode, so it runs before it: no refused request reaches limited
+    # mode or a route.
     app.add_middleware(RequestGuard, settings=settings.server)
     # Outermost: it times every request and also counts the ones the guard refuses.
     metrics.install(app, rt)
