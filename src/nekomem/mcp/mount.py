@@ -32,7 +32,8 @@ class McpMount:
     """The ``/mcp`` route of ``app`` and the lifespan its session manager needs."""
 
     def __init__(self, app: Starlette, api_token: str) -> None:
-        transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 0))
+        # A failing route answers its 500 JSON (a tool error for the model), not an exception.
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False, client=("127.0.0.1", 0))
         self.client = AsyncNekomemClient(LOOPBACK_URL, token=api_token, transport=transport)
         self.server = build_server(self.client)
         # Builds the session manager; the SDK's own Starlette app is not used.
