@@ -54,7 +54,15 @@ async def remember_and_recall(client: Client, **character: str) -> None:
 def test_http_mount_remembers_recalls_and_takes_feedback(tmp_path, fake_llm):
     fake_llm.on(
         "synthesize_reflection",
-        {"reflection": {"text": "Master avoids pets", "entity": "master", "time_scope": "pattern", "event_start_at": None, "event_end_at": None}},
+        {
+            "reflection": {
+                "text": "Master avoids pets",
+                "entity": "master",
+                "time_scope": "pattern",
+                "event_start_at": None,
+                "event_end_at": None,
+            }
+        },
     )
     settings = make_settings(tmp_path, api_token=TOKEN, llm_base_url=fake_llm.base_url, llm_model="fake")
     auth = {"Authorization": f"Bearer {TOKEN}"}

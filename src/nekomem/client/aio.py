@@ -12,20 +12,22 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Mapping, Sequence
-from email.utils import parsedate_to_datetime
 from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
 import anyio
 import httpx
 import msgspec
+from msgspec import UNSET
 
 from nekomem.client.errors import NekomemError
 from nekomem.http.schemas import (
     CardBody,
     CardEntry,
     CharactersAnswer,
+    EntryEdit,
     FactImport,
     FactsBody,
     FeedbackBody,
@@ -264,11 +266,26 @@ class AsyncNekomemClient:
         """The character's persona entries (see :meth:`entries`)."""
         return await self.entries(name, "persona")
 
-    async def edit_entry(self, name: str, layer: Layer, entry_id: str, **changes: object) -> dict[str, Any]:
-        """``PATCH /api/characters/{name}/{layer}/{id}`` with ``changes`` (``text``,
-        ``importance``, ``entity``); answers the edited entry. Raises NekomemError 404 / 422."""
+    async def edit_entry(
+        self,
+        name: str,
+        layer: Layer,
+        entry_id: str,
+        *,
+        text: str | None = None,
+        importance: int | None = None,
+        entity: str | None = None,
+    ) -> dict[str, Any]:
+        """``PATCH /api/characters/{name}/{layer}/{id}``: change the given fields (a recent
+        item, addressed by its index, has only ``text``); answers the edited entry.
+        Raises NekomemError 404 (unknown id) or 422 (a field the layer does not have)."""
+        edit = EntryEdit(
+            text=UNSET if text is None else text,
+            importance=UNSET if importance is None else importance,
+            entity=UNSET if entity is None else entity,
+        )
         path = f"/api/characters/{_segment(name)}/{layer}/{_segment(entry_id)}"
-        return await self._json(dict[str, Any], "PATCH", path, body=changes)
+        return await self._json(dict[str, Any], "PATCH", path, body=edit)
 
     async def delete_entry(self, name: str, layer: Layer, entry_id: str) -> dict[str, Any]:
         """``DELETE /api/characters/{name}/{layer}/{id}``. Raises NekomemError 404."""

@@ -23,10 +23,11 @@ R = TypeVar("R")
 def _blocking(method: Callable[Concatenate[AsyncNekomemClient, P], Awaitable[R]]) -> Callable[Concatenate[NekomemClient, P], R]:
     """The blocking form of an ``AsyncNekomemClient`` method, run on the facade's portal."""
 
-    @functools.wraps(method)
-    def call(self: NekomemClient, *args: P.args, **kwargs: P.kwargs) -> R:
+    def call(self: NekomemClient, /, *args: P.args, **kwargs: P.kwargs) -> R:
         return self._portal.call(functools.partial(method, self._client, *args, **kwargs))
 
+    call.__name__ = call.__qualname__ = method.__name__
+    call.__doc__ = method.__doc__
     return call
 
 

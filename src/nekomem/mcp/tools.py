@@ -13,7 +13,7 @@ the resources are URI templates).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated, TypeVar
+from typing import Annotated, Literal, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -86,7 +86,7 @@ class MemoryTools:
 
     async def feedback(self, character: str, reflection_id: str, confirmed: bool) -> str:
         """Confirm or deny a reflection. Raises ToolError for an unknown id."""
-        value = "confirmed" if confirmed else "denied"
+        value: Literal["confirmed", "denied"] = "confirmed" if confirmed else "denied"
         answer = await _call(self.client.feedback(character, reflection_id, value))
         return f"Reflection {reflection_id} {value}; its status is now {answer.get('status', 'unknown')}."
 
