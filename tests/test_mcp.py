@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -158,3 +159,16 @@ def test_stdio_server_remembers_and_recalls(tmp_path):
         asyncio.run(session(srv.url))
         items = srv.get("/api/characters/Mei Ling/facts", headers={"Authorization": f"Bearer {TOKEN}"}).json()["items"]
         assert [f["text"] for f in items] == [CAT_FACT]
+
+
+def test_without_the_extra_the_server_starts_without_mcp(tmp_path):
+    code = (
+        "import sys\n"
+        "sys.modules['mcp'] = None  # as if the optional package were not installed\n"
+        "from nekomem.http.app import create_app\n"
+        "from tests.support.live import make_settings\n"
+        f"app = create_app(make_settings({str(tmp_path)!r}))\n"
+        "print(sorted(r.path for r in app.routes if r.path.startswith('/mcp')), app.state.runtime is not None)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[] True"
