@@ -172,3 +172,16 @@ def test_without_the_extra_the_server_starts_without_mcp(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[] True"
+
+
+def test_the_sdk_is_not_imported_until_mcp_is_used(tmp_path):
+    """Importing the SDK takes seconds: a server start without MCP traffic never pays it."""
+    code = (
+        "import sys\n"
+        "from nekomem.http.app import create_app\n"
+        "from tests.support.live import make_settings\n"
+        f"app = create_app(make_settings({str(tmp_path)!r}))\n"
+        "print([r.path for r in app.routes if r.path == '/mcp'], 'mcp' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['/mcp'] False"
