@@ -25,6 +25,7 @@ from nekomem.http.errors import (
     os_error_handler,
 )
 from nekomem.http.guard import RequestGuard
+from nekomem.mcp import mount_if_available
 from nekomem.runtime.clock import Clock
 from nekomem.runtime.reply import ActorFailure
 from nekomem.runtime.runtime import Runtime
@@ -118,7 +119,9 @@ def create_app(
         rt.start()
         app.state.metrics.attach()
         try:
-            yield
+            # The MCP session manager's task group lives as long as the app.
+            async with mcp.running() if mcp is not None else contextlib.nullcontext():
+                yield
         finally:
             app.state.metrics.detach()
             rt.stop()
@@ -135,6 +138,7 @@ def create_app(
         },
     )
     app.state.runtime = rt
+    mcp = mount_if_available(app, settings.server.api_token) if settings.server.mcp_enabled else None
     app.state.longterm_renderer = longterm.render_longterm
     app.add_middleware(LimitedModeMiddleware, runtime=rt)
     # Added after limited mode, so it runs before it: no refused request reaches limited
