@@ -16,7 +16,9 @@ For every configuration and every user a fresh in-process server (the same path 
 NEKOMEM_* environment plus the configuration's overrides) imports the user's own
 statements as facts (event time = the day, one minute apart per turn, ``source =
 {"dia_ids": [turn id]}``) and answers the user's questions through ``POST
-/query_memory``. A question scores the share of its evidence turns cited by the returned
+/query_memory``, asked on the day after the user's last conversation (the server runs on
+a clock set to that day, so "5月2号" in a question is a date of the conversation's year;
+``--real-clock`` asks on the machine's clock instead). A question scores the share of its evidence turns cited by the returned
 facts (at most 8). Printed per set: recall@8 for questions whose answer the user stated
 (``user``), questions whose answer the companion gave in its reply (``reply``: only the
 user's turn that asked for it is stored), and overall.
@@ -37,6 +39,7 @@ from typing import Any
 
 from bench.locomo_quality import CONFIGS, SETS, bench_settings, overrides_of, run_conversation
 from nekomem.recall.embeddings import EmbeddingService
+from nekomem.runtime.clock import ManualClock
 from tests.support.live import ROOT
 
 DATA = ROOT / "bench" / "data"
@@ -154,15 +157,26 @@ def summarise(scores: list[tuple[int, float]]) -> dict[str, float]:
     return row
 
 
-def run_set(recall_set: RecallSet, overrides: dict[str, Any], emb: EmbeddingService, root: Path) -> tuple[dict[str, float], float]:
-    """Recall@8 of one set under one configuration; returns the summary row and the p50 ms."""
+def asking_time(turns: list[Turn]) -> datetime:
+    """When the questions are asked: noon (UTC) of the day after the user's last conversation."""
+    last = max(t.day for t in turns) + timedelta(days=1)
+    return datetime(last.year, last.month, last.day, 12, tzinfo=timezone.utc)
+
+
+def run_set(
+    recall_set: RecallSet, overrides: dict[str, Any], emb: EmbeddingService, root: Path, *, ask_next_day: bool = True
+) -> tuple[dict[str, float], float]:
+    """Recall@8 of one set under one configuration; returns the summary row and the p50 ms.
+    With ``ask_next_day`` each user's server runs on a clock set to :func:`asking_time`, so
+    a date in a question ("5月2号") means that date of the conversation's year."""
     scores: list[tuple[int, float]] = []
     p50s: list[float] = []
     for user, turns in recall_set.users.items():
         questions = questions_of(recall_set, user)
         if not questions:
             continue
-        user_scores, p50 = run_conversation(root / user, overrides, emb, facts_of(turns), questions, name=user)
+        clock = ManualClock(asking_time(turns)) if ask_next_day else None
+        user_scores, p50 = run_conversation(root / user, overrides, emb, facts_of(turns), questions, name=user, clock=clock)
         scores += user_scores
         p50s.append(p50)
     return summarise(scores), statistics.median(p50s) if p50s else 0.0
@@ -173,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sets", default="zh,ja", help=f"comma list of {', '.join(DATASETS)} or folder names under bench/data")
     parser.add_argument("--configs", default="legs", help="as bench.locomo_quality: sets (legs, ablation, sweep) or config names; a+b merges")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument(
+        "--real-clock", action="store_true", help="ask on the machine's clock instead of the day after each user's last conversation"
+    )
     args = parser.parse_args(argv)
 
     sets = [load_set(DATA / DATASETS.get(s.strip(), s.strip())) for s in args.sets.split(",") if s.strip()]
@@ -198,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         for s in sets:
             started = time.monotonic()
             with tempfile.TemporaryDirectory(prefix="nekomem-cjk-") as tmp:
-                row, p50 = run_set(s, overrides_of(name), emb, Path(tmp))
+                row, p50 = run_set(s, overrides_of(name), emb, Path(tmp), ask_next_day=not args.real_clock)
             row["p50_ms"] = p50
             results.setdefault(name, {})[s.name] = row
             cells = [f"{row[c]:>9.3f}" for c in [*ANSWER_IN.values(), "overall"]]

@@ -38,6 +38,7 @@ from typing import Any
 
 from nekomem.config import Settings, load_settings
 from nekomem.recall.embeddings import EmbeddingService
+from nekomem.runtime.clock import Clock
 from tests.support.live import ROOT, LiveServer
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
@@ -159,12 +160,14 @@ def run_conversation(
     facts: list[dict[str, Any]],
     questions: list[dict[str, Any]],
     name: str = NAME,
+    clock: Clock | None = None,
 ) -> tuple[list[tuple[int, float]], float]:
-    """Import ``facts`` as character ``name`` of a fresh server, ask every question; returns
-    (category, share of the evidence ids cited by the results) per question and the p50 ms."""
+    """Import ``facts`` as character ``name`` of a fresh server (on ``clock``, the real one by
+    default), ask every question; returns (category, share of the evidence ids cited by the
+    results) per question and the p50 ms."""
     settings = bench_settings(root, **overrides)
     service = emb if settings.embeddings.embedding_enabled else EmbeddingService(settings.embeddings)
-    with LiveServer(settings, embeddings=service) as srv:
+    with LiveServer(settings, embeddings=service, clock=clock) as srv:
         r = srv.post(f"/api/characters/{name}/facts", json={"facts": facts})
         r.raise_for_status()
         listing = srv.get(f"/api/characters/{name}/facts", params={"status": "all", "limit": PAGE}).json()
