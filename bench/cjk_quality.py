@@ -185,7 +185,9 @@ def run_set(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sets", default="zh,ja", help=f"comma list of {', '.join(DATASETS)} or folder names under bench/data")
-    parser.add_argument("--configs", default="legs", help="as bench.locomo_quality: sets (legs, ablation, sweep) or config names; a+b merges")
+    parser.add_argument(
+        "--configs", default="legs", help="as bench.locomo_quality: sets (legs, ablation, sweep) or config names; a+b merges"
+    )
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument(
         "--real-clock", action="store_true", help="ask on the machine's clock instead of the day after each user's last conversation"
@@ -205,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     emb.start()
     if not emb.wait_ready(60):
         print(f"embeddings unavailable ({emb.reason}); vector configurations measure BM25 only", file=sys.stderr)
-    print(f"embeddings={emb.state} model_dir={base.embeddings.embedding_model_dir}")
+    print(f"embeddings={emb.state} model={emb.model_id} model_dir={base.embeddings.embedding_model_dir}")
     for s in sets:
         print(f"{s.name}: {len(s.users)} users, {len(s.turn_ids())} user statements (facts), {len(s.questions)} questions")
     header = ["config", "set", *ANSWER_IN.values(), "overall", "p50 ms", "seconds"]

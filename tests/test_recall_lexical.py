@@ -110,7 +110,9 @@ def test_unseen_whole_words_still_weigh_in_the_normalised_score() -> None:
     [(_, full)] = index.search("museum", 5)
     assert doc_id == "a"
     assert partial < full / 2
-    assert index.search("museum quantum", 5) == ranked(reference_scores({"a": "museum trip with friends", "b": "park walk"}, "museum quantum"), 5)
+    assert index.search("museum quantum", 5) == ranked(
+        reference_scores({"a": "museum trip with friends", "b": "park walk"}, "museum quantum"), 5
+    )
 
 
 def test_empty_query_or_index_gives_nothing() -> None:

@@ -7,7 +7,6 @@ from collections import Counter
 from nekomem.config.recall import RecallSettings
 from nekomem.recall.tokenize import Tokenizer, fold_english, tokenize
 
-
 UNSPLIT = Tokenizer(RecallSettings(recall_cjk_split_scripts=False))
 
 

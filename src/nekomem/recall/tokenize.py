@@ -63,6 +63,7 @@ def is_cjk_gram(token: str) -> bool:
     """True if ``token`` is made of CJK ideographs/kana only (an n-gram of a spaceless run)."""
     return _CJK_TOKEN_RE.fullmatch(token) is not None
 
+
 _DEFAULT_SETTINGS = RecallSettings()
 
 
