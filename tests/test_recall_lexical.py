@@ -11,14 +11,14 @@ import pytest
 from nekomem.config.recall import RecallSettings
 from nekomem.recall.fusion import fuse_legs, leg_top, rrf
 from nekomem.recall.lexical import LexicalIndex
-from nekomem.recall.tokenize import is_cjk_gram, tokenize
+from nekomem.recall.tokenize import Tokenizer, tokenize
 
 K1, B = 1.5, 0.75
 
 
 def reference_scores(docs: dict[str, str], query: str, normalised: bool = True, skip_unseen_cjk: bool = True) -> dict[str, float]:
     """Okapi BM25 straight from the formula in lexical.py's docstring, one loop per document
-    (a CJK n-gram found in no document leaves the denominator when ``skip_unseen_cjk``)."""
+    (a straddling CJK n-gram found in no document leaves the denominator when ``skip_unseen_cjk``)."""
     toks = {d: tokenize(t) for d, t in docs.items()}
     n = len(toks)
     if not n:
@@ -27,7 +27,8 @@ def reference_scores(docs: dict[str, str], query: str, normalised: bool = True, 
     weights = Counter(tokenize(query))
     df = {t: sum(1 for ts in toks.values() if t in ts) for t in weights}
     idf = {t: math.log((n - df[t] + 0.5) / (df[t] + 0.5) + 1.0) for t in weights}
-    denominator = sum(w * idf[t] for t, w in weights.items() if df[t] or not (skip_unseen_cjk and is_cjk_gram(t)))
+    straddling = Tokenizer().straddling(query) if skip_unseen_cjk else set()
+    denominator = sum(w * idf[t] for t, w in weights.items() if df[t] or t not in straddling)
     out = {}
     for d, ts in toks.items():
         counts = Counter(ts)
@@ -102,6 +103,14 @@ def test_unseen_cjk_ngrams_of_a_query_do_not_drown_the_normalised_score() -> Non
     assert best_off[1] < threshold <= best_on[1]
     # Only the normalisation changes: the raw BM25 ranking is the same either way.
     assert on.search(MUSEUM_QUERY, 3, normalised=False) == off.search(MUSEUM_QUERY, 3, normalised=False)
+
+
+def test_unseen_japanese_pieces_still_weigh_like_words() -> None:
+    docs = {"a": "孫の陽菜が遊びに来た", "b": "庭のトマトが赤くなった"}
+    on = build(docs)
+    off = build(docs, recall_bm25_skip_unseen_cjk_grams=False)
+    query = "孫の学年は？"  # 学年 occurs nowhere, and is a piece of its own: it keeps its weight
+    assert on.search(query, 2) == off.search(query, 2) == ranked(reference_scores(docs, query), 2)
 
 
 def test_unseen_whole_words_still_weigh_in_the_normalised_score() -> None:

@@ -32,6 +32,22 @@ def test_japanese_runs_are_cut_where_kanji_hiragana_and_katakana_meet() -> None:
     assert {"ラー", "メン", "ーメン"} <= set(tokenize("ラーメンが好き")) & set(tokenize("味噌ラーメンは最高"))
 
 
+def test_straddling_ngrams_are_the_parts_of_runs_the_split_could_not_cut() -> None:
+    tokenizer = Tokenizer()
+    # Chinese: every n-gram shorter than its run may straddle two words; a whole run is a word.
+    assert tokenizer.straddling("我喜欢猫") == {"我喜", "喜欢", "欢猫", "我喜欢", "喜欢猫"}
+    assert tokenizer.straddling("拉面，咖啡") == set()
+    # Japanese cut at script changes: the pieces are word-like, nothing straddles ...
+    assert tokenizer.straddling("昨日ラーメンを食べた") == set()
+    # ... except inside a run that has a single script, and everywhere when the split is off.
+    assert tokenizer.straddling("変形性膝関節症") >= {"変形", "形性", "関節症"}
+    assert tokenizer.straddling("猫が好き") == set()
+    assert UNSPLIT.straddling("猫が好き") == {"猫が", "が好", "好き", "猫が好", "が好き"}
+    # Only tokens are ever reported, and none of the Latin or Hangul words.
+    text = "我喜欢猫 and 라면을 먹었다, 味噌ラーメン"
+    assert tokenizer.straddling(text) <= set(tokenizer(text))
+
+
 def test_script_split_keeps_marks_inside_their_piece_and_leaves_chinese_alone() -> None:
     assert tokenize("時々雨") == ["時々", "々雨", "時々雨"]  # the iteration mark belongs to the ideographs
     assert tokenize("コーヒー") == UNSPLIT("コーヒー")  # the prolonged sound mark belongs to katakana

@@ -53,7 +53,7 @@ class RecallSettings(Section):
     recall_bm25_skip_unseen_cjk_grams: Annotated[
         bool,
         doc(
-            "A CJK n-gram of a query that occurs in no stored memory does not weigh in the normalised BM25 score (most such n-grams straddle two words of text written without spaces); whole words that occur nowhere still do. Without it a Chinese or Japanese question rarely reaches recall_bm25_threshold."
+            "An n-gram of a query that occurs in no stored memory and is shorter than a CJK run the tokenizer could not cut (Chinese; a kanji-only run in Japanese) does not weigh in the normalised BM25 score: most such n-grams straddle two words. Words, and Japanese pieces cut at a script change, still weigh when they occur nowhere. Without it a Chinese question rarely reaches recall_bm25_threshold."
         ),
     ] = True
     recall_bm25_compact_dead_ratio: Annotated[

@@ -17,10 +17,12 @@ dl is the document's token count and avgdl the mean over live documents. ``sat``
 for a term found once in a document of average length and tends to k1 + 1 as tf grows.
 So the normalised score is the idf-weighted average of ``sat`` over the query's terms
 (a term missing from the document counts 0, a word missing from the corpus still weighs
-in the denominator; a CJK n-gram missing from the corpus does not when
-``recall_bm25_skip_unseen_cjk_grams`` is on, because a Chinese or Japanese query cut into
-sliding n-grams is mostly n-grams that straddle two words and exist nowhere, and they
-would otherwise take the largest idf and push every hit below the threshold): 1.0 means "every query term, once, in an average-length document",
+in the denominator; with ``recall_bm25_skip_unseen_cjk_grams`` an n-gram missing from the
+corpus does not when it is shorter than a CJK run the tokenizer could not cut (see
+``Tokenizer.straddling``): a Chinese question cut into sliding n-grams is mostly n-grams
+that straddle two words and exist nowhere, and they would otherwise take the largest idf
+and push every hit below the threshold. A Japanese run cut at its script changes gives
+word-like pieces, and an unseen piece weighs like an unseen word): 1.0 means "every query term, once, in an average-length document",
 0.1 means roughly a tenth of the query's weight matched once. It does not depend on the
 corpus size the way raw BM25 does, so one threshold (``recall_bm25_threshold``) fits a
 3-fact and a 100k-fact memory alike. Documents scoring 0 are never returned.
@@ -46,7 +48,7 @@ import numpy as np
 
 from nekomem.config.recall import RecallSettings
 from nekomem.recall.fusion import top_k
-from nekomem.recall.tokenize import Tokenizer, is_cjk_gram, normalise
+from nekomem.recall.tokenize import Tokenizer, normalise
 
 Allowed = Callable[[str], bool] | Collection[str] | None
 
@@ -263,6 +265,7 @@ class LexicalIndex:
         weights = Counter(self._tokenizer(query, self._stop_names))
         if not weights:
             return []
+        straddling = self._tokenizer.straddling(query, self._stop_names) if self._skip_unseen_cjk else set()
         avgdl = self._total_len / n_docs if self._total_len else 1.0
         k1, b = self._k1, self._b
         denominator = 0.0
@@ -271,7 +274,7 @@ class LexicalIndex:
         for term, weight in weights.items():
             p = self._postings.get(term)
             df = p.live if p is not None else 0
-            if not df and self._skip_unseen_cjk and is_cjk_gram(term):
+            if not df and term in straddling:
                 continue  # most likely straddles two words of a spaceless query: no evidence either way
             idf = math.log((n_docs - df + 0.5) / (df + 0.5) + 1.0)
             denominator += weight * idf

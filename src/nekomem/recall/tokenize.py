@@ -56,12 +56,6 @@ _ASCII_WORD_RE = re.compile(r"[a-z]+")
 _HIRAGANA = "\u3041-\u3096\u309d-\u309f"
 _KATAKANA = "\u30a1-\u30fa\u30fc-\u30ff\u31f0-\u31ff"
 _SCRIPT_RE = re.compile(f"[{_HIRAGANA}]+|[{_KATAKANA}]+|[^{_HIRAGANA}{_KATAKANA}]+")
-_CJK_TOKEN_RE = re.compile(f"[{_CJK_RANGES}]+")
-
-
-def is_cjk_gram(token: str) -> bool:
-    """True if ``token`` is made of CJK ideographs/kana only (an n-gram of a spaceless run)."""
-    return _CJK_TOKEN_RE.fullmatch(token) is not None
 
 
 _DEFAULT_SETTINGS = RecallSettings()
@@ -158,6 +152,25 @@ class Tokenizer:
                     continue
                 tokens.append(fold_english(run) if self._fold else run)
         return tokens
+
+    def straddling(self, text: str, stop_names: Iterable[str] = ()) -> set[str]:
+        """The CJK n-grams of ``text`` that may straddle two words: those shorter than a run
+        the script split left whole (all of Chinese, a kanji-only or katakana-only run in
+        Japanese, every run when the split is off). A piece the split cut out is taken as a
+        word, and so is a run no longer than the n-gram it gives."""
+        norm = normalise(text)
+        if stop_names:
+            norm = strip_stop_names(norm, stop_names, self._stop_min)
+        out: set[str] = set()
+        lo, hi = self._ngram_min, self._ngram_max
+        for match in _RUN_RE.finditer(norm):
+            run = match.group()
+            if match.lastgroup != "cjk" or (self._split and len(_SCRIPT_RE.findall(run)) > 1):
+                continue
+            length = len(run)
+            for n in range(lo, min(hi, length - 1) + 1):
+                out.update(run[i : i + n] for i in range(length - n + 1))
+        return out
 
 
 _DEFAULT_TOKENIZER = Tokenizer()
