@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.cjk_quality import DATA, DATASETS, RecallSet, facts_of, load_set, run_set
+from bench.locomo_quality import bench_settings
 from nekomem.recall.embeddings import EmbeddingService
 from tests.support.live import make_settings
 
@@ -100,3 +101,13 @@ def test_one_user_through_a_real_server_bm25_only(tmp_path: Path) -> None:
     # (the companion's own advice is never stored, only the question that asked for it).
     assert 0.5 <= row["overall"] < 1.0
     assert row["reply"] < row["user"]
+
+
+def test_bench_settings_follow_the_environment_and_the_configuration_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NEKOMEM_EMBEDDING_MODEL_DIR", "models/some-other-model")
+    monkeypatch.setenv("NEKOMEM_RECALL_BM25_THRESHOLD", "0.3")
+    monkeypatch.setenv("NEKOMEM_MEMORY_ROOT", "/nowhere")
+    settings = bench_settings(tmp_path, recall_bm25_threshold=0.05)
+    assert settings.embeddings.embedding_model_dir == "models/some-other-model"
+    assert settings.recall.recall_bm25_threshold == 0.05
+    assert settings.server.memory_root == str(tmp_path)
