@@ -92,8 +92,11 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None
     """
     path = Path(path)
     folder = path.parent
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, temp = _open_temp(folder)
+    try:
+        fd, temp = _open_temp(folder)
+    except FileNotFoundError:  # the folder is missing: create it (not a mkdir per write)
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, temp = _open_temp(folder)
     try:
         try:
             _write_all(fd, data)
