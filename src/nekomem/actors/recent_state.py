@@ -168,9 +168,11 @@ class RecentState(ChildActor):
         self.log.info("hard cap trimmed the window to %d items", len(self.window))
 
     def _save_window(self, *, durable: bool = True) -> None:
+        """Replace recent.json with the window (an outside edit since the last look is
+        journaled first)."""
         self.adopt_outside_edit("write", keep_ours=True)
-        atomic_write_bytes(self.ctx.paths.recent, self._window_bytes(), durable=durable)
-        self.watch.remember()
+        written = atomic_write_bytes(self.ctx.paths.recent, self._window_bytes(), durable=durable)
+        self.watch.remember(written)
 
     def _window_bytes(self) -> bytes:
         """recent.json's content: the same bytes as encoding ``[t.to_disk() ...]`` whole,

@@ -79,8 +79,9 @@ def _open_temp(folder: Path) -> tuple[int, Path]:
     raise FileExistsError(errno.EEXIST, f"no free temp file name in {folder}") from last_error
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
-    """Replace ``path`` with ``data`` atomically and durably.
+def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> os.stat_result:
+    """Replace ``path`` with ``data`` atomically and durably; returns the new file's stat
+    (taken before the rename, which changes neither its inode, size nor mtime).
 
     Creates missing parent folders. When this returns, the new content is on disk (file and
     folder fsync'd). On any exception (including KeyboardInterrupt) the temp file is removed
@@ -102,6 +103,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None
             _write_all(fd, data)
             if durable:
                 os.fsync(fd)
+            written = os.fstat(fd)
         finally:
             os.close(fd)
         os.replace(temp, path)
@@ -113,6 +115,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None
         raise
     if durable:
         fsync_dir(folder)
+    return written
 
 
 def atomic_write_text(path: Path, text: str) -> None:
