@@ -16,6 +16,7 @@ to ``<name>.rejected-<UTC timestamp>`` before the next view write could lose the
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import os
 import re
@@ -37,9 +38,11 @@ ReadStatus = Literal["ok", "missing", "corrupt"]
 TEMP_PREFIX = ".nkatmp"
 TEMP_SUFFIX = ".tmp"
 _TEMP_RE = re.compile(r"^\.nkatmp[0-9a-f]{8}\.tmp$")
-# Name collisions among 8 random hex digits are astronomically rare; the bound only stops a
-# pathological folder (say, one full of directories with our names) from looping forever.
+# Temp names count up from a random start per process (no random read per write); a
+# name taken by another process is skipped by O_EXCL. The bound only stops a pathological
+# folder (say, one full of directories with our names) from looping forever.
 _TEMP_NAME_TRIES = 32
+_temp_numbers = itertools.count(secrets.randbits(32))
 
 _encoder = msgspec.json.Encoder()
 
@@ -69,7 +72,7 @@ def _open_temp(folder: Path) -> tuple[int, Path]:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
     last_error: OSError | None = None
     for _ in range(_TEMP_NAME_TRIES):
-        candidate = folder / f"{TEMP_PREFIX}{secrets.token_hex(4)}{TEMP_SUFFIX}"
+        candidate = folder / f"{TEMP_PREFIX}{next(_temp_numbers) & 0xFFFFFFFF:08x}{TEMP_SUFFIX}"
         try:
             return os.open(candidate, flags, 0o600), candidate
         except FileExistsError as exc:

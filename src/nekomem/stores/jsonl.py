@@ -88,7 +88,8 @@ class NdjsonLog:
             if _NEWLINE in line:
                 raise ValueError("an ndjson record must not contain a raw newline")
         data = b"".join(line + _NEWLINE for line in lines)
-        existed = self.path.exists()
+        # Appended to (or checked) before in this process: the file is there, no stat.
+        existed = self._tail_clean or self.path.exists()
         flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0)
         try:
             fd = os.open(self.path, flags, 0o600)

@@ -18,6 +18,7 @@ file's. Not thread-safe: one owning actor per character.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import uuid
 from collections.abc import Iterable, Mapping
@@ -82,6 +83,8 @@ class _Scan(msgspec.Struct):
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(_Line)
+_OP_PREFIX = uuid.uuid4().hex[:16]
+_op_numbers = itertools.count(1)
 
 
 class Outbox:
@@ -106,7 +109,8 @@ class Outbox:
     # -- writing -----------------------------------------------------------------------
 
     def add(self, type: str, payload: Mapping[str, Any], ts: str, *, durable: bool = True) -> str:
-        """Register a pending operation durably; return its op_id (uuid4 hex).
+        """Register a pending operation durably; return its op_id (32 hex digits: a random
+        prefix per process and a counter, unique across restarts without a random read each).
         ``durable=False`` appends without fsync (a killed process keeps the line); the
         caller then makes it durable with :meth:`sync` before relying on it.
 
@@ -117,7 +121,7 @@ class Outbox:
             raise ValueError(f"unknown outbox op type {type!r}")
         if not isinstance(payload, Mapping):
             raise ValueError("outbox payload must be a mapping")
-        op_id = uuid.uuid4().hex
+        op_id = f"{_OP_PREFIX}{next(_op_numbers):016x}"
         line = _PendingLine(op_id=op_id, type=type, ts=require_iso(ts, "outbox ts"), payload=dict(payload))
         self._log.append([_encoder.encode(line)], durable=durable)
         return op_id
