@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import sys
@@ -39,8 +40,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from nekomem.config import Settings, load_settings
 from nekomem.recall.embeddings import EmbeddingService
-from tests.support.live import ROOT, LiveServer, make_settings
+from nekomem.runtime.clock import Clock
+from tests.support.live import ROOT, LiveServer
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 NAME = "locomo"
@@ -144,8 +147,17 @@ def load_conversation(path: Path, prefix: str) -> tuple[list[dict[str, Any]], li
     return facts, questions
 
 
-def wait_vectors(srv: LiveServer, timeout: float = 120.0) -> None:
-    srv.post(f"/query_memory/{NAME}", json={"query": "warm up"})  # queued after the import's index feed
+def bench_settings(memory_root: Path, **overrides: Any) -> Settings:
+    """Settings of one bench server: the NEKOMEM_* environment (so the embedding model and any
+    other setting can be chosen as for ``nekomem serve``), this memory root, port 0, then the
+    configuration's overrides."""
+    values: dict[str, Any] = {"memory_root": str(memory_root), "port": 0}
+    values.update(overrides)
+    return load_settings(None, env=os.environ, overrides=values)
+
+
+def wait_vectors(srv: LiveServer, timeout: float = 120.0, name: str = NAME) -> None:
+    srv.post(f"/query_memory/{name}", json={"query": "warm up"})  # queued after the import's index feed
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         emb = srv.get("/health").json()["embeddings"]
@@ -156,14 +168,23 @@ def wait_vectors(srv: LiveServer, timeout: float = 120.0) -> None:
 
 
 def run_conversation(
-    root: Path, overrides: dict[str, Any], emb: EmbeddingService, facts: list[dict[str, Any]], questions: list[dict[str, Any]]
+    root: Path,
+    overrides: dict[str, Any],
+    emb: EmbeddingService,
+    facts: list[dict[str, Any]],
+    questions: list[dict[str, Any]],
+    name: str = NAME,
+    clock: Clock | None = None,
 ) -> tuple[list[tuple[int, float]], float]:
-    settings = make_settings(root, **overrides)
+    """Import ``facts`` as character ``name`` of a fresh server (on ``clock``, the real one by
+    default), ask every question; returns (category, share of the evidence ids cited by the
+    results) per question and the p50 ms."""
+    settings = bench_settings(root, **overrides)
     service = emb if settings.embeddings.embedding_enabled else EmbeddingService(settings.embeddings)
-    with LiveServer(settings, embeddings=service) as srv:
-        r = srv.post(f"/api/characters/{NAME}/facts", json={"facts": facts})
+    with LiveServer(settings, embeddings=service, clock=clock) as srv:
+        r = srv.post(f"/api/characters/{name}/facts", json={"facts": facts})
         r.raise_for_status()
-        listing = srv.get(f"/api/characters/{NAME}/facts", params={"status": "all", "limit": PAGE}).json()
+        listing = srv.get(f"/api/characters/{name}/facts", params={"status": "all", "limit": PAGE}).json()
         cites: dict[str, set[str]] = {}
         offset = 0
         while True:
@@ -173,13 +194,13 @@ def run_conversation(
             offset += len(listing["items"])
             if offset >= listing["total"] or not listing["items"]:
                 break
-            listing = srv.get(f"/api/characters/{NAME}/facts", params={"status": "all", "limit": PAGE, "offset": offset}).json()
-        wait_vectors(srv)
+            listing = srv.get(f"/api/characters/{name}/facts", params={"status": "all", "limit": PAGE, "offset": offset}).json()
+        wait_vectors(srv, name=name)
         scores: list[tuple[int, float]] = []
         latencies: list[float] = []
         for q in questions:
             started = time.perf_counter()
-            body = srv.post(f"/query_memory/{NAME}", json={"query": q["question"]}).json()
+            body = srv.post(f"/query_memory/{name}", json={"query": q["question"]}).json()
             latencies.append(time.perf_counter() - started)
             if "error_code" in body:
                 raise RuntimeError(f"recall failed: {body}")
@@ -257,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     facts_by_conv = [f for f, _ in loaded]
     questions_by_conv = [q for _, q in loaded]
 
-    emb = EmbeddingService(make_settings(Path(tempfile.gettempdir())).embeddings)
+    emb = EmbeddingService(bench_settings(Path(tempfile.gettempdir())).embeddings)
     emb.start()
     if not emb.wait_ready(60):
         print(f"embeddings unavailable ({emb.reason}); vector configurations measure BM25 only", file=sys.stderr)

@@ -43,7 +43,7 @@ def test_kill_during_writes_loses_no_acknowledged_turn(tmp_path):
     names = ["Lan", "Mio", "ねこ"]
     server = ServerProcess(tmp_path)
     for round_no in range(4):
-        server.start()
+        server.start(timeout=120)  # a restart on a busy machine loads the tokenizer and the embedding model
         stop = threading.Event()
         threads = [
             threading.Thread(target=writer, args=(server.url, names[t % len(names)], f"r{round_no}t{t}", acked, stop)) for t in range(6)
@@ -60,7 +60,7 @@ def test_kill_during_writes_loses_no_acknowledged_turn(tmp_path):
         for t in threads:
             t.join(timeout=10)
     assert len(acked) > 50, "the load was too small to mean anything"
-    server.start()
+    server.start(timeout=120)
     try:
         for name in names:
             texts = stored_texts(tmp_path, name)

@@ -126,6 +126,7 @@ class ServerProcess:
             except (httpx.HTTPError, ValueError, KeyError):
                 pass
             time.sleep(0.05)
+        self.stop()  # not left running behind a failed test
         raise RuntimeError("server did not become ready")
 
     def kill(self) -> None:

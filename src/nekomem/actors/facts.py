@@ -62,11 +62,11 @@ class FactActor(FactState):
     def on_RunOp(self, msg: RunOp) -> None:
         turns = [t for t in (from_disk(m) for m in msg.payload.get("messages", [])) if t is not None]
         if msg.attempt == 1 and turns:
-            self.ctx.send("reflections", PostTurn(turns=turns))
             ai = [t.text for t in turns if t.role == "ai"]
-            if ai:
-                self.ctx.send("persona", ReplyMentions(text=ai[-1]))
-                self.ctx.send("reflections", ReplyMentions(text=ai[-1]))
+            reply = ai[-1] if ai else ""
+            self.ctx.send("reflections", PostTurn(turns=turns, reply_text=reply))  # one message for both
+            if reply:
+                self.ctx.send("persona", ReplyMentions(text=reply))
         user_turns = [t for t in turns if t.role == "human"]
         if not user_turns or not self.model_available("extract_facts"):
             # Nothing a fact can come from, or no summary tier: the step is skipped

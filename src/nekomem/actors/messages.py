@@ -224,8 +224,12 @@ class SignalsProcessed(Message):
     fact_ids: list[str]
 
 
-class PostTurn(Message):
+class PostTurn(Message, kw_only=True):
+    """A turn's messages after they are stored; ``reply_text`` is the character's last
+    reply in them, for mention tracking (as :class:`ReplyMentions`, in the same message)."""
+
     turns: list[Turn]
+    reply_text: str = ""
 
 
 class Feedback(Message):

@@ -10,15 +10,24 @@ an attempt and retried after a delay that doubles with each attempt (up to
 dead-lettered. Pending records are replayed
 when the character is activated, so work pending at a crash runs after the restart.
 Handlers are idempotent (delivery is at least once).
+
+Group commit: the post-turn record of a ``/cache`` (its rows and the post-turn cursor are
+already durable in time_indexed.db) is appended without fsync; one fsync after
+``outbox_sync_seconds`` (real time) covers every record appended meanwhile, and only then
+is each acknowledged to RecentActor, whose cursor moves over it. A killed process keeps the
+appended lines; after a power loss the rows after the cursor are enqueued again. A record
+whose sender waits for it (/process, /renew, /settle) is fsync'd at once, which makes the
+unsynced ones before it durable too.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from nekomem.actors.base import ChildActor
 from nekomem.actors.handlers import handles
-from nekomem.actors.messages import Enqueue, Flush, OpFinished, OpParked, OutboxState, ReclaimParked, RunOp, Tick
+from nekomem.actors.messages import Enqueue, Flush, OpFinished, OpParked, OutboxAck, OutboxState, ReclaimParked, RunOp, Tick
 from nekomem.domain.gates import backoff_delay
 from nekomem.runtime.clock import iso
 from nekomem.stores.outbox import Outbox
@@ -52,6 +61,8 @@ class OutboxActor(ChildActor):
             if rows is not None:
                 self.rows_known.add(rows)
         self.rows_floor = 0
+        self.unsynced: list[OutboxAck] = []  # acknowledgements waiting for the group fsync
+        self.sync_due: float | None = None  # time.monotonic() of that fsync
         if self.outbox.line_count >= self.settings.outbox_compact_lines and not self.outbox.pending():
             self.rows_floor = max((last for _first, last in self.rows_known), default=0)
             self.outbox.compact()
@@ -64,19 +75,42 @@ class OutboxActor(ChildActor):
     @handles(Enqueue)
     def on_Enqueue(self, msg: Enqueue) -> None:
         rows = _rows(msg.payload)
+        ack = msg.reply_value if isinstance(msg.reply_value, OutboxAck) else None
+        # Nobody waits for a /cache turn's record (write_id 0): it joins the group fsync.
+        lazy = msg.reply is None and ack is not None and ack.write_id == 0 and self.settings.outbox_sync_seconds > 0
         if msg.replay and rows is not None and (rows in self.rows_known or rows[1] <= self.rows_floor):
             self.log.info("outbox already holds a record of these rows; not added again")
+            if not lazy:
+                self._sync()
         else:
-            op_id = self.outbox.add(msg.op_type, msg.payload, iso(self.ctx.clock.now()))
+            op_id = self.outbox.add(msg.op_type, msg.payload, iso(self.ctx.clock.now()), durable=not lazy)
             self.pending[op_id] = (msg.op_type, msg.payload, 0)
             if rows is not None:
                 self.rows_known.add(rows)
+            if not lazy:
+                self._release_synced()  # that fsync covered the lines appended before it
         if msg.reply is not None:
             msg.reply.ok(msg.reply_value)
-        elif msg.reply_value is not None and hasattr(msg.reply_value, "write_id"):
+        elif ack is not None and lazy:
+            self.unsynced.append(ack)
+            if self.sync_due is None:
+                self.sync_due = time.monotonic() + self.settings.outbox_sync_seconds
+        elif ack is not None:
             # An acknowledgement message for the sender (process/renew/settle barrier).
-            self.ctx.send("recent", msg.reply_value)
+            self.ctx.send("recent", ack)
         self._dispatch_ready()
+
+    def _sync(self) -> None:
+        """fsync outbox.ndjson when lines wait for it, then acknowledge their records."""
+        if self.unsynced or self.sync_due is not None:
+            self.outbox.sync()
+            self._release_synced()
+
+    def _release_synced(self) -> None:
+        """Every appended line is durable: acknowledge the records that waited for it."""
+        acks, self.unsynced, self.sync_due = self.unsynced, [], None
+        for ack in acks:
+            self.ctx.send("recent", ack)
 
     def _dispatch_ready(self) -> None:
         now = self.ctx.clock.monotonic()
@@ -155,10 +189,20 @@ class OutboxActor(ChildActor):
         waiting = [at for op_id, at in self.retry_at.items() if op_id in self.pending and op_id not in self.running]
         return min(waiting) if waiting else None
 
+    def real_due_at(self) -> float | None:
+        """The group fsync of the records appended without one."""
+        return self.sync_due
+
     @handles(Tick)
     def on_Tick(self, msg: Tick) -> None:
+        if self.sync_due is not None and time.monotonic() >= self.sync_due:
+            self._sync()
         if self.pending:
             self._dispatch_ready()
+
+    def flush(self) -> None:
+        """The group fsync now (on Flush and at stop)."""
+        self._sync()
 
     @handles(OutboxState)
     def on_OutboxState(self, msg: OutboxState) -> None:
@@ -174,6 +218,7 @@ class OutboxActor(ChildActor):
 
     @handles(Flush)
     def on_Flush(self, msg: Flush) -> None:
+        self.flush()
         if msg.reply is not None:
             msg.reply.ok(True)
 

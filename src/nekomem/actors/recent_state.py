@@ -21,10 +21,11 @@ from nekomem.domain.post_turn import POST_TURN_CURSOR, PostTurnCursor, session_r
 from nekomem.domain.tokens import get_counter
 from nekomem.domain.turns import Turn, from_disk
 from nekomem.runtime.clock import iso
-from nekomem.stores.atomic import atomic_write_json, keep_rejected, read_json
+from nekomem.stores.atomic import atomic_write_bytes, atomic_write_json, keep_rejected, read_json
 from nekomem.stores.recent_watch import RecentWatch, journal_adoption
 from nekomem.stores.timeindex import IMPORTED_CURSOR, TimeIndex
 
+_item_encoder = msgspec.json.Encoder()
 OP_POST_TURN = "extract_facts"  # wire value of the reference's OP_POST_TURN_SIGNALS
 
 
@@ -167,9 +168,27 @@ class RecentState(ChildActor):
         self.log.info("hard cap trimmed the window to %d items", len(self.window))
 
     def _save_window(self, *, durable: bool = True) -> None:
+        """Replace recent.json with the window (an outside edit since the last look is
+        journaled first)."""
         self.adopt_outside_edit("write", keep_ours=True)
-        atomic_write_json(self.ctx.paths.recent, [t.to_disk() for t in self.window], durable=durable)
-        self.watch.remember()
+        written = atomic_write_bytes(self.ctx.paths.recent, self._window_bytes(), durable=durable)
+        self.watch.remember(written)
+
+    def _window_bytes(self) -> bytes:
+        """recent.json's content: the same bytes as encoding ``[t.to_disk() ...]`` whole,
+        but each item is encoded once and kept while it stays in the window (a write then
+        costs a join, not a re-encode of every item)."""
+        known: dict[Turn, bytes] = getattr(self, "_encoded", {})
+        fresh: dict[Turn, bytes] = {}
+        parts: list[bytes] = []
+        for turn in self.window:
+            data = known.get(turn)
+            if data is None:
+                data = _item_encoder.encode(turn.to_disk())
+            fresh[turn] = data
+            parts.append(data)
+        self._encoded = fresh
+        return b"[" + b",".join(parts) + b"]\n"
 
     def adopt_outside_edit(self, reason: str, *, keep_ours: bool = False) -> bool:
         """If recent.json was changed by someone else, adopt it as the window (or, with

@@ -50,6 +50,7 @@ from nekomem.domain.reflections.views import (
 )
 from nekomem.domain.render_longterm import render_longterm
 from nekomem.domain.subjects import filter_visible
+from nekomem.domain.turns import Turn
 from nekomem.runtime.reply import ActorFailure
 
 
@@ -206,14 +207,21 @@ class ReflectionActor(ReflectionUpkeep):
 
     @handles(PostTurn)
     def on_PostTurn(self, msg: PostTurn) -> None:
-        user = [t for t in msg.turns if t.role == "human"]
+        self._check_turn(msg.turns)
+        if msg.reply_text:
+            self._record_mentions(msg.reply_text)
+
+    def _check_turn(self, turns: list[Turn]) -> None:
+        """Ask the model whether the user's messages answer a surfaced reflection or
+        dispute one (each only when its tier is configured)."""
+        user = [t for t in turns if t.role == "human"]
         if not user:
             return
         awaiting = rl.awaiting_feedback(self.surfaced)
         if awaiting and self.model_available("check_feedback"):
             items = [(e.reflection_id, e.text) for e in awaiting if e.reflection_id in self.refs]
             if items:
-                messages = prompts.check_feedback_messages(items, user, context=msg.turns, **self.names())
+                messages = prompts.check_feedback_messages(items, user, context=turns, **self.names())
                 self.ask_model(
                     "feedback",
                     "check_feedback",
@@ -267,7 +275,10 @@ class ReflectionActor(ReflectionUpkeep):
 
     @handles(ReplyMentions)
     def on_ReplyMentions(self, msg: ReplyMentions) -> None:
-        updated, changed = rl.record_reply_mentions(list(self.refs.values()), msg.text, self.now(), self.s, self.stop_names())
+        self._record_mentions(msg.text)
+
+    def _record_mentions(self, text: str) -> None:
+        updated, changed = rl.record_reply_mentions(list(self.refs.values()), text, self.now(), self.s, self.stop_names())
         self.save_changed(updated, changed, "reflection.evidence_updated")
 
     # -- surfacing -------------------------------------------------------------------

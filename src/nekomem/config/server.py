@@ -143,6 +143,13 @@ class RuntimeSettings(Section):
     ] = 5.0
     outbox_retry_max_delay_seconds: Annotated[float, doc("Longest delay between two attempts of a failed outbox record.", gt=0)] = 300.0
     outbox_compact_lines: Annotated[int, doc("outbox.ndjson is compacted at activation once it has this many lines.", ge=10)] = 1000
+    outbox_sync_seconds: Annotated[
+        float,
+        doc(
+            "A /cache turn's post-turn record is appended to outbox.ndjson at once but fsync'd with the others of this many real seconds (one fsync for all); its rows and the post-turn cursor are already durable in time_indexed.db, and the cursor moves over the record only after that fsync. 0 fsyncs every record on its own.",
+            ge=0,
+        ),
+    ] = 1.0
     events_compact_lines: Annotated[int, doc("events.ndjson is compacted once it has this many applied lines.", ge=10)] = 10_000
     view_flush_seconds: Annotated[
         float,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, TypeVar
 
 import msgspec
@@ -16,10 +17,18 @@ from nekomem.stores.layout import InvalidName, validate_name
 T = TypeVar("T")
 
 
+@functools.lru_cache(maxsize=4096)
+def _valid_name(raw: str, max_length: int) -> str:
+    """:func:`validate_name`, remembered for names already seen (a refused name raises
+    every time: exceptions are not cached)."""
+    return validate_name(raw, max_length)
+
+
 def character_name(request: Request) -> str:
+    """The ``name`` path parameter, validated and canonical; ApiError 400 when refused."""
     settings = request.app.state.runtime.settings.server
     try:
-        return validate_name(request.path_params["name"], settings.name_max_length)
+        return _valid_name(request.path_params["name"], settings.name_max_length)
     except InvalidName as exc:
         raise ApiError(400, exc.code, exc.message) from None
 

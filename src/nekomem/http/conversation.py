@@ -6,6 +6,7 @@ import itertools
 import uuid
 from typing import Any
 
+import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
@@ -59,7 +60,8 @@ async def _write(request: Request, mode: str) -> Response:
         lambda reply: AppendTurns(turns=turns, mode=mode, session_id=_session_id(), idempotency_key=key, reply=reply),
         timeout=timeout,
     )
-    return JSONResponse(result)
+    # The actor's answer is a small dict of str/int: msgspec encodes it without json.dumps.
+    return Response(msgspec.json.encode(result), media_type="application/json")
 
 
 async def cache(request: Request) -> Response:

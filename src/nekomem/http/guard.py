@@ -25,9 +25,8 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
-from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nekomem.config.server import ServerSettings
@@ -112,7 +111,21 @@ class HostPolicy:
         return bool(host) and origin == f"{scheme}://{host.strip().lower()}"
 
 
-def _has_body(headers: Headers) -> bool:
+# The request headers the guard reads (ASGI gives header names in lower case).
+_WANTED = frozenset({b"host", b"origin", b"authorization", b"content-type", b"content-length", b"transfer-encoding"})
+_HOST_CACHE_MAX = 256
+
+
+def _guard_headers(scope: Scope) -> dict[str, str]:
+    """The headers the guard reads, in one pass over the raw list (the first of each)."""
+    found: dict[str, str] = {}
+    for key, value in scope["headers"]:
+        if key in _WANTED:
+            found.setdefault(key.decode("latin-1"), value.decode("latin-1"))
+    return found
+
+
+def _has_body(headers: Mapping[str, str]) -> bool:
     if "transfer-encoding" in headers:
         return True
     length = headers.get("content-length")
@@ -138,6 +151,7 @@ class RequestGuard:
         self.policy = HostPolicy(settings)
         self.token = settings.api_token.encode("utf-8")
         self.open_paths = frozenset(open_paths)
+        self._hosts: dict[str, bool] = {}  # Host header value -> allowed (the policy is fixed)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -154,9 +168,9 @@ class RequestGuard:
 
     def check(self, scope: Scope) -> tuple[int, str, str, dict[str, str]] | None:
         """The refusal (status, error code, message, extra headers) of a request, or None."""
-        headers = Headers(scope=scope)
+        headers = _guard_headers(scope)
         host = headers.get("host", "")
-        if host and not self.policy.host_allowed(host):
+        if host and not self._host_allowed(host):
             return 403, "host_not_allowed", "this server only answers requests addressed to its loopback or configured host name", {}
         origin = headers.get("origin")
         scheme = "https" if scope.get("scheme") in ("https", "wss") else "http"
@@ -174,6 +188,16 @@ class RequestGuard:
                 return 415, "unsupported_media_type", "a request body must be sent as 'Content-Type: application/json'", {}
         return None
 
+    def _host_allowed(self, host: str) -> bool:
+        """:meth:`HostPolicy.host_allowed`, remembered per Host value (bounded)."""
+        allowed = self._hosts.get(host)
+        if allowed is None:
+            allowed = self.policy.host_allowed(host)
+            if len(self._hosts) >= _HOST_CACHE_MAX:
+                self._hosts.clear()
+            self._hosts[host] = allowed
+        return allowed
+
     def _open(self, scope: Scope) -> bool:
         path: str = scope["path"]
         if path in self.open_paths:
@@ -181,7 +205,7 @@ class RequestGuard:
         page = path == OPEN_PAGE_PREFIX or path.startswith(OPEN_PAGE_PREFIX + "/")
         return page and scope.get("method") in ("GET", "HEAD")
 
-    def _authorized(self, headers: Headers) -> bool:
+    def _authorized(self, headers: Mapping[str, str]) -> bool:
         scheme, _, credential = headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer":
             return False

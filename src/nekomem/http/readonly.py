@@ -25,7 +25,7 @@ TIME_FIELDS = ("created_at", "event_start_at", "event_end_at", "surfaced_at", "f
 async def character_exists(request: Request, name: str) -> bool:
     """True when ``name`` has a folder with at least one known file, or is active now."""
     rt = request.app.state.runtime
-    if name in rt.registry.active_names():
+    if rt.registry.is_active(name):
         return True
     paths = CharacterPaths(rt.memory_root, name, max_length=rt.settings.server.name_max_length)
     return await asyncio.to_thread(paths.exists)

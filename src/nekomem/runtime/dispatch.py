@@ -120,9 +120,13 @@ class Dispatcher:
         return getattr(self._local, "worker", False)
 
     def ready(self, mailbox: Mailbox) -> None:
+        """Queue ``mailbox`` for a worker. Posted from a worker (one actor telling another),
+        it is left to that worker, which takes it once its current run ends, unless a
+        backlog is waiting: a wake-up per message costs more than the message."""
         with self._cond:
             self._ready.append(mailbox)
-            self._cond.notify()
+            if len(self._ready) > 1 or not self.on_worker():
+                self._cond.notify()
 
     def queued(self) -> int:
         """Mailboxes waiting for a worker (for /health and the benchmarks)."""

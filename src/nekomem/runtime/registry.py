@@ -355,6 +355,12 @@ class CharacterRegistry:
         with self._lock:
             return [name for name, entry in self._entries.items() if entry.ref.is_alive()]
 
+    def is_active(self, name: str) -> bool:
+        """Whether ``name``'s actors are alive now (no list of every active name is built)."""
+        with self._lock:
+            entry = self._entries.get(name)
+        return entry is not None and entry.ref.is_alive()
+
     def active_count(self) -> int:
         return len(self.active_names())
 

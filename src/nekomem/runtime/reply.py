@@ -78,12 +78,17 @@ class Reply:
             self._cfut.set_exception(exc)
 
     async def wait(self, timeout: float, what: str = "the actor") -> Any:
-        """Await the reply on its loop; raises AskTimeout after ``timeout`` seconds."""
-        assert self._afut is not None, "wait() needs a Reply created with a loop"
+        """Await the reply on its loop; raises AskTimeout after ``timeout`` seconds (a
+        reply that comes later is dropped). One timer handle, no extra task per wait."""
+        fut, loop = self._afut, self._loop
+        assert fut is not None and loop is not None, "wait() needs a Reply created with a loop"
+        if fut.done():
+            return fut.result()
+        timer = loop.call_later(timeout, _time_out, fut, what, timeout)
         try:
-            return await asyncio.wait_for(asyncio.shield(self._afut), timeout)
-        except TimeoutError:
-            raise AskTimeout(what, timeout) from None
+            return await fut
+        finally:
+            timer.cancel()
 
     def result(self, timeout: float, what: str = "the actor") -> Any:
         """Block the calling (non-loop) thread for the reply; raises AskTimeout."""
@@ -97,6 +102,11 @@ class Reply:
 def _set_result(fut: asyncio.Future[Any], value: Any) -> None:
     if not fut.done():
         fut.set_result(value)
+
+
+def _time_out(fut: asyncio.Future[Any], what: str, seconds: float) -> None:
+    if not fut.done():
+        fut.set_exception(AskTimeout(what, seconds))
 
 
 def _set_exception(fut: asyncio.Future[Any], exc: BaseException) -> None:

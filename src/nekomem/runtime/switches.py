@@ -3,12 +3,16 @@ the ``core_config_path`` setting says: the chat server's own config folder).
 
 ``powerful_memory_enabled`` and ``recent_memory_auto_review`` are re-read from disk on
 every use, as the reference does, so an operator's edit takes effect without a restart.
-A missing key means the configured default; an unreadable file is reported, not guessed.
+Every use costs one ``stat``: the decoded content is kept with the file's identity (inode,
+size, mtime in ns) and the file is read again whenever that identity changes (an edit in
+place or a replacing rename both change it). A missing key means the configured default;
+an unreadable file is reported, not guessed.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -41,11 +45,28 @@ class Switches:
         self.path = path if path is not None else memory_root / "core_config.json"
         self.defaults = {POWERFUL: powerful_default, REVIEW: review_default}
         self._write_lock = threading.Lock()  # serialises read-modify-write of one file
+        # (identity of the file when read, its decoded object): replaced whole, never mutated
+        self._cache: tuple[tuple[int, int, int] | None, dict[str, Any]] | None = None
+
+    def _identity(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
 
     def _load(self) -> dict[str, Any]:
+        """The file's object, read again when its identity changed since the last read.
+        Raises SwitchError when it is not a JSON object (an unreadable file reads as empty)."""
+        identity = self._identity()
+        cached = self._cache
+        if cached is not None and identity is not None and cached[0] == identity:
+            return cached[1]
         value, status = read_json(self.path, default={})
         if not isinstance(value, dict):
             raise SwitchError("core_config.json is not a JSON object")
+        # Only a file that read as ok is kept: a missing or corrupt one is read again.
+        self._cache = (identity, value) if status == "ok" else None
         return value
 
     def get(self, key: str) -> bool:
@@ -77,5 +98,6 @@ class Switches:
                 data = self._load()
             except SwitchError:
                 data = {}
-            data[key] = bool(value)
+            data = {**data, key: bool(value)}  # the cached object is never mutated
             atomic_write_json(self.path, data)
+            self._cache = None

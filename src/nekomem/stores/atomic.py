@@ -16,6 +16,7 @@ to ``<name>.rejected-<UTC timestamp>`` before the next view write could lose the
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import os
 import re
@@ -37,9 +38,11 @@ ReadStatus = Literal["ok", "missing", "corrupt"]
 TEMP_PREFIX = ".nkatmp"
 TEMP_SUFFIX = ".tmp"
 _TEMP_RE = re.compile(r"^\.nkatmp[0-9a-f]{8}\.tmp$")
-# Name collisions among 8 random hex digits are astronomically rare; the bound only stops a
-# pathological folder (say, one full of directories with our names) from looping forever.
+# Temp names count up from a random start per process (no random read per write); a
+# name taken by another process is skipped by O_EXCL. The bound only stops a pathological
+# folder (say, one full of directories with our names) from looping forever.
 _TEMP_NAME_TRIES = 32
+_temp_numbers = itertools.count(secrets.randbits(32))
 
 _encoder = msgspec.json.Encoder()
 
@@ -69,7 +72,7 @@ def _open_temp(folder: Path) -> tuple[int, Path]:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
     last_error: OSError | None = None
     for _ in range(_TEMP_NAME_TRIES):
-        candidate = folder / f"{TEMP_PREFIX}{secrets.token_hex(4)}{TEMP_SUFFIX}"
+        candidate = folder / f"{TEMP_PREFIX}{next(_temp_numbers) & 0xFFFFFFFF:08x}{TEMP_SUFFIX}"
         try:
             return os.open(candidate, flags, 0o600), candidate
         except FileExistsError as exc:
@@ -79,8 +82,9 @@ def _open_temp(folder: Path) -> tuple[int, Path]:
     raise FileExistsError(errno.EEXIST, f"no free temp file name in {folder}") from last_error
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
-    """Replace ``path`` with ``data`` atomically and durably.
+def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> os.stat_result:
+    """Replace ``path`` with ``data`` atomically and durably; returns the new file's stat
+    (taken before the rename, which changes neither its inode, size nor mtime).
 
     Creates missing parent folders. When this returns, the new content is on disk (file and
     folder fsync'd). On any exception (including KeyboardInterrupt) the temp file is removed
@@ -92,13 +96,17 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None
     """
     path = Path(path)
     folder = path.parent
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, temp = _open_temp(folder)
+    try:
+        fd, temp = _open_temp(folder)
+    except FileNotFoundError:  # the folder is missing: create it (not a mkdir per write)
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, temp = _open_temp(folder)
     try:
         try:
             _write_all(fd, data)
             if durable:
                 os.fsync(fd)
+            written = os.fstat(fd)
         finally:
             os.close(fd)
         os.replace(temp, path)
@@ -110,6 +118,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None
         raise
     if durable:
         fsync_dir(folder)
+    return written
 
 
 def atomic_write_text(path: Path, text: str) -> None:

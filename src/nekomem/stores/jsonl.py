@@ -88,10 +88,14 @@ class NdjsonLog:
             if _NEWLINE in line:
                 raise ValueError("an ndjson record must not contain a raw newline")
         data = b"".join(line + _NEWLINE for line in lines)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        existed = self.path.exists()
+        # Appended to (or checked) before in this process: the file is there, no stat.
+        existed = self._tail_clean or self.path.exists()
         flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0)
-        fd = os.open(self.path, flags, 0o600)
+        try:
+            fd = os.open(self.path, flags, 0o600)
+        except FileNotFoundError:  # the folder is missing: create it (once, not per append)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, flags, 0o600)
         try:
             if not self._tail_clean:
                 self._repair_tail(fd)
@@ -109,6 +113,18 @@ class NdjsonLog:
         self._tail_clean = True
         if self._lines is not None:
             self._lines += len(lines)
+
+    def sync(self) -> None:
+        """fsync the file, making every line appended with ``durable=False`` durable (a
+        missing file is nothing to sync). Raises OSError."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        except FileNotFoundError:
+            return
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def rewrite(self, lines: Sequence[bytes]) -> None:
         """Atomically replace the whole file with these lines (see atomic_write_bytes)."""

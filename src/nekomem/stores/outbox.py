@@ -2,7 +2,9 @@
 
 A piece of background work is registered (``pending``) before it starts; every failed run
 adds an ``attempt`` line and the end is a ``done`` line (``dead: true`` for a dead letter,
-i.e. given up after too many attempts). All three are appended and fsync'd one line each:
+i.e. given up after too many attempts). All three are appended one line each and fsync'd
+(a pending line may be appended unsynced and fsync'd later with others, see
+:meth:`Outbox.sync`; a done line may be left unsynced):
 
 - ``{"status": "pending", "op_id", "type", "payload", "ts"}``
 - ``{"status": "attempt", "op_id", "ts", "error"}``
@@ -16,6 +18,7 @@ file's. Not thread-safe: one owning actor per character.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import uuid
 from collections.abc import Iterable, Mapping
@@ -80,6 +83,8 @@ class _Scan(msgspec.Struct):
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(_Line)
+_OP_PREFIX = uuid.uuid4().hex[:16]
+_op_numbers = itertools.count(1)
 
 
 class Outbox:
@@ -103,8 +108,11 @@ class Outbox:
 
     # -- writing -----------------------------------------------------------------------
 
-    def add(self, type: str, payload: Mapping[str, Any], ts: str) -> str:
-        """Register a pending operation durably; return its op_id (uuid4 hex).
+    def add(self, type: str, payload: Mapping[str, Any], ts: str, *, durable: bool = True) -> str:
+        """Register a pending operation durably; return its op_id (32 hex digits: a random
+        prefix per process and a counter, unique across restarts without a random read each).
+        ``durable=False`` appends without fsync (a killed process keeps the line); the
+        caller then makes it durable with :meth:`sync` before relying on it.
 
         Raises ValueError (unknown type, bad ts, payload not a mapping), TypeError
         (payload not JSON encodable) before writing, OSError if the write fails.
@@ -113,10 +121,14 @@ class Outbox:
             raise ValueError(f"unknown outbox op type {type!r}")
         if not isinstance(payload, Mapping):
             raise ValueError("outbox payload must be a mapping")
-        op_id = uuid.uuid4().hex
+        op_id = f"{_OP_PREFIX}{next(_op_numbers):016x}"
         line = _PendingLine(op_id=op_id, type=type, ts=require_iso(ts, "outbox ts"), payload=dict(payload))
-        self._log.append([_encoder.encode(line)])
+        self._log.append([_encoder.encode(line)], durable=durable)
         return op_id
+
+    def sync(self) -> None:
+        """fsync the file: every line appended so far is durable. Raises OSError."""
+        self._log.sync()
 
     def attempt(self, op_id: str, error: str, ts: str) -> None:
         """Record one failed run of ``op_id`` (error text is cut to ``error_max_chars``).

@@ -40,9 +40,13 @@ class RecentWatch:
         self.path = path
         self.known: Identity | None = identity(path)
 
-    def remember(self) -> None:
-        """Call after nekomem itself wrote (or read) the file."""
-        self.known = identity(self.path)
+    def remember(self, written: os.stat_result | None = None) -> None:
+        """Call after nekomem itself wrote (or read) the file; ``written`` is the stat of
+        what it wrote, when it has one (saves a stat)."""
+        if written is not None:
+            self.known = (written.st_ino, written.st_size, written.st_mtime_ns)
+        else:
+            self.known = identity(self.path)
 
     def changed(self) -> bool:
         """True when the file on disk is not the one nekomem last wrote or read (replaced,

@@ -60,6 +60,7 @@ _SCHEMA = (
     "CREATE INDEX IF NOT EXISTS ix_idempotency_created_at ON idempotency(created_at)",
     "CREATE TABLE IF NOT EXISTS cursors (name TEXT PRIMARY KEY, row_id INTEGER)",
 )
+_INSERT_ROW = f"INSERT INTO {_ORIGINAL} (session_id, message, timestamp) VALUES (?, ?, ?)"
 _TIMESTAMP_INDEX = f"CREATE INDEX IF NOT EXISTS ix_{_ORIGINAL}_timestamp ON {_ORIGINAL}(timestamp)"
 
 _encoder = msgspec.json.Encoder()
@@ -184,13 +185,12 @@ class TimeIndex(TimeIndexReader):
                 raise ValueError(f"turn {index}: {exc}") from None
             stored = msgspec.structs.replace(turn, ts=ts)
             rows.append((session_id, _encoder.encode(stored.to_disk()).decode("utf-8"), ts))
+        last_row_id = self.last_row_id
         with self._transaction() as db:
-            db.executemany(
-                f"INSERT INTO {_ORIGINAL} (session_id, message, timestamp) VALUES (?, ?, ?)",
-                rows,
-            )
-            # Read before any other INSERT: last_insert_rowid() follows every table.
-            last_row_id = int(db.execute("SELECT last_insert_rowid()").fetchone()[0]) if rows else self.last_row_id
+            # One statement per row (a conversation write holds a few): each INSERT's
+            # lastrowid is the row's id, so no SELECT last_insert_rowid() is needed.
+            for row in rows:
+                last_row_id = int(db.execute(_INSERT_ROW, row).lastrowid or 0)
             if idempotency_key is not None:
                 try:
                     db.execute(
