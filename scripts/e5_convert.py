@@ -193,27 +193,22 @@ def build_double_array(keys: list[tuple[bytes, int]]) -> bytes:
     units: list[int] = [0] * 256
     used = bytearray(256)
     used[0] = 1
+    # Each node needs a base of its own: two nodes sharing one would each see the other's
+    # children (a child sits at base ^ label, and only its label is checked).
+    bases: set[int] = set()
     queue: list[tuple[dict, int]] = [(root, 0)]
-    search_from = 1
-    while queue:
-        node, pos = queue.pop(0)
+    first_free = 1
+    for node, pos in queue:  # breadth first; children are appended while iterating
         labels = sorted(k for k in node if k >= 0)
         if -1 in node:
             labels = [0, *labels]
         if not labels:
             continue
-        base = search_from
-        while True:
-            while len(used) <= (base | 0xFF):
-                used.extend(bytes(256))
-                units.extend([0] * 256)
-            if all(not used[base ^ label] for label in labels) and (base ^ pos) < 1 << 21:
-                break
-            base += 1
-        while used[search_from]:
-            search_from += 1
+        base = _find_base(units, used, bases, labels, pos, first_free)
+        bases.add(base)
         for label in labels:
             used[base ^ label] = 1
+        first_free = used.find(0, first_free)
         units[pos] |= (base ^ pos) << 10
         for label in labels:
             child_pos = base ^ label
@@ -224,6 +219,22 @@ def build_double_array(keys: list[tuple[bytes, int]]) -> bytes:
                 units[child_pos] = label
                 queue.append((node[label], child_pos))
     return struct.pack(f"<{len(units)}I", *units)
+
+
+def _find_base(units: list[int], used: bytearray, bases: set[int], labels: list[int], pos: int, first_free: int) -> int:
+    """The first base, tried at free slots for the first label, where every label's slot is
+    free; grows the arrays by 256-unit blocks as needed."""
+    free = first_free
+    while True:
+        while free < 0 or len(used) <= (free | 0xFF):
+            used.extend(bytes(256))
+            units.extend([0] * 256)
+            if free < 0:
+                free = used.find(0)
+        base = free ^ labels[0]
+        if base not in bases and (base ^ pos) < 1 << 21 and all(not used[base ^ label] for label in labels):
+            return base
+        free = used.find(0, free + 1)
 
 
 def precompiled_charsmap(norm_map: dict[int, str]) -> bytes:

