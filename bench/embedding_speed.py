@@ -75,7 +75,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         out = subprocess.run([sys.executable, "-m", "bench.embedding_speed", "--child", model], capture_output=True, text=True, check=True)
         rows[model] = json.loads(out.stdout.strip().splitlines()[-1])
     base = rows[args.models[0]]
-    print(f"{'model':>8} {'load s':>7} {'q p50 ms':>9} {'q p99 ms':>9} {'passages/s':>11} {'peak RSS MB':>12} {'p50 x':>6} {'thru x':>7} {'RSS x':>6}")
+    print(
+        f"{'model':>8} {'load s':>7} {'q p50 ms':>9} {'q p99 ms':>9} {'passages/s':>11} {'peak RSS MB':>12} {'p50 x':>6} {'thru x':>7} {'RSS x':>6}"
+    )
     for model, r in rows.items():
         print(
             f"{model:>8} {r['load_s']:>7.2f} {r['query_p50_ms']:>9.2f} {r['query_p99_ms']:>9.2f} {r['passages_per_s']:>11.1f} "

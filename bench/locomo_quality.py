@@ -43,6 +43,7 @@ from tests.support.live import ROOT, LiveServer, make_settings
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 NAME = "locomo"
+DEFAULT_MODEL = EmbeddingSettings().embedding_model  # the product default, not the test suite's
 PAGE = 1000
 
 # The reference implementation's numbers, and none of nekomem's additions.
@@ -175,7 +176,7 @@ class Services:
 def run_conversation(
     root: Path, overrides: dict[str, Any], services: Services, facts: list[dict[str, Any]], questions: list[dict[str, Any]]
 ) -> tuple[list[tuple[int, float]], float]:
-    settings = make_settings(root, **overrides)
+    settings = make_settings(root, **{"embedding_model": DEFAULT_MODEL, **overrides})
     service = services.get(settings.embeddings)
     with LiveServer(settings, embeddings=service) as srv:
         r = srv.post(f"/api/characters/{NAME}/facts", json={"facts": facts})
@@ -269,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     questions_by_conv = [q for _, q in loaded]
 
     services = Services()
-    emb = services.get(make_settings(Path(tempfile.gettempdir())).embeddings)
+    emb = services.get(make_settings(Path(tempfile.gettempdir()), embedding_model=DEFAULT_MODEL).embeddings)
     print(
         f"LoCoMo: {len(files)} conversations, {sum(len(f) for f in facts_by_conv)} facts, "
         f"{sum(len(q) for q in questions_by_conv)} questions (categories 1-4), prefix={args.prefix}, "

@@ -25,6 +25,7 @@ import numpy as np
 
 from bench.recall_latency import SEED, Corpus, percentiles
 from nekomem.actors.messages import IndexEntry, IndexUpsert, ListEntries
+from nekomem.config.embeddings import EmbeddingSettings
 from nekomem.recall import vector_codec
 from nekomem.recall.embeddings import EmbeddingService, text_sha256
 from tests.support.live import LiveServer, make_settings
@@ -85,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     queries = [gen.query() for _ in range(QUERIES)]
     rng = np.random.default_rng(SEED)
 
-    models = args.models or [make_settings(Path(tempfile.gettempdir())).embeddings.embedding_model]
+    models = args.models or [EmbeddingSettings().embedding_model]
     services: dict[str, EmbeddingService] = {}
     for model in models:
         emb = services[model] = EmbeddingService(make_settings(Path(tempfile.gettempdir()), embedding_model=model).embeddings)

@@ -365,7 +365,12 @@ def _embeddings(g: _Graph, m: PackedE5) -> str:
     pos = g.op("Slice", [g.const("emb.pos", m.f32("emb.pos").reshape(m.max_positions, h)), zero, length, zero])  # rows 0..T-1
     token_type = m.f32("emb.type").reshape(-1, h)[0]
     summed = g.op("Add", [g.op("Add", [words, pos]), g.const("emb.type0", token_type)])
-    return g.op("LayerNormalization", [summed, g.const("emb.ln.w", m.f32("emb.ln.w")), g.const("emb.ln.b", m.f32("emb.ln.b"))], axis=-1, epsilon=m.eps)
+    return g.op(
+        "LayerNormalization",
+        [summed, g.const("emb.ln.w", m.f32("emb.ln.w")), g.const("emb.ln.b", m.f32("emb.ln.b"))],
+        axis=-1,
+        epsilon=m.eps,
+    )
 
 
 def _layer(g: _Graph, m: PackedE5, x: str, layer: int, mask_bias: str) -> str:
@@ -385,12 +390,28 @@ def _layer(g: _Graph, m: PackedE5, x: str, layer: int, mask_bias: str) -> str:
     ctx = g.op("Transpose", [g.op("MatMul", [probs, v])], perm=[0, 2, 1, 3])
     ctx = g.op("Reshape", [ctx, g.const(f"{p}.c.merge", np.array([0, 0, h], dtype=np.int64))])
     x = g.op("Add", [x, lin("ao", ctx, h, h)])
-    x = g.op("LayerNormalization", [x, g.const(f"{p}.aln.w", m.f32(f"{p}.aln.w")), g.const(f"{p}.aln.b", m.f32(f"{p}.aln.b"))], axis=-1, epsilon=m.eps)
+    x = g.op(
+        "LayerNormalization",
+        [x, g.const(f"{p}.aln.w", m.f32(f"{p}.aln.w")), g.const(f"{p}.aln.b", m.f32(f"{p}.aln.b"))],
+        axis=-1,
+        epsilon=m.eps,
+    )
     mid = lin("fi", x, m.ffn, h)
     erf = g.op("Erf", [g.op("Mul", [mid, g.const(f"{p}.c.rsqrt2", np.array(1.0 / np.sqrt(2.0), dtype=np.float32))])])
-    gelu = g.op("Mul", [g.op("Mul", [mid, g.const(f"{p}.c.half", np.array(0.5, dtype=np.float32))]), g.op("Add", [erf, g.const(f"{p}.c.one", np.array(1.0, dtype=np.float32))])])
+    gelu = g.op(
+        "Mul",
+        [
+            g.op("Mul", [mid, g.const(f"{p}.c.half", np.array(0.5, dtype=np.float32))]),
+            g.op("Add", [erf, g.const(f"{p}.c.one", np.array(1.0, dtype=np.float32))]),
+        ],
+    )
     x = g.op("Add", [x, lin("fo", gelu, h, m.ffn)])
-    return g.op("LayerNormalization", [x, g.const(f"{p}.oln.w", m.f32(f"{p}.oln.w")), g.const(f"{p}.oln.b", m.f32(f"{p}.oln.b"))], axis=-1, epsilon=m.eps)
+    return g.op(
+        "LayerNormalization",
+        [x, g.const(f"{p}.oln.w", m.f32(f"{p}.oln.w")), g.const(f"{p}.oln.b", m.f32(f"{p}.oln.b"))],
+        axis=-1,
+        epsilon=m.eps,
+    )
 
 
 def onnx_model_bytes(m: PackedE5) -> bytes:

@@ -32,7 +32,8 @@ E5_DIR = ROOT / "models" / "multilingual-e5-small"
 USE_DIR = ROOT / "models" / "use-multilingual-v3"
 needs_e5 = pytest.mark.skipif(not (E5_DIR / "model.onnx").is_file(), reason=f"e5 not installed at {E5_DIR}; run scripts/fetch_model.py")
 needs_both = pytest.mark.skipif(
-    not (E5_DIR / "model.onnx").is_file() or not (USE_DIR / "model.onnx").is_file(), reason="both models are needed; run scripts/fetch_model.py"
+    not (E5_DIR / "model.onnx").is_file() or not (USE_DIR / "model.onnx").is_file(),
+    reason="both models are needed; run scripts/fetch_model.py",
 )
 
 
@@ -153,7 +154,12 @@ def test_installed_files_match_the_profile_hashes() -> None:
 @needs_e5
 @pytest.mark.parametrize(
     "text",
-    ["query: how much protein per day", "passage: 私は猫が好きです。昨日、東京で寿司を食べました。", "passage: 我昨天和朋友去北京吃了烤鸭。", "passage: 오늘 날씨가 좋네요"],
+    [
+        "query: how much protein per day",
+        "passage: 私は猫が好きです。昨日、東京で寿司を食べました。",
+        "passage: 我昨天和朋友去北京吃了烤鸭。",
+        "passage: 오늘 날씨가 좋네요",
+    ],
 )
 def test_tokenizer_english_and_cjk(text: str) -> None:
     from tokenizers import Tokenizer

@@ -46,7 +46,15 @@ import numpy as np
 from nekomem.config.embeddings import EmbeddingSettings, find_project_root, model_dirs, read_profile, resolve_model_dir
 from nekomem.recall.embedding_backends import Backend, Disable, StringInputBackend, TokenizerBackend
 
-__all__ = ["EmbeddingService", "EmbeddingsUnavailable", "VectorLeg", "find_project_root", "parse_model_dim", "resolve_model_dir", "text_sha256"]
+__all__ = [
+    "EmbeddingService",
+    "EmbeddingsUnavailable",
+    "VectorLeg",
+    "find_project_root",
+    "parse_model_dim",
+    "resolve_model_dir",
+    "text_sha256",
+]
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +249,9 @@ class EmbeddingService:
             self._state = "ready"
         self._settled.set()
         kinds = "+".join(slot.backend.kind for slot in slots)
-        log.info("embedding model ready: id=%s dim=%d kind=%s load_seconds=%.2f", self._model_id, self._dim, kinds, time.monotonic() - started)
+        log.info(
+            "embedding model ready: id=%s dim=%d kind=%s load_seconds=%.2f", self._model_id, self._dim, kinds, time.monotonic() - started
+        )
 
     def _disable(self, reason: str) -> None:
         with self._lock:

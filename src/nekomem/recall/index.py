@@ -210,7 +210,9 @@ class RecallIndex:
             legs.append(leg_top(vec_hits, s.recall_budget_each, threshold))
         return legs
 
-    def _vector_hits(self, qvec: Vectors | None, allowed: Collection[str] | None, leg: VectorLeg | None, threshold: float) -> list[tuple[str, float]]:
+    def _vector_hits(
+        self, qvec: Vectors | None, allowed: Collection[str] | None, leg: VectorLeg | None, threshold: float
+    ) -> list[tuple[str, float]]:
         """The vector search of one leg: all columns, or only ``leg``'s (scores rescaled to
         that model's own cosine: its columns hold its unit vector times ``leg.weight``)."""
         s = self.s
