@@ -247,22 +247,23 @@ def test_thresholds_come_from_the_model_profile_unless_set(tmp_path: Path) -> No
 def test_two_models_average_their_thresholds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # folders resolve from the working directory first
     _profile(tmp_path / "models" / "use-multilingual-v3", {"fact_dedup_cosine_threshold": 0.8, "recall_cosine_threshold": 0.15})
-    _profile(tmp_path / "models" / "multilingual-e5-small", {"fact_dedup_cosine_threshold": 0.9})
+    _profile(tmp_path / "models" / "multilingual-e5-small", {"fact_dedup_cosine_threshold": 0.9, "recall_cosine_threshold": 0.8})
     got = profile_settings("use+e5", "", project_root=tmp_path)
-    assert got == pytest.approx({"fact_dedup_cosine_threshold": 0.85})  # recall: one profile lacks it
+    assert got == pytest.approx({"fact_dedup_cosine_threshold": 0.85})  # recall: each leg keeps its own
 
 
-@needs_e5
+@needs_both
 def test_installed_profiles_match_the_setting_defaults_of_the_default_model() -> None:
     """Without any profile installed the defaults must already be the default model's."""
     default = EmbeddingSettings().embedding_model
     with_profile = profile_settings(default, "")
     s = load_settings(None, env={}, overrides={"embedding_model_dir": "/nonexistent"})
-    assert with_profile == {
+    defaults = {
         "recall_cosine_threshold": s.recall.recall_cosine_threshold,
         "fact_dedup_cosine_threshold": s.longterm.fact_dedup_cosine_threshold,
         "longterm_refine_cosine_threshold": s.longterm.longterm_refine_cosine_threshold,
     }
+    assert with_profile == pytest.approx({key: defaults[key] for key in with_profile})
 
 
 # -- two vector legs ---------------------------------------------------------------------

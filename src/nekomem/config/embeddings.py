@@ -27,7 +27,7 @@ class EmbeddingSettings(Section):
         doc(
             "Which installed model embeds: e5 (multilingual-e5-small, 4-bit), use (Universal Sentence Encoder multilingual v3), or use+e5 (both; recall then runs one vector leg per model, fused by RRF). The model's profile.json supplies its prefixes and its cosine thresholds unless those are set explicitly. Ignored when embedding_model_dir is set."
         ),
-    ] = "use"
+    ] = "use+e5"
     embedding_model_dir: Annotated[
         str,
         doc(
@@ -123,14 +123,17 @@ def read_profile(folder: Path) -> dict[str, Any]:
 
 def profile_settings(model: str, model_dir: str, project_root: Path | None = None) -> dict[str, float]:
     """The PROFILE_SETTINGS the configured model's profile(s) give. With two models the value
-    is their mean (one stored vector then scores the mean of the two cosines); a key some
-    profile lacks is left out, as is everything when no profile is installed."""
+    is their mean (one stored vector then scores the mean of the two cosines), except the
+    recall threshold: each recall leg then uses its own model's. A key some profile lacks is
+    left out, as is everything when no profile is installed."""
     per_model: list[Mapping[str, Any]] = []
     for folder in model_dirs(model, model_dir, project_root):
         given = read_profile(folder).get("settings")
         per_model.append(given if isinstance(given, dict) else {})
     out: dict[str, float] = {}
     for key in PROFILE_SETTINGS:
+        if key == "recall_cosine_threshold" and len(per_model) > 1:
+            continue
         values = [m.get(key) for m in per_model]
         if values and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
             out[key] = sum(float(v) for v in values) / len(values)  # type: ignore[arg-type]
