@@ -102,6 +102,7 @@ class ServerProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("NEKOMEM_")}
         self.env.update(env or {})
+        self.env.setdefault("NEKOMEM_EMBEDDING_MODEL", TEST_EMBEDDING_MODEL)
         self.proc: subprocess.Popen[bytes] | None = None
         # The server's log goes to a file, never to a pipe nobody reads (a full pipe would
         # block the server inside a log call).

@@ -136,5 +136,5 @@ def profile_settings(model: str, model_dir: str, project_root: Path | None = Non
             continue
         values = [m.get(key) for m in per_model]
         if values and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-            out[key] = sum(float(v) for v in values) / len(values)  # type: ignore[arg-type]
+            out[key] = round(sum(float(v) for v in values) / len(values), 6)  # type: ignore[arg-type]
     return out
