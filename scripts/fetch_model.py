@@ -228,7 +228,9 @@ def converted_vectors(folder: Path, texts: list[str], prefix: str) -> Any:
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
-    session = ort.InferenceSession(str(folder / MODEL_FILE), providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # the graph optimiser's shape-merge notices are not faults
+    session = ort.InferenceSession(str(folder / MODEL_FILE), options, providers=["CPUExecutionProvider"])
     rows = []
     for text in texts:
         ids = np.array([tokenizer.encode(prefix + text).ids], dtype=np.int64)
