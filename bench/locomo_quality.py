@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import sys
@@ -37,13 +38,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from nekomem.config import Settings, load_settings
 from nekomem.config.embeddings import EmbeddingSettings
 from nekomem.recall.embeddings import EmbeddingService
-from tests.support.live import ROOT, LiveServer, make_settings
+from nekomem.runtime.clock import Clock
+from tests.support.live import ROOT, LiveServer
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 NAME = "locomo"
-DEFAULT_MODEL = EmbeddingSettings().embedding_model  # the product default, not the test suite's
 PAGE = 1000
 
 # The reference implementation's numbers, and none of nekomem's additions.
@@ -78,8 +80,6 @@ for _k in (10, 30, 60, 120):
     CONFIGS[f"rrf{_k}"] = {"recall_rrf_k": _k}
 # The embedding models (each with its profile's thresholds); merge with "vector" for the leg alone.
 CONFIGS.update({"use": {"embedding_model": "use"}, "e5": {"embedding_model": "e5"}, "both": {"embedding_model": "use+e5"}})
-for _cos in (0.75, 0.78, 0.8, 0.82):
-    CONFIGS[f"e5cos{_cos}"] = {"recall_cosine_threshold": _cos}
 SETS = {
     "legs": ["bm25", "vector", "hybrid"],
     "defaults": ["reference-bm25", "reference-vector", "reference-hybrid", "bm25", "vector", "hybrid"],
@@ -139,8 +139,17 @@ def load_conversation(path: Path, prefix: str) -> tuple[list[dict[str, Any]], li
     return facts, questions
 
 
-def wait_vectors(srv: LiveServer, timeout: float = 900.0) -> None:
-    srv.post(f"/query_memory/{NAME}", json={"query": "warm up"})  # queued after the import's index feed
+def bench_settings(memory_root: Path, **overrides: Any) -> Settings:
+    """Settings of one bench server: the NEKOMEM_* environment (so the embedding model and any
+    other setting can be chosen as for ``nekomem serve``), this memory root, port 0, then the
+    configuration's overrides."""
+    values: dict[str, Any] = {"memory_root": str(memory_root), "port": 0}
+    values.update(overrides)
+    return load_settings(None, env=os.environ, overrides=values)
+
+
+def wait_vectors(srv: LiveServer, timeout: float = 900.0, name: str = NAME) -> None:
+    srv.post(f"/query_memory/{name}", json={"query": "warm up"})  # queued after the import's index feed
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         emb = srv.get("/health").json()["embeddings"]
@@ -163,7 +172,7 @@ class Services:
         if key not in self.loaded:
             service = EmbeddingService(settings)
             service.start()
-            if not service.wait_ready(120):
+            if not service.wait_ready(300):
                 print(f"embeddings {key} unavailable ({service.reason}); vector legs measure nothing", file=sys.stderr)
             self.loaded[key] = service
         return self.loaded[key]
@@ -174,14 +183,26 @@ class Services:
 
 
 def run_conversation(
-    root: Path, overrides: dict[str, Any], services: Services, facts: list[dict[str, Any]], questions: list[dict[str, Any]]
+    root: Path,
+    overrides: dict[str, Any],
+    emb: EmbeddingService | Services,
+    facts: list[dict[str, Any]],
+    questions: list[dict[str, Any]],
+    name: str = NAME,
+    clock: Clock | None = None,
 ) -> tuple[list[tuple[int, float]], float]:
-    settings = make_settings(root, **{"embedding_model": DEFAULT_MODEL, **overrides})
-    service = services.get(settings.embeddings)
-    with LiveServer(settings, embeddings=service) as srv:
-        r = srv.post(f"/api/characters/{NAME}/facts", json={"facts": facts})
+    """Import ``facts`` as character ``name`` of a fresh server (on ``clock``, the real one by
+    default), ask every question; returns (category, share of the evidence ids cited by the
+    results) per question and the p50 ms."""
+    settings = bench_settings(root, **overrides)
+    if isinstance(emb, Services):
+        service = emb.get(settings.embeddings)  # the configuration's own model
+    else:
+        service = emb if settings.embeddings.embedding_enabled else EmbeddingService(settings.embeddings)
+    with LiveServer(settings, embeddings=service, clock=clock) as srv:
+        r = srv.post(f"/api/characters/{name}/facts", json={"facts": facts})
         r.raise_for_status()
-        listing = srv.get(f"/api/characters/{NAME}/facts", params={"status": "all", "limit": PAGE}).json()
+        listing = srv.get(f"/api/characters/{name}/facts", params={"status": "all", "limit": PAGE}).json()
         cites: dict[str, set[str]] = {}
         offset = 0
         while True:
@@ -191,13 +212,13 @@ def run_conversation(
             offset += len(listing["items"])
             if offset >= listing["total"] or not listing["items"]:
                 break
-            listing = srv.get(f"/api/characters/{NAME}/facts", params={"status": "all", "limit": PAGE, "offset": offset}).json()
-        wait_vectors(srv)
+            listing = srv.get(f"/api/characters/{name}/facts", params={"status": "all", "limit": PAGE, "offset": offset}).json()
+        wait_vectors(srv, name=name)
         scores: list[tuple[int, float]] = []
         latencies: list[float] = []
         for q in questions:
             started = time.perf_counter()
-            body = srv.post(f"/query_memory/{NAME}", json={"query": q["question"]}).json()
+            body = srv.post(f"/query_memory/{name}", json={"query": q["question"]}).json()
             latencies.append(time.perf_counter() - started)
             if "error_code" in body:
                 raise RuntimeError(f"recall failed: {body}")
@@ -270,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     questions_by_conv = [q for _, q in loaded]
 
     services = Services()
-    emb = services.get(make_settings(Path(tempfile.gettempdir()), embedding_model=DEFAULT_MODEL).embeddings)
+    emb = services.get(bench_settings(Path(tempfile.gettempdir())).embeddings)
     print(
         f"LoCoMo: {len(files)} conversations, {sum(len(f) for f in facts_by_conv)} facts, "
         f"{sum(len(q) for q in questions_by_conv)} questions (categories 1-4), prefix={args.prefix}, "

@@ -413,7 +413,8 @@ def test_no_read_route_creates_anything_on_disk(tmp_path: Path) -> None:
 
     with LiveServer(make_settings(tmp_path)) as srv:
         before = sorted(p.name for p in tmp_path.iterdir())
-        gets = [r.path for r in srv.app.routes if isinstance(r, Route) and "GET" in (r.methods or ())]
+        # /mcp is the MCP event stream (a GET needs Accept: text/event-stream; tests/test_mcp.py).
+        gets = [r.path for r in srv.app.routes if isinstance(r, Route) and "GET" in (r.methods or ()) and r.path != "/mcp"]
         assert "/new_dialog/{name:str}" in gets and "/internal/memory/{name:str}/scoped_subjects" in gets
         for path in gets:
             url = path.replace("{name:str}", "Ghost").replace("{layer:str}", "facts")

@@ -22,6 +22,14 @@ LAYERS: dict[str, int] = {
     "actors": 3,
     "http": 4,
     "ui": 4,  # the memory browser's static page, served by http/
+    "client": 4,  # the Python client: a leaf over the wire types (see LEAVES)
+    "mcp": 4,  # the MCP tools over the client, mounted by http/
+}
+# Packages that may import only these nekomem modules (and themselves): the client is
+# usable without the server's layers, and the MCP tools reach the server only through it.
+LEAVES: dict[str, tuple[str, ...]] = {
+    "client": ("nekomem.http.schemas",),
+    "mcp": ("nekomem.client",),
 }
 TOP = 5  # cli.py and __main__.py: may import anything
 ROOT = 0  # nekomem/__init__.py (the version): importable from everywhere, imports nothing
@@ -73,6 +81,36 @@ def violations(src: Path = SRC) -> list[str]:
                 where = path.relative_to(src.parent)
                 problems.append(f"{where}:{line}: {source} imports {target} (layer {layer_of(target)} > {layer_of(source)})")
     return problems
+
+
+def leaf_violations(src: Path = SRC) -> list[str]:
+    """Every import of a leaf package (``LEAVES``) outside what it may import."""
+    problems: list[str] = []
+    for package, allowed in LEAVES.items():
+        own = f"nekomem.{package}"
+        for path in sorted((src / package).rglob("*.py")):
+            for line, target in imports_of(path, src):
+                ok = target == "nekomem" or any(target == a or target.startswith(a + ".") for a in (own, *allowed))
+                if not ok:
+                    problems.append(f"{path.relative_to(src.parent)}:{line}: {module_name(path, src)} imports {target}")
+    return problems
+
+
+def test_the_client_and_the_mcp_tools_are_leaves():
+    assert leaf_violations() == []
+
+
+def test_a_leaf_reaching_into_the_server_is_caught(tmp_path):
+    fake = tmp_path / "nekomem"
+    for package in ("client", "mcp"):
+        (fake / package).mkdir(parents=True)
+        (fake / package / "__init__.py").write_text("")
+    (fake / "client" / "aio.py").write_text("from nekomem.http.schemas import WriteAnswer\nfrom nekomem.runtime.reply import Reply\n")
+    (fake / "mcp" / "tools.py").write_text("from nekomem import __version__\nfrom nekomem.client import X\nfrom nekomem.http.app import create_app\n")
+    assert leaf_violations(fake) == [
+        "nekomem/client/aio.py:2: nekomem.client.aio imports nekomem.runtime.reply",
+        "nekomem/mcp/tools.py:3: nekomem.mcp.tools imports nekomem.http.app",
+    ]
 
 
 def test_every_package_has_a_layer():

@@ -11,13 +11,14 @@ import pytest
 from nekomem.config.recall import RecallSettings
 from nekomem.recall.fusion import fuse_legs, leg_top, rrf
 from nekomem.recall.lexical import LexicalIndex
-from nekomem.recall.tokenize import tokenize
+from nekomem.recall.tokenize import Tokenizer, tokenize
 
 K1, B = 1.5, 0.75
 
 
-def reference_scores(docs: dict[str, str], query: str, normalised: bool = True) -> dict[str, float]:
-    """Okapi BM25 straight from the formula in lexical.py's docstring, one loop per document."""
+def reference_scores(docs: dict[str, str], query: str, normalised: bool = True, skip_unseen_cjk: bool = True) -> dict[str, float]:
+    """Okapi BM25 straight from the formula in lexical.py's docstring, one loop per document
+    (a straddling CJK n-gram found in no document leaves the denominator when ``skip_unseen_cjk``)."""
     toks = {d: tokenize(t) for d, t in docs.items()}
     n = len(toks)
     if not n:
@@ -26,7 +27,8 @@ def reference_scores(docs: dict[str, str], query: str, normalised: bool = True) 
     weights = Counter(tokenize(query))
     df = {t: sum(1 for ts in toks.values() if t in ts) for t in weights}
     idf = {t: math.log((n - df[t] + 0.5) / (df[t] + 0.5) + 1.0) for t in weights}
-    denominator = sum(w * idf[t] for t, w in weights.items())
+    straddling = Tokenizer().straddling(query) if skip_unseen_cjk else set()
+    denominator = sum(w * idf[t] for t, w in weights.items() if df[t] or t not in straddling)
     out = {}
     for d, ts in toks.items():
         counts = Counter(ts)
@@ -82,6 +84,44 @@ def test_cjk_query_finds_spaceless_japanese_and_chinese() -> None:
     index = build(CORPUS)
     assert index.search("ラーメン", 1)[0][0] == "f3"
     assert index.search("拉面", 1)[0][0] == "f2"
+
+
+# A Chinese question cut into sliding n-grams: most of them straddle two words and occur in
+# no memory ("我曾", "曾经在", "馆看"...).
+MUSEUM = {"m": "今天去了博物馆，看了古代丝绸的展览", "w": "今天天气很好，去公园散步", "c": "晚上做了红烧鱼"}
+MUSEUM_QUERY = "我曾经在五月二日去过博物馆，你还记得我当时看了什么展览吗？"
+
+
+def test_unseen_cjk_ngrams_of_a_query_do_not_drown_the_normalised_score() -> None:
+    on = build(MUSEUM)
+    off = build(MUSEUM, recall_bm25_skip_unseen_cjk_grams=False)
+    threshold = RecallSettings().recall_bm25_threshold
+    assert on.search(MUSEUM_QUERY, 3) == ranked(reference_scores(MUSEUM, MUSEUM_QUERY), 3)
+    assert off.search(MUSEUM_QUERY, 3) == ranked(reference_scores(MUSEUM, MUSEUM_QUERY, skip_unseen_cjk=False), 3)
+    best_on, best_off = on.search(MUSEUM_QUERY, 1)[0], off.search(MUSEUM_QUERY, 1)[0]
+    assert best_on[0] == best_off[0] == "m"
+    assert best_off[1] < threshold <= best_on[1]
+    # Only the normalisation changes: the raw BM25 ranking is the same either way.
+    assert on.search(MUSEUM_QUERY, 3, normalised=False) == off.search(MUSEUM_QUERY, 3, normalised=False)
+
+
+def test_unseen_japanese_pieces_still_weigh_like_words() -> None:
+    docs = {"a": "孫の陽菜が遊びに来た", "b": "庭のトマトが赤くなった"}
+    on = build(docs)
+    off = build(docs, recall_bm25_skip_unseen_cjk_grams=False)
+    query = "孫の学年は？"  # 学年 occurs nowhere, and is a piece of its own: it keeps its weight
+    assert on.search(query, 2) == off.search(query, 2) == ranked(reference_scores(docs, query), 2)
+
+
+def test_unseen_whole_words_still_weigh_in_the_normalised_score() -> None:
+    index = build({"a": "museum trip with friends", "b": "park walk"})
+    [(doc_id, partial)] = index.search("museum quantum", 5)
+    [(_, full)] = index.search("museum", 5)
+    assert doc_id == "a"
+    assert partial < full / 2
+    assert index.search("museum quantum", 5) == ranked(
+        reference_scores({"a": "museum trip with friends", "b": "park walk"}, "museum quantum"), 5
+    )
 
 
 def test_empty_query_or_index_gives_nothing() -> None:

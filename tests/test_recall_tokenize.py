@@ -7,16 +7,52 @@ from collections import Counter
 from nekomem.config.recall import RecallSettings
 from nekomem.recall.tokenize import Tokenizer, fold_english, tokenize
 
+UNSPLIT = Tokenizer(RecallSettings(recall_cjk_split_scripts=False))
+
 
 def test_cjk_run_gives_sliding_two_and_three_grams_with_repeats_kept() -> None:
-    assert tokenize("猫が好き") == ["猫が", "が好", "好き", "猫が好", "が好き"]
+    assert tokenize("我喜欢猫") == ["我喜", "喜欢", "欢猫", "我喜欢", "喜欢猫"]
+    assert UNSPLIT("猫が好き") == ["猫が", "が好", "好き", "猫が好", "が好き"]
     assert Counter(tokenize("猫猫猫")) == Counter({"猫猫": 2, "猫猫猫": 1})
 
 
 def test_single_characters_only_for_runs_of_length_one() -> None:
     assert tokenize("猫") == ["猫"]
     assert tokenize("猫、犬。鳥") == ["猫", "犬", "鳥"]
-    assert "猫" not in tokenize("猫が好き")
+    assert "猫" not in tokenize("我喜欢猫咪")
+
+
+def test_japanese_runs_are_cut_where_kanji_hiragana_and_katakana_meet() -> None:
+    assert tokenize("猫が好き") == ["猫", "が", "好", "き"]
+    assert tokenize("昨日ラーメンを食べた") == ["昨日", "ラー", "ーメ", "メン", "ラーメ", "ーメン", "を", "食", "べた"]
+    # No n-gram straddles a word and its particle or okurigana ...
+    assert not {"を焼", "焼い", "ンを"} & set(tokenize("パンを焼いている"))
+    # ... so the same verb meets across its inflections, and a noun across its particles.
+    assert "焼" in set(tokenize("パンを焼いている")) & set(tokenize("カンパーニュを焼いたら膨らんだ"))
+    assert {"ラー", "メン", "ーメン"} <= set(tokenize("ラーメンが好き")) & set(tokenize("味噌ラーメンは最高"))
+
+
+def test_straddling_ngrams_are_the_parts_of_runs_the_split_could_not_cut() -> None:
+    tokenizer = Tokenizer()
+    # Chinese: every n-gram shorter than its run may straddle two words; a whole run is a word.
+    assert tokenizer.straddling("我喜欢猫") == {"我喜", "喜欢", "欢猫", "我喜欢", "喜欢猫"}
+    assert tokenizer.straddling("拉面，咖啡") == set()
+    # Japanese cut at script changes: the pieces are word-like, nothing straddles ...
+    assert tokenizer.straddling("昨日ラーメンを食べた") == set()
+    # ... except inside a run that has a single script, and everywhere when the split is off.
+    assert tokenizer.straddling("変形性膝関節症") >= {"変形", "形性", "関節症"}
+    assert tokenizer.straddling("猫が好き") == set()
+    assert UNSPLIT.straddling("猫が好き") == {"猫が", "が好", "好き", "猫が好", "が好き"}
+    # Only tokens are ever reported, and none of the Latin or Hangul words.
+    text = "我喜欢猫 and 라면을 먹었다, 味噌ラーメン"
+    assert tokenizer.straddling(text) <= set(tokenizer(text))
+
+
+def test_script_split_keeps_marks_inside_their_piece_and_leaves_chinese_alone() -> None:
+    assert tokenize("時々雨") == ["時々", "々雨", "時々雨"]  # the iteration mark belongs to the ideographs
+    assert tokenize("コーヒー") == UNSPLIT("コーヒー")  # the prolonged sound mark belongs to katakana
+    chinese = "我曾经在五月二日去过博物馆，看了古代丝绸的展览"
+    assert tokenize(chinese) == UNSPLIT(chinese)
 
 
 def test_japanese_without_spaces_is_searchable_by_a_word() -> None:
@@ -96,6 +132,6 @@ def test_odd_input_never_raises() -> None:
 
 def test_ngram_sizes_follow_the_settings() -> None:
     bigrams = Tokenizer(RecallSettings(recall_cjk_ngram_min=2, recall_cjk_ngram_max=2))
-    assert bigrams("猫が好き") == ["猫が", "が好", "好き"]
+    assert bigrams("我喜欢猫") == ["我喜", "喜欢", "欢猫"]
     unigrams = Tokenizer(RecallSettings(recall_cjk_ngram_min=1, recall_cjk_ngram_max=1))
     assert unigrams("猫が") == ["猫", "が"]

@@ -14,6 +14,7 @@ import pytest
 
 from nekomem.stores.faults import classify
 from tests.support.live import LiveServer, make_settings
+from tests.support.scrape import one, scrape
 from tests.support.waiting import wait_for
 
 
@@ -78,6 +79,13 @@ def test_disk_full_then_freed_recovers_without_restart(small_fs):
         health = srv.get("/health").json()
         assert health["storage"]["state"] == "storage_full"
         assert health["supervision"]["failed_children"] == 0
+        # /metrics counts them by code and where they were met: a layer, or a route
+        # writing outside the actors (the switch).
+        _text, samples = scrape(srv)
+        met = {labels["where"] for labels, _ in samples["nekomem_storage_errors_total"] if labels["code"] == "storage_full"}
+        assert {"recent", "facts", "http"} <= met, met
+        assert one(samples, "nekomem_storage_errors_total", code="storage_full", where="http") == 1
+        assert one(samples, "nekomem_storage_faulted_layers") >= 2
         # Nothing unacknowledged was stored; reads keep working.
         assert recent_texts(srv) == ["before the disk filled"]
         assert srv.get("/api/characters/Lan/facts").json()["total"] == 0

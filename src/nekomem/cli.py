@@ -1,4 +1,4 @@
-"""Command line: ``nekomem serve``, ``nekomem settings`` and ``nekomem import-neko``."""
+"""Command line: ``nekomem serve``, ``nekomem settings``, ``nekomem import-neko`` and ``nekomem mcp``."""
 
 from __future__ import annotations
 
@@ -24,7 +24,19 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--config", help="TOML settings file (env NEKOMEM_CONFIG)")
     imp.add_argument("--character", action="extend", nargs="+", metavar="NAME", help="import only these characters")
     imp.add_argument("--progress", action="store_true", help="draw a progress bar on stderr even when it is not a terminal")
+    mcp = sub.add_parser("mcp", help="serve one character's memory as MCP tools over stdio (needs nekomem[mcp] and a running server)")
+    mcp.add_argument("--character", required=True, help="the character whose memory the tools use")
+    mcp.add_argument("--url", help="the running server (default $NEKOMEM_URL, else the serve settings' host and port)")
+    mcp.add_argument("--config", help="TOML settings file (env NEKOMEM_CONFIG), for the default URL")
     return parser
+
+
+def server_url(settings) -> str:  # type: ignore[no-untyped-def]
+    """The URL a client on this machine reaches the configured server at."""
+    host = settings.server.host
+    host = "127.0.0.1" if host in ("", "0.0.0.0") else "[::1]" if host == "::" else host
+    host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"http://{host}:{settings.server.port}"
 
 
 def make_embeddings(settings):  # type: ignore[no-untyped-def]
@@ -41,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "settings":
         print(settings_markdown())
         return 0
-    overrides: dict[str, object] = {"memory_root": args.memory_root}
+    overrides: dict[str, object] = {"memory_root": getattr(args, "memory_root", None)}
     if args.command == "serve":
         overrides.update(host=args.host, port=args.port)
     try:
@@ -49,6 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"nekomem: {exc}", file=sys.stderr)
         return 2
+    if args.command == "mcp":  # a client of a running server: stdout is the MCP stream
+        import os
+
+        from nekomem.mcp.stdio import run
+
+        return run(args.character, args.url or os.environ.get("NEKOMEM_URL") or server_url(settings))
     from nekomem.http.guard import bind_refusal
 
     refusal = bind_refusal(settings.server)

@@ -94,12 +94,18 @@ class OutboxActor(ChildActor):
                 continue
             self.running.add(op_id)
             self.ctx.send(child, RunOp(op_id=op_id, op_type=op_type, payload=payload, attempt=attempts + 1))
+        self.ctx.services.outbox.set_pending(self.ctx.name, len(self.pending))
+
+    def close(self) -> None:
+        # A stopped character's pending records wait on disk; the gauge counts live ones.
+        self.ctx.services.outbox.set_pending(self.ctx.name, 0)
 
     def _dead_letter(self, op_id: str, why: str) -> None:
         self.outbox.done(op_id, iso(self.ctx.clock.now()), dead=True)
         self.pending.pop(op_id, None)
         self.retry_at.pop(op_id, None)
         self.dead_count += 1
+        self.ctx.services.outbox.dead_lettered()
         self.log.warning("outbox record dead-lettered: %s", why)
 
     @handles(OpParked)

@@ -69,6 +69,8 @@ class CharacterSupervisor(DispatchedActor):
             if fault is None:
                 raise
             self.start_fault = fault
+            if self.services.storage is not None:
+                self.services.storage.count("supervisor", fault)
             log.warning("a character could not start: %s", fault.code)
 
     def _start_children(self) -> None:

@@ -18,6 +18,12 @@ class RecallSettings(Section):
         int, doc("Shortest CJK character n-gram emitted for a run of ideographs/kana (a run shorter than this is emitted whole).", ge=1)
     ] = 2
     recall_cjk_ngram_max: Annotated[int, doc("Longest CJK character n-gram emitted for a run of ideographs/kana.", ge=1)] = 3
+    recall_cjk_split_scripts: Annotated[
+        bool,
+        doc(
+            "Cut a CJK run where it changes between kanji, hiragana and katakana before making n-grams, so Japanese n-grams do not straddle a word and its particle or okurigana (焼いている -> 焼 + いている). Chinese text is all ideographs and is unaffected."
+        ),
+    ] = True
     recall_word_min_chars: Annotated[
         int, doc("Latin/Cyrillic words shorter than this are dropped (pure numbers are always kept).", ge=1)
     ] = 2
@@ -44,6 +50,12 @@ class RecallSettings(Section):
             ge=0,
         ),
     ] = 0.1
+    recall_bm25_skip_unseen_cjk_grams: Annotated[
+        bool,
+        doc(
+            "An n-gram of a query that occurs in no stored memory and is shorter than a CJK run the tokenizer could not cut (Chinese; a kanji-only run in Japanese) does not weigh in the normalised BM25 score: most such n-grams straddle two words. Words, and Japanese pieces cut at a script change, still weigh when they occur nowhere. Without it a Chinese question rarely reaches recall_bm25_threshold."
+        ),
+    ] = True
     recall_bm25_compact_dead_ratio: Annotated[
         float,
         doc(

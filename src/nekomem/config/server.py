@@ -25,6 +25,10 @@ class ServerSettings(Section):
             "Web origins (scheme://host:port) whose pages may call the server; a request with any other Origin gets 403. The server's own origin is always allowed."
         ),
     ] = []
+    mcp_enabled: Annotated[
+        bool,
+        doc("Serve the MCP streamable-HTTP endpoint at /mcp (behind the same guard and token) when the optional mcp package is installed."),
+    ] = True
     memory_root: Annotated[str, doc("Folder that holds one sub-folder per character.")] = "./memory"
     log_level: Annotated[str, doc("Log level: DEBUG, INFO, WARNING or ERROR. Memory text is only logged at DEBUG.")] = "INFO"
     max_body_bytes: Annotated[int, doc("Largest accepted request body in bytes; larger bodies get 413.", ge=1024)] = 8 * 1024 * 1024

@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nekomem.actors.host import ACTORS
 from nekomem.config import Settings
-from nekomem.http import conversation, longterm, system
+from nekomem.http import conversation, longterm, metrics, system
 from nekomem.http.errors import (
     ApiError,
     actor_failure_handler,
@@ -25,6 +25,7 @@ from nekomem.http.errors import (
     os_error_handler,
 )
 from nekomem.http.guard import RequestGuard
+from nekomem.mcp import mount_if_available
 from nekomem.runtime.clock import Clock
 from nekomem.runtime.reply import ActorFailure
 from nekomem.runtime.runtime import Runtime
@@ -66,6 +67,7 @@ def routes() -> list[BaseRoute]:
         *browse.routes(),
         Route("/health", s.health, methods=["GET"]),
         Route("/openapi.json", openapi.openapi, methods=["GET"]),
+        Route("/metrics", metrics.scrape, methods=["GET"]),
         Route("/cache/{name:str}", c.cache, methods=["POST"]),
         Route("/process/{name:str}", c.process, methods=["POST"]),
         Route("/renew/{name:str}", c.renew, methods=["POST"]),
@@ -115,9 +117,13 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         rt.start()
+        app.state.metrics.attach()
         try:
-            yield
+            # The MCP session manager's task group lives as long as the app.
+            async with mcp.running() if mcp is not None else contextlib.nullcontext():
+                yield
         finally:
+            app.state.metrics.detach()
             rt.stop()
 
     app = Starlette(
@@ -132,8 +138,12 @@ def create_app(
         },
     )
     app.state.runtime = rt
+    mcp = mount_if_available(app, settings.server.api_token) if settings.server.mcp_enabled else None
     app.state.longterm_renderer = longterm.render_longterm
     app.add_middleware(LimitedModeMiddleware, runtime=rt)
-    # Added last, so it runs first: no refused request reaches limited mode or a route.
+    # Added after limited mode, so it runs before it: no refused request reaches limited
+    # mode or a route.
     app.add_middleware(RequestGuard, settings=settings.server)
+    # Outermost: it times every request and also counts the ones the guard refuses.
+    metrics.install(app, rt)
     return app

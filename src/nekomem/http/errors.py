@@ -56,6 +56,9 @@ async def os_error_handler(request: Request, exc: Exception) -> JSONResponse:
     powerful-memory switch): a storage fault answers 507/503, anything else 500."""
     fault = classify(exc)
     if fault is not None:
+        storage = request.app.state.runtime.services.storage
+        if storage is not None:
+            storage.count("http", fault)
         return _retry_after(request, error_response(fault.status, fault.code, fault.message))
     return await internal_error_handler(request, exc)
 

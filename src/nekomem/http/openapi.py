@@ -34,6 +34,7 @@ TEXT = "text/plain"
 # (path, method, parameters, request type, response type or TEXT, summary)
 OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] = [
     ("/health", "get", [], None, s.HealthAnswer, "Liveness, launcher probe and storage state"),
+    ("/metrics", "get", [], None, TEXT, "Prometheus metrics (text exposition format)"),
     ("/cache/{name}", "post", [NAME], s.HistoryBody, s.WriteAnswer, "Store finished turns"),
     ("/process/{name}", "post", [NAME], s.HistoryBody, s.WriteAnswer, "Store, then compress at session end"),
     ("/renew/{name}", "post", [NAME], s.HistoryBody, s.WriteAnswer, "Store, then compress in detailed mode"),

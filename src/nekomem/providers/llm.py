@@ -53,12 +53,19 @@ __all__ = [
     "LLMNotConfigured",
     "LLMTaskFailed",
     "TASK_HEADER",
+    "CallObserver",
     "resolve_endpoints",
 ]
 
 log = logging.getLogger("nekomem.llm")
 
 TASK_HEADER = "X-Nekomem-Task"
+
+CallObserver = Callable[[str, str, str, float], None]
+"""Told of every finished :meth:`LLMClient.run` as ``(task, tier, outcome, seconds)``;
+``outcome`` is ``"ok"``, ``"failed"`` (LLMTaskFailed), ``"skipped"`` (tier not configured)
+or ``"error"`` (anything else). Called on the calling thread; it must be quick and must
+not raise."""
 
 
 class LLMError(Exception):
@@ -189,6 +196,8 @@ class LLMClient:
         self._lock = threading.Lock()
         self._http: dict[str, httpx.Client] = {}
         self._stats = {tier: _TierStats() for tier in TIERS}
+        self._requests: dict[tuple[str, str], int] = {}  # (tier, task) -> HTTP requests sent
+        self._observers: tuple[CallObserver, ...] = ()
         self._schema_json = {name: msgspec.json.encode(spec.schema).decode() for name, spec in TASKS.items()}
         self._closed = False
 
@@ -232,7 +241,28 @@ class LLMClient:
         contract, LLMError once closed.
         """
         spec = task_spec(task)
-        tier = spec.tier
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            result = self._run(spec, messages, max_output_tokens, timeout, max_retries)
+            outcome = "ok"
+            return result
+        except LLMNotConfigured:
+            outcome = "skipped"
+            raise
+        except LLMTaskFailed:
+            outcome = "failed"
+            raise
+        finally:
+            elapsed = time.perf_counter() - started
+            for observer in self._observers:
+                observer(spec.name, spec.tier, outcome, elapsed)
+
+    def _run(
+        self, spec: TaskSpec, messages: list[dict[str, Any]], max_output_tokens: int | None, timeout: float | None, max_retries: int | None
+    ) -> msgspec.Struct:
+        """The body of :meth:`run` (which times it and tells the observers)."""
+        task, tier = spec.name, spec.tier
         endpoint = self._endpoints[tier]
         if endpoint is None:
             with self._lock:
@@ -393,6 +423,7 @@ class LLMClient:
         task, tier, timeout = request.spec.name, request.spec.tier, request.timeout
         with self._lock:
             self._stats[tier].attempts += 1
+            self._requests[(tier, task)] = self._requests.get((tier, task), 0) + 1
         url = f"{request.endpoint.base_url}/chat/completions"
         body = self._payload(request, level, param)
         started = time.perf_counter()
@@ -504,6 +535,22 @@ class LLMClient:
                     "negotiated": self._negotiator.status((endpoint.base_url, endpoint.model)) if endpoint else None,
                 }
             return out
+
+    def add_observer(self, observer: CallObserver) -> None:
+        """Tell ``observer`` of every finished run() from now on (see CallObserver)."""
+        with self._lock:
+            self._observers = (*self._observers, observer)
+
+    def remove_observer(self, observer: CallObserver) -> None:
+        """Stop telling ``observer``; no error when it was not added."""
+        with self._lock:
+            self._observers = tuple(o for o in self._observers if o is not observer)
+
+    def request_counts(self) -> dict[tuple[str, str], int]:
+        """HTTP requests sent so far per (tier, task), retries and negotiation re-sends
+        included (for /metrics)."""
+        with self._lock:
+            return dict(self._requests)
 
     def close(self) -> None:
         """Close every pooled connection; later calls raise LLMError. Idempotent."""

@@ -36,7 +36,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -60,6 +60,9 @@ log = logging.getLogger(__name__)
 
 EmbedKind = Literal["query", "passage"]
 State = Literal["loading", "ready", "disabled"]
+BatchObserver = Callable[[str, int, float, bool], None]
+"""Told of every inference batch of :meth:`EmbeddingService.embed` as ``(kind, texts,
+seconds, ok)``; called on the embedding thread, it must be quick and must not raise."""
 
 MODEL_FILE = "model.onnx"
 EXTERNAL_DATA_FILE = "model.onnx_data"
@@ -145,6 +148,7 @@ class EmbeddingService:
         self._slots: tuple[_Slot, ...] = ()
         self._model_id: str | None = None
         self._dim: int | None = None
+        self._observers: tuple[BatchObserver, ...] = ()
         if not settings.embedding_enabled:
             self._state = "disabled"
             self._reason = "disabled by configuration"
@@ -191,6 +195,16 @@ class EmbeddingService:
                 "dim": self._dim if ready else None,
                 "reason": self._reason,
             }
+
+    def add_observer(self, observer: BatchObserver) -> None:
+        """Tell ``observer`` of every inference batch from now on (see BatchObserver)."""
+        with self._lock:
+            self._observers = (*self._observers, observer)
+
+    def remove_observer(self, observer: BatchObserver) -> None:
+        """Stop telling ``observer``; no error when it was not added."""
+        with self._lock:
+            self._observers = tuple(o for o in self._observers if o is not observer)
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -425,11 +439,17 @@ class EmbeddingService:
                 norms = np.linalg.norm(raw, axis=1, keepdims=True)
                 parts.append(raw / np.maximum(norms, np.finfo(np.float32).tiny) * slot.leg.weight)
         except Exception as exc:
+            self._observe(kind, len(items), time.monotonic() - started, False)
             self._disable(f"inference_raised: {type(exc).__name__}: {exc}")
             raise EmbeddingsUnavailable("disabled", self._reason) from exc
+        self._observe(kind, len(items), time.monotonic() - started, True)
         vectors: np.ndarray = np.concatenate(parts, axis=1).astype(np.float32, copy=False)
         log.debug("embedded %d texts (%s) in %.1f ms", len(items), kind, (time.monotonic() - started) * 1000)
         return vectors
+
+    def _observe(self, kind: str, texts: int, seconds: float, ok: bool) -> None:
+        for observer in self._observers:
+            observer(kind, texts, seconds, ok)
 
     def embed_one(self, text: str, kind: EmbedKind = "passage") -> np.ndarray:
         """Embed one text into a float32 [dim] unit vector; raises like embed."""

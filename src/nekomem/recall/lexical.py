@@ -16,8 +16,13 @@ N counts every live document, empty ones included; n_t is the live document freq
 dl is the document's token count and avgdl the mean over live documents. ``sat`` is 1.0
 for a term found once in a document of average length and tends to k1 + 1 as tf grows.
 So the normalised score is the idf-weighted average of ``sat`` over the query's terms
-(a term missing from the document counts 0, a term missing from the corpus still weighs
-in the denominator): 1.0 means "every query term, once, in an average-length document",
+(a term missing from the document counts 0, a word missing from the corpus still weighs
+in the denominator; with ``recall_bm25_skip_unseen_cjk_grams`` an n-gram missing from the
+corpus does not when it is shorter than a CJK run the tokenizer could not cut (see
+``Tokenizer.straddling``): a Chinese question cut into sliding n-grams is mostly n-grams
+that straddle two words and exist nowhere, and they would otherwise take the largest idf
+and push every hit below the threshold. A Japanese run cut at its script changes gives
+word-like pieces, and an unseen piece weighs like an unseen word): 1.0 means "every query term, once, in an average-length document",
 0.1 means roughly a tenth of the query's weight matched once. It does not depend on the
 corpus size the way raw BM25 does, so one threshold (``recall_bm25_threshold``) fits a
 3-fact and a 100k-fact memory alike. Documents scoring 0 are never returned.
@@ -149,6 +154,7 @@ class LexicalIndex:
         self._compact_min = s.recall_bm25_compact_min_slots
         self._list_max = s.recall_bm25_list_postings_max
         self._tokenizer = Tokenizer(s)
+        self._skip_unseen_cjk = s.recall_bm25_skip_unseen_cjk_grams
         self._stop_names: tuple[str, ...] = self._clean_names(stop_names)
         self._postings: dict[str, _Postings] = {}
         self._texts: dict[str, str] = {}
@@ -259,6 +265,7 @@ class LexicalIndex:
         weights = Counter(self._tokenizer(query, self._stop_names))
         if not weights:
             return []
+        straddling = self._tokenizer.straddling(query, self._stop_names) if self._skip_unseen_cjk else set()
         avgdl = self._total_len / n_docs if self._total_len else 1.0
         k1, b = self._k1, self._b
         denominator = 0.0
@@ -267,6 +274,8 @@ class LexicalIndex:
         for term, weight in weights.items():
             p = self._postings.get(term)
             df = p.live if p is not None else 0
+            if not df and term in straddling:
+                continue  # most likely straddles two words of a spaceless query: no evidence either way
             idf = math.log((n_docs - df + 0.5) / (df + 0.5) + 1.0)
             denominator += weight * idf
             if not df:

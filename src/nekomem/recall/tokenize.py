@@ -7,10 +7,14 @@ katakana and ``Ｒａｍｅｎ`` all meet their ordinary forms). Then it is cut 
   is one word; words shorter than ``recall_word_min_chars`` are dropped unless they are
   pure numbers; plain English plurals and possessives are folded (``cats`` -> ``cat``);
 - a run of CJK ideographs and kana (Chinese and Japanese, which are written without
-  spaces) becomes every character n-gram from ``recall_cjk_ngram_min`` to
-  ``recall_cjk_ngram_max`` characters, sliding; a run shorter than the minimum is one
-  token. So ``昨日ラーメンを食べた`` and the query ``ラーメン`` share ``ラー``, ``ーメ``,
-  ``メン``, ``ラーメ`` and ``ーメン``;
+  spaces) is first cut where the script changes between ideographs, hiragana and
+  katakana (``recall_cjk_split_scripts``: in Japanese that is nearly always a word
+  boundary, a content word against its particle or okurigana; Chinese is all ideographs
+  and stays whole); each piece becomes every character n-gram from
+  ``recall_cjk_ngram_min`` to ``recall_cjk_ngram_max`` characters, sliding; a piece
+  shorter than the minimum is one token. So ``昨日ラーメンを食べた`` gives ``昨日``,
+  ``ラー``, ``ーメ``, ``メン``, ``ラーメ``, ``ーメン``, ``を``, ``食``, ``べた`` and the
+  query ``ラーメン`` meets it on five of them;
 - a run of Hangul is one word.
 
 Repeats are kept (term frequency matters to BM25). Stop names (the master's and the
@@ -47,6 +51,12 @@ _WORD_CLASS = f"[^\\W_{_CJK_RANGES}{_HANGUL_RANGES}]"
 _RUN_RE = re.compile(f"(?P<cjk>[{_CJK_RANGES}]+)|(?P<hangul>[{_HANGUL_RANGES}]+)|(?P<word>{_WORD_CLASS}+)")
 _HAS_SPACELESS_RE = re.compile(f"[{_CJK_RANGES}{_HANGUL_RANGES}]")
 _ASCII_WORD_RE = re.compile(r"[a-z]+")
+# A CJK run cut where the script changes: hiragana, katakana (ー included), everything else
+# (ideographs and the iteration marks).
+_HIRAGANA = "\u3041-\u3096\u309d-\u309f"
+_KATAKANA = "\u30a1-\u30fa\u30fc-\u30ff\u31f0-\u31ff"
+_SCRIPT_RE = re.compile(f"[{_HIRAGANA}]+|[{_KATAKANA}]+|[^{_HIRAGANA}{_KATAKANA}]+")
+
 
 _DEFAULT_SETTINGS = RecallSettings()
 
@@ -110,6 +120,7 @@ class Tokenizer:
         self._word_min = s.recall_word_min_chars
         self._fold = s.recall_fold_english_suffixes
         self._stop_min = s.recall_stop_name_min_chars
+        self._split = s.recall_cjk_split_scripts
 
     def __call__(self, text: object, stop_names: Iterable[str] = ()) -> list[str]:
         """Tokens of ``text`` (repeats kept); ``None`` or non-string input is coerced, never raises."""
@@ -126,12 +137,14 @@ class Tokenizer:
             kind = match.lastgroup
             run = match.group()
             if kind == "cjk":
-                length = len(run)
-                if length < lo:
-                    tokens.append(run)
-                    continue
-                for n in range(lo, min(hi, length) + 1):
-                    tokens.extend(run[i : i + n] for i in range(length - n + 1))
+                pieces = _SCRIPT_RE.findall(run) if self._split else [run]
+                for piece in pieces:
+                    length = len(piece)
+                    if length < lo:
+                        tokens.append(piece)
+                        continue
+                    for n in range(lo, min(hi, length) + 1):
+                        tokens.extend(piece[i : i + n] for i in range(length - n + 1))
             elif kind == "hangul":
                 tokens.append(run)
             else:
@@ -139,6 +152,25 @@ class Tokenizer:
                     continue
                 tokens.append(fold_english(run) if self._fold else run)
         return tokens
+
+    def straddling(self, text: str, stop_names: Iterable[str] = ()) -> set[str]:
+        """The CJK n-grams of ``text`` that may straddle two words: those shorter than a run
+        the script split left whole (all of Chinese, a kanji-only or katakana-only run in
+        Japanese, every run when the split is off). A piece the split cut out is taken as a
+        word, and so is a run no longer than the n-gram it gives."""
+        norm = normalise(text)
+        if stop_names:
+            norm = strip_stop_names(norm, stop_names, self._stop_min)
+        out: set[str] = set()
+        lo, hi = self._ngram_min, self._ngram_max
+        for match in _RUN_RE.finditer(norm):
+            run = match.group()
+            if match.lastgroup != "cjk" or (self._split and len(_SCRIPT_RE.findall(run)) > 1):
+                continue
+            length = len(run)
+            for n in range(lo, min(hi, length - 1) + 1):
+                out.update(run[i : i + n] for i in range(length - n + 1))
+        return out
 
 
 _DEFAULT_TOKENIZER = Tokenizer()

@@ -358,6 +358,22 @@ class CharacterRegistry:
     def active_count(self) -> int:
         return len(self.active_names())
 
+    def mailbox_depths(self) -> tuple[int, int]:
+        """(messages queued in the mailboxes of every active character's actors, the
+        longest single mailbox), read at a /metrics scrape instead of counted per message."""
+        with self._lock:
+            entries = list(self._entries.values())
+        total = longest = 0
+        for entry in entries:
+            for ref in (entry.ref, *list(entry.routes.children.values())):
+                try:
+                    depth = len(mailbox_of(ref))
+                except TypeError:
+                    continue  # not a dispatched actor (a test double)
+                total += depth
+                longest = max(longest, depth)
+        return total, longest
+
     def describe(self, name: str, timeout: float = 5.0) -> dict[str, Any] | None:
         with self._lock:
             entry = self._entries.get(name)

@@ -48,6 +48,33 @@ class Counters:
             return dict(self._values)
 
 
+class OutboxTally:
+    """Outbox records pending in the active characters and records dead-lettered since
+    the process started (thread-safe; read at a /metrics scrape)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[str, int] = {}
+        self._dead = 0
+
+    def set_pending(self, character: str, count: int) -> None:
+        """Character ``character`` holds ``count`` pending records (0 when it stops)."""
+        with self._lock:
+            if count > 0:
+                self._pending[character] = count
+            else:
+                self._pending.pop(character, None)
+
+    def dead_lettered(self) -> None:
+        with self._lock:
+            self._dead += 1
+
+    def snapshot(self) -> tuple[int, int]:
+        """(pending records over the active characters, dead letters since start)."""
+        with self._lock:
+            return sum(self._pending.values()), self._dead
+
+
 @dataclass
 class Services:
     """Process-wide services shared by every character."""
@@ -64,6 +91,7 @@ class Services:
     hooks: dict[str, Callable[[], int]] = field(default_factory=dict)
     counters: Counters = field(default_factory=Counters)
     storage: StorageHealth | None = None
+    outbox: OutboxTally = field(default_factory=OutboxTally)
 
     def __post_init__(self) -> None:
         if self.storage is None:

@@ -97,10 +97,28 @@ class StorageHealth:
         self._lock = threading.Lock()
         self._faults: dict[tuple[str, str], tuple[str, float]] = {}
         self._unrebuilt: dict[tuple[str, str], str] = {}
+        self._errors: dict[tuple[str, str], int] = {}
 
     def report(self, character: str, layer: str, fault: StorageFault) -> None:
+        """Layer ``layer`` of ``character`` hit ``fault`` (kept for /health until cleared)."""
         with self._lock:
             self._faults.setdefault((character, layer), (fault.code, time.time()))
+        self.count(layer, fault)
+
+    def count(self, where: str, fault: StorageFault) -> None:
+        """Count one storage error met by ``where`` (a layer, ``supervisor`` or ``http``)."""
+        with self._lock:
+            self._errors[(fault.code, where)] = self._errors.get((fault.code, where), 0) + 1
+
+    def error_counts(self) -> dict[tuple[str, str], int]:
+        """Storage errors since start per (error code, where), for /metrics."""
+        with self._lock:
+            return dict(self._errors)
+
+    def fault_count(self) -> int:
+        """Layers currently reporting a storage fault."""
+        with self._lock:
+            return len(self._faults)
 
     def clear(self, character: str, layer: str) -> None:
         with self._lock:
