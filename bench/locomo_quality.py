@@ -21,8 +21,9 @@ Configuration sets (``--configs``): ``legs`` (BM25 only, vector only, hybrid wit
 current defaults), ``defaults`` (legs + the reference's numbers), ``ablation`` (hybrid
 without each of nekomem's query-side additions), ``query`` (the vector leg's hubness
 correction and unnamed query vector, on and off), ``sweep`` (legs plus a grid of
-thresholds, per-leg depth and RRF k), or a comma list of names from CONFIGS (``a+b``
-merges two).
+thresholds, per-leg depth and RRF k), ``models`` (each embedding model, vector leg alone
+and hybrid: use, e5, both = use+e5 as two vector legs), or a comma list of names from
+CONFIGS (``a+b`` merges two, e.g. ``e5+vector``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from nekomem.config import Settings, load_settings
+from nekomem.config.embeddings import EmbeddingSettings
 from nekomem.recall.embeddings import EmbeddingService
 from nekomem.runtime.clock import Clock
 from tests.support.live import ROOT, LiveServer
@@ -88,12 +90,15 @@ for _bm in (0.0, 0.05, 0.1, 0.2):
     CONFIGS[f"bm{_bm}"] = {"recall_bm25_threshold": _bm}
 for _k in (10, 30, 60, 120):
     CONFIGS[f"rrf{_k}"] = {"recall_rrf_k": _k}
+# The embedding models (each with its profile's thresholds); merge with "vector" for the leg alone.
+CONFIGS.update({"use": {"embedding_model": "use"}, "e5": {"embedding_model": "e5"}, "both": {"embedding_model": "use+e5"}})
 SETS = {
     "legs": ["bm25", "vector", "hybrid"],
     "defaults": ["reference-bm25", "reference-vector", "reference-hybrid", "bm25", "vector", "hybrid"],
     "ablation": ["hybrid", "no-stem", "no-stopwords", "no-time-hints", "no-hub", "no-unnamed", "plain-vector", "no-lookback"],
     "query": ["hybrid", "no-hub", "no-unnamed", "plain-vector", "no-lookback", "before", "vector", "vector+before"],
     "sweep": ["hybrid"] + [n for n in CONFIGS if n.startswith(("each", "cos", "bm0", "rrf"))],
+    "models": ["use+vector", "e5+vector", "both+vector", "use", "e5", "both"],
 }
 
 _DATE = re.compile(r"(\d{1,2}):(\d{2})\s*([ap]m)\s+on\s+(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})", re.I)
@@ -156,7 +161,7 @@ def bench_settings(memory_root: Path, **overrides: Any) -> Settings:
     return load_settings(None, env=os.environ, overrides=values)
 
 
-def wait_vectors(srv: LiveServer, timeout: float = 120.0, name: str = NAME) -> None:
+def wait_vectors(srv: LiveServer, timeout: float = 900.0, name: str = NAME) -> None:
     srv.post(f"/query_memory/{name}", json={"query": "warm up"})  # queued after the import's index feed
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -167,10 +172,33 @@ def wait_vectors(srv: LiveServer, timeout: float = 120.0, name: str = NAME) -> N
     raise RuntimeError("vectors did not finish")
 
 
+class Services:
+    """One loaded EmbeddingService per embedding model, shared by the configurations."""
+
+    def __init__(self) -> None:
+        self.loaded: dict[tuple[str, str], EmbeddingService] = {}
+
+    def get(self, settings: EmbeddingSettings) -> EmbeddingService:
+        if not settings.embedding_enabled:
+            return EmbeddingService(settings)
+        key = (settings.embedding_model, settings.embedding_model_dir)
+        if key not in self.loaded:
+            service = EmbeddingService(settings)
+            service.start()
+            if not service.wait_ready(300):
+                print(f"embeddings {key} unavailable ({service.reason}); vector legs measure nothing", file=sys.stderr)
+            self.loaded[key] = service
+        return self.loaded[key]
+
+    def close(self) -> None:
+        for service in self.loaded.values():
+            service.close()
+
+
 def run_conversation(
     root: Path,
     overrides: dict[str, Any],
-    emb: EmbeddingService,
+    emb: EmbeddingService | Services,
     facts: list[dict[str, Any]],
     questions: list[dict[str, Any]],
     name: str = NAME,
@@ -180,7 +208,10 @@ def run_conversation(
     default), ask every question; returns (category, share of the evidence ids cited by the
     results) per question and the p50 ms."""
     settings = bench_settings(root, **overrides)
-    service = emb if settings.embeddings.embedding_enabled else EmbeddingService(settings.embeddings)
+    if isinstance(emb, Services):
+        service = emb.get(settings.embeddings)  # the configuration's own model
+    else:
+        service = emb if settings.embeddings.embedding_enabled else EmbeddingService(settings.embeddings)
     with LiveServer(settings, embeddings=service, clock=clock) as srv:
         r = srv.post(f"/api/characters/{name}/facts", json={"facts": facts})
         r.raise_for_status()
@@ -278,10 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     facts_by_conv = [f for f, _ in loaded]
     questions_by_conv = [q for _, q in loaded]
 
-    emb = EmbeddingService(bench_settings(Path(tempfile.gettempdir())).embeddings)
-    emb.start()
-    if not emb.wait_ready(60):
-        print(f"embeddings unavailable ({emb.reason}); vector configurations measure BM25 only", file=sys.stderr)
+    services = Services()
+    emb = services.get(bench_settings(Path(tempfile.gettempdir())).embeddings)
     print(
         f"LoCoMo: {len(files)} conversations, {sum(len(f) for f in facts_by_conv)} facts, "
         f"{sum(len(q) for q in questions_by_conv)} questions (categories 1-4), prefix={args.prefix}, "
@@ -298,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         p50s: list[float] = []
         with tempfile.TemporaryDirectory(prefix="nekomem-locomo-") as tmp:
             for index, (facts, questions) in enumerate(loaded):
-                conv_scores, p50 = run_conversation(Path(tmp) / f"c{index}", overrides_of(name), emb, facts, questions)
+                conv_scores, p50 = run_conversation(Path(tmp) / f"c{index}", overrides_of(name), services, facts, questions)
                 scores += conv_scores
                 p50s.append(p50)
         row = summarise(scores)
@@ -308,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         print(" | ".join([f"{name:<28}"] + cells + [f"{row['p50_ms']:>11.1f}", f"{time.monotonic() - started:>11.1f}"]), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps({"ceiling": ceil, "configs": results}, indent=2), encoding="utf-8")
-    emb.close()
+    services.close()
     return 0
 
 

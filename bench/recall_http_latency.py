@@ -1,6 +1,8 @@
 """End-to-end /query_memory latency with both legs at 1k, 10k and 100k memories.
 
-Run from the project root: ``python -m bench.recall_http_latency [--sizes 1000 10000 100000]``.
+Run from the project root: ``python -m bench.recall_http_latency [--sizes 1000 10000 100000]
+[--models use e5 use+e5]`` (default: the configured embedding_model); the models run side by
+side in one run, so their rows compare.
 For each size a fresh in-process server (uvicorn in a thread, real HTTP on 127.0.0.1) gets
 its character's recall index fed directly (``IndexUpsert`` through the registry, the way
 FactActor feeds it at load) with the synthetic bilingual facts of ``bench.recall_latency``
@@ -23,6 +25,7 @@ import numpy as np
 
 from bench.recall_latency import SEED, Corpus, percentiles
 from nekomem.actors.messages import IndexEntry, IndexUpsert, ListEntries
+from nekomem.config.embeddings import EmbeddingSettings
 from nekomem.recall import vector_codec
 from nekomem.recall.embeddings import EmbeddingService, text_sha256
 from tests.support.live import LiveServer, make_settings
@@ -81,29 +84,37 @@ def measure(srv: LiveServer, queries: Sequence[str], time_spec: str | None = Non
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=list(SIZES))
+    parser.add_argument("--models", nargs="*", default=[], help="embedding_model values to compare (default: the configured one)")
     args = parser.parse_args(argv)
     gen = Corpus(SEED)
     facts = [gen.fact() for _ in range(max(args.sizes))]
     queries = [gen.query() for _ in range(QUERIES)]
     rng = np.random.default_rng(SEED)
 
-    emb = EmbeddingService(make_settings(Path(tempfile.gettempdir())).embeddings)
-    emb.start()
-    ready = emb.wait_ready(60)
-    print(f"embeddings: {emb.state} {emb.model_id or emb.reason}; {QUERIES} queries per row, times in ms")
-    print(f"{'docs':>8} {'legs':>8} {'build s':>8} {'p50':>8} {'p99':>8} {'+time p50':>10} {'+time p99':>10}")
+    models = args.models or [EmbeddingSettings().embedding_model]
+    services: dict[str, EmbeddingService] = {}
+    for model in models:
+        emb = services[model] = EmbeddingService(make_settings(Path(tempfile.gettempdir()), embedding_model=model).embeddings)
+        emb.start()
+        emb.wait_ready(120)
+        print(f"embeddings {model}: {emb.state} {emb.model_id or emb.reason}")
+    print(f"{QUERIES} queries per row, times in ms")
+    print(f"{'docs':>8} {'model':>8} {'legs':>8} {'build s':>8} {'p50':>8} {'p99':>8} {'+time p50':>10} {'+time p99':>10}")
     for size in sorted(args.sizes):
-        modes = (["both"] if ready else []) + ["bm25"]
-        for legs in modes:
+        rows = [(m, "both") for m, e in services.items() if e.is_ready] + [("-", "bm25")]
+        for model, legs in rows:
+            emb = services.get(model)
             with tempfile.TemporaryDirectory(prefix="nekomem-recall-lat-") as tmp:
-                settings = make_settings(Path(tmp), recall_legs=legs, embedding_enabled=ready and legs == "both")
+                chosen = model if emb is not None else models[0]
+                settings = make_settings(Path(tmp), recall_legs=legs, embedding_model=chosen, embedding_enabled=legs == "both")
                 service = emb if settings.embeddings.embedding_enabled else None
                 with LiveServer(settings, embeddings=service) as srv:
-                    seconds = build(srv, facts[:size], emb.model_id if service else None, emb.dim or 0, rng)
+                    seconds = build(srv, facts[:size], emb.model_id if emb is not None else None, (emb.dim or 0) if emb else 0, rng)
                     p50, p99 = measure(srv, queries)
                     t50, t99 = measure(srv, queries, "2026-02-10")
-                    print(f"{size:>8} {legs:>8} {seconds:>8.2f} {p50:>8.2f} {p99:>8.2f} {t50:>10.2f} {t99:>10.2f}", flush=True)
-    emb.close()
+                    print(f"{size:>8} {model:>8} {legs:>8} {seconds:>8.2f} {p50:>8.2f} {p99:>8.2f} {t50:>10.2f} {t99:>10.2f}", flush=True)
+    for emb in services.values():
+        emb.close()
 
 
 if __name__ == "__main__":

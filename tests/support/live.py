@@ -22,9 +22,16 @@ from nekomem.http.app import create_app
 ROOT = Path(__file__).resolve().parents[2]
 
 
+# The suite runs the fast embedding model its real-model tests were written against (and
+# that model's profile thresholds); tests/test_e5_model.py covers e5 and the pair, and the
+# benches pass the model they measure.
+TEST_EMBEDDING_MODEL = "use"
+
+
 def make_settings(memory_root: Path, **overrides: Any) -> Settings:
-    """Settings for a test: defaults, this memory root, port 0, no environment."""
-    values: dict[str, Any] = {"memory_root": str(memory_root), "port": 0}
+    """Settings for a test: defaults, this memory root, port 0, no environment, and the
+    TEST_EMBEDDING_MODEL (unless overridden)."""
+    values: dict[str, Any] = {"memory_root": str(memory_root), "port": 0, "embedding_model": TEST_EMBEDDING_MODEL}
     values.update(overrides)
     return load_settings(None, env={}, overrides=values)
 
@@ -95,6 +102,7 @@ class ServerProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("NEKOMEM_")}
         self.env.update(env or {})
+        self.env.setdefault("NEKOMEM_EMBEDDING_MODEL", TEST_EMBEDDING_MODEL)
         self.proc: subprocess.Popen[bytes] | None = None
         # The server's log goes to a file, never to a pipe nobody reads (a full pipe would
         # block the server inside a log call).

@@ -212,7 +212,7 @@ class RecallActor(ChildActor):
                 self._publish_pending()
             return
         assert emb is not None
-        if self.index.attach_model(model, int(emb.dim or 0)):
+        if self.index.attach_model(model, int(emb.dim or 0), getattr(emb, "legs", ())):
             self._publish_pending()
         self._pump_backfill()
 

@@ -1,23 +1,39 @@
-"""Local embedding model settings (onnxruntime on CPU)."""
+"""Local embedding model settings (onnxruntime on CPU), the built-in models' folders, and
+the per-model settings their ``profile.json`` carries (cosine thresholds)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
 
 from nekomem.config.base import Section, doc
 
 EMBEDDING_MODEL_KINDS = ("auto", "use-string-input", "hf-tokenizer")
 EMBEDDING_POOLINGS = ("mean", "cls", "last")
+# The models scripts/fetch_model.py installs, by name -> folder (relative to the project).
+BUILTIN_MODELS = {"use": "models/use-multilingual-v3", "e5": "models/multilingual-e5-small"}
+EMBEDDING_MODELS = ("use", "e5", "use+e5")
+PROFILE_FILE = "profile.json"
+# Settings a model profile may set (when the user did not): cosines are model-specific.
+PROFILE_SETTINGS = ("recall_cosine_threshold", "fact_dedup_cosine_threshold", "longterm_refine_cosine_threshold")
 
 
 class EmbeddingSettings(Section):
     embedding_enabled: Annotated[bool, doc("Use the local embedding model at all; false disables vectors for the whole process.")] = True
+    embedding_model: Annotated[
+        str,
+        doc(
+            "Which installed model embeds: e5 (multilingual-e5-small, 4-bit), use (Universal Sentence Encoder multilingual v3), or use+e5 (both; recall then runs one vector leg per model, fused by RRF). The model's profile.json supplies its prefixes and its cosine thresholds unless those are set explicitly. Ignored when embedding_model_dir is set."
+        ),
+    ] = "use+e5"
     embedding_model_dir: Annotated[
         str,
         doc(
-            "Folder of the model (model.onnx, plus tokenizer.json for tokenizer models). A relative path is looked up from the working directory, then from the project root."
+            "A custom model folder (model.onnx, plus tokenizer.json for tokenizer models) instead of embedding_model; empty uses embedding_model. A relative path is looked up from the working directory, then from the project root."
         ),
-    ] = "models/use-multilingual-v3"
+    ] = ""
     embedding_model_kind: Annotated[
         str,
         doc(
@@ -52,7 +68,73 @@ class EmbeddingSettings(Section):
     embedding_output_name: Annotated[str, doc("Model output that holds the embeddings; empty means the first output.")] = ""
 
     def __post_init__(self) -> None:
+        if self.embedding_model not in EMBEDDING_MODELS:
+            raise ValueError(f"embedding_model must be one of {', '.join(EMBEDDING_MODELS)}")
         if self.embedding_model_kind not in EMBEDDING_MODEL_KINDS:
             raise ValueError(f"embedding_model_kind must be one of {', '.join(EMBEDDING_MODEL_KINDS)}")
         if self.embedding_pooling not in EMBEDDING_POOLINGS:
             raise ValueError(f"embedding_pooling must be one of {', '.join(EMBEDDING_POOLINGS)}")
+
+
+def find_project_root(start: Path | None = None) -> Path | None:
+    """The nearest folder at or above start (default: this module) holding pyproject.toml."""
+    here = (start or Path(__file__)).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "pyproject.toml").is_file():
+            return folder
+    return None
+
+
+def resolve_model_dir(value: str, project_root: Path | None = None) -> Path:
+    """Resolve a model folder setting.
+
+    An absolute path is used as it is. A relative one is looked up from the working
+    directory first, then from the project root; when neither exists the working-directory
+    form is returned (so the missing-file reason names it).
+    """
+    path = Path(value).expanduser()
+    if path.is_absolute():
+        return path
+    from_cwd = Path.cwd() / path
+    if from_cwd.exists():
+        return from_cwd
+    root = project_root if project_root is not None else find_project_root()
+    if root is not None and (root / path).exists():
+        return root / path
+    return from_cwd
+
+
+def model_dirs(model: str, model_dir: str, project_root: Path | None = None) -> list[Path]:
+    """The folder(s) of the configured model: the custom ``model_dir`` when set, else the
+    built-in folder of each name in ``model`` ("use", "e5" or "use+e5")."""
+    if model_dir:
+        return [resolve_model_dir(model_dir, project_root)]
+    return [resolve_model_dir(BUILTIN_MODELS[name], project_root) for name in model.split("+")]
+
+
+def read_profile(folder: Path) -> dict[str, Any]:
+    """The folder's profile.json as a dict; {} when it is missing or unreadable."""
+    try:
+        data = json.loads((folder / PROFILE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def profile_settings(model: str, model_dir: str, project_root: Path | None = None) -> dict[str, float]:
+    """The PROFILE_SETTINGS the configured model's profile(s) give. With two models the value
+    is their mean (one stored vector then scores the mean of the two cosines), except the
+    recall threshold: each recall leg then uses its own model's. A key some profile lacks is
+    left out, as is everything when no profile is installed."""
+    per_model: list[Mapping[str, Any]] = []
+    for folder in model_dirs(model, model_dir, project_root):
+        given = read_profile(folder).get("settings")
+        per_model.append(given if isinstance(given, dict) else {})
+    out: dict[str, float] = {}
+    for key in PROFILE_SETTINGS:
+        if key == "recall_cosine_threshold" and len(per_model) > 1:
+            continue
+        values = [m.get(key) for m in per_model]
+        if values and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            out[key] = round(sum(float(v) for v in values) / len(values), 6)  # type: ignore[arg-type]
+    return out

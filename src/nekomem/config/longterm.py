@@ -215,11 +215,11 @@ class LongTermSettings(Section):
     fact_dedup_cosine_threshold: Annotated[
         float,
         doc(
-            "Cosine at or above which two facts become a paraphrase candidate pair for judge_duplicates. Model-specific: the reference's 0.85 was tuned for another model; with the default multilingual USE model paraphrases score 0.67-0.91 and unrelated facts rarely above 0.55.",
+            "Cosine at or above which two facts become a paraphrase candidate pair for judge_duplicates. Model-specific, so the embedding model's profile.json sets it unless you do: use 0.8 (paraphrases score 0.67-0.91, unrelated facts rarely above 0.55), e5 0.95, use+e5 (mean cosine) 0.875; the reference's 0.85 was tuned for another model.",
             ge=-1,
             le=1,
         ),
-    ] = 0.8
+    ] = 0.875
     fact_dedup_pairs_per_new: Annotated[int, doc("Most paraphrase candidate pairs queued per new fact (strongest first).", ge=1)] = 3
     fact_dedup_batch_limit: Annotated[int, doc("Most pairs sent in one judge_duplicates call.", ge=1)] = 20
     fact_dedup_max_attempts: Annotated[int, doc("Failed judgments of a pair before it is dropped (dead letter).", ge=1)] = 5
@@ -347,8 +347,13 @@ class LongTermSettings(Section):
         float, doc("A dead-lettered synthesis batch, refine cluster or recheck is probed again after this long.", ge=0)
     ] = 18000.0
     longterm_refine_cosine_threshold: Annotated[
-        float, doc("Refinement: neighbours at or above this cosine form a cluster (model-specific).", ge=-1, le=1)
-    ] = 0.82
+        float,
+        doc(
+            "Refinement: neighbours at or above this cosine form a cluster. Model-specific, so the embedding model's profile.json sets it unless you do: use 0.82, e5 0.96, use+e5 (mean cosine) 0.89.",
+            ge=-1,
+            le=1,
+        ),
+    ] = 0.89
     longterm_refine_topk_per_entry: Annotated[int, doc("Refinement: neighbours considered per entry.", ge=1)] = 5
     longterm_refine_cluster_size_max: Annotated[int, doc("Refinement: most members in one cluster.", ge=2)] = 6
     longterm_refine_clusters_per_pass: Annotated[int, doc("Refinement: clusters rewritten per pass.", ge=1)] = 3

@@ -82,7 +82,7 @@ class RecallSettings(Section):
     recall_cosine_threshold: Annotated[
         float,
         doc(
-            "Vector hits below this cosine similarity are dropped; model-specific: with the default multilingual USE model paraphrases score about 0.2-0.6 and unrelated memories mostly below 0.15.",
+            "Vector hits below this cosine similarity are dropped. Model-specific, so the embedding model's profile.json sets it unless you do: use 0.15 (paraphrases score about 0.2-0.6, unrelated memories mostly below 0.15), e5 0.8 (unrelated pairs score 0.69-0.81). With use+e5 each vector leg uses its own model's value instead.",
             ge=-1,
             le=1,
         ),

@@ -15,7 +15,7 @@ from typing import Any, get_args, get_origin, get_type_hints
 
 import msgspec
 
-from nekomem.config.embeddings import EmbeddingSettings
+from nekomem.config.embeddings import EMBEDDING_MODELS, EmbeddingSettings, profile_settings
 from nekomem.config.importer import ImportSettings
 from nekomem.config.llm import LLMSettings
 from nekomem.config.longterm import LongTermSettings
@@ -132,6 +132,7 @@ def load_settings(
             raise SettingsError(f"unknown setting {name}")
         tree[index[name][0]][name] = value
 
+    _fill_from_model_profile(tree, index)
     try:
         return msgspec.convert(tree, Settings, strict=False)
     except msgspec.ValidationError as exc:
@@ -141,6 +142,17 @@ def load_settings(
             if f".{name}`" in message or f".{name}" in message.split("`")[-2:-1]:
                 raise SettingsError(f"invalid setting {name}: {message}") from None
         raise SettingsError(f"invalid settings: {message}") from None
+
+
+def _fill_from_model_profile(tree: dict[str, dict[str, Any]], index: dict[str, tuple[str, msgspec.structs.FieldInfo, Any]]) -> None:
+    """Cosine thresholds the user did not set come from the embedding model's profile.json."""
+    chosen, defaults = tree["embeddings"], EmbeddingSettings()
+    model = chosen.get("embedding_model", defaults.embedding_model)
+    model_dir = chosen.get("embedding_model_dir", defaults.embedding_model_dir)
+    if not isinstance(model, str) or not isinstance(model_dir, str) or (not model_dir and model not in EMBEDDING_MODELS):
+        return  # invalid values are reported by the conversion below
+    for name, value in profile_settings(model, model_dir).items():
+        tree[index[name][0]].setdefault(name, value)
 
 
 def settings_markdown() -> str:

@@ -86,11 +86,12 @@ class TokenizerBackend:
 
     kind = "hf-tokenizer"
 
-    def __init__(self, session: Any, tokenizer: Any, output_name: str, settings: EmbeddingSettings) -> None:
+    def __init__(self, session: Any, tokenizer: Any, output_name: str, settings: EmbeddingSettings, pooling: str | None = None) -> None:
         self._session = session
         self._tokenizer = tokenizer
         self._output = output_name
         self._settings = settings
+        self._pooling = pooling or settings.embedding_pooling
         self._inputs: dict[str, Any] = {}
         for spec in session.get_inputs():
             if spec.name not in _TOKEN_INPUTS:
@@ -150,7 +151,7 @@ class TokenizerBackend:
             return out  # already one vector per text
         if out.ndim != 3 or out.shape[:2] != mask.shape:
             raise ValueError(f"model output has shape {out.shape}, expected [batch, tokens, dim] or [batch, dim]")
-        pooling = self._settings.embedding_pooling
+        pooling = self._pooling
         if pooling == "cls":
             return out[:, 0, :]
         if pooling == "last":

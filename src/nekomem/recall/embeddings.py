@@ -14,6 +14,15 @@ Two kinds of model directory are understood:
   library; inputs are discovered from the session, token outputs are pooled (mean, cls or
   last token) and prefixes for queries and passages are configurable.
 
+A folder's ``profile.json`` (written by ``scripts/fetch_model.py``), when it names them,
+decides the kind, pooling, token limit and query/passage prefixes of its model; the
+``embedding_*`` settings of the same name apply to models whose profile does not.
+
+With two models (``embedding_model = "use+e5"``) every text gets both embeddings, each
+L2-normalised and scaled by ``1/sqrt(2)``, concatenated: one unit vector whose dot product
+is the mean of the two models' cosines (what dedup and refinement use), and whose halves
+:attr:`EmbeddingService.legs` names so recall can search each model on its own.
+
 Vectors come back as float32 ``[N, dim]`` rows with unit L2 norm. The model id names the
 model, its dimension and a sha256 prefix of the files (and of the settings that change the
 vectors), so caches on entries notice when the model changed.
@@ -28,13 +37,24 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
-from nekomem.config.embeddings import EmbeddingSettings
+from nekomem.config.embeddings import EmbeddingSettings, find_project_root, model_dirs, read_profile, resolve_model_dir
 from nekomem.recall.embedding_backends import Backend, Disable, StringInputBackend, TokenizerBackend
+
+__all__ = [
+    "EmbeddingService",
+    "EmbeddingsUnavailable",
+    "VectorLeg",
+    "find_project_root",
+    "parse_model_dim",
+    "resolve_model_dir",
+    "text_sha256",
+]
 
 log = logging.getLogger(__name__)
 
@@ -83,32 +103,27 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def find_project_root(start: Path | None = None) -> Path | None:
-    """The nearest folder at or above start (default: this module) holding pyproject.toml."""
-    here = (start or Path(__file__)).resolve()
-    for folder in (here, *here.parents):
-        if (folder / "pyproject.toml").is_file():
-            return folder
-    return None
+@dataclass(frozen=True)
+class VectorLeg:
+    """One model's columns inside the service's vectors: ``[start, stop)``, the weight its
+    unit vector was scaled by, and the recall cosine threshold from its profile (None: the
+    recall_cosine_threshold setting)."""
+
+    name: str
+    start: int
+    stop: int
+    weight: float
+    recall_threshold: float | None
 
 
-def resolve_model_dir(value: str, project_root: Path | None = None) -> Path:
-    """Resolve the embedding_model_dir setting.
-
-    An absolute path is used as it is. A relative one is looked up from the working
-    directory first, then from the project root; when neither exists the working-directory
-    form is returned (so the missing-file reason names it).
-    """
-    path = Path(value).expanduser()
-    if path.is_absolute():
-        return path
-    from_cwd = Path.cwd() / path
-    if from_cwd.exists():
-        return from_cwd
-    root = project_root if project_root is not None else find_project_root()
-    if root is not None and (root / path).exists():
-        return root / path
-    return from_cwd
+@dataclass(frozen=True)
+class _Slot:
+    backend: Backend
+    model_id: str
+    dim: int
+    query_prefix: str
+    passage_prefix: str
+    leg: VectorLeg
 
 
 class EmbeddingService:
@@ -130,7 +145,7 @@ class EmbeddingService:
         self._thread: threading.Thread | None = None
         self._state: State = "loading"
         self._reason: str | None = None
-        self._backend: Backend | None = None
+        self._slots: tuple[_Slot, ...] = ()
         self._model_id: str | None = None
         self._dim: int | None = None
         self._observers: tuple[BatchObserver, ...] = ()
@@ -164,6 +179,11 @@ class EmbeddingService:
     @property
     def is_ready(self) -> bool:
         return self._state == "ready"
+
+    @property
+    def legs(self) -> tuple[VectorLeg, ...]:
+        """The models inside the vectors, in column order (one for a single model); () unless ready."""
+        return tuple(slot.leg for slot in self._slots) if self._state == "ready" else ()
 
     def status(self) -> dict[str, Any]:
         """Metadata for health output: state, model_id, dim, reason."""
@@ -218,7 +238,7 @@ class EmbeddingService:
             if self._state != "disabled":
                 self._state = "disabled"
                 self._reason = "closed"
-            self._backend = None
+            self._slots = ()
         self._wake.set()
         self._settled.set()
 
@@ -228,7 +248,7 @@ class EmbeddingService:
             return
         started = time.monotonic()
         try:
-            backend, model_id, dim = self._load()
+            slots = self._load()
         except Disable as exc:
             self._disable(exc.reason)
             return
@@ -238,10 +258,14 @@ class EmbeddingService:
         with self._lock:
             if self._state != "loading":
                 return  # closed while loading
-            self._backend, self._model_id, self._dim = backend, model_id, dim
+            self._slots = slots
+            self._model_id, self._dim = self._combined_id(slots), sum(slot.dim for slot in slots)
             self._state = "ready"
         self._settled.set()
-        log.info("embedding model ready: id=%s dim=%d kind=%s load_seconds=%.2f", model_id, dim, backend.kind, time.monotonic() - started)
+        kinds = "+".join(slot.backend.kind for slot in slots)
+        log.info(
+            "embedding model ready: id=%s dim=%d kind=%s load_seconds=%.2f", self._model_id, self._dim, kinds, time.monotonic() - started
+        )
 
     def _disable(self, reason: str) -> None:
         with self._lock:
@@ -249,15 +273,40 @@ class EmbeddingService:
                 return
             self._state = "disabled"
             self._reason = reason
-            self._backend = None
+            self._slots = ()
         self._settled.set()
         log.warning("embeddings disabled for this process: %s", reason)
 
     # -- loading ----------------------------------------------------------------------
 
-    def _load(self) -> tuple[Backend, str, int]:
+    def _load(self) -> tuple[_Slot, ...]:
+        """Load every configured model; raises Disable (or anything a loader raises)."""
         s = self._settings
-        folder = resolve_model_dir(s.embedding_model_dir, self._project_root)
+        folders = model_dirs(s.embedding_model, s.embedding_model_dir, self._project_root)
+        weight = 1.0 / float(np.sqrt(len(folders)))
+        slots: list[_Slot] = []
+        start = 0
+        for folder in folders:
+            profile = read_profile(folder)
+            backend, model_id, dim, prefixes = self._load_one(folder, profile)
+            threshold = (profile.get("settings") or {}).get("recall_cosine_threshold") if len(folders) > 1 else None
+            leg = VectorLeg(folder.name, start, start + dim, weight, float(threshold) if isinstance(threshold, int | float) else None)
+            slots.append(_Slot(backend, model_id, dim, prefixes[0], prefixes[1], leg))
+            start += dim
+        return tuple(slots)
+
+    @staticmethod
+    def _combined_id(slots: Sequence[_Slot]) -> str:
+        if len(slots) == 1:
+            return slots[0].model_id
+        names = "+".join(_MODEL_ID_DIM.split(slot.model_id)[0] for slot in slots)
+        digest = hashlib.sha256("\n".join(slot.model_id for slot in slots).encode("utf-8")).hexdigest()
+        return f"{names}-{sum(slot.dim for slot in slots)}d-{digest[:_DIGEST_CHARS]}"
+
+    def _load_one(self, folder: Path, profile: dict[str, Any]) -> tuple[Backend, str, int, tuple[str, str]]:
+        """Load the model in folder: (backend, model id, dim, (query prefix, passage prefix))."""
+        s = self._settings
+        run = _RunSpec.of(s, profile)
         model_path = folder / MODEL_FILE
         if not model_path.is_file() or model_path.stat().st_size == 0:
             raise Disable("model_file_missing", str(model_path))
@@ -266,8 +315,7 @@ class EmbeddingService:
         except ImportError as exc:
             raise Disable("onnxruntime_not_importable", str(exc)) from None
 
-        profile = self._read_profile(folder)
-        kind = s.embedding_model_kind
+        kind = run.kind
         if kind == "auto":
             kind = "hf-tokenizer" if (folder / TOKENIZER_FILE).is_file() else "use-string-input"
 
@@ -277,6 +325,8 @@ class EmbeddingService:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         # Idle worker threads must not spin: the service mostly waits between small batches.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # Shape-merge notices of the graph optimiser are warnings, not faults; errors still log.
+        options.log_severity_level = 3
 
         tokenizer = None
         if kind == "use-string-input":
@@ -296,7 +346,7 @@ class EmbeddingService:
             try:
                 tokenizer = Tokenizer.from_file(str(tokenizer_path))
                 tokenizer.no_padding()
-                tokenizer.enable_truncation(max_length=s.embedding_max_length)
+                tokenizer.enable_truncation(max_length=run.max_length)
             except Exception as exc:  # noqa: BLE001
                 raise Disable("tokenizer_setup_failed", f"{type(exc).__name__}: {exc}") from None
 
@@ -309,22 +359,13 @@ class EmbeddingService:
                 raise Disable("unsupported_model", "a use-string-input model needs exactly one string tensor input")
             backend = StringInputBackend(session, strings[0], output_name, s)
         else:
-            backend = TokenizerBackend(session, tokenizer, output_name, s)
+            backend = TokenizerBackend(session, tokenizer, output_name, s, pooling=run.pooling)
 
         probe = backend.infer([_PROBE_TEXT])
         if probe.ndim != 2 or probe.shape[0] != 1 or probe.shape[1] < 1 or not np.isfinite(probe).all():
             raise Disable("unsupported_model", f"probe inference gave shape {probe.shape}")
         dim = int(probe.shape[1])
-        return backend, self._make_model_id(folder, profile, kind, dim), dim
-
-    @staticmethod
-    def _read_profile(folder: Path) -> dict[str, Any]:
-        path = folder / PROFILE_FILE
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
+        return backend, self._make_model_id(folder, profile, kind, dim, run), dim, (run.query_prefix, run.passage_prefix)
 
     def _pick_output(self, session: Any, profile: dict[str, Any]) -> str:
         names = [o.name for o in session.get_outputs()]
@@ -337,7 +378,7 @@ class EmbeddingService:
             raise Disable("unsupported_model", "model has no outputs")
         return str(names[0])
 
-    def _make_model_id(self, folder: Path, profile: dict[str, Any], kind: str, dim: int) -> str:
+    def _make_model_id(self, folder: Path, profile: dict[str, Any], kind: str, dim: int, run: _RunSpec) -> str:
         s = self._settings
         given = profile.get("model_id")
         name = given if isinstance(given, str) else folder.name
@@ -351,12 +392,12 @@ class EmbeddingService:
         if kind == "hf-tokenizer":
             extras.append("tokenizer:" + _file_sha256(folder / TOKENIZER_FILE))
             extras.append(f"output:{s.embedding_output_name}")
-        if s.embedding_query_prefix or s.embedding_passage_prefix:
-            extras.append("prefixes:" + json.dumps([s.embedding_query_prefix, s.embedding_passage_prefix]))
+        if run.query_prefix or run.passage_prefix:
+            extras.append("prefixes:" + json.dumps([run.query_prefix, run.passage_prefix]))
         digest = model_sha
         if extras:
             digest = hashlib.sha256("\n".join(["model:" + model_sha, *extras]).encode("utf-8")).hexdigest()
-        suffix = f"-{s.embedding_pooling}-mlen{s.embedding_max_length}" if kind == "hf-tokenizer" else ""
+        suffix = f"-{run.pooling}-mlen{run.max_length}" if kind == "hf-tokenizer" else ""
         return f"{name}-{dim}d{suffix}-{digest[:_DIGEST_CHARS]}"
 
     # -- inference --------------------------------------------------------------------
@@ -378,29 +419,31 @@ class EmbeddingService:
             if not isinstance(item, str):
                 raise TypeError(f"texts must be strings, got {type(item).__name__}")
         with self._lock:
-            backend, dim = self._backend, self._dim
-            if self._state != "ready" or backend is None or dim is None:
+            slots, dim = self._slots, self._dim
+            if self._state != "ready" or not slots or dim is None:
                 raise EmbeddingsUnavailable(self._state, self._reason)
         if not items:
             return np.zeros((0, dim), dtype=np.float32)
-        s = self._settings
-        prefix = s.embedding_query_prefix if kind == "query" else s.embedding_passage_prefix
-        prepared = [prefix + item[: s.embedding_max_text_chars] for item in items]
+        cut = [item[: self._settings.embedding_max_text_chars] for item in items]
         started = time.monotonic()
+        parts: list[np.ndarray] = []
         try:
-            with self._run_lock:
-                raw = backend.infer(prepared)
-            if raw.shape != (len(items), dim):
-                raise ValueError(f"embeddings have shape {raw.shape}, expected {(len(items), dim)}")
-            if not np.isfinite(raw).all():
-                raise ValueError("model produced non-finite values")
+            for slot in slots:
+                prefix = slot.query_prefix if kind == "query" else slot.passage_prefix
+                with self._run_lock:
+                    raw = slot.backend.infer([prefix + item for item in cut])
+                if raw.shape != (len(items), slot.dim):
+                    raise ValueError(f"embeddings have shape {raw.shape}, expected {(len(items), slot.dim)}")
+                if not np.isfinite(raw).all():
+                    raise ValueError("model produced non-finite values")
+                norms = np.linalg.norm(raw, axis=1, keepdims=True)
+                parts.append(raw / np.maximum(norms, np.finfo(np.float32).tiny) * slot.leg.weight)
         except Exception as exc:
             self._observe(kind, len(items), time.monotonic() - started, False)
             self._disable(f"inference_raised: {type(exc).__name__}: {exc}")
             raise EmbeddingsUnavailable("disabled", self._reason) from exc
         self._observe(kind, len(items), time.monotonic() - started, True)
-        norms = np.linalg.norm(raw, axis=1, keepdims=True)
-        vectors: np.ndarray = (raw / np.maximum(norms, np.finfo(np.float32).tiny)).astype(np.float32, copy=False)
+        vectors: np.ndarray = np.concatenate(parts, axis=1).astype(np.float32, copy=False)
         log.debug("embedded %d texts (%s) in %.1f ms", len(items), kind, (time.monotonic() - started) * 1000)
         return vectors
 
@@ -412,3 +455,30 @@ class EmbeddingService:
         """Embed one text into a float32 [dim] unit vector; raises like embed."""
         row: np.ndarray = self.embed([text], kind)[0]
         return row
+
+
+@dataclass(frozen=True)
+class _RunSpec:
+    """How one model runs: from its profile where it says, else from the settings."""
+
+    kind: str
+    pooling: str
+    max_length: int
+    query_prefix: str
+    passage_prefix: str
+
+    @classmethod
+    def of(cls, s: EmbeddingSettings, profile: dict[str, Any]) -> _RunSpec:
+        def pick(key: str, default: Any, kind: type) -> Any:
+            value = profile.get(key)
+            return value if isinstance(value, kind) and not isinstance(value, bool) else default
+
+        kind = pick("kind", s.embedding_model_kind, str)
+        pooling = pick("pooling", s.embedding_pooling, str)
+        return cls(
+            kind=kind if kind in ("auto", "use-string-input", "hf-tokenizer") else s.embedding_model_kind,
+            pooling=pooling if pooling in ("mean", "cls", "last") else s.embedding_pooling,
+            max_length=min(pick("max_length", s.embedding_max_length, int), s.embedding_max_length),
+            query_prefix=pick("query_prefix", s.embedding_query_prefix, str),
+            passage_prefix=pick("passage_prefix", s.embedding_passage_prefix, str),
+        )

@@ -22,7 +22,7 @@ import numpy.typing as npt
 from nekomem.config.recall import RecallSettings
 from nekomem.domain.subjects import Subject, SubjectIndex
 from nekomem.recall import vector_codec
-from nekomem.recall.embeddings import text_sha256
+from nekomem.recall.embeddings import VectorLeg, text_sha256
 from nekomem.recall.entry import (
     OWNERS,
     TIER_FAMILIES,
@@ -55,6 +55,8 @@ class RecallIndex:
         self.lexical = LexicalIndex(settings)
         self.vectors: VectorIndex | None = None
         self.vector_model: str | None = None
+        # With two models in the vectors, recall searches each one's columns as a leg.
+        self.vector_legs: tuple[VectorLeg, ...] = ()
         self.need: dict[str, str] = {}  # id -> sha of the text waiting for a vector
         self.subjects = SubjectIndex()  # which subject's corpus each entry belongs to
         self._time_cache: tuple[list[str], npt.NDArray[np.float64], npt.NDArray[np.float64]] | None = None
@@ -121,10 +123,12 @@ class RecallIndex:
         return self.subjects.allowed(subjects)
 
     # -- vectors -------------------------------------------------------------------------
-    def attach_model(self, model: str, dim: int) -> bool:
-        """Use vectors of ``model`` (``dim`` wide). A new model empties the vector side and
-        lists every vector-tier entry without a matching cached vector in :attr:`need`.
-        Returns True when the vector side was rebuilt."""
+    def attach_model(self, model: str, dim: int, legs: Sequence[VectorLeg] = ()) -> bool:
+        """Use vectors of ``model`` (``dim`` wide; ``legs``: the models inside them, when
+        more than one). A new model empties the vector side and lists every vector-tier
+        entry without a matching cached vector in :attr:`need`. Returns True when the
+        vector side was rebuilt."""
+        self.vector_legs = tuple(legs) if len(legs) > 1 else ()
         if self.vector_model == model and self.vectors is not None:
             return False
         self.vectors = VectorIndex(dim, self.s)
@@ -198,22 +202,41 @@ class RecallIndex:
         return s.recall_vector_hub_weight if self.vector_count() >= s.recall_vector_hub_min_vectors else 0.0
 
     def legs(self, lexical_query: str, qvec: Vectors | None, allowed: Collection[str] | None) -> list[list[str]]:
-        """The lexical and the vector leg (ids, best first) over ``allowed`` (None: all)."""
+        """The lexical and the vector leg (ids, best first) over ``allowed`` (None: all);
+        one vector leg per model when the vectors hold two (:attr:`vector_legs`)."""
         s = self.s
         lex_hits: list[tuple[str, float]] = []
-        vec_hits: list[tuple[str, float]] = []
-        if allowed is None or allowed:
-            if s.recall_legs != "vector":
-                lex_hits = self.lexical.search(lexical_query, s.recall_budget_each, allowed, min_score=s.recall_bm25_threshold)
-            if qvec is not None and self.vectors is not None and s.recall_legs != "bm25":
-                try:
-                    vec_hits = self.vectors.search(
-                        qvec, s.recall_budget_each, allowed, min_score=s.recall_cosine_threshold, hub=self.hub_weight()
-                    )
-                except ValueError:
-                    vec_hits = []
-        # The vector search has thresholded, cut and ordered its hits (hubness-corrected).
-        return [leg_top(lex_hits, s.recall_budget_each, s.recall_bm25_threshold), [doc_id for doc_id, _ in vec_hits]]
+        if (allowed is None or allowed) and s.recall_legs != "vector":
+            lex_hits = self.lexical.search(lexical_query, s.recall_budget_each, allowed, min_score=s.recall_bm25_threshold)
+        legs = [leg_top(lex_hits, s.recall_budget_each, s.recall_bm25_threshold)]
+        for leg in self.vector_legs or (None,):
+            threshold = s.recall_cosine_threshold if leg is None or leg.recall_threshold is None else leg.recall_threshold
+            # The vector search has thresholded, cut and ordered its hits (hubness-corrected).
+            legs.append([doc_id for doc_id, _ in self._vector_hits(qvec, allowed, leg, threshold)])
+        return legs
+
+    def _vector_hits(
+        self, qvec: Vectors | None, allowed: Collection[str] | None, leg: VectorLeg | None, threshold: float
+    ) -> list[tuple[str, float]]:
+        """The vector search of one leg: all columns, or only ``leg``'s (scores rescaled to
+        that model's own cosine: its columns hold its unit vector times ``leg.weight``).
+        The hubness correction discounts the centroid of the same columns, divided by
+        ``leg.weight`` so that it weighs against that model's own cosine."""
+        s = self.s
+        if qvec is None or self.vectors is None or s.recall_legs == "bm25" or not (allowed is None or allowed):
+            return []
+        try:
+            hub = self.hub_weight()
+            if leg is None:
+                return self.vectors.search(qvec, s.recall_budget_each, allowed, min_score=threshold, hub=hub)
+            masked = np.zeros_like(np.asarray(qvec, dtype=np.float32))
+            masked[leg.start : leg.stop] = np.asarray(qvec, dtype=np.float32)[leg.start : leg.stop]
+            centroid = np.zeros_like(masked)
+            centroid[leg.start : leg.stop] = self.vectors.centroid()[leg.start : leg.stop] / leg.weight
+            hits = self.vectors.search(masked, s.recall_budget_each, allowed, min_score=threshold * leg.weight, hub=hub, centroid=centroid)
+        except ValueError:
+            return []
+        return [(doc_id, score / leg.weight) for doc_id, score in hits]
 
     def search(
         self, text: str, qvec: Vectors | None, allowed: set[str] | None, hinted: set[str] | None
