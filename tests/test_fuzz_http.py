@@ -30,8 +30,8 @@ import pytest
 
 pytest.importorskip("schemathesis")
 
-from tests.support import fuzzing, neko_fixture  # noqa: E402
-from tests.support.live import ServerProcess  # noqa: E402
+from tests.support import fuzzing, neko_fixture
+from tests.support.live import ServerProcess
 
 TARGET_REQUESTS = int(os.environ.get("FUZZ_REQUESTS", "5000"))
 BODY_EXAMPLES = 270

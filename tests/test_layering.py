@@ -106,7 +106,9 @@ def test_a_leaf_reaching_into_the_server_is_caught(tmp_path):
         (fake / package).mkdir(parents=True)
         (fake / package / "__init__.py").write_text("")
     (fake / "client" / "aio.py").write_text("from nekomem.http.schemas import WriteAnswer\nfrom nekomem.runtime.reply import Reply\n")
-    (fake / "mcp" / "tools.py").write_text("from nekomem import __version__\nfrom nekomem.client import X\nfrom nekomem.http.app import create_app\n")
+    (fake / "mcp" / "tools.py").write_text(
+        "from nekomem import __version__\nfrom nekomem.client import X\nfrom nekomem.http.app import create_app\n"
+    )
     assert leaf_violations(fake) == [
         "nekomem/client/aio.py:2: nekomem.client.aio imports nekomem.runtime.reply",
         "nekomem/mcp/tools.py:3: nekomem.mcp.tools imports nekomem.http.app",
