@@ -90,6 +90,15 @@ for _bm in (0.0, 0.05, 0.1, 0.2):
     CONFIGS[f"bm{_bm}"] = {"recall_bm25_threshold": _bm}
 for _k in (10, 30, 60, 120):
     CONFIGS[f"rrf{_k}"] = {"recall_rrf_k": _k}
+# The consensus leg (recall_consensus_leg) and its pool depth / BM25 weight.
+CONFIGS["consensus"] = {"recall_consensus_leg": True}
+for _pool in (8, 12, 16, 24):
+    CONFIGS[f"cpool{_pool}"] = {"recall_consensus_leg": True, "recall_consensus_pool": _pool}
+for _cbm in (0.0, 0.3, 0.5, 1.0):
+    CONFIGS[f"cbm{_cbm}"] = {"recall_consensus_leg": True, "recall_consensus_bm25_weight": _cbm}
+# BM25 term saturation / length normalisation.
+for _k1, _b in ((0.9, 0.3), (0.9, 0.5), (1.2, 0.5), (1.2, 0.75), (1.5, 0.5), (1.5, 0.9), (2.0, 0.75)):
+    CONFIGS[f"k1-{_k1}-b{_b}"] = {"recall_bm25_k1": _k1, "recall_bm25_b": _b}
 # The embedding models (each with its profile's thresholds); merge with "vector" for the leg alone.
 CONFIGS.update({"use": {"embedding_model": "use"}, "e5": {"embedding_model": "e5"}, "both": {"embedding_model": "use+e5"}})
 SETS = {
@@ -99,6 +108,7 @@ SETS = {
     "query": ["hybrid", "no-hub", "no-unnamed", "plain-vector", "no-lookback", "before", "vector", "vector+before"],
     "sweep": ["hybrid"] + [n for n in CONFIGS if n.startswith(("each", "cos", "bm0", "rrf"))],
     "models": ["use+vector", "e5+vector", "both+vector", "use", "e5", "both"],
+    "consensus": ["both", "both+consensus"] + [f"both+{n}" for n in CONFIGS if n.startswith(("cpool", "cbm"))],
 }
 
 _DATE = re.compile(r"(\d{1,2}):(\d{2})\s*([ap]m)\s+on\s+(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})", re.I)

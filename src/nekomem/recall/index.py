@@ -22,6 +22,7 @@ import numpy.typing as npt
 from nekomem.config.recall import RecallSettings
 from nekomem.domain.subjects import Subject, SubjectIndex
 from nekomem.recall import vector_codec
+from nekomem.recall.consensus import Signal, consensus_ranking, pool_of
 from nekomem.recall.embeddings import VectorLeg, text_sha256
 from nekomem.recall.entry import (
     OWNERS,
@@ -205,35 +206,70 @@ class RecallIndex:
         """The lexical and the vector leg (ids, best first) over ``allowed`` (None: all);
         one vector leg per model when the vectors hold two (:attr:`vector_legs`)."""
         s = self.s
+        consensus = s.recall_consensus_leg and qvec is not None and self.vector_count() > 0
+        depth = max(s.recall_budget_each, s.recall_consensus_pool) if consensus else s.recall_budget_each
         lex_hits: list[tuple[str, float]] = []
         if (allowed is None or allowed) and s.recall_legs != "vector":
-            lex_hits = self.lexical.search(lexical_query, s.recall_budget_each, allowed, min_score=s.recall_bm25_threshold)
-        legs = [leg_top(lex_hits, s.recall_budget_each, s.recall_bm25_threshold)]
+            lex_hits = self.lexical.search(lexical_query, depth, allowed, min_score=s.recall_bm25_threshold)
+        deep = [leg_top(lex_hits, depth, s.recall_bm25_threshold)]
         for leg in self.vector_legs or (None,):
             threshold = s.recall_cosine_threshold if leg is None or leg.recall_threshold is None else leg.recall_threshold
             # The vector search has thresholded, cut and ordered its hits (hubness-corrected).
-            legs.append([doc_id for doc_id, _ in self._vector_hits(qvec, allowed, leg, threshold)])
+            deep.append([doc_id for doc_id, _ in self._vector_hits(qvec, allowed, leg, threshold, depth)])
+        legs = [ranking[: s.recall_budget_each] for ranking in deep]
+        if consensus and qvec is not None:
+            legs.append(self._consensus_leg(deep, lexical_query, qvec))
         return legs
 
+    def _consensus_leg(self, deep: list[list[str]], lexical_query: str, qvec: Vectors) -> list[str]:
+        """The consensus leg (:mod:`nekomem.recall.consensus`) over the pool of ``deep``, the
+        legs searched to recall_consensus_pool hits each."""
+        s = self.s
+        pool = pool_of(deep, s.recall_consensus_pool)
+        if len(pool) < 2 or self.vectors is None:
+            return []
+        bm25 = dict(self.lexical.search(lexical_query, len(pool), pool))
+        signals: list[Signal] = [(s.recall_consensus_bm25_weight, np.array([bm25.get(i, 0.0) for i in pool], dtype=np.float64))]
+        rows = [self.vectors.get(i) for i in pool]
+        query = np.asarray(qvec, dtype=np.float64).reshape(-1)
+        centroid = self.vectors.centroid().astype(np.float64)
+        hub = self.hub_weight()
+        for leg in self.vector_legs or (None,):
+            cut = slice(None) if leg is None else slice(leg.start, leg.stop)
+            part = query[cut]
+            norm = float(np.linalg.norm(part))
+            if norm == 0.0 or not np.isfinite(norm):
+                continue
+            scale = 1.0 if leg is None else leg.weight  # a leg's columns hold its unit vector times this
+            values = [
+                None if row is None else float(row[cut] @ part) / (norm * scale) - hub * float(row[cut] @ centroid[cut]) / scale**2
+                for row in rows
+            ]
+            known = [v for v in values if v is not None]
+            floor = min(known) if known else 0.0  # a memory still waiting for its vector counts as the pool's worst
+            signals.append((1.0, np.array([floor if v is None else v for v in values], dtype=np.float64)))
+        return consensus_ranking(pool, signals, s.recall_budget_each)
+
     def _vector_hits(
-        self, qvec: Vectors | None, allowed: Collection[str] | None, leg: VectorLeg | None, threshold: float
+        self, qvec: Vectors | None, allowed: Collection[str] | None, leg: VectorLeg | None, threshold: float, k: int | None = None
     ) -> list[tuple[str, float]]:
         """The vector search of one leg: all columns, or only ``leg``'s (scores rescaled to
         that model's own cosine: its columns hold its unit vector times ``leg.weight``).
         The hubness correction discounts the centroid of the same columns, divided by
         ``leg.weight`` so that it weighs against that model's own cosine."""
         s = self.s
+        k = s.recall_budget_each if k is None else k
         if qvec is None or self.vectors is None or s.recall_legs == "bm25" or not (allowed is None or allowed):
             return []
         try:
             hub = self.hub_weight()
             if leg is None:
-                return self.vectors.search(qvec, s.recall_budget_each, allowed, min_score=threshold, hub=hub)
+                return self.vectors.search(qvec, k, allowed, min_score=threshold, hub=hub)
             masked = np.zeros_like(np.asarray(qvec, dtype=np.float32))
             masked[leg.start : leg.stop] = np.asarray(qvec, dtype=np.float32)[leg.start : leg.stop]
             centroid = np.zeros_like(masked)
             centroid[leg.start : leg.stop] = self.vectors.centroid()[leg.start : leg.stop] / leg.weight
-            hits = self.vectors.search(masked, s.recall_budget_each, allowed, min_score=threshold * leg.weight, hub=hub, centroid=centroid)
+            hits = self.vectors.search(masked, k, allowed, min_score=threshold * leg.weight, hub=hub, centroid=centroid)
         except ValueError:
             return []
         return [(doc_id, score / leg.weight) for doc_id, score in hits]
