@@ -90,7 +90,9 @@ for _bm in (0.0, 0.05, 0.1, 0.2):
     CONFIGS[f"bm{_bm}"] = {"recall_bm25_threshold": _bm}
 for _k in (10, 30, 60, 120):
     CONFIGS[f"rrf{_k}"] = {"recall_rrf_k": _k}
-# The consensus leg (recall_consensus_leg) and its pool depth / BM25 weight.
+# The same-time leg (recall_same_time_anchors; 0 = off) and the consensus leg (recall_consensus_leg).
+for _anchors in (0, 1, 2, 3, 4, 5):
+    CONFIGS[f"same{_anchors}"] = {"recall_same_time_anchors": _anchors}
 CONFIGS["consensus"] = {"recall_consensus_leg": True}
 for _pool in (8, 12, 16, 24):
     CONFIGS[f"cpool{_pool}"] = {"recall_consensus_leg": True, "recall_consensus_pool": _pool}
@@ -108,6 +110,7 @@ SETS = {
     "query": ["hybrid", "no-hub", "no-unnamed", "plain-vector", "no-lookback", "before", "vector", "vector+before"],
     "sweep": ["hybrid"] + [n for n in CONFIGS if n.startswith(("each", "cos", "bm0", "rrf"))],
     "models": ["use+vector", "e5+vector", "both+vector", "use", "e5", "both"],
+    "sametime": ["both+same0"] + [f"both+same{n}" for n in (1, 2, 3, 4, 5)] + ["both+consensus", "both+consensus+same0"],
     "consensus": ["both", "both+consensus"] + [f"both+{n}" for n in CONFIGS if n.startswith(("cpool", "cbm"))],
 }
 

@@ -54,7 +54,7 @@ def unit(*xs: float) -> np.ndarray:
 
 
 def make_index(**overrides: object) -> RecallIndex:
-    s = load_settings(None, env={}, overrides={"recall_vector_hub_weight": 0.0, **overrides}).recall
+    s = load_settings(None, env={}, overrides={"recall_vector_hub_weight": 0.0, "recall_same_time_anchors": 0, **overrides}).recall
     index = RecallIndex(s, timezone.utc, LexicalAnalyzer(s, stop_names_for(["Master", NAME])))
     index.attach_model(MODEL, 3)
     return index
@@ -72,9 +72,7 @@ DOCS = {
 
 def fill(index: RecallIndex) -> None:
     entries = [
-        IndexEntry(
-            id=i, tier="fact", text=t, vector=vector_codec.encode(v), vector_model=MODEL, text_sha256=text_sha256(t), importance=5
-        )
+        IndexEntry(id=i, tier="fact", text=t, vector=vector_codec.encode(v), vector_model=MODEL, text_sha256=text_sha256(t), importance=5)
         for i, (t, v) in DOCS.items()
     ]
     index.upsert(entries)

@@ -150,15 +150,20 @@ class RecallSettings(Section):
         ),
     ] = 50
 
+    recall_same_time_anchors: Annotated[
+        int,
+        doc(
+            "A query recall adds a same-time leg to its fusion: the other legs fused, kept to the memories whose event falls on the calendar day (display time zone) of one of the first this-many fused hits. Memories of one conversation or one day tend to answer a question together, so one found well lifts the others of its day that ranked a little lower; 0 = no such leg.",
+            ge=0,
+        ),
+    ] = 3
     recall_consensus_leg: Annotated[
         bool,
         doc(
             "Add a consensus leg to a query recall's fusion: the union of every leg's best recall_consensus_pool hits, re-ranked by the sum of each signal's z-score inside that pool (the BM25 score times recall_consensus_bm25_weight, and each embedding model's hubness-corrected cosine), so how far a memory stands above the others counts, not only its rank. Needs vectors; off by default (measured within noise on LoCoMo, see README)."
         ),
     ] = False
-    recall_consensus_pool: Annotated[
-        int, doc("Hits each leg contributes to the consensus leg's pool (recall_consensus_leg).", ge=1)
-    ] = 16
+    recall_consensus_pool: Annotated[int, doc("Hits each leg contributes to the consensus leg's pool (recall_consensus_leg).", ge=1)] = 16
     recall_consensus_bm25_weight: Annotated[
         float, doc("Weight of the BM25 z-score in the consensus leg; each embedding model's cosine weighs 1.", ge=0)
     ] = 0.5

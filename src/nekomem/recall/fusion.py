@@ -9,7 +9,7 @@ lexical and vector indexes (ties broken by id, optional acceptance predicate).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 
@@ -39,6 +39,17 @@ def rrf(rankings: Sequence[Sequence[str]], k: int, limit: int) -> list[tuple[str
             scores[doc_id] = scores.get(doc_id, 0.0) + 1.0 / (k + rank)
     # sorted() is stable, so ties keep first-appearance (dict insertion) order.
     return sorted(scores.items(), key=lambda item: -item[1])[:limit]
+
+
+def same_time_leg(legs: Sequence[Sequence[str]], k: int, anchors: int, day_of: Callable[[str], Hashable | None]) -> list[str]:
+    """The same-time leg of a query recall: ``legs`` fused by :func:`rrf`, kept to the ids
+    whose ``day_of`` is the day of one of the first ``anchors`` fused ids (undated ids are
+    never kept). Returns ``[]`` when no anchor is dated."""
+    fused = [doc_id for doc_id, _ in rrf(legs, k, sum(len(leg) for leg in legs))]
+    days = {day for day in (day_of(doc_id) for doc_id in fused[: max(anchors, 0)]) if day is not None}
+    if not days:
+        return []
+    return [doc_id for doc_id in fused if day_of(doc_id) in days]
 
 
 def leg_top(hits: Sequence[tuple[str, float]], n: int, threshold: float) -> list[str]:

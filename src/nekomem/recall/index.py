@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Collection, Iterable, Sequence
-from datetime import tzinfo
+from datetime import date, datetime, tzinfo
 
 import numpy as np
 import numpy.typing as npt
@@ -33,7 +33,7 @@ from nekomem.recall.entry import (
     event_interval,
     indexable,
 )
-from nekomem.recall.fusion import leg_top, rrf
+from nekomem.recall.fusion import leg_top, rrf, same_time_leg
 from nekomem.recall.lexical import LexicalIndex
 from nekomem.recall.query_text import LexicalAnalyzer
 from nekomem.recall.timewindow import TimeWindow
@@ -204,7 +204,9 @@ class RecallIndex:
 
     def legs(self, lexical_query: str, qvec: Vectors | None, allowed: Collection[str] | None) -> list[list[str]]:
         """The lexical and the vector leg (ids, best first) over ``allowed`` (None: all);
-        one vector leg per model when the vectors hold two (:attr:`vector_legs`)."""
+        one vector leg per model when the vectors hold two (:attr:`vector_legs`); then the
+        consensus leg (recall_consensus_leg, :mod:`nekomem.recall.consensus`) and the
+        same-time leg (recall_same_time_anchors, :func:`same_time_leg`) when they apply."""
         s = self.s
         consensus = s.recall_consensus_leg and qvec is not None and self.vector_count() > 0
         depth = max(s.recall_budget_each, s.recall_consensus_pool) if consensus else s.recall_budget_each
@@ -219,7 +221,21 @@ class RecallIndex:
         legs = [ranking[: s.recall_budget_each] for ranking in deep]
         if consensus and qvec is not None:
             legs.append(self._consensus_leg(deep, lexical_query, qvec))
+        if s.recall_same_time_anchors > 0:
+            same_time = same_time_leg(legs, s.recall_rrf_k, s.recall_same_time_anchors, self._event_day)
+            if same_time:
+                legs.append(same_time)
         return legs
+
+    def _event_day(self, doc_id: str) -> date | None:
+        """The calendar day (in the display time zone) an entry's event starts; None if undated."""
+        doc = self.docs.get(doc_id)
+        if doc is None or doc.start is None:
+            return None
+        try:
+            return datetime.fromtimestamp(doc.start, self.tz).date()
+        except (OverflowError, OSError, ValueError):
+            return None
 
     def _consensus_leg(self, deep: list[list[str]], lexical_query: str, qvec: Vectors) -> list[str]:
         """The consensus leg (:mod:`nekomem.recall.consensus`) over the pool of ``deep``, the
