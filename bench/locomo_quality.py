@@ -21,8 +21,10 @@ Configuration sets (``--configs``): ``legs`` (BM25 only, vector only, hybrid wit
 current defaults), ``defaults`` (legs + the reference's numbers), ``ablation`` (hybrid
 without each of nekomem's query-side additions), ``query`` (the vector leg's hubness
 correction and unnamed query vector, on and off), ``sweep`` (legs plus a grid of
-thresholds, per-leg depth and RRF k), ``models`` (each embedding model, vector leg alone
-and hybrid: use, e5, both = use+e5 as two vector legs), or a comma list of names from
+thresholds, per-leg depth and RRF k), ``sametime`` (the same-time leg off, with 1-5
+anchors, and with the consensus leg), ``consensus`` (the consensus leg's pool depth and BM25
+weight), ``models`` (each embedding model, vector leg alone and hybrid: use, e5, both =
+use+e5 as two vector legs), or a comma list of names from
 CONFIGS (``a+b`` merges two, e.g. ``e5+vector``).
 """
 
