@@ -300,13 +300,14 @@ def test_two_vector_legs_rank_each_model_on_its_own_and_fuse_by_rrf() -> None:
     assert [i for i, _ in index._vector_hits(query, None, None, 0.0)][:1] == ["both"]
     hits_a = index._vector_hits(query, None, legs[0], 0.5)
     assert hits_a == [("only-a", pytest.approx(1.0, abs=1e-3)), ("both", pytest.approx(0.6, abs=1e-3))]
-    lexical, leg_a, leg_b = index.legs("", query, None)
+    lexical, leg_a, leg_b, same_time = index.legs("", query, None)
     assert lexical == [] and leg_a == ["only-a", "both"] and leg_b == ["only-b", "both"]
+    assert same_time == ["both", "only-a", "only-b"]  # one day: the same-time leg is the fused list
     fused, _ = index.search("nothing lexical", query, None, None)
     assert [e.id for e, _ in fused] == ["both", "only-a", "only-b"]  # in both legs: first by RRF
     # A leg's own threshold: at 0.7 the 0.6 of "both" drops out of both legs.
     index.attach_model("pair", 4, [VectorLeg("a", 0, 2, w, 0.7), VectorLeg("b", 2, 4, w, 0.7)])
-    assert index.legs("", query, None)[1:] == [["only-a"], ["only-b"]]
+    assert index.legs("", query, None)[1:3] == [["only-a"], ["only-b"]]
 
 
 @needs_both
