@@ -216,25 +216,25 @@ class RecallIndex:
         return legs
 
     def _vector_hits(
-        self, qvec: Vectors | None, allowed: Collection[str] | None, leg: VectorLeg | None, threshold: float
+        self, qvec: Vectors | None, allowed: Collection[str] | None, leg: VectorLeg | None, threshold: float, k: int | None = None
     ) -> list[tuple[str, float]]:
-        """The vector search of one leg: all columns, or only ``leg``'s columns (the matrix
-        and the query sliced; scores rescaled to that model's own cosine: its columns hold
-        its unit vector times ``leg.weight``). The hubness correction discounts the
-        centroid of the same columns, divided by ``leg.weight`` so that it weighs against
-        that model's own cosine."""
+        """The vector search of one leg, ``k`` hits at most (None: recall_budget_each): all
+        columns, or only ``leg``'s columns (the matrix and the query sliced; scores rescaled
+        to that model's own cosine: its columns hold its unit vector times ``leg.weight``).
+        The hubness correction discounts the centroid of the same columns, divided by
+        ``leg.weight`` so that it weighs against that model's own cosine. The recall
+        playground calls it too, widened (:mod:`nekomem.recall.explain`)."""
         s = self.s
         if qvec is None or self.vectors is None or s.recall_legs == "bm25" or not (allowed is None or allowed):
             return []
+        k = s.recall_budget_each if k is None else k
         try:
             hub = self.hub_weight()
             if leg is None:
-                return self.vectors.search(qvec, s.recall_budget_each, allowed, min_score=threshold, hub=hub)
+                return self.vectors.search(qvec, k, allowed, min_score=threshold, hub=hub)
             columns = (leg.start, leg.stop)
             centroid = self.vectors.centroid()[leg.start : leg.stop] / leg.weight
-            hits = self.vectors.search(
-                qvec, s.recall_budget_each, allowed, min_score=threshold * leg.weight, hub=hub, centroid=centroid, columns=columns
-            )
+            hits = self.vectors.search(qvec, k, allowed, min_score=threshold * leg.weight, hub=hub, centroid=centroid, columns=columns)
         except ValueError:
             return []
         return [(doc_id, score / leg.weight) for doc_id, score in hits]
