@@ -30,6 +30,7 @@ from bench._common import (
     PhaseResult,
     Plan,
     UvicornProcess,
+    client_pool,
     gather_limited,
     make_client,
     print_table,
@@ -93,9 +94,14 @@ async def activate(url: str, names: list[str]) -> float:
 
 async def measure(url: str, args: argparse.Namespace, names: list[str], server_pid: int) -> PhaseResult:
     plan = make_plan(names, args.read_every, args.seed, args.clients)
-    if args.warmup > 0:
-        await run_load(url, plan, clients=args.clients, seconds=args.warmup, max_requests=args.max_requests, record=False)
-    return await run_load(url, plan, clients=args.clients, seconds=args.seconds, max_requests=args.max_requests, server_pid=server_pid)
+    # The clients (and, after the warm-up, their connections) exist before the measured
+    # window opens, so both servers are charged for requests only.
+    async with client_pool(url, args.clients) as pool:
+        if args.warmup > 0:
+            await run_load(url, plan, clients=args.clients, seconds=args.warmup, max_requests=args.max_requests, record=False, pool=pool)
+        return await run_load(
+            url, plan, clients=args.clients, seconds=args.seconds, max_requests=args.max_requests, server_pid=server_pid, pool=pool
+        )
 
 
 def report_rows(server: str, result: PhaseResult) -> list[list[Any]]:

@@ -105,7 +105,7 @@ class RecentActor(RecentState):
             )
         if turns:
             self.window.extend(turns)
-            self.tokens.extend(self.counter.count(t.text) for t in turns)
+            self._append_token_counts(turns)
             # recent_meta.json (and its journal_row) is written with the next meta change
             # or flush: at load, rows after the stored journal_row that recent.json already
             # ends with are recognised, so one rename per write is enough.

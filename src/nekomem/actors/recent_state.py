@@ -21,7 +21,7 @@ from nekomem.domain.post_turn import POST_TURN_CURSOR, PostTurnCursor, session_r
 from nekomem.domain.tokens import get_counter
 from nekomem.domain.turns import Turn, from_disk
 from nekomem.runtime.clock import iso
-from nekomem.stores.atomic import atomic_write_bytes, atomic_write_json, keep_rejected, read_json
+from nekomem.stores.atomic import atomic_write_bytes, atomic_write_json, drop_swap, keep_rejected, read_json, swap_write_bytes
 from nekomem.stores.recent_watch import RecentWatch, journal_adoption
 from nekomem.stores.timeindex import IMPORTED_CURSOR, TimeIndex
 
@@ -159,9 +159,24 @@ class RecentState(ChildActor):
         """How many leading turns of a settle batch repeat the stored tail (role + text)."""
         return recent_window.repeated_prefix(self.tindex.tail(len(turns)), turns)
 
+    def _append_token_counts(self, turns: list[Turn]) -> None:
+        """Extend ``self.tokens`` for turns appended to the window. With an exact
+        (byte-level BPE) counter a new turn first gets ``-len(utf-8 bytes)``: a token
+        covers at least one byte, so the length bounds the count, and the exact count is
+        taken only when the bounds no longer fit under the hard cap (see _enforce_cap)."""
+        if self.counter.exact:
+            self.tokens.extend(-len(t.text.encode("utf-8")) for t in turns)
+        else:
+            self.tokens.extend(self.counter.count(t.text) for t in turns)
+
     def _enforce_cap(self) -> None:
-        if sum(self.tokens) <= self.settings.recent_hard_cap_tokens:
-            return
+        cap = self.settings.recent_hard_cap_tokens
+        if sum(map(abs, self.tokens)) <= cap:
+            return  # exact counts, or upper bounds of them, fit
+        if any(n < 0 for n in self.tokens):
+            self.tokens = [n if n >= 0 else self.counter.count(t.text) for n, t in zip(self.tokens, self.window, strict=True)]
+            if sum(self.tokens) <= cap:
+                return
         self.window = recent_window.enforce_hard_cap(self.window, self.settings, self.counter)
         self.tokens = [self.counter.count(t.text) for t in self.window]
         self.meta.hard_cap_trims += 1
@@ -171,22 +186,30 @@ class RecentState(ChildActor):
         """Replace recent.json with the window (an outside edit since the last look is
         journaled first)."""
         self.adopt_outside_edit("write", keep_ours=True)
-        written = atomic_write_bytes(self.ctx.paths.recent, self._window_bytes(), durable=durable)
+        if durable:
+            # Edits, deletions, compression: no older window may stay in the swap file.
+            written = atomic_write_bytes(self.ctx.paths.recent, self._window_bytes())
+            drop_swap(self.ctx.paths.recent)
+        else:
+            written = swap_write_bytes(self.ctx.paths.recent, self._window_bytes())
         self.watch.remember(written)
 
     def _window_bytes(self) -> bytes:
         """recent.json's content: the same bytes as encoding ``[t.to_disk() ...]`` whole,
         but each item is encoded once and kept while it stays in the window (a write then
         costs a join, not a re-encode of every item)."""
-        known: dict[Turn, bytes] = getattr(self, "_encoded", {})
-        fresh: dict[Turn, bytes] = {}
+        # Keyed by identity (hashing a Turn hashes its text); each entry holds its Turn, so
+        # an id is never reused while its entry lives, and a changed window item is a new
+        # object (Turns are frozen) that is encoded afresh.
+        known: dict[int, tuple[Turn, bytes]] = getattr(self, "_encoded", {})
+        fresh: dict[int, tuple[Turn, bytes]] = {}
         parts: list[bytes] = []
         for turn in self.window:
-            data = known.get(turn)
-            if data is None:
-                data = _item_encoder.encode(turn.to_disk())
-            fresh[turn] = data
-            parts.append(data)
+            entry = known.get(id(turn))
+            if entry is None or entry[0] is not turn:
+                entry = (turn, _item_encoder.encode(turn.to_disk()))
+            fresh[id(turn)] = entry
+            parts.append(entry[1])
         self._encoded = fresh
         return b"[" + b",".join(parts) + b"]\n"
 

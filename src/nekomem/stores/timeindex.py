@@ -61,6 +61,19 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS cursors (name TEXT PRIMARY KEY, row_id INTEGER)",
 )
 _INSERT_ROW = f"INSERT INTO {_ORIGINAL} (session_id, message, timestamp) VALUES (?, ?, ?)"
+_ONE_STATEMENT_MAX_ROWS = 64  # 3 bound values per row, far below SQLite's variable limit
+_INSERT_SQL_BY_COUNT: dict[int, str] = {}
+
+
+def _insert_rows_sql(count: int) -> str:
+    """One INSERT statement of ``count`` rows (cached: SQLite's statement cache keys on the text)."""
+    sql = _INSERT_SQL_BY_COUNT.get(count)
+    if sql is None:
+        sql = _INSERT_ROW + ", (?, ?, ?)" * (count - 1)
+        _INSERT_SQL_BY_COUNT[count] = sql
+    return sql
+
+
 _TIMESTAMP_INDEX = f"CREATE INDEX IF NOT EXISTS ix_{_ORIGINAL}_timestamp ON {_ORIGINAL}(timestamp)"
 
 _encoder = msgspec.json.Encoder()
@@ -186,6 +199,15 @@ class TimeIndex(TimeIndexReader):
             stored = msgspec.structs.replace(turn, ts=ts)
             rows.append((session_id, _encoder.encode(stored.to_disk()).decode("utf-8"), ts))
         last_row_id = self.last_row_id
+        if 0 < len(rows) <= _ONE_STATEMENT_MAX_ROWS and idempotency_key is None and not cursors:
+            # Rows alone: one multi-row INSERT is its own transaction (autocommit), with
+            # the same durability as BEGIN/COMMIT around it but one statement step instead
+            # of four (each step hands the interpreter lock to another thread and back).
+            # AUTOINCREMENT numbers the rows of one statement consecutively.
+            db = self._conn()
+            last_row_id = int(db.execute(_insert_rows_sql(len(rows)), [v for row in rows for v in row]).lastrowid or 0)
+            self.last_row_id = last_row_id
+            return len(rows)
         with self._transaction() as db:
             # One statement per row (a conversation write holds a few): each INSERT's
             # lastrowid is the row's id, so no SELECT last_insert_rowid() is needed.
