@@ -173,8 +173,10 @@ def swap_write_bytes(path: Path, data: bytes) -> os.stat_result:
         offset = 0
         while offset < len(data):
             offset += os.pwrite(fd, view[offset:], offset)
-        os.ftruncate(fd, len(data))
         written = os.fstat(fd)
+        if written.st_size > len(data):  # the view shrank (a trim): cut the older tail
+            os.ftruncate(fd, len(data))
+            written = os.fstat(fd)
     finally:
         os.close(fd)
     if _renameat2(_AT_FDCWD, os.fsencode(swap), _AT_FDCWD, os.fsencode(path), _RENAME_EXCHANGE) == 0:
