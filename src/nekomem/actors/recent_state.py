@@ -9,6 +9,7 @@ post-turn cursor get their outbox record again (see :mod:`nekomem.domain.post_tu
 
 from __future__ import annotations
 
+import operator
 from pathlib import Path
 from typing import Any
 
@@ -198,19 +199,20 @@ class RecentState(ChildActor):
         """recent.json's content: the same bytes as encoding ``[t.to_disk() ...]`` whole,
         but each item is encoded once and kept while it stays in the window (a write then
         costs a join, not a re-encode of every item)."""
-        # Keyed by identity (hashing a Turn hashes its text); each entry holds its Turn, so
-        # an id is never reused while its entry lives, and a changed window item is a new
-        # object (Turns are frozen) that is encoded afresh.
-        known: dict[int, tuple[Turn, bytes]] = getattr(self, "_encoded", {})
-        fresh: dict[int, tuple[Turn, bytes]] = {}
-        parts: list[bytes] = []
-        for turn in self.window:
-            entry = known.get(id(turn))
-            if entry is None or entry[0] is not turn:
-                entry = (turn, _item_encoder.encode(turn.to_disk()))
-            fresh[id(turn)] = entry
-            parts.append(entry[1])
-        self._encoded = fresh
+        window = self.window
+        turns: list[Turn] = getattr(self, "_encoded_turns", [])
+        parts: list[bytes] = getattr(self, "_encoded_parts", [])
+        n = len(turns)
+        if len(window) >= n and all(map(operator.is_, turns, window[:n])):
+            # The usual change: items appended at the end (the identity check runs in C).
+            parts = parts + [_item_encoder.encode(t.to_disk()) for t in window[n:]]
+        else:
+            # Anything else (a trim, an edit, a splice): by identity, so an unchanged item
+            # is not encoded again (Turns are frozen: a changed item is a new object).
+            known = {id(t): p for t, p in zip(turns, parts, strict=True)}
+            parts = [known.get(id(t)) or _item_encoder.encode(t.to_disk()) for t in window]
+        self._encoded_turns = list(window)
+        self._encoded_parts = parts
         return b"[" + b",".join(parts) + b"]\n"
 
     def adopt_outside_edit(self, reason: str, *, keep_ours: bool = False) -> bool:
