@@ -262,3 +262,20 @@ def test_appends_with_and_without_a_transaction_number_rows_alike(tmp_path: Path
     assert [(r.id, r.turn.text) for r in db.rows_after(0)] == expected
     assert db.max_row_id() == expected[-1][0] and db.cursor("post_turn") == 1
     db.close()
+
+
+def test_count_and_last_timestamp_follow_the_appends(tmp_path: Path) -> None:
+    """Read once from the file, then kept by the writer: the same answers as the queries."""
+    path = tmp_path / "time_indexed.db"
+    seed = TimeIndex(path)
+    seed.append("s", [Turn(role="human", text="old", ts="2026-01-01T00:00:05+00:00")])
+    seed.close()
+    db = TimeIndex(path)
+    assert (db.count(), db.last_timestamp()) == (1, "2026-01-01T00:00:05.000000+00:00")
+    db.append("s", [Turn(role="human", text="earlier", ts="2026-01-01T00:00:01+00:00")])  # not newer
+    db.append("s", [Turn(role="ai", text=f"r{i}", ts=f"2026-01-01T00:01:0{i}+00:00") for i in range(3)], cursors={"c": 1})
+    db.append_rows([("imp", Turn(role="human", text="imported", ts="2026-01-01T00:02:00+00:00"))])
+    fresh = TimeIndex(path)
+    assert (db.count(), db.last_timestamp()) == (fresh.count(), fresh.last_timestamp()) == (6, "2026-01-01T00:02:00.000000+00:00")
+    fresh.close()
+    db.close()
