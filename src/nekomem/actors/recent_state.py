@@ -183,10 +183,12 @@ class RecentState(ChildActor):
         self.meta.hard_cap_trims += 1
         self.log.info("hard cap trimmed the window to %d items", len(self.window))
 
-    def _save_window(self, *, durable: bool = True) -> None:
+    def _save_window(self, *, durable: bool = True, looked: bool = False) -> None:
         """Replace recent.json with the window (an outside edit since the last look is
-        journaled first)."""
-        self.adopt_outside_edit("write", keep_ours=True)
+        journaled first; ``looked``: the caller looked, with adopt_outside_edit, just before
+        building this window, in the same message)."""
+        if not looked:
+            self.adopt_outside_edit("write", keep_ours=True)
         if durable:
             # Edits, deletions, compression: no older window may stay in the swap file.
             written = atomic_write_bytes(self.ctx.paths.recent, self._window_bytes())
