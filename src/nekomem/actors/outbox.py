@@ -85,9 +85,12 @@ class OutboxActor(ChildActor):
             if not lazy:
                 self._sync()
         else:
-            op_id = self.outbox.add(msg.op_type, msg.payload, iso(self.ctx.clock.now()), durable=not lazy, defer=lazy)
+            # A record enqueued again at load (replay) is written at once, unsynced: recovery
+            # is over only once the file covers every stored row again.
+            held = lazy and not msg.replay
+            op_id = self.outbox.add(msg.op_type, msg.payload, iso(self.ctx.clock.now()), durable=not lazy, defer=held)
             self.pending[op_id] = (msg.op_type, msg.payload, 0)
-            if lazy:
+            if held:
                 self.held_ops.add(op_id)
             if rows is not None:
                 self.rows_known.add(rows)
