@@ -61,6 +61,7 @@ bench: install
 	$(PY) -m bench.import_neko
 	$(PY) -m bench.fact_write_cost
 	$(PY) -m bench.recall_latency
+	$(PY) -m bench.vector_latency
 	$(PY) -m bench.recall_http_latency
 	$(PY) -m bench.locomo_quality --configs legs
 	$(PY) -m bench.cjk_quality --configs legs

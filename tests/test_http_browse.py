@@ -149,8 +149,8 @@ def test_recall_explain_shows_legs_and_removals(tmp_path, fake_llm):
         explained = srv.post("/api/browse/Lan/recall_explain", json={"query": "kite"}).json()
         # The fused list is the one /query_memory answers.
         assert [r["id"] for r in explained["fused"]] == [r["id"] for r in plain["results"]]
-        assert explained["vector_state"] == "no embedding service" and explained["vector"] == []
-        assert all(r["lexical_rank"] is not None for r in explained["fused"])
+        assert explained["vector_state"] == "no embedding service" and explained["vector_legs"] == []
+        assert all(r["lexical_rank"] is not None and r["vector_ranks"] == [] for r in explained["fused"])
         # The denied reflection is kept out by the hard filter, and said so.
         assert [(h["id"], h["reason"]) for h in explained["hard_filtered"]] == [(rid, "status denied")]
 

@@ -168,7 +168,13 @@ def test_named_query_blend_and_hub_correction_over_http(tmp_path: Path, embeddin
             index.upsert(ids_by_text[text], row)
         qvec = blend_query_vectors(embeddings.embed(query_vector_texts(query, 0.5), "query"), 0.5)
         expected = [i for i, _ in index.search(qvec, 4, min_score=settings.recall.recall_cosine_threshold, hub=1.0)]
-        assert [r["id"] for r in explained["vector"] if r["removed"] is None] == expected
+        (leg,) = explained["vector_legs"]  # one model: one leg over all its columns
+        assert leg["model"] == embeddings.model_id and leg["columns"] == [0, embeddings.dim]
+        assert leg["threshold"] == settings.recall.recall_cosine_threshold
+        assert [r["id"] for r in leg["hits"] if r["removed"] is None] == expected
+        assert [r["vector_ranks"] for r in explained["fused"]] == [
+            [expected.index(r["id"]) + 1 if r["id"] in expected else None] for r in explained["fused"]
+        ]
         assert expected != [i for i, _ in index.search(qvec, 4, min_score=settings.recall.recall_cosine_threshold)]
 
 

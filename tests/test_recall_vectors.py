@@ -94,10 +94,10 @@ def test_upsert_replaces_and_remove_frees_rows_for_reuse(data: dict[str, np.ndar
     assert [d for d, _ in index.search(target, 1)] == ["v000"]
     for i in range(50):
         index.remove(f"v{i + 101:03d}")
-    rows_before = index._matrix.shape[0]
+    rows_before = index.capacity
     for i in range(50):
         index.upsert(f"n{i}", data[f"v{i + 101:03d}"])
-    assert index._matrix.shape[0] == rows_before  # freed rows were reused
+    assert index.capacity == rows_before  # freed rows were reused
     remaining = {d: v for d, v in data.items() if d not in {f"v{i + 101:03d}" for i in range(50)} | {"v100"}}
     remaining["v000"] = target
     remaining.update({f"n{i}": data[f"v{i + 101:03d}"] for i in range(50)})
@@ -194,3 +194,147 @@ def test_a_hub_vector_loses_its_place_to_a_specific_one() -> None:
     assert [d for d, _ in index.search(q, 1, hub=1.0, centroid=along_x)] == ["g"]
     with pytest.raises(ValueError):
         index.search(q, 2, hub=1.0, centroid=np.zeros(4))
+
+
+# -- column ranges: two models side by side, each unit vector scaled by 1/sqrt(2) ---------------
+BLOCKS = ((0, 10), (10, 16))
+W = float(1 / np.sqrt(2))
+
+
+def two_model_data(n: int = 240, seed: int = 11) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for i in range(n):
+        parts = [rng.normal(size=stop - start) for start, stop in BLOCKS]
+        out[f"p{i:03d}"] = np.concatenate([p / np.linalg.norm(p) * W for p in parts])
+    return out
+
+
+def brute_force_columns(
+    data: dict[str, np.ndarray],
+    q: np.ndarray,
+    k: int,
+    columns: tuple[int, int],
+    hub: float,
+    min_score: float,
+    centroid: np.ndarray | None = None,
+) -> list[tuple[str, float]]:
+    """Each stored unit row's slice dotted with the query's normalised slice, ranked minus
+    ``hub`` times the slice's dot with ``centroid`` (default: the mean row's slice)."""
+    start, stop = columns
+    units = {d: v / np.linalg.norm(v) for d, v in data.items()}
+    mean = np.mean(list(units.values()), axis=0)[start:stop] if centroid is None else centroid
+    qs = q[start:stop] / np.linalg.norm(q[start:stop])
+    scored = [(d, float(u[start:stop] @ qs), float(u[start:stop] @ qs - hub * (u[start:stop] @ mean))) for d, u in units.items()]
+    kept = sorted((s for s in scored if s[1] >= min_score), key=lambda s: (-s[2], s[0]))[:k]
+    return [(d, score) for d, score, _ in kept]
+
+
+@pytest.mark.parametrize("cuts", [(), (10,), (3, 10, 13)])  # one array; one per model; cuts inside the models
+@pytest.mark.parametrize("columns", BLOCKS)
+@pytest.mark.parametrize("hub", [0.0, 1.0])
+def test_a_column_range_ranks_as_brute_force_and_as_a_masked_query(cuts: tuple[int, ...], columns: tuple[int, int], hub: float) -> None:
+    data = two_model_data()
+    index = VectorIndex(16, RecallSettings(recall_index_initial_capacity=8), blocks=cuts)  # also grows from 8 rows
+    for doc_id, vec in data.items():
+        index.upsert(doc_id, vec)
+    start, stop = columns
+    rng = np.random.default_rng(start + 1)
+    allowed = {f"p{i:03d}" for i in range(0, 240, 4)}
+    for _ in range(5):
+        q = rng.normal(size=16)
+        for min_score in (-1.0, 0.1 * W):
+            hits = index.search(q, 12, min_score=min_score, hub=hub, columns=columns)
+            expected = brute_force_columns(data, q, 12, columns, hub, min_score)
+            assert [d for d, _ in hits] == [d for d, _ in expected]
+            assert [s for _, s in hits] == pytest.approx([s for _, s in expected], abs=1e-5)
+            # The query zeroed outside the range, over every column, with the centroid zeroed
+            # the same way (how the legs searched before column ranges): the same answer.
+            masked = np.zeros(16)
+            masked[start:stop] = q[start:stop]
+            full_centroid = np.zeros(16, dtype=np.float32)
+            full_centroid[start:stop] = index.centroid()[start:stop]
+            old = index.search(masked, 12, min_score=min_score, hub=hub, centroid=full_centroid)
+            assert [d for d, _ in hits] == [d for d, _ in old]
+            assert [s for _, s in hits] == pytest.approx([s for _, s in old], abs=1e-6)
+        # Inside an allowed set (few rows: copied out) and through a predicate (every row).
+        expected = [d for d, _ in brute_force_columns(data, q, 240, columns, hub, -1.0) if d in allowed][:5]
+        assert [d for d, _ in index.search(q, 5, allowed, hub=hub, columns=columns)] == expected
+        assert [d for d, _ in index.search(q, 5, allowed.__contains__, hub=hub, columns=columns)] == expected
+    # Writes move the centroid; the cached dots of this range follow.
+    for i in range(30):
+        index.remove(f"p{i:03d}")
+        del data[f"p{i:03d}"]
+    q = rng.normal(size=16)
+    hits = index.search(q, 12, hub=hub, columns=columns)
+    assert [d for d, _ in hits] == [d for d, _ in brute_force_columns(data, q, 12, columns, hub, -1.0)]
+
+
+def test_the_hub_cache_is_kept_per_column_range() -> None:
+    # Two blocks of equal width searched with the same explicit centroid: a cache keyed by the
+    # centroid alone would hand the second block the first block's dots.
+    rng = np.random.default_rng(5)
+    data = {f"d{i:02d}": rng.normal(size=8) for i in range(60)}
+    index = VectorIndex(8)
+    for doc_id, vec in data.items():
+        index.upsert(doc_id, vec)
+    centroid = np.array([0.9, -0.4, 0.3, 0.2], dtype=np.float32)
+    q = rng.normal(size=8)
+    for columns in ((0, 4), (4, 8), (0, 4)):
+        hits = index.search(q, 10, hub=2.0, centroid=centroid, columns=columns)
+        expected = brute_force_columns(data, q, 10, columns, 2.0, -1.0, centroid)
+        assert [d for d, _ in hits] == [d for d, _ in expected]
+        assert [s for _, s in hits] == pytest.approx([s for _, s in expected], abs=1e-5)
+
+
+def test_bad_column_ranges_and_centroids_are_refused() -> None:
+    index = VectorIndex(6)
+    index.upsert("a", [1, 0, 0, 0, 0, 1])
+    for bad in ((0, 0), (3, 2), (-1, 3), (2, 7)):
+        with pytest.raises(ValueError, match="columns"):
+            index.search(np.ones(6), 1, columns=bad)
+    with pytest.raises(ValueError, match="centroid"):
+        index.search(np.ones(6), 1, hub=1.0, centroid=np.zeros(6), columns=(0, 3))
+    with pytest.raises(ValueError):
+        index.search(np.ones(3), 1, columns=(0, 3))  # the query is always the full width
+    # A query that is zero inside the range has no direction there: no hits.
+    assert index.search([0, 0, 0, 1, 1, 1], 1, columns=(0, 3)) == []
+    assert index.search([1, 1, 0, 0, 0, 0], 1, columns=(0, 3)) == [("a", pytest.approx(1 / np.sqrt(2) / np.sqrt(2), abs=1e-6))]
+
+
+@pytest.mark.parametrize("cuts", [(10,), (3, 10, 13)])
+def test_column_blocks_store_and_search_what_one_matrix_does(cuts: tuple[int, ...]) -> None:
+    data = two_model_data(n=120)
+    one = VectorIndex(16, RecallSettings(recall_index_initial_capacity=8))
+    split = VectorIndex(16, RecallSettings(recall_index_initial_capacity=8), blocks=cuts)
+    for index in (one, split):
+        for doc_id, vec in data.items():
+            index.upsert(doc_id, vec)
+        index.upsert("p005", data["p006"])  # a replacement
+        for i in range(10, 30):
+            index.remove(f"p{i:03d}")  # freed rows, reused below
+        for i in range(10):
+            index.upsert(f"n{i}", data[f"p{i + 40:03d}"] + 0.1)
+    assert one.capacity == split.capacity == 128
+    assert sorted(one.ids()) == sorted(split.ids())
+    for doc_id in one.ids():
+        assert np.allclose(one.get(doc_id), split.get(doc_id), atol=1e-7)  # type: ignore[arg-type]
+    assert np.allclose(one.centroid(), split.centroid(), atol=1e-7)
+    q = np.cos(np.arange(16, dtype=np.float64))
+    for columns in (None, (0, 10), (10, 16), (2, 14)):  # the last one crosses every cut
+        for hub in (0.0, 1.0):
+            a, b = one.search(q, 10, hub=hub, columns=columns), split.search(q, 10, hub=hub, columns=columns)
+            assert [d for d, _ in a] == [d for d, _ in b]
+            assert [s for _, s in a] == pytest.approx([s for _, s in b], abs=1e-6)
+    a, b = one.neighbours("p050", 5), split.neighbours("p050", 5)
+    assert [d for d, _ in a] == [d for d, _ in b] and [s for _, s in a] == pytest.approx([s for _, s in b], abs=1e-6)
+    assert [d for d, _ in split.neighbours("p050", 5)] == brute_force_from(split, "p050", 5)
+    with pytest.raises(ValueError, match="cuts"):
+        VectorIndex(16, blocks=(16,))
+    with pytest.raises(ValueError, match="cuts"):
+        VectorIndex(16, blocks=(0,))
+
+
+def brute_force_from(index: VectorIndex, doc_id: str, k: int) -> list[str]:
+    vectors = {d: index.get(d) for d in index.ids()}
+    return brute_force(vectors, vectors[doc_id], k, exclude=doc_id)  # type: ignore[arg-type]

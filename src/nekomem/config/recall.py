@@ -118,7 +118,7 @@ class RecallSettings(Section):
     ] = True
     recall_query_time_max_tokens: Annotated[
         int, doc("Longest time expression (in words; three times as many characters for CJK) looked for inside a query.", ge=1)
-    ] = 6
+    ] = 8
     recall_query_time_max_attempts: Annotated[int, doc("Most candidate spans of one query tried as time expressions.", ge=1)] = 200
     recall_query_time_year_lookback: Annotated[
         int,

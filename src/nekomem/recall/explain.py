@@ -5,7 +5,9 @@ Runs on the same :class:`~nekomem.recall.index.RecallIndex`, leg and fusion code
 list is what a client would get for the same query vector. Around it, wider searches show
 what each filter removed: the explicit time window, the per-leg score thresholds, the
 per-leg budget, and the shared hard filter (entries the owners keep out of the index,
-scored lexically here).
+scored lexically here). With two embedding models in the vectors (``use+e5``) there is one
+vector leg per model, each over its own columns with its own cosine threshold, as recall
+ranks them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 
 from nekomem.config.recall import RecallSettings
 from nekomem.domain.subjects import restrict
+from nekomem.recall.embeddings import VectorLeg
 from nekomem.recall.fusion import rrf
 from nekomem.recall.index import RecallIndex, Vectors
 from nekomem.recall.lexical import LexicalIndex
@@ -75,6 +78,22 @@ def _query_vector(index: RecallIndex, settings: RecallSettings, vector: Sequence
     return qvec, "used"
 
 
+def _vector_legs(index: RecallIndex, settings: RecallSettings) -> list[tuple[VectorLeg | None, dict[str, Any]]]:
+    """The vector legs recall runs (one per model in the vectors; one over all columns when
+    there is a single model), each with its description: model, columns, cosine threshold."""
+    if index.vectors is None:
+        return []
+    out: list[tuple[VectorLeg | None, dict[str, Any]]] = []
+    for leg in index.vector_legs or (None,):
+        if leg is None:
+            info = {"model": index.vector_model, "columns": [0, index.vectors.dim], "threshold": settings.recall_cosine_threshold}
+        else:
+            threshold = settings.recall_cosine_threshold if leg.recall_threshold is None else leg.recall_threshold
+            info = {"model": leg.name, "columns": [leg.start, leg.stop], "threshold": threshold}
+        out.append((leg, info))
+    return out
+
+
 def _hard_filtered(
     index: RecallIndex, settings: RecallSettings, lexical_query: str, excluded: Sequence[Mapping[str, str]]
 ) -> list[dict[str, Any]]:
@@ -119,22 +138,23 @@ def _legs_explained(
         body["lexical"] = _annotate(
             index, index.lexical.search(lexical_query, wide, None), visible, allowed, s.recall_bm25_threshold, s.recall_budget_each
         )
-    if qvec is not None and index.vectors is not None:
-        body["vector"] = _annotate(
-            index,
-            index.vectors.search(qvec, wide, None, hub=index.hub_weight()),
-            visible,
-            allowed,
-            s.recall_cosine_threshold,
-            s.recall_budget_each,
-        )
+    vector_legs = _vector_legs(index, s)
+    if qvec is not None:
+        for leg, info in vector_legs:
+            # The leg's own search (its columns, hubness correction), wider and unthresholded.
+            hits = index._vector_hits(qvec, None, leg, float("-inf"), k=wide)
+            body["vector_legs"].append({**info, "hits": _annotate(index, hits, visible, allowed, info["threshold"], s.recall_budget_each)})
     legs = index.legs(lexical_query, qvec, allowed)
     if hinted:
         legs += index.legs(lexical_query, qvec, hinted)
     lex_rank = {i: n + 1 for n, i in enumerate(legs[0])}
-    vec_rank = {i: n + 1 for n, i in enumerate(legs[1])}
+    vec_ranks = [{i: n + 1 for n, i in enumerate(leg)} for leg in legs[1 : 1 + max(1, len(vector_legs))]]
     body["fused"] = [
-        {**hit_row(index.docs[i].entry, round(score, 6)), "lexical_rank": lex_rank.get(i), "vector_rank": vec_rank.get(i)}
+        {
+            **hit_row(index.docs[i].entry, round(score, 6)),
+            "lexical_rank": lex_rank.get(i),
+            "vector_ranks": [ranks.get(i) for ranks in vec_ranks] if vector_legs else [],
+        }
         for i, score in rrf(legs, s.recall_rrf_k, s.recall_budget_total)
         if i in index.docs
     ]
@@ -187,7 +207,7 @@ def explain(
             "query_unnamed_weight": s.recall_query_unnamed_weight,
         },
         "lexical": [],
-        "vector": [],
+        "vector_legs": [],
         "fused": [],
         "hard_filtered": [],
     }

@@ -131,7 +131,7 @@ class RecallIndex:
         self.vector_legs = tuple(legs) if len(legs) > 1 else ()
         if self.vector_model == model and self.vectors is not None:
             return False
-        self.vectors = VectorIndex(dim, self.s)
+        self.vectors = VectorIndex(dim, self.s, blocks=[leg.start for leg in self.vector_legs[1:]])
         self.vector_model = model
         self.need.clear()
         for doc_id, doc in self.docs.items():
@@ -216,24 +216,25 @@ class RecallIndex:
         return legs
 
     def _vector_hits(
-        self, qvec: Vectors | None, allowed: Collection[str] | None, leg: VectorLeg | None, threshold: float
+        self, qvec: Vectors | None, allowed: Collection[str] | None, leg: VectorLeg | None, threshold: float, k: int | None = None
     ) -> list[tuple[str, float]]:
-        """The vector search of one leg: all columns, or only ``leg``'s (scores rescaled to
-        that model's own cosine: its columns hold its unit vector times ``leg.weight``).
+        """The vector search of one leg, ``k`` hits at most (None: recall_budget_each): all
+        columns, or only ``leg``'s columns (the matrix and the query sliced; scores rescaled
+        to that model's own cosine: its columns hold its unit vector times ``leg.weight``).
         The hubness correction discounts the centroid of the same columns, divided by
-        ``leg.weight`` so that it weighs against that model's own cosine."""
+        ``leg.weight`` so that it weighs against that model's own cosine. The recall
+        playground calls it too, widened (:mod:`nekomem.recall.explain`)."""
         s = self.s
         if qvec is None or self.vectors is None or s.recall_legs == "bm25" or not (allowed is None or allowed):
             return []
+        k = s.recall_budget_each if k is None else k
         try:
             hub = self.hub_weight()
             if leg is None:
-                return self.vectors.search(qvec, s.recall_budget_each, allowed, min_score=threshold, hub=hub)
-            masked = np.zeros_like(np.asarray(qvec, dtype=np.float32))
-            masked[leg.start : leg.stop] = np.asarray(qvec, dtype=np.float32)[leg.start : leg.stop]
-            centroid = np.zeros_like(masked)
-            centroid[leg.start : leg.stop] = self.vectors.centroid()[leg.start : leg.stop] / leg.weight
-            hits = self.vectors.search(masked, s.recall_budget_each, allowed, min_score=threshold * leg.weight, hub=hub, centroid=centroid)
+                return self.vectors.search(qvec, k, allowed, min_score=threshold, hub=hub)
+            columns = (leg.start, leg.stop)
+            centroid = self.vectors.centroid()[leg.start : leg.stop] / leg.weight
+            hits = self.vectors.search(qvec, k, allowed, min_score=threshold * leg.weight, hub=hub, centroid=centroid, columns=columns)
         except ValueError:
             return []
         return [(doc_id, score / leg.weight) for doc_id, score in hits]

@@ -9,31 +9,12 @@ the first that holds memories. Only a query that names a month and no year gets 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator
 
+from nekomem.recall.timeanchored import names_month_without_year
 from nekomem.recall.timewindow import TimeWindow
 
-_MONTH = re.compile(
-    r"\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\b|\d{1,2}\s*月",
-    re.I,
-)
-_YEAR = re.compile(r"(?<!\d)\d{4}(?!\d)|年")
-_FULL_MONTHS = frozenset(
-    "january february march april may june july august september october november december "
-    "jan feb mar apr jun jul aug sep sept oct nov dec".split()
-)
-
-
-def names_month_without_year(text: str) -> bool:
-    """Whether ``text`` names a calendar month ("June", "Aug 15th", 6月) and no year."""
-    if _YEAR.search(text):
-        return False
-    for match in _MONTH.finditer(text):
-        word = match.group().lower()
-        if "月" in word or word in _FULL_MONTHS:
-            return True
-    return False
+__all__ = ["earlier_years", "latest_remembered", "names_month_without_year"]
 
 
 def earlier_years(window: TimeWindow, years: int) -> Iterator[TimeWindow]:

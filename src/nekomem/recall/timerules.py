@@ -358,6 +358,8 @@ def _en_rolling(m: re.Match[str], c: Calendar) -> Span | None:
 
 _EN_MONTH_ALT = _alt(_EN_MONTHS)
 _ORD = r"(\d{1,2})(?:st|nd|rd|th)?"
+# Before a year: a space, a comma and a space, or a bare comma ("December 1,2023").
+_YEAR_SEP = r"(?:,? |,)"
 
 
 @_rule(f"(last|this|next)? ?({_EN_MONTH_ALT})")
@@ -371,19 +373,41 @@ def _en_month(m: re.Match[str], c: Calendar) -> Span:
     return c.recent_month_day(month, None, strictly_before=m[1] == "last")
 
 
-@_rule(f"({_EN_MONTH_ALT}),? (\\d{{4}})")
+@_rule(f"({_EN_MONTH_ALT}){_YEAR_SEP}(\\d{{4}})")
 def _en_month_year(m: re.Match[str], c: Calendar) -> Span:
     return c.month_of(int(m[2]), _EN_MONTHS[m[1]])
 
 
-@_rule(f"({_EN_MONTH_ALT}) {_ORD}(?:,? (\\d{{4}}))?")
+@_rule(f"({_EN_MONTH_ALT}) {_ORD}(?:{_YEAR_SEP}(\\d{{4}}))?")
 def _en_month_day(m: re.Match[str], c: Calendar) -> Span:
     return _month_day(c, _EN_MONTHS[m[1]], int(m[2]), m[3])
 
 
-@_rule(f"{_ORD} (?:of )?({_EN_MONTH_ALT})(?:,? (\\d{{4}}))?")
+@_rule(f"{_ORD} (?:of )?({_EN_MONTH_ALT})(?:{_YEAR_SEP}(\\d{{4}}))?")
 def _en_day_month(m: re.Match[str], c: Calendar) -> Span:
     return _month_day(c, _EN_MONTHS[m[2]], int(m[1]), m[3])
+
+
+_DAY_RANGE_SEP = r" ?(?:-|–|to|and|through|thru|until|till) ?"
+
+
+@_rule(f"(?:between |from )?({_EN_MONTH_ALT}) {_ORD}{_DAY_RANGE_SEP}{_ORD}(?:{_YEAR_SEP}(\\d{{4}}))?")
+def _en_month_day_range(m: re.Match[str], c: Calendar) -> Span:
+    return _day_range(c, _EN_MONTHS[m[1]], int(m[2]), int(m[3]), m[4])
+
+
+@_rule(f"(?:between |from )?{_ORD}{_DAY_RANGE_SEP}{_ORD} (?:of )?({_EN_MONTH_ALT})(?:{_YEAR_SEP}(\\d{{4}}))?")
+def _en_day_range_month(m: re.Match[str], c: Calendar) -> Span:
+    return _day_range(c, _EN_MONTHS[m[3]], int(m[1]), int(m[2]), m[4])
+
+
+def _day_range(c: Calendar, month: int, first: int, last: int, year: str | None) -> Span:
+    """Days ``first`` to ``last`` (both included) of one month ("August 11-15, 2023"); without
+    a year, of the most recent such month whose first day is not in the future."""
+    if last < first:
+        raise ValueError("a day range runs backwards")
+    start = c.days(date(int(year), month, first))[0] if year else c.recent_month_day(month, first)[0]
+    return start, c.days(date(start.year, month, last))[1]
 
 
 def _month_day(c: Calendar, month: int, day: int, year: str | None) -> Span:

@@ -12,7 +12,11 @@ Grammar, after NFKC normalisation and case folding:
   read in it) floored to its hour, one hour long. Values that overflow (``9999-12``) → None.
 - Ranges: ``a/b`` or ``a..b`` (both sides must parse, else None), ``a~b``, ``a〜b``,
   ``from a to b``, ``between a and b``, ``a until b``, ``a到b``, ``从a到b``, ``a至b``,
-  ``aからbまで``: the union ``[min(start), max(end))``. Open ranges ``since a``,
+  ``aからbまで``: the union ``[min(start), max(end))``; an end that names a month but no
+  year takes the other end's year ("between August 11 and August 15 2023",
+  "2023年8月11日から8月15日まで"; a year earlier or later when the range would otherwise
+  run backwards). Day ranges in one month: ``August 11-15, 2023``, ``11 to 15 August``.
+  Open ranges ``since a``,
   ``a以来``, ``a以降``, ``aから``, ``自a以来`` run from a's start to the end of today (or
   a's end, whichever is later).
 - Days: today, yesterday, the day before yesterday, tomorrow, the day after tomorrow;
@@ -31,10 +35,15 @@ Grammar, after NFKC normalisation and case folding:
 - Rolling periods: past/last N days|weeks|months|years, the past week; 過去3日, ここ1週間,
   最近3日; 最近3天, 过去一周, 近两个月: from the start of the day N units ago to the end of
   today (hours: from the hour N hours ago to the end of the current hour).
-- Months: (in) March, March 2025, March 5(th)(, 2025), 5 March, last/this/next March;
+- Months: (in) March, March 2025, March 5(th)(, 2025) (also "December 1,2023"), 5 March, last/this/next March;
   3月, 2025年3月, 3月5日/3月5号, 去年の3月, 去年三月, 今月5日: a month or day without a
   year is the most recent one not in the future ("last March": the most recent before the
   current month). 2025年 is the year.
+- Relative to another time X (:mod:`nekomem.recall.timeanchored`): the week/day/month/
+  weekend/Friday before X, two weeks before X, 3 days prior to X (the named period, on to
+  the end of X's first day); the week/Friday/... after X; the week of X; the first/
+  second/.../last week of X; the beginning/middle/end/first half/second half of X; early/
+  mid/late X (thirds; of a year: January-April, May-August, September-December).
 - Weekdays: monday (the most recent Monday, today included), last monday (the most recent
   before today), this/next monday (in the current/next week); 月曜日/先週の金曜日/来週の月曜;
   周一/星期天/上周五/上星期三/下周一.
@@ -46,10 +55,12 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone, tzinfo
 
 import msgspec
 
+from nekomem.recall import timeanchored as anchored
 from nekomem.recall.timecalendar import Calendar, Span, aware
 from nekomem.recall.timerules import _LEAD_WORDS, _RULES, _TRAIL_PARTICLES
 
@@ -158,19 +169,19 @@ def _parse_spec(raw: str, c: Calendar) -> Span | None:
             if len(parts) != 2:
                 return None
             return _union(_single(parts[0], c), _single(parts[1], c))
-    single = _single(text, c)
+    single = _one(text, c)
     if single is not None:
         return single
     for pattern in _LOOSE_RANGES:
         m = pattern.fullmatch(text)
         if m:
-            found = _union(_single(m[1], c), _single(m[2], c))
+            found = _range(m[1], m[2], c)
             if found is not None:
                 return found
     for pattern in _OPEN_RANGES:
         m = pattern.fullmatch(text)
         if m:
-            first = _single(m[1], c)
+            first = _one(m[1], c)
             if first is not None:
                 return first[0], max(first[1], c.at(c.today + timedelta(days=1)))
     return None
@@ -180,6 +191,47 @@ def _union(a: Span | None, b: Span | None) -> Span | None:
     if a is None or b is None:
         return None
     return min(a[0], b[0]), max(a[1], b[1])
+
+
+def _range(left: str, right: str, c: Calendar) -> Span | None:
+    """The union of a range's two ends; an end that names a month but no year takes the
+    year of the other end when that one names a year (:func:`timeanchored.year_borrowed`)."""
+    a, b = _one(left, c), _one(right, c)
+    if a is None or b is None:
+        return None
+    if anchored.names_month_without_year(left) and anchored.names_year(right):
+        a = anchored.year_borrowed(left, b, True, lambda t: _one(t, c)) or a
+    elif anchored.names_month_without_year(right) and anchored.names_year(left):
+        b = anchored.year_borrowed(right, a, False, lambda t: _one(t, c)) or b
+    return _union(a, b)
+
+
+def _one(text: str, c: Calendar) -> Span | None:
+    """One time: a rule of :mod:`timerules`, or a time relative to another one
+    (:mod:`timeanchored`: "the week before X", "the week of X", "the second week of X",
+    "the end of X", "early X")."""
+    found = _single(text, c)
+    if found is not None:
+        return found
+    text = _LEAD_WORDS.sub("", text.strip(_EDGE_PUNCT))
+    m = anchored.ANCHORED.fullmatch(text)
+    if m:
+        anchor = _one(m[4], c)
+        return None if anchor is None else anchored.anchored(m[1], m[2], m[3], anchor, c)
+    for pattern, build in _PARTS:
+        m = pattern.fullmatch(text)
+        if m:
+            anchor = _one(m[2] if pattern is not anchored.WEEK_OF else m[1], c)
+            return None if anchor is None else build(m, anchor, c)
+    return None
+
+
+_PARTS: tuple[tuple[re.Pattern[str], Callable[[re.Match[str], Span, Calendar], Span]], ...] = (
+    (anchored.WEEK_OF, lambda m, anchor, c: anchored.week_of(anchor, c)),
+    (anchored.NTH_WEEK, lambda m, anchor, c: anchored.nth_week(m[1], anchor, c)),
+    (anchored.PART_OF, lambda m, anchor, c: anchored.part_of(m[1], anchor, c)),
+    (anchored.EARLY_LATE, lambda m, anchor, c: anchored.part_of(m[1], anchor, c)),
+)
 
 
 def _single(text: str, c: Calendar) -> Span | None:

@@ -12,11 +12,18 @@ instead of the plain cosine: a memory that is close to every other memory (a gen
 lets the specific memories through (each row's dot with the centroid is computed once
 after a write and cached, so a search costs what a plain one does). Scores returned and
 thresholds stay plain cosines.
+
+When the vectors hold several models side by side (each one's unit vector scaled into its
+own block of columns), a search can be restricted to some columns, ``columns=(start, stop)``:
+only those columns of the matrix and of the query are multiplied, so each model's search
+costs its own width rather than the full one. The matrix is kept as one array per column
+block (``blocks``: the column cuts, given at construction), so a model's columns are read
+contiguously; a search over all columns sums the blocks' products.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 
 import numpy as np
 
@@ -24,13 +31,13 @@ from nekomem.config.recall import RecallSettings
 from nekomem.recall.fusion import top_k
 
 Allowed = Callable[[str], bool] | Collection[str] | None
+Columns = tuple[int, int]
 
 
-def _unit(vec: object, dim: int) -> np.ndarray | None:
-    """``vec`` as a float32 unit vector of length ``dim``; None if its norm is 0 or not finite.
+def _vector(vec: object, dim: int) -> np.ndarray:
+    """``vec`` as a float32 vector of length ``dim`` (a ``(1, dim)`` row is accepted too).
 
-    A ``(1, dim)`` row is accepted too. Raises ValueError for any other shape or for
-    non-numeric input.
+    Raises ValueError for any other shape or for non-numeric input.
     """
     try:
         arr = np.asarray(vec, dtype=np.float32)
@@ -40,29 +47,50 @@ def _unit(vec: object, dim: int) -> np.ndarray | None:
         arr = arr[0]
     if arr.ndim != 1 or arr.shape[0] != dim:
         raise ValueError(f"expected a vector of {dim} numbers, got shape {arr.shape}")
+    return arr
+
+
+def _normalised(arr: np.ndarray) -> np.ndarray | None:
+    """``arr`` divided by its norm; None if the norm is 0 or not finite."""
     norm = float(np.linalg.norm(arr.astype(np.float64)))
     if not np.isfinite(norm) or norm == 0.0:
         return None
     return (arr / np.float32(norm)).astype(np.float32, copy=False)
 
 
+def _unit(vec: object, dim: int) -> np.ndarray | None:
+    """``vec`` as a float32 unit vector of length ``dim``; None if its norm is 0 or not finite.
+
+    Raises ValueError as :func:`_vector` does.
+    """
+    return _normalised(_vector(vec, dim))
+
+
 class VectorIndex:
     """Cosine top-k over ``doc_id -> vector`` of a fixed dimension."""
 
-    def __init__(self, dim: int, settings: RecallSettings | None = None) -> None:
-        """Raises ValueError if ``dim`` is not positive."""
+    def __init__(self, dim: int, settings: RecallSettings | None = None, blocks: Sequence[int] = ()) -> None:
+        """``blocks``: column cuts (each strictly inside ``(0, dim)``); the columns between two
+        cuts are stored as one contiguous array. Raises ValueError if ``dim`` is not
+        positive or a cut is out of range."""
         if dim <= 0:
             raise ValueError("dim must be positive")
+        cuts = sorted({int(c) for c in blocks})
+        if any(not 0 < c < dim for c in cuts):
+            raise ValueError(f"column cuts must lie strictly between 0 and {dim}, got {list(blocks)!r}")
         s = settings or RecallSettings()
         self.dim = dim
         capacity = s.recall_index_initial_capacity
-        self._matrix = np.zeros((capacity, dim), dtype=np.float32)
+        bounds = [0, *cuts, dim]
+        self._spans: list[Columns] = list(zip(bounds[:-1], bounds[1:], strict=True))
+        self._blocks = [np.zeros((capacity, stop - start), dtype=np.float32) for start, stop in self._spans]
         self._alive = np.zeros(capacity, dtype=bool)
         self._row_ids: list[str | None] = []  # one per used row (the high-water mark)
         self._id_row: dict[str, int] = {}
         self._free: list[int] = []
         self._sum = np.zeros(dim, dtype=np.float64)  # of the live rows, for centroid()
-        self._hub_dots: dict[bytes, np.ndarray] = {}  # centroid -> every used row's dot with it
+        # (columns, centroid) -> every used row's dot with that centroid over those columns
+        self._hub_dots: dict[tuple[Columns, bytes], np.ndarray] = {}
 
     # ------------------------------------------------------------------ writes
 
@@ -84,8 +112,8 @@ class VectorIndex:
             self._row_ids[row] = doc_id
             self._alive[row] = True
         else:
-            self._sum -= self._matrix[row]
-        self._matrix[row] = unit
+            self._sum -= self._row(row)
+        self._set_row(row, unit)
         self._sum += unit
         self._hub_dots.clear()
 
@@ -96,8 +124,9 @@ class VectorIndex:
             return False
         self._alive[row] = False
         self._row_ids[row] = None
-        self._sum -= self._matrix[row]
-        self._matrix[row] = 0.0
+        self._sum -= self._row(row)
+        for block in self._blocks:
+            block[row] = 0.0
         self._hub_dots.clear()
         self._free.append(row)
         return True
@@ -110,6 +139,11 @@ class VectorIndex:
     def __contains__(self, doc_id: object) -> bool:
         return doc_id in self._id_row
 
+    @property
+    def capacity(self) -> int:
+        """Rows allocated (used, free and not yet used)."""
+        return int(self._alive.shape[0])
+
     def ids(self) -> Iterator[str]:
         return iter(self._id_row)
 
@@ -121,7 +155,7 @@ class VectorIndex:
     def get(self, doc_id: str) -> np.ndarray | None:
         """A copy of the stored unit vector of ``doc_id``, or None."""
         row = self._id_row.get(doc_id)
-        return None if row is None else self._matrix[row].copy()
+        return None if row is None else self._row(row)
 
     def search(
         self,
@@ -132,22 +166,38 @@ class VectorIndex:
         min_score: float | None = None,
         hub: float = 0.0,
         centroid: np.ndarray | None = None,
+        columns: Columns | None = None,
     ) -> list[tuple[str, float]]:
         """The ``k`` ids most cosine-similar to ``qvec``, best first (ties by id).
 
         ``allowed`` is a collection of ids or a predicate on the id; ``min_score`` drops
         hits below that cosine. With ``hub > 0`` the order is by the hubness-corrected
         score (see the module docstring) while the returned scores stay cosines;
-        ``centroid`` replaces :meth:`centroid` there (a search over some columns only
-        discounts the centroid of those columns). A zero query vector gives ``[]``. Raises
-        ValueError if ``qvec`` or ``centroid`` has the wrong length.
+        ``centroid`` replaces :meth:`centroid` there. ``columns=(start, stop)`` searches
+        those columns only: the query's slice is normalised and dotted with each row's
+        slice as stored (rows are not renormalised, so a row whose slice has norm ``w``
+        scores ``w`` times the cosine, and ``min_score`` applies to that product); a
+        ``centroid`` is then ``stop - start`` wide (default: the centroid's slice). A zero
+        query vector (or query slice) gives ``[]``. Raises ValueError if ``qvec`` or
+        ``centroid`` has the wrong length or ``columns`` is not a non-empty range inside
+        ``[0, dim)``.
         """
-        unit = _unit(qvec, self.dim)
+        start, stop = self._columns(columns)
+        unit = _normalised(_vector(qvec, self.dim)[start:stop])
         if unit is None or k <= 0 or not self._id_row:
             return []
-        if centroid is not None and np.shape(centroid) != (self.dim,):
-            raise ValueError(f"expected a centroid of {self.dim} numbers, got shape {np.shape(centroid)}")
-        return self._rank(unit, k, allowed, min_score, exclude=None, hub=hub, centroid=centroid)
+        if centroid is not None and np.shape(centroid) != (stop - start,):
+            raise ValueError(f"expected a centroid of {stop - start} numbers, got shape {np.shape(centroid)}")
+        return self._rank(unit, k, allowed, min_score, exclude=None, hub=hub, centroid=centroid, columns=(start, stop))
+
+    def _columns(self, columns: Columns | None) -> Columns:
+        """``columns`` checked (None: all of them). Raises ValueError for a bad range."""
+        if columns is None:
+            return 0, self.dim
+        start, stop = (int(c) for c in columns)
+        if not 0 <= start < stop <= self.dim:
+            raise ValueError(f"columns must be a non-empty range inside [0, {self.dim}), got {columns!r}")
+        return start, stop
 
     def neighbours(self, doc_id: str, k: int, allowed: Allowed = None, *, min_score: float | None = None) -> list[tuple[str, float]]:
         """The ``k`` stored ids nearest to ``doc_id``'s own vector, itself excluded.
@@ -159,7 +209,7 @@ class VectorIndex:
             raise KeyError(doc_id)
         if k <= 0:
             return []
-        return self._rank(self._matrix[row].copy(), k, allowed, min_score, exclude=row)
+        return self._rank(self._row(row), k, allowed, min_score, exclude=row)
 
     # ------------------------------------------------------------------ internals
 
@@ -172,6 +222,7 @@ class VectorIndex:
         exclude: int | None,
         hub: float = 0.0,
         centroid: np.ndarray | None = None,
+        columns: Columns | None = None,
     ) -> list[tuple[str, float]]:
         accept: Callable[[str], bool] | None = None
         used = len(self._row_ids)
@@ -184,13 +235,11 @@ class VectorIndex:
             rows = rows[rows != exclude]
         if rows.shape[0] == 0:
             return []
+        start, stop = columns or (0, self.dim)
+        # Most rows wanted: one product over the used rows beats copying the rows out.
+        sims = self._dots(None, unit, start, stop)[rows] if 2 * rows.shape[0] > used else self._dots(rows, unit, start, stop)
         if hub > 0:
-            return self._rank_hub(unit, k, rows, accept, min_score, hub, centroid)
-        if 2 * rows.shape[0] > used:
-            # Most rows wanted: one product over the used block beats copying the rows out.
-            sims = (self._matrix[:used] @ unit)[rows].astype(np.float64)
-        else:
-            sims = (self._matrix[rows] @ unit).astype(np.float64)
+            return self._rank_hub(sims, k, rows, accept, min_score, hub, centroid, (start, stop))
         if min_score is not None:
             keep = sims >= min_score
             rows, sims = rows[keep], sims[keep]
@@ -199,29 +248,28 @@ class VectorIndex:
 
     def _rank_hub(
         self,
-        unit: np.ndarray,
+        sims: np.ndarray,
         k: int,
         rows: np.ndarray,
         allowed: Callable[[str], bool] | None,
         min_score: float | None,
         hub: float,
         centroid: np.ndarray | None,
+        columns: Columns,
     ) -> list[tuple[str, float]]:
-        """The hubness-corrected ranking: the cosines (one product, as a plain search) minus
-        ``hub`` times each row's dot with the centroid, which is cached until the next write."""
-        mean = self.centroid() if centroid is None else np.asarray(centroid, dtype=np.float32)
+        """The hubness-corrected ranking of ``rows`` (their cosines ``sims``): minus ``hub``
+        times each row's dot with the centroid over ``columns``, which is cached per column
+        range and centroid until the next write."""
+        start, stop = columns
+        mean = self.centroid()[start:stop] if centroid is None else np.asarray(centroid, dtype=np.float32)
         used = len(self._row_ids)
-        key = mean.tobytes()
+        key = (columns, mean.tobytes())
         dots = self._hub_dots.get(key)
         if dots is None or dots.shape[0] != used:
-            dots = (self._matrix[:used] @ mean).astype(np.float64)
+            dots = self._dots(None, mean, start, stop)
             if len(self._hub_dots) >= 4:  # a few centroids (one per column range searched)
                 self._hub_dots.clear()
             self._hub_dots[key] = dots
-        if 2 * rows.shape[0] > used:
-            sims = (self._matrix[:used] @ unit)[rows].astype(np.float64)
-        else:
-            sims = (self._matrix[rows] @ unit).astype(np.float64)
         if min_score is not None:
             keep = sims >= min_score
             rows, sims = rows[keep], sims[keep]
@@ -230,16 +278,43 @@ class VectorIndex:
         id_row = self._id_row
         return [(doc_id, float(score + hub * dots[id_row[doc_id]])) for doc_id, score in ranked]
 
+    def _dots(self, rows: np.ndarray | None, vec: np.ndarray, start: int, stop: int) -> np.ndarray:
+        """Each row's (``rows``; None: every used row) dot with ``vec`` over the columns
+        ``[start, stop)`` (``vec`` is that wide), as float64: the sum of the products of the
+        column blocks the range overlaps."""
+        used = len(self._row_ids)
+        total: np.ndarray | None = None
+        for (b0, b1), block in zip(self._spans, self._blocks, strict=True):
+            lo, hi = max(start, b0), min(stop, b1)
+            if lo >= hi:
+                continue
+            part = block[:used, lo - b0 : hi - b0] if rows is None else block[rows, lo - b0 : hi - b0]
+            product = (part @ vec[lo - start : hi - start]).astype(np.float64)
+            total = product if total is None else total + product
+        assert total is not None  # the range is non-empty, so some block overlaps it
+        return total
+
+    def _row(self, row: int) -> np.ndarray:
+        """A copy of the stored vector in ``row``."""
+        return np.concatenate([block[row] for block in self._blocks])
+
+    def _set_row(self, row: int, unit: np.ndarray) -> None:
+        for (start, stop), block in zip(self._spans, self._blocks, strict=True):
+            block[row] = unit[start:stop]
+
     def _take_row(self) -> int:
         if self._free:
             return self._free.pop()
         row = len(self._row_ids)
-        if row >= self._matrix.shape[0]:
-            size = self._matrix.shape[0] * 2
-            matrix = np.zeros((size, self.dim), dtype=np.float32)
-            matrix[:row] = self._matrix[:row]
+        if row >= self.capacity:
+            size = self.capacity * 2
+            grown = []
+            for block in self._blocks:
+                bigger = np.zeros((size, block.shape[1]), dtype=np.float32)
+                bigger[:row] = block[:row]
+                grown.append(bigger)
             alive = np.zeros(size, dtype=bool)
             alive[:row] = self._alive[:row]
-            self._matrix, self._alive = matrix, alive
+            self._blocks, self._alive = grown, alive
         self._row_ids.append(None)
         return row

@@ -10,7 +10,25 @@ function hitTable(rows, testid, extra) {
     h("tr", {}, [t("text"), t("tier"), t("score"), extra ? t(extra) : t("removed_by")].map((x) => h("th", {}, x))),
     rows.map((r) => h("tr", { class: r.removed ? "removed" : null, "data-test": "hit", "data-id": r.id },
       h("td", {}, r.text), h("td", {}, t("tier_" + r.tier)), h("td", { class: "num" }, fmtNum(r.score, 4)),
-      h("td", { class: "why" }, extra === "ranks" ? `${r.lexical_rank ?? "—"} / ${r.vector_rank ?? "—"}` : (r.removed ? t("rm_" + r.removed) : "")))));
+      h("td", { class: "why" }, extra === "ranks" ? ranks(r) : (r.removed ? t("rm_" + r.removed) : "")))));
+}
+
+// "lexical / vector" ranks of a fused row; with one vector leg per model, "lexical / a · b".
+function ranks(r) {
+  const vector = r.vector_ranks.length ? r.vector_ranks.map((x) => x ?? "—").join(" · ") : "—";
+  return `${r.lexical_rank ?? "—"} / ${vector}`;
+}
+
+function vectorLeg(leg, several) {
+  const title = several ? `${t("vector_leg")} — ${leg.model}` : t("vector_leg");
+  return h("div", { "data-test": "vector-leg", "data-model": leg.model },
+    h("h3", {}, title, ` (${leg.hits.filter((x) => !x.removed).length}, cos ≥ ${leg.threshold})`), hitTable(leg.hits, "leg-vector"));
+}
+
+// The cosine threshold of each vector leg (each model has its own), or the setting's.
+function cosines(r) {
+  if (r.vector_legs.length > 1) return r.vector_legs.map((leg) => `${leg.model} cos ≥ ${leg.threshold}`).join(", ");
+  return `cos ≥ ${r.vector_legs.length ? r.vector_legs[0].threshold : r.thresholds.cosine}`;
 }
 
 export async function recall(box, ctx) {
@@ -27,13 +45,13 @@ export async function recall(box, ctx) {
     [t("indexed"), r.indexed], [t("in_window"), r.in_window ?? t("no_window")],
     [t("window"), r.window ? `${r.window.start} → ${r.window.end}` : (r.time_understood === false ? t("time_not_understood") : "—")],
     [t("time_hint"), r.query_time_hint ? `${r.query_time_hint.start} → ${r.query_time_hint.end}` : "—"],
-    [t("vector_leg"), r.vector_state], [t("thresholds"), `BM25 ≥ ${r.thresholds.bm25}, cos ≥ ${r.thresholds.cosine}, ${t("budget")} ${r.thresholds.budget_each}/${r.thresholds.budget_total}, RRF k=${r.thresholds.rrf_k}`],
+    [t("vector_leg"), r.vector_state], [t("thresholds"), `BM25 ≥ ${r.thresholds.bm25}, ${cosines(r)}, ${t("budget")} ${r.thresholds.budget_each}/${r.thresholds.budget_total}, RRF k=${r.thresholds.rrf_k}`],
     [t("elapsed"), `${r.elapsed_ms} ms`],
   ];
   box.append(h("div", { class: "kv", "data-test": "recall-summary" }, facts.flatMap(([k, v]) => [h("span", { class: "muted" }, k), h("span", {}, String(v))])));
-  box.append(h("div", { class: "legs" },
+  box.append(h("div", { class: r.vector_legs.length > 1 ? "legs four" : "legs" },
     h("div", {}, h("h3", {}, t("lexical_leg"), ` (${r.lexical.filter((x) => !x.removed).length})`), hitTable(r.lexical, "leg-lexical")),
-    h("div", {}, h("h3", {}, t("vector_leg"), ` (${r.vector.filter((x) => !x.removed).length})`), hitTable(r.vector, "leg-vector")),
+    r.vector_legs.map((leg) => vectorLeg(leg, r.vector_legs.length > 1)),
     h("div", {}, h("h3", {}, t("fused"), ` (${r.fused.length})`), hitTable(r.fused, "fused", "ranks"))));
   box.append(h("h3", {}, t("hard_filtered"), ` (${r.hard_filtered.length})`),
     h("table", { "data-test": "hard-filtered" }, h("tr", {}, [t("text"), t("tier"), t("score"), t("reason")].map((x) => h("th", {}, x))),
