@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -275,31 +276,63 @@ async def run_load(
     request_timeout: float = 30.0,
     server_pid: int | None = None,
     record: bool = True,
+    pool: Sequence[httpx.AsyncClient] | None = None,
 ) -> PhaseResult:
     """Run ``clients`` concurrent request loops (one keep-alive connection each) until
     ``seconds`` have passed or ``max_requests`` were sent in total, whichever comes first.
     A request in flight at the deadline is allowed to finish (bounded by
-    ``request_timeout``). ``pause_seconds`` is slept after each request of a client."""
+    ``request_timeout``). ``pause_seconds`` is slept after each request of a client.
+
+    ``pool``: one client per loop, made by :func:`client_pool` and kept open by the caller
+    (a warm-up and the measurement then share their connections). Without it the clients
+    are made here, before the clock and the CPU counters start: building an httpx client
+    costs ~40 ms of CPU (its TLS context loads the CA bundle), which would otherwise be
+    charged to the requests of whichever server was measured."""
+    if pool is not None:
+        if len(pool) < clients:
+            raise ValueError(f"a pool of {len(pool)} clients for {clients} loops")
+        return await _run_loops(plan, pool[:clients], seconds, max_requests, pause_seconds, request_timeout, server_pid, record)
+    async with contextlib.AsyncExitStack() as stack:
+        made = [await stack.enter_async_context(make_client(base_url, request_timeout)) for _ in range(clients)]
+        return await _run_loops(plan, made, seconds, max_requests, pause_seconds, request_timeout, server_pid, record)
+
+
+@contextlib.asynccontextmanager
+async def client_pool(base_url: str, count: int, request_timeout: float = 30.0) -> AsyncIterator[list[httpx.AsyncClient]]:
+    """``count`` keep-alive clients of ``base_url`` for :func:`run_load`'s ``pool``."""
+    async with contextlib.AsyncExitStack() as stack:
+        yield [await stack.enter_async_context(make_client(base_url, request_timeout)) for _ in range(count)]
+
+
+async def _run_loops(
+    plan: Plan,
+    pool: Sequence[httpx.AsyncClient],
+    seconds: float,
+    max_requests: int,
+    pause_seconds: float,
+    request_timeout: float,
+    server_pid: int | None,
+    record: bool,
+) -> PhaseResult:
     routes: dict[str, RouteStats] = collections.defaultdict(RouteStats)
     sent = 0
     deadline = time.monotonic() + seconds
     cpu_client0 = time.process_time()
     cpu_server0 = process_cpu_seconds(server_pid) if server_pid else None
 
-    async def worker(index: int) -> None:
+    async def worker(index: int, client: httpx.AsyncClient) -> None:
         nonlocal sent
-        async with make_client(base_url, request_timeout) as client:
-            number = 0
-            while time.monotonic() < deadline and sent < max_requests:
-                sent += 1
-                label, method, path, body = plan(index, number)
-                number += 1
-                await timed_request(client, method, path, body, routes[label] if record else RouteStats())
-                if pause_seconds:
-                    await asyncio.sleep(pause_seconds)
+        number = 0
+        while time.monotonic() < deadline and sent < max_requests:
+            sent += 1
+            label, method, path, body = plan(index, number)
+            number += 1
+            await timed_request(client, method, path, body, routes[label] if record else RouteStats())
+            if pause_seconds:
+                await asyncio.sleep(pause_seconds)
 
     started = time.perf_counter()
-    await asyncio.wait_for(asyncio.gather(*(worker(i) for i in range(clients))), timeout=seconds + request_timeout + 5)
+    await asyncio.wait_for(asyncio.gather(*(worker(i, c) for i, c in enumerate(pool))), timeout=seconds + request_timeout + 5)
     wall = time.perf_counter() - started
     cpu_server1 = process_cpu_seconds(server_pid) if server_pid else None
     server_cpu = None if cpu_server0 is None or cpu_server1 is None else cpu_server1 - cpu_server0

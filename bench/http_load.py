@@ -10,6 +10,15 @@ baseline (``bench/_baseline_app.py``: the same two paths with trivial handlers) 
 nekomem (``python -m nekomem serve``, temp memory root, no LLM, default settings). Every
 phase is bounded by ``--seconds`` and ``--max-requests``. Prints req/s and p50/p99 per route
 for both servers and the nekomem/baseline ratios.
+
+Both servers are measured the same way: the clients (one httpx AsyncClient each, whose
+construction alone costs ~40 ms of CPU for its TLS context) are made before the warm-up,
+and the warm-up and the measurement share them and their keep-alive connections, so the
+measured window holds requests only. (Until this was so, building 32 clients inside the
+window was charged to the load generator per request of whichever server was measured,
+about twice as much against the slower one.) Without an LLM the recent window grows with
+every turn, so nekomem's per-request work grows over a run: compare ratios of runs of equal
+length. This machine's cores are shared with other work: repeat runs and take the median.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from bench._common import (
     PhaseResult,
     Plan,
     UvicornProcess,
+    client_pool,
     gather_limited,
     make_client,
     print_table,
@@ -93,9 +103,14 @@ async def activate(url: str, names: list[str]) -> float:
 
 async def measure(url: str, args: argparse.Namespace, names: list[str], server_pid: int) -> PhaseResult:
     plan = make_plan(names, args.read_every, args.seed, args.clients)
-    if args.warmup > 0:
-        await run_load(url, plan, clients=args.clients, seconds=args.warmup, max_requests=args.max_requests, record=False)
-    return await run_load(url, plan, clients=args.clients, seconds=args.seconds, max_requests=args.max_requests, server_pid=server_pid)
+    # The clients (and, after the warm-up, their connections) exist before the measured
+    # window opens, so both servers are charged for requests only.
+    async with client_pool(url, args.clients) as pool:
+        if args.warmup > 0:
+            await run_load(url, plan, clients=args.clients, seconds=args.warmup, max_requests=args.max_requests, record=False, pool=pool)
+        return await run_load(
+            url, plan, clients=args.clients, seconds=args.seconds, max_requests=args.max_requests, server_pid=server_pid, pool=pool
+        )
 
 
 def report_rows(server: str, result: PhaseResult) -> list[list[Any]]:

@@ -208,3 +208,38 @@ def test_a_corrupt_recent_json_is_rebuilt_from_the_journal(tmp_path):
         assert "first" in text and "second" in text
     assert [m["data"]["content"] for m in recent_items(tmp_path, "Lan")] == ["first", "second"]
     assert list((tmp_path / "Lan").glob("recent.json.corrupt-*")), "the unreadable file is kept aside"
+
+
+def test_recent_json_follows_appends_edits_and_deletions(tmp_path):
+    """recent.json is rewritten from per-item encodings kept between writes: after appends,
+    an edit, a deletion and more appends its bytes are those of the window encoded whole,
+    and no older window stays behind in the folder after the deletion."""
+    import msgspec
+
+    with LiveServer(make_settings(tmp_path)) as srv:
+        expected = []
+
+        def post(text):
+            assert srv.post("/cache/Lan", json={"input_history": [openai_turn("user", text)]}).status_code == 200
+            expected.append(text)
+
+        def check():
+            raw = (tmp_path / "Lan" / "recent.json").read_bytes()
+            items = json.loads(raw)
+            assert [m["data"]["content"] for m in items] == expected
+            assert raw == msgspec.json.encode(items) + b"\n"  # compact, as a whole encode writes it
+
+        for i in range(4):
+            post(f"turn {i}")
+            check()
+        assert srv.patch("/api/characters/Lan/recent/1", json={"text": "turn 1, edited"}).status_code == 200
+        expected[1] = "turn 1, edited"
+        check()
+        assert srv.delete("/api/characters/Lan/recent/2").status_code == 200
+        del expected[2]
+        check()
+        leftovers = [p.read_bytes() for p in (tmp_path / "Lan").iterdir() if p.name.startswith(".")]
+        assert not any(b"turn 2" in data for data in leftovers), "the deleted item lingers in a hidden file"
+        for i in range(4, 7):
+            post(f"turn {i}")
+            check()

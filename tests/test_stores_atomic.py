@@ -15,11 +15,15 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from nekomem.stores import atomic
 from nekomem.stores.atomic import (
+    SWAP_PREFIX,
     atomic_write_bytes,
     atomic_write_json,
+    drop_swap,
     encode_json,
     read_json,
+    swap_write_bytes,
     sweep_temp_files,
 )
 from nekomem.stores.cursors import Cursors
@@ -226,3 +230,36 @@ def test_cursors_drop_invalid_values_and_survive_corruption(tmp_path: Path) -> N
     assert cursors.all() == {}
     cursors.set("good", "2024-01-02T00:00:00+00:00")
     assert json.loads(path.read_text()) == {"good": "2024-01-02T00:00:00+00:00"}
+
+
+def test_swap_write_replaces_whole_and_reports_the_new_file(tmp_path: Path) -> None:
+    """Each write leaves the path with exactly the new bytes and returns that file's stat;
+    where the exchange works, the view alternates between two inodes (none created or
+    freed per write) and the swap file holds the previous content until dropped."""
+    path = tmp_path / "recent.json"
+    inodes = set()
+    previous = None
+    for i in range(6):
+        data = (b'[{"n": %d}]' % i) * (1 + 50 * (i % 3))  # grows and shrinks
+        written = swap_write_bytes(path, data)
+        assert path.read_bytes() == data
+        st = os.stat(path)
+        assert (written.st_ino, written.st_size, written.st_mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns)
+        inodes.add(st.st_ino)
+        swap = tmp_path / (SWAP_PREFIX + "recent.json")
+        if atomic._renameat2 is not None and previous is not None:
+            assert swap.read_bytes() == previous
+        previous = data
+    if atomic._renameat2 is not None:
+        assert len(inodes) == 2
+    drop_swap(path)
+    drop_swap(path)  # nothing left to drop: no error
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["recent.json"]
+
+
+def test_swap_write_falls_back_to_a_rename_without_exchange(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(atomic, "_renameat2", None)
+    path = tmp_path / "recent.json"
+    swap_write_bytes(path, b"[1]")
+    swap_write_bytes(path, b"[2]")
+    assert path.read_bytes() == b"[2]" and sorted(p.name for p in tmp_path.iterdir()) == ["recent.json"]

@@ -124,3 +124,27 @@ def test_compact_can_keep_dead_letters(tmp_path: Path) -> None:
     assert outbox.compact(keep_dead_letters=True) == 3
     assert [r.op_id for r in outbox.dead_letters()] == [d]
     assert outbox.pending() == []
+
+
+def test_held_lines_reach_the_file_in_call_order(tmp_path: Path) -> None:
+    """Deferred lines stay in memory until sync() or the next direct append writes them,
+    ahead of that append's own line; a reader sees them too."""
+    outbox = Outbox(tmp_path / "outbox.ndjson")
+    first = outbox.add("extract_facts", {"rows": [1, 1]}, TS, durable=False, defer=True)
+    outbox.done(first, TS2, durable=False, defer=True)
+    assert not outbox.path.exists() and outbox.held == 2 and outbox.line_count == 2
+    outbox.sync()
+    assert outbox.held == 0
+    assert [(x["status"], x["op_id"]) for x in map(json.loads, outbox.path.read_text().splitlines())] == [
+        ("pending", first),
+        ("done", first),
+    ]
+    second = outbox.add("extract_facts", {"rows": [2, 2]}, TS, durable=False, defer=True)
+    outbox.attempt(second, "boom", TS2)  # a direct append: the held pending line goes first
+    assert [(x["status"], x["op_id"]) for x in map(json.loads, outbox.path.read_text().splitlines())][2:] == [
+        ("pending", second),
+        ("attempt", second),
+    ]
+    third = outbox.add("extract_facts", {"rows": [3, 3]}, TS, durable=False, defer=True)
+    assert [r.op_id for r in outbox.pending()] == [second, third]  # the scan writes held lines first
+    assert outbox.held == 0 and len(outbox.path.read_text().splitlines()) == 5

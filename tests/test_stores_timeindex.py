@@ -242,3 +242,40 @@ def test_cursors_move_with_an_append_and_last_row_id_names_the_turns_row(tmp_pat
     db.set_cursors({"post_turn": second})
     db.close()
     assert not TimeIndex.rows_after_cursor(tmp_path / "time_indexed.db", "post_turn")
+
+
+def test_appends_with_and_without_a_transaction_number_rows_alike(tmp_path: Path) -> None:
+    """Rows alone go in as one statement; with a cursor, in an explicit transaction. Either
+    way the rows get consecutive ids in order and last_row_id names the last of them."""
+    db = TimeIndex(tmp_path / "time_indexed.db")
+    texts = iter(f"t{i}" for i in range(100))
+
+    def batch(count: int) -> list[Turn]:
+        return [Turn(role="human", text=next(texts), ts="2026-01-01T00:00:00+00:00") for _ in range(count)]
+
+    expected: list[tuple[int, str]] = []
+    for count, cursors in ((1, None), (3, None), (2, {"post_turn": 1}), (1, None), (70, None)):
+        turns = batch(count)
+        assert db.append("s", turns, cursors=cursors) == count
+        top = db.last_row_id
+        expected += [(top - count + 1 + k, t.text) for k, t in enumerate(turns)]
+    assert [(r.id, r.turn.text) for r in db.rows_after(0)] == expected
+    assert db.max_row_id() == expected[-1][0] and db.cursor("post_turn") == 1
+    db.close()
+
+
+def test_count_and_last_timestamp_follow_the_appends(tmp_path: Path) -> None:
+    """Read once from the file, then kept by the writer: the same answers as the queries."""
+    path = tmp_path / "time_indexed.db"
+    seed = TimeIndex(path)
+    seed.append("s", [Turn(role="human", text="old", ts="2026-01-01T00:00:05+00:00")])
+    seed.close()
+    db = TimeIndex(path)
+    assert (db.count(), db.last_timestamp()) == (1, "2026-01-01T00:00:05.000000+00:00")
+    db.append("s", [Turn(role="human", text="earlier", ts="2026-01-01T00:00:01+00:00")])  # not newer
+    db.append("s", [Turn(role="ai", text=f"r{i}", ts=f"2026-01-01T00:01:0{i}+00:00") for i in range(3)], cursors={"c": 1})
+    db.append_rows([("imp", Turn(role="human", text="imported", ts="2026-01-01T00:02:00+00:00"))])
+    fresh = TimeIndex(path)
+    assert (db.count(), db.last_timestamp()) == (fresh.count(), fresh.last_timestamp()) == (6, "2026-01-01T00:02:00.000000+00:00")
+    fresh.close()
+    db.close()

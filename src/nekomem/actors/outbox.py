@@ -12,12 +12,13 @@ when the character is activated, so work pending at a crash runs after the resta
 Handlers are idempotent (delivery is at least once).
 
 Group commit: the post-turn record of a ``/cache`` (its rows and the post-turn cursor are
-already durable in time_indexed.db) is appended without fsync; one fsync after
-``outbox_sync_seconds`` (real time) covers every record appended meanwhile, and only then
-is each acknowledged to RecentActor, whose cursor moves over it. A killed process keeps the
-appended lines; after a power loss the rows after the cursor are enqueued again. A record
-whose sender waits for it (/process, /renew, /settle) is fsync'd at once, which makes the
-unsynced ones before it durable too.
+already durable in time_indexed.db) is held in memory, and so is its done line when it
+finishes first; after ``outbox_sync_seconds`` (real time) one write and one fsync put
+every held line in the file, and only then is each held record acknowledged to
+RecentActor, whose cursor moves over it. A crash (SIGKILL, power loss) loses held lines
+only: the rows after the cursor are enqueued again at the next load, and a record whose
+done line was lost runs once more (delivery is at least once). A record whose sender waits
+for it (/process, /renew, /settle) is written and fsync'd at once, after the held lines.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class OutboxActor(ChildActor):
                 self.rows_known.add(rows)
         self.rows_floor = 0
         self.unsynced: list[OutboxAck] = []  # acknowledgements waiting for the group fsync
+        self.held_ops: set[str] = set()  # unfinished records whose pending line was held
         self.sync_due: float | None = None  # time.monotonic() of that fsync
         if self.outbox.line_count >= self.settings.outbox_compact_lines and not self.outbox.pending():
             self.rows_floor = max((last for _first, last in self.rows_known), default=0)
@@ -83,8 +85,13 @@ class OutboxActor(ChildActor):
             if not lazy:
                 self._sync()
         else:
-            op_id = self.outbox.add(msg.op_type, msg.payload, iso(self.ctx.clock.now()), durable=not lazy)
+            # A record enqueued again at load (replay) is written at once, unsynced: recovery
+            # is over only once the file covers every stored row again.
+            held = lazy and not msg.replay
+            op_id = self.outbox.add(msg.op_type, msg.payload, iso(self.ctx.clock.now()), durable=not lazy, defer=held)
             self.pending[op_id] = (msg.op_type, msg.payload, 0)
+            if held:
+                self.held_ops.add(op_id)
             if rows is not None:
                 self.rows_known.add(rows)
             if not lazy:
@@ -93,16 +100,20 @@ class OutboxActor(ChildActor):
             msg.reply.ok(msg.reply_value)
         elif ack is not None and lazy:
             self.unsynced.append(ack)
-            if self.sync_due is None:
-                self.sync_due = time.monotonic() + self.settings.outbox_sync_seconds
+            self._sync_later()
         elif ack is not None:
             # An acknowledgement message for the sender (process/renew/settle barrier).
             self.ctx.send("recent", ack)
         self._dispatch_ready()
 
+    def _sync_later(self) -> None:
+        if self.sync_due is None:
+            self.sync_due = time.monotonic() + self.settings.outbox_sync_seconds
+
     def _sync(self) -> None:
-        """fsync outbox.ndjson when lines wait for it, then acknowledge their records."""
-        if self.unsynced or self.sync_due is not None:
+        """Write the held lines and fsync outbox.ndjson when lines wait for it, then
+        acknowledge their records."""
+        if self.unsynced or self.sync_due is not None or self.outbox.held:
             self.outbox.sync()
             self._release_synced()
 
@@ -133,9 +144,16 @@ class OutboxActor(ChildActor):
     def close(self) -> None:
         # A stopped character's pending records wait on disk; the gauge counts live ones.
         self.ctx.services.outbox.set_pending(self.ctx.name, 0)
+        if getattr(self, "outbox", None) is not None and self.outbox.held:
+            # Reached without a flush only after a crash: keep what can be kept.
+            try:
+                self.outbox.write_held()
+            except OSError:
+                self.log.warning("held outbox lines not written at close; the cursor re-enqueues their rows at the next load")
 
     def _dead_letter(self, op_id: str, why: str) -> None:
         self.outbox.done(op_id, iso(self.ctx.clock.now()), dead=True)
+        self.held_ops.discard(op_id)
         self.pending.pop(op_id, None)
         self.retry_at.pop(op_id, None)
         self.dead_count += 1
@@ -168,9 +186,14 @@ class OutboxActor(ChildActor):
         if msg.ok:
             # Not fsync'd: handlers are idempotent, so a done line lost to a power loss
             # costs one more run, and each turn's work keeps to one fsync (its pending line).
-            self.outbox.done(msg.op_id, now_iso, durable=False)
+            # The done line of a record that was itself held joins the next group write.
+            lazy = msg.op_id in self.held_ops
+            self.outbox.done(msg.op_id, now_iso, durable=False, defer=lazy)
+            if lazy:
+                self._sync_later()
             self.pending.pop(msg.op_id, None)
             self.retry_at.pop(msg.op_id, None)
+            self.held_ops.discard(msg.op_id)
             self.done_count += 1
         else:
             op_type, payload, attempts = entry

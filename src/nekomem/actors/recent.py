@@ -81,7 +81,12 @@ class RecentActor(RecentState):
     # -- writes ----------------------------------------------------------------------
     @handles(AppendTurns)
     def on_AppendTurns(self, msg: AppendTurns) -> None:
-        self.adopt_outside_edit("write")
+        # An outside edit of recent.json is adopted before the window is used: for /cache
+        # right before the new turns join it (the one look of the write, taken as close to
+        # the rename as it can be); the other modes also start compression or review.
+        looked = msg.mode != "cache"
+        if looked:
+            self.adopt_outside_edit("write")
         self._last_activity = self.ctx.clock.monotonic()
         key = msg.idempotency_key
         if key:
@@ -104,14 +109,16 @@ class RecentActor(RecentState):
                 cursors=self.post_turn.update(),
             )
         if turns:
+            if not looked:
+                self.adopt_outside_edit("write")
             self.window.extend(turns)
-            self.tokens.extend(self.counter.count(t.text) for t in turns)
+            self._append_token_counts(turns)
             # recent_meta.json (and its journal_row) is written with the next meta change
             # or flush: at load, rows after the stored journal_row that recent.json already
             # ends with are recognised, so one rename per write is enough.
             self.meta.journal_row = self.tindex.last_row_id
             self._enforce_cap()
-            self._save_window(durable=False)
+            self._save_window(durable=False, looked=msg.mode == "cache")
         write = _PendingWrite(reply=msg.reply, value=value, wait_outbox=bool(turns), wait_compress=False)
         if turns:
             last = self.tindex.last_row_id

@@ -9,6 +9,7 @@ post-turn cursor get their outbox record again (see :mod:`nekomem.domain.post_tu
 
 from __future__ import annotations
 
+import operator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from nekomem.domain.post_turn import POST_TURN_CURSOR, PostTurnCursor, session_r
 from nekomem.domain.tokens import get_counter
 from nekomem.domain.turns import Turn, from_disk
 from nekomem.runtime.clock import iso
-from nekomem.stores.atomic import atomic_write_bytes, atomic_write_json, keep_rejected, read_json
+from nekomem.stores.atomic import atomic_write_bytes, atomic_write_json, drop_swap, keep_rejected, read_json, swap_write_bytes
 from nekomem.stores.recent_watch import RecentWatch, journal_adoption
 from nekomem.stores.timeindex import IMPORTED_CURSOR, TimeIndex
 
@@ -159,35 +160,61 @@ class RecentState(ChildActor):
         """How many leading turns of a settle batch repeat the stored tail (role + text)."""
         return recent_window.repeated_prefix(self.tindex.tail(len(turns)), turns)
 
+    def _append_token_counts(self, turns: list[Turn]) -> None:
+        """Extend ``self.tokens`` for turns appended to the window. With an exact
+        (byte-level BPE) counter a new turn first gets ``-len(utf-8 bytes)``: a token
+        covers at least one byte, so the length bounds the count, and the exact count is
+        taken only when the bounds no longer fit under the hard cap (see _enforce_cap)."""
+        if self.counter.exact:
+            self.tokens.extend(-len(t.text.encode("utf-8")) for t in turns)
+        else:
+            self.tokens.extend(self.counter.count(t.text) for t in turns)
+
     def _enforce_cap(self) -> None:
-        if sum(self.tokens) <= self.settings.recent_hard_cap_tokens:
-            return
+        cap = self.settings.recent_hard_cap_tokens
+        if sum(map(abs, self.tokens)) <= cap:
+            return  # exact counts, or upper bounds of them, fit
+        if any(n < 0 for n in self.tokens):
+            self.tokens = [n if n >= 0 else self.counter.count(t.text) for n, t in zip(self.tokens, self.window, strict=True)]
+            if sum(self.tokens) <= cap:
+                return
         self.window = recent_window.enforce_hard_cap(self.window, self.settings, self.counter)
         self.tokens = [self.counter.count(t.text) for t in self.window]
         self.meta.hard_cap_trims += 1
         self.log.info("hard cap trimmed the window to %d items", len(self.window))
 
-    def _save_window(self, *, durable: bool = True) -> None:
+    def _save_window(self, *, durable: bool = True, looked: bool = False) -> None:
         """Replace recent.json with the window (an outside edit since the last look is
-        journaled first)."""
-        self.adopt_outside_edit("write", keep_ours=True)
-        written = atomic_write_bytes(self.ctx.paths.recent, self._window_bytes(), durable=durable)
+        journaled first; ``looked``: the caller looked, with adopt_outside_edit, just before
+        building this window, in the same message)."""
+        if not looked:
+            self.adopt_outside_edit("write", keep_ours=True)
+        if durable:
+            # Edits, deletions, compression: no older window may stay in the swap file.
+            written = atomic_write_bytes(self.ctx.paths.recent, self._window_bytes())
+            drop_swap(self.ctx.paths.recent)
+        else:
+            written = swap_write_bytes(self.ctx.paths.recent, self._window_bytes())
         self.watch.remember(written)
 
     def _window_bytes(self) -> bytes:
         """recent.json's content: the same bytes as encoding ``[t.to_disk() ...]`` whole,
         but each item is encoded once and kept while it stays in the window (a write then
         costs a join, not a re-encode of every item)."""
-        known: dict[Turn, bytes] = getattr(self, "_encoded", {})
-        fresh: dict[Turn, bytes] = {}
-        parts: list[bytes] = []
-        for turn in self.window:
-            data = known.get(turn)
-            if data is None:
-                data = _item_encoder.encode(turn.to_disk())
-            fresh[turn] = data
-            parts.append(data)
-        self._encoded = fresh
+        window = self.window
+        turns: list[Turn] = getattr(self, "_encoded_turns", [])
+        parts: list[bytes] = getattr(self, "_encoded_parts", [])
+        n = len(turns)
+        if len(window) >= n and all(map(operator.is_, turns, window[:n])):
+            # The usual change: items appended at the end (the identity check runs in C).
+            parts = parts + [_item_encoder.encode(t.to_disk()) for t in window[n:]]
+        else:
+            # Anything else (a trim, an edit, a splice): by identity, so an unchanged item
+            # is not encoded again (Turns are frozen: a changed item is a new object).
+            known = {id(t): p for t, p in zip(turns, parts, strict=True)}
+            parts = [known.get(id(t)) or _item_encoder.encode(t.to_disk()) for t in window]
+        self._encoded_turns = list(window)
+        self._encoded_parts = parts
         return b"[" + b",".join(parts) + b"]\n"
 
     def adopt_outside_edit(self, reason: str, *, keep_ours: bool = False) -> bool:

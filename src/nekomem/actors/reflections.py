@@ -229,7 +229,9 @@ class ReflectionActor(ReflectionUpkeep):
                     context={"ids": [i for i, _ in items]},
                     timeout=self.s.longterm_feedback_timeout_seconds,
                 )
-        if self.powerful() and rl.contains_negative_keyword([t.text for t in user], self.s) and self.model_available("check_disputation"):
+        # Cheapest test first: powerful() may stat core_config.json, the keyword scan
+        # lowercases every user message.
+        if self.model_available("check_disputation") and self.powerful() and rl.contains_negative_keyword([t.text for t in user], self.s):
             observations = ev.observation_pool(self.refs.values(), {}, self.now(), self.s)
             if observations:
                 messages = prompts.check_disputation_messages(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import collections
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pykka
@@ -132,6 +134,8 @@ class CharacterSupervisor(DispatchedActor):
             self._restart(message)
         elif isinstance(message, Flush):
             self._barrier(message.reply)
+        elif isinstance(message, _FlushLast):
+            self._flush_children(message.children, message.done)
         elif isinstance(message, Describe):
             if message.reply is not None:
                 message.reply.ok(self.describe())
@@ -139,16 +143,32 @@ class CharacterSupervisor(DispatchedActor):
 
     def _barrier(self, reply: Reply | None) -> None:
         """Send Flush to every live child and answer ``reply`` once all have answered: each
-        child has then handled everything it had queued before the flush."""
+        child has then handled everything it had queued before the flush. The outbox is
+        flushed last, after the others have answered, so the records they sent it before
+        their flush (a replay enqueued while loading, say) are in its file too."""
+        first = [child for child in CHILD_ORDER if child != "outbox"]
+        done = Completion()
+        ref = self.actor_ref
+
+        def then_last() -> None:
+            try:
+                ref.tell(_FlushLast(children=("outbox",), done=done))
+            except pykka.ActorDeadError:
+                done.done()
+
+        self._flush_children(tuple(first), _then(then_last))
+        if reply is not None:
+            done.then(lambda: reply.ok(True))
+
+    def _flush_children(self, children: tuple[str, ...], done: Completion) -> None:
         parts: list[Completion] = []
-        for child in CHILD_ORDER:
+        for child in children:
             if child in self.failed:
                 continue
             part = Completion()
             parts.append(part)
             self._deliver(child, Flush(reply=_CompletionReply(part)))
-        if reply is not None:
-            Completion.all(parts).then(lambda: reply.ok(True))
+        Completion.all(parts).then(done.done)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -218,6 +238,21 @@ class CharacterSupervisor(DispatchedActor):
             return
         for message in crash.pending:
             self.children[child].tell(message)
+
+
+@dataclass(frozen=True)
+class _FlushLast:
+    """The supervisor's own message: the second step of a flush barrier."""
+
+    children: tuple[str, ...]
+    done: Completion
+
+
+def _then(fn: Callable[[], None]) -> Completion:
+    """A Completion that runs ``fn`` once done."""
+    completion = Completion()
+    completion.then(fn)
+    return completion
 
 
 class _CompletionReply(Reply):

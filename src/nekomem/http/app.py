@@ -63,16 +63,18 @@ def routes() -> list[BaseRoute]:
     from nekomem.http import browse, importing, lifecycle, openapi, recall, scoped
 
     c, s, lt = conversation, system, longterm
+    # The router tries routes in order: the conversation routes, which carry nearly all
+    # traffic, come first (no other route shares their paths).
     table: list[BaseRoute] = [
+        Route("/cache/{name:str}", c.cache, methods=["POST"]),
+        Route("/new_dialog/{name:str}", c.new_dialog, methods=["GET"]),
+        Route("/process/{name:str}", c.process, methods=["POST"]),
+        Route("/renew/{name:str}", c.renew, methods=["POST"]),
+        Route("/settle/{name:str}", c.settle, methods=["POST"]),
         *browse.routes(),
         Route("/health", s.health, methods=["GET"]),
         Route("/openapi.json", openapi.openapi, methods=["GET"]),
         Route("/metrics", metrics.scrape, methods=["GET"]),
-        Route("/cache/{name:str}", c.cache, methods=["POST"]),
-        Route("/process/{name:str}", c.process, methods=["POST"]),
-        Route("/renew/{name:str}", c.renew, methods=["POST"]),
-        Route("/settle/{name:str}", c.settle, methods=["POST"]),
-        Route("/new_dialog/{name:str}", c.new_dialog, methods=["GET"]),
         Route("/get_recent_history/{name:str}", c.get_recent_history, methods=["GET"]),
         Route("/last_conversation_gap/{name:str}", c.last_conversation_gap, methods=["GET"]),
         Route("/api/memory/powerful_memory_config", s.powerful_memory_get, methods=["GET"]),

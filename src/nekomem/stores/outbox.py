@@ -3,8 +3,9 @@
 A piece of background work is registered (``pending``) before it starts; every failed run
 adds an ``attempt`` line and the end is a ``done`` line (``dead: true`` for a dead letter,
 i.e. given up after too many attempts). All three are appended one line each and fsync'd
-(a pending line may be appended unsynced and fsync'd later with others, see
-:meth:`Outbox.sync`; a done line may be left unsynced):
+(a pending or done line may instead be held in memory and written, with every other held
+line, by the next append or :meth:`Outbox.sync`: one write and one fsync for all; a done
+line may also be left unsynced):
 
 - ``{"status": "pending", "op_id", "type", "payload", "ts"}``
 - ``{"status": "attempt", "op_id", "ts", "error"}``
@@ -105,14 +106,34 @@ class Outbox:
         self.known_types = frozenset(known_types) if known_types is not None else None
         self.error_max_chars = error_max_chars
         self._log = NdjsonLog(self.path)
+        self._held: list[bytes] = []  # lines of ``defer`` calls, not yet in the file
+
+    def _append(self, line: bytes, *, durable: bool, defer: bool) -> None:
+        if defer:
+            self._held.append(line)
+            return
+        held, self._held = self._held, []
+        self._log.append([*held, line], durable=durable)  # held lines first: file order is call order
+
+    @property
+    def held(self) -> int:
+        """Lines of ``defer`` calls that are not in the file yet."""
+        return len(self._held)
+
+    def write_held(self) -> None:
+        """Append the held lines without fsync (a killed process keeps them). Raises OSError."""
+        held, self._held = self._held, []
+        self._log.append(held, durable=False)
 
     # -- writing -----------------------------------------------------------------------
 
-    def add(self, type: str, payload: Mapping[str, Any], ts: str, *, durable: bool = True) -> str:
+    def add(self, type: str, payload: Mapping[str, Any], ts: str, *, durable: bool = True, defer: bool = False) -> str:
         """Register a pending operation durably; return its op_id (32 hex digits: a random
         prefix per process and a counter, unique across restarts without a random read each).
         ``durable=False`` appends without fsync (a killed process keeps the line); the
-        caller then makes it durable with :meth:`sync` before relying on it.
+        caller then makes it durable with :meth:`sync` before relying on it. ``defer``
+        holds the line in memory until the next append or :meth:`sync` writes it (a killed
+        process loses it: only for records the caller can rebuild after a crash).
 
         Raises ValueError (unknown type, bad ts, payload not a mapping), TypeError
         (payload not JSON encodable) before writing, OSError if the write fails.
@@ -123,12 +144,17 @@ class Outbox:
             raise ValueError("outbox payload must be a mapping")
         op_id = f"{_OP_PREFIX}{next(_op_numbers):016x}"
         line = _PendingLine(op_id=op_id, type=type, ts=require_iso(ts, "outbox ts"), payload=dict(payload))
-        self._log.append([_encoder.encode(line)], durable=durable)
+        self._append(_encoder.encode(line), durable=durable, defer=defer)
         return op_id
 
     def sync(self) -> None:
-        """fsync the file: every line appended so far is durable. Raises OSError."""
-        self._log.sync()
+        """Write the held lines and fsync the file: every line so far is durable (one
+        write and one fsync for all of them). Raises OSError."""
+        if self._held:
+            held, self._held = self._held, []
+            self._log.append(held)
+        else:
+            self._log.sync()
 
     def attempt(self, op_id: str, error: str, ts: str) -> None:
         """Record one failed run of ``op_id`` (error text is cut to ``error_max_chars``).
@@ -138,21 +164,23 @@ class Outbox:
         """
         text = error if len(error) <= self.error_max_chars else error[: self.error_max_chars] + "…"
         line = _AttemptLine(op_id=op_id, ts=require_iso(ts, "outbox ts"), error=text)
-        self._log.append([_encoder.encode(line)])
+        self._append(_encoder.encode(line), durable=True, defer=False)
 
-    def done(self, op_id: str, ts: str, dead: bool = False, *, durable: bool = True) -> None:
+    def done(self, op_id: str, ts: str, dead: bool = False, *, durable: bool = True, defer: bool = False) -> None:
         """Record that ``op_id`` finished (``dead=True``: given up as a dead letter).
-        ``durable=False`` skips the fsync: a done line lost to a power loss only means the
-        (idempotent) op runs once more.
+        ``durable=False`` skips the fsync, ``defer`` holds the line as in :meth:`add`: a
+        done line lost to a crash only means the (idempotent) op runs once more.
 
         Raises ValueError for a bad ts, OSError if the write fails.
         """
         line = _DoneLine(op_id=op_id, ts=require_iso(ts, "outbox ts"), dead=dead)
-        self._log.append([_encoder.encode(line)], durable=durable)
+        self._append(_encoder.encode(line), durable=durable, defer=defer)
 
     # -- reading -----------------------------------------------------------------------
 
     def _scan(self) -> _Scan:
+        if self._held:
+            self.write_held()  # a reader sees every line
         scan = _Scan(pending={}, attempts={}, done={}, raw=[])
         for number, raw in self._log.read_lines():
             try:
@@ -229,5 +257,5 @@ class Outbox:
 
     @property
     def line_count(self) -> int:
-        """Lines in outbox.ndjson (a torn tail excluded)."""
-        return self._log.line_count
+        """Lines in outbox.ndjson (a torn tail excluded) and held lines."""
+        return self._log.line_count + len(self._held)

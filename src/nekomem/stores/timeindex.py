@@ -61,6 +61,19 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS cursors (name TEXT PRIMARY KEY, row_id INTEGER)",
 )
 _INSERT_ROW = f"INSERT INTO {_ORIGINAL} (session_id, message, timestamp) VALUES (?, ?, ?)"
+_ONE_STATEMENT_MAX_ROWS = 64  # 3 bound values per row, far below SQLite's variable limit
+_INSERT_SQL_BY_COUNT: dict[int, str] = {}
+
+
+def _insert_rows_sql(count: int) -> str:
+    """One INSERT statement of ``count`` rows (cached: SQLite's statement cache keys on the text)."""
+    sql = _INSERT_SQL_BY_COUNT.get(count)
+    if sql is None:
+        sql = _INSERT_ROW + ", (?, ?, ?)" * (count - 1)
+        _INSERT_SQL_BY_COUNT[count] = sql
+    return sql
+
+
 _TIMESTAMP_INDEX = f"CREATE INDEX IF NOT EXISTS ix_{_ORIGINAL}_timestamp ON {_ORIGINAL}(timestamp)"
 
 _encoder = msgspec.json.Encoder()
@@ -100,6 +113,38 @@ class TimeIndex(TimeIndexReader):
         super().__init__(path, busy_timeout_ms=busy_timeout_ms)
         self._clock = clock
         self.last_row_id = 0  # id of the last row the latest append wrote
+        # COUNT(*) and MAX(timestamp), read once and then kept up to date by this writer's
+        # appends (rows are never updated or deleted; an import writes while the
+        # character's actors, and so this object, are closed).
+        self._count: int | None = None
+        self._last_ts: str | None = None
+        self._last_ts_known = False
+
+    def count(self) -> int:
+        """Number of stored turns (one COUNT(*) per opening, then counted by the appends)."""
+        if self._count is None:
+            self._count = super().count()
+        return self._count
+
+    def last_timestamp(self) -> str | None:
+        """``MAX(timestamp)``: the newest stored turn's time, or None when empty."""
+        if not self._last_ts_known:
+            self._last_ts = super().last_timestamp()
+            self._last_ts_known = True
+        return self._last_ts
+
+    def _account(self, rows: Sequence[tuple[str, str, str]]) -> None:
+        """Account for ``rows`` (session, message, timestamp) just committed."""
+        if self._count is not None:
+            self._count += len(rows)
+        if self._last_ts_known and rows:
+            newest = max(ts for _s, _m, ts in rows)
+            if self._last_ts is None or newest > self._last_ts:
+                self._last_ts = newest
+
+    def close(self) -> None:
+        self._count, self._last_ts, self._last_ts_known = None, None, False
+        super().close()
 
     # -- connection ----------------------------------------------------------------------
 
@@ -186,6 +231,16 @@ class TimeIndex(TimeIndexReader):
             stored = msgspec.structs.replace(turn, ts=ts)
             rows.append((session_id, _encoder.encode(stored.to_disk()).decode("utf-8"), ts))
         last_row_id = self.last_row_id
+        if 0 < len(rows) <= _ONE_STATEMENT_MAX_ROWS and idempotency_key is None and not cursors:
+            # Rows alone: one multi-row INSERT is its own transaction (autocommit), with
+            # the same durability as BEGIN/COMMIT around it but one statement step instead
+            # of four (each step hands the interpreter lock to another thread and back).
+            # AUTOINCREMENT numbers the rows of one statement consecutively.
+            db = self._conn()
+            last_row_id = int(db.execute(_insert_rows_sql(len(rows)), [v for row in rows for v in row]).lastrowid or 0)
+            self.last_row_id = last_row_id
+            self._account(rows)
+            return len(rows)
         with self._transaction() as db:
             # One statement per row (a conversation write holds a few): each INSERT's
             # lastrowid is the row's id, so no SELECT last_insert_rowid() is needed.
@@ -202,6 +257,7 @@ class TimeIndex(TimeIndexReader):
             if cursors:
                 db.executemany("INSERT OR REPLACE INTO cursors (name, row_id) VALUES (?, ?)", list(cursors.items()))
         self.last_row_id = last_row_id
+        self._account(rows)
         return len(rows)
 
     @staticmethod
@@ -271,6 +327,7 @@ class TimeIndex(TimeIndexReader):
                 top = int(db.execute("SELECT last_insert_rowid()").fetchone()[0])
                 db.execute("UPDATE cursors SET row_id = ? WHERE row_id < ?", (top, top))
                 db.execute("INSERT OR REPLACE INTO cursors (name, row_id) VALUES (?, ?)", (IMPORTED_CURSOR, top))
+        self._account(encoded)
         return len(encoded)
 
     def idempotent_response(self, key: str, *, newer_than: float | None = None) -> bytes | None:
