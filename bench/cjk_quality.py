@@ -37,7 +37,7 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from bench.locomo_quality import CONFIGS, SETS, bench_settings, overrides_of, run_conversation
+from bench.locomo_quality import bench_settings, config_names, overrides_of, run_conversation
 from nekomem.recall.embeddings import EmbeddingService
 from nekomem.runtime.clock import ManualClock
 from tests.support.live import ROOT
@@ -195,12 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     sets = [load_set(DATA / DATASETS.get(s.strip(), s.strip())) for s in args.sets.split(",") if s.strip()]
-    names: list[str] = []
-    for item in (n.strip() for n in args.configs.split(",")):
-        names += SETS.get(item, [item] if item else [])
-    unknown = sorted({part for n in names for part in n.split("+") if part not in CONFIGS})
-    if unknown:
-        raise SystemExit(f"unknown configs: {', '.join(unknown)} (known: {', '.join(CONFIGS)}; sets: {', '.join(SETS)})")
+    names = config_names(args.configs)
 
     base = bench_settings(Path(tempfile.gettempdir()))
     emb = EmbeddingService(base.embeddings)

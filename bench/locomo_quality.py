@@ -293,6 +293,18 @@ def resolve_data(value: str) -> Path:
     raise SystemExit(f"no LoCoMo folder at {value} (also tried relative to {ROOT})")
 
 
+def config_names(spec: str) -> list[str]:
+    """The configuration names of a ``--configs`` value: a comma list of CONFIGS names
+    (``a+b`` merges two) and SETS names (expanded). Raises SystemExit naming unknown ones."""
+    names: list[str] = []
+    for item in (n.strip() for n in spec.split(",")):
+        names += SETS.get(item, [item] if item else [])
+    unknown = sorted({part for n in names for part in n.split("+") if part not in CONFIGS})
+    if unknown:
+        raise SystemExit(f"unknown configs: {', '.join(unknown)} (known: {', '.join(CONFIGS)}; sets: {', '.join(SETS)})")
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default="../shared/data/locomo-dev")
@@ -314,12 +326,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"unknown conversations: {', '.join(sorted(keep - {f.stem for f in files}))}")
     if args.limit_conversations:
         files = files[: args.limit_conversations]
-    names: list[str] = []
-    for item in (n.strip() for n in args.configs.split(",")):
-        names += SETS.get(item, [item] if item else [])
-    unknown = sorted({part for n in names for part in n.split("+") if part not in CONFIGS})
-    if unknown:
-        raise SystemExit(f"unknown configs: {', '.join(unknown)} (known: {', '.join(CONFIGS)}; sets: {', '.join(SETS)})")
+    names = config_names(args.configs)
     loaded = [load_conversation(f, args.prefix) for f in files]
     facts_by_conv = [f for f, _ in loaded]
     questions_by_conv = [q for _, q in loaded]

@@ -297,8 +297,8 @@ def test_two_vector_legs_rank_each_model_on_its_own_and_fuse_by_rrf() -> None:
     assert index.attach_model("pair", 4, legs) is True
     query = _pair((1, 0), (1, 0))
     # One search over all columns scores the mean cosine: "both" (0.6) beats the others (0.5).
-    assert [i for i, _ in index._vector_hits(query, None, None, 0.0)][:1] == ["both"]
-    hits_a = index._vector_hits(query, None, legs[0], 0.5)
+    assert [i for i, _ in index.vector_hits(query, None, None, 0.0)][:1] == ["both"]
+    hits_a = index.vector_hits(query, None, legs[0], 0.5)
     assert hits_a == [("only-a", pytest.approx(1.0, abs=1e-3)), ("both", pytest.approx(0.6, abs=1e-3))]
     lexical, leg_a, leg_b, same_time = index.legs("", query, None)
     assert lexical == [] and leg_a == ["only-a", "both"] and leg_b == ["only-b", "both"]

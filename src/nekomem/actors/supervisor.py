@@ -134,8 +134,8 @@ class CharacterSupervisor(DispatchedActor):
             self._restart(message)
         elif isinstance(message, Flush):
             self._barrier(message.reply)
-        elif isinstance(message, _FlushLast):
-            self._flush_children(message.children, message.done)
+        elif isinstance(message, _FlushOutbox):
+            self._flush_children(("outbox",), message.done)
         elif isinstance(message, Describe):
             if message.reply is not None:
                 message.reply.ok(self.describe())
@@ -152,7 +152,7 @@ class CharacterSupervisor(DispatchedActor):
 
         def then_last() -> None:
             try:
-                ref.tell(_FlushLast(children=("outbox",), done=done))
+                ref.tell(_FlushOutbox(done=done))
             except pykka.ActorDeadError:
                 done.done()
 
@@ -241,10 +241,10 @@ class CharacterSupervisor(DispatchedActor):
 
 
 @dataclass(frozen=True)
-class _FlushLast:
-    """The supervisor's own message: the second step of a flush barrier."""
+class _FlushOutbox:
+    """The supervisor's own message: the second step of a flush barrier (the outbox's
+    flush, after the other children have answered)."""
 
-    children: tuple[str, ...]
     done: Completion
 
 

@@ -142,7 +142,7 @@ def _legs_explained(
     if qvec is not None:
         for leg, info in vector_legs:
             # The leg's own search (its columns, hubness correction), wider and unthresholded.
-            hits = index._vector_hits(qvec, None, leg, float("-inf"), k=wide)
+            hits = index.vector_hits(qvec, None, leg, float("-inf"), k=wide)
             body["vector_legs"].append({**info, "hits": _annotate(index, hits, visible, allowed, info["threshold"], s.recall_budget_each)})
     legs = index.legs(lexical_query, qvec, allowed)
     if hinted:

@@ -217,7 +217,7 @@ class RecallIndex:
         for leg in self.vector_legs or (None,):
             threshold = s.recall_cosine_threshold if leg is None or leg.recall_threshold is None else leg.recall_threshold
             # The vector search has thresholded, cut and ordered its hits (hubness-corrected).
-            deep.append([doc_id for doc_id, _ in self._vector_hits(qvec, allowed, leg, threshold, depth)])
+            deep.append([doc_id for doc_id, _ in self.vector_hits(qvec, allowed, leg, threshold, depth)])
         legs = [ranking[: s.recall_budget_each] for ranking in deep]
         if consensus and qvec is not None:
             legs.append(self._consensus_leg(deep, lexical_query, qvec))
@@ -266,7 +266,7 @@ class RecallIndex:
             signals.append((1.0, np.array([floor if v is None else v for v in values], dtype=np.float64)))
         return consensus_ranking(pool, signals, s.recall_budget_each)
 
-    def _vector_hits(
+    def vector_hits(
         self, qvec: Vectors | None, allowed: Collection[str] | None, leg: VectorLeg | None, threshold: float, k: int | None = None
     ) -> list[tuple[str, float]]:
         """The vector search of one leg, ``k`` hits at most (None: recall_budget_each): all

@@ -112,18 +112,20 @@ class Outbox:
         if defer:
             self._held.append(line)
             return
-        held, self._held = self._held, []
-        self._log.append([*held, line], durable=durable)  # held lines first: file order is call order
+        self._log.append([*self._take_held(), line], durable=durable)  # held lines first: file order is call order
 
     @property
     def held(self) -> int:
         """Lines of ``defer`` calls that are not in the file yet."""
         return len(self._held)
 
+    def _take_held(self) -> list[bytes]:
+        held, self._held = self._held, []
+        return held
+
     def write_held(self) -> None:
         """Append the held lines without fsync (a killed process keeps them). Raises OSError."""
-        held, self._held = self._held, []
-        self._log.append(held, durable=False)
+        self._log.append(self._take_held(), durable=False)
 
     # -- writing -----------------------------------------------------------------------
 
@@ -151,8 +153,7 @@ class Outbox:
         """Write the held lines and fsync the file: every line so far is durable (one
         write and one fsync for all of them). Raises OSError."""
         if self._held:
-            held, self._held = self._held, []
-            self._log.append(held)
+            self._log.append(self._take_held())
         else:
             self._log.sync()
 
