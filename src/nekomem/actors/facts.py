@@ -60,7 +60,9 @@ class FactActor(FactState):
     # -- post-turn work --------------------------------------------------------------
     @handles(RunOp)
     def on_RunOp(self, msg: RunOp) -> None:
-        turns = [t for t in (from_disk(m) for m in msg.payload.get("messages", [])) if t is not None]
+        turns = msg.turns
+        if turns is None:
+            turns = [t for t in (from_disk(m) for m in msg.payload.get("messages", [])) if t is not None]
         if msg.attempt == 1 and turns:
             ai = [t.text for t in turns if t.role == "ai"]
             reply = ai[-1] if ai else ""

@@ -87,6 +87,9 @@ class Enqueue(Message):
     payload: Mapping[str, object]
     reply_value: object = None
     replay: bool = False  # re-sent after a crash: dropped when the outbox holds the same rows
+    # The payload's messages as Turns, when the sender has them: handed to the first run
+    # so the handler does not parse back what was just encoded (never written to disk).
+    turns: list[Turn] | None = None
 
 
 class OutboxAck(Message):
@@ -97,6 +100,13 @@ class OutboxAck(Message):
     row: int = 0  # the last time-index row the record covers
 
 
+class OutboxAcks(Message):
+    """The acknowledgements one group fsync of the outbox made true, in record order (one
+    message for all of them: a busy character has a record per turn)."""
+
+    acks: list[OutboxAck]
+
+
 class RunOp(Message):
     """Sent by the outbox to the op's handler actor; the handler answers with OpFinished."""
 
@@ -104,6 +114,7 @@ class RunOp(Message):
     op_type: str
     payload: Mapping[str, object]
     attempt: int
+    turns: list[Turn] | None = None  # the payload's messages, parsed (first run only)
 
 
 class OpFinished(Message):

@@ -28,8 +28,20 @@ from typing import Any
 
 from nekomem.actors.base import ChildActor
 from nekomem.actors.handlers import handles
-from nekomem.actors.messages import Enqueue, Flush, OpFinished, OpParked, OutboxAck, OutboxState, ReclaimParked, RunOp, Tick
+from nekomem.actors.messages import (
+    Enqueue,
+    Flush,
+    OpFinished,
+    OpParked,
+    OutboxAck,
+    OutboxAcks,
+    OutboxState,
+    ReclaimParked,
+    RunOp,
+    Tick,
+)
 from nekomem.domain.gates import backoff_delay
+from nekomem.domain.turns import Turn
 from nekomem.runtime.clock import iso
 from nekomem.stores.outbox import Outbox
 
@@ -65,6 +77,7 @@ class OutboxActor(ChildActor):
         self.unsynced: list[OutboxAck] = []  # acknowledgements waiting for the group fsync
         self.held_ops: set[str] = set()  # unfinished records whose pending line was held
         self.sync_due: float | None = None  # time.monotonic() of that fsync
+        self.fresh_turns: dict[str, list[Turn]] = {}  # op_id -> Enqueue.turns, until its first run
         if self.outbox.line_count >= self.settings.outbox_compact_lines and not self.outbox.pending():
             self.rows_floor = max((last for _first, last in self.rows_known), default=0)
             self.outbox.compact()
@@ -90,6 +103,8 @@ class OutboxActor(ChildActor):
             held = lazy and not msg.replay
             op_id = self.outbox.add(msg.op_type, msg.payload, iso(self.ctx.clock.now()), durable=not lazy, defer=held)
             self.pending[op_id] = (msg.op_type, msg.payload, 0)
+            if msg.turns is not None:
+                self.fresh_turns[op_id] = msg.turns
             if held:
                 self.held_ops.add(op_id)
             if rows is not None:
@@ -120,8 +135,8 @@ class OutboxActor(ChildActor):
     def _release_synced(self) -> None:
         """Every appended line is durable: acknowledge the records that waited for it."""
         acks, self.unsynced, self.sync_due = self.unsynced, [], None
-        for ack in acks:
-            self.ctx.send("recent", ack)
+        if acks:
+            self.ctx.send("recent", OutboxAcks(acks=acks))
 
     def _dispatch_ready(self) -> None:
         now = self.ctx.clock.monotonic()
@@ -138,7 +153,8 @@ class OutboxActor(ChildActor):
                 self._dead_letter(op_id, f"no handler for {op_type}")
                 continue
             self.running.add(op_id)
-            self.ctx.send(child, RunOp(op_id=op_id, op_type=op_type, payload=payload, attempt=attempts + 1))
+            turns = self.fresh_turns.pop(op_id, None)
+            self.ctx.send(child, RunOp(op_id=op_id, op_type=op_type, payload=payload, attempt=attempts + 1, turns=turns))
         self.ctx.services.outbox.set_pending(self.ctx.name, len(self.pending))
 
     def close(self) -> None:
@@ -153,6 +169,7 @@ class OutboxActor(ChildActor):
 
     def _dead_letter(self, op_id: str, why: str) -> None:
         self.outbox.done(op_id, iso(self.ctx.clock.now()), dead=True)
+        self.fresh_turns.pop(op_id, None)
         self.held_ops.discard(op_id)
         self.pending.pop(op_id, None)
         self.retry_at.pop(op_id, None)

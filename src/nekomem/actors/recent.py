@@ -31,6 +31,7 @@ from nekomem.actors.messages import (
     Flush,
     GetRecent,
     OutboxAck,
+    OutboxAcks,
     RecentView,
     ReviewDone,
     Tick,
@@ -146,6 +147,11 @@ class RecentActor(RecentState):
                 self._compression.writes.append(write)
             self._maybe_review()
         self._finish_if_ready(write)
+
+    @handles(OutboxAcks)
+    def on_OutboxAcks(self, msg: OutboxAcks) -> None:
+        for ack in msg.acks:
+            self.on_OutboxAck(ack)
 
     @handles(OutboxAck)
     def on_OutboxAck(self, msg: OutboxAck) -> None:

@@ -149,7 +149,7 @@ class RecentState(ChildActor):
         payload = {"messages": [t.to_disk() for t in turns], "session_id": session_id, "rows": [first, last]}
         ack = OutboxAck(write_id=write_id, row=last)
         self.post_turn.sent(last)
-        self.ctx.send("outbox", Enqueue(op_type=OP_POST_TURN, payload=payload, reply_value=ack, replay=replay))
+        self.ctx.send("outbox", Enqueue(op_type=OP_POST_TURN, payload=payload, reply_value=ack, replay=replay, turns=list(turns)))
 
     def _save_cursor(self) -> None:
         update = self.post_turn.update() if hasattr(self, "post_turn") else None

@@ -27,7 +27,7 @@ _ROLE_ALIASES: dict[str, Role] = {
 }
 
 
-class Turn(msgspec.Struct, frozen=True):
+class Turn(msgspec.Struct, frozen=True, gc=False):
     """One message of the conversation, normalised.
 
     ``ts`` is a naive-free ISO 8601 timestamp with offset (the server clock by default).

@@ -33,10 +33,19 @@ def character_name(request: Request) -> str:
         raise ApiError(400, exc.code, exc.message) from None
 
 
+def raw_header(request: Request, name: bytes) -> str | None:
+    """The first value of header ``name`` (lower-case bytes), or None: one pass over the
+    raw list (Starlette's ``headers.get`` raises and catches a KeyError for a missing one)."""
+    for key, value in request.scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
 async def read_body(request: Request) -> bytes:
     """The raw body, refusing (413) anything over ``max_body_bytes`` before reading it all."""
     limit = request.app.state.runtime.settings.server.max_body_bytes
-    declared = request.headers.get("content-length")
+    declared = raw_header(request, b"content-length")
     if declared is not None:
         try:
             if int(declared) > limit:

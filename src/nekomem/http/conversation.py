@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from nekomem.actors.messages import AppendTurns, GetRecent, RecentView
 from nekomem.domain.context import gap_seconds, render_new_dialog, render_recent_history
 from nekomem.domain.context_locale import normalise_language
-from nekomem.http.bodies import character_name, decode_history, parse_history
+from nekomem.http.bodies import character_name, decode_history, parse_history, raw_header
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
 from nekomem.runtime.clock import iso
@@ -48,7 +48,7 @@ async def _write(request: Request, mode: str) -> Response:
     body = await decode_history(request)
     server = rt.settings.server
     turns = parse_history(body, iso(rt.clock.now()), server.message_max_chars, server.batch_max_messages, server.body_max_depth)
-    key = request.headers.get("idempotency-key")
+    key = raw_header(request, b"idempotency-key")
     if key is not None:
         key = key.strip()
         if not key or len(key) > server.idempotency_key_max_length:

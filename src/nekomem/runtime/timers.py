@@ -160,6 +160,15 @@ class Wakeup:
         return time.monotonic() if self._real else self._timers.clock.monotonic()
 
     def want(self, due: float | None) -> None:
+        # Called after every message, and usually with what was wanted before: answer
+        # those without the lock. Each check reads attributes once (atomic under the GIL);
+        # a timer firing meanwhile is ordered before or after this call, as with the lock.
+        if due == self._want:
+            if due is None:
+                return
+            armed = self._armed
+            if armed is not None and not armed.cancelled and armed.real == self._real and armed.due <= due and due > self._now():
+                return
         with self._lock:
             if self._closed:
                 return

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import itertools
 import logging
 import os
@@ -143,7 +144,16 @@ def _load_renameat2() -> Callable[..., int] | None:
 _renameat2 = _load_renameat2()
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
+_SWAP_FLAGS = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _NO_EXCHANGE = {errno.EINVAL, errno.ENOSYS, getattr(errno, "EOPNOTSUPP", errno.EINVAL)}
+
+
+@functools.lru_cache(maxsize=4096)
+def _swap_names(path: Path) -> tuple[bytes, bytes]:
+    """The encoded names of a view and of its swap file (built once per view: every
+    request writes the view)."""
+    path = Path(path)
+    return os.fsencode(path), os.fsencode(path.with_name(SWAP_PREFIX + path.name))
 
 
 def swap_write_bytes(path: Path, data: bytes) -> os.stat_result:
@@ -159,13 +169,11 @@ def swap_write_bytes(path: Path, data: bytes) -> os.stat_result:
     content, and is overwritten by the next write. Elsewhere, or when the exchange is
     refused, this is ``atomic_write_bytes(path, data, durable=False)``. Raises OSError.
     """
-    path = Path(path)
-    swap = path.with_name(SWAP_PREFIX + path.name)
     if _renameat2 is None:
         return atomic_write_bytes(path, data, durable=False)
-    flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    target, swap = _swap_names(path)
     try:
-        fd = os.open(swap, flags, 0o600)
+        fd = os.open(swap, _SWAP_FLAGS, 0o600)
     except OSError:  # a missing folder, or something squatting on the name
         return atomic_write_bytes(path, data, durable=False)
     try:
@@ -179,13 +187,13 @@ def swap_write_bytes(path: Path, data: bytes) -> os.stat_result:
             written = os.fstat(fd)
     finally:
         os.close(fd)
-    if _renameat2(_AT_FDCWD, os.fsencode(swap), _AT_FDCWD, os.fsencode(path), _RENAME_EXCHANGE) == 0:
+    if _renameat2(_AT_FDCWD, swap, _AT_FDCWD, target, _RENAME_EXCHANGE) == 0:
         return written
     err = ctypes.get_errno()
     if err == errno.ENOENT or err in _NO_EXCHANGE:
         # No file to exchange with yet (the first write), or a file system without
         # exchange: an ordinary rename (which uses the swap file up).
-        os.replace(swap, path)
+        os.replace(swap, target)
         return written
     raise OSError(err, os.strerror(err), str(path))
 

@@ -10,6 +10,7 @@ Name rules (SPEC §2, plus the portability decisions documented on :func:`valida
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import unicodedata
@@ -187,7 +188,8 @@ class CharacterPaths:
     """Every path of one character's folder. Creating the object touches nothing on disk.
 
     The name is validated (raises :class:`InvalidName`) and kept in canonical form in
-    ``name``. ``max_length`` should be the configured name_max_length.
+    ``name``. ``max_length`` should be the configured name_max_length. Each path is
+    built once, on first use (the write path asks for some on every request).
     """
 
     def __init__(self, root: Path, name: str, *, max_length: int = DEFAULT_NAME_MAX_LENGTH) -> None:
@@ -213,67 +215,67 @@ class CharacterPaths:
         """True when the folder holds at least one known file (the :func:`list_characters` rule)."""
         return _has_known_entry(self.folder)
 
-    @property
+    @functools.cached_property
     def recent(self) -> Path:
         return self.folder / RECENT_FILE
 
-    @property
+    @functools.cached_property
     def recent_meta(self) -> Path:
         return self.folder / RECENT_META_FILE
 
-    @property
+    @functools.cached_property
     def time_index_db(self) -> Path:
         return self.folder / TIME_INDEX_FILE
 
-    @property
+    @functools.cached_property
     def facts(self) -> Path:
         return self.folder / FACTS_FILE
 
-    @property
+    @functools.cached_property
     def facts_archive(self) -> Path:
         return self.folder / FACTS_ARCHIVE_FILE
 
-    @property
+    @functools.cached_property
     def reflections(self) -> Path:
         return self.folder / REFLECTIONS_FILE
 
-    @property
+    @functools.cached_property
     def surfaced(self) -> Path:
         return self.folder / SURFACED_FILE
 
-    @property
+    @functools.cached_property
     def reflection_archive_dir(self) -> Path:
         return self.folder / REFLECTION_ARCHIVE_DIR
 
-    @property
+    @functools.cached_property
     def persona(self) -> Path:
         return self.folder / PERSONA_FILE
 
-    @property
+    @functools.cached_property
     def persona_corrections(self) -> Path:
         return self.folder / PERSONA_CORRECTIONS_FILE
 
-    @property
+    @functools.cached_property
     def persona_archive_dir(self) -> Path:
         return self.folder / PERSONA_ARCHIVE_DIR
 
-    @property
+    @functools.cached_property
     def outbox(self) -> Path:
         return self.folder / OUTBOX_FILE
 
-    @property
+    @functools.cached_property
     def events(self) -> Path:
         return self.folder / EVENTS_FILE
 
-    @property
+    @functools.cached_property
     def events_applied(self) -> Path:
         return self.folder / EVENTS_APPLIED_FILE
 
-    @property
+    @functools.cached_property
     def cursors(self) -> Path:
         return self.folder / CURSORS_FILE
 
-    @property
+    @functools.cached_property
     def state(self) -> Path:
         """``state.json``: small per-character flags."""
         return self.folder / STATE_FILE
