@@ -1,7 +1,7 @@
 """HTTP throughput and latency of nekomem's conversation routes against a bare Starlette
 baseline, both served by uvicorn in their own process on 127.0.0.1.
 
-    python -m bench.http_load [--characters 50] [--clients 32] [--seconds 15]
+    python -m bench.http_load [--characters 50] [--clients 32] [--seconds 15] [--rounds 1]
 
 Each of ``--clients`` asyncio clients (one keep-alive httpx connection each) loops: four
 ``POST /cache/{name}`` turns (one user + one assistant message) for a random character,
@@ -18,7 +18,8 @@ measured window holds requests only. (Until this was so, building 32 clients ins
 window was charged to the load generator per request of whichever server was measured,
 about twice as much against the slower one.) Without an LLM the recent window grows with
 every turn, so nekomem's per-request work grows over a run: compare ratios of runs of equal
-length. This machine's cores are shared with other work: repeat runs and take the median.
+length. This machine's cores are shared with other work: ``--rounds N`` keeps both servers
+up and measures them N times each, alternating, and prints the median ratios.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import argparse
 import asyncio
 import os
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -65,6 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-requests", type=int, default=200_000, help="request cap per measured phase (default 200000)")
     parser.add_argument("--read-every", type=int, default=5, help="every Nth request of a client is a read (default 5: 4 writes : 1 read)")
     parser.add_argument("--seed", type=int, default=7, help="seed of the character choice")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure baseline and nekomem this many times each, alternating, both servers up (default 1); "
+        "prints every round and the median ratios",
+    )
     return parser
 
 
@@ -169,46 +178,59 @@ def print_report(base: PhaseResult, neko: PhaseResult) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.characters < 1 or args.clients < 1 or args.seconds <= 0:
-        print("http_load: --characters and --clients must be >= 1 and --seconds > 0", file=sys.stderr)
+    if args.characters < 1 or args.clients < 1 or args.seconds <= 0 or args.rounds < 1:
+        print("http_load: --characters, --clients and --rounds must be >= 1 and --seconds > 0", file=sys.stderr)
         return 2
     names = character_names(args.characters)
     mix = f"{args.read_every - 1} writes : 1 read" if args.read_every > 0 else "writes only"
     print(
         f"http_load: {args.characters} characters, {args.clients} clients, {args.seconds:g} s measured "
-        f"(+{args.warmup:g} s warm-up) per server, {mix}, loopback only; cores={os.cpu_count()}, "
-        f"loadavg(1m) at start={os.getloadavg()[0]:.2f}"
+        f"(+{args.warmup:g} s warm-up) per server and round, {args.rounds} round(s), {mix}, loopback only; "
+        f"cores={os.cpu_count()}, loadavg(1m) at start={os.getloadavg()[0]:.2f}"
     )
     run_started = time.monotonic()
-
+    rounds: list[tuple[PhaseResult, PhaseResult]] = []
     baseline = UvicornProcess("bench._baseline_app:app")
-    try:
-        baseline.start("/health")
-        assert baseline.proc is not None
-        base = asyncio.run(measure(baseline.url, args, names, baseline.proc.pid))
-    finally:
-        baseline.stop()
-
     with tempfile.TemporaryDirectory(prefix="nekomem-bench-") as root:
         server, stderr = start_nekomem(Path(root))
         try:
+            baseline.start("/health")
+            assert baseline.proc is not None and server.proc is not None
             state = wait_embeddings_settled(server.url)
             health = httpx.get(server.url + "/health", timeout=5).json()
             print(f"nekomem: llm available={health['llm']['available']}, embeddings={state}")
-            assert server.proc is not None
             seconds = asyncio.run(activate(server.url, names))
             print(f"nekomem: activated {len(names)} characters in {seconds:.2f} s")
-            neko = asyncio.run(measure(server.url, args, names, server.proc.pid))
+            for _ in range(args.rounds):
+                # Alternating rounds: a change in the machine's load reaches both sides.
+                base = asyncio.run(measure(baseline.url, args, names, baseline.proc.pid))
+                neko = asyncio.run(measure(server.url, args, names, server.proc.pid))
+                rounds.append((base, neko))
         except Exception:
             print("nekomem stderr tail:\n" + stderr.text(), file=sys.stderr)
             raise
         finally:
             server.stop()
+            baseline.stop()
 
-    print()
-    print_report(base, neko)
+    for number, (base, neko) in enumerate(rounds, 1):
+        print()
+        if len(rounds) > 1:
+            print(f"round {number} of {len(rounds)}:")
+        print_report(base, neko)
+    if len(rounds) > 1:
+        print_medians(rounds)
     print(f"total run time {time.monotonic() - run_started:.1f} s")
     return 0
+
+
+def print_medians(rounds: list[tuple[PhaseResult, PhaseResult]]) -> None:
+    """The median over rounds of the throughput and server-CPU ratios (whole mix)."""
+    throughput = [ratio(n.total().summary(n.wall_seconds)["rps"], b.total().summary(b.wall_seconds)["rps"]) for b, n in rounds]
+    cpu = [ratio(server_cpu_ms_per_request(n), server_cpu_ms_per_request(b)) for b, n in rounds]
+    print()
+    print(f"rounds: throughput ratios {', '.join(f'{r:.2f}' for r in throughput)}; median {statistics.median(throughput):.2f}")
+    print(f"rounds: server CPU per request ratios {', '.join(f'{r:.2f}' for r in cpu)}; median {statistics.median(cpu):.2f}")
 
 
 if __name__ == "__main__":
