@@ -22,11 +22,11 @@ def speaker(turn: Turn, master_name: str, character_name: str) -> str:
 
 
 def history_lines(window: list[Turn], master_name: str, character_name: str) -> list[str]:
-    lines = []
-    for turn in window:
-        text = turn.text if turn.role == "system" else _BRACKETS.sub("", turn.text).strip()
-        lines.append(f"{speaker(turn, master_name, character_name)} | {text}")
-    return lines
+    names = {"human": master_name, "ai": character_name, "system": "System"}
+    sub = _BRACKETS.sub
+    # The whole window is rendered for every /new_dialog: one pass, no call per turn but
+    # the bracket removal.
+    return [f"{names[t.role]} | {t.text if t.role == 'system' else sub('', t.text).strip()}" for t in window]
 
 
 def gap_seconds(last_timestamp: str | None, now: datetime) -> float | None:
