@@ -1,4 +1,4 @@
-"""Times named relative to another time, and year-less range ends (English).
+"""Times named relative to another time, and year-less range ends (English, Japanese, Chinese).
 
 :mod:`nekomem.recall.timewindow` parses the anchor (any expression it understands) and
 calls these with its span:
@@ -12,6 +12,9 @@ calls these with its span:
 - ``the week after X``, ``three days after X``, ``the Friday after X``: the named period
   after the anchor's last day (nothing of the anchor).
 - ``the week of X``: the calendar week (from Monday) holding the anchor's first day.
+- Japanese and Chinese, anchor first: ``Xの前の週``, ``Xの3日前``, ``Xの翌日``, ``Xの週``;
+  ``X的前一周``, ``X前三天``, ``X之后一个月``, ``X的第二天``, ``X那周`` (day, week, weekend,
+  month and year; no weekdays).
 
 Units: day, week (seven days back from the anchor's day, not the calendar week), weekend
 (Saturday and Sunday), month and year (calendar ones, shifted from the anchor's), a weekday.
@@ -28,13 +31,70 @@ from collections.abc import Callable
 from datetime import date, datetime, timedelta
 
 from nekomem.recall.timecalendar import Calendar, Span
-from nekomem.recall.timerules import _EN_NUMBERS, _EN_WEEKDAYS, _number
+from nekomem.recall.timerules import _CJK_NUM, _EN_NUMBERS, _EN_WEEKDAYS, _number
 
 _EN_NUM = "(?:\\d+|" + "|".join(sorted(map(re.escape, _EN_NUMBERS), key=len, reverse=True)) + ")"
 _WEEKDAY = "|".join(sorted(map(re.escape, _EN_WEEKDAYS), key=len, reverse=True))
 _UNIT = f"day|week ?end|week|month|year|{_WEEKDAY}"
 ANCHORED = re.compile(f"(?:(?:the|a|last) )?(?:({_EN_NUM}) )?({_UNIT})s? (before|prior to|after) (.+)")
 WEEK_OF = re.compile(r"(?:the )?week of (.+)")
+
+
+# Japanese and Chinese forms of the same periods (no weekday units): the anchor comes first.
+_CJK_UNITS = {
+    "週間": "week",
+    "週末": "weekend",
+    "周末": "weekend",
+    "ヶ月": "month",
+    "か月": "month",
+    "カ月": "month",
+    "个月": "month",
+    "個月": "month",
+    "星期": "week",
+    "礼拜": "week",
+    "禮拜": "week",
+    "日": "day",
+    "天": "day",
+    "週": "week",
+    "周": "week",
+    "月": "month",
+    "年": "year",
+}
+_CJK_UNIT = "|".join(sorted(map(re.escape, _CJK_UNITS), key=len, reverse=True))
+_CJK_COUNT = f"((?:{_CJK_NUM})?)"
+_CJK_AFTER = {"後", "后", "翌", "次"}
+_CJK_FORMS = (
+    # 2023年5月7日の3日前, 5月7日の1週間後, 5月7日の2ヶ月前
+    re.compile(f"(.+?)の{_CJK_COUNT}({_CJK_UNIT})(前|後)"),
+    # 5月7日の前日, 5月7日の翌週, 5月7日の前の週, 5月7日の次の週末
+    re.compile(f"(.+?)の{_CJK_COUNT}(前|翌|次|後)の?({_CJK_UNIT})"),
+    # 5月7日的前一周, 5月7日前三天, 5月7日之后一个月, 5月7日之前的一周
+    re.compile(f"(.+?)(?:的|之|以)?(前|后|後){_CJK_COUNT}的?{_CJK_COUNT}({_CJK_UNIT})"),
+)
+CJK_NEXT_DAY = re.compile(r"(.+?)的?(?:第二天|次日|隔天)")
+CJK_WEEK_OF = re.compile(r"(.+?)(?:の週|的?(?:那|这|這)一?(?:个|個)?(?:周|週|星期|礼拜|禮拜))")
+
+
+def cjk_anchored(text: str) -> list[tuple[str | None, str, str, str]]:
+    """The readings of a Japanese or Chinese time relative to another one: (count, unit,
+    direction, anchor text) for :func:`anchored`, most specific form first; empty when
+    ``text`` is none of them."""
+    found: list[tuple[str | None, str, str, str]] = []
+    for index, pattern in enumerate(_CJK_FORMS):
+        m = pattern.fullmatch(text)
+        if m is None:
+            continue
+        if index == 0:
+            count, unit, word = m[2], m[3], m[4]
+        elif index == 1:
+            count, word, unit = m[2], m[3], m[4]
+        else:
+            word, count, unit = m[2], m[3] or m[4], m[5]
+        found.append((count or None, _CJK_UNITS[unit], "after" if word in _CJK_AFTER else "before", m[1]))
+    m = CJK_NEXT_DAY.fullmatch(text)
+    if m:
+        found.append((None, "day", "after", m[1]))
+    return found
 
 
 def anchored(count: str | None, unit: str, direction: str, anchor: Span, c: Calendar) -> Span:

@@ -218,20 +218,28 @@ def _one(text: str, c: Calendar) -> Span | None:
     if m:
         anchor = _one(m[4], c)
         return None if anchor is None else anchored.anchored(m[1], m[2], m[3], anchor, c)
+    for count, unit, direction, anchor_text in anchored.cjk_anchored(text):
+        anchor = _one(anchor_text, c)
+        if anchor is not None:
+            return anchored.anchored(count, unit, direction, anchor, c)
     for pattern, build in _PARTS:
         m = pattern.fullmatch(text)
         if m:
-            anchor = _one(m[2] if pattern is not anchored.WEEK_OF else m[1], c)
+            anchor = _one(m[1] if pattern in _ANCHOR_FIRST else m[2], c)
             return None if anchor is None else build(m, anchor, c)
     return None
 
 
 _PARTS: tuple[tuple[re.Pattern[str], Callable[[re.Match[str], Span, Calendar], Span]], ...] = (
     (anchored.WEEK_OF, lambda m, anchor, c: anchored.week_of(anchor, c)),
+    (anchored.CJK_WEEK_OF, lambda m, anchor, c: anchored.week_of(anchor, c)),
     (anchored.NTH_WEEK, lambda m, anchor, c: anchored.nth_week(m[1], anchor, c)),
     (anchored.PART_OF, lambda m, anchor, c: anchored.part_of(m[1], anchor, c)),
     (anchored.EARLY_LATE, lambda m, anchor, c: anchored.part_of(m[1], anchor, c)),
 )
+
+
+_ANCHOR_FIRST = (anchored.WEEK_OF, anchored.CJK_WEEK_OF)
 
 
 def _single(text: str, c: Calendar) -> Span | None:
