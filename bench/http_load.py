@@ -77,8 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def character_names(count: int) -> list[str]:
-    return [f"bench-char-{i:03d}" for i in range(count)]
+def character_names(count: int, round_number: int = 1) -> list[str]:
+    """The characters of one round: each round has its own, so every round starts from the
+    same short windows (without an LLM a window only grows)."""
+    prefix = "bench-char" if round_number == 1 else f"bench-r{round_number}-char"
+    return [f"{prefix}-{i:03d}" for i in range(count)]
 
 
 def make_plan(names: list[str], read_every: int, seed: int, clients: int) -> Plan:
@@ -181,7 +184,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.characters < 1 or args.clients < 1 or args.seconds <= 0 or args.rounds < 1:
         print("http_load: --characters, --clients and --rounds must be >= 1 and --seconds > 0", file=sys.stderr)
         return 2
-    names = character_names(args.characters)
     mix = f"{args.read_every - 1} writes : 1 read" if args.read_every > 0 else "writes only"
     print(
         f"http_load: {args.characters} characters, {args.clients} clients, {args.seconds:g} s measured "
@@ -199,10 +201,11 @@ def main(argv: list[str] | None = None) -> int:
             state = wait_embeddings_settled(server.url)
             health = httpx.get(server.url + "/health", timeout=5).json()
             print(f"nekomem: llm available={health['llm']['available']}, embeddings={state}")
-            seconds = asyncio.run(activate(server.url, names))
-            print(f"nekomem: activated {len(names)} characters in {seconds:.2f} s")
-            for _ in range(args.rounds):
+            for number in range(1, args.rounds + 1):
                 # Alternating rounds: a change in the machine's load reaches both sides.
+                names = character_names(args.characters, number)
+                seconds = asyncio.run(activate(server.url, names))
+                print(f"nekomem: activated {len(names)} characters in {seconds:.2f} s (round {number})")
                 base = asyncio.run(measure(baseline.url, args, names, baseline.proc.pid))
                 neko = asyncio.run(measure(server.url, args, names, server.proc.pid))
                 rounds.append((base, neko))
