@@ -19,7 +19,6 @@ from nekomem.recall.fusion import rrf
 from nekomem.recall.index import RecallIndex
 from nekomem.recall.query_text import LexicalAnalyzer, stop_names_for
 from tests.support.live import LiveServer, make_settings
-from tests.support.waiting import wait_for
 
 MODEL = "test-model"
 NAME = "Lan"
@@ -126,8 +125,7 @@ def test_query_memory_answers_the_playgrounds_fused_list_with_the_leg_on(tmp_pat
     with LiveServer(settings, embeddings=embeddings) as srv:
         r = srv.post(f"/api/characters/{NAME}/facts", json={"facts": [{"text": t} for t in facts]})
         r.raise_for_status()
-        srv.post(f"/query_memory/{NAME}", json={"query": "sync"})  # queued after the import's feed
-        wait_for(lambda: srv.get("/health").json()["embeddings"]["pending"] == 0, timeout=120, what="vectors computed")
+        srv.wait_vectors(NAME)
         for query in ("What did Melanie paint?", "who plays music", "swimming"):
             plain = srv.post(f"/query_memory/{NAME}", json={"query": query}).json()
             explained = srv.post(f"/api/browse/{NAME}/recall_explain", json={"query": query}).json()

@@ -14,7 +14,6 @@ from nekomem.recall.embeddings import EmbeddingService, find_project_root
 from nekomem.recall.names import blend_query_vectors, query_vector_texts
 from nekomem.recall.vectors import VectorIndex
 from tests.support.live import LiveServer, make_settings
-from tests.support.waiting import wait_for
 
 ROOT = find_project_root(Path(__file__))
 assert ROOT is not None
@@ -55,8 +54,7 @@ def test_each_model_has_its_own_leg_and_the_fused_list_is_query_memorys(tmp_path
     with LiveServer(settings, embeddings=pair) as srv:
         added = srv.post(f"/api/characters/{NAME}/facts", json={"facts": [{"text": t} for t in FACTS]}).json()["added"]
         ids = dict(zip(FACTS, added, strict=True))
-        srv.post(f"/query_memory/{NAME}", json={"query": "sync"})  # queued after the import's feed
-        wait_for(lambda: srv.get("/health").json()["embeddings"]["pending"] == 0, timeout=180, what="the vectors")
+        srv.wait_vectors(NAME)
 
         # Each model's leg computed here from that model's own unit vectors: the pair's columns
         # divided by the model's weight, in an index of their own, ranked against their centroid.

@@ -18,7 +18,6 @@ from nekomem.recall.fusion import rrf, same_time_leg
 from nekomem.recall.index import RecallIndex
 from nekomem.recall.query_text import LexicalAnalyzer, stop_names_for
 from tests.support.live import LiveServer, make_settings
-from tests.support.waiting import wait_for
 
 MODEL = "test-model"
 NAME = "Lan"
@@ -120,8 +119,7 @@ def test_query_memory_answers_the_playgrounds_fused_list(tmp_path: Path, embeddi
     assert settings.recall.recall_same_time_anchors == 3  # the default
     with LiveServer(settings, embeddings=embeddings) as srv:
         srv.post(f"/api/characters/{NAME}/facts", json={"facts": facts}).raise_for_status()
-        srv.post(f"/query_memory/{NAME}", json={"query": "sync"})  # queued after the import's feed
-        wait_for(lambda: srv.get("/health").json()["embeddings"]["pending"] == 0, timeout=120, what="vectors computed")
+        srv.wait_vectors(NAME)
         for query in ("tell me about the cat", "how are the piano lessons going", "hiking"):
             plain = srv.post(f"/query_memory/{NAME}", json={"query": query}).json()
             explained = srv.post(f"/api/browse/{NAME}/recall_explain", json={"query": query}).json()

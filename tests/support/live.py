@@ -18,6 +18,7 @@ import uvicorn
 
 from nekomem.config import Settings, load_settings
 from nekomem.http.app import create_app
+from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,6 +85,12 @@ class LiveServer:
     def delete(self, path: str, **kwargs: Any) -> httpx.Response:
         assert self.client is not None
         return self.client.delete(path, **kwargs)
+
+    def wait_vectors(self, name: str, timeout: float = 180.0) -> None:
+        """Wait until every vector fed so far for ``name`` is computed: a query queued after
+        the feeds, then no embedding pending. Raises AssertionError after ``timeout``."""
+        self.post(f"/query_memory/{name}", json={"query": "sync"})
+        wait_for(lambda: self.get("/health").json()["embeddings"]["pending"] == 0, timeout=timeout, what="the vectors")
 
 
 def free_port() -> int:

@@ -61,17 +61,19 @@ _CJK_UNITS = {
     "年": "year",
 }
 _CJK_UNIT = "|".join(sorted(map(re.escape, _CJK_UNITS), key=len, reverse=True))
-_CJK_COUNT = f"((?:{_CJK_NUM})?)"
 _CJK_AFTER = {"後", "后", "翌", "次"}
-_CJK_FORMS = (
-    # 2023年5月7日の3日前, 5月7日の1週間後, 5月7日の2ヶ月前
-    re.compile(f"(.+?)の{_CJK_COUNT}({_CJK_UNIT})(前|後)"),
-    # 5月7日の前日, 5月7日の翌週, 5月7日の前の週, 5月7日の次の週末
-    re.compile(f"(.+?)の{_CJK_COUNT}(前|翌|次|後)の?({_CJK_UNIT})"),
-    # 5月7日的前一周, 5月7日前三天, 5月7日之后一个月, 5月7日之前的一周
-    re.compile(f"(.+?)(?:的|之|以)?(前|后|後){_CJK_COUNT}的?{_CJK_COUNT}({_CJK_UNIT})"),
+_A, _C, _U = "(?P<anchor>.+?)", f"(?P<count>(?:{_CJK_NUM})?)", f"(?P<unit>{_CJK_UNIT})"
+# Each form names the anchor; the count, the unit (default: a day) and the direction word
+# (default: after) where it has them.
+_CJK_FORMS = tuple(
+    re.compile(form)
+    for form in (
+        f"{_A}の{_C}{_U}(?P<word>前|後)",  # 2023年5月7日の3日前, 5月7日の1週間後, 5月7日の2ヶ月前
+        f"{_A}の{_C}(?P<word>前|翌|次|後)の?{_U}",  # 5月7日の前日, の翌週, の前の週, の次の週末
+        f"{_A}(?:的|之|以)?(?P<word>前|后|後)的?{_C}{_U}",  # 5月7日的前一周, 前三天, 之后一个月, 之前的一周
+        f"{_A}的?(?:第二天|次日|隔天)",  # 5月7日的第二天
+    )
 )
-CJK_NEXT_DAY = re.compile(r"(.+?)的?(?:第二天|次日|隔天)")
 CJK_WEEK_OF = re.compile(r"(.+?)(?:の週|的?(?:那|这|這)一?(?:个|個)?(?:周|週|星期|礼拜|禮拜))")
 
 
@@ -80,20 +82,13 @@ def cjk_anchored(text: str) -> list[tuple[str | None, str, str, str]]:
     direction, anchor text) for :func:`anchored`, most specific form first; empty when
     ``text`` is none of them."""
     found: list[tuple[str | None, str, str, str]] = []
-    for index, pattern in enumerate(_CJK_FORMS):
+    for pattern in _CJK_FORMS:
         m = pattern.fullmatch(text)
-        if m is None:
-            continue
-        if index == 0:
-            count, unit, word = m[2], m[3], m[4]
-        elif index == 1:
-            count, word, unit = m[2], m[3], m[4]
-        else:
-            word, count, unit = m[2], m[3] or m[4], m[5]
-        found.append((count or None, _CJK_UNITS[unit], "after" if word in _CJK_AFTER else "before", m[1]))
-    m = CJK_NEXT_DAY.fullmatch(text)
-    if m:
-        found.append((None, "day", "after", m[1]))
+        if m is not None:
+            parts = m.groupdict()
+            unit = _CJK_UNITS[parts["unit"]] if parts.get("unit") else "day"
+            direction = "after" if parts.get("word", "後") in _CJK_AFTER else "before"
+            found.append((parts.get("count") or None, unit, direction, parts["anchor"]))
     return found
 
 
