@@ -21,6 +21,7 @@ from nekomem.recall.names import blend_query_vectors, query_vector_texts
 from nekomem.recall.query_text import lexical_text, light_stem, query_time_hint
 from nekomem.runtime.runtime import Runtime
 from tests.support.live import ROOT, make_settings
+from tests.support.waiting import wait_for
 
 MODEL = ROOT / "models" / "use-multilingual-v3" / "model.onnx"
 NAME = "Lan"
@@ -167,7 +168,9 @@ def test_vectors_are_computed_on_the_pool_cached_and_reused(tmp_path: Path, real
     spy = Spy(real_embeddings)
     rt = start_runtime(tmp_path, embeddings=spy)
     try:
-        assert isinstance(rt.services.hooks["embedding_pending"], PendingCounter)
+        # The recall actor registers the counter when it loads, which start_runtime does not wait for.
+        counter = wait_for(lambda: rt.services.hooks.get("embedding_pending"), what="the recall actor to load")
+        assert isinstance(counter, PendingCounter)
         feed(
             rt,
             [entry(f"f{i}", f"memory number {i} about tea") for i in range(5)] + [entry("a1", "archived tea memory", tier="fact_archive")],
