@@ -148,3 +148,24 @@ def test_held_lines_reach_the_file_in_call_order(tmp_path: Path) -> None:
     third = outbox.add("extract_facts", {"rows": [3, 3]}, TS, durable=False, defer=True)
     assert [r.op_id for r in outbox.pending()] == [second, third]  # the scan writes held lines first
     assert outbox.held == 0 and len(outbox.path.read_text().splitlines()) == 5
+
+
+def test_a_record_dropped_while_held_never_reaches_the_file(tmp_path: Path) -> None:
+    """drop_held forgets a record whose pending line is still held (and its held done
+    line); a record whose pending line was written already is left alone."""
+    outbox = Outbox(tmp_path / "outbox.ndjson")
+    first = outbox.add("extract_facts", {"rows": [1, 2]}, TS, durable=False, defer=True)
+    second = outbox.add("extract_facts", {"rows": [3, 4]}, TS, durable=False, defer=True)
+    outbox.done(first, TS2, durable=False, defer=True)
+    assert outbox.drop_held(first) is True
+    assert outbox.held == 1 and outbox.drop_held(first) is False
+    outbox.sync()
+    assert outbox.drop_held(second) is False  # in the file now
+    outbox.done(second, TS2, durable=False, defer=True)
+    assert outbox.drop_held(second) is False and outbox.held == 1  # its done line stays held
+    outbox.sync()
+    assert [(x["status"], x["op_id"]) for x in map(json.loads, outbox.path.read_text().splitlines())] == [
+        ("pending", second),
+        ("done", second),
+    ]
+    assert outbox.pending() == []

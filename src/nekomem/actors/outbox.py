@@ -15,8 +15,10 @@ Group commit: the post-turn record of a ``/cache`` (its rows and the post-turn c
 already durable in time_indexed.db) is held in memory, and so is its done line when it
 finishes first; after ``outbox_sync_seconds`` (real time) one write and one fsync put
 every held line in the file, and only then is each held record acknowledged to
-RecentActor, whose cursor moves over it. A crash (SIGKILL, power loss) loses held lines
-only: the rows after the cursor are enqueued again at the next load, and a record whose
+RecentActor, whose cursor moves over it. A held record that finishes before that write
+leaves no line at all (its work is done, so the cursor may pass it): it is acknowledged
+with the group, and a group of such records alone costs no write and no fsync. A
+crash (SIGKILL, power loss) loses held lines only: the rows after the cursor are enqueued again at the next load, and a record whose
 done line was lost runs once more (delivery is at least once). A record whose sender waits
 for it (/process, /renew, /settle) is written and fsync'd at once, after the held lines.
 """
@@ -199,20 +201,11 @@ class OutboxActor(ChildActor):
         entry = self.pending.get(msg.op_id)
         if entry is None:
             return  # a duplicate report; the record is already finished
-        now_iso = iso(self.ctx.clock.now())
         if msg.ok:
-            # Not fsync'd: handlers are idempotent, so a done line lost to a power loss
-            # costs one more run, and each turn's work keeps to one fsync (its pending line).
-            # The done line of a record that was itself held joins the next group write.
-            lazy = msg.op_id in self.held_ops
-            self.outbox.done(msg.op_id, now_iso, durable=False, defer=lazy)
-            if lazy:
-                self._sync_later()
-            self.pending.pop(msg.op_id, None)
-            self.retry_at.pop(msg.op_id, None)
-            self.held_ops.discard(msg.op_id)
-            self.done_count += 1
+            if not self._finish_unwritten(msg.op_id):
+                self._finish_written(msg.op_id)
         else:
+            now_iso = iso(self.ctx.clock.now())
             op_type, payload, attempts = entry
             self.outbox.attempt(msg.op_id, msg.error[:500], now_iso)
             attempts += 1
@@ -223,6 +216,32 @@ class OutboxActor(ChildActor):
                 delay = backoff_delay(self.settings.outbox_retry_delay_seconds, attempts, self.settings.outbox_retry_max_delay_seconds)
                 self.retry_at[msg.op_id] = self.ctx.clock.monotonic() + delay
         self._dispatch_ready()
+
+    def _finish_written(self, op_id: str) -> None:
+        # Not fsync'd: handlers are idempotent, so a done line lost to a power loss costs
+        # one more run, and each turn's work keeps to one fsync (its pending line). The done
+        # line of a record whose pending line was held joins the next group write.
+        lazy = op_id in self.held_ops
+        self.outbox.done(op_id, iso(self.ctx.clock.now()), durable=False, defer=lazy)
+        if lazy:
+            self._sync_later()
+        self.pending.pop(op_id, None)
+        self.retry_at.pop(op_id, None)
+        self.held_ops.discard(op_id)
+        self.done_count += 1
+
+    def _finish_unwritten(self, op_id: str) -> bool:
+        """A held record finished before the group write: drop its lines (False when its
+        pending line is already in the file). Its acknowledgement still waits for the
+        group (one message per group, not one per turn; the cursor is stored with the
+        next turn anyway)."""
+        if op_id not in self.held_ops or not self.outbox.drop_held(op_id):
+            return False
+        self.held_ops.discard(op_id)
+        self.pending.pop(op_id, None)
+        self.retry_at.pop(op_id, None)
+        self.done_count += 1
+        return True
 
     def due_at(self) -> float | None:
         """The earliest retry of a failed record (others are sent as soon as a slot frees)."""

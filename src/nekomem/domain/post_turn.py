@@ -2,7 +2,8 @@
 
 RecentActor answers ``/cache`` once the turns are in the time index and sends their
 post-turn record to the outbox afterwards. The cursor (a time-index row id) moves over a
-record only once the outbox has acknowledged it *and* every record sent before it, so at
+record only once the outbox has acknowledged it (the record is in its file, or its work
+finished before it was written) *and* every record sent before it, so at
 load every row after the stored cursor is enqueued again (the outbox drops ranges it
 already holds). This object is that bookkeeping in memory; the actor stores
 :meth:`PostTurnCursor.update` with its next time-index transaction.
@@ -14,7 +15,7 @@ import collections
 from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
-POST_TURN_CURSOR = "post_turn"  # time-index cursor: rows up to here have their outbox record
+POST_TURN_CURSOR = "post_turn"  # time-index cursor: rows up to here have an outbox record or finished work
 
 
 class PostTurnCursor:
@@ -32,7 +33,8 @@ class PostTurnCursor:
         self._sent.append(last_row)
 
     def acked(self, last_row: int) -> None:
-        """The outbox holds the record ending at ``last_row``; the cursor moves over every
+        """The outbox holds the record ending at ``last_row`` (or has finished its work);
+        the cursor moves over every
         leading record that is acknowledged, and no further."""
         self._acked.add(last_row)
         while self._sent and self._sent[0] in self._acked:

@@ -5,7 +5,8 @@ adds an ``attempt`` line and the end is a ``done`` line (``dead: true`` for a de
 i.e. given up after too many attempts). All three are appended one line each and fsync'd
 (a pending or done line may instead be held in memory and written, with every other held
 line, by the next append or :meth:`Outbox.sync`: one write and one fsync for all; a done
-line may also be left unsynced):
+line may also be left unsynced; a record that finishes while its pending line is still
+held can be dropped from memory with :meth:`Outbox.drop_held` and never reach the file):
 
 - ``{"status": "pending", "op_id", "type", "payload", "ts"}``
 - ``{"status": "attempt", "op_id", "ts", "error"}``
@@ -106,13 +107,20 @@ class Outbox:
         self.known_types = frozenset(known_types) if known_types is not None else None
         self.error_max_chars = error_max_chars
         self._log = NdjsonLog(self.path)
-        self._held: list[bytes] = []  # lines of ``defer`` calls, not yet in the file
+        # Lines of ``defer`` calls, not yet in the file, encoded only when written (a
+        # record dropped by drop_held is never encoded).
+        self._held: list[_Line] = []
+        # Lines may be in the file without an fsync (appended with durable=False, or left
+        # by an earlier process): sync() fsyncs only then.
+        self._dirty = True
 
-    def _append(self, line: bytes, *, durable: bool, defer: bool) -> None:
+    def _append(self, line: _Line, *, durable: bool, defer: bool) -> None:
         if defer:
             self._held.append(line)
             return
-        self._log.append([*self._take_held(), line], durable=durable)  # held lines first: file order is call order
+        encoded = _encoder.encode(line)  # before the held lines are taken: a TypeError loses none
+        self._log.append([*self._take_held(), encoded], durable=durable)  # held lines first: file order is call order
+        self._dirty = not durable
 
     @property
     def held(self) -> int:
@@ -120,12 +128,24 @@ class Outbox:
         return len(self._held)
 
     def _take_held(self) -> list[bytes]:
-        held, self._held = self._held, []
-        return held
+        encoded = [_encoder.encode(line) for line in self._held]
+        self._held = []
+        return encoded
+
+    def drop_held(self, op_id: str) -> bool:
+        """Forget every held line of ``op_id`` when its pending line is still held (the
+        record finished before any line of it was written: the file needs none of them);
+        True when they were dropped, False (nothing changed) when the pending line is
+        already in the file or was never held."""
+        if not any(isinstance(line, _PendingLine) and line.op_id == op_id for line in self._held):
+            return False
+        self._held = [line for line in self._held if line.op_id != op_id]
+        return True
 
     def write_held(self) -> None:
         """Append the held lines without fsync (a killed process keeps them). Raises OSError."""
         self._log.append(self._take_held(), durable=False)
+        self._dirty = True
 
     # -- writing -----------------------------------------------------------------------
 
@@ -135,7 +155,8 @@ class Outbox:
         ``durable=False`` appends without fsync (a killed process keeps the line); the
         caller then makes it durable with :meth:`sync` before relying on it. ``defer``
         holds the line in memory until the next append or :meth:`sync` writes it (a killed
-        process loses it: only for records the caller can rebuild after a crash).
+        process loses it: only for records the caller can rebuild after a crash); it is
+        encoded only then, so a held payload must be plain JSON data.
 
         Raises ValueError (unknown type, bad ts, payload not a mapping), TypeError
         (payload not JSON encodable) before writing, OSError if the write fails.
@@ -146,16 +167,18 @@ class Outbox:
             raise ValueError("outbox payload must be a mapping")
         op_id = f"{_OP_PREFIX}{next(_op_numbers):016x}"
         line = _PendingLine(op_id=op_id, type=type, ts=require_iso(ts, "outbox ts"), payload=dict(payload))
-        self._append(_encoder.encode(line), durable=durable, defer=defer)
+        self._append(line, durable=durable, defer=defer)
         return op_id
 
     def sync(self) -> None:
         """Write the held lines and fsync the file: every line so far is durable (one
-        write and one fsync for all of them). Raises OSError."""
+        write and one fsync for all of them; no fsync when every line in the file is
+        durable already and none is held). Raises OSError."""
         if self._held:
             self._log.append(self._take_held())
-        else:
+        elif self._dirty:
             self._log.sync()
+        self._dirty = False
 
     def attempt(self, op_id: str, error: str, ts: str) -> None:
         """Record one failed run of ``op_id`` (error text is cut to ``error_max_chars``).
@@ -165,7 +188,7 @@ class Outbox:
         """
         text = error if len(error) <= self.error_max_chars else error[: self.error_max_chars] + "…"
         line = _AttemptLine(op_id=op_id, ts=require_iso(ts, "outbox ts"), error=text)
-        self._append(_encoder.encode(line), durable=True, defer=False)
+        self._append(line, durable=True, defer=False)
 
     def done(self, op_id: str, ts: str, dead: bool = False, *, durable: bool = True, defer: bool = False) -> None:
         """Record that ``op_id`` finished (``dead=True``: given up as a dead letter).
@@ -175,7 +198,7 @@ class Outbox:
         Raises ValueError for a bad ts, OSError if the write fails.
         """
         line = _DoneLine(op_id=op_id, ts=require_iso(ts, "outbox ts"), dead=dead)
-        self._append(_encoder.encode(line), durable=durable, defer=defer)
+        self._append(line, durable=durable, defer=defer)
 
     # -- reading -----------------------------------------------------------------------
 
