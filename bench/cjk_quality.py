@@ -21,7 +21,10 @@ a clock set to that day, so "5月2号" in a question is a date of the conversati
 ``--real-clock`` asks on the machine's clock instead). A question scores the share of its evidence turns cited by the returned
 facts (at most 8). Printed per set: recall@8 for questions whose answer the user stated
 (``user``), questions whose answer the companion gave in its reply (``reply``: only the
-user's turn that asked for it is stored), and overall.
+user's turn that asked for it is stored), and overall; then, over all questions, the rank
+measures recall@1 and recall@3 (the share of the evidence cited by the first one or three
+rows) and MRR (the mean of 1 / the rank of the first row citing evidence, 0 when none
+does), which still separate configurations when recall@8 is near its ceiling.
 """
 
 from __future__ import annotations
@@ -32,12 +35,13 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from bench.locomo_quality import bench_settings, config_names, overrides_of, run_conversation
+from bench.locomo_quality import RankedAnswer, bench_settings, config_names, overrides_of, run_conversation
 from nekomem.recall.embeddings import EmbeddingService
 from nekomem.runtime.clock import ManualClock
 from tests.support.live import ROOT
@@ -157,6 +161,25 @@ def summarise(scores: list[tuple[int, float]]) -> dict[str, float]:
     return row
 
 
+RANK_MEASURES = ("r@1", "r@3", "mrr")
+
+
+def rank_measures(answers: Sequence[RankedAnswer]) -> dict[str, float]:
+    """recall@1 and recall@3 (the share of each question's evidence cited by its first one
+    or three rows, averaged over questions) and the mean reciprocal rank of the first row
+    that cites any evidence (0 for a question where none does); NaN without questions."""
+    if not answers:
+        return {m: float("nan") for m in RANK_MEASURES}
+
+    def recall_at(k: int) -> float:
+        return statistics.fmean(len(frozenset().union(*a.cited[:k])) / len(a.evidence) for a in answers)
+
+    def reciprocal(a: RankedAnswer) -> float:
+        return next((1 / rank for rank, cited in enumerate(a.cited, start=1) if cited), 0.0)
+
+    return {"r@1": recall_at(1), "r@3": recall_at(3), "mrr": statistics.fmean(map(reciprocal, answers))}
+
+
 def asking_time(turns: list[Turn]) -> datetime:
     """When the questions are asked: noon (UTC) of the day after the user's last conversation."""
     last = max(t.day for t in turns) + timedelta(days=1)
@@ -166,20 +189,22 @@ def asking_time(turns: list[Turn]) -> datetime:
 def run_set(
     recall_set: RecallSet, overrides: dict[str, Any], emb: EmbeddingService, root: Path, *, ask_next_day: bool = True
 ) -> tuple[dict[str, float], float]:
-    """Recall@8 of one set under one configuration; returns the summary row and the p50 ms.
-    With ``ask_next_day`` each user's server runs on a clock set to :func:`asking_time`, so
-    a date in a question ("5月2号") means that date of the conversation's year."""
+    """Recall@8 (and the :func:`rank_measures`) of one set under one configuration; returns
+    the summary row and the p50 ms. With ``ask_next_day`` each user's server runs on a clock
+    set to :func:`asking_time`, so a date in a question ("5月2号") means that date of the
+    conversation's year."""
     scores: list[tuple[int, float]] = []
+    ranked: list[RankedAnswer] = []
     p50s: list[float] = []
     for user, turns in recall_set.users.items():
         questions = questions_of(recall_set, user)
         if not questions:
             continue
         clock = ManualClock(asking_time(turns)) if ask_next_day else None
-        user_scores, p50 = run_conversation(root / user, overrides, emb, facts_of(turns), questions, name=user, clock=clock)
+        user_scores, p50 = run_conversation(root / user, overrides, emb, facts_of(turns), questions, name=user, clock=clock, ranked=ranked)
         scores += user_scores
         p50s.append(p50)
-    return summarise(scores), statistics.median(p50s) if p50s else 0.0
+    return summarise(scores) | rank_measures(ranked), statistics.median(p50s) if p50s else 0.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -205,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"embeddings={emb.state} model={emb.model_id} model_dir={base.embeddings.embedding_model_dir}")
     for s in sets:
         print(f"{s.name}: {len(s.users)} users, {len(s.turn_ids())} user statements (facts), {len(s.questions)} questions")
-    header = ["config", "set", *ANSWER_IN.values(), "overall", "p50 ms", "seconds"]
+    header = ["config", "set", *ANSWER_IN.values(), "overall", *RANK_MEASURES, "p50 ms", "seconds"]
     print(" | ".join(f"{h:>9}" if i > 1 else f"{h:<16}" for i, h in enumerate(header)))
     results: dict[str, dict[str, dict[str, float]]] = {}
     for name in names:
@@ -215,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
                 row, p50 = run_set(s, overrides_of(name), emb, Path(tmp), ask_next_day=not args.real_clock)
             row["p50_ms"] = p50
             results.setdefault(name, {})[s.name] = row
-            cells = [f"{row[c]:>9.3f}" for c in [*ANSWER_IN.values(), "overall"]]
+            cells = [f"{row[c]:>9.3f}" for c in [*ANSWER_IN.values(), "overall", *RANK_MEASURES]]
             print(" | ".join([f"{name:<16}", f"{s.name:<16}", *cells, f"{p50:>9.1f}", f"{time.monotonic() - started:>9.1f}"]), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2), encoding="utf-8")

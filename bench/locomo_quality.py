@@ -39,6 +39,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -210,6 +211,15 @@ class Services:
             service.close()
 
 
+@dataclass(frozen=True)
+class RankedAnswer:
+    """One question's evidence ids and, for each returned row in rank order, the evidence
+    ids that row cites (empty for a row citing none)."""
+
+    evidence: frozenset[str]
+    cited: tuple[frozenset[str], ...]
+
+
 def run_conversation(
     root: Path,
     overrides: dict[str, Any],
@@ -218,10 +228,12 @@ def run_conversation(
     questions: list[dict[str, Any]],
     name: str = NAME,
     clock: Clock | None = None,
+    ranked: list[RankedAnswer] | None = None,
 ) -> tuple[list[tuple[int, float]], float]:
     """Import ``facts`` as character ``name`` of a fresh server (on ``clock``, the real one by
     default), ask every question; returns (category, share of the evidence ids cited by the
-    results) per question and the p50 ms."""
+    results) per question and the p50 ms. With ``ranked``, a :class:`RankedAnswer` per
+    question is appended to it (for rank measures such as recall@1)."""
     settings = bench_settings(root, **overrides)
     if isinstance(emb, Services):
         service = emb.get(settings.embeddings)  # the configuration's own model
@@ -255,6 +267,9 @@ def run_conversation(
                 cited |= cites.get(row["id"], set())
             evidence = set(q["evidence"])
             scores.append((q["category"], len(evidence & cited) / len(evidence)))
+            if ranked is not None:
+                per_row = tuple(frozenset(cites.get(row["id"], set()) & evidence) for row in body["results"])
+                ranked.append(RankedAnswer(frozenset(evidence), per_row))
     return scores, statistics.median(latencies) * 1000 if latencies else 0.0
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.cjk_quality import DATA, DATASETS, RecallSet, facts_of, load_set, run_set
-from bench.locomo_quality import bench_settings
+from bench.cjk_quality import DATA, DATASETS, RecallSet, facts_of, load_set, rank_measures, run_set
+from bench.locomo_quality import RankedAnswer, bench_settings
 from nekomem.recall.embeddings import EmbeddingService
 from tests.support.live import make_settings
 
@@ -101,6 +101,26 @@ def test_one_user_through_a_real_server_bm25_only(tmp_path: Path) -> None:
     # (the companion's own advice is never stored, only the question that asked for it).
     assert 0.5 <= row["overall"] < 1.0
     assert row["reply"] < row["user"]
+    # The first rows hold less of the evidence than all eight; the first hit is near the top.
+    assert 0.0 < row["r@1"] <= row["r@3"] <= row["overall"]
+    assert row["r@1"] <= row["mrr"] <= 1.0
+
+
+def test_rank_measures_count_evidence_in_the_first_rows_and_the_first_hit() -> None:
+    def answer(evidence: str, *rows: str) -> RankedAnswer:
+        return RankedAnswer(frozenset(evidence), tuple(frozenset(r) for r in rows))
+
+    answers = [
+        answer("a", "a", "", ""),  # first row: r@1 1, r@3 1, rr 1
+        answer("ab", "", "b", "a"),  # r@1 0, r@3 1, rr 1/2
+        answer("ab", "", "", "", "b"),  # r@1 0, r@3 0, rr 1/4
+        answer("c"),  # nothing returned: 0, 0, 0
+    ]
+    measures = rank_measures(answers)
+    assert measures["r@1"] == pytest.approx(1 / 4)
+    assert measures["r@3"] == pytest.approx(2 / 4)
+    assert measures["mrr"] == pytest.approx((1 + 1 / 2 + 1 / 4) / 4)
+    assert all(v != v for v in rank_measures([]).values())  # NaN without questions
 
 
 def test_bench_settings_follow_the_environment_and_the_configuration_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
