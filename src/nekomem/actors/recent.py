@@ -367,11 +367,14 @@ class RecentActor(RecentState):
         self.adopt_outside_edit("edit")
         if not 0 <= msg.index < len(self.window):
             raise ActorFailure("not_found", f"no recent item {msg.index}", 404)
+        # A new list, never an edit in place: the window is only ever extended in place
+        # (see RecentState._window_bytes).
+        i = msg.index
         if msg.text is None:
-            del self.window[msg.index]
+            self.window = self.window[:i] + self.window[i + 1 :]
         else:
-            old = self.window[msg.index]
-            self.window[msg.index] = Turn(role=old.role, text=msg.text, ts=old.ts)
+            old = self.window[i]
+            self.window = [*self.window[:i], Turn(role=old.role, text=msg.text, ts=old.ts), *self.window[i + 1 :]]
         self.tokens = [self.counter.count(t.text) for t in self.window]
         self._enforce_cap()
         self._save_window()

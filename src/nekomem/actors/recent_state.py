@@ -5,11 +5,15 @@ of outside edits of recent.json.
 recent.json is written without fsync; the time index is the durable copy, so at load the
 rows after ``meta.journal_row`` are folded into the window and the rows after the
 post-turn cursor get their outbox record again (see :mod:`nekomem.domain.post_turn`).
+
+``window`` and ``tokens`` are only ever extended in place; any other change assigns a new
+list. The encoded window and the token bound rely on it: while the list is the same
+object, its known prefix is unchanged, so a write costs the new items only.
 """
 
 from __future__ import annotations
 
-import operator
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +32,21 @@ from nekomem.stores.timeindex import IMPORTED_CURSOR, TimeIndex
 
 _item_encoder = msgspec.json.Encoder()
 OP_POST_TURN = "extract_facts"  # wire value of the reference's OP_POST_TURN_SIGNALS
+
+
+class _EncodedWindow:
+    """The encoded items of ``window``'s first ``count`` items and their join."""
+
+    __slots__ = ("window", "count", "parts", "body")
+
+    def __init__(self, window: list[Turn], count: int, parts: list[bytes], body: bytes) -> None:
+        self.window = window
+        self.count = count
+        self.parts = parts
+        self.body = body
+
+    def turns(self) -> list[Turn]:
+        return self.window[: self.count]
 
 
 class RecentMeta(msgspec.Struct, kw_only=True):
@@ -170,9 +189,21 @@ class RecentState(ChildActor):
         else:
             self.tokens.extend(self.counter.count(t.text) for t in turns)
 
+    def _token_bound(self) -> int:
+        """``sum(map(abs, self.tokens))``, adding only the counts appended since the last
+        call while ``tokens`` is the same list (it is only ever extended in place)."""
+        tokens = self.tokens
+        known: tuple[list[int], int, int] | None = getattr(self, "_bound_known", None)
+        if known is not None and known[0] is tokens and len(tokens) >= known[1]:
+            total = known[2] + sum(map(abs, itertools.islice(tokens, known[1], None)))
+        else:
+            total = sum(map(abs, tokens))
+        self._bound_known = (tokens, len(tokens), total)
+        return total
+
     def _enforce_cap(self) -> None:
         cap = self.settings.recent_hard_cap_tokens
-        if sum(map(abs, self.tokens)) <= cap:
+        if self._token_bound() <= cap:
             return  # exact counts, or upper bounds of them, fit
         if any(n < 0 for n in self.tokens):
             self.tokens = [n if n >= 0 else self.counter.count(t.text) for n, t in zip(self.tokens, self.window, strict=True)]
@@ -199,23 +230,26 @@ class RecentState(ChildActor):
 
     def _window_bytes(self) -> bytes:
         """recent.json's content: the same bytes as encoding ``[t.to_disk() ...]`` whole,
-        but each item is encoded once and kept while it stays in the window (a write then
-        costs a join, not a re-encode of every item)."""
+        but each item is encoded once and kept while it stays in the window. While the
+        window is the same list as at the last call (only extended since), a write encodes
+        and joins the new items only; otherwise items are matched by identity, so an
+        unchanged one is not encoded again (Turns are frozen: a changed item is a new
+        object)."""
         window = self.window
-        turns: list[Turn] = getattr(self, "_encoded_turns", [])
-        parts: list[bytes] = getattr(self, "_encoded_parts", [])
-        n = len(turns)
-        if len(window) >= n and all(map(operator.is_, turns, window[:n])):
-            # The usual change: items appended at the end (the identity check runs in C).
-            parts = parts + [_item_encoder.encode(t.to_disk()) for t in window[n:]]
+        known: _EncodedWindow | None = getattr(self, "_encoded", None)
+        if known is not None and known.window is window and len(window) >= known.count:
+            fresh = [_item_encoder.encode(t.to_disk()) for t in itertools.islice(window, known.count, None)]
+            known.parts.extend(fresh)
+            if fresh:
+                joined = b",".join(fresh)
+                known.body = known.body + b"," + joined if known.count else joined
+            known.count = len(window)
         else:
-            # Anything else (a trim, an edit, a splice): by identity, so an unchanged item
-            # is not encoded again (Turns are frozen: a changed item is a new object).
-            known = {id(t): p for t, p in zip(turns, parts, strict=True)}
-            parts = [known.get(id(t)) or _item_encoder.encode(t.to_disk()) for t in window]
-        self._encoded_turns = list(window)
-        self._encoded_parts = parts
-        return b"[" + b",".join(parts) + b"]\n"
+            by_id = {} if known is None else {id(t): p for t, p in zip(known.turns(), known.parts, strict=True)}
+            parts = [by_id.get(id(t)) or _item_encoder.encode(t.to_disk()) for t in window]
+            known = _EncodedWindow(window, len(window), parts, b",".join(parts))
+            self._encoded = known
+        return b"[" + known.body + b"]\n"
 
     def adopt_outside_edit(self, reason: str, *, keep_ours: bool = False) -> bool:
         """If recent.json was changed by someone else, adopt it as the window (or, with
