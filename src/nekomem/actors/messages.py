@@ -57,6 +57,7 @@ class RecentView(msgspec.Struct):
     window: list[Turn]
     last_timestamp: str | None
     stored_total: int
+    shown: list[str] | None = None  # each item's text as a context shows it (GetRecent only)
 
 
 class CompressDone(Message):

@@ -360,7 +360,13 @@ class RecentActor(RecentState):
         self._answer_view(msg)
 
     def _answer_view(self, msg: GetRecent) -> None:
-        msg.reply.ok(RecentView(window=list(self.window), last_timestamp=self.tindex.last_timestamp(), stored_total=self.tindex.count()))
+        view = RecentView(
+            window=list(self.window),
+            last_timestamp=self.tindex.last_timestamp(),
+            stored_total=self.tindex.count(),
+            shown=self.shown_texts(),
+        )
+        msg.reply.ok(view)
 
     @handles(EditRecent)
     def on_EditRecent(self, msg: EditRecent) -> None:

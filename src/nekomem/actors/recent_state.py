@@ -21,32 +21,24 @@ import msgspec
 
 from nekomem.actors.base import ChildActor
 from nekomem.actors.messages import Enqueue, OutboxAck
-from nekomem.domain import recent_window, review
+from nekomem.domain import context, recent_window, review
 from nekomem.domain.post_turn import POST_TURN_CURSOR, PostTurnCursor, session_runs
 from nekomem.domain.tokens import get_counter
 from nekomem.domain.turns import Turn, from_disk
+from nekomem.domain.window_cache import ItemCache
 from nekomem.runtime.clock import iso
 from nekomem.stores.atomic import atomic_write_bytes, atomic_write_json, drop_swap, keep_rejected, read_json, swap_write_bytes
 from nekomem.stores.recent_watch import RecentWatch, journal_adoption
 from nekomem.stores.timeindex import IMPORTED_CURSOR, TimeIndex
 
 _item_encoder = msgspec.json.Encoder()
+
+
+def _encode_item(turn: Turn) -> bytes:
+    return _item_encoder.encode(turn.to_disk())
+
+
 OP_POST_TURN = "extract_facts"  # wire value of the reference's OP_POST_TURN_SIGNALS
-
-
-class _EncodedWindow:
-    """The encoded items of ``window``'s first ``count`` items and their join."""
-
-    __slots__ = ("window", "count", "parts", "body")
-
-    def __init__(self, window: list[Turn], count: int, parts: list[bytes], body: bytes) -> None:
-        self.window = window
-        self.count = count
-        self.parts = parts
-        self.body = body
-
-    def turns(self) -> list[Turn]:
-        return self.window[: self.count]
 
 
 class RecentMeta(msgspec.Struct, kw_only=True):
@@ -230,26 +222,27 @@ class RecentState(ChildActor):
 
     def _window_bytes(self) -> bytes:
         """recent.json's content: the same bytes as encoding ``[t.to_disk() ...]`` whole,
-        but each item is encoded once and kept while it stays in the window. While the
-        window is the same list as at the last call (only extended since), a write encodes
-        and joins the new items only; otherwise items are matched by identity, so an
-        unchanged one is not encoded again (Turns are frozen: a changed item is a new
-        object)."""
-        window = self.window
-        known: _EncodedWindow | None = getattr(self, "_encoded", None)
-        if known is not None and known.window is window and len(window) >= known.count:
-            fresh = [_item_encoder.encode(t.to_disk()) for t in itertools.islice(window, known.count, None)]
-            known.parts.extend(fresh)
-            if fresh:
-                joined = b",".join(fresh)
-                known.body = known.body + b"," + joined if known.count else joined
-            known.count = len(window)
-        else:
-            by_id = {} if known is None else {id(t): p for t, p in zip(known.turns(), known.parts, strict=True)}
-            parts = [by_id.get(id(t)) or _item_encoder.encode(t.to_disk()) for t in window]
-            known = _EncodedWindow(window, len(window), parts, b",".join(parts))
-            self._encoded = known
-        return b"[" + known.body + b"]\n"
+        but each item is encoded once while it stays in the window, and a write that only
+        appended joins the new items to the join it kept."""
+        cache: ItemCache[bytes] | None = getattr(self, "_encoded", None)
+        if cache is None:
+            cache = self._encoded = ItemCache(_encode_item)
+        parts, start = cache.update(self.window)
+        body: bytes = getattr(self, "_encoded_body", b"")
+        if start == 0:
+            body = b",".join(parts)
+        elif start < len(parts):
+            body = body + b"," + b",".join(parts[start:])
+        self._encoded_body = body
+        return b"[" + body + b"]\n"
+
+    def shown_texts(self) -> list[str]:
+        """Each window item's text as a context shows it (:func:`context.shown_text`), in
+        order; a copy, safe to hand to another thread."""
+        cache: ItemCache[str] | None = getattr(self, "_shown", None)
+        if cache is None:
+            cache = self._shown = ItemCache(context.shown_text)
+        return list(cache.update(self.window)[0])
 
     def adopt_outside_edit(self, reason: str, *, keep_ours: bool = False) -> bool:
         """If recent.json was changed by someone else, adopt it as the window (or, with

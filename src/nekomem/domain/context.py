@@ -21,12 +21,19 @@ def speaker(turn: Turn, master_name: str, character_name: str) -> str:
     return {"human": master_name, "ai": character_name, "system": "System"}[turn.role]
 
 
-def history_lines(window: list[Turn], master_name: str, character_name: str) -> list[str]:
+def shown_text(turn: Turn) -> str:
+    """A turn's text as a context shows it: without bracketed asides, except a system
+    turn's (the memo), which is shown whole."""
+    return turn.text if turn.role == "system" else _BRACKETS.sub("", turn.text).strip()
+
+
+def history_lines(window: list[Turn], master_name: str, character_name: str, shown: list[str] | None = None) -> list[str]:
+    """``speaker | text`` per window item; ``shown``, when given, holds each item's
+    :func:`shown_text` already (the recent actor keeps them, so a /new_dialog does not strip
+    the whole window again)."""
     names = {"human": master_name, "ai": character_name, "system": "System"}
-    sub = _BRACKETS.sub
-    # The whole window is rendered for every /new_dialog: one pass, no call per turn but
-    # the bracket removal.
-    return [f"{names[t.role]} | {t.text if t.role == 'system' else sub('', t.text).strip()}" for t in window]
+    texts = shown if shown is not None and len(shown) == len(window) else [shown_text(t) for t in window]
+    return [f"{names[t.role]} | {text}" for t, text in zip(window, texts, strict=True)]
 
 
 def gap_seconds(last_timestamp: str | None, now: datetime) -> float | None:
@@ -49,8 +56,10 @@ def render_new_dialog(
     gap_notice_seconds: float,
     gap_long_seconds: float,
     language: str = "en",
+    shown: list[str] | None = None,
 ) -> str:
-    """The /new_dialog text in ``language`` (one of context_locale.LANGUAGES)."""
+    """The /new_dialog text in ``language`` (one of context_locale.LANGUAGES); ``shown`` as
+    in :func:`history_lines`."""
     name, master = character_name, master_name
     parts: list[str] = [loc.text(loc.PERSONA_HEADER, language, name=name)]
     if longterm:
@@ -58,7 +67,7 @@ def render_new_dialog(
     parts.append(loc.text(loc.INNER_THOUGHTS_HEADER, language, name=name))
     stamp = now.strftime("%A, %B %d, %Y at %I:%M %p")
     parts.append(loc.text(loc.INNER_THOUGHTS_DYNAMIC, language, name=name, time=stamp))
-    for line in history_lines(window, master, name):
+    for line in history_lines(window, master, name, shown):
         parts.append(line + "\n")
     gap = gap_seconds(last_timestamp, now)
     if gap is not None and gap >= gap_notice_seconds:
@@ -71,8 +80,10 @@ def render_new_dialog(
     return "".join(parts)
 
 
-def render_recent_history(window: list[Turn], master_name: str, character_name: str, language: str = "en") -> str:
+def render_recent_history(
+    window: list[Turn], master_name: str, character_name: str, language: str = "en", shown: list[str] | None = None
+) -> str:
     if not window:
         return loc.text(loc.NO_RECENT_HISTORY, language, name=character_name)
     intro = loc.text(loc.RECENT_HISTORY_INTRO, language, master=master_name, name=character_name)
-    return intro + "\n".join(history_lines(window, master_name, character_name))
+    return intro + "\n".join(history_lines(window, master_name, character_name, shown))

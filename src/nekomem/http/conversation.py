@@ -125,6 +125,7 @@ async def new_dialog(request: Request) -> Response:
         longterm=longterm,
         gap_notice_seconds=rt.settings.recent.gap_notice_seconds,
         gap_long_seconds=rt.settings.recent.gap_long_seconds,
+        shown=view.shown,
     )
     return PlainTextResponse(text)
 
@@ -135,7 +136,7 @@ async def get_recent_history(request: Request) -> Response:
     if not await character_exists(request, name):
         return PlainTextResponse(render_recent_history([], master_name(request), name, language))
     view = await recent_view(request, name, wait_settle=False)
-    return PlainTextResponse(render_recent_history(view.window, master_name(request), name, language))
+    return PlainTextResponse(render_recent_history(view.window, master_name(request), name, language, view.shown))
 
 
 async def last_conversation_gap(request: Request) -> Response:
