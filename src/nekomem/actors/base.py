@@ -16,6 +16,8 @@ from typing import Any, ClassVar
 import pykka
 
 from nekomem.actors.handlers import handler_for
+from nekomem.actors.messages import PostTurn, ReplyMentions
+from nekomem.domain.turns import Turn
 from nekomem.runtime.dispatch import Completion, DispatchedActor, Dispatcher
 from nekomem.runtime.protocol import ChildCrashed, Tick, fail_message
 from nekomem.runtime.reply import ActorFailure
@@ -181,6 +183,15 @@ class ChildActor(DispatchedActor):
     def model_available(self, task: str) -> bool:
         llm = self.ctx.services.llm
         return llm is not None and llm.available(llm.tier_for(task))
+
+    def announce_stored_turns(self, turns: list[Turn]) -> None:
+        """Tell the reflection actor about stored turns (one ``PostTurn``, with the last
+        reply for mention tracking) and the persona actor about that reply."""
+        ai = [t.text for t in turns if t.role == "ai"]
+        reply = ai[-1] if ai else ""
+        self.ctx.send("reflections", PostTurn(turns=turns, reply_text=reply))
+        if reply:
+            self.ctx.send("persona", ReplyMentions(text=reply))
 
     def ask_model(
         self,

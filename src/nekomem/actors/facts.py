@@ -31,10 +31,8 @@ from nekomem.actors.messages import (
     NewFacts,
     OpFinished,
     OpParked,
-    PostTurn,
     RecallAnswer,
     ReflectNow,
-    ReplyMentions,
     RunOp,
     SignalsProcessed,
     Synthesize,
@@ -64,11 +62,7 @@ class FactActor(FactState):
         if turns is None:
             turns = [t for t in (from_disk(m) for m in msg.payload.get("messages", [])) if t is not None]
         if msg.attempt == 1 and turns:
-            ai = [t.text for t in turns if t.role == "ai"]
-            reply = ai[-1] if ai else ""
-            self.ctx.send("reflections", PostTurn(turns=turns, reply_text=reply))  # one message for both
-            if reply:
-                self.ctx.send("persona", ReplyMentions(text=reply))
+            self.announce_stored_turns(turns)
         user_turns = [t for t in turns if t.role == "human"]
         if not user_turns or not self.model_available("extract_facts"):
             # Nothing a fact can come from, or no summary tier: the step is skipped

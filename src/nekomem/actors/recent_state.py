@@ -157,9 +157,19 @@ class RecentState(ChildActor):
     def _enqueue_post_turn(
         self, turns: list[Turn], session_id: str, first: int, last: int, write_id: int = 0, *, replay: bool = False
     ) -> None:
-        payload = {"messages": [t.to_disk() for t in turns], "session_id": session_id, "rows": [first, last]}
         ack = OutboxAck(write_id=write_id, row=last)
         self.post_turn.sent(last)
+        if not self.model_available("extract_facts"):
+            # No model can extract facts: the record would only announce the turns and be
+            # finished unrun (FactActor.on_RunOp), so the turns are announced here, with no
+            # record, and count as done (a write that waits hears it as from the outbox).
+            self.announce_stored_turns(list(turns))
+            if write_id:
+                self.ctx.send("recent", ack)
+            else:
+                self.post_turn.acked(last)
+            return
+        payload = {"messages": [t.to_disk() for t in turns], "session_id": session_id, "rows": [first, last]}
         self.ctx.send("outbox", Enqueue(op_type=OP_POST_TURN, payload=payload, reply_value=ack, replay=replay, turns=list(turns)))
 
     def _save_cursor(self) -> None:
