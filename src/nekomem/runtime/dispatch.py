@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import sys
 import threading
 from collections.abc import Callable
@@ -98,22 +97,14 @@ class Completion:
 
 class Dispatcher:
     """A fixed pool of ``workers`` threads that run ready mailboxes, ``batch`` messages at
-    a time. Threads start with the dispatcher and end with :meth:`shutdown`.
-
-    An idle worker blocks reading a pipe, and a wake-up is one byte written to it, rather
-    than a Condition's wait and notify: ``os.write`` lets go of the interpreter lock for
-    the system call, a lock release does not. A waker that the woken worker preempts
-    (the usual case when both share a core) then does not hold the lock that worker
-    needs, so a hand-over costs one switch instead of a round of them."""
+    a time. Threads start with the dispatcher and end with :meth:`shutdown`."""
 
     def __init__(self, workers: int, batch: int, *, name: str = "nekomem-actor") -> None:
         if workers < 1 or batch < 1:
             raise ValueError("a dispatcher needs at least one worker and a batch of at least one")
         self.batch = batch
         self._ready: collections.deque[Mailbox] = collections.deque()
-        self._lock = threading.Lock()
-        self._sleeping = 0  # workers about to read, or reading, the wake pipe (not yet woken)
-        self._wake_r, self._wake_w = os.pipe()
+        self._cond = threading.Condition()
         self._closed = False
         self._local = threading.local()
         self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(workers)]
@@ -132,55 +123,38 @@ class Dispatcher:
         """Queue ``mailbox`` for a worker. Posted from a worker (one actor telling another),
         it is left to that worker, which takes it once its current run ends, unless a
         backlog is waiting: a wake-up per message costs more than the message."""
-        with self._lock:
+        with self._cond:
             self._ready.append(mailbox)
-            wake = self._sleeping > 0 and (len(self._ready) > 1 or not self.on_worker())
-            if wake:
-                self._sleeping -= 1
-        if wake:
-            os.write(self._wake_w, b"\0")
+            if len(self._ready) > 1 or not self.on_worker():
+                self._cond.notify()
 
     def queued(self) -> int:
         """Mailboxes waiting for a worker (for /health and the benchmarks)."""
-        with self._lock:
+        with self._cond:
             return len(self._ready)
 
     def _work(self) -> None:
         self._local.worker = True
         while True:
-            with self._lock:
-                mailbox = self._ready.popleft() if self._ready else None
-                if mailbox is None:
-                    if self._closed:
-                        return
-                    self._sleeping += 1
-            if mailbox is None:
-                # A byte written between the count above and this read is waiting in the
-                # pipe: the read returns at once (each byte wakes one reader).
-                os.read(self._wake_r, 1)
-                continue
+            with self._cond:
+                while not self._ready and not self._closed:
+                    self._cond.wait()
+                if not self._ready:
+                    return
+                mailbox = self._ready.popleft()
             try:
                 mailbox.run(self.batch)
             except BaseException:
                 log.exception("a mailbox run failed")
 
     def shutdown(self, timeout: float = 5.0) -> None:
-        """Stop the workers once the ready queue is empty (mailboxes still queued are run).
-        From outside the pool it waits up to ``timeout`` per worker, then closes the wake
-        pipe if every worker has ended."""
-        with self._lock:
-            again, self._closed = self._closed, True
-            self._sleeping = 0
-        if again:
-            return
-        os.write(self._wake_w, b"\0" * len(self._threads))  # one byte per worker: every reader returns
-        if self.on_worker():
-            return
-        for thread in self._threads:
-            thread.join(timeout)
-        if not any(thread.is_alive() for thread in self._threads):
-            os.close(self._wake_r)
-            os.close(self._wake_w)
+        """Stop the workers once the ready queue is empty (mailboxes still queued are run)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if not self.on_worker():
+            for thread in self._threads:
+                thread.join(timeout)
 
 
 _IDLE, _SCHEDULED = 0, 1
