@@ -17,10 +17,12 @@ finishes first; after ``outbox_sync_seconds`` (real time) one write and one fsyn
 every held line in the file, and only then is each held record acknowledged to
 RecentActor, whose cursor moves over it. A held record that finishes before that write
 leaves no line at all (its work is done, so the cursor may pass it): it is acknowledged
-with the group, and a group of such records alone costs no write and no fsync. A
-crash (SIGKILL, power loss) loses held lines only: the rows after the cursor are enqueued again at the next load, and a record whose
-done line was lost runs once more (delivery is at least once). A record whose sender waits
-for it (/process, /renew, /settle) is written and fsync'd at once, after the held lines.
+with the group, and a group of such records alone costs no write and no fsync. A crash
+(SIGKILL, power loss) loses held lines only: the rows after the cursor are enqueued again
+at the next load, and a record whose done line was lost runs once more (delivery is at
+least once). A record whose sender waits for it (/process, /renew, /settle) is written and
+fsync'd at once, after the held lines. With no model that can extract facts the recent
+actor makes no record at all (it could only be finished unrun).
 """
 
 from __future__ import annotations
