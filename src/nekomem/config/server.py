@@ -146,7 +146,7 @@ class RuntimeSettings(Section):
     outbox_sync_seconds: Annotated[
         float,
         doc(
-            "A /cache turn's post-turn record (and its done line, when it finishes first) is held in memory and written to outbox.ndjson with the others of this many real seconds (one write and one fsync for all); its rows and the post-turn cursor are already durable in time_indexed.db, the cursor moves over the record only after that fsync (or, when its work finishes first, at once: such a record is never written), and a crash before it only means the rows after the cursor are enqueued again. 0 writes and fsyncs every record on its own.",
+            "A /cache turn's post-turn record (and its done line, when it finishes first) is held in memory and written to outbox.ndjson with the others of this many real seconds (one write and one fsync for all); its rows and the post-turn cursor are already durable in time_indexed.db, the cursor moves over the record only after that fsync (a record whose work finishes first is never written; it is acknowledged with the group), and a crash before it only means the rows after the cursor are enqueued again. 0 writes and fsyncs every record on its own.",
             ge=0,
         ),
     ] = 1.0
