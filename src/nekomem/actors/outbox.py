@@ -204,8 +204,7 @@ class OutboxActor(ChildActor):
         if entry is None:
             return  # a duplicate report; the record is already finished
         if msg.ok:
-            if not self._finish_unwritten(msg.op_id):
-                self._finish_written(msg.op_id)
+            self._finish(msg.op_id)
         else:
             now_iso = iso(self.ctx.clock.now())
             op_type, payload, attempts = entry
@@ -219,31 +218,21 @@ class OutboxActor(ChildActor):
                 self.retry_at[msg.op_id] = self.ctx.clock.monotonic() + delay
         self._dispatch_ready()
 
-    def _finish_written(self, op_id: str) -> None:
-        # Not fsync'd: handlers are idempotent, so a done line lost to a power loss costs
-        # one more run, and each turn's work keeps to one fsync (its pending line). The done
-        # line of a record whose pending line was held joins the next group write.
-        lazy = op_id in self.held_ops
-        self.outbox.done(op_id, iso(self.ctx.clock.now()), durable=False, defer=lazy)
-        if lazy:
-            self._sync_later()
+    def _finish(self, op_id: str) -> None:
+        """A record finished. When its pending line is still held, its lines are dropped
+        (the file needs none of them) and its acknowledgement waits for the group as
+        before (one message per group; the cursor is stored with the next turn anyway).
+        Otherwise a done line, not fsync'd: handlers are idempotent, so one lost to a power
+        loss costs one more run; the done line of a held record joins the next group write."""
+        held = op_id in self.held_ops
+        if not (held and self.outbox.drop_held(op_id)):
+            self.outbox.done(op_id, iso(self.ctx.clock.now()), durable=False, defer=held)
+            if held:
+                self._sync_later()
         self.pending.pop(op_id, None)
         self.retry_at.pop(op_id, None)
         self.held_ops.discard(op_id)
         self.done_count += 1
-
-    def _finish_unwritten(self, op_id: str) -> bool:
-        """A held record finished before the group write: drop its lines (False when its
-        pending line is already in the file). Its acknowledgement still waits for the
-        group (one message per group, not one per turn; the cursor is stored with the
-        next turn anyway)."""
-        if op_id not in self.held_ops or not self.outbox.drop_held(op_id):
-            return False
-        self.held_ops.discard(op_id)
-        self.pending.pop(op_id, None)
-        self.retry_at.pop(op_id, None)
-        self.done_count += 1
-        return True
 
     def due_at(self) -> float | None:
         """The earliest retry of a failed record (others are sent as soon as a slot frees)."""

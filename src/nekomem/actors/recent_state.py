@@ -56,6 +56,11 @@ class RecentState(ChildActor):
     """The window, its meta and the time index; the post-turn cursor."""
 
     def load(self) -> None:
+        # Per-item work kept across writes (see the module docstring).
+        self._encoded: ItemCache[bytes] = ItemCache(_encode_item)
+        self._encoded_body = b""
+        self._shown: ItemCache[str] = ItemCache(context.shown_text)
+        self._bound_known: tuple[list[int], int, int] | None = None
         paths = self.ctx.paths
         self.settings = self.ctx.settings.recent
         self.counter = get_counter(self.settings.recent_tokenizer_encoding)
@@ -195,7 +200,7 @@ class RecentState(ChildActor):
         """``sum(map(abs, self.tokens))``, adding only the counts appended since the last
         call while ``tokens`` is the same list (it is only ever extended in place)."""
         tokens = self.tokens
-        known: tuple[list[int], int, int] | None = getattr(self, "_bound_known", None)
+        known = self._bound_known
         if known is not None and known[0] is tokens and len(tokens) >= known[1]:
             total = known[2] + sum(map(abs, itertools.islice(tokens, known[1], None)))
         else:
@@ -234,11 +239,8 @@ class RecentState(ChildActor):
         """recent.json's content: the same bytes as encoding ``[t.to_disk() ...]`` whole,
         but each item is encoded once while it stays in the window, and a write that only
         appended joins the new items to the join it kept."""
-        cache: ItemCache[bytes] | None = getattr(self, "_encoded", None)
-        if cache is None:
-            cache = self._encoded = ItemCache(_encode_item)
-        parts, start = cache.update(self.window)
-        body: bytes = getattr(self, "_encoded_body", b"")
+        parts, start = self._encoded.update(self.window)
+        body = self._encoded_body
         if start == 0:
             body = b",".join(parts)
         elif start < len(parts):
@@ -249,10 +251,7 @@ class RecentState(ChildActor):
     def shown_texts(self) -> list[str]:
         """Each window item's text as a context shows it (:func:`context.shown_text`), in
         order; a copy, safe to hand to another thread."""
-        cache: ItemCache[str] | None = getattr(self, "_shown", None)
-        if cache is None:
-            cache = self._shown = ItemCache(context.shown_text)
-        return list(cache.update(self.window)[0])
+        return list(self._shown.update(self.window)[0])
 
     def adopt_outside_edit(self, reason: str, *, keep_ours: bool = False) -> bool:
         """If recent.json was changed by someone else, adopt it as the window (or, with
