@@ -9,6 +9,7 @@ import sqlite3
 import httpx
 
 from tests.support.live import LiveServer, make_settings
+from tests.support.waiting import wait_for
 
 
 def rows(root, name):
@@ -82,6 +83,26 @@ def test_passivation_bounds_active_characters(tmp_path):
         assert r.status_code == 200
         assert rows(tmp_path, "c3") == ["hello 3", "again"]
         assert srv.runtime.registry.active_count() <= limit
+
+
+def test_a_passivated_character_leaves_nothing_in_memory(tmp_path):
+    """Its instance is dropped once stopped: nothing keeps its actors (and their state)
+    alive until the character's next activation."""
+    import gc
+
+    from nekomem.actors.recent import RecentActor
+
+    limit = 4
+    with LiveServer(make_settings(tmp_path, max_active_characters=limit)) as srv:
+        for i in range(40):
+            r = srv.post(f"/cache/p{i}", json={"input_history": [{"role": "user", "content": f"hello {i}"}]})
+            assert r.status_code == 200
+        registry = srv.runtime.registry
+        assert registry.passivations >= 40 - limit
+        wait_for(lambda: registry.stopping_count() == 0, what="every passivated instance stopped")
+        gc.collect()
+        alive = [a for a in gc.get_objects() if isinstance(a, RecentActor) and a.ctx.paths.root == tmp_path]
+        assert 0 < len(alive) <= limit
 
 
 def test_idle_passivation_on_a_manual_clock(tmp_path):

@@ -31,8 +31,15 @@ TEST_EMBEDDING_MODEL = "use"
 
 def make_settings(memory_root: Path, **overrides: Any) -> Settings:
     """Settings for a test: defaults, this memory root, port 0, no environment, and the
-    TEST_EMBEDDING_MODEL (unless overridden)."""
-    values: dict[str, Any] = {"memory_root": str(memory_root), "port": 0, "embedding_model": TEST_EMBEDDING_MODEL}
+    TEST_EMBEDDING_MODEL (unless overridden). In-process servers share the test process's
+    interpreter, so they keep Python's own garbage collection rule (the scheduled full
+    collections are tested in test_collector.py and run in every subprocess server)."""
+    values: dict[str, Any] = {
+        "memory_root": str(memory_root),
+        "port": 0,
+        "embedding_model": TEST_EMBEDDING_MODEL,
+        "gc_full_collection_seconds": 0,
+    }
     values.update(overrides)
     return load_settings(None, env={}, overrides=values)
 

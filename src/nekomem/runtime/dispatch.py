@@ -275,6 +275,8 @@ class Mailbox:
                     exc_info=(pykka.ActorDeadError, pykka.ActorDeadError(f"{actor.actor_ref} stopped before handling the message"), None)
                 )
         stopping = actor._stopping
+        # A stopped actor's state must not live on through a ref someone still holds.
+        self._actor = None
         if stopping is None:
             self._terminated.done()
         else:

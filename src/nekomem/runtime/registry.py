@@ -70,8 +70,10 @@ class _Entry:
 
 
 class CharacterRegistry:
-    def __init__(self, services: Services, actors: ActorLayer) -> None:
+    def __init__(self, services: Services, actors: ActorLayer, *, on_stopped: Callable[[int, int], None] | None = None) -> None:
         self.services = services
+        # Told (stopped, still active) when a character's instance has stopped.
+        self._on_stopped = on_stopped
         self._start_supervisor = actors.start_supervisor
         self._sweep_timer: TimerHandle | None = None
         self._lock = threading.Lock()  # guards the name -> supervisor map, not domain state
@@ -125,6 +127,21 @@ class CharacterRegistry:
             self._stop(victim)
         self._arm_sweep()
         return entry
+
+    def _forget_when_stopped(self, name: str, ref: pykka.ActorRef[Any]) -> None:
+        """Once the stopping instance has released its files, drop it from the stopping
+        map: it holds the instance's whole state, which would otherwise stay in memory
+        until the character's next activation."""
+
+        def forget() -> None:
+            with self._lock:
+                if self._stopping.get(name) is ref:
+                    del self._stopping[name]
+                active = len(self._entries)
+            if self._on_stopped is not None:
+                self._on_stopped(1, active)
+
+        mailbox_of(ref).when_terminated(forget)
 
     def _wait_stopped(self, name: str) -> None:
         """Block (a plain thread) until a stopping previous instance of ``name`` has
@@ -345,6 +362,7 @@ class CharacterRegistry:
             entry.ref.stop(block=False)
             with self._lock:
                 self._stopping[name] = entry.ref
+            self._forget_when_stopped(name, entry.ref)
         except pykka.ActorDeadError:
             pass
         self.passivations += 1
@@ -363,6 +381,11 @@ class CharacterRegistry:
 
     def active_count(self) -> int:
         return len(self.active_names())
+
+    def stopping_count(self) -> int:
+        """Instances told to stop that have not yet released their files."""
+        with self._lock:
+            return len(self._stopping)
 
     def mailbox_depths(self) -> tuple[int, int]:
         """(messages queued in the mailboxes of every active character's actors, the
@@ -448,6 +471,8 @@ class CharacterRegistry:
                 # for the old instance to close its files before a new one opens them.
                 entry.ref.stop(block=False)
                 self._stopping[name] = entry.ref
+        if entry is not None:
+            self._forget_when_stopped(name, entry.ref)
         self._wait_stopped(name)
         if entry is None:
             return False

@@ -12,6 +12,7 @@ from typing import Any
 from nekomem.config import Settings
 from nekomem.domain.tokens import get_counter
 from nekomem.runtime.clock import Clock, SystemClock
+from nekomem.runtime.collector import FullCollections
 from nekomem.runtime.dispatch import Dispatcher
 from nekomem.runtime.importing import ImportService
 from nekomem.runtime.pool import ModelPool
@@ -71,7 +72,8 @@ class Runtime:
             switches=self.switches,
         )
         self.actors = actors
-        self.registry = CharacterRegistry(self.services, actors)
+        self.collector = FullCollections(self.timers, rt.gc_full_collection_seconds) if rt.gc_full_collection_seconds > 0 else None
+        self.registry = CharacterRegistry(self.services, actors, on_stopped=self.collector.characters_stopped if self.collector else None)
         self.importing = ImportService(settings, self.registry, root)
         self.limited_reason: str | None = "runtime_initializing"
         self.recovery_error: str | None = None
@@ -86,6 +88,8 @@ class Runtime:
         """Start serving; raises RootLocked while an offline import holds the memory root."""
         self.memory_root.mkdir(parents=True, exist_ok=True)
         self.timers.start()
+        if self.collector is not None:
+            self.collector.start()
         # Shared: several servers may share a root as before; an offline import (which
         # takes it exclusive) is refused while any of them runs, and blocks their start.
         self._root_lock = rootlock.acquire(self.memory_root, "shared", "serve")
@@ -140,6 +144,8 @@ class Runtime:
 
     def stop(self) -> None:
         self.registry.stop_all()
+        if self.collector is not None:
+            self.collector.stop()
         self.timers.stop()
         if self._root_lock is not None:
             self._root_lock.release()

@@ -22,6 +22,10 @@ from nekomem.runtime.clock import Clock, ManualClock
 log = logging.getLogger("nekomem.timers")
 
 
+def _nothing() -> None:
+    pass
+
+
 class TimerHandle:
     """What :meth:`Timers.call_at` returns; ``cancel()`` makes the callback not run."""
 
@@ -35,6 +39,9 @@ class TimerHandle:
 
     def cancel(self) -> None:
         self.cancelled = True
+        # A cancelled timer stays in the heap until its time: it must not keep what the
+        # callback refers to (a stopped actor's whole state) alive until then.
+        self.callback = _nothing
 
 
 _Entry = tuple[float, int, TimerHandle]
