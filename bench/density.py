@@ -1,6 +1,6 @@
 """Density: how nekomem behaves with many characters active in one process.
 
-    python -m bench.density [--active 100,1000] [--known 10000] [--requests 1500]
+    python -m bench.density [--active 100,1000] [--known 10000] [--requests 5000]
 
 Starts one real server (``python -m nekomem serve``, temp memory root, no LLM, default
 settings except ``max_active_characters`` raised above the largest N so nothing is
@@ -61,7 +61,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.density", description=__doc__.split("\n\n")[0])
     parser.add_argument("--active", default="100,1000", help="active character counts to compare with 10 (default 100,1000)")
     parser.add_argument("--known", type=int, default=10_000, help="character folders on disk (default 10000)")
-    parser.add_argument("--requests", type=int, default=1500, help="warm requests per phase (default 1500)")
+    parser.add_argument(
+        "--requests",
+        type=int,
+        default=5000,
+        help="warm requests per phase (default 5000: one stall of the machine delays every request in flight, up to --clients of them; "
+        "with 1,200 /cache samples that alone was more than 1%%, so the p99 measured the longest stall, not the server)",
+    )
     parser.add_argument("--clients", type=int, default=16, help="concurrent clients (default 16)")
     parser.add_argument("--max-seconds", type=float, default=120.0, help="bound of each warm phase (default 120)")
     parser.add_argument("--seed", type=int, default=11)
