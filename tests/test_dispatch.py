@@ -146,6 +146,19 @@ def test_stop_fails_queued_asks_with_actor_dead_error(dispatcher):
     assert ref.actor_inbox.terminated
 
 
+def test_a_stopped_actor_is_not_kept_alive_by_its_ref(dispatcher):
+    import gc
+    import weakref
+
+    ref = Recorder.start(dispatcher, "gone", [])
+    assert ref.ask("hello", timeout=10) == ("echo", "hello")
+    actor = weakref.ref(next(o for o in gc.get_objects() if isinstance(o, Recorder) and o.name == "gone"))
+    assert ref.stop(timeout=10) is True
+    wait_for(lambda: ref.actor_inbox.terminated, what="the mailbox torn down")
+    gc.collect()
+    assert actor() is None  # the ref (and its mailbox) are still held here
+
+
 class Deferred(DispatchedActor):
     """on_stop returns a Completion: the stop is answered only once it is done."""
 

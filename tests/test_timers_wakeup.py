@@ -66,3 +66,26 @@ def test_work_already_due_waits_the_floor_on_real_time_and_is_not_armed_twice():
     assert timers.pending() == 1
     clock.advance(0)  # a manual-clock move does not fire a real-time floor early
     assert fired == []
+
+
+def test_a_cancelled_timer_lets_go_of_its_callback_before_its_time():
+    import gc
+    import weakref
+
+    clock = ManualClock(datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc))
+    timers = Timers(clock)
+
+    class Owner:
+        def fire(self) -> None:
+            raise AssertionError("cancelled")
+
+    owner = Owner()
+    handle = timers.call_later(3600, owner.fire)
+    gone = weakref.ref(owner)
+    handle.cancel()
+    del owner
+    gc.collect()
+    assert gone() is None  # the handle is still in the heap
+    assert timers.pending() == 1
+    clock.advance(3601)
+    assert timers.pending() == 0
