@@ -68,7 +68,7 @@ class FullCollections:
         if every_seconds <= 0:
             raise ValueError("every_seconds must be positive")
         self.every_seconds = every_seconds
-        self.runs = 0  # full collections run here (for /health and the tests)
+        self.runs = 0  # full collections run here (read by the tests)
         self._timers = timers
         self._activity = activity
         self._lock = threading.Lock()
