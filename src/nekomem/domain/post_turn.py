@@ -34,8 +34,7 @@ class PostTurnCursor:
 
     def acked(self, last_row: int) -> None:
         """The outbox holds the record ending at ``last_row`` (or has finished its work);
-        the cursor moves over every
-        leading record that is acknowledged, and no further."""
+        the cursor moves over every leading record that is acknowledged, and no further."""
         self._acked.add(last_row)
         while self._sent and self._sent[0] in self._acked:
             self._acked.discard(self._sent[0])

@@ -73,7 +73,6 @@ class FullCollections:
         self._activity = activity
         self._lock = threading.Lock()
         self._timer: TimerHandle | None = None
-        self._due = 0.0
         self._stopped = 0
         self._running = False
 
@@ -106,10 +105,9 @@ class FullCollections:
         # On the clock's scale (a ManualClock drives it in tests).
         due = self._timers.clock.monotonic() + delay
         if self._timer is not None:
-            if self._due <= due:
+            if self._timer.due <= due:
                 return
             self._timer.cancel()
-        self._due = due
         self._timer = self._timers.call_at(due, self._fire)
 
     def _fire(self) -> None:
