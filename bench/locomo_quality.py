@@ -214,10 +214,11 @@ class Services:
 @dataclass(frozen=True)
 class RankedAnswer:
     """One question's evidence ids and, for each returned row in rank order, the evidence
-    ids that row cites (empty for a row citing none)."""
+    ids that row cites (empty for a row citing none) and, when kept, its text."""
 
     evidence: frozenset[str]
     cited: tuple[frozenset[str], ...]
+    texts: tuple[str, ...] = ()
 
 
 def run_conversation(
@@ -269,7 +270,7 @@ def run_conversation(
             scores.append((q["category"], len(evidence & cited) / len(evidence)))
             if ranked is not None:
                 per_row = tuple(frozenset(cites.get(row["id"], set()) & evidence) for row in body["results"])
-                ranked.append(RankedAnswer(frozenset(evidence), per_row))
+                ranked.append(RankedAnswer(frozenset(evidence), per_row, tuple(row["text"] for row in body["results"])))
     return scores, statistics.median(latencies) * 1000 if latencies else 0.0
 
 
