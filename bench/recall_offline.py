@@ -166,9 +166,9 @@ class OfflineCharacter:
             return
         assert self.vectors is not None
         self.index.attach_model(service.model_id or "", int(service.dim or 0), service.legs)
-        items_, texts = self.index.take_backfill(len(self.index.docs) + 1)
-        self.index.commit_backfill(items_)
-        self.index.store_backfill(items_, self.vectors.embed(texts, "passage"))
+        pending, texts = self.index.take_backfill(len(self.index.docs) + 1)
+        self.index.commit_backfill(pending)
+        self.index.store_backfill(pending, self.vectors.embed(texts, "passage"))
 
     def ask(self, question: str) -> tuple[list[str], list[list[str]]]:
         """The ids ``/query_memory`` would return for ``question`` (best first) and the legs."""
