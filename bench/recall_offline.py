@@ -4,8 +4,8 @@
 Run from the project root::
 
     .venv/bin/python -m bench.recall_offline [--data ../shared/data/locomo-dev]
-        [--configs both] [--conversations conv-26,conv-30] [--halves]
-        [--depths 8,16,32] [--cache-dir DIR | --no-cache] [--json out.json]
+        [--configs both] [--experiments NAME,...] [--conversations conv-26,conv-30]
+        [--halves] [--depths 8,16,32] [--cache-dir DIR | --no-cache] [--json out.json]
 
 ``bench.locomo_quality`` measures through real HTTP and takes minutes per configuration;
 this takes seconds once the texts' vectors are cached, so a sweep or an idea can be tried
@@ -23,6 +23,8 @@ and sets).
 that only helps one half is noise). ``--depths`` prints, for each depth d, the evidence held
 by each leg's best d hits (thresholds kept), by the union of those legs, and by the first d
 rows of the fusion of legs that deep: how much better ranking could still find.
+``--experiments`` runs each configuration again with each named idea of
+:mod:`bench.recall_experiments` (ideas measured and not shipped).
 
 The cache (default: ``nekomem-recall-offline`` under the system temp folder) holds one
 ``.npz`` per embedding model id: the texts' vectors, keyed by kind and text. A changed model
@@ -57,6 +59,7 @@ from bench.locomo_quality import (
     resolve_data,
     summarise,
 )
+from bench.recall_experiments import EXPERIMENTS, ExperimentIndex
 from nekomem.actors.fact_state import fact_index_entry
 from nekomem.config import Settings
 from nekomem.domain.dedup_index import DedupIndex
@@ -139,12 +142,22 @@ class Answer:
 class OfflineCharacter:
     """One character's recall index built from imported facts, as the server builds it."""
 
-    def __init__(self, settings: Settings, facts: list[dict[str, Any]], vectors: VectorCache | None, name: str = NAME) -> None:
+    def __init__(
+        self, settings: Settings, facts: list[dict[str, Any]], vectors: VectorCache | None, name: str = NAME, experiment: str = ""
+    ) -> None:
         self.settings = settings
         self.s = settings.recall
         self.vectors = vectors
         names = [settings.recent.master_name, name, *self.s.recall_extra_stop_names]
-        self.index = RecallIndex(self.s, display_tz(settings.server.display_timezone), LexicalAnalyzer(self.s, stop_names_for(names)))
+        analyzer = LexicalAnalyzer(self.s, stop_names_for(names))
+        tz = display_tz(settings.server.display_timezone)
+        if experiment:
+            index = ExperimentIndex(self.s, tz, analyzer)
+            index.experiment = EXPERIMENTS[experiment]
+            index.embed = self._embed
+            self.index: RecallIndex = index
+        else:
+            self.index = RecallIndex(self.s, tz, analyzer)
         self.cites: dict[str, frozenset[str]] = {}
         self._import(facts)
 
@@ -170,10 +183,17 @@ class OfflineCharacter:
         self.index.commit_backfill(pending)
         self.index.store_backfill(pending, self.vectors.embed(texts, "passage"))
 
+    def _embed(self, texts: list[str], kind: EmbedKind) -> Vectors:
+        if self.vectors is None:
+            raise ValueError("this configuration has no embedding model")
+        return self.vectors.embed(texts, kind)
+
     def ask(self, question: str) -> tuple[list[str], list[list[str]]]:
         """The ids ``/query_memory`` would return for ``question`` (best first) and the legs."""
         query = question.strip()[: self.s.recall_query_max_chars]
         plan = plan_query(query, "", datetime.now(self.index.tz), self.index, self.s, 0.0, None)
+        if isinstance(self.index, ExperimentIndex):
+            self.index.question = plan.search
         qvec = None
         wants_vector = self.s.recall_legs != "bm25" and self.index.vector_count() and (plan.allowed is None or plan.allowed)
         if wants_vector and self.vectors is not None and plan.vector_texts:
@@ -191,11 +211,12 @@ class OfflineCharacter:
 
 
 def run_conversation(
-    settings: Settings, vectors: VectorCache | None, facts: list[dict[str, Any]], questions: list[dict[str, Any]]
+    settings: Settings, vectors: VectorCache | None, facts: list[dict[str, Any]], questions: list[dict[str, Any]], experiment: str = ""
 ) -> tuple[list[Answer], list[str]]:
-    """Every question of one conversation asked of a fresh offline character; the answers
-    and the names of the legs each search starts with."""
-    character = OfflineCharacter(settings, facts, vectors)
+    """Every question of one conversation asked of a fresh offline character (searching
+    with ``experiment``'s legs when given); the answers and the names of the legs each
+    search starts with."""
+    character = OfflineCharacter(settings, facts, vectors, experiment=experiment)
     answers = []
     for q in questions:
         evidence = frozenset(q["evidence"])
@@ -227,14 +248,14 @@ class Runner:
             self.caches[key] = VectorCache(service, cache_path(self.cache_dir, service) if self.cache_dir else None)
         return self.caches[key]
 
-    def run(self, overrides: dict[str, Any]) -> tuple[dict[str, list[Answer]], list[str]]:
-        """Answers per conversation under ``overrides``, and the names of the base legs."""
+    def run(self, overrides: dict[str, Any], experiment: str = "") -> tuple[dict[str, list[Answer]], list[str]]:
+        """Answers per conversation under ``overrides`` (and ``experiment``), and the names of the base legs."""
         settings = bench_settings(Path(tempfile.gettempdir()), **overrides)
         vectors = self.vectors(settings)
         out: dict[str, list[Answer]] = {}
         legs: list[str] = []
         for name, (facts, questions) in self.conversations.items():
-            out[name], legs = run_conversation(settings, vectors, facts, questions)
+            out[name], legs = run_conversation(settings, vectors, facts, questions, experiment)
         if vectors is not None:
             vectors.save()
         return out, legs
@@ -268,10 +289,33 @@ def depth_rows(answers: Sequence[Answer], legs: Sequence[str], depth: int) -> li
     return out
 
 
+def report(runner: Runner, name: str, experiment: str, args: argparse.Namespace, results: dict[str, dict[str, float]]) -> None:
+    """Run configuration ``name`` (with ``experiment``), print its rows and add them to ``results``."""
+    label = f"{name} / {experiment}" if experiment else name
+    started = time.monotonic()
+    by_conv, _ = runner.run(overrides_of(name), experiment)
+    results[label] = summarise(category_scores([a for conv in by_conv.values() for a in conv]))
+    print(table_row(label, results[label], [f"{time.monotonic() - started:>11.1f}"]), flush=True)
+    if args.halves:
+        for half, members in HALVES.items():
+            part = [a for conv in members if conv in by_conv for a in by_conv[conv]]
+            if part:
+                results[f"{label} {half}"] = summarise(category_scores(part))
+                print(table_row(f"  {half}", results[f"{label} {half}"]))
+    for depth in [int(d) for d in args.depths.split(",") if d.strip()]:
+        deep, legs = runner.run({**overrides_of(name), "recall_budget_each": depth, "recall_budget_total": depth}, experiment)
+        for row, scores in depth_rows([a for conv in deep.values() for a in conv], legs, depth):
+            results[f"{label} {row}"] = summarise(scores)
+            print(table_row(f"  {row}", results[f"{label} {row}"]))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default="../shared/data/locomo-dev")
     parser.add_argument("--configs", default="both", help="configuration names or sets of bench.locomo_quality (a+b merges two)")
+    parser.add_argument(
+        "--experiments", default="", help=f"also run each configuration with these (bench.recall_experiments: {', '.join(EXPERIMENTS)})"
+    )
     parser.add_argument("--conversations", default="", help="comma list of file stems to keep")
     parser.add_argument("--halves", action="store_true", help="also print conv-26/30 and conv-41/42/43 apart")
     parser.add_argument("--depths", default="", help="comma list of depths for the ranking-headroom table (e.g. 8,16,32)")
@@ -280,37 +324,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args(argv)
 
-    folder = resolve_data(args.data)
-    files = sorted(folder.glob("*.json"))
+    experiments = [e.strip() for e in args.experiments.split(",") if e.strip()]
+    unknown = [e for e in experiments if e not in EXPERIMENTS]
+    if unknown:
+        raise SystemExit(f"unknown experiments: {', '.join(unknown)} (known: {', '.join(EXPERIMENTS)})")
+    files = sorted(resolve_data(args.data).glob("*.json"))
     if args.conversations:
         keep = {c.strip() for c in args.conversations.split(",") if c.strip()}
         files = [f for f in files if f.stem in keep]
     conversations = {f.stem: load_conversation(f, "none") for f in files}
     names = config_names(args.configs)
-    depths = [int(d) for d in args.depths.split(",") if d.strip()]
     runner = Runner(conversations, None if args.no_cache else Path(args.cache_dir))
     print(f"LoCoMo offline: {len(files)} conversations, {sum(len(q) for _, q in conversations.values())} questions")
     print(" | ".join([f"{'config':<32}", *(f"{h:>11}" for h in [*CATEGORIES.values(), "overall", "seconds"])]))
     results: dict[str, dict[str, float]] = {}
     try:
         for name in names:
-            started = time.monotonic()
-            by_conv, legs = runner.run(overrides_of(name))
-            answers = [a for conv in by_conv.values() for a in conv]
-            results[name] = summarise(category_scores(answers))
-            print(table_row(name, results[name], [f"{time.monotonic() - started:>11.1f}"]), flush=True)
-            if args.halves:
-                for half, members in HALVES.items():
-                    part = [a for conv in members if conv in by_conv for a in by_conv[conv]]
-                    if part:
-                        results[f"{name} {half}"] = summarise(category_scores(part))
-                        print(table_row(f"  {half}", results[f"{name} {half}"]))
-            for depth in depths:
-                deep, legs = runner.run({**overrides_of(name), "recall_budget_each": depth, "recall_budget_total": depth})
-                deep_answers = [a for conv in deep.values() for a in conv]
-                for label, scores in depth_rows(deep_answers, legs, depth):
-                    results[f"{name} {label}"] = summarise(scores)
-                    print(table_row(f"  {label}", results[f"{name} {label}"]))
+            for experiment in ["", *experiments]:
+                report(runner, name, experiment, args, results)
     finally:
         runner.close()
     if args.json:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.locomo_quality import RankedAnswer, bench_settings, load_conversation, run_conversation
+from bench.recall_experiments import EXPERIMENTS, ExperimentIndex
 from bench.recall_offline import Answer, VectorCache, cache_path, depth_rows
 from bench.recall_offline import run_conversation as run_offline
 from nekomem.recall.embeddings import EmbeddingService, EmbeddingsUnavailable
@@ -124,3 +125,25 @@ def test_the_headroom_table_scores_each_leg_their_union_and_the_fused_rows() -> 
     assert dict(depth_rows([answer], ["bm25", "use"], 2))["union of legs' top 2"] == [(1, 1.0)]
     assert table["union of legs' top 1"] == [(1, 0.5)]
     assert table["fused top 1"] == [(1, 0.5)]
+
+
+def test_an_experiment_that_keeps_the_base_legs_changes_nothing_and_each_experiment_runs(
+    tmp_path: Path, embedding_service: EmbeddingService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    facts, questions = load_conversation(write_conversation(tmp_path), "none")
+    settings = bench_settings(tmp_path)
+    vectors = VectorCache(embedding_service, None)
+    plain, _ = run_offline(settings, vectors, facts, questions)
+
+    def base_legs(index: ExperimentIndex, base: list[list[str]], *rest: object) -> list[list[str]]:
+        return base
+
+    monkeypatch.setitem(EXPERIMENTS, "unchanged", base_legs)
+    same, _ = run_offline(settings, vectors, facts, questions, "unchanged")
+    assert [a.texts for a in same] == [a.texts for a in plain]
+    for name in sorted(set(EXPERIMENTS) - {"unchanged"}):
+        answers, _ = run_offline(settings, vectors, facts, questions, name)
+        assert all(0 < len(a.texts) <= settings.recall.recall_budget_total for a in answers), name
+    # char-ngrams adds a leg of its own: every search fuses more legs than without it.
+    with_ngrams, _ = run_offline(settings, vectors, facts, questions, "char-ngrams")
+    assert all(len(a.legs) > len(b.legs) for a, b in zip(with_ngrams, plain, strict=True))
