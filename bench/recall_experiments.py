@@ -27,14 +27,17 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Collection
+from datetime import tzinfo
 
 import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from nekomem.config.recall import RecallSettings
 from nekomem.recall.fusion import rrf, same_time_leg
 from nekomem.recall.index import RecallIndex
 from nekomem.recall.names import name_spans, without_names
+from nekomem.recall.query_text import LexicalAnalyzer
 
 Vectors = npt.NDArray[np.float32]
 _CAPITALISED = re.compile(r"(?<![\w'’.\-])[A-Z][\w\-]*(?:['’][A-Za-z]+)?")
@@ -50,7 +53,12 @@ class ExperimentIndex(RecallIndex):
     embed: Callable[[list[str], str], Vectors]
     question: str = ""
 
+    def __init__(self, settings: RecallSettings, tz: tzinfo, analyzer: LexicalAnalyzer) -> None:
+        super().__init__(settings, tz, analyzer)
+        self._experiment_cache: dict[str, object] = {}
+
     def legs(self, lexical_query: str, qvec: Vectors | None, allowed: Collection[str] | None) -> list[list[str]]:
+        # The base legs without the same-time leg, which is built from the experiment's legs.
         anchors = self.s.recall_same_time_anchors
         settings, self.s = self.s, msgspec.structs.replace(self.s, recall_same_time_anchors=0)
         try:
@@ -64,15 +72,11 @@ class ExperimentIndex(RecallIndex):
                 legs.append(same_time)
         return legs
 
-    def allowed_ids(self, allowed: Collection[str] | None) -> list[str]:
-        return [i for i in self.docs if allowed is None or i in allowed]
-
     def cached(self, key: str, build: Callable[[], object]) -> object:
         """``build()`` once per index (the experiments' per-character state)."""
-        store: dict[str, object] = self.__dict__.setdefault("_experiment_cache", {})
-        if key not in store:
-            store[key] = build()
-        return store[key]
+        if key not in self._experiment_cache:
+            self._experiment_cache[key] = build()
+        return self._experiment_cache[key]
 
 
 def _top(ids: list[str], scores: npt.NDArray[np.float64], allowed: Collection[str] | None, n: int, floor: float = -math.inf) -> list[str]:
