@@ -28,12 +28,26 @@ ACCEPTED = [
     ("٣neko", "٣neko"),  # digits of any script
     ("console", "console"),  # only the exact device stem is reserved
     ("Nulla", "Nulla"),
+    # What the reference accepts on a request (utils/character_name.py, allow_dots=True):
+    ("Neko (cat)", "Neko (cat)"),
+    ("ミク・初音", "ミク・初音"),
+    ("O'Brien", "O'Brien"),
+    ("O’Brien", "O’Brien"),
+    ("猫（ねこ）", "猫（ねこ）"),
+    ("Jean·Luc • 2", "Jean·Luc • 2"),
+    (".Carol", ".Carol"),  # a legacy name with a leading dot
+    ("a\u3000b", "a\u3000b"),  # any space separator
+    ("Ⅷ½", "Ⅷ½"),  # numbers of any kind (str.isalnum)
+    ("猫" * 30, "猫" * 30),  # 60 units
+    ("a" * 50, "a" * 50),
 ]
 
 REFUSED = [
     ("", "name_empty"),
     ("   ", "name_empty"),
     ("a" * 51, "name_too_long"),
+    ("猫" * 31, "name_too_long"),  # 62 units: ASCII counts 1, every other character 2
+    ("猫" * 30 + "a", "name_too_long"),
     ("../x", "name_invalid_chars"),
     ("a/b", "name_invalid_chars"),
     ("a\\b", "name_invalid_chars"),
@@ -47,12 +61,20 @@ REFUSED = [
     ("a:b", "name_invalid_chars"),
     ("a*b", "name_invalid_chars"),
     ("neko😺", "name_invalid_chars"),
-    ("a\u3000b", "name_invalid_chars"),  # only the ASCII space is allowed
+    ("a|b", "name_invalid_chars"),
+    ("a<b>", "name_invalid_chars"),
+    ('a"b', "name_invalid_chars"),
+    ("a?b", "name_invalid_chars"),
+    ("a@b", "name_invalid_chars"),
+    ("a$b", "name_invalid_chars"),
     ("\u0301a", "name_invalid_chars"),  # a lone combining mark cannot start a name
     (".", "name_reserved"),
     ("..", "name_reserved"),
     ("...", "name_reserved"),
-    (".hidden", "name_reserved"),
+    ("a..b", "name_reserved"),  # '..' anywhere, as the reference
+    (".nkatmp0123abcd.tmp", "name_reserved"),  # nekomem's temp files
+    (".nekomem.lock", "name_reserved"),
+    ("clock$", "name_invalid_chars"),
     ("neko.", "name_reserved"),
     ("CON", "name_reserved"),
     ("nul", "name_reserved"),
@@ -80,8 +102,9 @@ def test_max_length_is_a_parameter_and_counts_after_nfc() -> None:
     assert validate_name("a" * 60, max_length=60) == "a" * 60
     with pytest.raises(InvalidName):
         validate_name("abc", max_length=2)
-    decomposed = unicodedata.normalize("NFD", "が" * 50)  # 100 code points, 50 after NFC
-    assert validate_name(decomposed) == "が" * 50
+    decomposed = unicodedata.normalize("NFD", "が" * 30)  # 60 code points, 30 (60 units) after NFC
+    assert validate_name(decomposed) == "が" * 30
+    assert validate_name("猫" * 40, max_units=80) == "猫" * 40
 
 
 def test_message_does_not_echo_the_name() -> None:
@@ -135,9 +158,11 @@ def test_list_characters(tmp_path: Path) -> None:
     (tmp_path / "Empty").mkdir()  # no known file
     (tmp_path / "Stray").mkdir()
     (tmp_path / "Stray" / "notes.txt").write_text("x")
-    (tmp_path / ".hidden").mkdir()  # invalid name
-    (tmp_path / ".hidden" / "recent.json").write_text("[]")
+    (tmp_path / "a..b").mkdir()  # invalid name
+    (tmp_path / "a..b" / "recent.json").write_text("[]")
+    (tmp_path / ".Carol").mkdir()  # a legacy dot name
+    (tmp_path / ".Carol" / "recent.json").write_text("[]")
     (tmp_path / "core_config.json").write_text("{}")
     archive_only = CharacterPaths(tmp_path, "Old")
     archive_only.persona_archive_dir.mkdir(parents=True)
-    assert list_characters(tmp_path) == ["Neko", "Old", "Лана"]
+    assert list_characters(tmp_path) == [".Carol", "Neko", "Old", "Лана"]

@@ -44,7 +44,12 @@ class ServerSettings(Section):
     idempotency_key_max_length: Annotated[int, doc("Longest accepted Idempotency-Key header.", ge=1)] = 160
     display_timezone: Annotated[str, doc("IANA time zone of the times written into /new_dialog (empty: the machine's local zone).")] = ""
     api_page_max: Annotated[int, doc("Largest page size of the /api/characters listings.", ge=1)] = 1000
-    name_max_length: Annotated[int, doc("Longest accepted character name.", ge=1, le=200)] = 50
+    name_max_length: Annotated[
+        int, doc("Longest accepted character name, in characters (the reference's request limit).", ge=1, le=200)
+    ] = 50
+    name_max_units: Annotated[
+        int, doc("Longest accepted character name in the reference's units: 1 per ASCII character, 2 per other character.", ge=1, le=400)
+    ] = 60
     message_max_chars: Annotated[int, doc("Longest accepted message content in characters; longer ones get 422.", ge=1)] = 200_000
     opaque_max_depth: Annotated[
         int,

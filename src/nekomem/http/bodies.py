@@ -18,17 +18,17 @@ T = TypeVar("T")
 
 
 @functools.lru_cache(maxsize=4096)
-def _valid_name(raw: str, max_length: int) -> str:
+def _valid_name(raw: str, max_length: int, max_units: int) -> str:
     """:func:`validate_name`, remembered for names already seen (a refused name raises
     every time: exceptions are not cached)."""
-    return validate_name(raw, max_length)
+    return validate_name(raw, max_length, max_units)
 
 
 def character_name(request: Request) -> str:
     """The ``name`` path parameter, validated and canonical; ApiError 400 when refused."""
     settings = request.app.state.runtime.settings.server
     try:
-        return _valid_name(request.path_params["name"], settings.name_max_length)
+        return _valid_name(request.path_params["name"], settings.name_max_length, settings.name_max_units)
     except InvalidName as exc:
         raise ApiError(400, exc.code, exc.message) from None
 

@@ -42,7 +42,7 @@ def _rt(request: Request) -> Any:
 
 def _paths(request: Request, name: str) -> CharacterPaths:
     rt = _rt(request)
-    return CharacterPaths(rt.memory_root, name, max_length=rt.settings.server.name_max_length)
+    return CharacterPaths(rt.memory_root, name, max_length=rt.settings.server.name_max_length, max_units=rt.settings.server.name_max_units)
 
 
 def _time_param(request: Request, key: str) -> str | None:

@@ -27,7 +27,7 @@ async def character_exists(request: Request, name: str) -> bool:
     rt = request.app.state.runtime
     if rt.registry.is_active(name):
         return True
-    paths = CharacterPaths(rt.memory_root, name, max_length=rt.settings.server.name_max_length)
+    paths = CharacterPaths(rt.memory_root, name, max_length=rt.settings.server.name_max_length, max_units=rt.settings.server.name_max_units)
     return await asyncio.to_thread(paths.exists)
 
 

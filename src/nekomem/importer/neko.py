@@ -413,7 +413,7 @@ def run_import(
     root = Path(report.memory_root)
     for source in characters:
         try:
-            paths = CharacterPaths(root, source.name, max_length=settings.server.name_max_length)
+            paths = CharacterPaths(root, source.name, max_length=settings.server.name_max_length, max_units=settings.server.name_max_units)
         except InvalidName as exc:
             source.problem("character", source.name, f"the name is not allowed in nekomem: {exc.message}")
             continue

@@ -381,7 +381,9 @@ def discover(source: Path, only: list[str] | None) -> tuple[list[tuple[str, Path
         found = [(source.name, source)]
         ignored: list[str] = []
     else:
-        found = sorted((p.name, p) for p in source.iterdir() if p.is_dir() and not p.name.startswith(".") and is_character_folder(p))
+        # A dot-named folder with a character's files is a character (a legacy ".Carol");
+        # temp folders (".nkatmp...") never are.
+        found = sorted((p.name, p) for p in source.iterdir() if p.is_dir() and not p.name.startswith(".nkatmp") and is_character_folder(p))
         ignored = [name for name in ROOT_FILES if (source / name).exists()]
     if only:
         names = {name for name, _ in found}

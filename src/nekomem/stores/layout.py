@@ -20,17 +20,28 @@ from nekomem.stores.atomic import fsync_dir
 
 log = logging.getLogger(__name__)
 
-# Mirrors the default of ServerSettings.name_max_length; callers pass the setting.
+# Mirror the defaults of ServerSettings.name_max_length / name_max_units; callers pass the settings.
 DEFAULT_NAME_MAX_LENGTH = 50
+DEFAULT_NAME_MAX_UNITS = 60
 
 CORE_CONFIG_FILE = "core_config.json"
 
 # Windows device names are reserved in every folder and with any extension ("nul.txt"). A
 # memory root must stay copyable between operating systems, so they are refused everywhere.
-_WINDOWS_DEVICE_NAMES = frozenset({"con", "prn", "aux", "nul"} | {f"com{i}" for i in range(1, 10)} | {f"lpt{i}" for i in range(1, 10)})
-# Entries of the root that are not characters.
-_ROOT_RESERVED = frozenset({CORE_CONFIG_FILE.casefold()})
-_ALLOWED_PUNCTUATION = frozenset(" _-.")
+# The set is the reference's (utils/character_name.py), CLOCK$ included.
+_WINDOWS_DEVICE_NAMES = frozenset(
+    {"con", "prn", "aux", "nul", "clock$"} | {f"com{i}" for i in range(1, 10)} | {f"lpt{i}" for i in range(1, 10)}
+)
+# Entries of the root that are not characters: the shared switches file and the root lock.
+_ROOT_RESERVED = frozenset({CORE_CONFIG_FILE.casefold(), ".nekomem.lock"})
+# nekomem's own temp and swap files (stores.atomic) start with this; a character folder of
+# that name could be taken for one of them by the stale-temp sweeper.
+_TEMP_PREFIX = ".nkatmp"
+# The punctuation the reference allows in a character name (SAFE_CHARACTER_NAME_EXTRA_CHARS)
+# plus the dot, which it allows in names that already exist (allow_dots=True on requests).
+_ALLOWED_PUNCTUATION = frozenset(" _-.()（）·・•'’")
+# Never allowed, whatever their category: Windows' forbidden file-name characters.
+_FORBIDDEN = frozenset('<>:"/\\|?*')
 # Unicode's Default_Ignorable_Code_Point ranges (DerivedCoreProperties.txt): characters a
 # renderer shows as nothing. Several are letters or marks by category (the Hangul fillers
 # U+115F, U+1160, U+3164, U+FFA0; variation selectors; the combining grapheme joiner), so
@@ -113,37 +124,47 @@ class InvalidName(ValueError):
 
 
 def _char_allowed(ch: str, first: bool) -> bool:
-    if is_default_ignorable(ch):
+    if ch in _FORBIDDEN or is_default_ignorable(ch):
         return False
-    if ch in _ALLOWED_PUNCTUATION:
-        return True
     category = unicodedata.category(ch)
-    if category[0] == "L" or category == "Nd":
+    if category[0] == "C":
+        return False
+    # The reference's rule: alphanumerics of any script (str.isalnum: letters and every
+    # numeric character), any space separator (Zs), and its listed punctuation.
+    if ch in _ALLOWED_PUNCTUATION or ch.isalnum() or category == "Zs":
         return True
     # Combining marks are part of letters in many scripts (Devanagari, Thai, Hebrew
     # points); they cannot start a name because alone they attach to nothing.
     return category[0] == "M" and not first
 
 
-def validate_name(raw: str, max_length: int = DEFAULT_NAME_MAX_LENGTH) -> str:
+def name_units(name: str) -> int:
+    """The reference's length measure of a name: 1 per ASCII character, 2 per other."""
+    return sum(1 if ord(ch) <= 0x7F else 2 for ch in name)
+
+
+def validate_name(raw: str, max_length: int = DEFAULT_NAME_MAX_LENGTH, max_units: int = DEFAULT_NAME_MAX_UNITS) -> str:
     """Check a character name and return its canonical form (stripped, Unicode NFC).
 
-    Allowed: 1..``max_length`` characters (counted after strip and NFC) of letters of any
-    script (with their combining marks), decimal digits of any script, the ASCII space,
-    ``_``, ``-`` and ``.``. Hence no path separator, no control or invisible formatting
-    character, nothing that can leave the memory root. Default-ignorable code points
-    (Hangul fillers, zero-width characters, variation selectors, the combining grapheme
-    joiner) are refused although some are letters or marks: they render as nothing, so
-    they would make look-alike names. The name is NFC-normalised before every check, so
-    the NFC and NFD spellings of ``café`` are one character and one folder. Refused as ``name_reserved``:
+    Accepted is what the reference chat server accepts on a request
+    (``utils/character_name.py``, ``allow_dots=True``): 1..``max_length`` characters and
+    at most ``max_units`` units (ASCII 1, any other character 2), counted after strip and
+    NFC, made of letters and numbers of any script (``str.isalnum``), any space separator,
+    ``_ - ( ) （ ） · ・ • ' ’`` and dots (a legacy ``.Carol`` exists in real installs).
+    nekomem also accepts combining marks after the first character (an NFD spelling is the
+    same folder as its NFC form). Hence no path separator, no control or invisible
+    formatting character, nothing that can leave the memory root. Default-ignorable code
+    points (Hangul fillers, zero-width characters, variation selectors, the combining
+    grapheme joiner) are refused although some are letters: they render as nothing, so
+    they would make look-alike names. Refused as ``name_reserved``:
 
-    - ``.`` and ``..``, and any name that starts or ends with a dot: a leading dot is a
-      hidden entry (nekomem's own temp files are ``.nkatmp*``), and Windows drops a
-      trailing dot, so ``neko.`` and ``neko`` would share one folder;
-    - Windows device names (``CON``, ``PRN``, ``AUX``, ``NUL``, ``COM1``-``9``, ``LPT1``-``9``,
-      any case, also followed by an extension such as ``nul.txt``), on every OS, so that a
-      memory root can be moved between systems;
-    - names of the root's own entries (``core_config.json``).
+    - ``.``, any name containing ``..``, and any name ending with a dot (Windows drops a
+      trailing dot, so ``neko.`` and ``neko`` would share one folder);
+    - Windows device names (``CON``, ``PRN``, ``AUX``, ``NUL``, ``CLOCK$``, ``COM1``-``9``,
+      ``LPT1``-``9``, any case, also followed by an extension such as ``nul.txt``), on
+      every OS, so that a memory root can be moved between systems;
+    - names of the root's own entries (``core_config.json``, ``.nekomem.lock``) and of
+      nekomem's temp files (``.nkatmp...``).
 
     Case is preserved; on a case-insensitive file system ``Neko`` and ``neko`` share one
     folder. Raises :class:`InvalidName`. The message never repeats the name.
@@ -155,6 +176,9 @@ def validate_name(raw: str, max_length: int = DEFAULT_NAME_MAX_LENGTH) -> str:
         raise InvalidName("name_empty", "the character name is empty")
     if len(name) > max_length:
         raise InvalidName("name_too_long", f"the character name has {len(name)} characters; the limit is {max_length}")
+    units = name_units(name)
+    if units > max_units:
+        raise InvalidName("name_too_long", f"the character name has {units} units (ASCII 1, others 2); the limit is {max_units}")
     for index, ch in enumerate(name):
         if not _char_allowed(ch, index == 0):
             if ch in "/\\":
@@ -165,16 +189,17 @@ def validate_name(raw: str, max_length: int = DEFAULT_NAME_MAX_LENGTH) -> str:
                 problem = f"the character U+{ord(ch):04X}"
             raise InvalidName(
                 "name_invalid_chars",
-                f"the character name contains {problem}; allowed are letters, digits, space, '_', '-' and '.'",
+                f"the character name contains {problem}; allowed are letters, digits, spaces and _ - ( ) （ ） · ・ • ' ’ .",
             )
-    if name in (".", ".."):
-        raise InvalidName("name_reserved", "'.' and '..' are not character names")
-    if name.startswith(".") or name.endswith("."):
-        raise InvalidName("name_reserved", "a character name cannot start or end with '.'")
+    if name == "." or ".." in name:
+        raise InvalidName("name_reserved", "'.' and names containing '..' are not character names")
+    if name.endswith("."):
+        raise InvalidName("name_reserved", "a character name cannot end with '.'")
     stem = name.split(".", 1)[0].rstrip(" ").casefold()
     if stem in _WINDOWS_DEVICE_NAMES:
         raise InvalidName("name_reserved", "the character name is a reserved device name (CON, NUL, COM1, ...)")
-    if name.casefold() in _ROOT_RESERVED:
+    folded = name.casefold()
+    if folded in _ROOT_RESERVED or folded.startswith(_TEMP_PREFIX):
         raise InvalidName("name_reserved", "the character name is reserved for a file of the memory root")
     return name
 
@@ -188,13 +213,15 @@ class CharacterPaths:
     """Every path of one character's folder. Creating the object touches nothing on disk.
 
     The name is validated (raises :class:`InvalidName`) and kept in canonical form in
-    ``name``. ``max_length`` should be the configured name_max_length. Each path is
+    ``name``. ``max_length`` / ``max_units`` should be the configured name_max_length / name_max_units. Each path is
     built once, on first use (the write path asks for some on every request).
     """
 
-    def __init__(self, root: Path, name: str, *, max_length: int = DEFAULT_NAME_MAX_LENGTH) -> None:
+    def __init__(
+        self, root: Path, name: str, *, max_length: int = DEFAULT_NAME_MAX_LENGTH, max_units: int = DEFAULT_NAME_MAX_UNITS
+    ) -> None:
         self.root = Path(root)
-        self.name = validate_name(name, max_length)
+        self.name = validate_name(name, max_length, max_units)
         self.folder = self.root / self.name
 
     def __repr__(self) -> str:
