@@ -1,4 +1,4 @@
-"""Command line: ``nekomem serve``, ``nekomem settings``, ``nekomem import-neko`` and ``nekomem mcp``."""
+"""Command line: ``nekomem serve``, ``nekomem settings``, ``nekomem import-neko``, ``nekomem mcp`` and ``nekomem neko``."""
 
 from __future__ import annotations
 
@@ -18,7 +18,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port (default 48912, env NEKOMEM_PORT)")
     serve.add_argument("--memory-root", help="data folder (default ./memory, env NEKOMEM_MEMORY_ROOT)")
     serve.add_argument("--config", help="TOML settings file (env NEKOMEM_CONFIG)")
+    serve.add_argument(
+        "--enable-shutdown", action="store_true", default=None, help="POST /shutdown stops the server (setting shutdown_enabled)"
+    )
     sub.add_parser("settings", help="print every setting with its default as Markdown")
+    from nekomem.neko_launch import add_parser as add_neko
+
+    add_neko(sub)
     imp = sub.add_parser("import-neko", help="import a reference (N.E.K.O.) memory folder into the memory root")
     imp.add_argument("source_dir", help="the reference memory folder (one sub-folder per character) or one character folder")
     imp.add_argument("--memory-root", help="data folder to import into (default: the serve settings)")
@@ -54,9 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "settings":
         print(settings_markdown())
         return 0
+    if args.command == "neko":
+        from nekomem.neko_launch import main as neko_main
+
+        return neko_main(args)
     overrides: dict[str, object] = {"memory_root": getattr(args, "memory_root", None)}
     if args.command == "serve":
-        overrides.update(host=args.host, port=args.port)
+        overrides.update(host=args.host, port=args.port, shutdown_enabled=args.enable_shutdown)
     try:
         settings = load_settings(args.config, overrides=overrides)
     except SettingsError as exc:
@@ -82,19 +92,12 @@ def main(argv: list[str] | None = None) -> int:
         from nekomem.importer.command import import_neko
 
         return import_neko(settings, args.source_dir, args.character, show_progress=args.progress, out=sys.stdout, err=sys.stderr)
-    import uvicorn
-
     from nekomem.http.app import create_app
+    from nekomem.serving import serve
 
     app = create_app(settings, embeddings=make_embeddings(settings))
     # What is built by now (modules, settings, the app) lives as long as the process: out
     # of the collector's sight, a full collection no longer walks it on every request burst.
     gc.freeze()
-    uvicorn.run(
-        app,
-        host=settings.server.host,
-        port=settings.server.port,
-        log_level=settings.server.log_level.lower(),
-        access_log=False,
-    )
+    serve(app, settings)
     return 0

@@ -79,6 +79,21 @@ class ServerSettings(Section):
             "server's config folder (N.E.K.O.: the 'config' folder of its data directory) so that its switches reach nekomem."
         ),
     ] = ""
+    neko_data_dir: Annotated[
+        str,
+        doc(
+            "The N.E.K.O. data directory (the folder holding its config/ and memory/), 'auto' to look where N.E.K.O. "
+            "keeps it, empty for none. From it come the defaults of master_name, context_language, core_config_path "
+            "and character_cards_path (a value you set yourself wins). `nekomem neko` uses 'auto' unless set."
+        ),
+    ] = ""
+    character_cards_path: Annotated[
+        str,
+        doc(
+            "The reference's characters.json: each character's card (and the master's) is kept as protected persona "
+            "entries, re-synced when the file changes. Empty: no card sync (set from neko_data_dir)."
+        ),
+    ] = ""
     instance_id: Annotated[
         str,
         doc(
@@ -86,6 +101,30 @@ class ServerSettings(Section):
             "variable, else a random id drawn at start."
         ),
     ] = ""
+    shutdown_enabled: Annotated[
+        bool,
+        doc(
+            "POST /shutdown stops the server gracefully (everything flushed), as the reference's --enable-shutdown; "
+            "otherwise it answers shutdown_disabled. `nekomem neko` turns it on (`serve --enable-shutdown` too)."
+        ),
+    ] = False
+    neko_stop_grace_seconds: Annotated[
+        float,
+        doc(
+            "`nekomem neko COMMAND`: how long the launcher it started gets to shut down (after nekomem forwarded Ctrl+C "
+            "or SIGTERM, or after nekomem stopped) before it is terminated. The reference launcher's own graceful budget "
+            "for its three servers is 40 s.",
+            gt=0,
+        ),
+    ] = 60.0
+    startup_continue_wait_seconds: Annotated[
+        float,
+        doc(
+            "How long POST /internal/storage/startup/continue waits for start-up recovery to finish before answering "
+            "409 (the reference's chat server gives the call 60 s).",
+            gt=0,
+        ),
+    ] = 50.0
     health_app_name: Annotated[
         str,
         doc(

@@ -15,6 +15,7 @@ from typing import Any, get_args, get_origin, get_type_hints
 
 import msgspec
 
+from nekomem.config import neko_data
 from nekomem.config.embeddings import EMBEDDING_MODELS, EmbeddingSettings, profile_settings
 from nekomem.config.importer import ImportSettings
 from nekomem.config.llm import LLMSettings
@@ -132,6 +133,7 @@ def load_settings(
             raise SettingsError(f"unknown setting {name}")
         tree[index[name][0]][name] = value
 
+    _fill_from_neko_data_dir(tree, index, env)
     _fill_from_model_profile(tree, index)
     try:
         return msgspec.convert(tree, Settings, strict=False)
@@ -142,6 +144,21 @@ def load_settings(
             if f".{name}`" in message or f".{name}" in message.split("`")[-2:-1]:
                 raise SettingsError(f"invalid setting {name}: {message}") from None
         raise SettingsError(f"invalid settings: {message}") from None
+
+
+def _fill_from_neko_data_dir(
+    tree: dict[str, dict[str, Any]], index: dict[str, tuple[str, msgspec.structs.FieldInfo, Any]], env: Mapping[str, str]
+) -> None:
+    """Settings the user did not set come from the N.E.K.O. data directory, when one is named."""
+    value = tree["server"].get("neko_data_dir", "")
+    if not isinstance(value, str):
+        return  # reported by the conversion
+    data_dir = neko_data.resolve(value, env)
+    if data_dir is None:
+        return
+    tree["server"]["neko_data_dir"] = str(data_dir)
+    for name, found in neko_data.defaults(data_dir, env).items():
+        tree[index[name][0]].setdefault(name, found)
 
 
 def _fill_from_model_profile(tree: dict[str, dict[str, Any]], index: dict[str, tuple[str, msgspec.structs.FieldInfo, Any]]) -> None:

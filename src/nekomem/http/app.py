@@ -32,24 +32,26 @@ from nekomem.runtime.runtime import Runtime
 
 log = logging.getLogger("nekomem.http")
 
-UNFENCED = {"/health"}
+# The reference memory server's limited-mode allow-list.
+UNFENCED = {"/health", "/shutdown", "/internal/storage/startup/continue", "/internal/storage/startup/block"}
 
 
 class LimitedModeMiddleware:
-    """While start-up recovery runs, every route but /health answers 409."""
+    """While start-up recovery runs, or after /internal/storage/startup/block, every route
+    but the reference's allow-list (and the memory browser's page) answers 409."""
 
     def __init__(self, app: ASGIApp, runtime: Runtime) -> None:
         self.app = app
         self.runtime = runtime
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        reason = self.runtime.limited_reason
+        reason = self.runtime.blocking_reason()
         path = scope.get("path", "")
         if scope["type"] == "http" and reason is not None and path not in UNFENCED and not path.startswith("/ui"):
             response = error_response(
                 409,
                 "storage_startup_blocked",
-                "the server is recovering its storage; try again shortly",
+                "the server is in limited mode (start-up recovery, or blocked by the chat server); try again shortly",
                 ok=False,
                 blocking_reason=reason,
                 limited_mode=True,
@@ -60,7 +62,7 @@ class LimitedModeMiddleware:
 
 
 def routes() -> list[BaseRoute]:
-    from nekomem.http import browse, importing, lifecycle, openapi, recall, scoped
+    from nekomem.http import browse, importing, lifecycle, openapi, recall, scoped, startup_gate
 
     c, s, lt = conversation, system, longterm
     # The router tries routes in order: the conversation routes, which carry nearly all
@@ -80,6 +82,7 @@ def routes() -> list[BaseRoute]:
         Route("/api/memory/powerful_memory_config", s.powerful_memory_get, methods=["GET"]),
         Route("/api/memory/powerful_memory_config", s.powerful_memory_post, methods=["POST"]),
         Route("/internal/memory/reset_confirmed_at", s.reset_confirmed_at, methods=["POST"]),
+        *startup_gate.routes(),
         Route("/reflect/{name:str}", lt.reflect, methods=["POST"]),
         Route("/followup_topics/{name:str}", lt.followup_topics, methods=["GET"]),
         Route("/record_surfaced/{name:str}", lt.record_surfaced, methods=["POST"]),

@@ -151,7 +151,7 @@ class RuntimeCollector(Collector):
         yield GaugeMetricFamily(
             "nekomem_limited_mode",
             "1 while start-up recovery runs (every route but /health answers 409)",
-            value=int(self.rt.limited_reason is not None),
+            value=int(self.rt.blocking_reason() is not None),
         )
 
     def _queues(self) -> Iterator[Metric]:

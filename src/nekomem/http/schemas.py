@@ -50,6 +50,12 @@ class PowerfulMemoryBody(Body):
     enabled: bool
 
 
+class StartupGateBody(Body):
+    """Body of /internal/storage/startup/continue and /block (optional as a whole)."""
+
+    reason: str | None = None
+
+
 class RecordSurfacedBody(Body):
     reflection_ids: list[str] | None = None
 

@@ -76,6 +76,9 @@ class Runtime:
         self.registry = CharacterRegistry(self.services, actors, on_stopped=self.collector.characters_stopped if self.collector else None)
         self.importing = ImportService(settings, self.registry, root)
         self.limited_reason: str | None = "runtime_initializing"
+        # Set by POST /internal/storage/startup/block (the chat server could not finish
+        # its own start-up): limited mode again, until /continue. None: not blocked.
+        self.startup_block: str | None = None
         self.recovery_error: str | None = None
         self._recovery: threading.Thread | None = None
         self._root_lock: RootLock | None = None
@@ -136,6 +139,13 @@ class Runtime:
         if recovered or failed:
             log.info("start-up recovery: %d characters activated, %d failed", recovered, failed)
         self.limited_reason = None
+
+    def blocking_reason(self) -> str | None:
+        """Why requests are refused with 409 now (start-up recovery, its failure, or a
+        /block), or None when the server serves."""
+        if self.limited_reason is not None:
+            return self.limited_reason
+        return None if self.startup_block is None else "storage_startup_blocked_after_init"
 
     def wait_ready(self, timeout: float = 30.0) -> bool:
         if self._recovery is not None:

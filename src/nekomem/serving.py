@@ -1,0 +1,45 @@
+"""Serving an app with uvicorn, with a way for the app to stop its own server.
+
+``POST /shutdown`` (see :mod:`nekomem.http.startup_gate`) calls
+``app.state.request_shutdown``; this module registers it: it sets the server's
+``should_exit``, so uvicorn stops accepting, finishes the requests in flight and runs the
+lifespan's shutdown, which stops every character (their actors flush first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import uvicorn
+from starlette.applications import Starlette
+
+from nekomem.config import Settings
+
+
+def build_server(app: Starlette, settings: Settings) -> uvicorn.Server:
+    """A uvicorn server for ``app`` on the configured host and port, stoppable from the app."""
+    config = uvicorn.Config(
+        app,
+        host=settings.server.host,
+        port=settings.server.port,
+        log_level=settings.server.log_level.lower(),
+        access_log=False,
+    )
+    server = uvicorn.Server(config)
+
+    def request_shutdown() -> None:
+        server.should_exit = True
+
+    app.state.request_shutdown = request_shutdown
+    return server
+
+
+def serve(app: Starlette, settings: Settings, prepare: Callable[[uvicorn.Server], None] | None = None) -> None:
+    """Run ``app`` until it is stopped (a signal, or /shutdown when enabled).
+
+    ``prepare`` sees the server before it starts (to replace its signal handlers, say).
+    """
+    server = build_server(app, settings)
+    if prepare is not None:
+        prepare(server)
+    server.run()
