@@ -36,7 +36,8 @@ T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
 words = lambda s: len(s.split())  # noqa: E731
 NAMES = ["Mimi", "Boss"]  # stop names: removed before keyword overlap
 CARD = {
-    "neko": {"name": "Mimi", "likes": ["fish", "naps"], "voice_id": "v1", "style": {"a": 1}, "__ai_context.mood": "cheerful"},
+    # "name" and "voice_id" are reserved (the reference's CHARACTER_RESERVED_FIELDS), a dict is skipped
+    "neko": {"昵称": "Mimi", "likes": ["fish", "naps"], "voice_id": "v1", "name": "x", "style": {"a": 1}, "__ai_context.mood": "cheerful"},
     "master": {"nickname": "Boss"},
 }
 
@@ -62,8 +63,8 @@ def promotable_ref(rid="ref_p", text="Mimi enjoys sunny windowsills", entity="ne
 
 def test_card_entries_format_and_ids() -> None:
     entries = card_entries("neko", CARD["neko"], S)
-    assert [e.text for e in entries] == ["name: Mimi", "likes: fish、naps", "cheerful"]
-    assert entries[0].id == "card_" + hashlib.sha256(b"neko:name").hexdigest()[:8]
+    assert [e.text for e in entries] == ["昵称: Mimi", "likes: fish、naps", "cheerful"]
+    assert entries[0].id == "card_" + hashlib.sha256("neko:昵称".encode()).hexdigest()[:8]
     assert all(e.protected and e.source == "character_card" for e in entries)
 
 
@@ -73,9 +74,9 @@ def test_sync_card_head_order_rewrite_and_removal() -> None:
     assert [e.id for e in persona["neko"]][-1] == "manual_1"
     cached = msgspec.structs.replace(persona["neko"][0], token_count=3, embedding=[0.1])
     persona["neko"][0] = cached
-    new_card = {"neko": {"likes": ["fish"], "name": "Mimi II"}}
+    new_card = {"neko": {"likes": ["fish"], "昵称": "Mimi II"}}
     synced = sync_card(persona, new_card, S, T0)
-    assert [e.text for e in synced["neko"]] == ["likes: fish", "name: Mimi II", "Mimi hates baths"]
+    assert [e.text for e in synced["neko"]] == ["likes: fish", "昵称: Mimi II", "Mimi hates baths"]
     renamed = synced["neko"][1]
     assert renamed.id == cached.id and renamed.token_count is None and renamed.embedding is None
     assert synced["master"] == persona["master"]  # entities not in the card are untouched
@@ -109,7 +110,7 @@ def test_protected_entries_are_never_archived() -> None:
         if sweep.archived:
             assert day == 13 and [e.id for _, e in sweep.archived] == ["manual_bad"]
             assert sweep.archived[0][1].archived_at == to_iso(T0 + timedelta(days=13))
-    assert [e.text for e in persona["neko"]] == ["name: Mimi", "likes: fish、naps", "cheerful"]
+    assert [e.text for e in persona["neko"]] == ["昵称: Mimi", "likes: fish、naps", "cheerful"]
     assert all(e.sub_zero_days == 0 for e in persona["neko"])
 
 

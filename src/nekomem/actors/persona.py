@@ -56,6 +56,24 @@ class PersonaActor(PersonaState):
     owner = "persona"
 
     # -- character card --------------------------------------------------------------
+    def after_load(self) -> None:
+        super().after_load()
+        self.sync_card_file()
+
+    def sync_card_file(self) -> None:
+        """Sync the protected card entries with the chat server's characters.json, as the
+        reference does on every persona load: the character's card and the master's
+        profile, card fields at the head, changed texts rewritten, removed fields dropped.
+        Nothing happens without a cards file, or when it cannot be read."""
+        cards = self.ctx.services.cards
+        parts = cards.parts(self.ctx.name) if cards is not None else None
+        if not parts:
+            return
+        new = pl.sync_card(self.persona, parts, self.s, self.now())
+        changed = self.commit(new)
+        if changed:
+            self.log.info("character card synced: %d persona entries changed", len(changed))
+
     @handles(ImportCard)
     def on_ImportCard(self, msg: ImportCard) -> None:
         now = self.now()

@@ -49,19 +49,41 @@ _NEGATIVE_KEYWORDS: tuple[str, ...] = (
     "смени тему",
 )
 
+# The reference's CHARACTER_RESERVED_FIELDS (system fields kept by its own features, then
+# the workshop import's), plus "avatar".
 _CARD_RESERVED_FIELDS: tuple[str, ...] = (
-    "system_prompt",
+    "_reserved",
+    "character_id",
     "live2d",
-    "live2d_item_id",
+    "voice_id",
+    "system_prompt",
+    "model_type",
+    "live3d_sub_type",
     "vrm",
     "vrm_animation",
-    "model_type",
-    "voice_id",
     "lighting",
+    "vrm_rotation",
+    "live2d_item_id",
+    "live2d_idle_animation",
     "item_id",
     "idleAnimation",
+    "idleAnimations",
+    "mmd",
+    "mmd_animation",
+    "mmd_idle_animation",
+    "mmd_idle_animations",
+    "touch_set",
+    "_field_order",
+    "原始数据",
+    "文件路径",
+    "创意工坊物品ID",
+    "description",
+    "tags",
+    "name",
+    "描述",
+    "标签",
+    "关键词",
     "avatar",
-    "_reserved",
 )
 
 

@@ -22,6 +22,7 @@ from nekomem.runtime.switches import Switches, core_config_file
 from nekomem.runtime.timers import Timers
 from nekomem.stores import rootlock
 from nekomem.stores.layout import CharacterPaths, list_characters
+from nekomem.stores.neko_cards import CharacterCards
 from nekomem.stores.rootlock import RootLock
 
 log = logging.getLogger("nekomem.runtime")
@@ -70,6 +71,7 @@ class Runtime:
             llm=llm,
             embeddings=embeddings,
             switches=self.switches,
+            cards=CharacterCards(Path(settings.server.character_cards_path).expanduser()) if settings.server.character_cards_path else None,
         )
         self.actors = actors
         self.collector = FullCollections(self.timers, rt.gc_full_collection_seconds) if rt.gc_full_collection_seconds > 0 else None

@@ -26,6 +26,7 @@ from nekomem.runtime.timers import Timers
 from nekomem.stores.applied import SharedJournal
 from nekomem.stores.faults import StorageHealth
 from nekomem.stores.layout import CharacterPaths
+from nekomem.stores.neko_cards import CharacterCards
 
 if TYPE_CHECKING:
     from nekomem.providers.llm import LLMClient
@@ -88,6 +89,7 @@ class Services:
     llm: LLMClient | None = None
     embeddings: EmbeddingService | None = None
     switches: Switches | None = None
+    cards: CharacterCards | None = None  # the chat server's characters.json (card sync)
     hooks: dict[str, Callable[[], int]] = field(default_factory=dict)
     counters: Counters = field(default_factory=Counters)
     storage: StorageHealth | None = None
