@@ -12,7 +12,9 @@ N.E.K.O. does: this command exports (or inherits) ``NEKO_INSTANCE_ID``, serves o
 ``NEKO_MEMORY_SERVER_PORT`` (else the ``port`` setting, 48912) with ``/shutdown`` enabled
 and the N.E.K.O. data directory discovered (see :mod:`nekomem.config.neko_data`), and, when
 given a COMMAND (the launcher), starts it once the server is ready, with the same instance
-id in its environment. The launcher's main server then calls
+id in its environment (and ``NEKO_MERGED=0`` unless set: the launcher's merged mode, the
+default of packaged builds, starts every app in one process and never skips the memory
+server). The launcher's main server then calls
 ``/internal/storage/startup/continue``, sends its traffic, and at its own shutdown posts
 ``/shutdown``, which stops nekomem gracefully.
 
@@ -44,6 +46,7 @@ log = logging.getLogger("nekomem.neko")
 
 INSTANCE_ENV = "NEKO_INSTANCE_ID"
 PORT_ENV = "NEKO_MEMORY_SERVER_PORT"
+MERGED_ENV = "NEKO_MERGED"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -89,6 +92,10 @@ class _Child:
             return
         env = dict(os.environ)
         env[PORT_ENV] = str(self.server.config.port)
+        # Packaged builds default to the launcher's merged mode, which starts all three
+        # apps in one process without checking for an existing memory server (its bind
+        # would fail); the multi-process mode skips a port held by a N.E.K.O. service.
+        env.setdefault(MERGED_ENV, "0")
         log.info("starting the N.E.K.O. launcher")
         try:
             self.proc = subprocess.Popen(self.command, env=env, start_new_session=os.name == "posix")

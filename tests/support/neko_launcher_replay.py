@@ -85,6 +85,8 @@ def main() -> None:
     name, text = sys.argv[1], sys.argv[2]
     instance_id = os.environ.get("NEKO_INSTANCE_ID") or fail("no NEKO_INSTANCE_ID from the parent")
     port = int(os.environ.get("NEKO_MEMORY_SERVER_PORT") or fail("no NEKO_MEMORY_SERVER_PORT"))
+    if os.environ.get("NEKO_MERGED") != "0":
+        fail("NEKO_MERGED is not 0: a packaged launcher would start its own memory app in process")
     if bindable(port):
         fail("the memory port is free: the launcher would start its own memory server")
     health = probe_health(port)
