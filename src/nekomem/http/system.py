@@ -37,12 +37,14 @@ async def health(request: Request) -> Response:
     llm_status = rt.llm.status() if rt.llm is not None else {}
     llm_available = any(t.get("configured") for t in llm_status.values())
     skipped = [tier for tier, t in llm_status.items() if not t.get("configured")]
-    # The first four keys answer the reference launcher's probe (app, service, status,
-    # instance_id); nekomem's own identity follows in "server".
+    # The first four keys are the reference's build_health_response (app, service, status,
+    # instance_id): its launcher takes the port for a N.E.K.O. service when "app" is
+    # "N.E.K.O", and its status is "ok" even in limited mode (the state is in
+    # limited_mode / blocking_reason). nekomem's own identity follows in "server".
     body = {
         "app": rt.settings.server.health_app_name,
         "service": "memory",
-        "status": "ok" if rt.blocking_reason() is None else "starting",
+        "status": "ok",
         "instance_id": rt.instance_id,
         "server": "nekomem",
         "version": nekomem.__version__,
