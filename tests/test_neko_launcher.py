@@ -63,6 +63,19 @@ def test_continue_block_and_limited_mode(tmp_path: Path) -> None:
         assert "one" in text and "three" in text and "two" not in text  # the refused write stored nothing
 
 
+def test_continue_is_refused_while_the_storage_cannot_serve(tmp_path: Path) -> None:
+    with LiveServer(make_settings(tmp_path, embedding_enabled=False)) as srv:
+        # The state start-up recovery leaves when the memory root cannot be listed.
+        srv.runtime.limited_reason = "storage_recovery_failed"
+        r = srv.post("/internal/storage/startup/continue", json={"reason": "x"})
+        assert r.status_code == 409
+        body = r.json()
+        assert body["ok"] is False and body["error_code"] == "storage_startup_blocked"
+        assert body["blocking_reason"] == "storage_recovery_failed"  # what the chat server reports
+        assert srv.post("/cache/Lan", json={"input_history": [{"role": "user", "content": "x"}]}).status_code == 409
+        srv.runtime.limited_reason = None
+
+
 @pytest.mark.parametrize(
     ("body", "status", "code"),
     [(b"[1]", 422, "body_not_object"), (b"{", 400, "malformed_json"), (b'{"reason": 3}', 422, "schema_violation")],

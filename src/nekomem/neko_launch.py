@@ -19,7 +19,8 @@ server). The launcher's main server then calls
 ``/shutdown``, which stops nekomem gracefully.
 
 Lifetime: the COMMAND runs in its own session (POSIX), so a terminal's Ctrl+C reaches
-nekomem only; nekomem forwards it (SIGINT; SIGTERM as SIGTERM) to the launcher and keeps
+nekomem only; nekomem forwards it (SIGINT; SIGTERM as SIGTERM) to the launcher (on Windows
+the launcher shares the console and gets the Ctrl+C itself) and keeps
 serving while the launcher shuts its servers down (the reference's order: main before
 memory). nekomem stops when the launcher exits or when /shutdown arrives, and waits up to
 ``neko_stop_grace_seconds`` for the launcher before terminating it. A second signal stops
@@ -117,8 +118,10 @@ class _Child:
                 proc.terminate()
             return
         self.signalled = True
-        log.info("forwarding signal %d to the N.E.K.O. launcher", sig)
-        proc.send_signal(signal.SIGINT if sig == signal.SIGINT else signal.SIGTERM)
+        if os.name == "posix":
+            log.info("forwarding signal %d to the N.E.K.O. launcher", sig)
+            proc.send_signal(signal.SIGINT if sig == signal.SIGINT else signal.SIGTERM)
+        # Elsewhere the launcher shares nekomem's console and got the Ctrl+C itself.
         timer = threading.Timer(self.grace, self._give_up)
         timer.daemon = True
         timer.start()
