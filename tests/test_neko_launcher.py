@@ -52,12 +52,16 @@ def test_continue_block_and_limited_mode(tmp_path: Path) -> None:
         # The allow-list stays reachable; shutdown is off in this server.
         assert srv.post("/shutdown").json()["status"] == "shutdown_disabled"
         assert srv.post("/internal/storage/startup/block").json() == {"ok": True, "limited_mode": True, "reason": ""}
+        activate = srv.post("/internal/storage/startup/activate", json={"reason": "x"})
+        assert activate.status_code == 409 and activate.json()["ok"] is False  # not while blocked
 
         assert srv.post("/internal/storage/startup/continue", content=b"null", headers={"content-type": "application/json"}).json() == {
             "ok": True,
             "initialized": False,
         }
         assert srv.get("/health").json()["limited_mode"] is False
+        # The newest reference's second step, after its own initialisation.
+        assert srv.post("/internal/storage/startup/activate", json={"reason": "x"}).json() == {"ok": True}
         assert srv.post("/cache/Lan", json={"input_history": [{"role": "user", "content": "three"}]}).status_code == 200
         text = srv.get("/new_dialog/Lan").text
         assert "one" in text and "three" in text and "two" not in text  # the refused write stored nothing

@@ -9,7 +9,8 @@ on the memory port, in the order their code runs (``launcher.py``, ``utils/port_
    EOF, body after the blank line); ``app == "N.E.K.O"`` classifies it as an existing
    N.E.K.O. service and the launcher does not start its own memory server.
 3. The main server's start-up posts ``/internal/storage/startup/continue`` with
-   ``{"reason": ...}`` and requires HTTP 200 and ``ok is True``.
+   ``{"reason": ...}`` and requires HTTP 200 and ``ok is True``; the newest one then posts
+   ``/internal/storage/startup/activate`` after its own initialisation.
 4. Traffic: ``/cache`` with the double-encoded ``input_history`` string the reference's
    cross_server sends, then ``/new_dialog``.
 5. The main server's shutdown posts ``/shutdown``; the launcher's monitor loop then sees
@@ -97,6 +98,10 @@ def main() -> None:
     status, payload = post(port, "/internal/storage/startup/continue", {"reason": "storage_selection_continue_current_session"})
     if status != 200 or payload.get("ok") is not True:
         fail(f"continue-startup answered {status} {payload}: main_server cannot leave limited mode")
+    # The newest main server activates the memory server after its own initialisation.
+    status, payload = post(port, "/internal/storage/startup/activate", {"reason": "storage_selection_continue_current_session"})
+    if status != 200 or payload.get("ok") is not True:
+        fail(f"activate-startup answered {status} {payload}")
     quoted = urllib.parse.quote(name, safe="")
     history = json.dumps([{"role": "user", "content": text}, {"role": "assistant", "content": "noted"}], ensure_ascii=False)
     status, payload = post(port, f"/cache/{quoted}", {"input_history": history})

@@ -33,7 +33,13 @@ from nekomem.runtime.runtime import Runtime
 log = logging.getLogger("nekomem.http")
 
 # The reference memory server's limited-mode allow-list.
-UNFENCED = {"/health", "/shutdown", "/internal/storage/startup/continue", "/internal/storage/startup/block"}
+UNFENCED = {
+    "/health",
+    "/shutdown",
+    "/internal/storage/startup/continue",
+    "/internal/storage/startup/block",
+    "/internal/storage/startup/activate",
+}
 
 
 class LimitedModeMiddleware:

@@ -47,6 +47,7 @@ OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] =
     ("/internal/memory/reset_confirmed_at", "post", [], None, s.CountAnswer, "Restart confirmed reflections' clocks"),
     ("/internal/storage/startup/continue", "post", [], s.StartupGateBody, dict[str, Any], "Leave limited mode (body optional)"),
     ("/internal/storage/startup/block", "post", [], s.StartupGateBody, dict[str, Any], "Enter limited mode again (body optional)"),
+    ("/internal/storage/startup/activate", "post", [], s.StartupGateBody, dict[str, Any], "Second start-up step of the newest reference"),
     ("/shutdown", "post", [], None, dict[str, Any], "Stop the server gracefully (when shutdown_enabled)"),
     ("/reflect/{name}", "post", [NAME], None, s.ReflectAnswer, "Synthesise and promote now"),
     ("/followup_topics/{name}", "get", [NAME], None, dict[str, Any], "Reflections to bring up"),

@@ -51,9 +51,10 @@ class PowerfulMemoryBody(Body):
 
 
 class StartupGateBody(Body):
-    """Body of /internal/storage/startup/continue and /block (optional as a whole)."""
+    """Body of /internal/storage/startup/continue, /block and /activate (optional as a whole)."""
 
     reason: str | None = None
+    recovery_mode: str | None = None  # the newest reference's /block field; accepted, not used
 
 
 class RecordSurfacedBody(Body):

@@ -8,17 +8,25 @@
   finish in time) it answers 409 ``{"ok": false, "error_code": "storage_startup_blocked",
   "blocking_reason": ...}``; the chat server then reports that the memory server is still
   blocked.
-- ``POST /internal/storage/startup/block`` (optional ``{"reason": str}``): the chat server
-  could not finish its own start-up; every route but the allow-list answers 409 again
+  A /block that arrives while a /continue waits wins: that /continue answers 409 (the
+  newest reference counts block generations for the same reason).
+- ``POST /internal/storage/startup/block`` (optional ``{"reason": str}``; the newest
+  reference's ``recovery_mode`` is accepted and not used): the chat server could not
+  finish its own start-up; every route but the allow-list answers 409 again
   (``blocking_reason`` ``storage_startup_blocked_after_init``) until /continue.
   ``{"ok": true, "limited_mode": true, "reason": str}``.
+- ``POST /internal/storage/startup/activate`` (the newest reference's second step, sent
+  after its own initialisation): ``{"ok": true}``, or the 409 above while blocked.
+  nekomem has nothing to start there (its background work is not gated on the chat
+  server), and /continue already left limited mode, as older chat servers, which never
+  send /activate, need.
 - ``POST /shutdown``: with ``shutdown_enabled`` (the reference's ``--enable-shutdown``) the
   server stops gracefully after answering ``{"status": "shutdown_signal_received"}``: the
   lifespan stops every character, whose actors flush their views and outbox first. Without
   it: ``{"status": "shutdown_disabled", "message": ...}``, as the reference run under its
   launcher (which stops the process itself).
 
-All three stay reachable in limited mode, as in the reference.
+All four stay reachable in limited mode, as in the reference.
 """
 
 from __future__ import annotations
@@ -55,20 +63,34 @@ def _blocked(reason: str) -> JSONResponse:
 async def continue_startup(request: Request) -> Response:
     rt = request.app.state.runtime
     reason = await _reason(request)
+    generation = rt.startup_generation
     waited = rt.limited_reason == "runtime_initializing"
     if waited:
         await asyncio.to_thread(rt.wait_ready, rt.settings.server.startup_continue_wait_seconds)
     if rt.limited_reason is not None:
         log.warning("startup continue refused: %s", rt.limited_reason)
         return _blocked(rt.limited_reason)
+    if rt.startup_generation != generation:
+        # A /block arrived while this call waited: a late continue never lifts a newer block.
+        return _blocked("storage_startup_blocked_after_init")
     rt.startup_block = None
     log.info("startup continue (reason %s)", reason or "-")
     return JSONResponse({"ok": True, "initialized": waited})
 
 
+async def activate_startup(request: Request) -> Response:
+    rt = request.app.state.runtime
+    await _reason(request)
+    blocking = rt.blocking_reason()
+    if blocking is not None:
+        return _blocked(blocking)
+    return JSONResponse({"ok": True})
+
+
 async def block_startup(request: Request) -> Response:
     rt = request.app.state.runtime
     reason = await _reason(request)
+    rt.startup_generation += 1
     rt.startup_block = reason
     log.warning("limited mode restored by the chat server (reason %s)", reason or "-")
     return JSONResponse({"ok": True, "limited_mode": True, "reason": reason})
@@ -91,5 +113,6 @@ def routes() -> list[BaseRoute]:
     return [
         Route("/internal/storage/startup/continue", continue_startup, methods=["POST"]),
         Route("/internal/storage/startup/block", block_startup, methods=["POST"]),
+        Route("/internal/storage/startup/activate", activate_startup, methods=["POST"]),
         Route("/shutdown", shutdown, methods=["POST"]),
     ]

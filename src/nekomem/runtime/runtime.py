@@ -81,6 +81,7 @@ class Runtime:
         # Set by POST /internal/storage/startup/block (the chat server could not finish
         # its own start-up): limited mode again, until /continue. None: not blocked.
         self.startup_block: str | None = None
+        self.startup_generation = 0  # counts /block calls: a /continue that waited past one loses
         self.recovery_error: str | None = None
         self._recovery: threading.Thread | None = None
         self._root_lock: RootLock | None = None
