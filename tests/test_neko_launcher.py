@@ -9,17 +9,18 @@ second server on the same memory root.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
 
 from tests.support.live import ROOT, TEST_EMBEDDING_MODEL, LiveServer, ServerProcess, free_port, make_settings
+from tests.support.waiting import wait_for
 
 REPLAY = ROOT / "tests" / "support" / "neko_launcher_replay.py"
 
@@ -118,57 +119,56 @@ def test_serve_enable_shutdown_stops_gracefully_and_keeps_every_turn(tmp_path: P
         assert server.proc.wait(timeout=60) == 0  # a clean exit, not a signal
     finally:
         server.stop()
+    journal, context = read_back(root, "/api/browse/Lan/journal?limit=100", "/new_dialog/Lan")
+    assert journal.json()["total"] == 20
+    assert "turn 0" in context.text and "turn 19" in context.text
+
+
+class Neko:
+    """``python -m nekomem neko --port P --memory-root R [-- COMMAND]`` as a child process,
+    its output in a log file; killed at exit if still running."""
+
+    def __init__(self, tmp_path: Path, command: list[str] | None = None, **env: str) -> None:
+        self.root, self.port = tmp_path / "mem", free_port()
+        self.log_path = tmp_path / "neko.log"
+        cmd = [sys.executable, "-m", "nekomem", "neko", "--port", str(self.port), "--memory-root", str(self.root)]
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [*cmd, *(["--", *command] if command else [])], cwd=ROOT, env=_env(**env), stdout=self._log, stderr=subprocess.STDOUT
+        )
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def __enter__(self) -> Neko:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+        self._log.close()
+
+
+def read_back(root: Path, *paths: str) -> list[httpx.Response]:
+    """``paths`` from a fresh server on the memory root another process wrote."""
     again = ServerProcess(root, env={"NEKOMEM_EMBEDDING_ENABLED": "false"})
     again.start()
     try:
-        journal = httpx.get(f"{again.url}/api/browse/Lan/journal", params={"limit": 100}, timeout=30).json()
-        assert journal["total"] == 20
-        text = httpx.get(f"{again.url}/new_dialog/Lan", timeout=30).text
-        assert "turn 0" in text and "turn 19" in text
+        return [httpx.get(f"{again.url}{path}", timeout=30) for path in paths]
     finally:
         again.stop()
 
 
 def test_the_launcher_sequence_replayed_against_nekomem_neko(tmp_path: Path) -> None:
-    root, port = tmp_path / "mem", free_port()
-    log = open(tmp_path / "neko.log", "wb")
     name, text = "Neko (cat)", "the kettle is on the left shelf"
-    cmd = [
-        sys.executable,
-        "-m",
-        "nekomem",
-        "neko",
-        "--port",
-        str(port),
-        "--memory-root",
-        str(root),
-        "--",
-        sys.executable,
-        str(REPLAY),
-        name,
-        text,
-    ]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT)
-    try:
-        code = proc.wait(timeout=180)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        log.close()
-    output = (tmp_path / "neko.log").read_text(errors="replace")
-    assert code == 0, output[-4000:]
-    assert "replay: ok" in output
-    again = ServerProcess(root, env={"NEKOMEM_EMBEDDING_ENABLED": "false"})
-    again.start()
-    try:
-        from urllib.parse import quote
-
-        context = httpx.get(f"{again.url}/new_dialog/{quote(name, safe='')}", timeout=30).text
-        assert text in context
-        journal = httpx.get(f"{again.url}/api/browse/{quote(name, safe='')}/journal", timeout=30).json()
-        assert journal["total"] == 2
-    finally:
-        again.stop()
+    with Neko(tmp_path, [sys.executable, str(REPLAY), name, text]) as neko:
+        code = neko.proc.wait(timeout=180)
+        assert code == 0, neko.output()[-4000:]
+        assert "replay: ok" in neko.output()
+    context, journal = read_back(neko.root, f"/new_dialog/{quote(name, safe='')}", f"/api/browse/{quote(name, safe='')}/journal")
+    assert text in context.text
+    assert journal.json()["total"] == 2
 
 
 WAIT_FOR_SIGINT = """
@@ -187,64 +187,24 @@ sys.exit(0 if json.loads(r.read())["status"] == "cached" else 3)
 
 
 def test_ctrl_c_reaches_the_launcher_first_and_nekomem_serves_until_it_exits(tmp_path: Path) -> None:
-    root, port = tmp_path / "mem", free_port()
-    log_path = tmp_path / "neko.log"
-    log = open(log_path, "wb")
-    cmd = [
-        sys.executable,
-        "-m",
-        "nekomem",
-        "neko",
-        "--port",
-        str(port),
-        "--memory-root",
-        str(root),
-        "--",
-        sys.executable,
-        "-c",
-        WAIT_FOR_SIGINT,
-    ]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT)
-    try:
-        from tests.support.waiting import wait_for
-
-        wait_for(lambda: "child-ready" in log_path.read_text(errors="replace"), timeout=120, what="the launcher child")
-        proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        log.close()
-    output = log_path.read_text(errors="replace")
-    assert code == 0, output[-4000:]
-    again = ServerProcess(root, env={"NEKOMEM_EMBEDDING_ENABLED": "false"})
-    again.start()
-    try:
-        assert "said during shutdown" in httpx.get(f"{again.url}/new_dialog/Lan", timeout=30).text
-    finally:
-        again.stop()
+    with Neko(tmp_path, [sys.executable, "-c", WAIT_FOR_SIGINT]) as neko:
+        wait_for(lambda: "child-ready" in neko.output(), timeout=120, what="the launcher child")
+        neko.proc.send_signal(signal.SIGINT)
+        assert neko.proc.wait(timeout=120) == 0, neko.output()[-4000:]
+    [context] = read_back(neko.root, "/new_dialog/Lan")
+    assert "said during shutdown" in context.text
 
 
 def test_health_reports_the_inherited_instance_id(tmp_path: Path) -> None:
-    root, port = tmp_path / "mem", free_port()
-    log = open(tmp_path / "neko.log", "wb")
-    cmd = [sys.executable, "-m", "nekomem", "neko", "--port", str(port), "--memory-root", str(root)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(NEKO_INSTANCE_ID="launcher-instance-7"), stdout=log, stderr=subprocess.STDOUT)
-    try:
-        from tests.support.waiting import wait_for
+    with Neko(tmp_path, NEKO_INSTANCE_ID="launcher-instance-7") as neko:
 
         def health() -> dict | None:
             try:
-                return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json()
+                return httpx.get(f"http://127.0.0.1:{neko.port}/health", timeout=2).json()
             except httpx.HTTPError:
                 return None
 
         body = wait_for(health, timeout=120, what="nekomem neko to serve")
         assert body["instance_id"] == "launcher-instance-7" and body["app"] == "N.E.K.O" and body["service"] == "memory"
-        assert httpx.post(f"http://127.0.0.1:{port}/shutdown", timeout=30).json()["status"] == "shutdown_signal_received"
-        assert proc.wait(timeout=60) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        log.close()
-    assert json.loads(json.dumps(body))  # the body was JSON
+        assert httpx.post(f"http://127.0.0.1:{neko.port}/shutdown", timeout=30).json()["status"] == "shutdown_signal_received"
+        assert neko.proc.wait(timeout=60) == 0

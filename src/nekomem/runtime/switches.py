@@ -12,12 +12,11 @@ an unreadable file is reported, not guessed.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from pathlib import Path
 from typing import Any
 
-from nekomem.stores.atomic import atomic_write_json, read_json
+from nekomem.stores.atomic import atomic_write_json, file_identity, read_json
 
 log = logging.getLogger("nekomem.switches")
 
@@ -48,17 +47,10 @@ class Switches:
         # (identity of the file when read, its decoded object): replaced whole, never mutated
         self._cache: tuple[tuple[int, int, int] | None, dict[str, Any]] | None = None
 
-    def _identity(self) -> tuple[int, int, int] | None:
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return (st.st_ino, st.st_size, st.st_mtime_ns)
-
     def _load(self) -> dict[str, Any]:
         """The file's object, read again when its identity changed since the last read.
         Raises SwitchError when it is not a JSON object (an unreadable file reads as empty)."""
-        identity = self._identity()
+        identity = file_identity(self.path)
         cached = self._cache
         if cached is not None and identity is not None and cached[0] == identity:
             return cached[1]

@@ -380,3 +380,13 @@ def sweep_temp_files(folder: Path, older_than_seconds: float, *, now: float | No
     if removed:
         log.info("removed %d stale temp file(s) in %s", removed, folder)
     return removed
+
+
+def file_identity(path: Path) -> tuple[int, int, int] | None:
+    """(inode, size, mtime in ns) of ``path``, or None when it cannot be stat'ed: a file
+    re-read only when this changes (an edit in place or a replacing rename both change it)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)

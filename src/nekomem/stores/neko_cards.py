@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from nekomem.stores.atomic import file_identity
 
 log = logging.getLogger("nekomem.cards")
 
@@ -29,16 +30,9 @@ class CharacterCards:
         self._lock = threading.Lock()
         self._cache: tuple[tuple[int, int, int], dict[str, Any]] | None = None
 
-    def _identity(self) -> tuple[int, int, int] | None:
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return (st.st_ino, st.st_size, st.st_mtime_ns)
-
     def _load(self) -> dict[str, Any] | None:
         """The file's object; None when it is missing or not a JSON object (logged)."""
-        identity = self._identity()
+        identity = file_identity(self.path)
         if identity is None:
             return None
         with self._lock:
