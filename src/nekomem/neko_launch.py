@@ -199,6 +199,6 @@ def main(args: argparse.Namespace) -> int:
 
         threading.Thread(target=wait_ready, name="nekomem-neko-ready", daemon=True).start()
         threading.Thread(target=child.start_when_ready, args=(ready,), name="nekomem-neko-launcher", daemon=True).start()
-    log.info("serving as the N.E.K.O. memory server on port %d (instance %s)", settings.server.port, instance_id)
+    log.info("starting as the N.E.K.O. memory server on port %d (instance %s)", settings.server.port, instance_id)
     server.run()
     return child.finish() if child is not None else 0
