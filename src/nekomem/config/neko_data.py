@@ -17,7 +17,10 @@ What nekomem takes from it, each only when the user did not set it:
   ``NEKO_LANGUAGE``, else Steam's language, else the system locale. nekomem follows the
   same order without Steam (``NEKO_LANGUAGE``, then ``LC_ALL`` / ``LC_MESSAGES`` / ``LANG``);
 - ``character_cards_path``: ``config/characters.json``, whose cards become protected
-  persona entries (see :mod:`nekomem.stores.neko_cards`).
+  persona entries (see :mod:`nekomem.stores.neko_cards`);
+- ``memory_root``: ``nekomem-memory/`` beside N.E.K.O.'s own ``memory/`` (never that folder:
+  its files stay the reference's; and never ``./memory``, which run from a N.E.K.O. source
+  folder is its Python package).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ log = logging.getLogger("nekomem.config")
 APP_NAME = "N.E.K.O"
 AUTO = "auto"
 SELECTED_ROOT_ENV = "NEKO_STORAGE_SELECTED_ROOT"
+MEMORY_FOLDER = "nekomem-memory"
 _STEAM_NAMES = {"schinese": "zh", "tchinese": "zh-TW", "english": "en", "japanese": "ja", "koreana": "ko", "korean": "ko"}
 
 
@@ -140,7 +144,11 @@ def read_characters(path: Path) -> dict[str, Any] | None:
 def defaults(data_dir: Path, env: Mapping[str, str]) -> dict[str, Any]:
     """Setting values taken from the data directory (field name → value)."""
     config = data_dir / "config"
-    found: dict[str, Any] = {"core_config_path": str(config), "character_cards_path": str(config / "characters.json")}
+    found: dict[str, Any] = {
+        "core_config_path": str(config),
+        "character_cards_path": str(config / "characters.json"),
+        "memory_root": str(data_dir / MEMORY_FOLDER),
+    }
     name = master_name(config / "characters.json")
     if name is not None:
         found["master_name"] = name
