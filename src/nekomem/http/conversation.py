@@ -11,11 +11,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from nekomem.actors.messages import AppendTurns, GetRecent, RecentView
+from nekomem.domain import theater
 from nekomem.domain.context import gap_seconds, render_new_dialog, render_recent_history
 from nekomem.domain.context_locale import normalise_language
 from nekomem.http.bodies import character_name, decode_history, parse_history, raw_header
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
+from nekomem.http.theater import theater_write
 from nekomem.runtime.clock import iso
 
 # Write-request ids: unique per process start and request, without a random read per request.
@@ -48,6 +50,8 @@ async def _write(request: Request, mode: str) -> Response:
     body = await decode_history(request)
     server = rt.settings.server
     turns = parse_history(body, iso(rt.clock.now()), server.message_max_chars, server.batch_max_messages, server.body_max_depth)
+    if mode == "cache" and (body.idempotency_key is not None or (len(turns) == 1 and theater.is_capsule(turns[0]))):
+        return await theater_write(request, name, turns, body)
     key = raw_header(request, b"idempotency-key")
     if key is not None:
         key = key.strip()

@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse, Response
 import nekomem
 from nekomem.http import schemas as s
 from nekomem.http import scoped as sc
+from nekomem.http import theater as th
 from nekomem.http.importing import ImportNekoBody
 
 NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1, "maxLength": 50}}
@@ -59,6 +60,7 @@ OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] =
     ("/internal/memory/{name}/scoped_mentions", "post", [NAME], sc.ScopedMentionsBody, dict[str, Any], "Record scoped mentions"),
     ("/internal/memory/{name}/scoped_forget", "post", [NAME], sc.ScopedForgetBody, dict[str, Any], "Forget a scoped subject"),
     ("/internal/memory/{name}/scoped_subjects", "get", [NAME], None, dict[str, Any], "Scoped subjects"),
+    *th.OPERATIONS,
     ("/api/import/neko", "post", [], ImportNekoBody, dict[str, Any], "Import a reference memory folder (server-side path)"),
     ("/api/characters", "get", [], None, s.CharactersAnswer, "Every character"),
     ("/api/characters/{name}/card", "post", [NAME], s.CardBody, dict[str, Any], "Import a character card"),
