@@ -48,7 +48,7 @@ def history_lines(
         if index in capsules:
             note = capsules[index]
             if note is not None:
-                lines.append(f"{names[turn.role]} | {note}")
+                lines.append(note)  # as the reference: the note alone, no speaker
             continue
         lines.append(f"{names[turn.role]} | {text}")
     return lines

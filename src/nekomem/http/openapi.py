@@ -31,6 +31,13 @@ PAGE = [
     {"name": "entity", "in": "query", "required": False, "schema": {"type": "string"}},
 ]
 TEXT = "text/plain"
+SUBJECT_KEYS = {
+    "name": "subject",
+    "in": "query",
+    "required": False,
+    "schema": {"type": "array", "items": {"type": "string"}, "maxItems": 64},
+    "description": "a subject key <subject_kind>:<subject_id>, repeated",
+}
 
 # (path, method, parameters, request type, response type or TEXT, summary)
 OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] = [
@@ -60,6 +67,7 @@ OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] =
     ("/internal/memory/{name}/scoped_mentions", "post", [NAME], sc.ScopedMentionsBody, dict[str, Any], "Record scoped mentions"),
     ("/internal/memory/{name}/scoped_forget", "post", [NAME], sc.ScopedForgetBody, dict[str, Any], "Forget a scoped subject"),
     ("/internal/memory/{name}/scoped_subjects", "get", [NAME], None, dict[str, Any], "Scoped subjects"),
+    ("/internal/memory/{name}/forget_epochs", "get", [NAME, SUBJECT_KEYS], None, dict[str, Any], "Erase generations of scoped subjects"),
     *th.OPERATIONS,
     ("/api/import/neko", "post", [], ImportNekoBody, dict[str, Any], "Import a reference memory folder (server-side path)"),
     ("/api/characters", "get", [], None, s.CharactersAnswer, "Every character"),
