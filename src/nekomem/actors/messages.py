@@ -313,7 +313,12 @@ class RecordSurfaced(Message):
 
 
 class ImportCard(Message):
+    """Add persona entries: character-card entries (protected) by default, or, with
+    ``protected=False``, ordinary entries of ``source`` (an external Markdown import)."""
+
     entries: list[dict[str, str]]
+    source: str = "character_card"
+    protected: bool = True
 
 
 class ReplyMentions(Message):

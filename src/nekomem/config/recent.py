@@ -87,3 +87,10 @@ class RecentSettings(Section):
         float, doc("How long a theater retraction or story forget keeps dropping late archive writes.", ge=0)
     ] = 7 * 24 * 3600.0
     theater_tombstones_max: Annotated[int, doc("Most theater retraction (and, separately, forget) tombstones kept.", ge=1)] = 128
+    repetition_min_messages: Annotated[
+        int, doc("repetition_insights reports a phrase found in at least this many of the analysed replies.", ge=2)
+    ] = 3
+    repetition_max_candidates: Annotated[int, doc("Most phrases repetition_insights returns (the strongest first).", ge=1)] = 50
+    repetition_scan_rows: Annotated[
+        int, doc("Most journal rows repetition_insights reads back from the newest while collecting replies.", ge=1)
+    ] = 5000

@@ -60,7 +60,7 @@ class LimitedModeMiddleware:
 
 
 def routes() -> list[BaseRoute]:
-    from nekomem.http import browse, importing, lifecycle, openapi, recall, scoped, scoped_epochs, theater
+    from nekomem.http import browse, external_import, importing, lifecycle, openapi, recall, repetition, scoped, scoped_epochs, theater
 
     c, s, lt = conversation, system, longterm
     # The router tries routes in order: the conversation routes, which carry nearly all
@@ -95,6 +95,8 @@ def routes() -> list[BaseRoute]:
         Route("/internal/memory/{name:str}/scoped_forget", scoped.scoped_forget, methods=["POST"]),
         Route("/internal/memory/{name:str}/scoped_subjects", scoped.scoped_subjects, methods=["GET"]),
         Route("/internal/memory/{name:str}/forget_epochs", scoped_epochs.forget_epochs, methods=["GET"]),
+        Route("/internal/memory/import_external_markdown", external_import.import_external_markdown, methods=["POST"]),
+        Route("/internal/memory/{name:str}/repetition_insights", repetition.repetition_insights, methods=["POST"]),
         *theater.routes(),
         Route("/api/characters", lt.list_all_characters, methods=["GET"]),
         Route("/api/import/neko", importing.import_neko, methods=["POST"]),

@@ -10,6 +10,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 import nekomem
+from nekomem.http import external_import as ei
+from nekomem.http import repetition as rp
 from nekomem.http import schemas as s
 from nekomem.http import scoped as sc
 from nekomem.http import theater as th
@@ -69,6 +71,15 @@ OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] =
     ("/internal/memory/{name}/scoped_subjects", "get", [NAME], None, dict[str, Any], "Scoped subjects"),
     ("/internal/memory/{name}/forget_epochs", "get", [NAME, SUBJECT_KEYS], None, dict[str, Any], "Erase generations of scoped subjects"),
     *th.OPERATIONS,
+    ("/internal/memory/{name}/repetition_insights", "post", [NAME], rp.RepetitionBody, dict[str, Any], "Phrases the character repeats"),
+    (
+        "/internal/memory/import_external_markdown",
+        "post",
+        [],
+        ei.ExternalImportBody,
+        ei.ExternalImportAnswer,
+        "Import OpenClaw / Hermes Markdown candidates",
+    ),
     ("/api/import/neko", "post", [], ImportNekoBody, dict[str, Any], "Import a reference memory folder (server-side path)"),
     ("/api/characters", "get", [], None, s.CharactersAnswer, "Every character"),
     ("/api/characters/{name}/card", "post", [NAME], s.CardBody, dict[str, Any], "Import a character card"),

@@ -1,0 +1,123 @@
+"""The reference memory browser's two routes that used to answer 404: the external
+Markdown import (``/internal/memory/import_external_markdown``) and the repeated-phrase
+review (``/internal/memory/{name}/repetition_insights``), with the bodies the reference's
+main server forwards, against a real server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.support.live import LiveServer, make_settings
+
+NAME = "Lan"
+
+
+def import_body(**extra: object) -> dict:
+    body: dict = {
+        "character_name": NAME,
+        "source_format": "openclaw",
+        "imported_files": ["USER.md", "MEMORY.md", "memory/2026-05-01.md"],
+        "candidates": [
+            {
+                "text": "Master is a night owl",
+                "entity": "master",
+                "target": "persona",
+                "source_file": "USER.md",
+                "source_section": "Habits",
+            },
+            {"text": "Lan speaks softly", "entity": "neko", "target": "persona", "source_file": "SOUL.md"},
+            {"text": "Master's cat is called Mochi", "entity": "master", "target": "facts", "source_file": "MEMORY.md"},
+            {
+                "text": "Went hiking at Mount Takao",
+                "entity": "master",
+                "target": "facts",
+                "source_file": "memory/2026-05-01.md",
+                "event_date": "2026-05-01",
+            },
+        ],
+        "warning_count": 2,
+    }
+    body.update(extra)
+    return body
+
+
+def test_external_markdown_import_adds_persona_and_facts_once(tmp_path: Path) -> None:
+    with LiveServer(make_settings(tmp_path)) as srv:
+        r = srv.post("/internal/memory/import_external_markdown", json=import_body())
+        assert r.status_code == 200, r.text
+        assert r.json() == {
+            "status": "success",
+            "character_name": NAME,
+            "source_format": "openclaw",
+            "imported_files": ["USER.md", "MEMORY.md", "memory/2026-05-01.md"],
+            "added_persona": 2,
+            "added_facts": 2,
+            "skipped_duplicates": 0,
+            "warning_count": 2,
+        }
+        again = srv.post("/internal/memory/import_external_markdown", json=import_body()).json()
+        assert (again["added_persona"], again["added_facts"], again["skipped_duplicates"]) == (0, 0, 4)
+
+        persona = srv.get(f"/api/characters/{NAME}/persona", params={"limit": 100}).json()["items"]
+        imported = {(e["entity"], e["text"]): e for e in persona if e.get("source") == "external_import"}
+        assert set(imported) == {("master", "Master is a night owl"), ("neko", "Lan speaks softly")}
+        assert not any(e["protected"] for e in imported.values())
+        facts = {f["text"]: f for f in srv.get(f"/api/characters/{NAME}/facts", params={"limit": 100}).json()["items"]}
+        hike = facts["Went hiking at Mount Takao"]
+        assert hike["importance"] == 7 and hike["event_start_at"].startswith("2026-05-01T00:00:00")
+        assert hike["source_ref"]["external_import"]["file"] == "memory/2026-05-01.md"
+        assert "Master is a night owl" in srv.get(f"/new_dialog/{NAME}").text
+
+        # Bad bodies: a clear 400 naming the problem, nothing stored.
+        bad = import_body(source_format="notion")
+        assert srv.post("/internal/memory/import_external_markdown", json=bad).json()["error_code"] == "bad_source_format"
+        bad = import_body(candidates=[{"text": "x", "entity": "cat", "target": "facts", "source_file": "a.md"}])
+        r = srv.post("/internal/memory/import_external_markdown", json=bad)
+        assert r.status_code == 400 and r.json()["error_code"] == "bad_candidate" and "candidates[0]" in r.json()["message"]
+        assert srv.post("/internal/memory/import_external_markdown", json=import_body(candidates=[])).status_code == 400
+        r = srv.post("/internal/memory/import_external_markdown", json=import_body(character_name="../etc"))
+        assert r.status_code == 400
+        assert len(srv.get(f"/api/characters/{NAME}/facts", params={"limit": 100}).json()["items"]) == 2
+
+
+def test_repetition_insights_finds_the_repeated_phrases_of_replies_only(tmp_path: Path) -> None:
+    replies = [
+        "[20261201 Tue 09:59]Of course, quiet lantern nights are the best, nya",
+        "I love the rain. Quiet lantern nights again?",
+        "Quiet lantern nights make me sleepy",
+        "Silver morning light is nice",
+        "Silver morning light again",
+    ]
+    history = []
+    for text in replies:
+        history += [{"role": "user", "content": "quiet lantern nights quiet lantern nights"}, {"role": "assistant", "content": text}]
+    with LiveServer(make_settings(tmp_path)) as srv:
+        srv.post(f"/cache/{NAME}", json={"input_history": json.dumps(history)})
+        r = srv.post(f"/internal/memory/{NAME}/repetition_insights", json={"language": "en", "assistant_message_limit": 50})
+        assert r.status_code == 200, r.text
+        report = r.json()
+        assert report["success"] is True and report["artifact_type"] == "user_review_candidates"
+        assert report["parameters"] == {"assistant_message_limit": 50, "message_count_threshold": 3}
+        assert report["summary"]["assistant_message_count"] == 5 and report["summary"]["source_available"] is True
+        # Found in three replies (user messages do not count); "silver morning light" only in two.
+        assert [(c["normalized_phrase"], c["message_count"]) for c in report["candidates"]] == [("quiet lantern nights", 3)]
+        assert report["candidates"][0]["phrase"] == "quiet lantern nights"
+        assert "20261201" not in json.dumps(report)
+
+        # Only the newest replies are analysed: with a limit of 3, two of the three are gone.
+        r = srv.post(f"/internal/memory/{NAME}/repetition_insights", json={"language": "en", "assistant_message_limit": 3})
+        assert r.json()["candidates"] == [] and r.json()["summary"]["assistant_message_count"] == 3
+
+        cjk = [{"role": "assistant", "content": f"今天也要加油喵，第{i}次"} for i in range(3)]
+        srv.post("/cache/Mochi", json={"input_history": cjk})
+        zh = srv.post("/internal/memory/Mochi/repetition_insights", json={"language": "zh-CN"}).json()
+        assert zh["candidates"][0]["phrase"] == "今天也要加油喵" and zh["candidates"][0]["message_count"] == 3
+
+        unknown = srv.post("/internal/memory/Nobody/repetition_insights", json={"language": "en"}).json()
+        assert unknown["summary"]["source_available"] is False and unknown["candidates"] == []
+        assert not (tmp_path / "Nobody").exists()
+        r = srv.post(f"/internal/memory/{NAME}/repetition_insights", json={"language": "fr"})
+        assert r.status_code == 422 and "language" in r.json()["message"]
+        r = srv.post(f"/internal/memory/{NAME}/repetition_insights", json={"language": "en", "assistant_message_limit": 2})
+        assert r.status_code == 422
