@@ -339,6 +339,10 @@ class RecentActor(RecentTheater):
             return
         corrected = [{"role": d.role, "content": d.content} for d in msg.result.corrected_dialogue]
         outcome = review.apply_review_detailed(self.window, snapshot, corrected, self.settings, character_name=self.ctx.name)
+        if outcome.window is not None and not theater.capsules_kept(self.window, outcome.window):
+            # A corrected dialogue never rewrites a theater capsule: the answer is moot.
+            self.log.info("review answer would have changed a theater capsule; not applied")
+            outcome = review.ReviewApply(None, review.STATUS_WHITE)
         if outcome.window is not None:
             self.window = outcome.window
             self.tokens = [self.counter.count(t.text) for t in self.window]

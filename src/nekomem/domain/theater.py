@@ -144,6 +144,12 @@ def merge_capsule(window: Sequence[Turn], incoming: Turn, *, per_story: int, tot
     return merged, stored, kept
 
 
+def capsules_kept(before: Sequence[Turn], after: Sequence[Turn]) -> bool:
+    """True when ``after`` holds exactly the theater messages of ``before``, unchanged and
+    in order (a review answer that rewrote one is not applied)."""
+    return [t for t in before if is_theater(t)] == [t for t in after if is_theater(t)]
+
+
 def matches_retraction(turn: Turn, story_id: str, session_id: str, through: int) -> bool:
     """The capsule written by one archive range (story, session, through revision)."""
     if not is_theater(turn):
