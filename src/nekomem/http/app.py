@@ -60,7 +60,19 @@ class LimitedModeMiddleware:
 
 
 def routes() -> list[BaseRoute]:
-    from nekomem.http import browse, external_import, importing, lifecycle, openapi, recall, repetition, scoped, scoped_epochs, theater
+    from nekomem.http import (
+        browse,
+        external_import,
+        importing,
+        lifecycle,
+        openapi,
+        prompt_locale,
+        recall,
+        repetition,
+        scoped,
+        scoped_epochs,
+        theater,
+    )
 
     c, s, lt = conversation, system, longterm
     # The router tries routes in order: the conversation routes, which carry nearly all
@@ -97,6 +109,8 @@ def routes() -> list[BaseRoute]:
         Route("/internal/memory/{name:str}/forget_epochs", scoped_epochs.forget_epochs, methods=["GET"]),
         Route("/internal/memory/import_external_markdown", external_import.import_external_markdown, methods=["POST"]),
         Route("/internal/memory/{name:str}/repetition_insights", repetition.repetition_insights, methods=["POST"]),
+        Route("/prompt-locale/{name:str}", prompt_locale.get_prompt_locale, methods=["GET"]),
+        Route("/prompt-locale/{name:str}", prompt_locale.put_prompt_locale, methods=["PUT"]),
         *theater.routes(),
         Route("/api/characters", lt.list_all_characters, methods=["GET"]),
         Route("/api/import/neko", importing.import_neko, methods=["POST"]),
