@@ -140,3 +140,16 @@ def test_prompt_locale_is_stored_and_used_by_the_context(tmp_path: Path) -> None
         r = srv.client.put(f"/prompt-locale/{NAME}", json={"language": "fr"})  # type: ignore[union-attr]
         assert r.status_code == 400 and r.json()["error_code"] == "unsupported_language"
         assert srv.get(f"/prompt-locale/{NAME}").json()["language"] == "zh-CN"
+
+
+def test_search_for_memory_answers_the_recall_block_as_json(tmp_path: Path) -> None:
+    with LiveServer(make_settings(tmp_path)) as srv:
+        facts = [{"text": "Master drinks green tea every morning", "importance": 6}, {"text": "Master owns a red bicycle"}]
+        assert srv.post(f"/api/characters/{NAME}/facts", json={"facts": facts}).status_code == 200
+        r = srv.get(f"/search_for_memory/{NAME}/green tea")
+        assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
+        text = r.json()
+        assert isinstance(text, str) and "green tea every morning" in text and "red bicycle" not in text
+        nothing = srv.get("/search_for_memory/Nobody/green tea").json()
+        assert isinstance(nothing, str) and "green tea every morning" not in nothing
+        assert not (tmp_path / "Nobody").exists()

@@ -97,6 +97,7 @@ def routes() -> list[BaseRoute]:
         Route("/record_surfaced/{name:str}", lt.record_surfaced, methods=["POST"]),
         Route("/query_memory/{name:str}", recall.query_memory, methods=["POST"]),
         Route("/api/tools/recall_memory", recall.recall_tool, methods=["GET"]),
+        Route("/search_for_memory/{name:str}/{query:path}", recall.search_for_memory, methods=["GET"]),
         Route("/cancel_correction/{name:str}", lifecycle.cancel_correction, methods=["POST"]),
         Route("/reload", lifecycle.reload, methods=["POST"]),
         Route("/release_character/{name:str}", lifecycle.release_character, methods=["POST"]),
