@@ -153,3 +153,16 @@ def test_search_for_memory_answers_the_recall_block_as_json(tmp_path: Path) -> N
         nothing = srv.get("/search_for_memory/Nobody/green tea").json()
         assert isinstance(nothing, str) and "green tea every morning" not in nothing
         assert not (tmp_path / "Nobody").exists()
+
+
+def test_get_persona_answers_the_reference_shape(tmp_path: Path) -> None:
+    with LiveServer(make_settings(tmp_path)) as srv:
+        card = {"entries": [{"entity": "neko", "text": "Lan is gentle"}, {"entity": "master", "text": "Master is a student"}]}
+        assert srv.post(f"/api/characters/{NAME}/card", json=card).status_code == 200
+        persona = srv.get(f"/get_persona/{NAME}").json()
+        assert [e["text"] for e in persona["neko"]["facts"]] == ["Lan is gentle"]
+        assert [e["text"] for e in persona["master"]["facts"]] == ["Master is a student"]
+        entry = persona["neko"]["facts"][0]
+        assert entry["protected"] is True and entry["source"] == "character_card" and entry["id"].startswith("card_")
+        assert "entity" not in entry and entry["embedding"] is None
+        assert srv.get("/get_persona/Nobody").json() == {} and not (tmp_path / "Nobody").exists()

@@ -62,6 +62,7 @@ OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] =
     ("/record_surfaced/{name}", "post", [NAME], s.RecordSurfacedBody, dict[str, Any], "Record surfaced reflections"),
     ("/query_memory/{name}", "post", [NAME], s.QueryBody, s.RecallAnswer, "Recall"),
     ("/api/tools/recall_memory", "get", [], None, dict[str, Any], "The recall_memory tool schema"),
+    ("/get_persona/{name}", "get", [NAME], None, dict[str, Any], "The persona in the reference's persona.json shape"),
     ("/search_for_memory/{name}/{query}", "get", [NAME, QUERY], None, str, "The recall block for a query, as a JSON string"),
     ("/cancel_correction/{name}", "post", [NAME], None, dict[str, Any], "Cancel pending context corrections"),
     ("/reload", "post", [], None, dict[str, Any], "Reload every character from disk"),
