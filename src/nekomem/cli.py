@@ -1,4 +1,4 @@
-"""Command line: ``nekomem serve``, ``nekomem settings``, ``nekomem import-neko``, ``nekomem mcp`` and ``nekomem neko``."""
+"""Command line: ``nekomem serve``, ``nekomem settings``, ``nekomem import-neko``, ``nekomem export-neko``, ``nekomem mcp`` and ``nekomem neko``."""
 
 from __future__ import annotations
 
@@ -31,6 +31,12 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--config", help="TOML settings file (env NEKOMEM_CONFIG)")
     imp.add_argument("--character", action="extend", nargs="+", metavar="NAME", help="import only these characters")
     imp.add_argument("--progress", action="store_true", help="draw a progress bar on stderr even when it is not a terminal")
+    exp = sub.add_parser("export-neko", help="write the memory root out as a reference (N.E.K.O.) memory folder")
+    exp.add_argument("target_dir", help="the folder to write (one sub-folder per character; existing character folders are refused)")
+    exp.add_argument("--memory-root", help="data folder to export (default: the serve settings)")
+    exp.add_argument("--config", help="TOML settings file (env NEKOMEM_CONFIG)")
+    exp.add_argument("--character", action="extend", nargs="+", metavar="NAME", help="export only these characters")
+    exp.add_argument("--timezone", help="IANA zone of the naive local times written (default: import_source_timezone)")
     mcp = sub.add_parser("mcp", help="serve one character's memory as MCP tools over stdio (needs nekomem[mcp] and a running server)")
     mcp.add_argument("--character", required=True, help="the character whose memory the tools use")
     mcp.add_argument("--url", help="the running server (default $NEKOMEM_URL, else the serve settings' host and port)")
@@ -88,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         level=getattr(logging, settings.server.log_level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.command == "export-neko":
+        from nekomem.importer.neko_export import export_neko
+
+        return export_neko(settings, args.target_dir, args.character, args.timezone, out=sys.stdout, err=sys.stderr)
     if args.command == "import-neko":
         from nekomem.importer.command import import_neko
 

@@ -73,6 +73,31 @@ class ReviewDone(Message):
     exhausted: bool = False
 
 
+class TheaterWrite(Message):
+    """Upsert one theater capsule (/cache with a single theater episode summary)."""
+
+    turn: Turn
+    archive_request_id: str = ""
+    archive_attempt: int | None = None
+    forget_marker: str | None = None
+
+
+class TheaterForget(Message):
+    """Remove every capsule of a story from the window and the journal; tombstone it."""
+
+    story_id: str
+
+
+class TheaterRetract(Message):
+    """Take back the capsule of one declined archive (restoring its previous version)."""
+
+    story_id: str
+    session_id: str
+    through_revision: int
+    archive_request_id: str = ""
+    archive_attempt: int = 0
+
+
 class EditRecent(Message):
     """Replace item ``index`` of the window (text only) or delete it when ``text`` is None."""
 
@@ -288,7 +313,12 @@ class RecordSurfaced(Message):
 
 
 class ImportCard(Message):
+    """Add persona entries: character-card entries (protected) by default, or, with
+    ``protected=False``, ordinary entries of ``source`` (an external Markdown import)."""
+
     entries: list[dict[str, str]]
+    source: str = "character_card"
+    protected: bool = True
 
 
 class ReplyMentions(Message):

@@ -44,6 +44,7 @@ from nekomem.domain.records import (
     Persona,
     PersonaEntry,
     card_entry_id,
+    external_entry_id,
 )
 from nekomem.domain.subjects import private_persona, scoped_persona
 from nekomem.runtime.reply import ActorFailure
@@ -87,13 +88,16 @@ class PersonaActor(PersonaState):
             if not isinstance(text, str) or not text.strip():
                 raise ActorFailure("bad_text", f"entries[{index}].text must be a non-empty string", 422)
             entity, text = entity.strip(), text.strip()
-            entry_id = card_entry_id(entity, hashlib.sha256(text.encode()).hexdigest()[:16])
+            if msg.protected:
+                entry_id = card_entry_id(entity, hashlib.sha256(text.encode()).hexdigest()[:16])
+            else:
+                entry_id = external_entry_id(entity, text)
             if pl.find_entry(new, entry_id) is not None:
                 continue
-            entry = PersonaEntry(id=entry_id, text=text, source="character_card", protected=True, created_at=now.isoformat())
+            entry = PersonaEntry(id=entry_id, text=text, source=msg.source, protected=msg.protected, created_at=now.isoformat())
             section = list(new.get(entity, []))
             protected = [e for e in section if e.protected]
-            section.insert(len(protected), entry)
+            section.insert(len(protected) if msg.protected else len(section), entry)
             new[entity] = section
             added.append(entry_id)
         self.commit(new)

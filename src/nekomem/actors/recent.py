@@ -36,8 +36,8 @@ from nekomem.actors.messages import (
     ReviewDone,
     Tick,
 )
-from nekomem.actors.recent_state import RecentState
-from nekomem.domain import recent_window, review
+from nekomem.actors.recent_theater import RecentTheater
+from nekomem.domain import recent_window, review, theater
 from nekomem.domain.turns import Turn
 from nekomem.runtime.clock import iso
 from nekomem.runtime.pool import PoolFull
@@ -63,7 +63,7 @@ class _Compression:
     writes: list[_PendingWrite] = field(default_factory=list)
 
 
-class RecentActor(RecentState):
+class RecentActor(RecentTheater):
     child_name = "recent"
 
     def load(self) -> None:
@@ -185,7 +185,9 @@ class RecentActor(RecentState):
         if not self._llm_ready("summary"):
             return False
         snapshot = list(recent_window.compression_snapshot(self.window, self.settings))
-        if not snapshot:
+        # Theater capsules are kept whole (after the memo), never summarised into it.
+        summarised = [t for t in snapshot if not theater.is_theater(t)]
+        if not summarised:
             return False
         self._token += 1
         token = self._token
@@ -200,7 +202,7 @@ class RecentActor(RecentState):
 
         def job() -> Any:
             return recent_window.compress(
-                snapshot, summarize, settings, counter, character_name=name, detailed=detailed, stale_hours=stale_hours
+                summarised, summarize, settings, counter, character_name=name, detailed=detailed, stale_hours=stale_hours
             )
 
         try:
@@ -234,7 +236,7 @@ class RecentActor(RecentState):
         now = self.ctx.clock.now()
         result = msg.result
         if msg.error is None and result is not None:
-            spliced = recent_window.splice_memo(self.window, comp.snapshot, result.memo)
+            spliced = recent_window.splice_memo(self.window, comp.snapshot, result.memo, keep=theater.is_theater)
             if spliced is not None:
                 self.window = spliced
                 self.tokens = [self.counter.count(t.text) for t in self.window]
@@ -337,6 +339,10 @@ class RecentActor(RecentState):
             return
         corrected = [{"role": d.role, "content": d.content} for d in msg.result.corrected_dialogue]
         outcome = review.apply_review_detailed(self.window, snapshot, corrected, self.settings, character_name=self.ctx.name)
+        if outcome.window is not None and not theater.capsules_kept(self.window, outcome.window):
+            # A corrected dialogue never rewrites a theater capsule: the answer is moot.
+            self.log.info("review answer would have changed a theater capsule; not applied")
+            outcome = review.ReviewApply(None, review.STATUS_WHITE)
         if outcome.window is not None:
             self.window = outcome.window
             self.tokens = [self.counter.count(t.text) for t in self.window]
@@ -380,7 +386,7 @@ class RecentActor(RecentState):
             self.window = self.window[:i] + self.window[i + 1 :]
         else:
             old = self.window[i]
-            self.window = [*self.window[:i], Turn(role=old.role, text=msg.text, ts=old.ts), *self.window[i + 1 :]]
+            self.window = [*self.window[:i], msgspec.structs.replace(old, text=msg.text), *self.window[i + 1 :]]
         self.tokens = [self.counter.count(t.text) for t in self.window]
         self._enforce_cap()
         self._save_window()

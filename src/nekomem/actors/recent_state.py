@@ -21,7 +21,7 @@ import msgspec
 
 from nekomem.actors.base import ChildActor
 from nekomem.actors.messages import Enqueue, OutboxAck
-from nekomem.domain import context, recent_window, review
+from nekomem.domain import context, recent_window, review, theater
 from nekomem.domain.post_turn import POST_TURN_CURSOR, PostTurnCursor, session_runs
 from nekomem.domain.tokens import get_counter
 from nekomem.domain.turns import Turn, from_disk
@@ -132,7 +132,8 @@ class RecentState(ChildActor):
         self.meta.journal_row = max(self.meta.journal_row, imported)
         if top == self.meta.journal_row:
             return
-        missing = [row.turn for row in self.tindex.rows_after(self.meta.journal_row)]
+        # Theater rows are a mirror of the window's capsules, not turns to fold back.
+        missing = [row.turn for row in self.tindex.rows_after(self.meta.journal_row) if not theater.is_theater(row.turn)]
         skip = recent_window.repeated_prefix(self.window, missing)
         self.window.extend(missing[skip:])
         self.tokens = [self.counter.count(t.text) for t in self.window]
@@ -154,7 +155,7 @@ class RecentState(ChildActor):
         self.post_turn = PostTurnCursor(saved)
         if top <= saved:
             return
-        rows = self.tindex.rows_after(saved)
+        rows = [row for row in self.tindex.rows_after(saved) if not theater.is_theater(row.turn)]  # no post-turn work
         for run in session_runs(rows):
             self._enqueue_post_turn([r.turn for r in run], run[0].session_id or "", run[0].id, run[-1].id, replay=True)
         self.log.info("re-enqueued post-turn work of %d stored turns", len(rows))

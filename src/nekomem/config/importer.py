@@ -24,3 +24,9 @@ class ImportSettings(Section):
     import_character_timeout_seconds: Annotated[
         float, doc("How long POST /api/import/neko waits for a busy character to go idle before it answers 409 for that character.", gt=0)
     ] = 60.0
+    external_import_max_entries: Annotated[
+        int, doc("Most candidates POST /internal/memory/import_external_markdown takes in one request (more: 400, as the reference).", ge=1)
+    ] = 500
+    external_import_max_entry_chars: Annotated[
+        int, doc("Longest candidate text POST /internal/memory/import_external_markdown takes (longer: 400).", ge=1)
+    ] = 4000

@@ -79,3 +79,18 @@ class RecentSettings(Section):
     gap_long_seconds: Annotated[
         float, doc("/new_dialog adds the current time and a stronger hint when the last turn is at least this old.", ge=0)
     ] = 18000.0
+    theater_episodes_per_story: Annotated[
+        int, doc("Theater capsules kept in the recent window per story (its newest sessions by run number).", ge=1)
+    ] = 3
+    theater_episodes_total: Annotated[int, doc("Theater capsules kept in the recent window over all stories.", ge=1)] = 30
+    theater_tombstone_ttl_seconds: Annotated[
+        float, doc("How long a theater retraction or story forget keeps dropping late archive writes.", ge=0)
+    ] = 7 * 24 * 3600.0
+    theater_tombstones_max: Annotated[int, doc("Most theater retraction (and, separately, forget) tombstones kept.", ge=1)] = 128
+    repetition_min_messages: Annotated[
+        int, doc("repetition_insights reports a phrase found in at least this many of the analysed replies.", ge=2)
+    ] = 3
+    repetition_max_candidates: Annotated[int, doc("Most phrases repetition_insights returns (the strongest first).", ge=1)] = 50
+    repetition_scan_rows: Annotated[
+        int, doc("Most journal rows repetition_insights reads back from the newest while collecting replies.", ge=1)
+    ] = 5000

@@ -7,10 +7,13 @@ the recent memo and raw turns, then a gap hint when the last turn is old.
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import datetime
 
 from nekomem.domain import context_locale as loc
+from nekomem.domain import theater
+from nekomem.domain.theater_locale import capsule_text
 from nekomem.domain.turns import Turn, parse_timestamp
 
 # Bracketed asides (timestamps the chat client prefixes, emotion tags) are not context.
@@ -27,13 +30,28 @@ def shown_text(turn: Turn) -> str:
     return turn.text if turn.role == "system" else _BRACKETS.sub("", turn.text).strip()
 
 
-def history_lines(window: list[Turn], master_name: str, character_name: str, shown: list[str] | None = None) -> list[str]:
+def history_lines(
+    window: list[Turn], master_name: str, character_name: str, shown: list[str] | None = None, language: str = "en"
+) -> list[str]:
     """``speaker | text`` per window item; ``shown``, when given, holds each item's
     :func:`shown_text` already (the recent actor keeps them, so a /new_dialog does not strip
-    the whole window again)."""
+    the whole window again). A theater capsule shows as its note in ``language``, once per
+    story session (:func:`nekomem.domain.theater.rendered_lines`)."""
     names = {"human": master_name, "ai": character_name, "system": "System"}
     texts = shown if shown is not None and len(shown) == len(window) else [shown_text(t) for t in window]
-    return [f"{names[t.role]} | {text}" for t, text in zip(window, texts, strict=True)]
+    capsules: dict[int, str | None] = {}
+    if any(t.metadata for t in window):
+        render = functools.partial(capsule_text, language=language, name=character_name, master=master_name)
+        capsules = theater.rendered_lines(window, render)
+    lines: list[str] = []
+    for index, (turn, text) in enumerate(zip(window, texts, strict=True)):
+        if index in capsules:
+            note = capsules[index]
+            if note is not None:
+                lines.append(note)  # as the reference: the note alone, no speaker
+            continue
+        lines.append(f"{names[turn.role]} | {text}")
+    return lines
 
 
 def gap_seconds(last_timestamp: str | None, now: datetime) -> float | None:
@@ -67,7 +85,7 @@ def render_new_dialog(
     parts.append(loc.text(loc.INNER_THOUGHTS_HEADER, language, name=name))
     stamp = now.strftime("%A, %B %d, %Y at %I:%M %p")
     parts.append(loc.text(loc.INNER_THOUGHTS_DYNAMIC, language, name=name, time=stamp))
-    for line in history_lines(window, master, name, shown):
+    for line in history_lines(window, master, name, shown, language):
         parts.append(line + "\n")
     gap = gap_seconds(last_timestamp, now)
     if gap is not None and gap >= gap_notice_seconds:
@@ -86,4 +104,4 @@ def render_recent_history(
     if not window:
         return loc.text(loc.NO_RECENT_HISTORY, language, name=character_name)
     intro = loc.text(loc.RECENT_HISTORY_INTRO, language, master=master_name, name=character_name)
-    return intro + "\n".join(history_lines(window, master_name, character_name, shown))
+    return intro + "\n".join(history_lines(window, master_name, character_name, shown, language))

@@ -300,13 +300,17 @@ def compression_snapshot(window: Sequence[Turn], settings: RecentSettings) -> li
     return list(window[: len(window) - keep])
 
 
-def splice_memo(current: Sequence[Turn], snapshot: Sequence[Turn], memo: Turn) -> list[Turn] | None:
+def splice_memo(
+    current: Sequence[Turn], snapshot: Sequence[Turn], memo: Turn, keep: Callable[[Turn], bool] | None = None
+) -> list[Turn] | None:
     """Compare-and-set: ``[memo] + current[len(snapshot):]`` if ``snapshot`` is still the
-    exact head of ``current``, else None (the result is moot)."""
+    exact head of ``current``, else None (the result is moot). Items of the snapshot for
+    which ``keep`` is true stay, in order, right after the memo (they were not summarised)."""
     n = len(snapshot)
     if n == 0 or len(current) < n or list(current[:n]) != list(snapshot):
         return None
-    return [memo, *current[n:]]
+    kept = [t for t in snapshot if keep(t)] if keep is not None else []
+    return [memo, *kept, *current[n:]]
 
 
 def _with_text(turn: Turn, text: str) -> Turn:

@@ -383,6 +383,12 @@ def card_entry_id(entity: str, field: str) -> str:
     return "card_" + _sha256_hex(f"{entity}:{field}")[:8]
 
 
+def external_entry_id(entity: str, text: str) -> str:
+    """Id of a persona entry imported from outside memory (OpenClaw / Hermes Markdown):
+    ``ext_<sha256("entity:text")[:16]>``, so importing the same text twice adds it once."""
+    return "ext_" + _sha256_hex(f"{entity}:{text}")[:16]
+
+
 def promoted_entry_id(source_reflection_id: str) -> str:
     """Id of a persona entry promoted from a reflection: ``prom_<reflection id>``."""
     return "prom_" + source_reflection_id

@@ -31,16 +31,23 @@ class Turn(msgspec.Struct, frozen=True, gc=False):
     """One message of the conversation, normalised.
 
     ``ts`` is a naive-free ISO 8601 timestamp with offset (the server clock by default).
+    ``metadata`` is the message's own ``metadata`` object as the client sent it (the
+    reference's theater tags its story capsules there, e.g. ``source=theater_numeric_v2``);
+    kept verbatim in recent.json and the journal (``data.metadata``), never interpreted
+    except by :mod:`nekomem.domain.theater`.
     """
 
     role: Role
     text: str
     ts: str = ""
+    metadata: dict[str, Any] | None = None
 
     def to_disk(self) -> dict[str, Any]:
         data: dict[str, Any] = {"content": self.text}
         if self.ts:
             data["additional_kwargs"] = {"timestamp": self.ts}
+        if self.metadata:
+            data["metadata"] = self.metadata
         return {"type": self.role, "data": data}
 
     @property
@@ -108,12 +115,14 @@ def normalize_message(raw: Any, index: int, default_ts: str, max_chars: int) -> 
     if "role" in raw:
         role_raw = raw["role"]
         content = raw.get("content", "")
+        metadata = raw.get("metadata")
     elif "type" in raw:
         role_raw = raw["type"]
         data = raw.get("data")
         if not isinstance(data, dict):
             raise MessageError(index, "'data' must be an object with 'content'")
         content = data.get("content", "")
+        metadata = data.get("metadata", raw.get("metadata"))
     else:
         raise MessageError(index, "needs 'role' and 'content', or 'type' and 'data'")
     if not isinstance(role_raw, str):
@@ -141,7 +150,9 @@ def normalize_message(raw: Any, index: int, default_ts: str, max_chars: int) -> 
             ts = parse_timestamp(stamp).isoformat()
         except ValueError:
             raise MessageError(index, f"timestamp {stamp!r} is not ISO 8601") from None
-    return Turn(role=role, text=text, ts=ts)
+    # Any metadata shape other than a non-empty object is dropped, as the reference's
+    # message conversion does: it is the client's annotation, not memory text.
+    return Turn(role=role, text=text, ts=ts, metadata=metadata if isinstance(metadata, dict) and metadata else None)
 
 
 def from_disk(raw: Any) -> Turn | None:

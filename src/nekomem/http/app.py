@@ -68,7 +68,21 @@ class LimitedModeMiddleware:
 
 
 def routes() -> list[BaseRoute]:
-    from nekomem.http import browse, importing, lifecycle, openapi, recall, scoped, startup_gate
+    from nekomem.http import (
+        browse,
+        external_import,
+        importing,
+        lifecycle,
+        openapi,
+        persona_json,
+        prompt_locale,
+        recall,
+        repetition,
+        scoped,
+        scoped_epochs,
+        startup_gate,
+        theater,
+    )
 
     c, s, lt = conversation, system, longterm
     # The router tries routes in order: the conversation routes, which carry nearly all
@@ -94,6 +108,8 @@ def routes() -> list[BaseRoute]:
         Route("/record_surfaced/{name:str}", lt.record_surfaced, methods=["POST"]),
         Route("/query_memory/{name:str}", recall.query_memory, methods=["POST"]),
         Route("/api/tools/recall_memory", recall.recall_tool, methods=["GET"]),
+        Route("/search_for_memory/{name:str}/{query:path}", recall.search_for_memory, methods=["GET"]),
+        Route("/get_persona/{name:str}", persona_json.get_persona, methods=["GET"]),
         Route("/cancel_correction/{name:str}", lifecycle.cancel_correction, methods=["POST"]),
         Route("/reload", lifecycle.reload, methods=["POST"]),
         Route("/release_character/{name:str}", lifecycle.release_character, methods=["POST"]),
@@ -103,6 +119,12 @@ def routes() -> list[BaseRoute]:
         Route("/internal/memory/{name:str}/scoped_mentions", scoped.scoped_mentions, methods=["POST"]),
         Route("/internal/memory/{name:str}/scoped_forget", scoped.scoped_forget, methods=["POST"]),
         Route("/internal/memory/{name:str}/scoped_subjects", scoped.scoped_subjects, methods=["GET"]),
+        Route("/internal/memory/{name:str}/forget_epochs", scoped_epochs.forget_epochs, methods=["GET"]),
+        Route("/internal/memory/import_external_markdown", external_import.import_external_markdown, methods=["POST"]),
+        Route("/internal/memory/{name:str}/repetition_insights", repetition.repetition_insights, methods=["POST"]),
+        Route("/prompt-locale/{name:str}", prompt_locale.get_prompt_locale, methods=["GET"]),
+        Route("/prompt-locale/{name:str}", prompt_locale.put_prompt_locale, methods=["PUT"]),
+        *theater.routes(),
         Route("/api/characters", lt.list_all_characters, methods=["GET"]),
         Route("/api/import/neko", importing.import_neko, methods=["POST"]),
         Route("/api/characters/{name:str}/card", lt.import_card, methods=["POST"]),

@@ -11,11 +11,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from nekomem.actors.messages import AppendTurns, GetRecent, RecentView
+from nekomem.domain import theater
 from nekomem.domain.context import gap_seconds, render_new_dialog, render_recent_history
 from nekomem.domain.context_locale import normalise_language
 from nekomem.http.bodies import character_name, decode_history, parse_history, raw_header
 from nekomem.http.errors import ApiError
+from nekomem.http.prompt_locale import stored_language
 from nekomem.http.readonly import character_exists
+from nekomem.http.theater import theater_write
 from nekomem.runtime.clock import iso
 
 # Write-request ids: unique per process start and request, without a random read per request.
@@ -48,6 +51,8 @@ async def _write(request: Request, mode: str) -> Response:
     body = await decode_history(request)
     server = rt.settings.server
     turns = parse_history(body, iso(rt.clock.now()), server.message_max_chars, server.batch_max_messages, server.body_max_depth)
+    if mode == "cache" and (body.idempotency_key is not None or (len(turns) == 1 and theater.is_capsule(turns[0]))):
+        return await theater_write(request, name, turns, body)
     key = raw_header(request, b"idempotency-key")
     if key is not None:
         key = key.strip()
@@ -90,12 +95,14 @@ async def recent_view(request: Request, name: str, *, wait_settle: bool) -> Rece
     )
 
 
-def context_language(request: Request) -> str:
-    """The language of a context text: ``language``, else ``render_language`` (query), else
-    the ``context_language`` setting."""
+def context_language(request: Request, name: str | None = None) -> str:
+    """The language of a context text: ``language`` (query), else the character's stored
+    language (``PUT /prompt-locale/{name}``), else ``render_language`` (query), else the
+    ``context_language`` setting (the reference's order)."""
     default = _runtime(request).settings.server.context_language
     params = request.query_params
-    return normalise_language(params.get("language") or params.get("render_language"), normalise_language(default))
+    stored = stored_language(request, name) if name and not params.get("language") else None
+    return normalise_language(params.get("language") or stored or params.get("render_language"), normalise_language(default))
 
 
 def master_name(request: Request) -> str:
@@ -111,7 +118,7 @@ async def new_dialog(request: Request) -> Response:
         return PlainTextResponse("")  # the reference's answer for an unknown character
     view = await recent_view(request, name, wait_settle=True)
     longterm = ""
-    language, master = context_language(request), master_name(request)
+    language, master = context_language(request, name), master_name(request)
     render = request.app.state.longterm_renderer
     if render is not None:
         longterm = await render(request, name, language, master)
@@ -132,7 +139,7 @@ async def new_dialog(request: Request) -> Response:
 
 async def get_recent_history(request: Request) -> Response:
     name = character_name(request)
-    language = context_language(request)
+    language = context_language(request, name)
     if not await character_exists(request, name):
         return PlainTextResponse(render_recent_history([], master_name(request), name, language))
     view = await recent_view(request, name, wait_settle=False)

@@ -10,8 +10,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 import nekomem
+from nekomem.http import external_import as ei
+from nekomem.http import prompt_locale as pl
+from nekomem.http import repetition as rp
 from nekomem.http import schemas as s
 from nekomem.http import scoped as sc
+from nekomem.http import theater as th
 from nekomem.http.importing import ImportNekoBody
 
 NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1, "maxLength": 50}}
@@ -30,6 +34,14 @@ PAGE = [
     {"name": "entity", "in": "query", "required": False, "schema": {"type": "string"}},
 ]
 TEXT = "text/plain"
+QUERY = {"name": "query", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
+SUBJECT_KEYS = {
+    "name": "subject",
+    "in": "query",
+    "required": False,
+    "schema": {"type": "array", "items": {"type": "string"}, "maxItems": 64},
+    "description": "a subject key <subject_kind>:<subject_id>, repeated",
+}
 
 # (path, method, parameters, request type, response type or TEXT, summary)
 OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] = [
@@ -54,6 +66,8 @@ OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] =
     ("/record_surfaced/{name}", "post", [NAME], s.RecordSurfacedBody, dict[str, Any], "Record surfaced reflections"),
     ("/query_memory/{name}", "post", [NAME], s.QueryBody, s.RecallAnswer, "Recall"),
     ("/api/tools/recall_memory", "get", [], None, dict[str, Any], "The recall_memory tool schema"),
+    ("/get_persona/{name}", "get", [NAME], None, dict[str, Any], "The persona in the reference's persona.json shape"),
+    ("/search_for_memory/{name}/{query}", "get", [NAME, QUERY], None, str, "The recall block for a query, as a JSON string"),
     ("/cancel_correction/{name}", "post", [NAME], None, dict[str, Any], "Cancel pending context corrections"),
     ("/reload", "post", [], None, dict[str, Any], "Reload every character from disk"),
     ("/release_character/{name}", "post", [NAME], None, dict[str, Any], "Passivate a character"),
@@ -63,6 +77,19 @@ OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] =
     ("/internal/memory/{name}/scoped_mentions", "post", [NAME], sc.ScopedMentionsBody, dict[str, Any], "Record scoped mentions"),
     ("/internal/memory/{name}/scoped_forget", "post", [NAME], sc.ScopedForgetBody, dict[str, Any], "Forget a scoped subject"),
     ("/internal/memory/{name}/scoped_subjects", "get", [NAME], None, dict[str, Any], "Scoped subjects"),
+    ("/internal/memory/{name}/forget_epochs", "get", [NAME, SUBJECT_KEYS], None, dict[str, Any], "Erase generations of scoped subjects"),
+    *th.OPERATIONS,
+    ("/prompt-locale/{name}", "get", [NAME], None, dict[str, Any], "A character's context language"),
+    ("/prompt-locale/{name}", "put", [NAME], pl.PromptLocaleBody, dict[str, Any], "Set a character's context language"),
+    ("/internal/memory/{name}/repetition_insights", "post", [NAME], rp.RepetitionBody, dict[str, Any], "Phrases the character repeats"),
+    (
+        "/internal/memory/import_external_markdown",
+        "post",
+        [],
+        ei.ExternalImportBody,
+        ei.ExternalImportAnswer,
+        "Import OpenClaw / Hermes Markdown candidates",
+    ),
     ("/api/import/neko", "post", [], ImportNekoBody, dict[str, Any], "Import a reference memory folder (server-side path)"),
     ("/api/characters", "get", [], None, s.CharactersAnswer, "Every character"),
     ("/api/characters/{name}/card", "post", [NAME], s.CardBody, dict[str, Any], "Import a character card"),

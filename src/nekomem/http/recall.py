@@ -54,17 +54,32 @@ def _optional_str(body: dict[str, Any], key: str) -> str:
 
 
 async def query_memory(request: Request) -> Response:
-    rt = request.app.state.runtime
     name = character_name(request)
     body = await decode_body(request, QueryBody)
-    query = (body.query or "").strip()
-    spec = (body.time or "").strip()
-    render = body.render
-    language_raw = body.language
     try:
         subjects = subjects_from_request(body.subjects)
     except SubjectError as exc:
         raise ApiError(422, "bad_subjects", str(exc)) from None
+    result = await _recall(request, name, (body.query or "").strip(), (body.time or "").strip(), subjects, body.render, body.language)
+    return JSONResponse(result)
+
+
+async def search_for_memory(request: Request) -> Response:
+    """``GET /search_for_memory/{name}/{query}`` (the reference plugin server's memory query,
+    which reads the answer as JSON): the recall block for ``query`` as one JSON string. The
+    reference answers a placeholder there ("semantic memory offline"); nekomem answers the
+    same block ``/query_memory`` renders for ``render: "markdown"``."""
+    name = character_name(request)
+    query = str(request.path_params.get("query") or "").strip()
+    language = request.query_params.get("language")
+    result = await _recall(request, name, query, "", None, "markdown", language)
+    return JSONResponse(result["markdown"])
+
+
+async def _recall(
+    request: Request, name: str, query: str, spec: str, subjects: Any, render: str | None, language_raw: str | None
+) -> dict[str, Any]:
+    rt = request.app.state.runtime
     now = display_now(request)
     if not query and not spec or not await character_exists(request, name):
         result = empty_response(query)
@@ -91,7 +106,7 @@ async def query_memory(request: Request) -> Response:
             loosen = bool(query and spec) and "error_code" not in result
             markdown = no_result_text(language, query, loosen=loosen)
         result = {**result, "markdown": markdown}
-    return JSONResponse(result)
+    return result
 
 
 async def recall_tool(request: Request) -> Response:

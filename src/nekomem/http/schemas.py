@@ -32,6 +32,14 @@ class HistoryBody(Body):
     array JSON-encoded in a string (the reference client double-encodes)."""
 
     input_history: str | list[Any]
+    # The reference's theater (a single theater episode capsule on /cache): the archive
+    # request id, its attempt number and the story's current forget marker. ``language``
+    # and ``render_language`` are accepted and ignored (see README, "Numeric theater").
+    idempotency_key: str | None = None
+    theater_archive_attempt: Annotated[int, Meta(ge=0)] | None = None
+    theater_forget_marker: Annotated[str, Meta(max_length=128)] | None = None
+    language: str | None = None
+    render_language: str | None = None
 
 
 class QueryBody(Body):

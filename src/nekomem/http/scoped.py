@@ -32,6 +32,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from nekomem.actors.messages import AddScopedFacts, DeleteEntry, ExtractScoped, ListEntries, RenderContext, ScopedMentions
 from nekomem.domain.context_locale import normalise_language
 from nekomem.domain.subjects import Subject, SubjectError, entry_subject, filter_visible, subject_from_request, subjects_from_request
+from nekomem.http import scoped_epochs as ep
 from nekomem.http.bodies import character_name, convert_body, parse_history, read_json_object
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
@@ -66,11 +67,16 @@ class ScopedSegment(msgspec.Struct, kw_only=True):
 
 
 class ScopedHistoryBody(msgspec.Struct, kw_only=True):
+    """The speaker-trust fields of the reference (speaker_tier, speaker_id, speaker_is_owner,
+    speaker_activity_events, speaker_channel, display_name, ...) are accepted and not used
+    (README: "Scoped memory: what is ignored")."""
+
     subject: dict[str, Any] | None = None
     input_history: Any = None
     segments: list[ScopedSegment] | None = None
     speaker_label: str | None = None
     language: str | None = None
+    subject_epochs: Any = None
 
 
 class ScopedContextBody(msgspec.Struct, kw_only=True):
@@ -136,13 +142,16 @@ async def scoped_history(request: Request) -> Response:
     if body.segments is not None:
         if body.subject is not None or body.input_history is not None or body.speaker_label is not None:
             raise ApiError(422, "bad_history", "segments is exclusive with the single-subject fields")
-        return await _history_segments(request, name, body.segments)
+        return await _history_segments(request, name, body.segments, ep.check_epochs(body.subject_epochs))
     if body.subject is None or body.input_history is None:
         raise ApiError(422, "bad_history", "either segments or input_history+subject is required")
     subject = _subject(body.subject)
     turns = _turns(request, body.input_history, "")
     label = _label(body.speaker_label, "")
-    result = await _extract(request, name, subject, turns, label)
+    if await ep.fenced(request, name, [subject], ep.check_epochs(body.subject_epochs)):
+        result = {"created": 0, "fact_ids": [], "dropped": len(turns), "fenced": True}
+    else:
+        result = await _extract(request, name, subject, turns, label)
     return JSONResponse({"status": "processed", "subject": subject.fields(), **result, "trust": dict(NO_TRUST), "trust_events": []})
 
 
@@ -171,7 +180,7 @@ async def _extract(request: Request, name: str, subject: Subject, turns: list[An
     )
 
 
-async def _history_segments(request: Request, name: str, segments: list[ScopedSegment]) -> Response:
+async def _history_segments(request: Request, name: str, segments: list[ScopedSegment], epochs: dict[str, int] | None) -> Response:
     if not 1 <= len(segments) <= MAX_SEGMENTS:
         raise ApiError(422, "bad_history", f"segments must contain 1..{MAX_SEGMENTS} items")
     parsed = []
@@ -181,7 +190,13 @@ async def _history_segments(request: Request, name: str, segments: list[ScopedSe
         parsed.append((subject, _turns(request, segment.input_history, where), _label(segment.speaker_label, where) or subject.subject_id))
     if sum(len(turns) for _s, turns, _l in parsed) > MAX_HISTORY_MESSAGES:
         raise ApiError(422, "bad_history", f"segments must contain at most {MAX_HISTORY_MESSAGES} messages in total")
-    outcomes = await asyncio.gather(*(_extract(request, name, s, t, lbl) for s, t, lbl in parsed), return_exceptions=True)
+    fence = await ep.fenced(request, name, [s for s, _t, _l in parsed], epochs)
+    kept = [(s, t, lbl) for s, t, lbl in parsed if s.key not in fence]
+    done = await asyncio.gather(*(_extract(request, name, s, t, lbl) for s, t, lbl in kept), return_exceptions=True)
+    by_subject = iter(done)
+    outcomes: list[Any] = [
+        {"created": 0, "fact_ids": [], "dropped": len(t), "fenced": True} if s.key in fence else next(by_subject) for s, t, _l in parsed
+    ]
     for outcome in outcomes:
         if isinstance(outcome, BaseException) and not isinstance(outcome, (ActorFailure, asyncio.TimeoutError)):
             raise outcome
@@ -236,12 +251,18 @@ async def scoped_forget(request: Request) -> Response:
     body = convert_body(await read_json_object(request), ScopedForgetBody)
     subject = _subject(body.subject)
     removed = {layer: 0 for layer in LAYER_STATUS}
+    # The tombstone first: a stamped write produced before this erase is dropped even
+    # when the deletions below fail and the client retries the forget.
+    epoch = await ep.record_forget(request, name, subject, body.forget_epoch)
     if await character_exists(request, name):
         for layer in LAYER_STATUS:
             for entry in filter_visible(await _entries(request, name, layer), [subject]):
                 await rt.registry.ask(name, layer, lambda reply, i=entry["id"]: DeleteEntry(id=i, reply=reply))
                 removed[layer] += 1
-    return JSONResponse({"status": "forgotten", "subject": subject.fields(), "removed": removed})
+    answer: dict[str, Any] = {"status": "forgotten", "subject": subject.fields(), "removed": removed}
+    if epoch is not None:
+        answer["forget_epoch"] = epoch
+    return JSONResponse(answer)
 
 
 async def scoped_subjects(request: Request) -> Response:

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import msgspec
 
+from nekomem.domain.theater import is_theater
 from nekomem.domain.turns import Turn
 from nekomem.stores.atomic import fsync_dir
 from nekomem.stores.timeindex_read import (
@@ -114,8 +115,8 @@ class TimeIndex(TimeIndexReader):
         self._clock = clock
         self.last_row_id = 0  # id of the last row the latest append wrote
         # COUNT(*) and MAX(timestamp), read once and then kept up to date by this writer's
-        # appends (rows are never updated or deleted; an import writes while the
-        # character's actors, and so this object, are closed).
+        # appends (only reconcile_theater deletes rows, and it resets them; an import
+        # writes while the character's actors, and so this object, are closed).
         self._count: int | None = None
         self._last_ts: str | None = None
         self._last_ts_known = False
@@ -329,6 +330,45 @@ class TimeIndex(TimeIndexReader):
                 db.execute("INSERT OR REPLACE INTO cursors (name, row_id) VALUES (?, ?)", (IMPORTED_CURSOR, top))
         self._account(encoded)
         return len(encoded)
+
+    def reconcile_theater(self, events: Sequence[tuple[str, Sequence[tuple[Turn, str | None]]]], marker: str) -> tuple[int, int]:
+        """Rebuild the theater rows from ``events`` (session id -> ``(turn, stamp)`` list;
+        ``stamp`` an ISO time or None) in one transaction: every row whose message contains
+        ``marker`` (the theater's source tag) and is a theater row goes, then each event's
+        turns are inserted. An event whose rows are unchanged keeps its stored timestamps.
+        Returns ``(rows removed, rows stored)``. Rows of ordinary turns are never touched."""
+        db = self._conn()
+        # Deleting a memory deletes it: freed pages are zeroed (secure_delete) and, after
+        # the commit, the WAL holding the old page images is checkpointed and truncated.
+        db.execute("PRAGMA secure_delete=ON")
+        with self._transaction() as db:
+            found = db.execute(
+                f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} WHERE message LIKE ? ORDER BY id", (f"%{marker}%",)
+            ).fetchall()
+            existing: dict[str, list[tuple[str, object]]] = {}
+            doomed: list[int] = []
+            for row_id, session_id, message, stamp in found:
+                turn = self._turn(int(row_id), message, stamp)
+                if turn is None or not is_theater(turn):
+                    continue
+                doomed.append(int(row_id))
+                existing.setdefault(str(session_id or ""), []).append((str(message), stamp))
+            db.executemany(f"DELETE FROM {_ORIGINAL} WHERE id = ?", [(i,) for i in doomed])
+            stored = 0
+            for session_id, turns in events:
+                encoded = [_encoder.encode(turn.to_disk()).decode("utf-8") for turn, _ in turns]
+                before = existing.get(session_id, [])
+                same = [m for m, _ in before] == encoded
+                for index, (message, (_turn, stamp)) in enumerate(zip(encoded, turns, strict=True)):
+                    ts = before[index][1] if same else (to_utc_iso(stamp) if stamp else None)
+                    last = int(db.execute(_INSERT_ROW, (session_id, message, ts)).lastrowid or 0)
+                    self.last_row_id = last
+                    stored += 1
+        if doomed:
+            self._conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        # Rows were deleted: the counters kept by appends are read again on next use.
+        self._count, self._last_ts, self._last_ts_known = None, None, False
+        return len(doomed), stored
 
     def idempotent_response(self, key: str, *, newer_than: float | None = None) -> bytes | None:
         """The stored answer for ``key``; None when unknown (or created before ``newer_than``)."""

@@ -173,6 +173,32 @@ class TimeIndexReader:
         for _row_id, session_id, message, timestamp in self._stored():
             yield session_id, message, timestamp
 
+    def latest_texts(self, role: str, limit: int, scan_max: int) -> tuple[list[str], int]:
+        """The newest ``limit`` texts of turns of ``role``, oldest first, scanning at most
+        ``scan_max`` rows from the newest back; also how many rows were unreadable."""
+        texts: list[str] = []
+        skipped = 0
+        before: int | None = None
+        scanned = 0
+        while len(texts) < limit and scanned < scan_max:
+            size = min(_ITER_BATCH_ROWS, scan_max - scanned)
+            # Rows below ``before`` (the first batch: below any id), newest first.
+            upper = before if before is not None else 2**63 - 1
+            sql = f"SELECT id, message, timestamp FROM {_ORIGINAL} WHERE id < ? ORDER BY id DESC LIMIT ?"
+            batch = self._conn().execute(sql, (upper, size)).fetchall()
+            if not batch:
+                break
+            scanned += len(batch)
+            before = batch[-1][0]
+            for row_id, message, timestamp in batch:
+                turn = self._turn(row_id, message, timestamp)
+                if turn is None:
+                    skipped += 1
+                elif turn.role == role and turn.text.strip() and len(texts) < limit:
+                    texts.append(turn.text)
+        texts.reverse()
+        return texts, skipped
+
     def iter_rows(self) -> Iterator[TimeIndexRow]:
         """Every readable row (id, session, turn) in insertion order, in bounded batches."""
         for row_id, session_id, message, timestamp in self._stored():

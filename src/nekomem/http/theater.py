@@ -1,0 +1,181 @@
+"""The reference's numeric-theater routes: the capsule write of /cache and
+``/internal/memory/{name}/theater/{stories,forget,retract}``.
+
+Semantics (read from the reference's memory server; the rules live in
+:mod:`nekomem.domain.theater`, the writes in :mod:`nekomem.actors.recent_theater`):
+
+- ``POST /cache/{name}`` with exactly one theater episode capsule (message
+  ``metadata.source=theater_numeric_v2``, ``memory_tier=episode_summary``) upserts it by
+  (story, session): posted twice, stored once. ``idempotency_key`` (at most 160
+  characters) is the archive request id, ``theater_archive_attempt`` its attempt;
+  with a retraction or forget tombstone matching, the answer is
+  ``{"status": "retracted", "count": 0}`` and nothing is stored. A key on any other batch
+  is refused (400 ``idempotency_key_requires_theater_episode``), as the reference refuses it.
+- ``GET .../theater/stories`` -> ``{"ok": true, "stories": [{story_id, title,
+  memory_summaries}]}`` (404 ``character_not_found`` for an unknown character).
+- ``POST .../theater/forget`` ``{"story_id"}`` -> ``{"ok", "removed_recent",
+  "removed_time_index", "forget_marker"}``.
+- ``POST .../theater/retract`` ``{story_id, session_id, archive_through_revision,
+  archive_request_id?, archive_attempt?}`` -> ``{"ok", "removed_recent",
+  "removed_time_index"}``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import Meta
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from nekomem.actors.messages import TheaterForget, TheaterRetract, TheaterWrite
+from nekomem.domain import theater
+from nekomem.domain.turns import Turn
+from nekomem.http.bodies import character_name, decode_body
+from nekomem.http.errors import ApiError
+from nekomem.http.readonly import character_exists
+from nekomem.http.schemas import Body, HistoryBody
+
+KEY_MAX = 160
+Ident = Annotated[str, Meta(min_length=1, max_length=256)]
+
+
+class TheaterForgetBody(Body):
+    story_id: Ident
+
+
+class TheaterRetractBody(Body):
+    story_id: Ident
+    session_id: Ident
+    archive_through_revision: Annotated[int, Meta(ge=0)]
+    archive_request_id: Annotated[str, Meta(max_length=KEY_MAX)] = ""
+    archive_attempt: Annotated[int, Meta(ge=0)] = 0
+
+
+class TheaterStory(msgspec.Struct):
+    story_id: str
+    title: str
+    memory_summaries: list[str]
+
+
+class TheaterStoriesAnswer(msgspec.Struct):
+    ok: bool
+    stories: list[TheaterStory]
+
+
+class TheaterForgetAnswer(msgspec.Struct):
+    ok: bool
+    removed_recent: int
+    removed_time_index: int
+    forget_marker: str
+
+
+class TheaterRetractAnswer(msgspec.Struct):
+    ok: bool
+    removed_recent: int
+    removed_time_index: int
+
+
+def _rt(request: Request) -> Any:
+    return request.app.state.runtime
+
+
+async def _ask(request: Request, name: str, make: Any) -> dict[str, Any]:
+    rt = _rt(request)
+    result: dict[str, Any] = await rt.registry.ask(name, "recent", make, timeout=rt.settings.server.ask_timeout_seconds)
+    return result
+
+
+async def theater_write(request: Request, name: str, turns: list[Turn], body: HistoryBody) -> Response:
+    """/cache of a theater capsule (or of a batch carrying a body ``idempotency_key``)."""
+    key = (body.idempotency_key or "").strip()
+    if len(key) > KEY_MAX:
+        raise ApiError(400, "idempotency_key_too_long", f"idempotency_key has {len(key)} characters; the limit is {KEY_MAX}")
+    if not turns:
+        return JSONResponse({"status": "cached", "count": 0})
+    if len(turns) != 1 or not theater.is_capsule(turns[0]):
+        # Only a theater capsule write is idempotent (an upsert by story and session);
+        # an ordinary batch has no such identity, so the key is refused, not ignored.
+        raise ApiError(
+            400,
+            "idempotency_key_requires_theater_episode",
+            "idempotency_key is accepted only with a single theater episode message (metadata.source=theater_numeric_v2)",
+        )
+    result = await _ask(
+        request,
+        name,
+        lambda reply: TheaterWrite(
+            turn=turns[0],
+            archive_request_id=key,
+            archive_attempt=body.theater_archive_attempt,
+            forget_marker=body.theater_forget_marker or None,
+            reply=reply,
+        ),
+    )
+    return JSONResponse(result)
+
+
+async def stories(request: Request) -> Response:
+    from nekomem.http.conversation import recent_view
+
+    name = character_name(request)
+    if not await character_exists(request, name):
+        raise ApiError(404, "character_not_found", "no memory is stored for this character")
+    view = await recent_view(request, name, wait_settle=False)
+    return JSONResponse({"ok": True, "stories": theater.stories(view.window)})
+
+
+async def forget(request: Request) -> Response:
+    name = character_name(request)
+    body = await decode_body(request, TheaterForgetBody)
+    story_id = body.story_id.strip()
+    if not story_id:
+        raise ApiError(422, "story_id_required", "story_id must not be blank")
+    return JSONResponse(await _ask(request, name, lambda reply: TheaterForget(story_id=story_id, reply=reply)))
+
+
+async def retract(request: Request) -> Response:
+    name = character_name(request)
+    body = await decode_body(request, TheaterRetractBody)
+    story_id, session_id = body.story_id.strip(), body.session_id.strip()
+    if not story_id or not session_id:
+        raise ApiError(422, "theater_episode_identity_required", "story_id and session_id must not be blank")
+    result = await _ask(
+        request,
+        name,
+        lambda reply: TheaterRetract(
+            story_id=story_id,
+            session_id=session_id,
+            through_revision=body.archive_through_revision,
+            archive_request_id=body.archive_request_id.strip(),
+            archive_attempt=body.archive_attempt,
+            reply=reply,
+        ),
+    )
+    return JSONResponse(result)
+
+
+def routes() -> list[BaseRoute]:
+    return [
+        Route("/internal/memory/{name:str}/theater/stories", stories, methods=["GET"]),
+        Route("/internal/memory/{name:str}/theater/forget", forget, methods=["POST"]),
+        Route("/internal/memory/{name:str}/theater/retract", retract, methods=["POST"]),
+    ]
+
+
+_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
+# Rows for nekomem.http.openapi.OPERATIONS.
+OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] = [
+    ("/internal/memory/{name}/theater/stories", "get", [_NAME], None, TheaterStoriesAnswer, "Theater stories kept in memory"),
+    ("/internal/memory/{name}/theater/forget", "post", [_NAME], TheaterForgetBody, TheaterForgetAnswer, "Forget a theater story"),
+    (
+        "/internal/memory/{name}/theater/retract",
+        "post",
+        [_NAME],
+        TheaterRetractBody,
+        TheaterRetractAnswer,
+        "Take back a declined theater archive",
+    ),
+]
