@@ -173,6 +173,45 @@ class ReflectAnswer(msgspec.Struct):
     auto_transitions: int
 
 
+class TierHealth(msgspec.Struct):
+    """One LLM tier in ``/health``: ``state`` is ok / failing / untried / unconfigured."""
+
+    configured: bool
+    model: str = ""
+    base_url: str = ""
+    state: str = "unconfigured"
+    calls: int = 0
+    attempts: int = 0
+    failures: int = 0
+    skipped: int = 0
+    last_error: str | None = None
+    last_error_at: str | None = None
+    failing_since: str | None = None
+    last_success_at: str | None = None
+    recovered_error: str | None = None
+    negotiated: dict[str, Any] | None = None
+
+
+class LLMHealth(msgspec.Struct):
+    """The model tiers in ``/health``; ``state`` is ok / failing / unconfigured."""
+
+    available: bool
+    tiers: dict[str, TierHealth]
+    skipped_tiers: list[str]
+    state: str = "unconfigured"
+    failing_tiers: list[str] = []
+    config_warnings: list[str] = []
+
+
+class EmbeddingsHealth(msgspec.Struct):
+    """The local embedding model in ``/health``."""
+
+    state: str
+    model: str = ""
+    pending: int = 0
+    reason: str | None = None
+
+
 class HealthAnswer(msgspec.Struct):
     app: str
     service: str
@@ -182,3 +221,8 @@ class HealthAnswer(msgspec.Struct):
     version: str
     limited_mode: bool
     storage: dict[str, Any]
+    active_characters: int = 0
+    llm: LLMHealth | None = None
+    embeddings: EmbeddingsHealth | None = None
+    overall: str = "ok"
+    blocking_reason: str | None = None

@@ -37,8 +37,12 @@ async def health(request: Request) -> Response:
     llm_status = rt.llm.status() if rt.llm is not None else {}
     llm_available = any(t.get("configured") for t in llm_status.values())
     skipped = [tier for tier, t in llm_status.items() if not t.get("configured")]
+    failing = [tier for tier, t in llm_status.items() if t.get("state") == "failing"]
+    llm_state = "unconfigured" if not llm_available else "failing" if failing else "ok"
     # The first four keys answer the reference launcher's probe (app, service, status,
-    # instance_id); nekomem's own identity follows in "server".
+    # instance_id); nekomem's own identity follows in "server". The launcher takes any
+    # "status" but "ok" for a dead server, so a failing model (the server still stores and
+    # serves everything) shows in "overall" ("degraded") and in each tier's "state".
     body = {
         "app": rt.settings.server.health_app_name,
         "service": "memory",
@@ -46,10 +50,18 @@ async def health(request: Request) -> Response:
         "instance_id": rt.instance_id,
         "server": "nekomem",
         "version": nekomem.__version__,
+        "overall": "starting" if rt.limited_reason is not None else "degraded" if failing else "ok",
         "limited_mode": rt.limited_reason is not None,
         "blocking_reason": rt.limited_reason,
         "active_characters": rt.registry.active_count(),
-        "llm": {"available": llm_available, "tiers": llm_status, "skipped_tiers": skipped},
+        "llm": {
+            "available": llm_available,
+            "state": llm_state,
+            "failing_tiers": failing,
+            "tiers": llm_status,
+            "skipped_tiers": skipped,
+            "config_warnings": rt.llm.config_warnings() if rt.llm is not None else [],
+        },
         "embeddings": embeddings_status(rt),
         "model_jobs": rt.pool.total_busy(),
         "supervision": {"child_restarts": 0, "failed_children": 0, **rt.services.counters.snapshot()},
