@@ -1,4 +1,5 @@
-"""Command line: ``nekomem serve``, ``nekomem settings``, ``nekomem import-neko`` and ``nekomem mcp``."""
+"""Command line: ``nekomem serve``, ``nekomem settings``, ``nekomem import-neko``, ``nekomem mcp``
+and ``nekomem status`` (in cli_status.py)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,24 @@ import gc
 import logging
 import sys
 
+import nekomem
+from nekomem import cli_status
+from nekomem.cli_banner import print_banner, url_of
 from nekomem.config import SettingsError, load_settings, settings_markdown
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nekomem", description="Local memory server for AI companion characters.")
+    parser.add_argument("--version", action="version", version=f"nekomem {nekomem.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the HTTP server")
     serve.add_argument("--host", help="bind address (default 127.0.0.1, env NEKOMEM_HOST)")
     serve.add_argument("--port", type=int, help="port (default 48912, env NEKOMEM_PORT)")
     serve.add_argument("--memory-root", help="data folder (default ./memory, env NEKOMEM_MEMORY_ROOT)")
     serve.add_argument("--config", help="TOML settings file (env NEKOMEM_CONFIG)")
+    serve.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, help="log level (default INFO, env NEKOMEM_LOG_LEVEL)")
     sub.add_parser("settings", help="print every setting with its default as Markdown")
     imp = sub.add_parser("import-neko", help="import a reference (N.E.K.O.) memory folder into the memory root")
     imp.add_argument("source_dir", help="the reference memory folder (one sub-folder per character) or one character folder")
@@ -29,15 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--character", required=True, help="the character whose memory the tools use")
     mcp.add_argument("--url", help="the running server (default $NEKOMEM_URL, else the serve settings' host and port)")
     mcp.add_argument("--config", help="TOML settings file (env NEKOMEM_CONFIG), for the default URL")
+    cli_status.add_parser(sub)
     return parser
 
 
 def server_url(settings) -> str:  # type: ignore[no-untyped-def]
     """The URL a client on this machine reaches the configured server at."""
-    host = settings.server.host
-    host = "127.0.0.1" if host in ("", "0.0.0.0") else "[::1]" if host == "::" else host
-    host = f"[{host}]" if ":" in host and not host.startswith("[") else host
-    return f"http://{host}:{settings.server.port}"
+    return url_of(settings.server.host, settings.server.port)
 
 
 def make_embeddings(settings):  # type: ignore[no-untyped-def]
@@ -56,15 +62,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     overrides: dict[str, object] = {"memory_root": getattr(args, "memory_root", None)}
     if args.command == "serve":
-        overrides.update(host=args.host, port=args.port)
+        overrides.update(host=args.host, port=args.port, log_level=args.log_level)
     try:
         settings = load_settings(args.config, overrides=overrides)
     except SettingsError as exc:
         print(f"nekomem: {exc}", file=sys.stderr)
         return 2
-    if args.command == "mcp":  # a client of a running server: stdout is the MCP stream
-        import os
+    import os
 
+    if args.command == "status":
+        url = args.url or os.environ.get("NEKOMEM_URL") or server_url(settings)
+        return cli_status.run(url, as_json=args.json, timeout=args.timeout, out=sys.stdout, err=sys.stderr)
+    if args.command == "mcp":  # a client of a running server: stdout is the MCP stream
         from nekomem.mcp.stdio import run
 
         return run(args.character, args.url or os.environ.get("NEKOMEM_URL") or server_url(settings))
@@ -86,7 +95,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from nekomem.http.app import create_app
 
-    app = create_app(settings, embeddings=make_embeddings(settings))
+    embeddings = make_embeddings(settings)
+    app = create_app(settings, embeddings=embeddings)
+    # The banner (and its warnings) goes to stderr, where the log goes too.
+    print_banner(settings, embeddings.state if embeddings is not None else None, sys.stderr)
     # What is built by now (modules, settings, the app) lives as long as the process: out
     # of the collector's sight, a full collection no longer walks it on every request burst.
     gc.freeze()

@@ -61,23 +61,28 @@ def public_url(url: str) -> str:
 
 
 def endpoint_warnings(endpoints: Mapping[str, tuple[str, str] | None]) -> list[str]:
-    """What looks wrong in the configured tiers, one sentence each (checked at start-up;
-    ``endpoints`` maps each tier to its (base URL, model) or None):
-    an empty model name, or a base URL without an http(s) scheme or host (``localhost:8080``
-    is read as scheme "localhost"), which every call would then fail on."""
-    warnings: list[str] = []
+    """What looks wrong in the configured tiers, one sentence per problem naming the tiers
+    it touches (checked at start-up; ``endpoints`` maps each tier to its (base URL, model)
+    or None): an empty model name, or a base URL without an http(s) scheme or host
+    (``localhost:8080`` is read as scheme "localhost"), which every call would fail on."""
+    bad_url: dict[str, list[str]] = {}
+    no_model: list[str] = []
     for tier, endpoint in endpoints.items():
         if endpoint is None:
             continue
         base_url, model = endpoint
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
-            warnings.append(
-                f"LLM tier {tier}: base URL {public_url(base_url)!r} has no http:// or https:// scheme and host "
-                f"(write e.g. 'http://localhost:8080/v1')"
-            )
+            bad_url.setdefault(public_url(base_url), []).append(tier)
         if not model.strip():
-            warnings.append(
-                f"LLM tier {tier}: no model name (set llm_model or llm_{tier}_model); most servers refuse a request without one"
-            )
+            no_model.append(tier)
+    warnings = [
+        f"LLM base URL {url!r} ({', '.join(tiers)}) has no http:// or https:// scheme and host: every call will fail "
+        "(write e.g. 'http://localhost:8080/v1')"
+        for url, tiers in bad_url.items()
+    ]
+    if no_model:
+        warnings.append(
+            f"no LLM model name for {', '.join(no_model)} (set llm_model, or llm_<tier>_model): most servers refuse a request without one"
+        )
     return warnings
