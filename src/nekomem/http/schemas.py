@@ -46,6 +46,25 @@ class QueryBody(Body):
     subjects: Any = None
 
 
+class BrowseRecallBody(Body):
+    """``POST /api/browse/{name}/recall_explain`` (a query, a time, or both)."""
+
+    query: str | None = None
+    time: str | None = None
+
+
+class SuppressBody(Body):
+    """``POST /api/browse/{name}/persona/{entry_id}/suppress``."""
+
+    suppress: bool
+
+
+class ReviewConfigBody(Body):
+    """``POST /api/memory/review_config``."""
+
+    enabled: bool
+
+
 class PowerfulMemoryBody(Body):
     enabled: bool
 
