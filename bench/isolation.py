@@ -10,8 +10,8 @@ NEKOMEM_LLM_BASE_URL pointing at it.
 * Phase A (baseline): ``--clients`` clients post one-turn ``/cache`` requests round-robin
   over ``--others`` characters, pausing ``--pause`` s after each, for ``--seconds``.
 * Phase B: ``--slow-clients`` clients keep posting ``--batch``-turn batches to
-  ``/process/slow`` (each answer waits for the compression, which waits for the slow
-  summary model); once the fake has seen the first summary request, the same /cache
+  ``/process/slow`` (each batch starts a compression, which waits for the slow summary
+  model; the answer does not wait for it); once the fake has seen the first summary request, the same /cache
   measurement as in phase A runs for the other characters.
 
 Prints p50/p99/max of /cache in both phases, the ratios B/A, and how many

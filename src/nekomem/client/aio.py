@@ -135,8 +135,9 @@ class AsyncNekomemClient:
     ) -> httpx.Response:
         """Send one request, retrying a 503 (see the class); return the 2xx answer.
 
-        Raises NekomemError for an error answer, ``httpx.HTTPError`` when the server
-        cannot be reached or an attempt times out."""
+        Raises NekomemError for an error answer, and with status 0 when the server cannot
+        be reached (``error_code`` ``unreachable``) or an attempt times out (``timeout``);
+        the httpx error is its ``__cause__``."""
         content = None if body is None else msgspec.json.encode(body)
         send_headers = dict(headers or {})
         if content is not None:
@@ -144,7 +145,16 @@ class AsyncNekomemClient:
         query = {k: v for k, v in (params or {}).items() if v is not None}
         attempt = 0
         while True:
-            response = await self._http.request(method, path, content=content, params=query, headers=send_headers)
+            try:
+                response = await self._http.request(method, path, content=content, params=query, headers=send_headers)
+            except httpx.TimeoutException as exc:
+                raise NekomemError(
+                    0, "timeout", f"{method} {path}: no answer from {self._http.base_url} in time ({type(exc).__name__})"
+                ) from exc
+            except httpx.HTTPError as exc:
+                raise NekomemError(
+                    0, "unreachable", f"{method} {path}: cannot reach nekomem at {self._http.base_url} ({type(exc).__name__})"
+                ) from exc
             if response.status_code < 400:
                 return response
             error = NekomemError.from_answer(response.status_code, response.content, response.reason_phrase)

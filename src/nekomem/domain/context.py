@@ -79,9 +79,9 @@ def render_new_dialog(
     """The /new_dialog text in ``language`` (one of context_locale.LANGUAGES); ``shown`` as
     in :func:`history_lines`."""
     name, master = character_name, master_name
-    parts: list[str] = [loc.text(loc.PERSONA_HEADER, language, name=name)]
-    if longterm:
-        parts.append(longterm.rstrip("\n") + "\n")
+    parts: list[str] = []
+    if longterm.strip():  # no empty "Long-term Memory" heading for a character without any
+        parts += [loc.text(loc.PERSONA_HEADER, language, name=name), longterm.rstrip("\n") + "\n"]
     parts.append(loc.text(loc.INNER_THOUGHTS_HEADER, language, name=name))
     stamp = now.strftime("%A, %B %d, %Y at %I:%M %p")
     parts.append(loc.text(loc.INNER_THOUGHTS_DYNAMIC, language, name=name, time=stamp))

@@ -42,6 +42,16 @@ SUBJECT_KEYS = {
     "schema": {"type": "array", "items": {"type": "string"}, "maxItems": 64},
     "description": "a subject key <subject_kind>:<subject_id>, repeated",
 }
+HTML = "text/html"
+
+
+def query(*names: str) -> list[dict[str, Any]]:
+    """Optional string query parameters."""
+    return [{"name": n, "in": "query", "required": False, "schema": {"type": "string"}} for n in names]
+
+
+BROWSE_PAGE = [p for p in PAGE if p["name"] in ("offset", "limit")]
+ASSET = {"name": "path", "in": "path", "required": True, "schema": {"type": "string"}}
 
 # (path, method, parameters, request type, response type or TEXT, summary)
 OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] = [
@@ -112,6 +122,54 @@ OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] =
         "Edit an entry (recent: by index, body {text})",
     ),
     ("/api/characters/{name}/{layer}/{entry_id}", "delete", [NAME, LAYER, ID], None, dict[str, Any], "Delete an entry"),
+    ("/openapi.json", "get", [], None, dict[str, Any], "This document"),
+    # The memory browser's page and its read/insight routes.
+    ("/ui", "get", [], None, HTML, "The memory browser"),
+    ("/ui/", "get", [], None, HTML, "The memory browser"),
+    ("/ui/{path}", "get", [ASSET], None, HTML, "A file of the memory browser (scripts, styles)"),
+    ("/api/browse/characters", "get", [], None, dict[str, Any], "Every character with counts, last conversation and trouble"),
+    (
+        "/api/browse/{name}/journal",
+        "get",
+        [NAME, *BROWSE_PAGE, *query("since", "until", "q", "order")],
+        None,
+        dict[str, Any],
+        "A page of the raw conversation (order asc or desc)",
+    ),
+    (
+        "/api/browse/{name}/facts",
+        "get",
+        [
+            NAME,
+            *BROWSE_PAGE,
+            *query("status", "entity", "importance_min", "importance_max", "absorbed", "event_from", "event_to", "q", "ids"),
+        ],
+        None,
+        dict[str, Any],
+        "Facts by status, entity, importance, absorbed, event time, text or ids",
+    ),
+    ("/api/browse/{name}/reflections_archived", "get", [NAME, *BROWSE_PAGE], None, dict[str, Any], "A page of archived reflections"),
+    (
+        "/api/browse/{name}/reflections/{reflection_id}/evidence",
+        "get",
+        [NAME, RID],
+        None,
+        dict[str, Any],
+        "A reflection's evidence changes and decayed curve",
+    ),
+    ("/api/browse/{name}/corrections", "get", [NAME], None, dict[str, Any], "The persona contradiction queue"),
+    ("/api/browse/{name}/persona/{entry_id}/suppress", "post", [NAME, ID], s.SuppressBody, dict[str, Any], "Suppress a persona entry"),
+    ("/api/browse/{name}/recall_explain", "post", [NAME], s.BrowseRecallBody, dict[str, Any], "Recall with every leg's scores"),
+    (
+        "/api/browse/{name}/context",
+        "get",
+        [NAME, *query("language", "master_name")],
+        None,
+        dict[str, Any],
+        "The /new_dialog text by section",
+    ),
+    ("/api/memory/review_config", "get", [], None, s.EnabledAnswer, "The recent-memory review switch"),
+    ("/api/memory/review_config", "post", [], s.ReviewConfigBody, s.ToggleAnswer, "Set the recent-memory review switch"),
 ]
 ERRORS = ("400", "401", "403", "404", "409", "413", "415", "422", "503", "507")
 
@@ -122,15 +180,15 @@ def build_document() -> dict[str, Any]:
     for _p, _m, _params, request, response, _summary in OPERATIONS:
         if request is not None:
             types.append(request)
-        if response is not TEXT:
+        if response not in (TEXT, HTML):
             types.append(response)
     schemas, components = msgspec.json.schema_components(types, ref_template="#/components/schemas/{name}")
     refs = dict(zip(map(id, types), schemas, strict=True))
     error = {"description": "error", "content": {"application/json": {"schema": refs[id(s.ErrorBody)]}}}
     paths: dict[str, dict[str, Any]] = {}
     for path, method, params, request, response, summary in OPERATIONS:
-        if response is TEXT:
-            ok = {"description": "ok", "content": {TEXT: {"schema": {"type": "string"}}}}
+        if response in (TEXT, HTML):
+            ok = {"description": "ok", "content": {response: {"schema": {"type": "string"}}}}
         else:
             ok = {"description": "ok", "content": {"application/json": {"schema": refs[id(response)]}}}
         op: dict[str, Any] = {"summary": summary, "parameters": params, "responses": {"200": ok, **{c: error for c in ERRORS}}}

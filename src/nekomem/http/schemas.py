@@ -54,6 +54,25 @@ class QueryBody(Body):
     subjects: Any = None
 
 
+class BrowseRecallBody(Body):
+    """``POST /api/browse/{name}/recall_explain`` (a query, a time, or both)."""
+
+    query: str | None = None
+    time: str | None = None
+
+
+class SuppressBody(Body):
+    """``POST /api/browse/{name}/persona/{entry_id}/suppress``."""
+
+    suppress: bool
+
+
+class ReviewConfigBody(Body):
+    """``POST /api/memory/review_config``."""
+
+    enabled: bool
+
+
 class PowerfulMemoryBody(Body):
     enabled: bool
 
@@ -188,6 +207,45 @@ class ReflectAnswer(msgspec.Struct):
     auto_transitions: int
 
 
+class TierHealth(msgspec.Struct):
+    """One LLM tier in ``/health``: ``state`` is ok / failing / untried / unconfigured."""
+
+    configured: bool
+    model: str = ""
+    base_url: str = ""
+    state: str = "unconfigured"
+    calls: int = 0
+    attempts: int = 0
+    failures: int = 0
+    skipped: int = 0
+    last_error: str | None = None
+    last_error_at: str | None = None
+    failing_since: str | None = None
+    last_success_at: str | None = None
+    recovered_error: str | None = None
+    negotiated: dict[str, Any] | None = None
+
+
+class LLMHealth(msgspec.Struct):
+    """The model tiers in ``/health``; ``state`` is ok / failing / unconfigured."""
+
+    available: bool
+    tiers: dict[str, TierHealth]
+    skipped_tiers: list[str]
+    state: str = "unconfigured"
+    failing_tiers: list[str] = []
+    config_warnings: list[str] = []
+
+
+class EmbeddingsHealth(msgspec.Struct):
+    """The local embedding model in ``/health``."""
+
+    state: str
+    model: str = ""
+    pending: int = 0
+    reason: str | None = None
+
+
 class HealthAnswer(msgspec.Struct):
     app: str
     service: str
@@ -197,3 +255,8 @@ class HealthAnswer(msgspec.Struct):
     version: str
     limited_mode: bool
     storage: dict[str, Any]
+    active_characters: int = 0
+    llm: LLMHealth | None = None
+    embeddings: EmbeddingsHealth | None = None
+    overall: str = "ok"
+    blocking_reason: str | None = None

@@ -37,10 +37,15 @@ async def health(request: Request) -> Response:
     llm_status = rt.llm.status() if rt.llm is not None else {}
     llm_available = any(t.get("configured") for t in llm_status.values())
     skipped = [tier for tier, t in llm_status.items() if not t.get("configured")]
+    failing = [tier for tier, t in llm_status.items() if t.get("state") == "failing"]
+    llm_state = "unconfigured" if not llm_available else "failing" if failing else "ok"
     # The first four keys are the reference's build_health_response (app, service, status,
     # instance_id): its launcher takes the port for a N.E.K.O. service when "app" is
-    # "N.E.K.O", and its status is "ok" even in limited mode (the state is in
-    # limited_mode / blocking_reason). nekomem's own identity follows in "server".
+    # "N.E.K.O" and any "status" but "ok" for a dead server, and its status is "ok" even in
+    # limited mode (the state is in limited_mode / blocking_reason). So a failing model (the
+    # server still stores and serves everything) shows in "overall" ("degraded") and in each
+    # tier's "state". nekomem's own identity follows in "server".
+    blocking = rt.blocking_reason()
     body = {
         "app": rt.settings.server.health_app_name,
         "service": "memory",
@@ -48,10 +53,18 @@ async def health(request: Request) -> Response:
         "instance_id": rt.instance_id,
         "server": "nekomem",
         "version": nekomem.__version__,
-        "limited_mode": rt.blocking_reason() is not None,
-        "blocking_reason": rt.blocking_reason(),
+        "overall": "starting" if blocking is not None else "degraded" if failing else "ok",
+        "limited_mode": blocking is not None,
+        "blocking_reason": blocking,
         "active_characters": rt.registry.active_count(),
-        "llm": {"available": llm_available, "tiers": llm_status, "skipped_tiers": skipped},
+        "llm": {
+            "available": llm_available,
+            "state": llm_state,
+            "failing_tiers": failing,
+            "tiers": llm_status,
+            "skipped_tiers": skipped,
+            "config_warnings": rt.llm.config_warnings() if rt.llm is not None else [],
+        },
         "embeddings": embeddings_status(rt),
         "model_jobs": rt.pool.total_busy(),
         "supervision": {"child_restarts": 0, "failed_children": 0, **rt.services.counters.snapshot()},

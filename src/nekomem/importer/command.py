@@ -41,16 +41,20 @@ def import_neko(
                 if bars.wanted(show_progress, err, total, settings.importer.import_progress_min_records)
                 else None
             )
-            run_import(report, sources, settings, progress=bar or (lambda n: None))
-            if bar is not None:
-                bar.finish()
+            if bar is None:
+                run_import(report, sources, settings, progress=lambda n: None)
+            else:
+                with bar.above_logs():  # a log line during the import never lands inside the bar
+                    run_import(report, sources, settings, progress=bar)
+                bar.finish(report.read)
     except (RootLocked, SourceError) as exc:
         print(f"nekomem import-neko: {exc}", file=err)
         return 1
     out.write(msgspec.json.format(msgspec.json.encode(report.to_builtins())).decode("utf-8") + "\n")
     names = ", ".join(f"{c.name} (+{c.added})" for c in report.characters) or "nothing"
     print(
-        f"nekomem import-neko: {report.added} records added: {names}; {len(report.problems)} problems (see 'problems' in the report)",
+        f"nekomem import-neko: {report.read} records read, {report.added} added: {names}; "
+        f"{len(report.problems)} problems (see 'problems' in the report)",
         file=err,
     )
     return 0

@@ -366,10 +366,12 @@ class CharacterImport:
 
 
 def count_records(sources: Iterable[SourceCharacter]) -> int:
-    """Records an import of ``sources`` will go through (sizes the progress bar)."""
+    """Records an import of ``sources`` will go through (sizes the progress bar): every
+    layer the import reports progress for, so the bar ends at the count it drew."""
     total = 0
     for s in sources:
-        total += s.journal_count()
+        total += s.journal_count() + len(s.recent()) + len(s.persona())
+        total += sum(len(records) for _name, records in s.reflection_shards())
         for layer, file in (
             ("facts", src.FACTS),
             ("facts_archive", src.FACTS_ARCHIVE),

@@ -139,6 +139,8 @@ class SourceCharacter:
         self.localize = localizer
         self.problems = problems
         self._records: dict[str, list[dict[str, Any]]] = {}
+        self._recent: list[Turn] | None = None
+        self._persona: list[tuple[str, dict[str, Any]]] | None = None
 
     def problem(self, layer: str, file: str, reason: str, record: str | None = None) -> None:
         self.problems.append(Problem(character=self.name, layer=layer, file=file, reason=reason, record=record))
@@ -183,7 +185,13 @@ class SourceCharacter:
         return out
 
     def recent(self) -> list[Turn]:
-        """recent.json as turns (the memo, a system message, stays at index 0)."""
+        """recent.json as turns (the memo, a system message, stays at index 0). Read once,
+        like records(): the progress bar's count and the import see the same turns."""
+        if self._recent is None:
+            self._recent = self._read_recent()
+        return self._recent
+
+    def _read_recent(self) -> list[Turn]:
         raw = self.read_json("recent", RECENT)
         if raw is None:
             return []
@@ -208,7 +216,13 @@ class SourceCharacter:
         return self.localize.text(value) if self.localize.moment(value) is not None else None
 
     def persona(self) -> list[tuple[str, dict[str, Any]]]:
-        """(entity, entry) pairs of persona.json in file order; v1 sections are migrated."""
+        """(entity, entry) pairs of persona.json in file order; v1 sections are migrated.
+        Read once, like records()."""
+        if self._persona is None:
+            self._persona = self._read_persona()
+        return self._persona
+
+    def _read_persona(self) -> list[tuple[str, dict[str, Any]]]:
         raw = self.read_json("persona", PERSONA)
         if raw is None:
             return []

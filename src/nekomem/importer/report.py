@@ -53,6 +53,10 @@ class CharacterReport(msgspec.Struct, kw_only=True):
     def added(self) -> int:
         return sum(c.added for c in self.layers.values())
 
+    @property
+    def read(self) -> int:
+        return sum(c.read for c in self.layers.values())
+
 
 class ImportReport(msgspec.Struct, kw_only=True):
     """The whole answer of an import (the CLI prints it as JSON; the route returns it)."""
@@ -67,6 +71,10 @@ class ImportReport(msgspec.Struct, kw_only=True):
     @property
     def added(self) -> int:
         return sum(c.added for c in self.characters)
+
+    @property
+    def read(self) -> int:
+        return sum(c.read for c in self.characters)
 
     def to_builtins(self) -> dict[str, object]:
         out: dict[str, object] = msgspec.to_builtins(self)

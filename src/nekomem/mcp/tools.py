@@ -16,7 +16,6 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Literal, TypeVar
 from urllib.parse import quote
 
-import httpx
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from pydantic import Field
@@ -49,9 +48,9 @@ async def _call(what: Awaitable[T], error: type[Exception] = ToolError) -> T:
     try:
         return await what
     except NekomemError as exc:
+        if exc.status == 0:
+            raise error(f"nekomem could not be reached: {exc.error_code}") from None
         raise error(f"nekomem refused the request: {exc.status} {exc.error_code}: {exc.message}") from None
-    except httpx.HTTPError as exc:
-        raise error(f"nekomem could not be reached: {type(exc).__name__}") from None
 
 
 class MemoryTools:

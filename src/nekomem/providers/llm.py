@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import msgspec
@@ -45,6 +44,7 @@ from nekomem.providers.negotiation import (
     token_param_fallback,
 )
 from nekomem.providers.tasks import TASKS, TaskSpec, task_spec, validate_output
+from nekomem.providers.tier_health import TierStats, endpoint_warnings, public_url, utc_now_iso
 
 __all__ = [
     "Endpoint",
@@ -117,16 +117,7 @@ class Endpoint:
 
     def __repr__(self) -> str:
         key = "set" if self.api_key else "none"
-        return f"Endpoint(base_url={_public_url(self.base_url)!r}, model={self.model!r}, api_key=<{key}>, timeout_seconds={self.timeout_seconds})"
-
-
-def _public_url(url: str) -> str:
-    """The URL without any user:password part, for status and logs."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+        return f"Endpoint(base_url={public_url(self.base_url)!r}, model={self.model!r}, api_key=<{key}>, timeout_seconds={self.timeout_seconds})"
 
 
 def resolve_endpoints(settings: LLMSettings) -> dict[str, Endpoint | None]:
@@ -166,15 +157,6 @@ class _Request:
         return (self.endpoint.base_url, self.endpoint.model)
 
 
-@dataclass
-class _TierStats:
-    calls: int = 0
-    attempts: int = 0
-    failures: int = 0
-    skipped: int = 0
-    last_error: str | None = None
-
-
 class LLMClient:
     """Runs contract tasks against the configured tiers (thread-safe).
 
@@ -187,15 +169,17 @@ class LLMClient:
         *,
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
+        now_iso: Callable[[], str] = utc_now_iso,
     ) -> None:
         self._settings = settings
         self._sleep = sleep
+        self._now_iso = now_iso
         self._rng = rng or random.Random()
         self._endpoints = resolve_endpoints(settings)
         self._negotiator = Negotiator(settings.llm_response_format, settings.llm_output_tokens_param)
         self._lock = threading.Lock()
         self._http: dict[str, httpx.Client] = {}
-        self._stats = {tier: _TierStats() for tier in TIERS}
+        self._stats = {tier: TierStats() for tier in TIERS}
         self._requests: dict[tuple[str, str], int] = {}  # (tier, task) -> HTTP requests sent
         self._observers: tuple[CallObserver, ...] = ()
         self._schema_json = {name: msgspec.json.encode(spec.schema).decode() for name, spec in TASKS.items()}
@@ -212,6 +196,10 @@ class LLMClient:
         if tier not in self._endpoints:
             raise ValueError(f"unknown LLM tier {tier!r} (expected one of {', '.join(TIERS)})")
         return self._endpoints[tier] is not None
+
+    def config_warnings(self) -> list[str]:
+        """What looks wrong in the configured tiers (see tier_health.endpoint_warnings)."""
+        return endpoint_warnings({t: (e.base_url, e.model) if e else None for t, e in self._endpoints.items()})
 
     def tier_for(self, task: str) -> str:
         """The tier that runs ``task``. Raises UnknownTaskError (a KeyError) for an unknown task."""
@@ -291,7 +279,7 @@ class LLMClient:
             except AttemptFailed as failure:
                 last = failure
                 with self._lock:
-                    self._stats[tier].last_error = f"{task}: {failure.message}"
+                    self._stats[tier].failed(f"{task}: {failure.message}", self._now_iso())
                 log.warning(
                     "llm task=%s tier=%s attempt=%d/%d failed: %s",
                     task,
@@ -303,6 +291,8 @@ class LLMClient:
                 if not failure.retryable:
                     break
                 continue
+            with self._lock:
+                self._stats[tier].succeeded(self._now_iso())
             return result
 
         assert last is not None
@@ -395,7 +385,7 @@ class LLMClient:
             "llm task=%s tier=%s endpoint=%s model=%s refused the request (HTTP %d): trying %s",
             request.spec.name,
             request.spec.tier,
-            _public_url(request.endpoint.base_url),
+            public_url(request.endpoint.base_url),
             request.endpoint.model,
             status,
             step,
@@ -514,7 +504,10 @@ class LLMClient:
 
         ``calls`` counts run() calls that reached an endpoint, ``attempts`` the HTTP
         requests, ``failures`` the calls that ended in LLMTaskFailed, ``skipped`` the calls
-        refused because the tier is not configured; ``negotiated`` is what the tier's
+        refused because the tier is not configured; ``state`` is ``ok`` / ``failing`` /
+        ``untried`` / ``unconfigured`` (failing from ``failing_since``, the first failed
+        attempt after the last valid answer at ``last_success_at``; a valid answer clears
+        ``last_error`` into ``recovered_error``); ``negotiated`` is what the tier's
         endpoint is sent (response_format level, token parameter, whether a 2xx confirmed
         them, the fallbacks taken), None without an endpoint.
         """
@@ -526,12 +519,17 @@ class LLMClient:
                 out[tier] = {
                     "configured": endpoint is not None,
                     "model": endpoint.model if endpoint else "",
-                    "base_url": _public_url(endpoint.base_url) if endpoint else "",
+                    "base_url": public_url(endpoint.base_url) if endpoint else "",
                     "calls": stats.calls,
                     "attempts": stats.attempts,
                     "failures": stats.failures,
                     "skipped": stats.skipped,
                     "last_error": stats.last_error,
+                    "last_error_at": stats.last_error_at,
+                    "state": stats.state(endpoint is not None),
+                    "failing_since": stats.failing_since,
+                    "last_success_at": stats.last_success_at,
+                    "recovered_error": stats.recovered_error,
                     "negotiated": self._negotiator.status((endpoint.base_url, endpoint.model)) if endpoint else None,
                 }
             return out

@@ -32,6 +32,10 @@ export function go(view, params) {
 
 function character() { return document.getElementById("character").value; }
 
+// The last character list's failure (the server down, a token missing or wrong): shown
+// again by every render until a list loads, since a render clears the status line.
+let charactersError = null;
+
 async function loadCharacters() {
   const sel = document.getElementById("character");
   try {
@@ -39,14 +43,30 @@ async function loadCharacters() {
     const keep = sel.value || localStorage.getItem(CHAR_KEY) || "";
     sel.replaceChildren(...data.characters.map((c) => h("option", { value: c.name }, c.name)));
     if (data.characters.some((c) => c.name === keep)) sel.value = keep;
+    charactersError = null;
     return data;
-  } catch (e) { showError(e); return null; }
+  } catch (e) { charactersError = e; showError(e); return null; }
 }
 
 function drawNav(active) {
   const nav = document.getElementById("nav");
   nav.replaceChildren(...Object.keys(VIEWS).map((v) =>
     h("a", { href: "#/" + v, class: v === active ? "active" : null, "data-view": v }, t("view_" + v))));
+}
+
+// The banner over every view: no model configured (facts and reflections will not
+// appear) or a model tier failing; refreshed with each view.
+async function drawBanner() {
+  const el = document.getElementById("banner");
+  let health;
+  try { health = await api("GET", "/health"); } catch (e) { el.hidden = true; return; }
+  const llm = health.llm || {};
+  let text = "", kind = "";
+  if (llm.state === "unconfigured") { text = t("no_model_banner"); kind = "no-model"; }
+  else if (llm.state === "failing") { text = t("model_failing_banner").replace("{tiers}", (llm.failing_tiers || []).join(", ")); kind = "model-failing"; }
+  el.hidden = !text;
+  el.textContent = text;
+  el.setAttribute("data-kind", kind);
 }
 
 let renderSeq = 0;
@@ -61,6 +81,8 @@ async function render() {
   main.setAttribute("data-ready", "false");
   main.setAttribute("data-seq", String(seq));
   await charactersLoaded;
+  await drawBanner();
+  if (charactersError) showError(charactersError);
   const name = character();
   if (NEEDS_CHARACTER.has(view) && !name) {
     main.replaceChildren(h("p", { class: "muted" }, t("no_character")));
@@ -92,7 +114,7 @@ function setupChrome() {
     await loadCharacters();
     render();
   });
-  document.addEventListener("nekomem-auth", () => { box.hidden = false; status(t("need_token")); });
+  document.addEventListener("nekomem-auth", (e) => { box.hidden = false; status(t(e.detail && e.detail.wrong ? "wrong_token" : "need_token")); });
   window.addEventListener("hashchange", render);
 }
 

@@ -37,12 +37,20 @@ export async function api(method, path, body) {
     headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body === undefined ? {} : body);
   }
-  const r = await fetch(path, init);
+  let r;
+  try { r = await fetch(path, init); }
+  catch (e) { throw Object.assign(new ApiError(0, "unreachable", t("server_down")), { textKey: "server_down" }); }  // the browser's TypeError is not for people
   const type = r.headers.get("content-type") || "";
-  const data = type.includes("json") ? await r.json() : await r.text();
+  const data = type.includes("json") ? await r.json().catch(() => null) : await r.text();
   if (!r.ok) {
-    if (r.status === 401) document.dispatchEvent(new CustomEvent("nekomem-auth"));
     const code = data && data.error_code ? data.error_code : "http_" + r.status;
+    if (r.status === 401) {
+      // Without a token the server is asking for one; with one, that token is wrong.
+      const wrong = Boolean(token);
+      document.dispatchEvent(new CustomEvent("nekomem-auth", { detail: { wrong } }));
+      const key = wrong ? "wrong_token" : "need_token";
+      throw Object.assign(new ApiError(401, code, t(key)), { textKey: key });
+    }
     throw new ApiError(r.status, code, (data && data.message) || String(data));
   }
   return data;
@@ -82,9 +90,25 @@ export function status(msg, kind = "warn") {
   const el = document.getElementById("status");
   el.textContent = msg || "";
   el.className = kind;
+  el.removeAttribute("data-code");
 }
 
-export function showError(e) { status(e instanceof ApiError ? `${t("error")}: ${e.status} ${e.code} — ${e.message}` : String(e)); }
+// A failed call in words: the server down and a missing or wrong token get their own
+// sentence in the page's language; other refusals show the server's code and message.
+export function showError(e) {
+  if (!(e instanceof ApiError)) { status(`${t("error")}: ${e && e.message ? e.message : String(e)}`); return; }
+  // (textKey: said again in the language of now, not of when it failed)
+  status(e.textKey ? t(e.textKey) : `${t("error")}: ${e.status} ${e.code} — ${e.message}`);
+  document.getElementById("status").setAttribute("data-code", e.code);
+}
+
+// "@subject/<kind>:<id>" (a persona section of a group chat or a participant) in words.
+export function entityLabel(entity) {
+  const m = /^@subject\/([a-z_]+):(.*)$/.exec(entity || "");
+  if (!m) return t("ent_" + entity) || entity;
+  const label = t("subj_" + m[1]);
+  return label ? label.replace("{id}", m[2]) : entity;
+}
 
 // Pager: "Previous / x–y of n / Next"; calls go(offset).
 export function pager(total, offset, limit, go, testid) {

@@ -1,6 +1,6 @@
 // Views over long-term memory: Reflections (with the evidence chart) and Persona.
 import { t } from "./i18n.js";
-import { api, h, qs, fmtTime, fmtNum, showError, status } from "./core.js";
+import { api, h, qs, fmtTime, fmtNum, showError, status, entityLabel, field, select } from "./core.js";
 import { evidenceChart } from "./chart.js";
 
 const enc = encodeURIComponent;
@@ -54,7 +54,8 @@ export async function reflections(box, ctx) {
   const sel = ctx.params.get("sel");
   box.append(h("h2", {}, t("view_reflections"), " — ", ctx.name));
   box.append(h("div", { class: "columns" }, COLUMNS.map((st, i) => h("div", { class: "column", "data-test": "column-" + st },
-    h("h3", {}, t("st_" + st), ` (${lists[i].total})`), lists[i].items.map((r) => card(ctx, r, r.id === sel))))));
+    h("h3", {}, t("st_" + st), ` (${lists[i].total})`), lists[i].items.map((r) => card(ctx, r, r.id === sel)),
+    lists[i].total ? null : h("p", { class: "muted", "data-test": "empty-explained" }, t("empty_" + st))))));
   if (sel) {
     try { box.append(await detail(ctx, sel)); } catch (e) { showError(e); }
   }
@@ -66,31 +67,62 @@ async function setSuppressed(ctx, id, value) {
   catch (e) { showError(e); }
 }
 
+async function savePersona(ctx, id, text) {
+  try { await api("PATCH", `/api/characters/${enc(ctx.name)}/persona/${enc(id)}`, { text }); status(t("saved"), "ok"); ctx.refresh(); }
+  catch (e) { showError(e); }
+}
+
+// A new entry the user writes is a protected card entry (kept as written, never demoted).
+function addForm(ctx) {
+  const text = h("input", { type: "text", size: 60, "data-test": "persona-new-text" });
+  const entity = select("entity", [["neko", t("ent_neko")], ["master", t("ent_master")], ["relationship", t("ent_relationship")]], "neko");
+  entity.setAttribute("data-test", "persona-new-entity");
+  const add = async () => {
+    if (!text.value.trim()) { status(t("persona_empty")); return; }
+    try {
+      await api("POST", `/api/characters/${enc(ctx.name)}/card`, { entries: [{ entity: entity.value, text: text.value.trim() }] });
+      status(t("saved"), "ok"); ctx.refresh();
+    } catch (e) { showError(e); }
+  };
+  return h("div", { class: "filters", "data-test": "persona-add" }, field(t("entity"), entity), field(t("text"), text),
+    h("button", { type: "button", "data-test": "persona-add-button", onclick: add }, t("persona_add")));
+}
+
+function textCell(ctx, e) {
+  const cell = h("td", { "data-test": "persona-text" }, e.text);
+  const edit = () => {
+    const input = h("input", { type: "text", size: 60, value: e.text, "data-test": "persona-edit-input" });
+    cell.replaceChildren(input, " ", h("button", { type: "button", "data-test": "persona-edit-save", onclick: () => savePersona(ctx, e.id, input.value) }, t("save")));
+    input.focus();
+  };
+  return [cell, edit];
+}
+
 export async function persona(box, ctx) {
   const [entries, corrections] = await Promise.all([
     api("GET", `/api/characters/${enc(ctx.name)}/persona${qs({ limit: 1000 })}`),
     api("GET", `/api/browse/${enc(ctx.name)}/corrections`),
   ]);
-  box.append(h("h2", {}, t("view_persona"), " — ", ctx.name));
+  box.append(h("h2", {}, t("view_persona"), " — ", ctx.name), addForm(ctx));
   const byEntity = {};
   for (const e of entries.items) (byEntity[e.entity] ||= []).push(e);
-  if (!entries.items.length) box.append(h("p", { class: "muted" }, t("nothing")));
+  if (!entries.items.length) box.append(h("p", { class: "muted", "data-test": "empty-explained" }, t("empty_persona")));
   for (const [entity, list] of Object.entries(byEntity)) {
-    box.append(h("h3", {}, t("ent_" + entity) || entity, ` (${list.length})`), h("table", { "data-test": "persona-" + entity },
+    box.append(h("h3", { "data-test": "persona-heading" }, entityLabel(entity), ` (${list.length})`), h("table", { "data-test": "persona-" + entity },
       h("tr", {}, [t("text"), t("marks"), t("score"), t("source"), ""].map((x) => h("th", {}, x))),
-      list.map((e) => h("tr", { "data-test": "persona-row", "data-id": e.id },
-        h("td", {}, e.text),
+      list.map((e) => { const [cell, edit] = textCell(ctx, e); return h("tr", { "data-test": "persona-row", "data-id": e.id },
+        cell,
         h("td", {}, e.protected ? h("span", { class: "tag protected", "data-test": "protected" }, t("protected")) : null,
           e.suppress ? h("span", { class: "tag suppressed", "data-test": "suppressed" }, t("suppressed")) : null),
         h("td", { class: "num" }, e.evidence_score === null ? "∞" : fmtNum(e.evidence_score, 2)),
         h("td", {}, e.source),
-        h("td", {}, e.protected ? null : e.suppress
+        h("td", {}, h("button", { type: "button", "data-test": "persona-edit", onclick: edit }, t("edit")), " ", e.protected ? null : e.suppress
           ? h("button", { type: "button", "data-test": "unsuppress", onclick: () => setSuppressed(ctx, e.id, false) }, t("unsuppress"))
-          : h("button", { type: "button", "data-test": "suppress", onclick: () => setSuppressed(ctx, e.id, true) }, t("suppress")))))));
+          : h("button", { type: "button", "data-test": "suppress", onclick: () => setSuppressed(ctx, e.id, true) }, t("suppress")))); })));
   }
   box.append(h("h3", {}, t("corrections"), ` (${corrections.total})`), h("p", { class: "muted" }, t("corrections_help")));
   box.append(h("table", { "data-test": "corrections" },
     h("tr", {}, [t("entity"), t("old_text"), t("new_text"), t("queued"), t("attempts")].map((x) => h("th", {}, x))),
-    corrections.items.map((c) => h("tr", {}, h("td", {}, t("ent_" + c.entity) || c.entity), h("td", {}, c.old_text), h("td", {}, c.new_text),
+    corrections.items.map((c) => h("tr", {}, h("td", {}, entityLabel(c.entity)), h("td", {}, c.old_text), h("td", {}, c.new_text),
       h("td", {}, fmtTime(c.created_at)), h("td", { class: "num" }, c.resolve_attempts)))));
 }

@@ -167,7 +167,8 @@ export async function facts(box, ctx) {
       h("button", { type: "button", onclick: () => ctx.go("facts") }, t("clear"))),
     h("div", { class: "legs" },
       h("div", { class: "span2" }, h("h3", {}, t("active_facts"), ` (${active.total})`), pager(active.total, offset, PAGE, (o) => keep({ offset: o }), "facts-pager"),
-        factTable(ctx, active.items, false, "facts")),
+        factTable(ctx, active.items, false, "facts"),
+        active.total ? null : h("p", { class: "muted", "data-test": "empty-explained" }, t(filters.q || filters.entity ? "empty_filtered" : "empty_facts"))),
       h("div", {}, h("h3", {}, t("archived_facts"), ` (${archived.total})`), pager(archived.total, aoffset, 20, (o) => keep({ aoffset: o }), "archived-pager"),
         factTable(ctx, archived.items, true, "archived-facts"))));
   const ms = performance.now() - started;

@@ -1,6 +1,6 @@
 // Tool views: the recall playground, the working context, and the server.
 import { t } from "./i18n.js";
-import { api, h, fmtNum, field, showError, status } from "./core.js";
+import { api, h, fmtNum, fmtTime, field, showError, status } from "./core.js";
 
 const enc = encodeURIComponent;
 
@@ -91,10 +91,16 @@ export async function server(box, ctx) {
   box.append(h("h2", {}, t("view_server")));
   box.append(h("ul", { "data-test": "health-words" }, sentence(health).map((s) => h("li", {}, s))));
   const tiers = Object.entries(health.llm.tiers || {});
+  // The error column shows the current error only; one a later answer cleared is marked old.
+  const errorCell = (s) => s.last_error
+    ? h("td", { class: "warn", "data-test": "tier-error" }, `${t("failing_since")} ${fmtTime(s.failing_since)}: ${s.last_error}`)
+    : h("td", { class: "muted", "data-test": "tier-error" }, s.recovered_error ? `${t("recovered")}: ${s.recovered_error}` : "—");
   box.append(h("h3", {}, t("model_tiers")), h("table", { "data-test": "tiers" },
-    h("tr", {}, [t("tier"), t("configured"), t("model"), t("calls"), t("failures"), t("last_error")].map((x) => h("th", {}, x))),
-    tiers.map(([name, s]) => h("tr", {}, h("td", {}, name), h("td", { class: s.configured ? "ok" : "muted" }, s.configured ? t("yes") : t("no")),
-      h("td", {}, s.model || "—"), h("td", { class: "num" }, s.calls), h("td", { class: "num" }, s.failures), h("td", { class: s.last_error ? "warn" : "" }, s.last_error || "—")))));
+    h("tr", {}, [t("tier"), t("tier_state"), t("model"), t("calls"), t("failures"), t("last_success"), t("last_error")].map((x) => h("th", {}, x))),
+    tiers.map(([name, s]) => h("tr", { "data-test": "tier-row", "data-tier": name, "data-state": s.state },
+      h("td", {}, name), h("td", { class: s.state === "failing" ? "warn" : s.state === "ok" ? "ok" : "muted" }, t("ts_" + s.state) || s.state),
+      h("td", {}, s.model || "—"), h("td", { class: "num" }, s.calls), h("td", { class: "num" }, s.failures), h("td", {}, fmtTime(s.last_success_at)), errorCell(s)))));
+  for (const w of health.llm.config_warnings || []) box.append(h("p", { class: "warn", "data-test": "config-warning" }, w));
   const sup = health.supervision || {};
   box.append(h("h3", {}, t("supervision")), h("div", { class: "kv", "data-test": "supervision" },
     Object.entries(sup).flatMap(([k, v]) => [h("span", { class: "muted" }, t("sup_" + k) || k), h("span", {}, typeof v === "object" ? JSON.stringify(v) : String(v))])));
