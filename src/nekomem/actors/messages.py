@@ -80,6 +80,22 @@ class EditRecent(Message):
     text: str | None
 
 
+class ForgetTurns(Message):
+    """Erase journal rows (``row_ids``, or every row stamped within [``start``, ``end``])
+    and every copy of their text; answered with ``{"forgotten": n, "rows": [ids]}``."""
+
+    row_ids: list[int] = []
+    start: str | None = None
+    end: str | None = None
+
+
+class ScrubTexts(Message):
+    """Remove every copy of these erased texts from the receiver's files and memory
+    (outbox payloads; the review state and edit history of the recent window)."""
+
+    texts: list[str]
+
+
 # -- outbox ------------------------------------------------------------------------------
 class Enqueue(Message):
     """Record background work durably, then answer ``reply`` with ``reply_value``."""

@@ -125,6 +125,14 @@ class PersonaState(JournaledActor):
             self.persona.setdefault(entity, [])
         return changed
 
+    def forget_corrections_of(self, text: str) -> None:
+        """A forgotten entry: queued corrections that hold its text go too (journaled)."""
+        from nekomem.stores.erasure import mentions
+
+        kept = [c for c in self.corrections if not mentions(msgspec.to_builtins(c), [text])]
+        if len(kept) != len(self.corrections):
+            self.record("correction.queued", {"corrections": msgspec.to_builtins(kept)})
+
     def find(self, entry_id: str) -> tuple[str, PersonaEntry] | None:
         return pl.find_entry(self.persona, entry_id)
 

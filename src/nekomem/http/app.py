@@ -60,7 +60,7 @@ class LimitedModeMiddleware:
 
 
 def routes() -> list[BaseRoute]:
-    from nekomem.http import browse, importing, lifecycle, openapi, recall, scoped
+    from nekomem.http import browse, erasure, importing, lifecycle, openapi, recall, scoped
 
     c, s, lt = conversation, system, longterm
     # The router tries routes in order: the conversation routes, which carry nearly all
@@ -96,6 +96,7 @@ def routes() -> list[BaseRoute]:
         Route("/internal/memory/{name:str}/scoped_subjects", scoped.scoped_subjects, methods=["GET"]),
         Route("/api/characters", lt.list_all_characters, methods=["GET"]),
         Route("/api/import/neko", importing.import_neko, methods=["POST"]),
+        *erasure.routes(),
         Route("/api/characters/{name:str}/card", lt.import_card, methods=["POST"]),
         Route("/api/characters/{name:str}/facts", lt.import_facts, methods=["POST"]),
         Route("/api/characters/{name:str}/reflections/{reflection_id:str}/feedback", lt.feedback, methods=["POST"]),
