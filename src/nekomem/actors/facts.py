@@ -338,8 +338,7 @@ class FactActor(FactState):
         self.record("fact.deleted", {"id": msg.id})
         self.dedup.remove(msg.id)
         self.ctx.send("recall", IndexRemove(ids=[msg.id]))
-        self.erase([msg.id], [fact.text])
-        msg.reply.ok({"deleted": msg.id})
+        self.erase([msg.id], [fact.text], None, msg.reply, {"deleted": msg.id})
 
 
 def _with_turn_span(facts: list[Fact], turns: list[Turn]) -> list[Fact]:

@@ -90,10 +90,12 @@ class ForgetTurns(Message):
 
 
 class ScrubTexts(Message):
-    """Remove every copy of these erased texts from the receiver's files and memory
-    (outbox payloads; the review state and edit history of the recent window)."""
+    """To the outbox: remove every copy of these erased texts from its file and memory,
+    then answer ``reply`` with ``reply_value`` (the erasure's answer: it is complete only
+    once the outbox is scrubbed)."""
 
     texts: list[str]
+    reply_value: object = None
 
 
 # -- outbox ------------------------------------------------------------------------------

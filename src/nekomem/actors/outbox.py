@@ -272,7 +272,7 @@ class OutboxActor(ChildActor):
         if changed:
             self.log.info("erasure: %d outbox records scrubbed", changed)
         if msg.reply is not None:
-            msg.reply.ok(changed)
+            msg.reply.ok(msg.reply_value)
 
     @handles(OutboxState)
     def on_OutboxState(self, msg: OutboxState) -> None:

@@ -392,7 +392,7 @@ class RecentActor(RecentState):
     def on_ForgetTurns(self, msg: ForgetTurns) -> None:
         from nekomem.actors.recent_erase import forget_turns
 
-        msg.reply.ok(forget_turns(self, msg))
+        forget_turns(self, msg)
 
     # -- periodic --------------------------------------------------------------------
     def due_at(self) -> float | None:

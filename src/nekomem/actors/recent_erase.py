@@ -27,9 +27,10 @@ from nekomem.stores.timeindex_read import to_utc_iso
 _BAD_RANGE = "a time range needs both 'from' and 'to' (ISO 8601), 'from' not after 'to'"
 
 
-def forget_turns(actor: RecentState, msg: ForgetTurns) -> dict[str, object]:
-    """Erase the rows ``msg`` names and every copy of their text; returns the answer.
-    Raises ActorFailure 400 for a bad range, 404 when nothing matched."""
+def forget_turns(actor: RecentState, msg: ForgetTurns) -> None:
+    """Erase the rows ``msg`` names and every copy of their text; the outbox answers
+    ``msg.reply`` once its copies are gone too. Raises ActorFailure 400 for a bad range,
+    404 when nothing matched."""
     actor.adopt_outside_edit("erase")
     tindex = actor.tindex
     if msg.start is not None or msg.end is not None:
@@ -48,12 +49,12 @@ def forget_turns(actor: RecentState, msg: ForgetTurns) -> dict[str, object]:
         raise ActorFailure("not_found", f"no stored turn {ids[0]}" if len(ids) == 1 else "no stored turn matched", 404)
     erased = [r.turn for r in rows]
     texts = sorted({t.text.strip() for t in erased if t.text.strip()})
-    _drop_from_window(actor, erased)
     _drop_from_review(actor, erased)
+    _drop_from_window(actor, erased)  # writes recent_meta.json too
     scrub_ndjson_file(actor.ctx.paths.folder / EDITS_FILE, texts)
-    actor.ctx.send("outbox", ScrubTexts(texts=texts))
     actor.log.info("forgot %d stored turns", len(rows))
-    return {"forgotten": len(rows), "rows": [r.id for r in rows]}
+    answer = {"forgotten": len(rows), "rows": [r.id for r in rows]}
+    actor.ctx.send("outbox", ScrubTexts(texts=texts, reply_value=answer, reply=msg.reply))
 
 
 def _key(turn: Turn) -> tuple[str, str, str]:

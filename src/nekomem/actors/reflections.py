@@ -362,5 +362,4 @@ class ReflectionActor(ReflectionUpkeep):
         text = self.refs[msg.id].text
         self.record("reflection.deleted", {"id": msg.id})
         self.ctx.send("recall", IndexRemove(ids=[msg.id]))
-        self.erase([msg.id], [text], self.ctx.paths.reflection_archive_dir)
-        msg.reply.ok({"deleted": msg.id})
+        self.erase([msg.id], [text], self.ctx.paths.reflection_archive_dir, msg.reply, {"deleted": msg.id})
