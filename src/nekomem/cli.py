@@ -29,6 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--character", required=True, help="the character whose memory the tools use")
     mcp.add_argument("--url", help="the running server (default $NEKOMEM_URL, else the serve settings' host and port)")
     mcp.add_argument("--config", help="TOML settings file (env NEKOMEM_CONFIG), for the default URL")
+    from nekomem import cli_data
+
+    cli_data.add_parsers(sub)
     return parser
 
 
@@ -62,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"nekomem: {exc}", file=sys.stderr)
         return 2
+    from nekomem import cli_data
+
+    if args.command in cli_data.COMMANDS:
+        return cli_data.run(args, settings, server_url(settings))
     if args.command == "mcp":  # a client of a running server: stdout is the MCP stream
         import os
 

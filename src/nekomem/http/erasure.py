@@ -32,7 +32,10 @@ from nekomem.stores.layout import CharacterPaths
 
 
 def routes() -> list[BaseRoute]:
+    from nekomem.http.snapshot import export_character
+
     return [
+        Route("/api/characters/{name:str}/export", export_character, methods=["GET"]),
         Route("/api/characters/{name:str}", delete_character, methods=["DELETE"]),
         Route("/api/characters/{name:str}/turns", forget_turns, methods=["DELETE"]),
         Route("/api/characters/{name:str}/turns/{row_id:str}", forget_turns, methods=["DELETE"]),
@@ -52,7 +55,7 @@ async def delete_character(request: Request) -> Response:
     if not await character_exists(request, name):
         raise ApiError(404, "unknown_character", "no character of that name")
     paths = CharacterPaths(rt.memory_root, name, max_length=rt.settings.server.name_max_length)
-    timeout = rt.settings.server.delete_character_timeout_seconds
+    timeout = rt.settings.server.character_hold_timeout_seconds
 
     def run() -> int:
         # Held: no request can activate the character (and so reopen its files) while

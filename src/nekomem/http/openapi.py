@@ -93,6 +93,7 @@ OPERATIONS += [
     ("/api/characters/{name}", "delete", [NAME], None, dict[str, Any], "Delete a character: stop it and remove its folder"),
     ("/api/characters/{name}/turns", "delete", [NAME, *TURNS], None, dict[str, Any], "Forget stored turns (ids or a time range)"),
     ("/api/characters/{name}/turns/{row_id}", "delete", [NAME, ROW], None, dict[str, Any], "Forget one stored turn"),
+    ("/api/characters/{name}/export", "get", [NAME], None, dict[str, Any], "The character as a nekomem-character document"),
 ]
 ERRORS = ("400", "401", "403", "404", "409", "413", "415", "422", "503", "507")
 

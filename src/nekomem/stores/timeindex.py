@@ -370,6 +370,22 @@ class TimeIndex(TimeIndexReader):
             log.warning("%s: the WAL could not be emptied (a reader held it)", self.path.name)
         return not busy
 
+    def restore_rows(self, rows: Sequence[tuple[int, str | None, str, str | None]], cursors: Mapping[str, int], sequence: int = 0) -> int:
+        """Store ``(id, session_id, message, timestamp)`` rows exactly as given, ids kept,
+        ``cursors``, and the last id ever given (``sequence``: a new row never takes the id
+        of an erased one), in one transaction (a restore into an empty database: rows and
+        cursors of the copy, so derived work resumes where the copy stood). Raises
+        sqlite3.IntegrityError (nothing written) when an id is already stored."""
+        with self._transaction() as db:
+            db.executemany(f"INSERT INTO {_ORIGINAL} (id, session_id, message, timestamp) VALUES (?, ?, ?, ?)", list(rows))
+            if sequence > max((r[0] for r in rows), default=0):
+                db.execute("DELETE FROM sqlite_sequence WHERE name = ?", (_ORIGINAL,))
+                db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)", (_ORIGINAL, sequence))
+            if cursors:
+                db.executemany("INSERT OR REPLACE INTO cursors (name, row_id) VALUES (?, ?)", list(cursors.items()))
+        self._count, self._last_ts, self._last_ts_known = None, None, False
+        return len(rows)
+
     def idempotent_response(self, key: str, *, newer_than: float | None = None) -> bytes | None:
         """The stored answer for ``key``; None when unknown (or created before ``newer_than``)."""
         row = self._conn().execute("SELECT response, created_at FROM idempotency WHERE key = ?", (key,)).fetchone()
