@@ -31,6 +31,9 @@ from nekomem.runtime.registry import CharacterBusy
 from nekomem.stores.layout import CharacterPaths
 
 
+_REMOVE_ATTEMPTS = 3
+
+
 def routes() -> list[BaseRoute]:
     from nekomem.http.snapshot import export_character
 
@@ -43,9 +46,19 @@ def routes() -> list[BaseRoute]:
 
 
 def _remove_folder(folder: Path) -> int:
-    """Remove ``folder`` and everything in it; returns the files removed."""
+    """Remove ``folder`` and everything in it; returns the files removed. A reader outside
+    the actors (the memory browser's journal page opens the database itself) may create a
+    file meanwhile: the removal is tried again, a few times, before the error is raised."""
     count = sum(1 for p in folder.rglob("*") if not p.is_dir())
-    shutil.rmtree(folder)
+    for attempt in range(_REMOVE_ATTEMPTS):
+        try:
+            shutil.rmtree(folder)
+            return count
+        except FileNotFoundError:
+            return count
+        except OSError:
+            if attempt == _REMOVE_ATTEMPTS - 1:
+                raise
     return count
 
 
