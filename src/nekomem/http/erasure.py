@@ -30,7 +30,6 @@ from nekomem.http.readonly import character_exists
 from nekomem.runtime.registry import CharacterBusy
 from nekomem.stores.layout import CharacterPaths
 
-
 _REMOVE_ATTEMPTS = 3
 
 
