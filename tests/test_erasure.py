@@ -49,6 +49,15 @@ def test_each_erasure_leaves_no_byte_of_the_text(tmp_path, fake_llm):
             }
         },
     )
+    # A contradiction queued against the persona quotes the reflection's text (its proposal).
+    (root / "Lan").mkdir(parents=True)
+    correction = {
+        "old_text": "Master keeps keys in a drawer",
+        "new_text": "Master hides things under REFLX7K2 stones",
+        "entity": "master",
+        "created_at": "2026-01-01T00:00:00+00:00",
+    }
+    (root / "Lan" / "persona_corrections.json").write_text(json.dumps([correction]), encoding="utf-8")
     settings = make_settings(root, llm_base_url=fake_llm.base_url, llm_model="fake", outbox_retry_delay_seconds=0.05)
     with LiveServer(settings) as srv:
         # -- facts and a reflection learned from them ------------------------------------
@@ -94,7 +103,8 @@ def test_each_erasure_leaves_no_byte_of_the_text(tmp_path, fake_llm):
         before = {n: holders(root, n) for n in ("FACTZ9Q1", "REFLX7K2", "PERSQ4W8", "TURNV3M5", "RANGEP6T0")}
         # Each text has copies beyond its own view before the erasure (the test can fail).
         assert "Lan/events.ndjson" in before["FACTZ9Q1"] and "Lan/facts.json" in before["FACTZ9Q1"], before
-        assert "Lan/events.ndjson" in before["REFLX7K2"] and "Lan/events.ndjson" in before["PERSQ4W8"], before
+        assert {"Lan/events.ndjson", "Lan/persona_corrections.json"} <= set(before["REFLX7K2"]), before
+        assert "Lan/events.ndjson" in before["PERSQ4W8"], before
         assert {"Lan/time_indexed.db", "Lan/outbox.ndjson", "Lan/recent.json"} <= set(before["TURNV3M5"]) | {"Lan/time_indexed.db"}, before
         assert "Lan/outbox.ndjson" in before["TURNV3M5"] and "Lan/recent_edits.ndjson" in before["TURNV3M5"], before
 

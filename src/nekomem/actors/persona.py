@@ -399,5 +399,5 @@ class PersonaActor(PersonaState):
         if found is None:
             raise ActorFailure("not_found", f"no persona entry {msg.id}", 404)
         self.record("persona.entry_deleted", {"id": msg.id})
-        self.forget_corrections_of(found[1].text)
+        self.forget_corrections_of([found[1].text])
         self.erase([msg.id], [found[1].text], self.ctx.paths.persona_archive_dir, msg.reply, {"deleted": msg.id})
