@@ -191,3 +191,24 @@ def test_forgetting_a_reviewed_turn_cuts_it_from_the_review_state(tmp_path, fake
         assert srv.delete(f"/api/characters/Lan/turns/{row['id']}").status_code == 200
         assert holders(root, "REVW2N6") == []
         assert [i["text"] for i in srv.get("/api/characters/Lan/recent").json()["items"]] == ["hello there", "hi!"]
+
+
+def test_a_forgotten_turn_leaves_the_waiting_extraction_batch(tmp_path, fake_llm):
+    from datetime import datetime, timezone
+
+    from nekomem.runtime.clock import ManualClock
+    from tests.support.fake_llm import prompt_text
+
+    clock = ManualClock(datetime(2026, 4, 1, 9, tzinfo=timezone.utc))
+    settings = make_settings(tmp_path / "memory", llm_base_url=fake_llm.base_url, llm_model="fake")
+    with LiveServer(settings, clock=clock) as srv:
+        history = [turn("I planted tulips today"), turn("my alarm code is QUEUEX1"), turn("lovely", role="assistant")]
+        assert srv.post("/cache/Lan", json={"input_history": history}).status_code == 200
+        quiesce(srv.runtime, "Lan")  # the record waits in the fact actor's batch (idle rule, manual clock)
+        assert not fake_llm.calls("extract_facts")
+        row = row_of(srv, "Lan", "QUEUEX1")
+        assert srv.delete(f"/api/characters/Lan/turns/{row['id']}").status_code == 200
+        clock.advance(seconds=120)
+        calls = wait_for(lambda: fake_llm.calls("extract_facts"), what="the batch extraction")
+        prompts = "\n".join(prompt_text(c["body"]) for c in calls)
+        assert "tulips" in prompts and "QUEUEX1" not in prompts

@@ -3,8 +3,8 @@
 A forgotten turn leaves time_indexed.db (rows deleted with ``secure_delete``, the WAL
 checkpointed and truncated), the window (recent.json, written durably and without its
 swap file), the review state (a fingerprint keeps the turn's hash, not its first
-characters), the edit history (recent_edits.ndjson) and the outbox's pending post-turn
-records (told with :class:`ScrubTexts`). What was *learned* from the turn before it was
+characters), the edit history (recent_edits.ndjson), the fact actor's extraction queue and
+the outbox's post-turn records (told with :class:`ScrubTexts`). What was *learned* from the turn before it was
 forgotten (the summary memo, facts, reflections) stays: those are memories of their own
 with their own ``forget`` (README, "Forgetting").
 """
@@ -54,7 +54,9 @@ def forget_turns(actor: RecentState, msg: ForgetTurns) -> None:
     scrub_ndjson_file(actor.ctx.paths.folder / EDITS_FILE, texts)
     actor.log.info("forgot %d stored turns", len(rows))
     answer = {"forgotten": len(rows), "rows": [r.id for r in rows]}
-    actor.ctx.send("outbox", ScrubTexts(texts=texts, reply_value=answer, reply=msg.reply))
+    # Through the fact actor (its extraction queue holds turns), which passes it on to the
+    # outbox; the outbox answers.
+    actor.ctx.send("facts", ScrubTexts(texts=texts, reply_value=answer, reply=msg.reply))
 
 
 def _key(turn: Turn) -> tuple[str, str, str]:
