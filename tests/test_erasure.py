@@ -72,6 +72,7 @@ def test_each_erasure_leaves_no_byte_of_the_text(tmp_path, fake_llm):
         reflected = srv.post("/reflect/Lan").json()
         assert reflected["reflection"] is not None, reflected
         rid = reflected["reflection"]["id"]
+        assert srv.post("/record_surfaced/Lan", json={"reflection_ids": [rid]}).json()["recorded"] == 1
         # -- a persona entry -------------------------------------------------------------
         card = srv.post("/api/characters/Lan/card", json={"entries": [{"entity": "neko", "text": "Lan hums PERSQ4W8 songs"}]}).json()
         pid = card["added"][0]
@@ -103,7 +104,7 @@ def test_each_erasure_leaves_no_byte_of_the_text(tmp_path, fake_llm):
         before = {n: holders(root, n) for n in ("FACTZ9Q1", "REFLX7K2", "PERSQ4W8", "TURNV3M5", "RANGEP6T0")}
         # Each text has copies beyond its own view before the erasure (the test can fail).
         assert "Lan/events.ndjson" in before["FACTZ9Q1"] and "Lan/facts.json" in before["FACTZ9Q1"], before
-        assert {"Lan/events.ndjson", "Lan/persona_corrections.json"} <= set(before["REFLX7K2"]), before
+        assert {"Lan/events.ndjson", "Lan/persona_corrections.json", "Lan/surfaced.json"} <= set(before["REFLX7K2"]), before
         assert "Lan/events.ndjson" in before["PERSQ4W8"], before
         assert {"Lan/time_indexed.db", "Lan/outbox.ndjson", "Lan/recent.json"} <= set(before["TURNV3M5"]) | {"Lan/time_indexed.db"}, before
         assert "Lan/outbox.ndjson" in before["TURNV3M5"] and "Lan/recent_edits.ndjson" in before["TURNV3M5"], before
