@@ -136,7 +136,7 @@ def test_backup_and_export_while_writes_go_on_restore_the_same_answers(tmp_path)
     assert document["format"] == "nekomem-export" and {c["name"] for c in document["characters"]} == {"Lan", "Mika"}
 
 
-def test_delete_command_through_the_server(tmp_path, monkeypatch):
+def test_delete_command(tmp_path):
     root = tmp_path / "memory"
     with LiveServer(make_settings(root)) as srv:
         seed(srv)
@@ -154,4 +154,12 @@ def test_delete_command_through_the_server(tmp_path, monkeypatch):
         status, said = run_cli("delete", "Lan", "--url", srv.url, "--yes")
         assert status == 0, said
         assert not (root / "Lan").exists()
-    assert not Path(root / "Lan").exists()
+        srv.post("/cache/Mika", json={"input_history": [{"role": "user", "content": "hello"}]})
+        # One memory needs the server; with it stopped, a whole character can still go.
+        status, said = run_cli("delete", "Mika", "--memory-root", str(root), "--offline", "--yes")
+        assert status == 2 and "server" in said and (root / "Mika").exists()
+    status, said = run_cli("delete", "Mika", "--fact", "fact_x", "--memory-root", str(root), "--url", "http://127.0.0.1:9", "--yes")
+    assert status == 2 and "running server" in said
+    status, said = run_cli("delete", "Mika", "--memory-root", str(root), "--url", "http://127.0.0.1:9", "--yes")
+    assert status == 0, said
+    assert not (root / "Mika").exists()

@@ -133,8 +133,9 @@ def test_each_erasure_leaves_no_byte_of_the_text(tmp_path, fake_llm):
         assert texts == ["good morning", "noted", "see you later"]
         assert srv.get("/api/characters/Lan/facts").json()["total"] == 5
         # Bad addresses are refused with the error shape.
-        bad = srv.delete("/api/characters/Lan/turns/abc")
-        assert bad.status_code == 400 and bad.json()["error_code"] == "bad_row_id"
+        for bad_id in ("abc", "0", str(2**64)):
+            bad = srv.delete(f"/api/characters/Lan/turns/{bad_id}")
+            assert bad.status_code == 400 and bad.json()["error_code"] == "bad_row_id", bad_id
         assert srv.delete("/api/characters/Lan/turns").json()["error_code"] == "bad_query"
         assert srv.delete(f"/api/characters/Lan/turns/{row['id']}").status_code == 404
         half = srv.delete("/api/characters/Lan/turns", params={"from": "2026-02-01T00:00:00Z"})

@@ -31,6 +31,7 @@ from nekomem.runtime.registry import CharacterBusy
 from nekomem.stores.layout import CharacterPaths
 
 _REMOVE_ATTEMPTS = 3
+_MAX_ROW_ID = 2**63 - 1  # SQLite's largest integer
 
 
 def routes() -> list[BaseRoute]:
@@ -90,7 +91,7 @@ def _row_ids(request: Request) -> list[int]:
         ids = [int(part) for part in str(raw).split(",") if part.strip()]
     except ValueError:
         raise ApiError(400, "bad_row_id", "a stored turn is addressed by its integer row id") from None
-    if not ids or any(i < 1 for i in ids):
+    if not ids or any(not 1 <= i <= _MAX_ROW_ID for i in ids):
         raise ApiError(400, "bad_row_id", "a stored turn is addressed by its integer row id")
     return ids
 
