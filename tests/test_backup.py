@@ -9,7 +9,6 @@ import io
 import json
 import threading
 from datetime import datetime, timezone
-from pathlib import Path
 
 from nekomem import cli
 from nekomem.runtime.clock import ManualClock
