@@ -162,3 +162,19 @@ def test_delete_command(tmp_path):
     status, said = run_cli("delete", "Mika", "--memory-root", str(root), "--url", "http://127.0.0.1:9", "--yes")
     assert status == 0, said
     assert not (root / "Mika").exists()
+
+
+def test_backup_through_a_server_with_a_token(tmp_path, monkeypatch):
+    monkeypatch.delenv("NEKOMEM_API_TOKEN", raising=False)
+    with LiveServer(make_settings(tmp_path / "memory", api_token="s3cret-token")) as srv:
+        headers = {"Authorization": "Bearer s3cret-token"}
+        srv.post("/cache/Lan", json={"input_history": [{"role": "user", "content": "hi"}]}, headers=headers)
+        status, said = run_cli("backup", str(tmp_path / "no-token"), "--url", srv.url)
+        assert status == 2 and "401" in said, said
+        assert not (tmp_path / "no-token").exists()  # refused before anything was written
+        status, said = run_cli("backup", str(tmp_path / "with-token"), "--url", srv.url, "--token", "s3cret-token")
+        assert status == 0, said
+        monkeypatch.setenv("NEKOMEM_API_TOKEN", "s3cret-token")
+        status, said = run_cli("export", str(tmp_path / "all.json"), "--url", srv.url)
+        assert status == 0, said
+    assert (tmp_path / "with-token" / "Lan" / "time_indexed.db").is_file()

@@ -200,12 +200,15 @@ def _names(available: list[str], wanted: list[str] | None) -> list[str]:
 
 
 def _documents(server: _Server | None, root: Path, wanted: list[str] | None) -> Iterator[dict[str, Any]]:
-    """Each character's document, one at a time (each under its own hold)."""
-    if server is not None:
-        listed = [c["name"] for c in server.call("GET", "/api/characters")["characters"]]
-        for name in _names(listed, wanted):
-            yield server.call("GET", f"/api/characters/{name}/export")
-        return
+    """Each character's document, one at a time (each under its own hold). The server is
+    asked for its list before this returns, so a refusal comes before anything is written."""
+    if server is None:
+        return _folder_documents(root, wanted)
+    listed = [c["name"] for c in server.call("GET", "/api/characters")["characters"]]
+    return (server.call("GET", f"/api/characters/{name}/export") for name in _names(listed, wanted))
+
+
+def _folder_documents(root: Path, wanted: list[str] | None) -> Iterator[dict[str, Any]]:
     with _quiet_root(root, "backup"):
         for name in _names(list_characters(root), wanted):
             yield read_character(root / name)
