@@ -10,6 +10,8 @@ import json
 import threading
 from datetime import datetime, timezone
 
+import pytest
+
 from nekomem import cli
 from nekomem.runtime.clock import ManualClock
 from tests.support.live import LiveServer, make_settings
@@ -178,3 +180,23 @@ def test_backup_through_a_server_with_a_token(tmp_path, monkeypatch):
         status, said = run_cli("export", str(tmp_path / "all.json"), "--url", srv.url)
         assert status == 0, said
     assert (tmp_path / "with-token" / "Lan" / "time_indexed.db").is_file()
+
+
+@pytest.mark.parametrize(
+    "character",
+    [
+        {"name": "..", "files": {}, "logs": {}, "journal": {"rows": []}},
+        {"name": "Lan", "files": {"../evil.json": {}}, "logs": {}, "journal": {"rows": []}},
+        {"name": "Lan", "files": {"sub/evil.json": {}}, "logs": {}, "journal": {"rows": []}},
+        {"name": "Lan", "files": {}, "logs": {"evil.sh": []}, "journal": {"rows": []}},
+        {"name": "Lan", "files": {}, "logs": {}, "journal": {"rows": [{"id": "one"}]}},
+    ],
+)
+def test_import_refuses_a_document_that_writes_outside_its_folder(tmp_path, character):
+    character = {"format": "nekomem-character", "version": 1, **character}
+    source = tmp_path / "crafted.json"
+    source.write_text(json.dumps({"format": "nekomem-export", "version": 1, "characters": [character]}), encoding="utf-8")
+    status, said = run_cli("import", str(source), "--memory-root", str(tmp_path / "memory"))
+    assert status == 2, said
+    assert not (tmp_path / "evil.json").exists() and not (tmp_path / "memory" / "sub").exists()
+    assert not (tmp_path / "memory" / "Lan").exists()  # checked whole before anything is written

@@ -167,7 +167,8 @@ def _delete(args: argparse.Namespace, server: _Server | None, root: Path, out: T
             raise CommandError("forgetting one memory needs the running server (its actors hold copies in memory)", 2)
         if turns:
             params = {"ids": args.turn} if args.turn else {"from": args.start or "", "to": args.end or ""}
-            _confirm(args, f"forget the stored turns {params} of {name}")
+            what = f"rows {args.turn}" if args.turn else f"from {args.start or '?'} to {args.end or '?'}"
+            _confirm(args, f"forget the stored turns of {name} ({what}) with every copy of them")
             answer = server.call("DELETE", f"/api/characters/{name}/turns", params=params)
             print(f"forgot {answer['forgotten']} stored turns of {name}", file=out)
             return 0

@@ -154,39 +154,43 @@ def check_document(doc: object) -> dict[str, Any]:
 
 def write_character(root: Path, doc: dict[str, Any], *, name: str | None = None, replace: bool = False) -> Path:
     """Make the folder of the character ``doc`` describes under ``root`` (as ``name`` when
-    given) and return it. Refuses (SnapshotError) a bad document or an existing folder
-    unless ``replace``. Raises OSError and sqlite3.Error on write failures; a failed write
-    leaves a partial folder, which a second run with ``replace`` rewrites."""
+    given) and return it. The whole document is checked first: a bad one (SnapshotError)
+    or an existing folder without ``replace`` writes nothing. Raises OSError and
+    sqlite3.Error on write failures; a failed write leaves a partial folder, which a second
+    run with ``replace`` rewrites."""
     check_document(doc)
     target_name = validate_name(name or str(doc.get("name", "")))
-    folder = Path(root) / target_name
-    if folder.exists():
-        if not replace:
-            raise SnapshotError(f"{target_name}: the character already exists in the target (use --replace)")
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
-    for rel, value in doc["files"].items():
-        atomic_write_json(folder / _safe_rel(rel), value)
+    files = {_safe_rel(rel): value for rel, value in doc["files"].items()}
+    logs: dict[str, bytes] = {}
     for rel, lines in doc["logs"].items():
         if not isinstance(lines, list):
-            raise SnapshotError(f"the document's log {rel!r} is not a list")
-        atomic_write_bytes(folder / _safe_rel(rel), b"".join(msgspec.json.encode(v) + b"\n" for v in lines))
+            raise SnapshotError(f"the document's log {str(rel)[:80]!r} is not a list")
+        logs[_safe_rel(rel)] = b"".join(msgspec.json.encode(v) + b"\n" for v in lines)
     journal = doc["journal"]
     rows = journal.get("rows", [])
     cursors = journal.get("cursors", {})
-    if not isinstance(rows, list) or not isinstance(cursors, dict):
-        raise SnapshotError("the document's journal needs 'rows' (a list) and 'cursors' (an object)")
+    sequence = journal.get("sequence", 0)
+    if not isinstance(rows, list) or not isinstance(cursors, dict) or not isinstance(sequence, int):
+        raise SnapshotError("the document's journal needs 'rows' (a list), 'cursors' (an object) and an integer 'sequence'")
     encoded: list[tuple[int, str | None, str, str | None]] = []
     for index, row in enumerate(rows):
         if not isinstance(row, dict) or not isinstance(row.get("id"), int):
             raise SnapshotError(f"journal row {index} has no integer id")
         message = row.get("message")
         text = message if isinstance(message, str) else msgspec.json.encode(message).decode("utf-8")
-        encoded.append((row["id"], row.get("session_id"), text, row.get("timestamp")))
+        session, stamp = row.get("session_id"), row.get("timestamp")
+        encoded.append((row["id"], session if isinstance(session, str) else None, text, stamp if isinstance(stamp, str) else None))
+    folder = Path(root) / target_name
+    if folder.exists():
+        if not replace:
+            raise SnapshotError(f"{target_name}: the character already exists in the target (use --replace)")
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    for rel, value in files.items():
+        atomic_write_json(folder / rel, value)
+    for rel, data in logs.items():
+        atomic_write_bytes(folder / rel, data)
     with TimeIndex(folder / TIME_INDEX_FILE) as db:
-        sequence = journal.get("sequence", 0)
-        db.restore_rows(
-            encoded, {str(k): v for k, v in cursors.items() if isinstance(v, int)}, sequence if isinstance(sequence, int) else 0
-        )
+        db.restore_rows(encoded, {str(k): v for k, v in cursors.items() if isinstance(v, int)}, sequence)
     fsync_dir(folder)
     return folder
