@@ -50,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--url", help="the running server (default $NEKOMEM_URL, else the serve settings' host and port)")
     mcp.add_argument("--config", help="TOML settings file (env NEKOMEM_CONFIG), for the default URL")
     cli_status.add_parser(sub)
+    from nekomem import cli_data
+
+    cli_data.add_parsers(sub)
     return parser
 
 
@@ -84,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"nekomem: {exc}", file=sys.stderr)
         return 2
+    from nekomem import cli_data
+
+    if args.command in cli_data.COMMANDS:
+        return cli_data.run(args, settings, server_url(settings))
     import os
 
     if args.command == "status":

@@ -22,6 +22,7 @@ from nekomem.actors.messages import (
     ModelDone,
     ReclaimParked,
     RequestIndex,
+    ScrubTexts,
     VectorsComputed,
 )
 from nekomem.actors.scoped_facts import ScopedFactsMixin
@@ -112,6 +113,15 @@ class FactState(ScopedFactsMixin, JournaledActor):
             if is_private(fact):
                 self.dedup.add(fact)
         self.send_index()
+
+    @handles(ScrubTexts)
+    def on_ScrubTexts(self, msg: ScrubTexts) -> None:
+        """A turn erasure: its text leaves the extraction batch waiting here (a batch
+        already with the model cannot be called back), then the outbox scrubs its copies
+        and answers."""
+        if self.queue.drop_texts(msg.texts):
+            self.log.info("erasure: forgotten turns left the extraction queue")
+        self.ctx.send("outbox", msg)
 
     @handles(RequestIndex)
     def on_RequestIndex(self, msg: RequestIndex) -> None:

@@ -334,10 +334,11 @@ class FactActor(FactState):
     def on_DeleteEntry(self, msg: DeleteEntry) -> None:
         if msg.id not in self.facts and msg.id not in self.archive:
             raise ActorFailure("not_found", f"no fact {msg.id}", 404)
+        fact = self.facts.get(msg.id) or self.archive[msg.id]
         self.record("fact.deleted", {"id": msg.id})
         self.dedup.remove(msg.id)
         self.ctx.send("recall", IndexRemove(ids=[msg.id]))
-        msg.reply.ok({"deleted": msg.id})
+        self.erase([msg.id], [fact.text], None, msg.reply, {"deleted": msg.id})
 
 
 def _with_turn_span(facts: list[Fact], turns: list[Turn]) -> list[Fact]:

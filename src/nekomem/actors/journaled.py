@@ -20,9 +20,11 @@ from typing import Any, ClassVar
 
 from nekomem.actors.base import ChildActor
 from nekomem.actors.handlers import handles
-from nekomem.actors.messages import Flush, ModelDone, Tick
+from nekomem.actors.messages import Flush, ModelDone, ScrubTexts, Tick
 from nekomem.runtime.clock import iso
+from nekomem.runtime.reply import Reply
 from nekomem.stores.atomic import read_json
+from nekomem.stores.erasure import drop_from_shards
 from nekomem.stores.journal import Event
 
 
@@ -168,6 +170,24 @@ class JournaledActor(ChildActor):
         self._dirty += len(events) - 1
         self._note(events[-1])
         return events
+
+    def erase(self, ids: list[str], texts: list[str], archive_dir: Path | None, reply: Reply | None, answer: object) -> None:
+        """Complete a forget whose tombstone is journaled: the views without ``ids`` go to
+        disk now, then the journal drops every event about them (and every event holding
+        one of ``texts``), the archive shards in ``archive_dir`` drop them, and the persona's
+        contradiction queue and the outbox drop the texts, and the outbox answers ``reply``
+        with ``answer``. In that order, so a crash
+        at any step leaves the erasure applied (never a journal that would bring an erased
+        entry back). Raises OSError."""
+        self._dirty = max(getattr(self, "_dirty", 0), 1)
+        self.flush()
+        dropped = self.ctx.journal.purge(self.owner, ids, texts)
+        shards = drop_from_shards(archive_dir, ids) if archive_dir is not None else 0
+        self.log.info("erased %d entries: %d journal events and %d archived copies dropped", len(ids), dropped, shards)
+        # The persona's contradiction queue may quote the text (a reflection's proposal):
+        # the persona actor scrubs it, then passes the message on to the outbox.
+        target = "outbox" if self.owner == "persona" else "persona"
+        self.ctx.send(target, ScrubTexts(texts=texts, reply_value=answer, reply=reply))
 
     def _note(self, event: Event) -> None:
         self._dirty += 1

@@ -105,6 +105,24 @@ class EditRecent(Message):
     text: str | None
 
 
+class ForgetTurns(Message):
+    """Erase journal rows (``row_ids``, or every row stamped within [``start``, ``end``])
+    and every copy of their text; answered with ``{"forgotten": n, "rows": [ids]}``."""
+
+    row_ids: list[int] = []
+    start: str | None = None
+    end: str | None = None
+
+
+class ScrubTexts(Message):
+    """To the outbox: remove every copy of these erased texts from its file and memory,
+    then answer ``reply`` with ``reply_value`` (the erasure's answer: it is complete only
+    once the outbox is scrubbed)."""
+
+    texts: list[str]
+    reply_value: object = None
+
+
 # -- outbox ------------------------------------------------------------------------------
 class Enqueue(Message):
     """Record background work durably, then answer ``reply`` with ``reply_value``."""

@@ -42,11 +42,13 @@ from nekomem.actors.messages import (
     OutboxState,
     ReclaimParked,
     RunOp,
+    ScrubTexts,
     Tick,
 )
 from nekomem.domain.gates import backoff_delay
 from nekomem.domain.turns import Turn
 from nekomem.runtime.clock import iso
+from nekomem.stores.erasure import scrub_value
 from nekomem.stores.outbox import Outbox
 
 # op type -> the child actor that handles it
@@ -253,6 +255,24 @@ class OutboxActor(ChildActor):
     def flush(self) -> None:
         """The group fsync now (on Flush and at stop)."""
         self._sync()
+
+    @handles(ScrubTexts)
+    def on_ScrubTexts(self, msg: ScrubTexts) -> None:
+        """An erasure: the erased texts go from the file (held lines are written first, so
+        none escapes) and from the records kept in memory."""
+        self._sync()
+        changed = self.outbox.scrub(msg.texts)
+        gone = {t.strip() for t in msg.texts}
+        for op_id, (op_type, payload, attempts) in list(self.pending.items()):
+            scrubbed, hit = scrub_value(payload, msg.texts)
+            if hit:
+                self.pending[op_id] = (op_type, scrubbed if isinstance(scrubbed, dict) else {}, attempts)
+        for op_id, turns in list(self.fresh_turns.items()):
+            self.fresh_turns[op_id] = [t for t in turns if t.text.strip() not in gone]
+        if changed:
+            self.log.info("erasure: %d outbox records scrubbed", changed)
+        if msg.reply is not None:
+            msg.reply.ok(msg.reply_value)
 
     @handles(OutboxState)
     def on_OutboxState(self, msg: OutboxState) -> None:

@@ -417,7 +417,9 @@ class PersonaActor(PersonaState):
 
     @handles(DeleteEntry)
     def on_DeleteEntry(self, msg: DeleteEntry) -> None:
-        if self.find(msg.id) is None:
+        found = self.find(msg.id)
+        if found is None:
             raise ActorFailure("not_found", f"no persona entry {msg.id}", 404)
         self.record("persona.entry_deleted", {"id": msg.id})
-        msg.reply.ok({"deleted": msg.id})
+        self.forget_corrections_of([found[1].text])
+        self.erase([msg.id], [found[1].text], self.ctx.paths.persona_archive_dir, msg.reply, {"deleted": msg.id})

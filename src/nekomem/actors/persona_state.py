@@ -10,8 +10,9 @@ from typing import Any
 
 import msgspec
 
+from nekomem.actors.handlers import handles
 from nekomem.actors.journaled import JournaledActor
-from nekomem.actors.messages import CorrectionResolved, ModelDone
+from nekomem.actors.messages import CorrectionResolved, ModelDone, ScrubTexts
 from nekomem.domain import persona as pl
 from nekomem.domain import prompts_longterm as prompts
 from nekomem.domain.gates import task_gate
@@ -124,6 +125,26 @@ class PersonaState(JournaledActor):
         for entity in new:
             self.persona.setdefault(entity, [])
         return changed
+
+    def forget_corrections_of(self, texts: list[str]) -> bool:
+        """An erasure: queued corrections that hold one of ``texts`` go too (journaled);
+        True when some went."""
+        from nekomem.stores.erasure import mentions
+
+        kept = [c for c in self.corrections if not mentions(msgspec.to_builtins(c), texts)]
+        if len(kept) == len(self.corrections):
+            return False
+        self.record("correction.queued", {"corrections": msgspec.to_builtins(kept)})
+        return True
+
+    @handles(ScrubTexts)
+    def on_ScrubTexts(self, msg: ScrubTexts) -> None:
+        """Another layer's erasure: queued corrections quoting its text go (and their
+        journal events), then the outbox scrubs its copies and answers."""
+        if self.forget_corrections_of(msg.texts):
+            self.erase([], msg.texts, None, msg.reply, msg.reply_value)
+        else:
+            self.ctx.send("outbox", msg)
 
     def find(self, entry_id: str) -> tuple[str, PersonaEntry] | None:
         return pl.find_entry(self.persona, entry_id)

@@ -29,6 +29,7 @@ from nekomem.actors.messages import (
     CompressDone,
     EditRecent,
     Flush,
+    ForgetTurns,
     GetRecent,
     OutboxAck,
     OutboxAcks,
@@ -387,6 +388,12 @@ class RecentActor(RecentTheater):
         self._save_window()
         self._save_meta()  # journal_row with it: the edit must not be undone at load
         msg.reply.ok(RecentView(window=list(self.window), last_timestamp=self.tindex.last_timestamp(), stored_total=self.tindex.count()))
+
+    @handles(ForgetTurns)
+    def on_ForgetTurns(self, msg: ForgetTurns) -> None:
+        from nekomem.actors.recent_erase import forget_turns
+
+        forget_turns(self, msg)
 
     # -- periodic --------------------------------------------------------------------
     def due_at(self) -> float | None:

@@ -359,6 +359,9 @@ class ReflectionActor(ReflectionUpkeep):
     def on_DeleteEntry(self, msg: DeleteEntry) -> None:
         if msg.id not in self.refs:
             raise ActorFailure("not_found", f"no reflection {msg.id}", 404)
+        text = self.refs[msg.id].text
         self.record("reflection.deleted", {"id": msg.id})
+        # Its surfacing records carry its text: they go with it (written by erase's flush).
+        self.surfaced = [e for e in self.surfaced if e.reflection_id != msg.id]
         self.ctx.send("recall", IndexRemove(ids=[msg.id]))
-        msg.reply.ok({"deleted": msg.id})
+        self.erase([msg.id], [text], self.ctx.paths.reflection_archive_dir, msg.reply, {"deleted": msg.id})

@@ -71,6 +71,13 @@ class ServerSettings(Section):
         ),
     ] = 32
     batch_max_messages: Annotated[int, doc("Most messages accepted in one write request.", ge=1)] = 10_000
+    character_hold_timeout_seconds: Annotated[
+        float,
+        doc(
+            "How long DELETE /api/characters/{name} and GET /api/characters/{name}/export wait for a busy character to go idle before they answer 409.",
+            gt=0,
+        ),
+    ] = 60.0
     core_config_path: Annotated[
         str,
         doc(

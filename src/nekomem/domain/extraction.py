@@ -111,6 +111,19 @@ class ExtractionQueue:
         self.burst_tail = trigger == "count"
         return batch
 
+    def drop_texts(self, texts: list[str]) -> int:
+        """An erasure: the waiting turns whose text is one of ``texts`` leave the queue
+        (their records stay, with the other turns); returns how many went."""
+        gone = {t.strip() for t in texts}
+        dropped = 0
+        kept: list[Op] = []
+        for op_id, turns in self.ops:
+            left = [t for t in turns if t.text.strip() not in gone]
+            dropped += len(turns) - len(left)
+            kept.append((op_id, left))
+        self.ops = kept
+        return dropped
+
     def put_back(self, batch: list[Op], trigger: str = "") -> None:
         """Return a batch that could not be submitted or failed, ahead of the newer
         records; a burst tail (or a count batch's leftovers) stays one."""

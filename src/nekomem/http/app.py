@@ -70,6 +70,7 @@ class LimitedModeMiddleware:
 def routes() -> list[BaseRoute]:
     from nekomem.http import (
         browse,
+        erasure,
         external_import,
         importing,
         lifecycle,
@@ -127,6 +128,7 @@ def routes() -> list[BaseRoute]:
         *theater.routes(),
         Route("/api/characters", lt.list_all_characters, methods=["GET"]),
         Route("/api/import/neko", importing.import_neko, methods=["POST"]),
+        *erasure.routes(),
         Route("/api/characters/{name:str}/card", lt.import_card, methods=["POST"]),
         Route("/api/characters/{name:str}/facts", lt.import_facts, methods=["POST"]),
         Route("/api/characters/{name:str}/reflections/{reflection_id:str}/feedback", lt.feedback, methods=["POST"]),

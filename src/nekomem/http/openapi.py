@@ -171,6 +171,19 @@ OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] =
     ("/api/memory/review_config", "get", [], None, s.EnabledAnswer, "The recent-memory review switch"),
     ("/api/memory/review_config", "post", [], s.ReviewConfigBody, s.ToggleAnswer, "Set the recent-memory review switch"),
 ]
+# Erasure and backup (http/erasure.py, http/snapshot.py).
+ROW = {"name": "row_id", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1}}
+TURNS = [
+    {"name": "ids", "in": "query", "required": False, "schema": {"type": "string"}, "description": "row ids, comma-separated"},
+    {"name": "from", "in": "query", "required": False, "schema": {"type": "string", "format": "date-time"}},
+    {"name": "to", "in": "query", "required": False, "schema": {"type": "string", "format": "date-time"}},
+]
+OPERATIONS += [
+    ("/api/characters/{name}", "delete", [NAME], None, dict[str, Any], "Delete a character: stop it and remove its folder"),
+    ("/api/characters/{name}/turns", "delete", [NAME, *TURNS], None, dict[str, Any], "Forget stored turns (ids or a time range)"),
+    ("/api/characters/{name}/turns/{row_id}", "delete", [NAME, ROW], None, dict[str, Any], "Forget one stored turn"),
+    ("/api/characters/{name}/export", "get", [NAME], None, dict[str, Any], "The character as a nekomem-character document"),
+]
 ERRORS = ("400", "401", "403", "404", "409", "413", "415", "422", "503", "507")
 
 

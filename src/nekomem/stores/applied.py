@@ -10,12 +10,13 @@ it is applied by every owner), kept for readers of the reference's format.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from nekomem.stores.atomic import atomic_write_json, read_json
+from nekomem.stores.erasure import mentions
 from nekomem.stores.journal import Event, EventJournal
 
 
@@ -133,3 +134,35 @@ class SharedJournal:
                 {"last_applied_event_id": None, "ts": self.compacted_at, "owners": {}, "compacted_at": self.compacted_at},
             )
             return before
+
+    def purge(self, owner: str, ids: Collection[str], texts: Collection[str]) -> int:
+        """Rewrite the journal without the events of ``owner`` that name one of ``ids``
+        (its tombstones, ``*.deleted``, which carry only the id, stay) and without any
+        event whose payload holds one of ``texts``; returns the events dropped.
+
+        Call once ``owner``'s views hold the erasure (flushed): the dropped events are then
+        not needed to rebuild them. Raises OSError."""
+        wanted = set(ids)
+        with self._lock:
+            events = self.journal.all_events()
+            kept = [e for e in events if not _about(e, self.owners.get(e.type) == owner, wanted, texts)]
+            if len(kept) == len(events):
+                return 0
+            self.journal.rewrite(kept)
+            return len(events) - len(kept)
+
+
+def _names_id(value: object, ids: set[str]) -> bool:
+    if isinstance(value, str):
+        return value in ids
+    if isinstance(value, dict):
+        return any(_names_id(v, ids) for v in value.values())
+    if isinstance(value, list):
+        return any(_names_id(v, ids) for v in value)
+    return False
+
+
+def _about(event: Event, own: bool, ids: set[str], texts: Collection[str]) -> bool:
+    if texts and mentions(event.payload, texts):
+        return True
+    return own and not event.type.endswith(".deleted") and _names_id(event.payload, ids)

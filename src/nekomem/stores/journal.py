@@ -7,7 +7,11 @@ never ``ts``. Handlers are idempotent, so every doubt (missing or corrupt sentin
 that is no longer in the file) resolves to "replay everything".
 
 Line shape: ``{"event_id": uuid4 hex, "type": str, "ts": ISO 8601, "payload": {...}}``.
-Payloads carry ids and hashes, never raw user text (the caller's duty).
+A payload carries the record it adds or changes (a fact, a reflection, a persona entry),
+text included: the journal is the write-ahead copy a view lost in a crash is rebuilt from,
+so an id alone would not do. An erasure therefore removes every event about the erased
+ids once the view without them is on disk (:meth:`EventJournal.rewrite`, driven by
+``stores.applied.SharedJournal.purge``); a tombstone (``*.deleted``) carries the id only.
 
 Not thread-safe: one owning actor per character.
 """
@@ -168,6 +172,14 @@ class EventJournal:
             len(events),
         )
         return len(kept)
+
+    def rewrite(self, events: Iterable[Event]) -> int:
+        """Atomically replace the journal with ``events`` (in the order given); the
+        sentinel is left alone (a mark naming a dropped event means a full replay, which
+        idempotent handlers tolerate). Returns the lines written. Raises OSError."""
+        lines = [_encoder.encode(e) for e in events]
+        self._log.rewrite(lines)
+        return len(lines)
 
     @property
     def line_count(self) -> int:

@@ -23,12 +23,13 @@ from __future__ import annotations
 import itertools
 import logging
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from nekomem.stores.erasure import scrub_value
 from nekomem.stores.jsonl import NdjsonLog, require_iso
 
 log = logging.getLogger(__name__)
@@ -278,6 +279,26 @@ class Outbox:
         self._log.rewrite(kept)
         log.info("%s compacted: %d of %d lines kept", self.path.name, len(kept), before)
         return len(kept)
+
+    def scrub(self, texts: Collection[str]) -> int:
+        """Rewrite the file (atomically) with every copy of the erased ``texts`` removed
+        from the payloads of its records, finished ones too (see
+        :func:`nekomem.stores.erasure.scrub_value`); returns the records changed. Raises
+        OSError."""
+        scan = self._scan()
+        lines: list[bytes] = []
+        changed = 0
+        for op_id, status, raw in scan.raw:
+            if status == "pending":
+                line = scan.pending[op_id]
+                payload, hit = scrub_value(line.payload, texts)
+                if hit:
+                    changed += 1
+                    raw = _encoder.encode(msgspec.structs.replace(line, payload=payload if isinstance(payload, dict) else {}))
+            lines.append(raw)
+        if changed:
+            self._log.rewrite(lines)
+        return changed
 
     @property
     def line_count(self) -> int:

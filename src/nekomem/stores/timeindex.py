@@ -23,7 +23,9 @@ carries naive local ``YYYY-MM-DD HH:MM:SS`` stamps, which do not sort with these
 never used in place: ``nekomem import-neko`` converts its rows into this form.)
 
 Durability: WAL journal with ``synchronous=FULL``, so a committed append survives a crash
-or power loss. The connection is opened lazily and used by one owning actor at a time
+or power loss. Erasure: ``secure_delete`` is on, so SQLite overwrites a deleted row's
+bytes and the pages it frees; :meth:`TimeIndex.delete_rows` then checkpoints the WAL with
+TRUNCATE, which empties the ``-wal`` file that still held the rows' frames. The connection is opened lazily and used by one owning actor at a time
 (``check_same_thread`` is off because that actor may be restarted on another thread).
 """
 
@@ -32,7 +34,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -62,6 +64,7 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS cursors (name TEXT PRIMARY KEY, row_id INTEGER)",
 )
 _INSERT_ROW = f"INSERT INTO {_ORIGINAL} (session_id, message, timestamp) VALUES (?, ?, ?)"
+_DELETE_CHUNK = 500  # ids bound per DELETE statement
 _ONE_STATEMENT_MAX_ROWS = 64  # 3 bound values per row, far below SQLite's variable limit
 _INSERT_SQL_BY_COUNT: dict[int, str] = {}
 
@@ -115,8 +118,9 @@ class TimeIndex(TimeIndexReader):
         self._clock = clock
         self.last_row_id = 0  # id of the last row the latest append wrote
         # COUNT(*) and MAX(timestamp), read once and then kept up to date by this writer's
-        # appends (only reconcile_theater deletes rows, and it resets them; an import
-        # writes while the character's actors, and so this object, are closed).
+        # appends (rows are never updated; an erasure forgets both, and so does
+        # reconcile_theater, which deletes rows; an import writes while the character's
+        # actors, and so this object, are closed).
         self._count: int | None = None
         self._last_ts: str | None = None
         self._last_ts_known = False
@@ -165,6 +169,8 @@ class TimeIndex(TimeIndexReader):
             if str(mode).lower() != "wal":
                 log.warning("%s: journal_mode is %s, not wal", self.path.name, mode)
             db.execute("PRAGMA synchronous=FULL")
+            # An erased turn must not stay readable in a free page or a freed cell.
+            db.execute("PRAGMA secure_delete=ON")
             db.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -369,6 +375,57 @@ class TimeIndex(TimeIndexReader):
         # Rows were deleted: the counters kept by appends are read again on next use.
         self._count, self._last_ts, self._last_ts_known = None, None, False
         return len(doomed), stored
+
+    def delete_rows(self, row_ids: Collection[int]) -> list[TimeIndexRow]:
+        """Erase the rows with these ids (unknown ids are skipped) so that no byte of them
+        stays in the files: deleted with ``secure_delete`` on, in one transaction, then the
+        WAL is checkpointed and truncated (:meth:`scrub_wal`). Returns the readable rows
+        that were erased, oldest first (their turns name what must go from the copies)."""
+        ids = sorted({int(i) for i in row_ids})
+        if not ids:
+            return []
+        erased: list[TimeIndexRow] = []
+        self._conn()
+        with self._transaction() as db:
+            for start in range(0, len(ids), _DELETE_CHUNK):
+                chunk = ids[start : start + _DELETE_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                erased += self._rows(f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} WHERE id IN ({marks}) ORDER BY id", chunk)
+                db.execute(f"DELETE FROM {_ORIGINAL} WHERE id IN ({marks})", chunk)
+        self._count, self._last_ts, self._last_ts_known = None, None, False
+        self.scrub_wal()
+        return erased
+
+    def row_ids_between(self, start_iso: str, end_iso: str) -> list[int]:
+        """Ids of the rows with ``start <= timestamp <= end`` (bounds as in
+        :meth:`rows_between`, ValueError when unparseable), unreadable rows included."""
+        start, end = to_utc_iso(start_iso), to_utc_iso(end_iso)
+        sql = f"SELECT id FROM {_ORIGINAL} WHERE timestamp BETWEEN ? AND ? ORDER BY id"
+        return [int(r[0]) for r in self._conn().execute(sql, (start, end))]
+
+    def scrub_wal(self) -> bool:
+        """Copy the WAL into the database and truncate it to zero bytes (readers are waited
+        for up to the busy timeout); True when it was emptied."""
+        busy, _frames, _done = self._conn().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if busy:
+            log.warning("%s: the WAL could not be emptied (a reader held it)", self.path.name)
+        return not busy
+
+    def restore_rows(self, rows: Sequence[tuple[int, str | None, str, str | None]], cursors: Mapping[str, int], sequence: int = 0) -> int:
+        """Store ``(id, session_id, message, timestamp)`` rows exactly as given, ids kept,
+        ``cursors``, and the last id ever given (``sequence``: a new row never takes the id
+        of an erased one), in one transaction (a restore into an empty database: rows and
+        cursors of the copy, so derived work resumes where the copy stood). Raises
+        sqlite3.IntegrityError (nothing written) when an id is already stored."""
+        with self._transaction() as db:
+            db.executemany(f"INSERT INTO {_ORIGINAL} (id, session_id, message, timestamp) VALUES (?, ?, ?, ?)", list(rows))
+            if sequence > max((r[0] for r in rows), default=0):
+                db.execute("DELETE FROM sqlite_sequence WHERE name = ?", (_ORIGINAL,))
+                db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)", (_ORIGINAL, sequence))
+            if cursors:
+                db.executemany("INSERT OR REPLACE INTO cursors (name, row_id) VALUES (?, ?)", list(cursors.items()))
+        self._count, self._last_ts, self._last_ts_known = None, None, False
+        return len(rows)
 
     def idempotent_response(self, key: str, *, newer_than: float | None = None) -> bytes | None:
         """The stored answer for ``key``; None when unknown (or created before ``newer_than``)."""

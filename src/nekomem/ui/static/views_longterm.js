@@ -2,6 +2,7 @@
 import { t } from "./i18n.js";
 import { api, h, qs, fmtTime, fmtNum, showError, status, entityLabel, field, select } from "./core.js";
 import { evidenceChart } from "./chart.js";
+import { forgetEntryButton } from "./views_erase.js";
 
 const enc = encodeURIComponent;
 const COLUMNS = ["pending", "confirmed", "promoted", "denied", "archived"];
@@ -23,7 +24,8 @@ function card(ctx, r, selected) {
     h("div", { class: "actions" },
       live ? h("button", { type: "button", "data-test": "confirm", onclick: () => feedback(ctx, r.id, "confirmed") }, t("confirm")) : null,
       live ? h("button", { type: "button", class: "danger", "data-test": "deny", onclick: () => feedback(ctx, r.id, "denied") }, t("deny")) : null,
-      r.status === "archived" ? null : h("button", { type: "button", "data-test": "show-evidence", disabled: selected, onclick: () => ctx.go("reflections", { sel: r.id }) }, t("evidence"))));
+      r.status === "archived" ? null : h("button", { type: "button", "data-test": "show-evidence", disabled: selected, onclick: () => ctx.go("reflections", { sel: r.id }) }, t("evidence")),
+      r.status === "archived" ? null : forgetEntryButton(ctx, "reflection", r.id, r.text)));
 }
 
 async function detail(ctx, id) {
@@ -118,7 +120,8 @@ export async function persona(box, ctx) {
         h("td", {}, e.source),
         h("td", {}, h("button", { type: "button", "data-test": "persona-edit", onclick: edit }, t("edit")), " ", e.protected ? null : e.suppress
           ? h("button", { type: "button", "data-test": "unsuppress", onclick: () => setSuppressed(ctx, e.id, false) }, t("unsuppress"))
-          : h("button", { type: "button", "data-test": "suppress", onclick: () => setSuppressed(ctx, e.id, true) }, t("suppress")))); })));
+          : h("button", { type: "button", "data-test": "suppress", onclick: () => setSuppressed(ctx, e.id, true) }, t("suppress")),
+          " ", forgetEntryButton(ctx, "persona", e.id, e.text))); })));
   }
   box.append(h("h3", {}, t("corrections"), ` (${corrections.total})`), h("p", { class: "muted" }, t("corrections_help")));
   box.append(h("table", { "data-test": "corrections" },

@@ -1,6 +1,7 @@
 // Views over the stored conversation and facts: Characters, Recent, Journal, Facts.
 import { t } from "./i18n.js";
 import { api, h, qs, fmtTime, localToIso, isoToLocal, pager, field, select, showError, status } from "./core.js";
+import { deleteCharacterButton, forgetEntryButton, forgetRangeButton, forgetTurnButton } from "./views_erase.js";
 
 const enc = encodeURIComponent;
 const PAGE = 50;
@@ -22,9 +23,10 @@ export async function characters(box, ctx) {
       h("td", { class: "num", "data-test": "fact-count" }, c.counts.facts), h("td", { class: "num" }, c.counts.facts_archived),
       h("td", {}, refl), h("td", { class: "num" }, c.counts.persona), h("td", { class: "num" }, c.counts.corrections),
       h("td", {}, fmtTime(c.last_conversation_at)),
-      h("td", { class: c.trouble.length ? "warn" : "ok" }, c.trouble.length ? c.trouble.join("; ") : t("no_trouble")));
+      h("td", { class: c.trouble.length ? "warn" : "ok" }, c.trouble.length ? c.trouble.join("; ") : t("no_trouble")),
+      h("td", {}, deleteCharacterButton(ctx, c)));
   });
-  box.append(h("table", { "data-test": "characters" }, h("tr", {}, head.map((k) => h("th", {}, t(k)))), rows));
+  box.append(h("table", { "data-test": "characters" }, h("tr", {}, [...head.map((k) => h("th", {}, t(k))), h("th", {})]), rows));
 }
 
 // -- Recent --------------------------------------------------------------------------------
@@ -80,10 +82,11 @@ export async function journal(box, ctx) {
       h("button", { type: "button", onclick: () => ctx.go("journal") }, t("clear"))));
   if (query.since || query.until) box.append(h("p", { class: "muted", "data-test": "journal-range" }, `${t("range")}: ${fmtTime(query.since)} → ${fmtTime(query.until)}`));
   const go = (o) => ctx.go("journal", Object.fromEntries(Object.entries({ ...query, limit: undefined, offset: o }).filter(([, v]) => v !== null && v !== undefined && v !== "")));
+  if (query.since && query.until && !query.q) box.append(h("p", {}, forgetRangeButton(ctx, query.since, query.until, data.total)));
   box.append(pager(data.total, offset, PAGE, go, "journal-pager"));
-  box.append(h("table", { "data-test": "journal" }, h("tr", {}, ["#", t("time"), t("role"), t("text")].map((x) => h("th", {}, x))),
-    data.items.map((row) => h("tr", { "data-test": "journal-row" }, h("td", { class: "num" }, row.id), h("td", {}, fmtTime(row.ts)),
-      h("td", {}, t("role_" + row.role)), h("td", {}, row.text)))));
+  box.append(h("table", { "data-test": "journal" }, h("tr", {}, ["#", t("time"), t("role"), t("text"), ""].map((x) => h("th", {}, x))),
+    data.items.map((row) => h("tr", { "data-test": "journal-row", "data-id": row.id }, h("td", { class: "num" }, row.id), h("td", {}, fmtTime(row.ts)),
+      h("td", {}, t("role_" + row.role)), h("td", {}, row.text), h("td", {}, forgetTurnButton(ctx, row))))));
 }
 
 // -- Facts ---------------------------------------------------------------------------------
@@ -112,16 +115,12 @@ function factRow(ctx, fact, archived) {
       try { await api("PATCH", base, { text: area.value, importance: Number(imp.value), entity: ent.value }); status(t("saved"), "ok"); ctx.refresh(); } catch (e) { showError(e); }
     } }, t("save"))));
   };
-  const del = async () => {
-    if (!confirm(t("confirm_delete"))) return;
-    try { await api("DELETE", base); ctx.refresh(); } catch (e) { showError(e); }
-  };
   return h("tr", { "data-test": archived ? "archived-fact-row" : "fact-row", "data-id": fact.id }, textCell,
     h("td", {}, t("ent_" + fact.entity)), h("td", { class: "num" }, fact.importance),
     h("td", {}, fmtTime(fact.event_end_at || fact.event_start_at)), h("td", {}, fmtTime(fact.created_at)),
     h("td", {}, fact.absorbed ? t("yes") : t("no")),
     h("td", {}, archived ? null : h("button", { type: "button", onclick: edit, "data-test": "fact-edit" }, t("edit")), " ",
-      h("button", { type: "button", class: "danger", onclick: del, "data-test": "fact-delete" }, t("delete")), " ",
+      forgetEntryButton(ctx, "fact", fact.id, fact.text), " ",
       h("button", { type: "button", onclick: sourceJump(ctx, fact), "data-test": "fact-source" }, t("source_turns"))));
 }
 

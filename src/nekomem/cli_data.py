@@ -1,0 +1,284 @@
+"""``nekomem delete``, ``backup``, ``restore``, ``export`` and ``import``: a person's memory
+data from the command line (README, "Backup, export and restore" and "Forgetting").
+
+With a server running on the memory root, ``delete``, ``backup`` and ``export`` go through
+it (``--url``, default ``$NEKOMEM_URL`` or the serve settings' address; ``--token``
+default ``$NEKOMEM_API_TOKEN``): an erasure must reach the actors that hold copies in
+memory, and a copy is taken under the server's hold of one character at a time
+(``GET /api/characters/{name}/export``), so it is consistent while other characters keep
+taking writes. With no server, they work on the folder itself under the memory root's
+exclusive lock (a server cannot start meanwhile). ``restore`` and ``import`` write into a
+memory root no server is using.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TextIO
+
+import httpx
+import msgspec
+
+from nekomem.config import Settings
+from nekomem.stores import rootlock
+from nekomem.stores.atomic import atomic_write_bytes
+from nekomem.stores.layout import CORE_CONFIG_FILE, InvalidName, list_characters, validate_name
+from nekomem.stores.snapshot import SnapshotError, check_document, read_character, write_character
+
+COMMANDS = ("delete", "backup", "restore", "export", "import")
+EXPORT_FORMAT = "nekomem-export"
+EXPORT_VERSION = 1
+LAYERS = {"fact": "facts", "reflection": "reflections", "persona": "persona"}
+
+
+class CommandError(Exception):
+    """A refusal to print (exit status 2) or a failure (exit status 1)."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def add_parsers(sub: Any) -> None:
+    """Register the subcommands on ``sub`` (the parser's subparsers)."""
+
+    def server_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--url", help="the running server (default $NEKOMEM_URL, else the serve settings' host and port)")
+        p.add_argument("--token", help="the server's API token (default $NEKOMEM_API_TOKEN)")
+        p.add_argument("--memory-root", help="data folder (default: the serve settings)")
+        p.add_argument("--config", help="TOML settings file (env NEKOMEM_CONFIG)")
+        p.add_argument("--offline", action="store_true", help="work on the folder even if a server answers at --url")
+
+    d = sub.add_parser("delete", help="delete a character, or forget one of its memories (through the running server)")
+    d.add_argument("name", help="the character")
+    d.add_argument("--fact", metavar="ID", help="forget this fact only")
+    d.add_argument("--reflection", metavar="ID", help="forget this reflection only")
+    d.add_argument("--persona", metavar="ID", help="forget this persona entry only")
+    d.add_argument("--turn", metavar="ROW", help="forget these stored turns only (row ids, comma-separated)")
+    d.add_argument("--from", dest="start", metavar="TIME", help="forget the stored turns from this ISO 8601 time (with --to)")
+    d.add_argument("--to", dest="end", metavar="TIME", help="... up to this time, inclusive")
+    d.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    server_options(d)
+    b = sub.add_parser("backup", help="copy every character (consistently, also while the server runs) into a new memory root")
+    b.add_argument("dest", help="an empty or new folder; it becomes a memory root a server can use as it is")
+    b.add_argument("--character", action="extend", nargs="+", metavar="NAME", help="only these characters")
+    server_options(b)
+    e = sub.add_parser("export", help="write every character into one portable JSON file (format nekomem-export)")
+    e.add_argument("out", help="the file to write")
+    e.add_argument("--character", action="extend", nargs="+", metavar="NAME", help="only these characters")
+    server_options(e)
+    for cmd, what in (("restore", "a folder made by `nekomem backup`"), ("import", "a file made by `nekomem export`")):
+        r = sub.add_parser(cmd, help=f"write the characters of {what} into the memory root (no server may be using it)")
+        r.add_argument("source", help=what)
+        r.add_argument("--memory-root", help="data folder to write into (default: the serve settings)")
+        r.add_argument("--config", help="TOML settings file (env NEKOMEM_CONFIG)")
+        r.add_argument("--character", action="extend", nargs="+", metavar="NAME", help="only these characters")
+        r.add_argument("--replace", action="store_true", help="replace characters that already exist in the memory root")
+
+
+def run(args: argparse.Namespace, settings: Settings, default_url: str, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Run one of :data:`COMMANDS` (printing to ``out`` / ``err``, default the process's
+    stdout and stderr); returns the exit status."""
+    out, err = out or sys.stdout, err or sys.stderr
+    root = Path(settings.server.memory_root)
+    try:
+        if args.command in ("restore", "import"):
+            return _write_into(args, root, out)
+        server = None if args.offline else _Server.find(args.url or os.environ.get("NEKOMEM_URL") or default_url, args, settings)
+        if args.command == "delete":
+            return _delete(args, server, root, out)
+        docs = _documents(server, root, args.character)
+        if args.command == "backup":
+            return _backup(Path(args.dest), docs, server is None, root, out)
+        return _export(Path(args.out), docs, out)
+    except CommandError as exc:
+        print(f"nekomem {args.command}: {exc}", file=err)
+        return exc.status
+    except rootlock.RootLocked as exc:
+        print(f"nekomem {args.command}: {exc} (a server is using it: pass its --url, or stop it)", file=err)
+        return 2
+    except (SnapshotError, InvalidName) as exc:
+        print(f"nekomem {args.command}: {exc}", file=err)
+        return 2
+
+
+class _Server:
+    """A running server reached over HTTP."""
+
+    def __init__(self, client: httpx.Client) -> None:
+        self.client = client
+
+    @classmethod
+    def find(cls, url: str, args: argparse.Namespace, settings: Settings) -> _Server | None:
+        token = args.token or os.environ.get("NEKOMEM_API_TOKEN") or settings.server.api_token
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        client = httpx.Client(base_url=url, headers=headers, timeout=settings.server.settle_timeout_seconds)
+        try:
+            client.get("/health", timeout=3)
+        except httpx.HTTPError:
+            client.close()
+            return None
+        return cls(client)
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        """The JSON answer; a refusal becomes a CommandError with the server's message."""
+        response = self.client.request(method, path, **kwargs)
+        if response.status_code >= 400:
+            try:
+                body = response.json()
+                message = f"{body.get('error_code')}: {body.get('message')}"
+            except ValueError:
+                message = response.text[:200]
+            raise CommandError(f"the server answered {response.status_code} ({message})", 2 if response.status_code < 500 else 1)
+        return response.json()
+
+
+@contextmanager
+def _quiet_root(root: Path, role: str) -> Iterator[None]:
+    """No server may write ``root`` meanwhile (raises RootLocked when one runs)."""
+    with rootlock.acquire(root, "exclusive", role):
+        yield
+
+
+def _confirm(args: argparse.Namespace, what: str) -> None:
+    if args.yes:
+        return
+    if not sys.stdin.isatty():
+        raise CommandError(f"this would {what}; pass --yes to confirm", 2)
+    if input(f"This will {what}. Type the character's name to confirm: ").strip() != args.name:
+        raise CommandError("not confirmed; nothing was deleted", 2)
+
+
+def _delete(args: argparse.Namespace, server: _Server | None, root: Path, out: TextIO) -> int:
+    name = validate_name(args.name)
+    items = [(layer, getattr(args, flag)) for flag, layer in LAYERS.items() if getattr(args, flag)]
+    turns = args.turn or args.start or args.end
+    if len(items) + bool(turns) > 1:
+        raise CommandError("name one thing to forget at a time", 2)
+    if items or turns:
+        if server is None:
+            raise CommandError("forgetting one memory needs the running server (its actors hold copies in memory)", 2)
+        if turns:
+            params = {"ids": args.turn} if args.turn else {"from": args.start or "", "to": args.end or ""}
+            what = f"rows {args.turn}" if args.turn else f"from {args.start or '?'} to {args.end or '?'}"
+            _confirm(args, f"forget the stored turns of {name} ({what}) with every copy of them")
+            answer = server.call("DELETE", f"/api/characters/{name}/turns", params=params)
+            print(f"forgot {answer['forgotten']} stored turns of {name}", file=out)
+            return 0
+        layer, entry = items[0]
+        _confirm(args, f"forget {layer} entry {entry} of {name}")
+        server.call("DELETE", f"/api/characters/{name}/{layer}/{entry}")
+        print(f"forgot {layer} entry {entry} of {name}", file=out)
+        return 0
+    _confirm(args, f"delete the character {name} and every memory of it")
+    if server is not None:
+        answer = server.call("DELETE", f"/api/characters/{name}")
+        print(f"deleted {name} ({answer['files_removed']} files)", file=out)
+        return 0
+    with _quiet_root(root, "delete"):
+        folder = root / name
+        if not folder.is_dir():
+            raise CommandError(f"no character {name} in {root}", 2)
+        shutil.rmtree(folder)
+    print(f"deleted {name}", file=out)
+    return 0
+
+
+def _names(available: list[str], wanted: list[str] | None) -> list[str]:
+    if not wanted:
+        return available
+    missing = [n for n in wanted if n not in available]
+    if missing:
+        raise CommandError(f"no character {', '.join(missing)}", 2)
+    return [n for n in available if n in wanted]
+
+
+def _documents(server: _Server | None, root: Path, wanted: list[str] | None) -> Iterator[dict[str, Any]]:
+    """Each character's document, one at a time (each under its own hold). The server is
+    asked for its list before this returns, so a refusal comes before anything is written."""
+    if server is None:
+        return _folder_documents(root, wanted)
+    listed = [c["name"] for c in server.call("GET", "/api/characters")["characters"]]
+    return (server.call("GET", f"/api/characters/{name}/export") for name in _names(listed, wanted))
+
+
+def _folder_documents(root: Path, wanted: list[str] | None) -> Iterator[dict[str, Any]]:
+    with _quiet_root(root, "backup"):
+        for name in _names(list_characters(root), wanted):
+            yield read_character(root / name)
+
+
+def _fresh_dest(dest: Path) -> None:
+    if dest.exists() and any(p.name != rootlock.LOCK_FILE for p in dest.iterdir()):
+        raise CommandError(f"{dest} is not empty: back up into a new folder", 2)
+    dest.mkdir(parents=True, exist_ok=True)
+
+
+def _backup(dest: Path, docs: Iterator[dict[str, Any]], offline: bool, root: Path, out: TextIO) -> int:
+    _fresh_dest(dest)
+    count = 0
+    for doc in docs:
+        write_character(dest, doc)
+        count += 1
+    if offline and (root / CORE_CONFIG_FILE).exists():
+        shutil.copy2(root / CORE_CONFIG_FILE, dest / CORE_CONFIG_FILE)
+    print(f"backed up {count} characters into {dest}", file=out)
+    return 0
+
+
+def _export(path: Path, docs: Iterator[dict[str, Any]], out: TextIO) -> int:
+    characters = list(docs)
+    document = {
+        "format": EXPORT_FORMAT,
+        "version": EXPORT_VERSION,
+        "exported_at": datetime.now(timezone.utc).isoformat(),
+        "characters": characters,
+    }
+    atomic_write_bytes(path, msgspec.json.encode(document) + b"\n")
+    print(f"exported {len(characters)} characters into {path}", file=out)
+    return 0
+
+
+def read_export(path: Path) -> list[dict[str, Any]]:
+    """The character documents of an export file; raises SnapshotError for anything else."""
+    try:
+        document = msgspec.json.decode(path.read_bytes())
+    except (OSError, msgspec.DecodeError) as exc:
+        raise SnapshotError(f"{path} cannot be read as JSON: {exc}") from None
+    if not isinstance(document, dict) or document.get("format") != EXPORT_FORMAT:
+        raise SnapshotError(f"{path} is not a {EXPORT_FORMAT} file")
+    if document.get("version") != EXPORT_VERSION:
+        raise SnapshotError(f"{EXPORT_FORMAT} version {document.get('version')!r} is not supported")
+    characters = document.get("characters")
+    if not isinstance(characters, list):
+        raise SnapshotError(f"{path}: 'characters' is not a list")
+    return [check_document(doc) for doc in characters]
+
+
+def _write_into(args: argparse.Namespace, root: Path, out: TextIO) -> int:
+    source = Path(args.source)
+    load: Callable[[], list[dict[str, Any]]]
+    if args.command == "import":
+        load = lambda: read_export(source)  # noqa: E731
+    else:
+        if not source.is_dir():
+            raise CommandError(f"{source} is not a folder made by nekomem backup", 2)
+        load = lambda: [read_character(source / n) for n in list_characters(source)]  # noqa: E731
+    docs = [d for d in load() if not args.character or d.get("name") in args.character]
+    clashes = [str(d.get("name")) for d in docs if (root / str(d.get("name"))).exists()]
+    if clashes and not args.replace:
+        raise CommandError(f"already in {root}: {', '.join(clashes)} (nothing was written; --replace replaces them)", 2)
+    with _quiet_root(root, args.command):
+        for doc in docs:
+            write_character(root, doc, replace=args.replace)
+        if args.command == "restore" and (source / CORE_CONFIG_FILE).exists() and not (root / CORE_CONFIG_FILE).exists():
+            shutil.copy2(source / CORE_CONFIG_FILE, root / CORE_CONFIG_FILE)
+    print(f"{'restored' if args.command == 'restore' else 'imported'} {len(docs)} characters into {root}", file=out)
+    return 0

@@ -1,0 +1,111 @@
+"""Erasure routes: forget stored turns, and delete a whole character.
+
+- ``DELETE /api/characters/{name}``: the character's actors finish what is in flight and
+  stop (requests for it meanwhile wait, then answer 409), and its folder is removed with
+  every file in it. ``{"deleted": name, "files_removed": n}``; 404 for an unknown name.
+- ``DELETE /api/characters/{name}/turns/{row_id}``: one stored turn (a row of
+  time_indexed.db, the ``id`` of ``/api/browse/{name}/journal``).
+- ``DELETE /api/characters/{name}/turns?from=&to=`` (ISO 8601, inclusive) or
+  ``?ids=1,2,3``: several. Both answer ``{"forgotten": n, "rows": [ids]}``.
+
+The forgetting of facts, reflections and persona entries is the ``DELETE`` of
+``/api/characters/{name}/{layer}/{id}``; what each erasure removes is in README,
+"Forgetting".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from nekomem.actors.messages import ForgetTurns
+from nekomem.http.bodies import character_name
+from nekomem.http.errors import ApiError
+from nekomem.http.readonly import character_exists
+from nekomem.runtime.registry import CharacterBusy
+from nekomem.stores.layout import CharacterPaths
+
+_REMOVE_ATTEMPTS = 3
+_MAX_ROW_ID = 2**63 - 1  # SQLite's largest integer
+
+
+def routes() -> list[BaseRoute]:
+    from nekomem.http.snapshot import export_character
+
+    return [
+        Route("/api/characters/{name:str}/export", export_character, methods=["GET"]),
+        Route("/api/characters/{name:str}", delete_character, methods=["DELETE"]),
+        Route("/api/characters/{name:str}/turns", forget_turns, methods=["DELETE"]),
+        Route("/api/characters/{name:str}/turns/{row_id:str}", forget_turns, methods=["DELETE"]),
+    ]
+
+
+def _remove_folder(folder: Path) -> int:
+    """Remove ``folder`` and everything in it; returns the files removed. A reader outside
+    the actors (the memory browser's journal page opens the database itself) may create a
+    file meanwhile: the removal is tried again, a few times, before the error is raised."""
+    count = sum(1 for p in folder.rglob("*") if not p.is_dir())
+    for attempt in range(_REMOVE_ATTEMPTS):
+        try:
+            shutil.rmtree(folder)
+            return count
+        except FileNotFoundError:
+            return count
+        except OSError:
+            if attempt == _REMOVE_ATTEMPTS - 1:
+                raise
+    return count
+
+
+async def delete_character(request: Request) -> Response:
+    rt = request.app.state.runtime
+    name = character_name(request)
+    if not await character_exists(request, name):
+        raise ApiError(404, "unknown_character", "no character of that name")
+    paths = CharacterPaths(rt.memory_root, name, max_length=rt.settings.server.name_max_length)
+    timeout = rt.settings.server.character_hold_timeout_seconds
+
+    def run() -> int:
+        # Held: no request can activate the character (and so reopen its files) while
+        # the folder goes.
+        with rt.registry.hold(name, timeout):
+            return _remove_folder(paths.folder) if paths.folder.exists() else 0
+
+    try:
+        removed = await asyncio.to_thread(run)
+    except CharacterBusy as exc:
+        raise ApiError(409, "character_busy", f"not deleted: {exc}") from None
+    return JSONResponse({"deleted": name, "files_removed": removed})
+
+
+def _row_ids(request: Request) -> list[int]:
+    raw = request.path_params.get("row_id") or request.query_params.get("ids")
+    if raw is None:
+        return []
+    try:
+        ids = [int(part) for part in str(raw).split(",") if part.strip()]
+    except ValueError:
+        raise ApiError(400, "bad_row_id", "a stored turn is addressed by its integer row id") from None
+    if not ids or any(not 1 <= i <= _MAX_ROW_ID for i in ids):
+        raise ApiError(400, "bad_row_id", "a stored turn is addressed by its integer row id")
+    return ids
+
+
+async def forget_turns(request: Request) -> Response:
+    rt = request.app.state.runtime
+    name = character_name(request)
+    ids = _row_ids(request)
+    start, end = request.query_params.get("from"), request.query_params.get("to")
+    if not ids and start is None and end is None:
+        raise ApiError(400, "bad_query", "name the turns: a row id, ?ids=1,2 or ?from=...&to=... (ISO 8601)")
+    if ids and (start is not None or end is not None):
+        raise ApiError(400, "bad_query", "give row ids or a time range, not both")
+    if not await character_exists(request, name):
+        raise ApiError(404, "unknown_character", "no character of that name")
+    answer = await rt.registry.ask(name, "recent", lambda reply: ForgetTurns(row_ids=ids, start=start, end=end, reply=reply))
+    return JSONResponse(answer)

@@ -1,0 +1,43 @@
+"""``GET /api/characters/{name}/export``: one character as a ``nekomem-character``
+document (:mod:`nekomem.stores.snapshot`), the source of ``nekomem backup`` and ``nekomem
+export`` against a running server.
+
+The copy is consistent: the character is held (its actors finish what is in flight, write
+their views and stop; requests for it wait) while its folder is read, so the views, the
+logs and the journal are one state, the one after the last acknowledged write. Then the
+hold ends and the next request activates the character again from disk. 404 for an
+unknown character, 409 ``character_busy`` when it does not go idle in time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from nekomem.http.bodies import character_name
+from nekomem.http.errors import ApiError
+from nekomem.http.readonly import character_exists
+from nekomem.runtime.registry import CharacterBusy
+from nekomem.stores.atomic import encode_json
+from nekomem.stores.layout import CharacterPaths
+from nekomem.stores.snapshot import read_character
+
+
+async def export_character(request: Request) -> Response:
+    rt = request.app.state.runtime
+    name = character_name(request)
+    if not await character_exists(request, name):
+        raise ApiError(404, "unknown_character", "no character of that name")
+    paths = CharacterPaths(rt.memory_root, name, max_length=rt.settings.server.name_max_length)
+
+    def run() -> bytes:
+        with rt.registry.hold(name, rt.settings.server.character_hold_timeout_seconds):
+            return encode_json(read_character(paths.folder))
+
+    try:
+        body = await asyncio.to_thread(run)
+    except CharacterBusy as exc:
+        raise ApiError(409, "character_busy", f"not exported: {exc}") from None
+    return Response(body, media_type="application/json")
