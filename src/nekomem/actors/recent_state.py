@@ -2,9 +2,10 @@
 time index in memory, the crash catch-up at load, the post-turn cursor and the adoption
 of outside edits of recent.json.
 
-recent.json is written without fsync; the time index is the durable copy, so at load the
-rows after ``meta.journal_row`` are folded into the window and the rows after the
-post-turn cursor get their outbox record again (see :mod:`nekomem.domain.post_turn`).
+recent.json is written without fsync on appends; the time index is the durable copy (its
+rows and the window base, stored with every other change of the window), so at load the
+window is rebuilt as base + rows (see :mod:`nekomem.domain.window_rebuild`) and the rows
+after the post-turn cursor get their outbox record again (see :mod:`nekomem.domain.post_turn`).
 
 ``window`` and ``tokens`` are only ever extended in place; any other change assigns a new
 list. The encoded window and the token bound rely on it: while the list is the same
@@ -21,7 +22,7 @@ import msgspec
 
 from nekomem.actors.base import ChildActor
 from nekomem.actors.messages import Enqueue, OutboxAck
-from nekomem.domain import context, recent_window, review
+from nekomem.domain import context, recent_window, review, window_rebuild
 from nekomem.domain.post_turn import POST_TURN_CURSOR, PostTurnCursor, session_runs
 from nekomem.domain.tokens import get_counter
 from nekomem.domain.turns import Turn, from_disk
@@ -71,22 +72,15 @@ class RecentState(ChildActor):
             self.meta = msgspec.convert(meta_raw if isinstance(meta_raw, dict) else {}, RecentMeta, strict=False)
         except msgspec.ValidationError:
             self.meta = RecentMeta()
-        if status == "corrupt":
-            # recent.json was unreadable (moved aside as *.corrupt-*): rebuild the window
-            # from the raw journal, which holds every message.
-            window = self.tindex.tail(self.settings.recent_compress_threshold_items)
-            self.log.warning("recent.json was corrupt; rebuilt the window from the journal (%d items)", len(window))
-        self.window = window
         self.watch = RecentWatch(paths.recent)
-        self.tokens = [self.counter.count(t.text) for t in window]
-        if status == "corrupt":
-            self.meta.journal_row = self.tindex.max_row_id()
-        if status == "corrupt" or unreadable:
+        found = window if status == "ok" else None  # missing, empty or torn: None
+        self.window, rewrite = self._rebuild_window(found)
+        self.tokens = [self.counter.count(t.text) for t in self.window]
+        self.meta.journal_row = self.tindex.max_row_id()
+        if rewrite or unreadable:
             self._enforce_cap()
-            self._save_window()  # the unreadable items are kept aside: they are not kept twice
+            self._save_window()  # durable, and the new base (unreadable items are kept aside)
             self._save_meta()
-        if status != "corrupt":
-            self._catch_up_window()
         self._replay_post_turn()
 
     def flush(self) -> None:
@@ -120,27 +114,60 @@ class RecentState(ChildActor):
             self.tindex.close()
 
     # -- crash catch-up --------------------------------------------------------------
-    def _catch_up_window(self) -> None:
-        """Fold rows stored after ``meta.journal_row`` into the window (recent.json is
-        written without fsync; the time index is the durable copy)."""
-        top = self.tindex.max_row_id()
+    def _rebuild_window(self, found: list[Turn] | None) -> tuple[list[Turn], bool]:
+        """The window at load (see :mod:`nekomem.domain.window_rebuild`) from the window
+        base, the rows after it and recent.json's items (``found``; None when it was
+        missing or unreadable), and whether recent.json must be rewritten (with a new base).
+
+        Rows of an import are history (the import wrote the window it wanted): only rows
+        after the ``imported`` cursor are folded in.
+        """
         imported = self.tindex.cursor(IMPORTED_CURSOR) or 0
+        stored = self.tindex.window_base()
+        if stored is None:
+            return self._legacy_window(found, imported), True
+        base_row, base_bytes = stored
+        rows = [row.turn for row in self.tindex.rows_after(max(base_row, imported))]
+        if found is not None and not rows and self._encoded_equal(found, base_bytes):
+            return found, False  # the common case: recent.json is the base itself
+        base = [t for t in (from_disk(item) for item in msgspec.json.decode(base_bytes)) if t is not None]
+        result = window_rebuild.rebuild(base, rows, found)
+        if result.how == "current":
+            return result.window, False
+        if result.how == "adopted":
+            self.log.warning("recent.json was edited while the server was stopped; adopted (%d items)", len(result.window))
+        else:
+            self.log.warning(
+                "recent.json was %s; rebuilt from the journal (%d rows folded in)",
+                "missing or unreadable" if found is None else "behind the journal",
+                result.added,
+            )
+        return result.window, True
+
+    def _legacy_window(self, found: list[Turn] | None, imported: int) -> list[Turn]:
+        """A folder without a window base (from before it existed, an import, or a fresh
+        journal): recent.json plus the rows after ``meta.journal_row`` that it does not
+        already end with; without a readable recent.json, every row after an import."""
+        if found is None:
+            window = [row.turn for row in self.tindex.rows_after(imported)]
+            if window:
+                self.log.warning(
+                    "recent.json was missing or unreadable and no window base was stored; rebuilt from %d journal rows", len(window)
+                )
+            return window
+        top = self.tindex.max_row_id()
         if self.meta.journal_row is None or self.meta.journal_row > top:
-            self.meta.journal_row = top  # a folder from before the cursor existed
-            return
-        # Rows of an import are history: the import wrote the window it wanted.
-        self.meta.journal_row = max(self.meta.journal_row, imported)
-        if top == self.meta.journal_row:
-            return
-        missing = [row.turn for row in self.tindex.rows_after(self.meta.journal_row)]
-        skip = recent_window.repeated_prefix(self.window, missing)
-        self.window.extend(missing[skip:])
-        self.tokens = [self.counter.count(t.text) for t in self.window]
-        self.meta.journal_row = top
-        self._enforce_cap()
-        self._save_window()
-        self._save_meta()
-        self.log.info("recent.json caught up with %d stored turns", len(missing) - skip)
+            return found  # a folder from before the cursor existed
+        missing = [row.turn for row in self.tindex.rows_after(max(self.meta.journal_row, imported))]
+        skip = recent_window.repeated_prefix(found, missing)
+        if len(missing) > skip:
+            self.log.info("recent.json caught up with %d stored turns", len(missing) - skip)
+        return [*found, *missing[skip:]]
+
+    def _encoded_equal(self, found: list[Turn], data: bytes) -> bool:
+        """Whether ``found`` encodes to ``data`` (recent.json's bytes as this server writes them)."""
+        self.window = found
+        return self._window_bytes() == data
 
     def _replay_post_turn(self) -> None:
         """Enqueue again the post-turn work of rows after the cursor (answered before their
@@ -208,18 +235,23 @@ class RecentState(ChildActor):
         self._bound_known = (tokens, len(tokens), total)
         return total
 
-    def _enforce_cap(self) -> None:
+    def _enforce_cap(self) -> bool:
+        """Bound the window by the hard cap; True when that cut a text (not only dropped
+        the oldest items): the window is then no longer base + rows, and the caller must
+        write it durably (a new base)."""
         cap = self.settings.recent_hard_cap_tokens
         if self._token_bound() <= cap:
-            return  # exact counts, or upper bounds of them, fit
+            return False  # exact counts, or upper bounds of them, fit
         if any(n < 0 for n in self.tokens):
             self.tokens = [n if n >= 0 else self.counter.count(t.text) for n, t in zip(self.tokens, self.window, strict=True)]
             if sum(self.tokens) <= cap:
-                return
+                return False
+        before = self.window
         self.window = recent_window.enforce_hard_cap(self.window, self.settings, self.counter)
         self.tokens = [self.counter.count(t.text) for t in self.window]
         self.meta.hard_cap_trims += 1
         self.log.info("hard cap trimmed the window to %d items", len(self.window))
+        return not window_rebuild.only_dropped(before, self.window)
 
     def _save_window(self, *, durable: bool = True, looked: bool = False) -> None:
         """Replace recent.json with the window (an outside edit since the last look is
@@ -228,9 +260,12 @@ class RecentState(ChildActor):
         if not looked:
             self.adopt_outside_edit("write", keep_ours=True)
         if durable:
-            # Edits, deletions, compression: no older window may stay in the swap file.
-            written = atomic_write_bytes(self.ctx.paths.recent, self._window_bytes())
+            # Edits, deletions, compression: no older window may stay in the swap file. The
+            # file is durable before it becomes the window base (see set_window_base).
+            data = self._window_bytes()
+            written = atomic_write_bytes(self.ctx.paths.recent, data)
             drop_swap(self.ctx.paths.recent)
+            self.tindex.set_window_base(data)
         else:
             written = swap_write_bytes(self.ctx.paths.recent, self._window_bytes())
         self.watch.remember(written)
@@ -269,6 +304,7 @@ class RecentState(ChildActor):
         self.window = [t for t in (from_disk(item) for item in items) if t is not None]
         self.tokens = [self.counter.count(t.text) for t in self.window]
         self.watch.remember()
+        self._save_window(looked=True)  # durably, as the new window base
         self.log.info("adopted an outside edit of recent.json (%d items)", len(self.window))
         return True
 

@@ -59,6 +59,10 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS idempotency (key TEXT PRIMARY KEY, response BLOB, created_at REAL)",
     "CREATE INDEX IF NOT EXISTS ix_idempotency_created_at ON idempotency(created_at)",
     "CREATE TABLE IF NOT EXISTS cursors (name TEXT PRIMARY KEY, row_id INTEGER)",
+    # The window base: recent.json's content after its last change that was not an append
+    # of journal rows (compression, review, edit, a cut by the hard cap, an adopted outside
+    # edit), and the last row it covers. The window is this plus every later row.
+    "CREATE TABLE IF NOT EXISTS recent_base (id INTEGER PRIMARY KEY CHECK (id = 1), row_id INTEGER NOT NULL, items BLOB NOT NULL)",
 )
 _INSERT_ROW = f"INSERT INTO {_ORIGINAL} (session_id, message, timestamp) VALUES (?, ?, ?)"
 _ONE_STATEMENT_MAX_ROWS = 64  # 3 bound values per row, far below SQLite's variable limit
@@ -286,6 +290,24 @@ class TimeIndex(TimeIndexReader):
         """Store ``cursors`` (name -> row id) in a transaction of their own."""
         with self._transaction() as db:
             db.executemany("INSERT OR REPLACE INTO cursors (name, row_id) VALUES (?, ?)", list(cursors.items()))
+
+    def set_window_base(self, items: bytes) -> int:
+        """Store ``items`` (recent.json's bytes) as the window base, covering every row stored
+        so far, in a transaction of its own (durable when it returns). Returns that row id.
+
+        The caller must have made recent.json with these bytes durable first: at load, a
+        recent.json that is not one of the states since the base is taken as an outside edit.
+        """
+        with self._transaction() as db:
+            top = int(db.execute(f"SELECT COALESCE(MAX(id), 0) FROM {_ORIGINAL}").fetchone()[0])
+            db.execute("INSERT OR REPLACE INTO recent_base (id, row_id, items) VALUES (1, ?, ?)", (top, items))
+        return top
+
+    def window_base(self) -> tuple[int, bytes] | None:
+        """The stored window base ``(last row covered, recent.json bytes)``, or None when none
+        was ever stored (a folder from before the base existed)."""
+        row = self._conn().execute("SELECT row_id, items FROM recent_base WHERE id = 1").fetchone()
+        return (int(row[0]), bytes(row[1])) if row is not None else None
 
     def cursor(self, name: str) -> int | None:
         """The stored row id of cursor ``name``; None when never set."""
