@@ -28,6 +28,7 @@ from nekomem.domain.tokens import get_counter
 from nekomem.domain.turns import Turn, from_disk
 from nekomem.domain.window_cache import ItemCache
 from nekomem.runtime.clock import iso
+from nekomem.stores import timeindex_check
 from nekomem.stores.atomic import atomic_write_bytes, atomic_write_json, drop_swap, keep_rejected, read_json, swap_write_bytes
 from nekomem.stores.recent_watch import RecentWatch, journal_adoption
 from nekomem.stores.timeindex import IMPORTED_CURSOR, TimeIndex
@@ -66,12 +67,13 @@ class RecentState(ChildActor):
         self.settings = self.ctx.settings.recent
         self.counter = get_counter(self.settings.recent_tokenizer_encoding)
         window, status, unreadable = self._read_window(paths.recent)
-        self.tindex = TimeIndex(paths.time_index_db)
         meta_raw, _ = read_json(paths.recent_meta, default={})
         try:
             self.meta = msgspec.convert(meta_raw if isinstance(meta_raw, dict) else {}, RecentMeta, strict=False)
         except msgspec.ValidationError:
             self.meta = RecentMeta()
+        self.tindex = TimeIndex(paths.time_index_db)
+        self._check_journal()
         self.watch = RecentWatch(paths.recent)
         found = window if status == "ok" else None  # missing, empty or torn: None
         self.window, rewrite = self._rebuild_window(found)
@@ -114,6 +116,22 @@ class RecentState(ChildActor):
             self.tindex.close()
 
     # -- crash catch-up --------------------------------------------------------------
+    def _check_journal(self) -> None:
+        """A damaged time_indexed.db is kept aside and its readable rows go into a new one
+        (see :mod:`nekomem.stores.timeindex_check`); the damage is reported to /health.
+        The window is then recent.json as it is (the window base was in the damaged file)."""
+        found = timeindex_check.check_journal(self.ctx.paths.time_index_db, self.meta.journal_row or 0)
+        if found is None:
+            return
+        damage, rows = found
+        top = max((r[0] for r in rows), default=0)
+        # Salvaged rows had their post-turn work done or recorded before the damage.
+        self.tindex.restore_rows(rows, cursors={POST_TURN_CURSOR: top, IMPORTED_CURSOR: top})
+        self.meta.journal_row = min(self.meta.journal_row or 0, top)
+        storage = self.ctx.services.storage
+        if storage is not None:
+            storage.damaged(self.ctx.name, damage.describe())
+
     def _rebuild_window(self, found: list[Turn] | None) -> tuple[list[Turn], bool]:
         """The window at load (see :mod:`nekomem.domain.window_rebuild`) from the window
         base, the rows after it and recent.json's items (``found``; None when it was

@@ -352,6 +352,17 @@ class TimeIndex(TimeIndexReader):
         self._account(encoded)
         return len(encoded)
 
+    def restore_rows(self, rows: Sequence[tuple[int, str | None, str, str | None]], cursors: Mapping[str, int] | None = None) -> int:
+        """Store rows salvaged from a damaged journal (``(id, session_id, message,
+        timestamp)``, as they were stored) under their own ids, in one transaction, into this
+        new journal, with ``cursors`` in the same transaction. Returns how many were stored."""
+        with self._transaction() as db:
+            db.executemany(f"INSERT OR IGNORE INTO {_ORIGINAL} (id, session_id, message, timestamp) VALUES (?, ?, ?, ?)", list(rows))
+            if cursors:
+                db.executemany("INSERT OR REPLACE INTO cursors (name, row_id) VALUES (?, ?)", list(cursors.items()))
+        self._count, self._last_ts_known = None, False
+        return len(rows)
+
     def idempotent_response(self, key: str, *, newer_than: float | None = None) -> bytes | None:
         """The stored answer for ``key``; None when unknown (or created before ``newer_than``)."""
         row = self._conn().execute("SELECT response, created_at FROM idempotency WHERE key = ?", (key,)).fetchone()
