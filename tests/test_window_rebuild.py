@@ -120,3 +120,35 @@ def test_an_outside_edit_while_stopped_is_kept(tmp_path):
     recent.write_bytes(b"")  # and then a power loss: the adopted edit is the base now
     with LiveServer(settings) as srv:
         assert _window(srv, "Lan") == ["m0", "m1 (edited by hand)", "m3"]
+
+
+def test_a_repeated_turn_lost_from_an_old_file_comes_back(tmp_path):
+    settings = make_settings(tmp_path)
+    recent = tmp_path / "Lan" / "recent.json"
+    with LiveServer(settings) as srv:
+        srv.post("/cache/Lan", json={"input_history": [{"role": "user", "content": "hi"}]})
+        old = recent.read_bytes()
+        srv.post("/cache/Lan", json={"input_history": [{"role": "user", "content": "hi"}]})
+        assert srv.post("/release_character/Lan").status_code == 200
+    recent.write_bytes(old)
+    with LiveServer(settings) as srv:
+        assert _window(srv, "Lan") == ["hi", "hi"]
+
+
+def test_under_the_hard_cap_an_old_file_is_rebuilt_and_a_current_one_kept(tmp_path):
+    settings = make_settings(tmp_path, recent_hard_cap_tokens=100, recent_hard_cap_min_items=1)
+    recent = tmp_path / "Lan" / "recent.json"
+    with LiveServer(settings) as srv:
+        for i in range(60):
+            srv.post("/cache/Lan", json={"input_history": [{"role": "user", "content": f"message number {i} here"}]})
+            if i == 45:
+                old = recent.read_bytes()
+        expected = _window(srv, "Lan")
+        assert 3 < len(expected) < 30 and expected[-1] == "message number 59 here"
+        assert srv.post("/release_character/Lan").status_code == 200
+    with LiveServer(settings) as srv:
+        assert _window(srv, "Lan") == expected  # current: kept as it is
+        assert srv.post("/release_character/Lan").status_code == 200
+    recent.write_bytes(old)  # a power loss brought back an older state
+    with LiveServer(settings) as srv:
+        assert _window(srv, "Lan") == expected

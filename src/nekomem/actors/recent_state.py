@@ -143,11 +143,25 @@ class RecentState(ChildActor):
         imported = self.tindex.cursor(IMPORTED_CURSOR) or 0
         stored = self.tindex.window_base()
         if stored is None:
+            if not found and self.tindex.max_row_id() == 0:
+                # A new character: its base is the empty window at row 0. No recent.json
+                # can be older than that, so none needs to be made durable first.
+                self.tindex.set_window_base(b"[]\n")
+                return [], False
             return self._legacy_window(found, imported), True
         base_row, base_bytes = stored
-        rows = [row.turn for row in self.tindex.rows_after(max(base_row, imported))]
-        if found is not None and not rows and self._encoded_equal(found, base_bytes):
-            return found, False  # the common case: recent.json is the base itself
+        cover = max(base_row, imported)
+        if found is not None:
+            # The common cases, without reading every row since the base (with no model to
+            # compress, that is the whole journal): recent.json is the base itself, or it
+            # ends with the newest rows (it is the state after the last append).
+            top = self.tindex.max_row_id()
+            if top <= cover:
+                if self._encoded_equal(found, base_bytes):
+                    return found, False
+            elif self._is_capped_current(found, top - cover):
+                return found, False
+        rows = [row.turn for row in self.tindex.rows_after(cover)]
         base = [t for t in (from_disk(item) for item in msgspec.json.decode(base_bytes)) if t is not None]
         result = window_rebuild.rebuild(base, rows, found)
         if result.how == "current":
@@ -181,6 +195,21 @@ class RecentState(ChildActor):
         if len(missing) > skip:
             self.log.info("recent.json caught up with %d stored turns", len(missing) - skip)
         return [*found, *missing[skip:]]
+
+    def _is_capped_current(self, found: list[Turn], since_base: int) -> bool:
+        """Whether ``found`` is exactly the window base + rows would give when the hard cap
+        has dropped rows since the base (``since_base`` rows were stored after it): its
+        items after a leading memo are the newest rows, and the row before them would not
+        have fitted. With fewer rows since the base than items, the full rebuild is as
+        cheap, and is taken."""
+        raw = found[1:] if found and found[0].role == "system" else found
+        if not raw or since_base <= len(raw):
+            return False
+        tail = self.tindex.tail(len(raw) + 1)
+        if len(tail) != len(raw) + 1 or any(a.role != b.role or a.text != b.text for a, b in zip(tail[1:], raw, strict=True)):
+            return False
+        total = sum(self.counter.count(t.text) for t in found) + self.counter.count(tail[0].text)
+        return total > self.settings.recent_hard_cap_tokens
 
     def _encoded_equal(self, found: list[Turn], data: bytes) -> bool:
         """Whether ``found`` encodes to ``data`` (recent.json's bytes as this server writes them)."""
