@@ -2,7 +2,8 @@
 
 The memory root lives on :mod:`tests.support.powerfs` (real FUSE): at a cut, file data not
 fsynced and folder entries not synced are gone. 20 cuts at random moments under 3 writers
-(one of them also creating a new character each round); after each cut the server is
+(which also create a new character each round) and an editor of window items (each edit
+moves the window base); after each cut the server is
 SIGKILLed, the durable state is mounted again and the server restarted. Every time: the
 server starts, every acknowledged turn is in the journal once and in the recent window,
 and every JSON view parses.
@@ -126,7 +127,31 @@ def _writer(url: str, names: list[str], seed: int, acked: list[tuple[str, str]],
                 return
 
 
-def _check(server: ServerProcess, root: Path, acked: list[tuple[str, str]]) -> None:
+def _editor(url: str, seed: int, edits: dict[str, str], sent: set[str], stop: threading.Event) -> None:
+    """Edits random window items of "Lan" (a change that is not an append: the window base
+    moves): ``edits`` gets old text -> new text once acknowledged, ``sent`` every old text
+    whose edit was sent (an unanswered one may or may not have landed)."""
+    rng = random.Random(seed)
+    with httpx.Client(base_url=url, timeout=10) as client:
+        while not stop.is_set():
+            try:
+                items = client.get("/api/characters/Lan/recent").json()["items"]
+                plain = [item for item in items if not item["text"].startswith("edited-")]
+                if not plain:
+                    continue
+                item = rng.choice(plain)
+                new = "edited-" + item["text"]
+                sent.add(item["text"])
+                r = client.patch(f"/api/characters/Lan/recent/{item['index']}", json={"text": new})
+            except (httpx.HTTPError, ValueError, KeyError):
+                return  # the power is gone
+            if r.status_code != 200:
+                return
+            edits[item["text"]] = new
+            stop.wait(0.2)
+
+
+def _check(server: ServerProcess, root: Path, acked: list[tuple[str, str]], edits: dict[str, str], sent: set[str]) -> None:
     by_name: dict[str, set[str]] = {}
     for name, text in acked:
         by_name.setdefault(name, set()).add(text)
@@ -138,7 +163,12 @@ def _check(server: ServerProcess, root: Path, acked: list[tuple[str, str]]) -> N
             journal = _journal(root, name)
             assert not mine - set(journal), f"{len(mine - set(journal))} acknowledged turns of {name} missing from the journal"
             assert len(journal) == len(set(journal)), f"a turn of {name} was stored twice"
-            assert not mine - set(window), f"{len(mine - set(window))} of {len(mine)} acknowledged turns of {name} missing from the window"
+            # An acknowledged edit must show; an unanswered one may or may not have landed.
+            shown = {text for text in mine if text in window or (text in sent and "edited-" + text in window)}
+            missing = {text for text in mine - shown if text not in edits}
+            assert not missing, f"{len(missing)} of {len(mine)} acknowledged turns of {name} missing from the window"
+            lost_edits = {old for old in mine if old in edits and edits[old] not in window}
+            assert not lost_edits, f"{len(lost_edits)} acknowledged edits of {name} undone"
             assert len(window) == len(set(window)), f"a turn is twice in the window of {name}"
             on_disk = json.loads((root / name / "recent.json").read_text(encoding="utf-8"))
             assert [m["data"]["content"] for m in on_disk] == window
@@ -154,6 +184,8 @@ def test_power_cuts_lose_no_acknowledged_turn(tmp_path):
     backing = tmp_path / "backing-0"
     (backing / "memory").mkdir(parents=True)
     acked: list[tuple[str, str]] = []
+    edits: dict[str, str] = {}
+    sent: set[str] = set()
     env = {"NEKOMEM_EMBEDDING_ENABLED": "false"}
     port = None
     for cycle in range(CUTS + 1):
@@ -164,12 +196,14 @@ def test_power_cuts_lose_no_acknowledged_turn(tmp_path):
         port = server.port
         try:
             server.start(timeout=120)  # the server starts every time
-            _check(server, root, acked)
+            _check(server, root, acked, edits, sent)
             if cycle == CUTS:
                 break
             names = ["Lan", "Mio", "ねこ", f"new{cycle}"]
             stop = threading.Event()
             threads = [threading.Thread(target=_writer, args=(server.url, names, cycle * 10 + k, acked, stop)) for k in range(WRITERS)]
+            if cycle > 0:  # Lan has a window by now
+                threads.append(threading.Thread(target=_editor, args=(server.url, cycle, edits, sent, stop)))
             before = len(acked)
             for t in threads:
                 t.start()
@@ -184,3 +218,4 @@ def test_power_cuts_lose_no_acknowledged_turn(tmp_path):
             mount.unmount()
         backing = snapshot
     assert len(acked) > CUTS * 5
+    assert edits, "no edit was acknowledged"
