@@ -66,6 +66,7 @@ serve: serve-install
 
 test: install
 	sh scripts/ensure_browser.sh
+	sh scripts/ensure_fuse.sh
 	$(PY) -m pytest tests -q -p no:cacheprovider --durations=10
 
 check: $(CHECK_STAMP)

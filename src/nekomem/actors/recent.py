@@ -4,8 +4,9 @@
 A write is durable before it is answered, with one fsync: the turns go to the time index
 in one SQLite transaction (synchronous=FULL), which also stores the Idempotency-Key's
 response and the post-turn cursor. recent.json and recent_meta.json are then replaced
-atomically without fsync (a killed process leaves them whole; after a power loss they are
-rebuilt at load from the rows after ``journal_row``), and /cache is answered. The post-turn
+atomically without fsync (a killed process leaves them whole; after a power loss the window
+is rebuilt at load from the window base and the rows after it, see
+:mod:`nekomem.domain.window_rebuild`), and /cache is answered. The post-turn
 work record goes to the outbox after the answer (its own fsync, off the request's path);
 the outbox acknowledges it and the cursor moves with the next transaction, so rows after
 the cursor at load are enqueued again (the outbox ignores ranges it already holds).
@@ -120,8 +121,10 @@ class RecentActor(RecentTheater):
             # or flush: at load, rows after the stored journal_row that recent.json already
             # ends with are recognised, so one rename per write is enough.
             self.meta.journal_row = self.tindex.last_row_id
-            self._enforce_cap()
-            self._save_window(durable=False, looked=msg.mode == "cache")
+            # Without fsync: at load the window is rebuilt as base + rows. A cap that cut a
+            # text makes a window that is not that, so it is written durably (a new base).
+            cut = self._enforce_cap()
+            self._save_window(durable=cut, looked=msg.mode == "cache")
         write = _PendingWrite(reply=msg.reply, value=value, wait_outbox=bool(turns))
         if turns:
             last = self.tindex.last_row_id

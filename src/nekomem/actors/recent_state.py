@@ -2,9 +2,10 @@
 time index in memory, the crash catch-up at load, the post-turn cursor and the adoption
 of outside edits of recent.json.
 
-recent.json is written without fsync; the time index is the durable copy, so at load the
-rows after ``meta.journal_row`` are folded into the window and the rows after the
-post-turn cursor get their outbox record again (see :mod:`nekomem.domain.post_turn`).
+recent.json is written without fsync on appends; the time index is the durable copy (its
+rows and the window base, stored with every other change of the window), so at load the
+window is rebuilt as base + rows (see :mod:`nekomem.domain.window_rebuild`) and the rows
+after the post-turn cursor get their outbox record again (see :mod:`nekomem.domain.post_turn`).
 
 ``window`` and ``tokens`` are only ever extended in place; any other change assigns a new
 list. The encoded window and the token bound rely on it: while the list is the same
@@ -21,12 +22,13 @@ import msgspec
 
 from nekomem.actors.base import ChildActor
 from nekomem.actors.messages import Enqueue, OutboxAck
-from nekomem.domain import context, recent_window, review, theater
+from nekomem.domain import context, recent_window, review, theater, window_rebuild
 from nekomem.domain.post_turn import POST_TURN_CURSOR, PostTurnCursor, session_runs
 from nekomem.domain.tokens import get_counter
 from nekomem.domain.turns import Turn, from_disk
 from nekomem.domain.window_cache import ItemCache
 from nekomem.runtime.clock import iso
+from nekomem.stores import timeindex_check
 from nekomem.stores.atomic import atomic_write_bytes, atomic_write_json, drop_swap, keep_rejected, read_json, swap_write_bytes
 from nekomem.stores.recent_watch import RecentWatch, journal_adoption
 from nekomem.stores.timeindex import IMPORTED_CURSOR, TimeIndex
@@ -65,28 +67,22 @@ class RecentState(ChildActor):
         self.settings = self.ctx.settings.recent
         self.counter = get_counter(self.settings.recent_tokenizer_encoding)
         window, status, unreadable = self._read_window(paths.recent)
-        self.tindex = TimeIndex(paths.time_index_db)
         meta_raw, _ = read_json(paths.recent_meta, default={})
         try:
             self.meta = msgspec.convert(meta_raw if isinstance(meta_raw, dict) else {}, RecentMeta, strict=False)
         except msgspec.ValidationError:
             self.meta = RecentMeta()
-        if status == "corrupt":
-            # recent.json was unreadable (moved aside as *.corrupt-*): rebuild the window
-            # from the raw journal, which holds every message.
-            window = self.tindex.tail(self.settings.recent_compress_threshold_items)
-            self.log.warning("recent.json was corrupt; rebuilt the window from the journal (%d items)", len(window))
-        self.window = window
+        self.tindex = TimeIndex(paths.time_index_db)
+        self._check_journal()
         self.watch = RecentWatch(paths.recent)
-        self.tokens = [self.counter.count(t.text) for t in window]
-        if status == "corrupt":
-            self.meta.journal_row = self.tindex.max_row_id()
-        if status == "corrupt" or unreadable:
+        found = window if status == "ok" else None  # missing, empty or torn: None
+        self.window, rewrite = self._rebuild_window(found)
+        self.tokens = [self.counter.count(t.text) for t in self.window]
+        self.meta.journal_row = self.tindex.max_row_id()
+        if rewrite or unreadable:
             self._enforce_cap()
-            self._save_window()  # the unreadable items are kept aside: they are not kept twice
+            self._save_window()  # durable, and the new base (unreadable items are kept aside)
             self._save_meta()
-        if status != "corrupt":
-            self._catch_up_window()
         self._replay_post_turn()
 
     def flush(self) -> None:
@@ -120,28 +116,107 @@ class RecentState(ChildActor):
             self.tindex.close()
 
     # -- crash catch-up --------------------------------------------------------------
-    def _catch_up_window(self) -> None:
-        """Fold rows stored after ``meta.journal_row`` into the window (recent.json is
-        written without fsync; the time index is the durable copy)."""
-        top = self.tindex.max_row_id()
+    def _check_journal(self) -> None:
+        """A damaged time_indexed.db is kept aside and its readable rows go into a new one
+        (see :mod:`nekomem.stores.timeindex_check`); the damage is reported to /health.
+        The window is then recent.json as it is (the window base was in the damaged file)."""
+        found = timeindex_check.check_journal(self.ctx.paths.time_index_db, self.meta.journal_row or 0)
+        if found is None:
+            return
+        damage, rows = found
+        top = max((r[0] for r in rows), default=0)
+        # Salvaged rows had their post-turn work done or recorded before the damage.
+        self.tindex.restore_rows(rows, cursors={POST_TURN_CURSOR: top, IMPORTED_CURSOR: top})
+        self.meta.journal_row = min(self.meta.journal_row or 0, top)
+        storage = self.ctx.services.storage
+        if storage is not None:
+            storage.damaged(self.ctx.name, damage.describe())
+
+    def _rebuild_window(self, found: list[Turn] | None) -> tuple[list[Turn], bool]:
+        """The window at load (see :mod:`nekomem.domain.window_rebuild`) from the window
+        base, the rows after it and recent.json's items (``found``; None when it was
+        missing or unreadable), and whether recent.json must be rewritten (with a new base).
+
+        Rows of an import are history (the import wrote the window it wanted): only rows
+        after the ``imported`` cursor are folded in.
+        """
         imported = self.tindex.cursor(IMPORTED_CURSOR) or 0
-        if self.meta.journal_row is None or self.meta.journal_row > top:
-            self.meta.journal_row = top  # a folder from before the cursor existed
-            return
-        # Rows of an import are history: the import wrote the window it wanted.
-        self.meta.journal_row = max(self.meta.journal_row, imported)
-        if top == self.meta.journal_row:
-            return
+        stored = self.tindex.window_base()
+        if stored is None:
+            if not found and self.tindex.max_row_id() == 0:
+                # A new character: its base is the empty window at row 0. No recent.json
+                # can be older than that, so none needs to be made durable first.
+                self.tindex.set_window_base(b"[]\n")
+                return [], False
+            return self._legacy_window(found, imported), True
+        base_row, base_bytes = stored
+        cover = max(base_row, imported)
+        if found is not None:
+            # The common cases, without reading every row since the base (with no model to
+            # compress, that is the whole journal): recent.json is the base itself, or it
+            # ends with the newest rows (it is the state after the last append).
+            top = self.tindex.max_row_id()
+            if top <= cover:
+                if self._encoded_equal(found, base_bytes):
+                    return found, False
+            elif self._is_capped_current(found, top - cover):
+                return found, False
         # Theater rows are a mirror of the window's capsules, not turns to fold back.
-        missing = [row.turn for row in self.tindex.rows_after(self.meta.journal_row) if not theater.is_theater(row.turn)]
-        skip = recent_window.repeated_prefix(self.window, missing)
-        self.window.extend(missing[skip:])
-        self.tokens = [self.counter.count(t.text) for t in self.window]
-        self.meta.journal_row = top
-        self._enforce_cap()
-        self._save_window()
-        self._save_meta()
-        self.log.info("recent.json caught up with %d stored turns", len(missing) - skip)
+        rows = [row.turn for row in self.tindex.rows_after(cover) if not theater.is_theater(row.turn)]
+        base = [t for t in (from_disk(item) for item in msgspec.json.decode(base_bytes)) if t is not None]
+        result = window_rebuild.rebuild(base, rows, found)
+        if result.how == "current":
+            return result.window, False
+        if result.how == "adopted":
+            self.log.warning("recent.json was edited while the server was stopped; adopted (%d items)", len(result.window))
+        else:
+            self.log.warning(
+                "recent.json was %s; rebuilt from the journal (%d rows folded in)",
+                "missing or unreadable" if found is None else "behind the journal",
+                result.added,
+            )
+        return result.window, True
+
+    def _legacy_window(self, found: list[Turn] | None, imported: int) -> list[Turn]:
+        """A folder without a window base (from before it existed, an import, or a fresh
+        journal): recent.json plus the rows after ``meta.journal_row`` that it does not
+        already end with; without a readable recent.json, every row after an import."""
+        if found is None:
+            window = [row.turn for row in self.tindex.rows_after(imported) if not theater.is_theater(row.turn)]
+            if window:
+                self.log.warning(
+                    "recent.json was missing or unreadable and no window base was stored; rebuilt from %d journal rows", len(window)
+                )
+            return window
+        top = self.tindex.max_row_id()
+        if self.meta.journal_row is None or self.meta.journal_row > top:
+            return found  # a folder from before the cursor existed
+        # Theater rows are a mirror of the window's capsules, not turns to fold back.
+        missing = [row.turn for row in self.tindex.rows_after(max(self.meta.journal_row, imported)) if not theater.is_theater(row.turn)]
+        skip = recent_window.repeated_prefix(found, missing)
+        if len(missing) > skip:
+            self.log.info("recent.json caught up with %d stored turns", len(missing) - skip)
+        return [*found, *missing[skip:]]
+
+    def _is_capped_current(self, found: list[Turn], since_base: int) -> bool:
+        """Whether ``found`` is exactly the window base + rows would give when the hard cap
+        has dropped rows since the base (``since_base`` rows were stored after it): its
+        items after a leading memo are the newest rows, and the row before them would not
+        have fitted. With fewer rows since the base than items, the full rebuild is as
+        cheap, and is taken."""
+        raw = found[1:] if found and found[0].role == "system" else found
+        if not raw or since_base <= len(raw):
+            return False
+        tail = self.tindex.tail(len(raw) + 1)
+        if len(tail) != len(raw) + 1 or any(a.role != b.role or a.text != b.text for a, b in zip(tail[1:], raw, strict=True)):
+            return False
+        total = sum(self.counter.count(t.text) for t in found) + self.counter.count(tail[0].text)
+        return total > self.settings.recent_hard_cap_tokens
+
+    def _encoded_equal(self, found: list[Turn], data: bytes) -> bool:
+        """Whether ``found`` encodes to ``data`` (recent.json's bytes as this server writes them)."""
+        self.window = found
+        return self._window_bytes() == data
 
     def _replay_post_turn(self) -> None:
         """Enqueue again the post-turn work of rows after the cursor (answered before their
@@ -209,18 +284,23 @@ class RecentState(ChildActor):
         self._bound_known = (tokens, len(tokens), total)
         return total
 
-    def _enforce_cap(self) -> None:
+    def _enforce_cap(self) -> bool:
+        """Bound the window by the hard cap; True when that cut a text (not only dropped
+        the oldest items): the window is then no longer base + rows, and the caller must
+        write it durably (a new base)."""
         cap = self.settings.recent_hard_cap_tokens
         if self._token_bound() <= cap:
-            return  # exact counts, or upper bounds of them, fit
+            return False  # exact counts, or upper bounds of them, fit
         if any(n < 0 for n in self.tokens):
             self.tokens = [n if n >= 0 else self.counter.count(t.text) for n, t in zip(self.tokens, self.window, strict=True)]
             if sum(self.tokens) <= cap:
-                return
+                return False
+        before = self.window
         self.window = recent_window.enforce_hard_cap(self.window, self.settings, self.counter)
         self.tokens = [self.counter.count(t.text) for t in self.window]
         self.meta.hard_cap_trims += 1
         self.log.info("hard cap trimmed the window to %d items", len(self.window))
+        return not window_rebuild.only_dropped(before, self.window)
 
     def _save_window(self, *, durable: bool = True, looked: bool = False) -> None:
         """Replace recent.json with the window (an outside edit since the last look is
@@ -229,9 +309,12 @@ class RecentState(ChildActor):
         if not looked:
             self.adopt_outside_edit("write", keep_ours=True)
         if durable:
-            # Edits, deletions, compression: no older window may stay in the swap file.
-            written = atomic_write_bytes(self.ctx.paths.recent, self._window_bytes())
+            # Edits, deletions, compression: no older window may stay in the swap file. The
+            # file is durable before it becomes the window base (see set_window_base).
+            data = self._window_bytes()
+            written = atomic_write_bytes(self.ctx.paths.recent, data)
             drop_swap(self.ctx.paths.recent)
+            self.tindex.set_window_base(data)
         else:
             written = swap_write_bytes(self.ctx.paths.recent, self._window_bytes())
         self.watch.remember(written)
@@ -270,6 +353,7 @@ class RecentState(ChildActor):
         self.window = [t for t in (from_disk(item) for item in items) if t is not None]
         self.tokens = [self.counter.count(t.text) for t in self.window]
         self.watch.remember()
+        self._save_window(looked=True)  # durably, as the new window base
         self.log.info("adopted an outside edit of recent.json (%d items)", len(self.window))
         return True
 

@@ -111,7 +111,15 @@ async def characters(request: Request) -> Response:
         else:
             counts = await asyncio.to_thread(store.disk_counts, paths)
         rows.append(
-            {"name": name, "active": name in active, "turns": turns, "last_conversation_at": last, "counts": counts, "trouble": trouble}
+            {
+                "name": name,
+                "active": name in active,
+                "turns": turns,
+                "last_conversation_at": last,
+                "counts": counts,
+                "trouble": trouble,
+                "damaged": store.journal_damaged(trouble),
+            }
         )
     return JSONResponse({"characters": rows})
 

@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from nekomem.domain.turns import from_disk
+from nekomem.stores import timeindex_check
 from nekomem.stores.layout import CharacterPaths
 from nekomem.stores.timeindex import to_utc_iso
 
@@ -90,13 +91,18 @@ def journal_summary(paths: CharacterPaths) -> tuple[int, str | None]:
     """(turn count, newest turn time) of time_indexed.db; (0, None) without one."""
     if not paths.time_index_db.exists():
         return 0, None
-    db = _connect(paths.time_index_db)
+    try:
+        db = _connect(paths.time_index_db)
+    except sqlite3.Error:
+        return 0, None  # unreadable: storage_trouble says so
     try:
         count, last = db.execute(f"SELECT COUNT(*), MAX(timestamp) FROM {TABLE}").fetchone()
     except sqlite3.OperationalError:
         # Created a moment ago by an activating character whose recent actor has not yet
         # made its tables (it loads on an actor worker, concurrently with this read).
         return 0, None
+    except sqlite3.DatabaseError:
+        return 0, None  # not a database, or malformed: storage_trouble says so
     finally:
         db.close()
     return int(count), last
@@ -171,7 +177,27 @@ def disk_counts(paths: CharacterPaths) -> dict[str, Any]:
 
 
 def storage_trouble(paths: CharacterPaths) -> list[str]:
-    """Files of the character that were moved aside as corrupt (``*.corrupt-*``)."""
+    """Files of the character that were moved aside as corrupt (``*.corrupt-*``), damaged
+    journals kept aside (``time_indexed.db.damaged-*``), and a journal that cannot be read
+    now (damage not yet found by an activation)."""
     if not paths.folder.is_dir():
         return []
-    return sorted(p.name for p in paths.folder.rglob("*.corrupt-*"))
+    trouble = sorted(p.name for p in paths.folder.rglob("*.corrupt-*"))
+    trouble += [f"time_indexed.db was damaged and kept aside as {name}" for name in timeindex_check.damaged_copies(paths.folder)]
+    if paths.time_index_db.exists():
+        try:
+            db = _connect(paths.time_index_db)
+            try:
+                db.execute(f"SELECT 1 FROM {TABLE} LIMIT 1").fetchall()
+            finally:
+                db.close()
+        except sqlite3.OperationalError:
+            pass  # no table yet (an activation is making it)
+        except sqlite3.DatabaseError as exc:
+            trouble.append(f"time_indexed.db is damaged ({exc}); it is kept aside when the character next loads")
+    return trouble
+
+
+def journal_damaged(trouble: list[str]) -> bool:
+    """Whether :func:`storage_trouble`'s list says the journal is or was damaged."""
+    return any(item.startswith("time_indexed.db") for item in trouble)

@@ -97,6 +97,7 @@ class StorageHealth:
         self._lock = threading.Lock()
         self._faults: dict[tuple[str, str], tuple[str, float]] = {}
         self._unrebuilt: dict[tuple[str, str], str] = {}
+        self._damaged: dict[str, str] = {}
         self._errors: dict[tuple[str, str], int] = {}
 
     def report(self, character: str, layer: str, fault: StorageFault) -> None:
@@ -129,8 +130,15 @@ class StorageHealth:
         with self._lock:
             self._unrebuilt[(character, view)] = detail
 
+    def damaged(self, character: str, detail: str) -> None:
+        """The character's journal (time_indexed.db) was found damaged at load and kept
+        aside (``detail`` says what and what is served instead); reported until restart."""
+        with self._lock:
+            self._damaged[character] = detail
+
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
+            damaged = [{"character": c, "detail": d} for c, d in self._damaged.items()]
             faults = [
                 {"character": c, "layer": layer, "error_code": code, "since": since} for (c, layer), (code, since) in self._faults.items()
             ]
@@ -143,7 +151,9 @@ class StorageHealth:
             state = FULL.code
         elif faults:
             state = str(faults[0]["error_code"])
-        return {"state": state, **disk, "faults": faults, "unrebuilt_views": unrebuilt}
+        elif damaged:
+            state = "journal_damaged"
+        return {"state": state, **disk, "faults": faults, "unrebuilt_views": unrebuilt, "damaged_journals": damaged}
 
     def probe(self) -> dict[str, Any]:
         """Free bytes and the read-only flag of the memory root's file system."""

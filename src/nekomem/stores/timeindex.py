@@ -62,6 +62,10 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS idempotency (key TEXT PRIMARY KEY, response BLOB, created_at REAL)",
     "CREATE INDEX IF NOT EXISTS ix_idempotency_created_at ON idempotency(created_at)",
     "CREATE TABLE IF NOT EXISTS cursors (name TEXT PRIMARY KEY, row_id INTEGER)",
+    # The window base: recent.json's content after its last change that was not an append
+    # of journal rows (compression, review, edit, a cut by the hard cap, an adopted outside
+    # edit), and the last row it covers. The window is this plus every later row.
+    "CREATE TABLE IF NOT EXISTS recent_base (id INTEGER PRIMARY KEY CHECK (id = 1), row_id INTEGER NOT NULL, items BLOB NOT NULL)",
 )
 _INSERT_ROW = f"INSERT INTO {_ORIGINAL} (session_id, message, timestamp) VALUES (?, ?, ?)"
 _DELETE_CHUNK = 500  # ids bound per DELETE statement
@@ -294,6 +298,24 @@ class TimeIndex(TimeIndexReader):
         with self._transaction() as db:
             db.executemany("INSERT OR REPLACE INTO cursors (name, row_id) VALUES (?, ?)", list(cursors.items()))
 
+    def set_window_base(self, items: bytes) -> int:
+        """Store ``items`` (recent.json's bytes) as the window base, covering every row stored
+        so far, in a transaction of its own (durable when it returns). Returns that row id.
+
+        The caller must have made recent.json with these bytes durable first: at load, a
+        recent.json that is not one of the states since the base is taken as an outside edit.
+        """
+        with self._transaction() as db:
+            top = int(db.execute(f"SELECT COALESCE(MAX(id), 0) FROM {_ORIGINAL}").fetchone()[0])
+            db.execute("INSERT OR REPLACE INTO recent_base (id, row_id, items) VALUES (1, ?, ?)", (top, items))
+        return top
+
+    def window_base(self) -> tuple[int, bytes] | None:
+        """The stored window base ``(last row covered, recent.json bytes)``, or None when none
+        was ever stored (a folder from before the base existed)."""
+        row = self._conn().execute("SELECT row_id, items FROM recent_base WHERE id = 1").fetchone()
+        return (int(row[0]), bytes(row[1])) if row is not None else None
+
     def cursor(self, name: str) -> int | None:
         """The stored row id of cursor ``name``; None when never set."""
         row = self._conn().execute("SELECT row_id FROM cursors WHERE name = ?", (name,)).fetchone()
@@ -411,11 +433,12 @@ class TimeIndex(TimeIndexReader):
             log.warning("%s: the WAL could not be emptied (a reader held it)", self.path.name)
         return not busy
 
-    def restore_rows(self, rows: Sequence[tuple[int, str | None, str, str | None]], cursors: Mapping[str, int], sequence: int = 0) -> int:
+    def restore_rows(self, rows: Sequence[tuple[int, str | None, str, str | None]], cursors: Mapping[str, int] | None = None, sequence: int = 0) -> int:
         """Store ``(id, session_id, message, timestamp)`` rows exactly as given, ids kept,
         ``cursors``, and the last id ever given (``sequence``: a new row never takes the id
-        of an erased one), in one transaction (a restore into an empty database: rows and
-        cursors of the copy, so derived work resumes where the copy stood). Raises
+        of an erased one), in one transaction (a restore into an empty database, or the rows
+        salvaged from a damaged journal into a new one: rows and cursors of the copy, so
+        derived work resumes where the copy stood). Raises
         sqlite3.IntegrityError (nothing written) when an id is already stored."""
         with self._transaction() as db:
             db.executemany(f"INSERT INTO {_ORIGINAL} (id, session_id, message, timestamp) VALUES (?, ?, ?, ?)", list(rows))
