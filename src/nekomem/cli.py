@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from nekomem.http.app import create_app
+    from nekomem.http.connections import uvicorn_options
 
     app = create_app(settings, embeddings=make_embeddings(settings))
     # What is built by now (modules, settings, the app) lives as long as the process: out
@@ -96,5 +97,6 @@ def main(argv: list[str] | None = None) -> int:
         port=settings.server.port,
         log_level=settings.server.log_level.lower(),
         access_log=False,
+        **uvicorn_options(settings.server),
     )
     return 0

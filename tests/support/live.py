@@ -18,6 +18,7 @@ import uvicorn
 
 from nekomem.config import Settings, load_settings
 from nekomem.http.app import create_app
+from nekomem.http.connections import uvicorn_options
 from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,7 +52,15 @@ class LiveServer:
         self.settings = settings
         self.app = create_app(settings, **app_kwargs)
         self.runtime = self.app.state.runtime
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", access_log=False)
+        config = uvicorn.Config(
+            self.app,
+            host="127.0.0.1",
+            port=0,
+            log_level="warning",
+            lifespan="on",
+            access_log=False,
+            **uvicorn_options(settings.server),
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.url = ""
