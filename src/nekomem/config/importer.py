@@ -24,3 +24,12 @@ class ImportSettings(Section):
     import_character_timeout_seconds: Annotated[
         float, doc("How long POST /api/import/neko waits for a busy character to go idle before it answers 409 for that character.", gt=0)
     ] = 60.0
+    import_root: Annotated[
+        str,
+        doc(
+            "The only folder POST /api/import/neko reads from: its source_dir must be this folder or lie under it (symbolic links "
+            "resolved); any other path is answered 403 'outside_import_root' before it is looked at, so the route reveals nothing "
+            "about the server's other folders. Empty: the N.E.K.O. data directory, <home>/Documents/N.E.K.O (where the reference "
+            "keeps its memory folder). The nekomem import-neko command is not restricted."
+        ),
+    ] = ""
