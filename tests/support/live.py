@@ -118,8 +118,16 @@ def free_port() -> int:
 class ServerProcess:
     """``python -m nekomem serve`` as a child process, for tests that kill it."""
 
-    def __init__(self, memory_root: Path, env: dict[str, str] | None = None, port: int | None = None, host: str | None = None) -> None:
+    def __init__(
+        self,
+        memory_root: Path,
+        env: dict[str, str] | None = None,
+        port: int | None = None,
+        host: str | None = None,
+        preexec_fn: Any = None,
+    ) -> None:
         self.memory_root = memory_root
+        self.preexec_fn = preexec_fn  # run in the child before exec (e.g. a lower RLIMIT_NOFILE)
         self.host = host
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -144,6 +152,7 @@ class ServerProcess:
             env=self.env,
             stdout=subprocess.DEVNULL,
             stderr=log,
+            preexec_fn=self.preexec_fn,
         )
         log.close()
         deadline = time.monotonic() + timeout

@@ -151,6 +151,23 @@ class RuntimeSettings(Section):
             ge=1,
         ),
     ] = 1000
+    fd_raise_soft_limit: Annotated[
+        bool,
+        doc(
+            "Raise the process's soft open-file limit (RLIMIT_NOFILE) to its hard limit at start-up. Each active character "
+            "holds 3 files and each client connection one: the active set is bounded by what the soft limit leaves (see "
+            "fd_reserve), and /health reports the limits under 'files'."
+        ),
+    ] = True
+    fd_reserve: Annotated[
+        int,
+        doc(
+            "Open files kept aside for the process itself (sockets, models, logs, imports, SQLite temporary files) when the "
+            "active set is sized from the open-file limit: at most (soft limit - fd_reserve - max_connections) / 3 characters "
+            "are active.",
+            ge=16,
+        ),
+    ] = 128
     passivate_idle_seconds: Annotated[float, doc("A character idle this long has its actors stopped (state stays on disk).", gt=0)] = 600.0
     actor_workers: Annotated[
         int,
