@@ -135,7 +135,15 @@ def test_fuzz_every_operation_no_5xx_and_stores_parse(workdir):
     rerun = f"(repeat the generated cases with FUZZ_SEED={seed})"
 
     # A server process of its own, beside the generator processes.
-    srv = ServerProcess(root, env={"NEKOMEM_MAX_BODY_BYTES": "65536", "NEKOMEM_ASK_TIMEOUT_SECONDS": "20", "NEKOMEM_LOG_LEVEL": "WARNING"})
+    srv = ServerProcess(
+        root,
+        env={
+            "NEKOMEM_MAX_BODY_BYTES": "65536",
+            "NEKOMEM_ASK_TIMEOUT_SECONDS": "20",
+            "NEKOMEM_LOG_LEVEL": "WARNING",
+            "NEKOMEM_IMPORT_ROOT": str(workdir),
+        },
+    )
     srv.start()
     try:
         with httpx.Client(base_url=srv.url, timeout=60) as client:

@@ -92,7 +92,7 @@ def post_import(server: LiveServer, body: Any) -> httpx.Response:
 def test_the_route_imports_into_a_running_server(fixture: neko_fixture.NekoFixture, tmp_path: Path) -> None:
     root = tmp_path / "nekomem-root"
     source_before = tree_hashes(fixture.root)
-    with LiveServer(make_settings(root)) as server:
+    with LiveServer(make_settings(root, import_root=str(tmp_path))) as server:
         # Mochi is live, with a conversation of its own, before the import
         cached = server.post(f"/cache/{neko_fixture.SECOND}", json={"input_history": [{"role": "user", "content": "hello from nekomem"}]})
         assert cached.status_code == 200
@@ -130,11 +130,17 @@ def test_the_route_imports_into_a_running_server(fixture: neko_fixture.NekoFixtu
         ({"source_dir": 5}, 422, "schema_violation"),
         ({"source_dir": "/x", "extra": 1}, 422, "schema_violation"),
         ({"source_dir": "relative/folder"}, 400, "source_dir_not_absolute"),
-        ({"source_dir": "/nonexistent/neko-memory"}, 400, "bad_source_dir"),
+        ({"source_dir": "{tmp}/nonexistent/neko-memory"}, 400, "bad_source_dir"),
+        # Outside the import root: refused before it is looked at, existing or not.
+        ({"source_dir": "/etc"}, 403, "outside_import_root"),
+        ({"source_dir": "/nonexistent/neko-memory"}, 403, "outside_import_root"),
+        ({"source_dir": "{tmp}/../../etc"}, 403, "outside_import_root"),
     ],
 )
 def test_the_route_refuses_bad_bodies(tmp_path: Path, body: Any, status: int, code: str) -> None:
-    with LiveServer(make_settings(tmp_path / "root")) as server:
+    if isinstance(body, dict) and isinstance(body.get("source_dir"), str):
+        body = {**body, "source_dir": body["source_dir"].replace("{tmp}", str(tmp_path))}
+    with LiveServer(make_settings(tmp_path / "root", import_root=str(tmp_path))) as server:
         response = server.post("/api/import/neko", json=body) if body is not None else server.post("/api/import/neko")
         assert response.status_code == status, response.text
         assert response.json()["error_code"] == code
@@ -144,7 +150,7 @@ def test_the_route_refuses_bad_bodies(tmp_path: Path, body: Any, status: int, co
 
 def test_the_route_refuses_an_overlap_and_an_unknown_character(fixture: neko_fixture.NekoFixture, tmp_path: Path) -> None:
     root = tmp_path / "root"
-    with LiveServer(make_settings(root)) as server:
+    with LiveServer(make_settings(root, import_root=str(tmp_path))) as server:
         inside = post_import(server, {"source_dir": str(root / "somewhere")})
         assert inside.status_code == 400 and inside.json()["error_code"] == "bad_source_dir"
         unknown = post_import(server, {"source_dir": str(fixture.root), "characters": ["nobody"]})
@@ -183,7 +189,7 @@ def test_requests_wait_for_a_held_character(fixture: neko_fixture.NekoFixture, t
 def test_a_character_that_cannot_be_held_is_reported_and_left_alone(fixture: neko_fixture.NekoFixture, tmp_path: Path) -> None:
     root = tmp_path / "root"
     name = neko_fixture.SECOND
-    with LiveServer(make_settings(root)) as server:
+    with LiveServer(make_settings(root, import_root=str(tmp_path))) as server:
         with server.runtime.registry.hold(name, timeout=10):  # e.g. another import of it
             response = post_import(server, {"source_dir": str(fixture.root), "characters": [name, neko_fixture.V1]})
         assert response.status_code == 200, response.text

@@ -14,6 +14,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from nekomem.config import Settings
+from nekomem.http.connections import uvicorn_options
 
 
 def build_server(app: Starlette, settings: Settings) -> uvicorn.Server:
@@ -24,6 +25,7 @@ def build_server(app: Starlette, settings: Settings) -> uvicorn.Server:
         port=settings.server.port,
         log_level=settings.server.log_level.lower(),
         access_log=False,
+        **uvicorn_options(settings.server),
     )
     server = uvicorn.Server(config)
 

@@ -18,6 +18,7 @@ import uvicorn
 
 from nekomem.config import Settings, load_settings
 from nekomem.http.app import create_app
+from nekomem.http.connections import uvicorn_options
 from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,7 +52,15 @@ class LiveServer:
         self.settings = settings
         self.app = create_app(settings, **app_kwargs)
         self.runtime = self.app.state.runtime
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", access_log=False)
+        config = uvicorn.Config(
+            self.app,
+            host="127.0.0.1",
+            port=0,
+            log_level="warning",
+            lifespan="on",
+            access_log=False,
+            **uvicorn_options(settings.server),
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.url = ""
@@ -109,8 +118,16 @@ def free_port() -> int:
 class ServerProcess:
     """``python -m nekomem serve`` as a child process, for tests that kill it."""
 
-    def __init__(self, memory_root: Path, env: dict[str, str] | None = None, port: int | None = None, host: str | None = None) -> None:
+    def __init__(
+        self,
+        memory_root: Path,
+        env: dict[str, str] | None = None,
+        port: int | None = None,
+        host: str | None = None,
+        preexec_fn: Any = None,
+    ) -> None:
         self.memory_root = memory_root
+        self.preexec_fn = preexec_fn  # run in the child before exec (e.g. a lower RLIMIT_NOFILE)
         self.host = host
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -135,6 +152,7 @@ class ServerProcess:
             env=self.env,
             stdout=subprocess.DEVNULL,
             stderr=log,
+            preexec_fn=self.preexec_fn,
         )
         log.close()
         deadline = time.monotonic() + timeout

@@ -61,6 +61,12 @@ class ChildActor(DispatchedActor):
         except Exception as exc:
             fault = classify(exc)
             if fault is None:
+                # Files this layer cannot read (a folder in place of facts.json): it crashes
+                # as on a message, so the supervisor restarts it at once within the budget
+                # and then marks it failed, answering the queued requests (pykka's start-up
+                # failure path alone would drop them unanswered until their ask timeout).
+                self.log.error("%s could not load for a character: %s", self.child_name, type(exc).__name__)
+                self.on_failure(type(exc), exc, exc.__traceback__)
                 raise
             self._storage_trouble(fault, exc)
         self._rearm()

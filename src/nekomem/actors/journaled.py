@@ -25,6 +25,7 @@ from nekomem.runtime.clock import iso
 from nekomem.runtime.reply import Reply
 from nekomem.stores.atomic import read_json
 from nekomem.stores.erasure import drop_from_shards
+from nekomem.stores.faults import classify
 from nekomem.stores.journal import Event
 
 
@@ -194,6 +195,11 @@ class JournaledActor(ChildActor):
         self._last_event = event.event_id
         self._maybe_flush()
 
+    @property
+    def _views_layer(self) -> str:
+        """The /health key of a view rewrite that failed after its changes were journaled."""
+        return f"{self.child_name}_views"
+
     def _maybe_flush(self) -> None:
         rt = self.ctx.settings.runtime
         if not self._dirty:
@@ -205,7 +211,21 @@ class JournaledActor(ChildActor):
         if since < self._flush_gap:
             return
         if self._dirty >= rt.view_flush_changes or since >= rt.view_flush_seconds:
-            self.flush()
+            try:
+                self.flush()
+            except Exception as exc:
+                fault = classify(exc)
+                if fault is None:
+                    raise
+                # Every change is already durable in the journal (and applied in memory):
+                # the message that caused it succeeded. Only the view is behind; it is
+                # rewritten at the next due time, and /health shows the fault until then.
+                self._last_flush = time.monotonic()
+                self.log.warning("%s: views not rewritten (%s); the journal holds the changes", self.child_name, fault.code)
+                storage = self.ctx.services.storage
+                if storage is not None:
+                    storage.report(self.ctx.name, self._views_layer, fault)
+                self._views_behind = True
 
     def flush(self) -> None:
         if not getattr(self, "_dirty", 0):
@@ -217,6 +237,11 @@ class JournaledActor(ChildActor):
             self.ctx.journal.mark(self.owner, self._last_event)
         self._dirty = 0
         self._last_flush = time.monotonic()
+        if getattr(self, "_views_behind", False):
+            self._views_behind = False
+            storage = self.ctx.services.storage
+            if storage is not None:
+                storage.clear(self.ctx.name, self._views_layer)
         self.ctx.journal.compact_if_applied(self.ctx.settings.runtime.events_compact_lines)
 
     def real_due_at(self) -> float | None:

@@ -210,10 +210,16 @@ class CharacterSupervisor(DispatchedActor):
             return
         ref = self.children.get(child)
         if ref is not None and ref.is_alive():
-            # Already restarted (a second report for the same crash): just redeliver.
-            for message in crash.pending:
-                ref.tell(message)
-            return
+            # Already restarted (a second report for the same crash): just redeliver,
+            # unless that instance is dying too (its mailbox closed before it stopped).
+            pending = list(crash.pending)
+            try:
+                while pending:
+                    ref.tell(pending[0])
+                    pending.pop(0)
+                return
+            except pykka.ActorDeadError:
+                crash = ChildCrashed(child=child, error=crash.error, pending=pending)
         now = self.services.clock.monotonic()
         window = self.restarts[child]
         while window and now - window[0] > settings.restart_window_seconds:
@@ -237,7 +243,9 @@ class CharacterSupervisor(DispatchedActor):
                 fail_message(message, ActorFailure("character_failed", f"the {child} layer could not restart", 503))
             return
         for message in crash.pending:
-            self.children[child].tell(message)
+            # Through _deliver: a child that dies again at once (it cannot load) is
+            # restarted again, or marked failed with these messages answered.
+            self._deliver(child, message)
 
 
 @dataclass(frozen=True)

@@ -108,7 +108,8 @@ class AsyncNekomemClient:
             raise ValueError("retries must be >= 0")
         url = base_url or os.environ.get(URL_ENV) or DEFAULT_URL
         token = os.environ.get(TOKEN_ENV, "") if token is None else token
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        # Bytes: a token with non-ASCII characters is sent as its UTF-8 (httpx would refuse a str).
+        headers = {"Authorization": f"Bearer {token}".encode()} if token else {}
         self.retries = retries
         self.max_retry_wait = max_retry_wait
         self._http = httpx.AsyncClient(base_url=url.rstrip("/"), headers=headers, timeout=timeout, transport=transport)

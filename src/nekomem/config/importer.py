@@ -30,3 +30,13 @@ class ImportSettings(Section):
     external_import_max_entry_chars: Annotated[
         int, doc("Longest candidate text POST /internal/memory/import_external_markdown takes (longer: 400).", ge=1)
     ] = 4000
+
+    import_root: Annotated[
+        str,
+        doc(
+            "The only folder POST /api/import/neko reads from: its source_dir must be this folder or lie under it (symbolic links "
+            "resolved); any other path is answered 403 'outside_import_root' before it is looked at, so the route reveals nothing "
+            "about the server's other folders. Empty: the N.E.K.O. data directory, <home>/Documents/N.E.K.O (where the reference "
+            "keeps its memory folder). The nekomem import-neko command is not restricted."
+        ),
+    ] = ""

@@ -78,6 +78,54 @@ class ServerSettings(Section):
             gt=0,
         ),
     ] = 60.0
+
+    header_timeout_seconds: Annotated[
+        float,
+        doc(
+            "Longest time a connection may take to send a complete request head (request line and headers), counted from the "
+            "moment the server waits for one; a slower connection is answered 408 and closed.",
+            gt=0,
+        ),
+    ] = 10.0
+    body_timeout_seconds: Annotated[
+        float,
+        doc(
+            "Longest time a request may take to send its whole body after its head (a body shorter than its Content-Length "
+            "included); a slower one is answered 408 and closed.",
+            gt=0,
+        ),
+    ] = 30.0
+    keep_alive_seconds: Annotated[int, doc("An idle keep-alive connection is closed after this many seconds.", ge=1)] = 5
+    max_connections: Annotated[
+        int,
+        doc(
+            "Most client connections open at once; a connection beyond this is closed at once, before a byte is read. Each one "
+            "costs a file descriptor (see RLIMIT_NOFILE in the README).",
+            ge=1,
+        ),
+    ] = 512
+    max_concurrent_requests: Annotated[
+        int,
+        doc(
+            "Most requests being answered at once (/health aside); one beyond this is answered 503 'server_busy' with "
+            "Retry-After at once instead of queueing behind the others.",
+            ge=1,
+        ),
+    ] = 256
+    busy_retry_after_seconds: Annotated[int, doc("Retry-After (seconds) of a 503 'server_busy' answer.", ge=1)] = 1
+    time_max_chars: Annotated[
+        int,
+        doc("Longest accepted /query_memory 'time' expression in characters; a longer one gets 422 'time_too_long'.", ge=16, le=1000),
+    ] = 200
+    time_max_relations: Annotated[
+        int,
+        doc(
+            "Most relation words ('before', 'after', 'of', の, 的, 前, 後...) accepted in one /query_memory 'time' expression, "
+            "a bound on how deeply it nests ('the day before the week after X'); more get 422 'time_too_deep'.",
+            ge=1,
+            le=32,
+        ),
+    ] = 8
     core_config_path: Annotated[
         str,
         doc(
@@ -155,6 +203,23 @@ class RuntimeSettings(Section):
             ge=1,
         ),
     ] = 1000
+    fd_raise_soft_limit: Annotated[
+        bool,
+        doc(
+            "Raise the process's soft open-file limit (RLIMIT_NOFILE) to its hard limit at start-up. Each active character "
+            "holds 3 files and each client connection one: the active set is bounded by what the soft limit leaves (see "
+            "fd_reserve), and /health reports the limits under 'files'."
+        ),
+    ] = True
+    fd_reserve: Annotated[
+        int,
+        doc(
+            "Open files kept aside for the process itself (sockets, models, logs, imports, SQLite temporary files) when the "
+            "active set is sized from the open-file limit: at most (soft limit - fd_reserve - max_connections) / 3 characters "
+            "are active.",
+            ge=16,
+        ),
+    ] = 128
     passivate_idle_seconds: Annotated[float, doc("A character idle this long has its actors stopped (state stays on disk).", gt=0)] = 600.0
     actor_workers: Annotated[
         int,

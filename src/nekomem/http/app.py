@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from nekomem.actors.host import ACTORS
 from nekomem.config import Settings
 from nekomem.http import conversation, longterm, metrics, system
+from nekomem.http.backpressure import ConcurrencyLimit
 from nekomem.http.errors import (
     ApiError,
     actor_failure_handler,
@@ -179,6 +180,8 @@ def create_app(
     # Added after limited mode, so it runs before it: no refused request reaches limited
     # mode or a route.
     app.add_middleware(RequestGuard, settings=settings.server)
+    # Back-pressure before anything else is done for a request (the metrics still count it).
+    app.add_middleware(ConcurrencyLimit, settings=settings.server)
     # Outermost: it times every request and also counts the ones the guard refuses.
     metrics.install(app, rt)
     return app

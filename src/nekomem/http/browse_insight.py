@@ -23,7 +23,7 @@ from nekomem.http.bodies import character_name, read_json_object
 from nekomem.http.conversation import context_language, display_now, master_name, new_dialog
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
-from nekomem.http.recall import _optional_str
+from nekomem.http.recall import _optional_str, checked_time
 from nekomem.stores.layout import CharacterPaths
 
 log = logging.getLogger("nekomem.http.browse")
@@ -89,7 +89,7 @@ async def recall_explain(request: Request) -> Response:
     name = character_name(request)
     body = await read_json_object(request)
     query = _optional_str(body, "query")
-    spec = _optional_str(body, "time")
+    spec = checked_time(_optional_str(body, "time"), rt.settings.server)
     if not query and not spec:
         raise ApiError(422, "missing_query", "give a non-empty 'query', a 'time', or both")
     if not await character_exists(request, name):

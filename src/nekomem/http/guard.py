@@ -209,4 +209,6 @@ class RequestGuard:
         scheme, _, credential = headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer":
             return False
-        return hmac.compare_digest(credential.strip().encode("utf-8"), self.token)
+        # The header was decoded as latin-1 (byte for byte): encoding it back gives the
+        # bytes the client sent, the UTF-8 of a non-ASCII token included.
+        return hmac.compare_digest(credential.strip().encode("latin-1"), self.token)

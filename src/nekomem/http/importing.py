@@ -35,6 +35,13 @@ def _decode(raw: bytes) -> ImportNekoBody:
         raise ApiError(400, "malformed_json", f"the body is not valid JSON: {exc}") from None
 
 
+def import_root(setting: str) -> Path:
+    """The resolved folder imports may read: the ``import_root`` setting, else the N.E.K.O.
+    data directory (<home>/Documents/N.E.K.O)."""
+    root = Path(setting).expanduser() if setting else Path.home() / "Documents" / "N.E.K.O"
+    return root.resolve()
+
+
 async def import_neko(request: Request) -> JSONResponse:
     """Import the folder and answer the report: counts per character and layer, and what
     could not be read. 400 bad folder, 404 unknown character, 409 an import is running."""
@@ -43,6 +50,13 @@ async def import_neko(request: Request) -> JSONResponse:
     if not source.is_absolute():
         raise ApiError(400, "source_dir_not_absolute", "source_dir must be an absolute path on the server's machine")
     runtime = request.app.state.runtime
+    root = import_root(runtime.settings.importer.import_root)
+    # Resolved (symbolic links and '..' followed) before anything else: whether the path
+    # exists is never part of the answer unless it is inside the import root.
+    if not source.resolve().is_relative_to(root):
+        raise ApiError(
+            403, "outside_import_root", f"source_dir must lie under the import root {root} (setting import_root)", import_root=str(root)
+        )
     try:
         report = await asyncio.to_thread(runtime.importing.import_neko, source, body.characters)
     except SourceError as exc:

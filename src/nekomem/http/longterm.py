@@ -133,6 +133,15 @@ async def list_layer(request: Request) -> Response:
     return JSONResponse(await rt.registry.ask(name, LAYERS[layer], lambda reply: ListEntries(reply=reply, **msg)))
 
 
+def _bounded_text(text: str, rt: Any) -> str:
+    """``text`` of an edit when within ``message_max_chars`` (the limit of a message, so an
+    edit cannot store what /cache would refuse); ApiError 422 ``text_too_long`` otherwise."""
+    limit = rt.settings.server.message_max_chars
+    if len(text) > limit:
+        raise ApiError(422, "text_too_long", f"text has {len(text)} characters; the limit is {limit}")
+    return text
+
+
 async def edit_entry(request: Request) -> Response:
     rt = _rt(request)
     name = character_name(request)
@@ -148,7 +157,7 @@ async def edit_entry(request: Request) -> Response:
         if request.method == "DELETE":
             text = None
         else:
-            text = (await decode_body(request, RecentEdit)).text
+            text = _bounded_text((await decode_body(request, RecentEdit)).text, rt)
         view = await rt.registry.ask(name, "recent", lambda reply: EditRecent(index=index, text=text, reply=reply))
         return JSONResponse({"total": len(view.window)})
     if layer not in LAYERS:
@@ -156,6 +165,8 @@ async def edit_entry(request: Request) -> Response:
     if request.method == "DELETE":
         return JSONResponse(await rt.registry.ask(name, LAYERS[layer], lambda reply: DeleteEntry(id=entry_id, reply=reply)))
     edit = await decode_body(request, EntryEdit)
+    if isinstance(edit.text, str):
+        _bounded_text(edit.text, rt)
     changes = {k: v for k, v in msgspec.structs.asdict(edit).items() if v is not msgspec.UNSET}
     return JSONResponse(await rt.registry.ask(name, LAYERS[layer], lambda reply: EditEntry(id=entry_id, changes=changes, reply=reply)))
 

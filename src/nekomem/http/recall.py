@@ -7,7 +7,8 @@ wrong type is 422. ``subjects`` scopes the read to those group/participant subje
 never returns the owner's private memory; an empty list is 422 (fail closed). Timestamps of
 the rows are given in the display time zone, so their first 10 characters are the local
 date. Time expressions resolve against the server clock in the
-display time zone; one that does not parse is ignored. Any failure inside recall answers
+display time zone; one that does not parse is ignored; one longer than
+``time_max_chars`` or with more than ``time_max_relations`` relation words is 422. Any failure inside recall answers
 200 with ``results: []`` and ``error_code: "hybrid_recall_failed"``, never a 500.
 With ``render: "markdown"`` the answer also carries ``markdown``, the text block a
 ``recall_memory`` tool call hands back to the model.
@@ -23,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from nekomem.actors.messages import QueryMemory
+from nekomem.config.server import ServerSettings
 from nekomem.domain.recall_render import (
     no_result_text,
     normalise_language,
@@ -37,6 +39,7 @@ from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists, localise_times
 from nekomem.http.schemas import QueryBody
 from nekomem.recall.response import empty_response
+from nekomem.recall.timewindow import relation_count
 from nekomem.runtime.reply import ActorFailure
 
 log = logging.getLogger("nekomem.http.recall")
@@ -53,14 +56,31 @@ def _optional_str(body: dict[str, Any], key: str) -> str:
     return value.strip()
 
 
+def checked_time(spec: str, settings: ServerSettings) -> str:
+    """``spec`` when it is within the time bounds of ``settings``; ApiError 422
+    ``time_too_long`` / ``time_too_deep`` otherwise (checked in linear time, before any
+    parsing reaches an actor worker)."""
+    if len(spec) > settings.time_max_chars:
+        raise ApiError(422, "time_too_long", f"'time' has {len(spec)} characters; at most {settings.time_max_chars} are accepted")
+    relations = relation_count(spec)
+    if relations > settings.time_max_relations:
+        raise ApiError(
+            422,
+            "time_too_deep",
+            f"'time' nests {relations} relations ('before', 'after', 'of', の, 前...); at most {settings.time_max_relations} are accepted",
+        )
+    return spec
+
+
 async def query_memory(request: Request) -> Response:
     name = character_name(request)
     body = await decode_body(request, QueryBody)
+    spec = checked_time((body.time or "").strip(), request.app.state.runtime.settings.server)
     try:
         subjects = subjects_from_request(body.subjects)
     except SubjectError as exc:
         raise ApiError(422, "bad_subjects", str(exc)) from None
-    result = await _recall(request, name, (body.query or "").strip(), (body.time or "").strip(), subjects, body.render, body.language)
+    result = await _recall(request, name, (body.query or "").strip(), spec, subjects, body.render, body.language)
     return JSONResponse(result)
 
 

@@ -69,6 +69,7 @@ async def health(request: Request) -> Response:
         "model_jobs": rt.pool.total_busy(),
         "supervision": {"child_restarts": 0, "failed_children": 0, **rt.services.counters.snapshot()},
         "storage": await asyncio.to_thread(rt.services.storage.snapshot),
+        "files": rt.files.snapshot(),
     }
     return JSONResponse(body)
 

@@ -112,7 +112,9 @@ def parse_time_window(text: str, now: datetime) -> TimeWindow | None:
     """The window ``text`` names, resolved against ``now`` in ``now``'s time zone.
 
     A naive ``now`` is taken as system local time. Returns None for empty, unknown or
-    out-of-range expressions; never raises on text.
+    out-of-range expressions, for ones longer than MAX_CHARS and for ones nesting deeper
+    than MAX_DEPTH levels; never raises on text. The cost is bounded by both: each anchor
+    is parsed once.
     """
     if not isinstance(text, str):
         return None
@@ -124,9 +126,11 @@ def parse_time_window(text: str, now: datetime) -> TimeWindow | None:
         raw = raw[:-1]  # a sentence's full stop, not half of a ".." range
     if not raw:
         return None
+    if len(raw) > MAX_CHARS:
+        return None
     try:
-        found = _parse_spec(raw, Calendar(now))
-    except (ValueError, OverflowError):
+        found = _parse_spec(raw, _Parse(Calendar(now)))
+    except (ValueError, OverflowError, _TooDeep):
         return None
     return None if found is None else TimeWindow(found[0], found[1])
 
@@ -161,7 +165,40 @@ _OPEN_RANGES = (
 )
 
 
-def _parse_spec(raw: str, c: Calendar) -> Span | None:
+# Hard ceilings of the parser, whoever calls it (the HTTP route refuses longer or deeper
+# expressions earlier, with a 422: ServerSettings.time_max_chars / time_max_relations).
+MAX_CHARS = 1000
+MAX_DEPTH = 32
+
+# What makes an expression nest: one of these per level ("the day before X", "Xの前日").
+_RELATION = re.compile(r"\b(?:before|after|prior to|of|since|until|till|from|between)\b|[の的之前后後翌次以从從自]")
+
+
+def relation_count(text: str) -> int:
+    """How many relation words ``text`` holds: a linear-time bound on how deeply it can
+    nest (each level of "the day before X" / "Xの前日" needs one)."""
+    return sum(1 for _ in _RELATION.finditer(unicodedata.normalize("NFKC", text).casefold()))
+
+
+class _TooDeep(Exception):
+    """The expression nests deeper than MAX_DEPTH (answered as not understood)."""
+
+
+class _Parse:
+    """One parse: the calendar, the span found for each text tried so far (each anchor is
+    parsed once, however many readings reach it, so the work stays linear in the number of
+    levels), and the current nesting depth."""
+
+    __slots__ = ("c", "depth", "seen")
+
+    def __init__(self, c: Calendar) -> None:
+        self.c = c
+        self.depth = 0
+        self.seen: dict[str, Span | None] = {}
+
+
+def _parse_spec(raw: str, p: _Parse) -> Span | None:
+    c = p.c
     text = raw.casefold()
     for sep in _STRICT_SEPARATORS:
         if sep in text:
@@ -169,19 +206,19 @@ def _parse_spec(raw: str, c: Calendar) -> Span | None:
             if len(parts) != 2:
                 return None
             return _union(_single(parts[0], c), _single(parts[1], c))
-    single = _one(text, c)
+    single = _one(text, p)
     if single is not None:
         return single
     for pattern in _LOOSE_RANGES:
         m = pattern.fullmatch(text)
         if m:
-            found = _range(m[1], m[2], c)
+            found = _range(m[1], m[2], p)
             if found is not None:
                 return found
     for pattern in _OPEN_RANGES:
         m = pattern.fullmatch(text)
         if m:
-            first = _one(m[1], c)
+            first = _one(m[1], p)
             if first is not None:
                 return first[0], max(first[1], c.at(c.today + timedelta(days=1)))
     return None
@@ -193,39 +230,54 @@ def _union(a: Span | None, b: Span | None) -> Span | None:
     return min(a[0], b[0]), max(a[1], b[1])
 
 
-def _range(left: str, right: str, c: Calendar) -> Span | None:
+def _range(left: str, right: str, p: _Parse) -> Span | None:
     """The union of a range's two ends; an end that names a month but no year takes the
     year of the other end when that one names a year (:func:`timeanchored.year_borrowed`)."""
-    a, b = _one(left, c), _one(right, c)
+    a, b = _one(left, p), _one(right, p)
     if a is None or b is None:
         return None
     if anchored.names_month_without_year(left) and anchored.names_year(right):
-        a = anchored.year_borrowed(left, b, True, lambda t: _one(t, c)) or a
+        a = anchored.year_borrowed(left, b, True, lambda t: _one(t, p)) or a
     elif anchored.names_month_without_year(right) and anchored.names_year(left):
-        b = anchored.year_borrowed(right, a, False, lambda t: _one(t, c)) or b
+        b = anchored.year_borrowed(right, a, False, lambda t: _one(t, p)) or b
     return _union(a, b)
 
 
-def _one(text: str, c: Calendar) -> Span | None:
+def _one(text: str, p: _Parse) -> Span | None:
     """One time: a rule of :mod:`timerules`, or a time relative to another one
     (:mod:`timeanchored`: "the week before X", "the week of X", "the second week of X",
-    "the end of X", "early X")."""
+    "the end of X", "early X"). Each text is parsed once per parse (``p.seen``); raises
+    _TooDeep beyond MAX_DEPTH levels."""
+    if text in p.seen:
+        return p.seen[text]
+    if p.depth >= MAX_DEPTH:
+        raise _TooDeep
+    p.depth += 1
+    try:
+        found = p.seen[text] = _one_uncached(text, p)
+    finally:
+        p.depth -= 1
+    return found
+
+
+def _one_uncached(text: str, p: _Parse) -> Span | None:
+    c = p.c
     found = _single(text, c)
     if found is not None:
         return found
     text = _LEAD_WORDS.sub("", text.strip(_EDGE_PUNCT))
     m = anchored.ANCHORED.fullmatch(text)
     if m:
-        anchor = _one(m[4], c)
+        anchor = _one(m[4], p)
         return None if anchor is None else anchored.anchored(m[1], m[2], m[3], anchor, c)
     for count, unit, direction, anchor_text in anchored.cjk_anchored(text):
-        anchor = _one(anchor_text, c)
+        anchor = _one(anchor_text, p)
         if anchor is not None:
             return anchored.anchored(count, unit, direction, anchor, c)
     for pattern, build in _PARTS:
         m = pattern.fullmatch(text)
         if m:
-            anchor = _one(m[1] if pattern in _ANCHOR_FIRST else m[2], c)
+            anchor = _one(m[1] if pattern in _ANCHOR_FIRST else m[2], p)
             return None if anchor is None else build(m, anchor, c)
     return None
 

@@ -297,7 +297,7 @@ class CharacterRegistry:
         return entry.inflight == 0 and self.services.pool.busy(name) == 0
 
     def _over_limit_locked(self) -> list[tuple[str, _Entry]]:
-        limit = self.services.settings.runtime.max_active_characters
+        limit = self.services.max_active or self.services.settings.runtime.max_active_characters
         victims: list[tuple[str, _Entry]] = []
         if len(self._entries) <= limit:
             return victims

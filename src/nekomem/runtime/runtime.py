@@ -11,6 +11,7 @@ from typing import Any
 
 from nekomem.config import Settings
 from nekomem.domain.tokens import get_counter
+from nekomem.runtime import fdlimit
 from nekomem.runtime.clock import Clock, SystemClock
 from nekomem.runtime.collector import FullCollections
 from nekomem.runtime.dispatch import Dispatcher
@@ -61,8 +62,10 @@ class Runtime:
             path=core_config_file(settings.server.core_config_path, root),
         )
         self.instance_id = settings.server.instance_id or os.environ.get("NEKO_INSTANCE_ID", "") or uuid.uuid4().hex
+        self.files = fdlimit.plan(settings)
         self.services = Services(
             settings=settings,
+            max_active=self.files.max_active,
             clock=self.clock,
             pool=self.pool,
             memory_root=root,

@@ -94,6 +94,8 @@ class Services:
     counters: Counters = field(default_factory=Counters)
     storage: StorageHealth | None = None
     outbox: OutboxTally = field(default_factory=OutboxTally)
+    # The active-set bound after the open-file limit (runtime.fdlimit); 0: the setting's.
+    max_active: int = 0
 
     def __post_init__(self) -> None:
         if self.storage is None:

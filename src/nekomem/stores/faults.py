@@ -35,7 +35,13 @@ class StorageFault:
 FULL = StorageFault("storage_full", 507, "the memory folder's disk is full; nothing was stored. Free space and retry")
 READ_ONLY = StorageFault("storage_read_only", 503, "the memory folder is not writable; nothing was stored. Restore write access and retry")
 IO_ERROR = StorageFault("storage_io_error", 503, "the memory folder's disk reported an I/O error; nothing was stored. Retry later")
-FAULT_CODES = frozenset(f.code for f in (FULL, READ_ONLY, IO_ERROR))
+TOO_MANY_FILES = StorageFault(
+    "too_many_open_files",
+    503,
+    "the server has as many files open as its open-file limit (RLIMIT_NOFILE) allows; nothing was stored. "
+    "Retry later, or raise the limit or lower max_active_characters",
+)
+FAULT_CODES = frozenset(f.code for f in (FULL, READ_ONLY, IO_ERROR, TOO_MANY_FILES))
 
 _ERRNO = {
     errno.ENOSPC: FULL,
@@ -45,6 +51,8 @@ _ERRNO = {
     errno.EACCES: READ_ONLY,
     errno.EPERM: READ_ONLY,
     errno.EIO: IO_ERROR,
+    errno.EMFILE: TOO_MANY_FILES,
+    errno.ENFILE: TOO_MANY_FILES,
 }
 _SQLITE = {_SQLITE_FULL: FULL, _SQLITE_READONLY: READ_ONLY, _SQLITE_PERM: READ_ONLY, _SQLITE_CANTOPEN: READ_ONLY, _SQLITE_IOERR: IO_ERROR}
 _SQLITE_TEXT = (("disk is full", FULL), ("readonly database", READ_ONLY), ("disk i/o error", IO_ERROR), ("unable to open", READ_ONLY))
@@ -69,6 +77,10 @@ def classify(exc: BaseException | None) -> StorageFault | None:
             return _ERRNO[exc.errno]
         if isinstance(exc, sqlite3.Error):
             code = getattr(exc, "sqlite_errorcode", None)
+            # SQLite reports a failed open as CANTOPEN whatever the cause: out of file
+            # descriptors is told apart by trying to open one.
+            if (code is not None and code & 0xFF == _SQLITE_CANTOPEN or "unable to open" in str(exc).lower()) and out_of_fds():
+                return TOO_MANY_FILES
             if code is not None and code & 0xFF in _SQLITE:
                 return _SQLITE[code & 0xFF]
             text = str(exc).lower()
@@ -78,6 +90,25 @@ def classify(exc: BaseException | None) -> StorageFault | None:
         exc = exc.__cause__ or exc.__context__
         seen += 1
     return None
+
+
+def out_of_fds(margin: int = 16) -> bool:
+    """True when this process is out of file descriptors, or within ``margin`` of its
+    soft RLIMIT_NOFILE (a failed open may have released a few by the time it is
+    classified: SQLite closes the database when its journal will not open)."""
+    try:
+        fd = os.open(os.devnull, os.O_RDONLY)
+    except OSError as exc:
+        return exc.errno in (errno.EMFILE, errno.ENFILE)
+    os.close(fd)
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        count = len(os.listdir("/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"))
+    except (ImportError, OSError) as exc:
+        return getattr(exc, "errno", None) in (errno.EMFILE, errno.ENFILE)
+    return soft != resource.RLIM_INFINITY and count >= soft - margin
 
 
 def raise_classified(exc: OSError) -> None:
@@ -150,7 +181,9 @@ class StorageHealth:
         elif disk.get("free_bytes") == 0:
             state = FULL.code
         elif faults:
-            state = str(faults[0]["error_code"])
+            # A fault of the process (out of file descriptors) before the disk's.
+            codes = [str(f["error_code"]) for f in faults]
+            state = TOO_MANY_FILES.code if TOO_MANY_FILES.code in codes else codes[0]
         elif damaged:
             state = "journal_damaged"
         return {"state": state, **disk, "faults": faults, "unrebuilt_views": unrebuilt, "damaged_journals": damaged}

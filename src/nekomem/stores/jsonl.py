@@ -79,8 +79,9 @@ class NdjsonLog:
         killed process still leaves the lines, a power loss may not). Raises OSError.
 
         Each value must be a single line (compact msgspec JSON always is). On failure
-        nothing is promised about the lines of this call: they may be absent, torn, or
-        present; a later append repairs a torn tail.
+        the file is cut back to its length before the call, so that none of its lines is
+        stored (a full disk still allows the cut, which frees space). Only when the cut fails
+        too may they be absent, torn or present; a later append repairs a torn tail.
         """
         if not lines:
             return
@@ -96,15 +97,19 @@ class NdjsonLog:
         except FileNotFoundError:  # the folder is missing: create it (once, not per append)
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, flags, 0o600)
+        size: int | None = None
         try:
             if not self._tail_clean:
                 self._repair_tail(fd)
+            size = os.fstat(fd).st_size
             _write_all(fd, data)
             if durable:
                 os.fsync(fd)
         except BaseException:
             self._tail_clean = False
             self._lines = None
+            if size is not None:
+                self._cut_back(fd, size)
             raise
         finally:
             os.close(fd)
@@ -134,6 +139,16 @@ class NdjsonLog:
         atomic_write_bytes(self.path, b"".join(line + _NEWLINE for line in lines))
         self._tail_clean = True
         self._lines = len(lines)
+
+    def _cut_back(self, fd: int, size: int) -> None:
+        """Truncate to ``size`` after a failed append, and sync the cut (best effort: the
+        append's own error is the one raised)."""
+        try:
+            os.ftruncate(fd, size)
+            os.fsync(fd)
+        except OSError:
+            return
+        self._tail_clean = True
 
     def _repair_tail(self, fd: int) -> None:
         size = os.fstat(fd).st_size

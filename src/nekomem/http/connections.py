@@ -1,0 +1,132 @@
+"""Slow and hostile connections: header and body deadlines and a cap on open connections.
+
+uvicorn's h11 protocol closes an *idle* keep-alive connection (``timeout_keep_alive``) but
+has no deadline for a request that is being sent: a client that trickles its headers a
+byte at a time, or sends a body shorter than its Content-Length, keeps its connection (and
+its file descriptor) for as long as it likes. :class:`GuardedH11Protocol` is uvicorn's h11
+protocol with two deadlines, read from h11's own view of the client's side:
+
+- while the server waits for a request head (h11 ``IDLE``), it must be complete within
+  ``header_timeout_seconds``;
+- once the head is in and a body is due (``SEND_BODY``), the whole body must be in within
+  ``body_timeout_seconds``.
+
+A connection that misses a deadline is answered 408 (the project's JSON error shape) when
+no response has begun, and closed. A connection beyond ``max_connections`` is closed as
+soon as it is accepted, before a byte is read. :func:`uvicorn_options` gives the keyword
+arguments every server of the project (``nekomem serve`` and the tests' live servers)
+passes to uvicorn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import ClassVar
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from nekomem.config.server import ServerSettings
+
+log = logging.getLogger("nekomem.http.connections")
+
+_HEAD, _BODY = "head", "body"
+
+
+def _timeout_answer(phase: str) -> bytes:
+    """The raw 408 answer (written past h11, which cannot answer a request it has not read)."""
+    what = "request head (line and headers)" if phase == _HEAD else "request body"
+    body = json.dumps(
+        {"status": "error", "error_code": "request_timeout", "message": f"the {what} was not received in time; the connection is closed"}
+    ).encode()
+    head = (
+        f"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {len(body)}\r\n\r\n"
+    ).encode()
+    return head + body
+
+
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with the deadlines of the module docstring. The limits are
+    class attributes: :func:`guarded_protocol` makes a subclass per settings."""
+
+    header_timeout: ClassVar[float] = 10.0
+    body_timeout: ClassVar[float] = 30.0
+    max_connections: ClassVar[int] = 512
+
+    _phase: str | None = None
+    _deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.max_connections:
+            # Refused before reading: the only cost is the accept and this close.
+            log.warning("a connection beyond max_connections (%d) was closed", self.max_connections)
+            transport.abort()
+            return
+        self._watch()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._watch()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._watch()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel()
+        super().connection_lost(exc)
+
+    def _watch(self) -> None:
+        """Arm the deadline of the phase the client's side is in (a phase keeps the deadline
+        it started with: more bytes do not extend it)."""
+        state = self.conn.their_state
+        phase = _HEAD if state is h11.IDLE else _BODY if state is h11.SEND_BODY else None
+        if phase == self._phase or self.transport.is_closing():
+            return
+        self._cancel()
+        self._phase = phase
+        if phase is not None:
+            seconds = self.header_timeout if phase == _HEAD else self.body_timeout
+            self._deadline = self.loop.call_later(seconds, self._expire, phase)
+
+    def _cancel(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        self._phase = None
+
+    def _expire(self, phase: str) -> None:
+        self._deadline = None
+        if self.transport.is_closing():
+            return
+        log.info("closed a connection whose %s was not received in time", phase)
+        # Waiting for a head, ``self.cycle`` is the previous request's (long answered).
+        if phase == _HEAD or self.cycle is None or not self.cycle.response_started:
+            self.transport.write(_timeout_answer(phase))
+        if phase == _BODY and self.cycle is not None and not self.cycle.response_complete:
+            # The route waiting for the body sees a disconnect; what it sends is dropped.
+            self.cycle.disconnected = True
+            self.cycle.message_event.set()
+        self.transport.close()
+
+
+def guarded_protocol(settings: ServerSettings) -> type[GuardedH11Protocol]:
+    """A :class:`GuardedH11Protocol` subclass with the limits of ``settings``."""
+    return type(
+        "GuardedH11Protocol",
+        (GuardedH11Protocol,),
+        {
+            "header_timeout": settings.header_timeout_seconds,
+            "body_timeout": settings.body_timeout_seconds,
+            "max_connections": settings.max_connections,
+        },
+    )
+
+
+def uvicorn_options(settings: ServerSettings) -> dict[str, object]:
+    """The uvicorn keyword arguments for ``settings``: the guarded protocol and the
+    keep-alive timeout (the concurrency bound is :mod:`nekomem.http.backpressure`'s)."""
+    return {"http": guarded_protocol(settings), "timeout_keep_alive": settings.keep_alive_seconds}
