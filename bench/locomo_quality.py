@@ -178,7 +178,6 @@ def bench_settings(memory_root: Path, **overrides: Any) -> Settings:
 
 
 def wait_vectors(srv: LiveServer, timeout: float = 900.0, name: str = NAME) -> None:
-    srv.post(f"/query_memory/{name}", json={"query": "warm up"})  # queued after the import's index feed
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         emb = srv.get("/health").json()["embeddings"]

@@ -77,14 +77,7 @@ def import_facts(srv: LiveServer, facts: list[dict[str, Any]]) -> list[str]:
 
 
 def wait_vectors(srv: LiveServer, timeout: float = 60.0) -> None:
-    srv.post(f"/query_memory/{NAME}", json={"query": "sync"})  # queued after the import's feed
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        emb = srv.get("/health").json()["embeddings"]
-        if emb["pending"] == 0:
-            return
-        time.sleep(0.05)
-    raise AssertionError("vectors were not computed")
+    srv.wait_vectors(NAME, timeout)
 
 
 def wait_for(predicate: Any, what: str, timeout: float = 20.0) -> Any:

@@ -103,9 +103,9 @@ class LiveServer:
         return self.client.delete(path, **kwargs)
 
     def wait_vectors(self, name: str, timeout: float = 180.0) -> None:
-        """Wait until every vector fed so far for ``name`` is computed: a query queued after
-        the feeds, then no embedding pending. Raises AssertionError after ``timeout``."""
-        self.post(f"/query_memory/{name}", json={"query": "sync"})
+        """Wait until every vector of the entries stored so far is computed (``/health``
+        counts them as pending from each write's acknowledgement on). ``name`` is kept for
+        the callers. Raises AssertionError after ``timeout``."""
         wait_for(lambda: self.get("/health").json()["embeddings"]["pending"] == 0, timeout=timeout, what="the vectors")
 
 

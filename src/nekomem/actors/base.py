@@ -16,8 +16,9 @@ from typing import Any, ClassVar
 import pykka
 
 from nekomem.actors.handlers import handler_for
-from nekomem.actors.messages import PostTurn, ReplyMentions
+from nekomem.actors.messages import IndexUpsert, PostTurn, ReplyMentions
 from nekomem.domain.turns import Turn
+from nekomem.recall.entry import IndexEntry
 from nekomem.runtime.dispatch import Completion, DispatchedActor, Dispatcher
 from nekomem.runtime.protocol import ChildCrashed, Tick, fail_message
 from nekomem.runtime.reply import ActorFailure
@@ -184,6 +185,24 @@ class ChildActor(DispatchedActor):
         for handle in list(self._timers):
             handle.cancel()
         self._timers.clear()
+
+    # -- recall feed -----------------------------------------------------------------
+    def index_upsert(self, entries: list[IndexEntry], replace_tier: str | None = None) -> None:
+        """Send ``entries`` to RecallActor. Those still lacking a vector count as pending
+        embeddings from now on (so /health never reports 0 between a write's
+        acknowledgement and RecallActor reading it; see :mod:`nekomem.recall.pending`)."""
+        from nekomem.recall.pending import lacking_vectors, pending_counter
+
+        emb = self.ctx.services.embeddings
+        counted = 0
+        if emb is not None and getattr(emb, "state", "") != "disabled" and self.ctx.settings.recall.recall_legs != "bm25":
+            try:
+                model = emb.model_id
+            except Exception:  # noqa: BLE001 - a broken embedding component must not break the owner
+                model = None
+            counted = lacking_vectors(entries, model)
+            pending_counter(self.ctx.services.hooks).sent(self.ctx.name, counted)
+        self.ctx.send("recall", IndexUpsert(entries=entries, replace_tier=replace_tier, counted=counted))
 
     # -- model calls -----------------------------------------------------------------
     def model_available(self, task: str) -> bool:

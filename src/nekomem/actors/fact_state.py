@@ -18,7 +18,6 @@ from nekomem.actors.journaled import JournaledActor
 from nekomem.actors.messages import (
     IndexEntry,
     IndexRemove,
-    IndexUpsert,
     ModelDone,
     ReclaimParked,
     RequestIndex,
@@ -88,7 +87,6 @@ class FactState(ScopedFactsMixin, JournaledActor):
         self.dedup = DedupIndex(self.s.fact_near_dup_jaccard_threshold, self.s.fact_near_dup_max_candidates)
         self.queue = ExtractionQueue(self.s)  # records waiting for path A
         self.last_archive_at: datetime | None = None
-        self.passes_since_disclosure = 0
         self.extract_inflight: int | None = None
         # A failed batch stays parked and is retried after a backoff (as the reference's
         # cursor stays put): a model outage delays extraction but never dead-letters turns.
@@ -131,7 +129,7 @@ class FactState(ScopedFactsMixin, JournaledActor):
     def send_index(self) -> None:
         entries = [fact_index_entry(f, "fact") for f in self.facts.values()]
         entries += [fact_index_entry(f, "fact_archive") for f in self.archive.values()]
-        self.ctx.send("recall", IndexUpsert(entries=entries, replace_tier="fact"))
+        self.index_upsert(entries, replace_tier="fact")
 
     def write_views(self) -> None:
         atomic_write_json(self.ctx.paths.facts, list(self.facts.values()))
@@ -172,9 +170,7 @@ class FactState(ScopedFactsMixin, JournaledActor):
             # Checked for paraphrases once RecallActor has computed their vectors.
             self._paraphrase_todo.update(f.id for f in outcome.accepted)
         if changed:
-            self.ctx.send(
-                "recall", IndexUpsert(entries=[fact_index_entry(self.facts[f.id], "fact") for f in changed if f.id in self.facts])
-            )
+            self.index_upsert([fact_index_entry(self.facts[f.id], "fact") for f in changed if f.id in self.facts])
         skipped = len(outcome.skipped_exact) + len(outcome.skipped_near)
         if outcome.accepted:
             self.log.info("stored %d new facts (%d duplicates skipped)", len(outcome.accepted), skipped)
@@ -277,5 +273,5 @@ class FactState(ScopedFactsMixin, JournaledActor):
         for fact in changed:
             self.dedup.add(fact)
         if changed:
-            self.ctx.send("recall", IndexUpsert(entries=[fact_index_entry(f, "fact") for f in changed]))
+            self.index_upsert([fact_index_entry(f, "fact") for f in changed])
         self.log.info("judge_duplicates: %d removed, %d rewritten", len(result.removed_ids), len(result.changed_ids))

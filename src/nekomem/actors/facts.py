@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from nekomem.actors.fact_state import FactState, fact_index_entry
+from nekomem.actors.fact_state import fact_index_entry
 from nekomem.actors.handlers import handles
 from nekomem.actors.messages import (
     AbsorbFacts,
@@ -25,7 +25,6 @@ from nekomem.actors.messages import (
     EditEntry,
     ImportFacts,
     IndexRemove,
-    IndexUpsert,
     ListEntries,
     ModelDone,
     NewFacts,
@@ -38,6 +37,7 @@ from nekomem.actors.messages import (
     Synthesize,
     Tick,
 )
+from nekomem.actors.self_disclosure import SelfDisclosure
 from nekomem.domain import facts as fl
 from nekomem.domain import prompts_longterm as prompts
 from nekomem.domain import reflections as rl
@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 _DECODE = msgspec.json.Decoder()
 
 
-class FactActor(FactState):
+class FactActor(SelfDisclosure):
     child_name = "facts"
     owner = "facts"
 
@@ -135,26 +135,8 @@ class FactActor(FactState):
             self.ctx.send("outbox", OpFinished(op_id=op_id, ok=True))
         if added and self.powerful():
             self.ctx.send("reflections", NewFacts(facts=added))
-        if ctx["mode"] == "batch":
-            self.passes_since_disclosure += 1
-            if fl.self_disclosure_due(self.passes_since_disclosure, self.s):
-                self.passes_since_disclosure = 0
-                self._self_disclosure([t for _op, ts in ops for t in ts])
+        self.path_a_done([t for _op, ts in ops for t in ts], batch=ctx["mode"] == "batch")
         self._maybe_extract()
-
-    def _self_disclosure(self, turns: list[Turn]) -> None:
-        if not any(t.role == "ai" for t in turns):
-            return
-        known = fl.known_pool(self.facts.values(), None, self.now(), self.s)
-        messages = prompts.extract_self_disclosure_messages(turns, known, now=self.now(), **self.names())
-        self.ask_model("disclosure", "extract_self_disclosure", messages, timeout=self.s.longterm_extract_timeout_seconds)
-
-    def done_disclosure(self, msg: ModelDone) -> None:
-        if msg.error is not None:
-            self.log.info("self-disclosure pass failed")
-            return
-        new = fl.normalize_extraction(msg.output, now=self.now(), source="ai_disclosure", settings=self.s)
-        self.add_facts(new)
 
     # -- synthesis -------------------------------------------------------------------
     def _start_synthesis(self, report: dict[str, Any] | None, reply: Any) -> None:
@@ -227,6 +209,9 @@ class FactActor(FactState):
         wait = self._extract_wait(now)
         if wait is not None:
             due.append(mono + wait)
+        disclose = self.disclosure_wait(now, mono)
+        if disclose is not None:
+            due.append(disclose)
         if self.dup_queue and not self.dup_inflight and self.model_available("judge_duplicates"):
             fresh = len(self.dup_queue) != getattr(self, "_dups_tried", (0, 0.0))[0]
             retry = mono if fresh else self._dups_tried[1] + self.s.longterm_idle_maintenance_interval_seconds
@@ -242,6 +227,7 @@ class FactActor(FactState):
 
     def tick(self, msg: Tick) -> None:
         self._maybe_extract()
+        self.maybe_disclose()
         if self.dup_queue and not self.dup_inflight:
             self._dups_tried = (len(self.dup_queue), msg.monotonic)
         self._judge_duplicates()
@@ -256,7 +242,7 @@ class FactActor(FactState):
             if archived:
                 ids = [f.id for f in archived]
                 self.record("fact.archived", {"ids": ids})
-                self.ctx.send("recall", IndexUpsert(entries=[fact_index_entry(self.archive[i], "fact_archive") for i in ids]))
+                self.index_upsert([fact_index_entry(self.archive[i], "fact_archive") for i in ids])
 
     # -- API -------------------------------------------------------------------------
     @handles(ImportFacts)
@@ -327,7 +313,7 @@ class FactActor(FactState):
         updated = msgspec.structs.replace(fact, **changes)
         self.record("fact.updated", {"fact": msgspec.to_builtins(updated)})
         self.dedup.add(updated)
-        self.ctx.send("recall", IndexUpsert(entries=[fact_index_entry(updated, "fact")]))
+        self.index_upsert([fact_index_entry(updated, "fact")])
         msg.reply.ok(msgspec.to_builtins(_public(updated)))
 
     @handles(DeleteEntry)

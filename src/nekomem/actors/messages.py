@@ -200,6 +200,7 @@ class IndexUpsert(Message):
 
     entries: list[IndexEntry]
     replace_tier: str | None = None
+    counted: int = 0  # entries the sender counted as waiting for a vector (recall.pending)
 
 
 class IndexRemove(Message):

@@ -49,10 +49,11 @@ from nekomem.actors.messages import (
     VectorsComputed,
 )
 from nekomem.recall.embeddings import EmbeddingService
-from nekomem.recall.entry import OWNERS, display_tz
+from nekomem.recall.entry import OWNERS, VECTOR_TIERS, display_tz
 from nekomem.recall.explain import explain
-from nekomem.recall.index import PendingCounter, RecallIndex
+from nekomem.recall.index import RecallIndex
 from nekomem.recall.names import blend_query_vectors
+from nekomem.recall.pending import pending_counter
 from nekomem.recall.query_plan import QueryPlan, plan_query
 from nekomem.recall.query_text import LexicalAnalyzer, stop_names_for
 from nekomem.recall.response import (
@@ -65,7 +66,6 @@ from nekomem.recall.timewindow import TimeWindow
 from nekomem.runtime.deadlines import RECALL_DEADLINES
 from nekomem.runtime.pool import PoolFull
 
-PENDING_HOOK = "embedding_pending"
 _LOADS: dict[int, int] = {}  # id(CharacterContext) -> activations of RecallActor on it
 
 # A function that turns a pool job's outcome into the message that reports it.
@@ -99,13 +99,10 @@ class RecallActor(ChildActor):
         RECALL_DEADLINES.schedule(s.recall_index_wait_seconds, lambda: me.tell(IndexWaitOver()))
         self.maintenance: dict[int, tuple[MaintenanceRecall, list[str], int, int, list[str]]] = {}
         self._seq = 0
-        hooks = self.ctx.services.hooks
-        counter = hooks.get(PENDING_HOOK)
-        if not isinstance(counter, PendingCounter):
-            counter = PendingCounter()
-            hooks[PENDING_HOOK] = counter
-        self.pending_counter = counter
+        self.pending_counter = pending_counter(self.ctx.services.hooks)
         if self._restarted():
+            # What was in flight to the old instance is sent again with the whole index.
+            self.pending_counter.forget(self.ctx.name)
             # The index died with the old instance: the owners are asked to send it again.
             for owner in ("facts", "reflections"):
                 self.ctx.send(owner, RequestIndex())
@@ -121,7 +118,7 @@ class RecallActor(ChildActor):
         return loads > 0
 
     def close(self) -> None:
-        self.pending_counter.set(self.ctx.name, 0)
+        self.pending_counter.forget(self.ctx.name)
         for msg, plan in self.queries.values():
             if msg.reply is not None:
                 msg.reply.ok(empty_response(plan.query, error=True))
@@ -172,7 +169,7 @@ class RecallActor(ChildActor):
             self.fed.add(OWNERS.get(msg.replace_tier, msg.replace_tier))
         self.index.upsert(msg.entries, msg.replace_tier)
         self._safe_sync()
-        self._publish_pending()
+        self.pending_counter.indexed(self.ctx.name, self._waiting(), msg.counted)
         if self.held and self.fed >= set(OWNERS.values()):
             self._release_held()
 
@@ -266,9 +263,18 @@ class RecallActor(ChildActor):
         self._pump_backfill()
 
     def _publish_pending(self) -> None:
+        self.pending_counter.set(self.ctx.name, self._waiting())
+
+    def _waiting(self) -> int:
+        """Indexed entries without a vector: listed for the backfill or in its batch; while
+        the model still loads, every vector-tier entry without a stored vector."""
+        if self.index.vectors is None:
+            emb = self.ctx.services.embeddings
+            if emb is None or self.s.recall_legs == "bm25" or getattr(emb, "state", "") != "loading":
+                return 0
+            return sum(1 for doc in self.index.docs.values() if doc.entry.tier in VECTOR_TIERS and doc.entry.vector is None)
         inflight = len(self.backfill_items) if self.backfill_token is not None else 0
-        waiting = len(self.index.need) + inflight if self.index.vectors is not None else 0
-        self.pending_counter.set(self.ctx.name, waiting)
+        return len(self.index.need) + inflight
 
     def _submit_embed(self, texts: list[str], wrap: Wrap, *, urgent: bool = False) -> bool:
         """Embed ``texts`` as queries on the model pool; False when that is not possible.

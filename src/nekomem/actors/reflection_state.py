@@ -16,7 +16,6 @@ from nekomem.actors.handlers import handles
 from nekomem.actors.journaled import JournaledActor
 from nekomem.actors.messages import (
     IndexEntry,
-    IndexUpsert,
     Promote,
     Report,
     RequestIndex,
@@ -83,7 +82,7 @@ class ReflectionState(JournaledActor):
     def send_index(self) -> None:
         entries = [self.index_entry(r) for r in self.refs.values()]
         self._searchable = {e.id: e.searchable for e in entries}
-        self.ctx.send("recall", IndexUpsert(entries=entries, replace_tier="reflection"))
+        self.index_upsert(entries, replace_tier="reflection")
 
     def send_decayed(self) -> None:
         """Upsert only the reflections whose searchable verdict changed since it was last
@@ -95,7 +94,7 @@ class ReflectionState(JournaledActor):
                 changed.append(entry)
                 self._searchable[ref.id] = entry.searchable
         if changed:
-            self.ctx.send("recall", IndexUpsert(entries=changed))
+            self.index_upsert(changed)
 
     def write_views(self) -> None:
         atomic_write_json(self.ctx.paths.reflections, list(self.refs.values()))
@@ -142,7 +141,7 @@ class ReflectionState(JournaledActor):
         self.record_many((type, {"reflection": msgspec.to_builtins(r)}) for r in refs)
         entries = [self.index_entry(self.refs[r.id]) for r in refs if r.id in self.refs]
         self._searchable.update((e.id, e.searchable) for e in entries)
-        self.ctx.send("recall", IndexUpsert(entries=entries))
+        self.index_upsert(entries)
 
     def save_changed(self, new_list: list[Reflection], changed_ids: list[str], type: str = "reflection.state_changed") -> None:
         by_id = {r.id: r for r in new_list}

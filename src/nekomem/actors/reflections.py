@@ -24,7 +24,6 @@ from nekomem.actors.messages import (
     FollowupTopics,
     GetEntry,
     IndexRemove,
-    IndexUpsert,
     ListEntries,
     ModelDone,
     NewFacts,
@@ -265,7 +264,7 @@ class ReflectionActor(ReflectionUpkeep):
                 [("reflection.evidence_updated", {"reflection": msgspec.to_builtins(r)}) for r in changed]
                 + [("reflection.surfaced", {"surfaced": msgspec.to_builtins(self.surfaced)})]
             )
-            self.ctx.send("recall", IndexUpsert(entries=[self.index_entry(self.refs[r.id]) for r in changed if r.id in self.refs]))
+            self.index_upsert([self.index_entry(self.refs[r.id]) for r in changed if r.id in self.refs])
 
     def done_disputation(self, msg: ModelDone) -> None:
         if msg.error is not None:
@@ -298,7 +297,7 @@ class ReflectionActor(ReflectionUpkeep):
             [("reflection.surfaced", {"surfaced": msgspec.to_builtins(surfaced)})]
             + [("reflection.evidence_updated", {"reflection": msgspec.to_builtins(by_id[i])}) for i in known if i in by_id]
         )
-        self.ctx.send("recall", IndexUpsert(entries=[self.index_entry(self.refs[i]) for i in known if i in self.refs]))
+        self.index_upsert([self.index_entry(self.refs[i]) for i in known if i in self.refs])
         msg.reply.ok({"ok": True, "recorded": len(known)})
 
     # -- rendering -------------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from nekomem.actors.handlers import handles
-from nekomem.actors.messages import AddScopedFacts, ExtractScoped, IndexUpsert, ModelDone
+from nekomem.actors.messages import AddScopedFacts, ExtractScoped, ModelDone
 from nekomem.domain import facts as fl
 from nekomem.domain import prompts_longterm as prompts
 from nekomem.domain.records import Fact, record_get
@@ -46,7 +46,7 @@ class ScopedFactsMixin:
             self.record_many([("fact.added", {"fact": msgspec.to_builtins(f)}) for f in new])  # type: ignore[attr-defined]
             from nekomem.actors.fact_state import fact_index_entry
 
-            self.ctx.send("recall", IndexUpsert(entries=[fact_index_entry(self.facts[f.id], "fact") for f in new if f.id in self.facts]))  # type: ignore[attr-defined]
+            self.index_upsert([fact_index_entry(self.facts[f.id], "fact") for f in new if f.id in self.facts])  # type: ignore[attr-defined]
             self.log.info("stored %d scoped facts", len(new))  # type: ignore[attr-defined]
         return new
 

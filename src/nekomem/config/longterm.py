@@ -218,6 +218,13 @@ class LongTermSettings(Section):
     fact_self_disclosure_cold_start_lookback_minutes: Annotated[
         float, doc("Window start of the first self-disclosure pass: the last batch-processed message minus this.", ge=0)
     ] = 50.0
+    fact_self_disclosure_idle_seconds: Annotated[
+        float,
+        doc(
+            "Beyond the reference: a self-disclosure pass also runs once the conversation has been idle this long and turns path A processed wait uncovered, so the last turns of a conversation do not wait for further batches. Keep it below passivate_idle_seconds (an idle character is stopped; its uncovered turns then wait for its next conversation).",
+            gt=0,
+        ),
+    ] = 300.0
     fact_importance_default: Annotated[
         int, doc("Importance given to an extracted fact whose importance is missing or unparsable.", ge=1, le=10)
     ] = 5

@@ -2,9 +2,10 @@
 100,000 stored facts.
 
 It answers the same questions as :func:`nekomem.domain.fact_dedup.dedup_new_facts` (exact hash,
-then token-set Jaccard >= threshold within the entity) without scanning the store: a fact
-B with Jaccard(K, B) >= t must share one of the ``|K| - ceil(t * |K|) + 1`` rarest keywords
-of K (prefix filtering), and must have between ``t * |K|`` and ``|K| / t`` keywords.
+then the near-duplicate key of :mod:`nekomem.domain.dedup_key` within the entity) without
+scanning the store: a fact B with Jaccard(K, B) >= t must share one of the
+``|K| - ceil(t * |K|) + 1`` rarest keywords of K (prefix filtering), and must have between
+``t * |K|`` and ``|K| / t`` keywords; its numbers, negations and names must agree with K's.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from collections import defaultdict
 
 import msgspec
 
+from nekomem.domain.dedup_key import DedupKey, dedup_key, marks_agree
 from nekomem.domain.fact_dedup import DedupOutcome
-from nekomem.domain.facts import jaccard, text_keywords
+from nekomem.domain.facts import jaccard
 from nekomem.domain.records import Fact
 
 
@@ -27,7 +29,7 @@ class DedupIndex:
         self.max_candidates = max_candidates
         self.by_hash: dict[str, Fact] = {}
         self.hash_of: dict[str, str] = {}  # id -> hash it owns in by_hash
-        self.keys: dict[str, tuple[str, frozenset[str]]] = {}  # id -> (entity, keywords)
+        self.keys: dict[str, tuple[str, DedupKey]] = {}  # id -> (entity, key)
         self.postings: dict[tuple[str, str], set[str]] = defaultdict(set)  # (entity, kw) -> ids
 
     def add(self, fact: Fact) -> None:
@@ -35,17 +37,17 @@ class DedupIndex:
         if fact.hash and fact.hash not in self.by_hash:
             self.by_hash[fact.hash] = fact
             self.hash_of[fact.id] = fact.hash
-        keys = frozenset(text_keywords(fact.text))
-        self.keys[fact.id] = (fact.entity, keys)
-        for key in keys:
+        key_of = dedup_key(fact.text)
+        self.keys[fact.id] = (fact.entity, key_of)
+        for key in key_of.words:
             self.postings[(fact.entity, key)].add(fact.id)
 
     def remove(self, fact_id: str) -> None:
         old = self.keys.pop(fact_id, None)
         if old is None:
             return
-        entity, keys = old
-        for key in keys:
+        entity, key_of = old
+        for key in key_of.words:
             ids = self.postings.get((entity, key))
             if ids is not None:
                 ids.discard(fact_id)
@@ -55,7 +57,8 @@ class DedupIndex:
         if owned is not None:
             self.by_hash.pop(owned, None)
 
-    def near_duplicate(self, entity: str, keys: set[str]) -> str | None:
+    def near_duplicate(self, entity: str, key_of: DedupKey) -> str | None:
+        keys = key_of.words
         if not keys:
             return None
         t = self.threshold
@@ -71,7 +74,7 @@ class DedupIndex:
                     return None
                 seen.add(fid)
                 other = self.keys[fid][1]
-                if low <= len(other) <= high and jaccard(keys, set(other)) >= t:
+                if marks_agree(other, key_of) and low <= len(other.words) <= high and jaccard(set(keys), set(other.words)) >= t:
                     return fid
         return None
 
@@ -89,7 +92,7 @@ class DedupIndex:
                 if same.source == "ai_disclosure" and fact.source == "user_observation" and same.id not in upgraded:
                     upgraded[same.id] = msgspec.structs.replace(same, source="user_observation", signal_processed=False)
                 continue
-            near = self.near_duplicate(fact.entity, text_keywords(fact.text))
+            near = self.near_duplicate(fact.entity, dedup_key(fact.text))
             if near is not None:
                 skipped_near.append((fact.hash, near))
                 continue

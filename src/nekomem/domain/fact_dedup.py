@@ -13,7 +13,7 @@ from datetime import datetime
 import msgspec
 
 from nekomem.config.longterm import LongTermSettings
-from nekomem.domain.facts import jaccard, text_keywords
+from nekomem.domain.dedup_key import DedupKey, dedup_key, near_duplicate
 from nekomem.domain.records import (
     IMPORTANCE_MAX,
     DedupPair,
@@ -45,15 +45,16 @@ def dedup_new_facts(new_facts: Sequence[Fact], existing: Sequence[Fact], setting
     (active and archived facts) and against facts accepted earlier in the same batch.
 
     Exact: same ``hash`` -> skipped; if the stored fact is ``ai_disclosure`` and the new one
-    ``user_observation``, the stored fact is upgraded (never downgraded). Near: token-set
-    Jaccard >= ``fact_near_dup_jaccard_threshold`` with a fact of the same entity -> skipped.
+    ``user_observation``, the stored fact is upgraded (never downgraded). Near: the same
+    numbers, negations and names and keyword Jaccard >= ``fact_near_dup_jaccard_threshold``
+    with a fact of the same entity (:mod:`nekomem.domain.dedup_key`) -> skipped.
     """
     by_hash: dict[str, Fact] = {}
     for fact in existing:
         by_hash.setdefault(fact.hash, fact)
-    buckets: dict[str, list[tuple[set[str], str]]] = {}
+    buckets: dict[str, list[tuple[DedupKey, str]]] = {}
     for fact in existing:
-        buckets.setdefault(fact.entity, []).append((text_keywords(fact.text), fact.id))
+        buckets.setdefault(fact.entity, []).append((dedup_key(fact.text), fact.id))
     accepted: list[Fact] = []
     upgraded: dict[str, Fact] = {}
     skipped_exact: list[tuple[str, str]] = []
@@ -66,9 +67,9 @@ def dedup_new_facts(new_facts: Sequence[Fact], existing: Sequence[Fact], setting
             if same.source == "ai_disclosure" and fact.source == "user_observation" and same.id not in upgraded:
                 upgraded[same.id] = msgspec.structs.replace(same, source="user_observation", signal_processed=False)
             continue
-        keys = text_keywords(fact.text)
+        keys = dedup_key(fact.text)
         bucket = buckets.setdefault(fact.entity, [])
-        near = next((fid for other, fid in bucket if keys and jaccard(keys, other) >= threshold), None)
+        near = next((fid for other, fid in bucket if near_duplicate(keys, other, threshold)), None)
         if near is not None:
             skipped_near.append((fact.hash, near))
             continue

@@ -127,9 +127,10 @@ def normalize_message(raw: Any, index: int, default_ts: str, max_chars: int) -> 
         raise MessageError(index, "needs 'role' and 'content', or 'type' and 'data'")
     if not isinstance(role_raw, str):
         raise MessageError(index, "role/type must be a string")
-    role = _ROLE_ALIASES.get(role_raw.strip().lower())
-    if role is None:
-        raise MessageError(index, f"unknown role {role_raw!r} (use user, assistant or system)")
+    # As the reference does, any other role ("tool", "function", a typo) is stored as a
+    # human message: rejecting it would fail the whole batch, which its connector then
+    # resends every turn until the session ends.
+    role = _ROLE_ALIASES.get(role_raw.strip().lower(), "human")
     text = content_text(content)
     if text is None:
         raise MessageError(index, "content must be a string or a list of text parts")

@@ -28,6 +28,7 @@ from nekomem.http.errors import ApiError
 from nekomem.http.longterm import _int_param
 from nekomem.http.readonly import character_exists
 from nekomem.http.system import _toggle_lock
+from nekomem.recall.pending import PENDING_HOOK, PendingCounter
 from nekomem.runtime.switches import REVIEW, SwitchError
 from nekomem.stores.layout import CharacterPaths, list_characters
 from nekomem.stores.timeindex import to_utc_iso
@@ -96,6 +97,8 @@ async def characters(request: Request) -> Response:
     rt = _rt(request)
     names = await asyncio.to_thread(list_characters, rt.memory_root)
     active = set(rt.registry.active_names())
+    pending = rt.services.hooks.get(PENDING_HOOK)
+    pending = pending if isinstance(pending, PendingCounter) else None
     rows = []
     for name in names:
         paths = _paths(request, name)
@@ -117,6 +120,8 @@ async def characters(request: Request) -> Response:
                 "turns": turns,
                 "last_conversation_at": last,
                 "counts": counts,
+                # Stored entries still without a vector (searchable by BM25 only until then).
+                "embeddings_pending": pending.of(name) if pending is not None else 0,
                 "trouble": trouble,
                 "damaged": store.journal_damaged(trouble),
             }

@@ -12,7 +12,6 @@ as needing one (:attr:`need`); the caller computes those in batches
 from __future__ import annotations
 
 import itertools
-import threading
 from collections.abc import Collection, Iterable, Sequence
 from datetime import date, datetime, tzinfo
 
@@ -387,23 +386,3 @@ class RecallIndex:
                     if len(merged) >= cap:
                         return merged
         return merged
-
-
-class PendingCounter:
-    """Entries waiting for a vector, per character; calling it gives the process total
-    (registered as ``services.hooks["embedding_pending"]`` for /health)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: dict[str, int] = {}
-
-    def set(self, key: str, count: int) -> None:
-        with self._lock:
-            if count > 0:
-                self._counts[key] = count
-            else:
-                self._counts.pop(key, None)
-
-    def __call__(self) -> int:
-        with self._lock:
-            return sum(self._counts.values())

@@ -89,6 +89,7 @@ OUTBOX_FILE = "outbox.ndjson"
 EVENTS_FILE = "events.ndjson"
 EVENTS_APPLIED_FILE = "events_applied.json"
 CURSORS_FILE = "cursors.json"
+SELF_DISCLOSURE_FILE = "self_disclosure.json"
 STATE_FILE = "state.json"
 
 KNOWN_ENTRIES: tuple[str, ...] = (
@@ -107,6 +108,7 @@ KNOWN_ENTRIES: tuple[str, ...] = (
     EVENTS_FILE,
     EVENTS_APPLIED_FILE,
     CURSORS_FILE,
+    SELF_DISCLOSURE_FILE,
     STATE_FILE,
 )
 
@@ -301,6 +303,11 @@ class CharacterPaths:
     @functools.cached_property
     def cursors(self) -> Path:
         return self.folder / CURSORS_FILE
+
+    @functools.cached_property
+    def self_disclosure(self) -> Path:
+        """``self_disclosure.json``: the path-B cursor (FactActor is its one writer)."""
+        return self.folder / SELF_DISCLOSURE_FILE
 
     @functools.cached_property
     def state(self) -> Path:

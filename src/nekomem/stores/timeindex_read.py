@@ -141,6 +141,20 @@ class TimeIndexReader:
             params.append(max(0, limit))
         return self._rows(sql, params)
 
+    def rows_past(self, after_ts: str, after_id: int, end_iso: str, limit: int) -> list[TimeIndexRow]:
+        """At most ``limit`` rows after the position ``(after_ts, after_id)`` in (timestamp,
+        id) order and with ``timestamp <= end``, in that order: a cursor over this position
+        visits every row once, however many rows share a timestamp.
+
+        Bounds are converted with :func:`to_utc_iso` (ValueError if unparseable).
+        """
+        start, end = to_utc_iso(after_ts), to_utc_iso(end_iso)
+        sql = (
+            f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} "
+            "WHERE (timestamp > ? OR (timestamp = ? AND id > ?)) AND timestamp <= ? ORDER BY timestamp, id LIMIT ?"
+        )
+        return self._rows(sql, (start, start, after_id, end, max(0, limit)))
+
     def between(self, start_iso: str, end_iso: str, limit: int | None = None) -> list[Turn]:
         """Turns of :meth:`rows_between`."""
         return [row.turn for row in self.rows_between(start_iso, end_iso, limit)]
