@@ -433,7 +433,9 @@ class TimeIndex(TimeIndexReader):
             log.warning("%s: the WAL could not be emptied (a reader held it)", self.path.name)
         return not busy
 
-    def restore_rows(self, rows: Sequence[tuple[int, str | None, str, str | None]], cursors: Mapping[str, int] | None = None, sequence: int = 0) -> int:
+    def restore_rows(
+        self, rows: Sequence[tuple[int, str | None, str, str | None]], cursors: Mapping[str, int] | None = None, sequence: int = 0
+    ) -> int:
         """Store ``(id, session_id, message, timestamp)`` rows exactly as given, ids kept,
         ``cursors``, and the last id ever given (``sequence``: a new row never takes the id
         of an erased one), in one transaction (a restore into an empty database, or the rows
