@@ -208,3 +208,22 @@ def test_health_reports_the_inherited_instance_id(tmp_path: Path) -> None:
         assert body["instance_id"] == "launcher-instance-7" and body["app"] == "N.E.K.O" and body["service"] == "memory"
         assert httpx.post(f"http://127.0.0.1:{neko.port}/shutdown", timeout=30).json()["status"] == "shutdown_signal_received"
         assert neko.proc.wait(timeout=60) == 0
+
+
+def test_neko_refuses_to_write_into_a_python_package(tmp_path: Path) -> None:
+    """Started from a N.E.K.O. source folder with no data directory, ./memory is the
+    reference's ``memory`` package: nekomem stops with a clear message and writes nothing."""
+    source = tmp_path / "N.E.K.O-src"
+    (source / "memory").mkdir(parents=True)
+    (source / "memory" / "__init__.py").write_text("")
+    env = {**_env(), "PYTHONPATH": str(ROOT / "src")}
+    r = subprocess.run(
+        [sys.executable, "-m", "nekomem", "neko", "--port", str(free_port())],
+        cwd=source,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2 and "Python package" in r.stderr
+    assert sorted(p.name for p in (source / "memory").iterdir()) == ["__init__.py"]

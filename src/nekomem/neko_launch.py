@@ -37,6 +37,7 @@ import subprocess
 import sys
 import threading
 import uuid
+from pathlib import Path
 from types import FrameType
 
 import uvicorn
@@ -174,6 +175,12 @@ def main(args: argparse.Namespace) -> int:
             settings = load_settings(args.config, overrides={**overrides, "neko_data_dir": "auto"})
     except SettingsError as exc:
         print(f"nekomem: {exc}", file=sys.stderr)
+        return 2
+    root = Path(settings.server.memory_root).expanduser()
+    if (root / "__init__.py").is_file():
+        # Run from a N.E.K.O. source folder with no data directory found, ./memory is its
+        # Python package: never write characters into it.
+        print(f"nekomem: {root} is a Python package (N.E.K.O.'s source); choose a memory root with --memory-root", file=sys.stderr)
         return 2
     refusal = bind_refusal(settings.server)
     if refusal is not None:
