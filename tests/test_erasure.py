@@ -214,3 +214,34 @@ def test_a_forgotten_turn_leaves_the_waiting_extraction_batch(tmp_path, fake_llm
         calls = wait_for(lambda: fake_llm.calls("extract_facts"), what="the batch extraction")
         prompts = "\n".join(prompt_text(c["body"]) for c in calls)
         assert "tulips" in prompts and "QUEUEX1" not in prompts
+
+
+def test_an_answered_erasure_survives_sigkill(tmp_path):
+    """The answer comes once the erasure is on disk: a server killed right after it
+    restarts without the erased entry or turn, and no byte of them is back."""
+    import httpx
+
+    from tests.support.live import ServerProcess
+
+    root = tmp_path / "memory"
+    srv = ServerProcess(root)
+    srv.start()
+    try:
+        with httpx.Client(base_url=srv.url, timeout=60) as client:
+            facts = [{"text": "Master's safe code is KILLF4C7", "importance": 8}, {"text": "Master likes plums", "importance": 5}]
+            fid = client.post("/api/characters/Lan/facts", json={"facts": facts}).json()["added"][0]
+            history = [turn("my pin is KILLT8N2"), turn("noted", role="assistant")]
+            assert client.post("/cache/Lan", json={"input_history": history}).status_code == 200
+            row = client.get("/api/browse/Lan/journal", params={"q": "KILLT8N2"}).json()["items"][0]["id"]
+            assert client.delete(f"/api/characters/Lan/facts/{fid}").status_code == 200
+            assert client.delete(f"/api/characters/Lan/turns/{row}").status_code == 200
+        srv.kill()
+        assert holders(root, "KILLF4C7") == [] and holders(root, "KILLT8N2") == []
+        srv.start()
+        with httpx.Client(base_url=srv.url, timeout=60) as client:
+            assert [f["text"] for f in client.get("/api/characters/Lan/facts").json()["items"]] == ["Master likes plums"]
+            assert [i["text"] for i in client.get("/api/characters/Lan/recent").json()["items"]] == ["noted"]
+            assert "KILL" not in client.get("/new_dialog/Lan").text
+        assert holders(root, "KILLF4C7") == [] and holders(root, "KILLT8N2") == []
+    finally:
+        srv.stop()
