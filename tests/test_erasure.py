@@ -245,3 +245,5 @@ def test_an_answered_erasure_survives_sigkill(tmp_path):
         assert holders(root, "KILLF4C7") == [] and holders(root, "KILLT8N2") == []
     finally:
         srv.stop()
+    log = srv.log_path.read_text(encoding="utf-8", errors="replace")
+    assert "forgot 1 stored turns" in log and "KILL" not in log  # INFO logs carry no memory text
