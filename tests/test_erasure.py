@@ -247,3 +247,41 @@ def test_an_answered_erasure_survives_sigkill(tmp_path):
         srv.stop()
     log = srv.log_path.read_text(encoding="utf-8", errors="replace")
     assert "forgot 1 stored turns" in log and "KILL" not in log  # INFO logs carry no memory text
+
+
+def test_delete_a_character_while_it_takes_writes(tmp_path):
+    """Writes racing a deletion are answered (before it, or after it into a new, empty
+    character, or 409 if they waited past their timeout), never 5xx; the deletion is."""
+    import threading
+
+    import httpx
+
+    root = tmp_path / "memory"
+    with LiveServer(make_settings(root)) as srv:
+        statuses: list[int] = []
+        stop = threading.Event()
+
+        def write() -> None:
+            with httpx.Client(base_url=srv.url, timeout=60) as client:
+                i = 0
+                while not stop.is_set():
+                    r = client.post("/cache/Mika", json={"input_history": [turn(f"racing DELR{i:05d}")]})
+                    statuses.append(r.status_code)
+                    i += 1
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        try:
+            wait_for(lambda: len(statuses) >= 20, what="writes before the deletion")
+            answer = srv.delete("/api/characters/Mika")
+            assert answer.status_code == 200, answer.text
+            after = len(statuses)
+            wait_for(lambda: len(statuses) >= after + 20, what="writes after the deletion")
+        finally:
+            stop.set()
+            writer.join(timeout=60)
+        assert set(statuses) <= {200, 409}, sorted(set(statuses))
+        # What is stored now is only what came after the deletion: a prefix of the writes is gone.
+        texts = [i["text"] for i in srv.get("/api/browse/Mika/journal", params={"order": "asc", "limit": 1000}).json()["items"]]
+        assert texts and "racing DELR00000" not in texts
+        assert srv.get("/health").json()["supervision"]["failed_children"] == 0
