@@ -214,3 +214,74 @@ def test_a_forgotten_turn_leaves_the_waiting_extraction_batch(tmp_path, fake_llm
         calls = wait_for(lambda: fake_llm.calls("extract_facts"), what="the batch extraction")
         prompts = "\n".join(prompt_text(c["body"]) for c in calls)
         assert "tulips" in prompts and "QUEUEX1" not in prompts
+
+
+def test_an_answered_erasure_survives_sigkill(tmp_path):
+    """The answer comes once the erasure is on disk: a server killed right after it
+    restarts without the erased entry or turn, and no byte of them is back."""
+    import httpx
+
+    from tests.support.live import ServerProcess
+
+    root = tmp_path / "memory"
+    srv = ServerProcess(root)
+    srv.start()
+    try:
+        with httpx.Client(base_url=srv.url, timeout=60) as client:
+            facts = [{"text": "Master's safe code is KILLF4C7", "importance": 8}, {"text": "Master likes plums", "importance": 5}]
+            fid = client.post("/api/characters/Lan/facts", json={"facts": facts}).json()["added"][0]
+            history = [turn("my pin is KILLT8N2"), turn("noted", role="assistant")]
+            assert client.post("/cache/Lan", json={"input_history": history}).status_code == 200
+            row = client.get("/api/browse/Lan/journal", params={"q": "KILLT8N2"}).json()["items"][0]["id"]
+            assert client.delete(f"/api/characters/Lan/facts/{fid}").status_code == 200
+            assert client.delete(f"/api/characters/Lan/turns/{row}").status_code == 200
+        srv.kill()
+        assert holders(root, "KILLF4C7") == [] and holders(root, "KILLT8N2") == []
+        srv.start()
+        with httpx.Client(base_url=srv.url, timeout=60) as client:
+            assert [f["text"] for f in client.get("/api/characters/Lan/facts").json()["items"]] == ["Master likes plums"]
+            assert [i["text"] for i in client.get("/api/characters/Lan/recent").json()["items"]] == ["noted"]
+            assert "KILL" not in client.get("/new_dialog/Lan").text
+        assert holders(root, "KILLF4C7") == [] and holders(root, "KILLT8N2") == []
+    finally:
+        srv.stop()
+    log = srv.log_path.read_text(encoding="utf-8", errors="replace")
+    assert "forgot 1 stored turns" in log and "KILL" not in log  # INFO logs carry no memory text
+
+
+def test_delete_a_character_while_it_takes_writes(tmp_path):
+    """Writes racing a deletion are answered (before it, or after it into a new, empty
+    character, or 409 if they waited past their timeout), never 5xx; the deletion is."""
+    import threading
+
+    import httpx
+
+    root = tmp_path / "memory"
+    with LiveServer(make_settings(root)) as srv:
+        statuses: list[int] = []
+        stop = threading.Event()
+
+        def write() -> None:
+            with httpx.Client(base_url=srv.url, timeout=60) as client:
+                i = 0
+                while not stop.is_set():
+                    r = client.post("/cache/Mika", json={"input_history": [turn(f"racing DELR{i:05d}")]})
+                    statuses.append(r.status_code)
+                    i += 1
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        try:
+            wait_for(lambda: len(statuses) >= 20, what="writes before the deletion")
+            answer = srv.delete("/api/characters/Mika")
+            assert answer.status_code == 200, answer.text
+            after = len(statuses)
+            wait_for(lambda: len(statuses) >= after + 20, what="writes after the deletion")
+        finally:
+            stop.set()
+            writer.join(timeout=60)
+        assert set(statuses) <= {200, 409}, sorted(set(statuses))
+        # What is stored now is only what came after the deletion: a prefix of the writes is gone.
+        texts = [i["text"] for i in srv.get("/api/browse/Mika/journal", params={"order": "asc", "limit": 1000}).json()["items"]]
+        assert texts and "racing DELR00000" not in texts
+        assert srv.get("/health").json()["supervision"]["failed_children"] == 0

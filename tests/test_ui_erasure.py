@@ -79,6 +79,7 @@ def test_forget_each_kind_and_delete_a_character_from_the_browser(driver: Any, e
     press(driver, f"[data-id='{fid}'] [data-test=forget]")
     _wait(lambda: driver.find_elements("css selector", "[data-test=erase-dialog][open]"), "the dialog")
     assert "UIFACT3" in driver.find_element("css selector", "[data-test=erase-items]").text
+    assert "turns it was learned from" in driver.find_element("css selector", "[data-test=erase-note]").text
     shot(driver, "erase_confirm_fact")
     driver.find_element("css selector", "[data-test=erase-cancel]").click()
     assert holders(root, "UIFACT3")

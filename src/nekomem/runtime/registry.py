@@ -96,7 +96,9 @@ class CharacterRegistry:
         now = self.services.clock.monotonic()
         with self._lock:
             if name in self._held:
-                raise ActorFailure("character_importing", "an import into this character is running; try again shortly", 409)
+                raise ActorFailure(
+                    "character_importing", "an import, export or deletion of this character is running; try again shortly", 409
+                )
             stopping = self._stopping.get(name)
             if stopping is not None:
                 if not mailbox_of(stopping).terminated:
@@ -189,8 +191,9 @@ class CharacterRegistry:
     def hold(self, name: str, timeout: float) -> Iterator[None]:
         """Stop ``name``'s actors and keep them stopped while the block runs.
 
-        New requests for ``name`` wait for the hold to end (up to their ask timeout) and
-        then answer 409 ``character_importing``. The actors are stopped once the requests
+        New requests for ``name`` wait for the hold to end (up to their ask timeout; past
+        it they answer 409 ``character_importing``). Held by an import, a character
+        deletion and a character export. The actors are stopped once the requests
         and model jobs in flight have finished, so their views are flushed and their files
         closed; the next request activates them again from disk. Raises CharacterBusy when
         ``name`` is not idle within ``timeout`` seconds, or is already held.
@@ -198,7 +201,7 @@ class CharacterRegistry:
         event = threading.Event()
         with self._lock:
             if name in self._held:
-                raise CharacterBusy("another import into this character is running")
+                raise CharacterBusy("another import, export or deletion of this character is running")
             self._held[name] = event
         try:
             entry = self._take_idle(name, timeout)

@@ -2,17 +2,20 @@
 
 An erasure (a forgotten fact, reflection, persona entry or turn) names ids, and the texts
 those ids carried. The layer's own view drops the id; this module removes the copies the
-other files keep: edit history (``recent_edits.ndjson``), the review state in
-``recent_meta.json``, pending outbox payloads, archive shards.
+other files keep: edit history (``recent_edits.ndjson``), outbox payloads, journal events
+(``stores.applied.SharedJournal.purge``), queued corrections, archive shards.
 
-:func:`scrub_value` is the one rule, applied to any JSON value: a string equal to an
-erased text (surrounding white space aside) is gone; a mapping with such a string as one of its *own* values (a turn
-``{"role", "text", "ts"}``, a fact record) is gone as a whole; lists drop what is gone;
-nested containers are scrubbed in place of their parent. So a window kept in the edit
-history loses the erased turn and keeps the others, and an outbox record keeps its other
-messages. Equality, not containment: erasing the turn "ok" must not touch every text
-with "ok" in it. A text that merely quotes the erased one (a summary memo, a fact or a
-reflection learned from it) is a memory of its own (see README, "Forgetting").
+:func:`scrub_value` is the one rule, applied to any JSON value: a record (a JSON object)
+whose text field (``text``, ``content``, ``old_text``, ``new_text``) equals an erased text,
+white space around it aside, goes, and so does every object around it up to the nearest
+list, which drops it (a stored turn ``{"type", "data": {"content"}}`` goes whole from the
+window it is in); a bare string in a list goes when it equals one. So a window kept in the
+edit history loses the erased turn and keeps the others, an outbox record keeps its other
+messages, and a journal event about the record is changed (its caller drops it).
+Equality, not containment: erasing the turn "ok" must not touch every text with "ok" in
+it, and only text fields count: a persona entry that reads "master" does not match every
+``"entity": "master"``. A text that merely quotes the erased one (a summary memo, a fact or
+a reflection learned from it) is a memory of its own (see README, "Forgetting").
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ from nekomem.stores.atomic import atomic_write_bytes, atomic_write_json, read_js
 log = logging.getLogger(__name__)
 
 _GONE = object()
+# The fields that hold memory text in every record nekomem keeps (facts, reflections,
+# persona entries, surfacing records, corrections, stored turns).
+TEXT_KEYS = frozenset({"text", "content", "old_text", "new_text"})
 
 
 def _hit(text: str, needles: Collection[str]) -> bool:
@@ -37,17 +43,18 @@ def _hit(text: str, needles: Collection[str]) -> bool:
 
 def _scrub(value: Any, needles: Collection[str]) -> Any:
     if isinstance(value, str):
-        return _GONE if _hit(value, needles) else value
+        return _GONE if _hit(value, needles) else value  # a bare string: in a list, or the whole value
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for key, item in value.items():
-            if isinstance(key, str) and _hit(key, needles):
-                return _GONE
+            if isinstance(item, str):
+                if key in TEXT_KEYS and _hit(item, needles):
+                    return _GONE
+                out[key] = item
+                continue
             scrubbed = _scrub(item, needles)
             if scrubbed is _GONE:
-                if isinstance(item, str):
-                    return _GONE  # its own text is erased: the record goes
-                continue  # a nested container that went: drop the key
+                return _GONE  # a record inside this one held the text: this one goes with it
             out[key] = scrubbed
         return out
     if isinstance(value, list):
@@ -101,20 +108,6 @@ def scrub_ndjson_file(path: Path, needles: Collection[str]) -> int:
         atomic_write_bytes(path, b"".join(line + b"\n" for line in kept))
         log.info("%s: %d lines scrubbed", path.name, changed)
     return changed
-
-
-def scrub_json_file(path: Path, needles: Collection[str]) -> bool:
-    """Rewrite the JSON file at ``path`` (atomically) scrubbed; True when it changed. A
-    missing or unreadable file is left alone. Raises OSError."""
-    if not path.exists():
-        return False
-    value, status = read_json(path, default=None)
-    if status != "ok":
-        return False
-    scrubbed, hit = scrub_value(value, needles)
-    if hit:
-        atomic_write_json(path, scrubbed if scrubbed is not None else {})
-    return hit
 
 
 def drop_from_shards(folder: Path, ids: Iterable[str]) -> int:

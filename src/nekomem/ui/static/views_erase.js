@@ -22,9 +22,16 @@ const TEXT = {
   goes: ["What goes, with every copy the server keeps of it (journal, edit history, pending work, archives):",
     "将被删除的内容，以及服务器保存的所有副本（日志、编辑历史、待处理任务、归档）：",
     "削除されるもの（サーバーが保持するすべての複製：ジャーナル・編集履歴・保留中の処理・アーカイブを含む）："],
-  stays_entry: ["Memories learned from it before (facts, reflections, the summary memo) stay; forget them on their own.",
-    "此前由它得出的记忆（事实、反思、摘要备忘）会保留；如需删除请分别遗忘。",
-    "これまでにそこから得られた記憶（事実・リフレクション・要約メモ）は残ります。必要なら個別に忘れてください。"],
+  stays_fact: ["The turns it was learned from, and reflections built on it, stay: forget them on their own.",
+    "它所来自的对话以及基于它的反思会保留；如需删除请分别遗忘。",
+    "元になった会話と、それをもとにしたリフレクションは残ります。必要なら個別に忘れてください。"],
+  stays_reflection: ["A persona entry promoted from it, and the facts it was built from, stay: forget them on their own.",
+    "由它晋升的人设条目以及它所依据的事实会保留；如需删除请分别遗忘。",
+    "ここから昇格したペルソナ項目と、元になった事実は残ります。必要なら個別に忘れてください。"],
+  stays_persona: ["Queued contradictions about it go too.", "与它相关的待处理矛盾也会删除。", "これに関する保留中の矛盾も削除されます。"],
+  stays_turn: ["Facts and reflections learned from it before, and the summary memo, stay: forget them on their own.",
+    "此前由它得出的事实、反思以及摘要备忘会保留；如需删除请分别遗忘。",
+    "これまでにそこから得られた事実・リフレクション・要約メモは残ります。必要なら個別に忘れてください。"],
   stays_character: ["This removes the character's whole folder. It cannot be undone (make a backup first: nekomem backup).",
     "这会删除该角色的整个文件夹，无法撤销（请先备份：nekomem backup）。",
     "キャラクターのフォルダーをすべて削除します。元に戻せません（先にバックアップ：nekomem backup）。"],
@@ -65,7 +72,7 @@ const LAYER = { fact: "facts", reflection: "reflections", persona: "persona" };
 // "Forget" for one fact, reflection or persona entry (``text``: what the dialog shows).
 export function forgetEntryButton(ctx, kind, id, text) {
   return h("button", { type: "button", class: "danger", "data-test": "forget", onclick: async () => {
-    if (!(await confirmErase(tx("title_" + kind), [text], tx("stays_entry"), tx("forget")))) return;
+    if (!(await confirmErase(tx("title_" + kind), [text], tx("stays_" + kind), tx("forget")))) return;
     try {
       await api("DELETE", `/api/characters/${enc(ctx.name)}/${LAYER[kind]}/${enc(id)}`);
       await ctx.refresh();
@@ -78,7 +85,7 @@ export function forgetEntryButton(ctx, kind, id, text) {
 export function forgetTurnButton(ctx, row) {
   return h("button", { type: "button", class: "danger", "data-test": "forget-turn", onclick: async () => {
     const item = `${fmtTime(row.ts)} — ${row.text}`;
-    if (!(await confirmErase(tx("title_turn"), [item], tx("stays_entry"), tx("forget")))) return;
+    if (!(await confirmErase(tx("title_turn"), [item], tx("stays_turn"), tx("forget")))) return;
     try {
       await api("DELETE", `/api/characters/${enc(ctx.name)}/turns/${row.id}`);
       await ctx.refresh();
@@ -91,7 +98,7 @@ export function forgetTurnButton(ctx, row) {
 export function forgetRangeButton(ctx, since, until, total) {
   return h("button", { type: "button", class: "danger", "data-test": "forget-range", disabled: !total, onclick: async () => {
     const item = `${fmtTime(since)} → ${fmtTime(until)}`;
-    if (!(await confirmErase(tx("title_range", { n: total }), [item], tx("stays_entry"), tx("forget")))) return;
+    if (!(await confirmErase(tx("title_range", { n: total }), [item], tx("stays_turn"), tx("forget")))) return;
     try {
       const r = await api("DELETE", `/api/characters/${enc(ctx.name)}/turns?from=${enc(since)}&to=${enc(until)}`);
       await ctx.refresh();
