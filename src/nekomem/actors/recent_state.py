@@ -77,6 +77,7 @@ class RecentState(ChildActor):
         self.watch = RecentWatch(paths.recent)
         found = window if status == "ok" else None  # missing, empty or torn: None
         self.window, rewrite = self._rebuild_window(found)
+        self.tindex.shrink_memory()
         self.tokens = [self.counter.count(t.text) for t in self.window]
         self.meta.journal_row = self.tindex.max_row_id()
         if rewrite or unreadable:
@@ -309,9 +310,11 @@ class RecentState(ChildActor):
         if durable:
             # Edits, deletions, compression: no older window may stay in the swap file. The
             # file is durable before it becomes the window base (see set_window_base).
+            # The swap file goes first, so the folder fsync of the write makes its removal
+            # durable too (after a deletion no older window may come back with a power loss).
             data = self._window_bytes()
-            written = atomic_write_bytes(self.ctx.paths.recent, data)
             drop_swap(self.ctx.paths.recent)
+            written = atomic_write_bytes(self.ctx.paths.recent, data)
             self.tindex.set_window_base(data)
         else:
             written = swap_write_bytes(self.ctx.paths.recent, self._window_bytes())
