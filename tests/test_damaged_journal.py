@@ -64,7 +64,9 @@ def test_a_damaged_journal_is_kept_aside_reported_and_served(tmp_path, how):
             assert 0 < salvaged < TURNS
         else:
             assert salvaged == 0
-        storage = srv.get("/health").json()["storage"]
+        health = srv.get("/health").json()
+        assert health["supervision"]["child_restarts"] == 0 and health["supervision"]["failed_children"] == 0, "no crash loop"
+        storage = health["storage"]
         assert storage["state"] == "journal_damaged"
         [damaged] = storage["damaged_journals"]
         assert damaged["character"] == "Lan" and "kept aside as time_indexed.db.damaged-" in damaged["detail"]
