@@ -120,14 +120,15 @@ class RecentState(ChildActor):
     def _check_journal(self) -> None:
         """A damaged time_indexed.db is kept aside and its readable rows go into a new one
         (see :mod:`nekomem.stores.timeindex_check`); the damage is reported to /health.
-        The window is then recent.json as it is (the window base was in the damaged file)."""
+        The window base was in the damaged file: the window is then rebuilt as for a folder
+        without one (recent.json as it is, or the salvaged rows when it is unreadable)."""
         found = timeindex_check.check_journal(self.ctx.paths.time_index_db, self.meta.journal_row or 0)
         if found is None:
             return
         damage, rows = found
         top = max((r[0] for r in rows), default=0)
         # Salvaged rows had their post-turn work done or recorded before the damage.
-        self.tindex.restore_rows(rows, cursors={POST_TURN_CURSOR: top, IMPORTED_CURSOR: top})
+        self.tindex.restore_rows(rows, cursors={POST_TURN_CURSOR: top})
         self.meta.journal_row = min(self.meta.journal_row or 0, top)
         storage = self.ctx.services.storage
         if storage is not None:
@@ -180,8 +181,9 @@ class RecentState(ChildActor):
     def _legacy_window(self, found: list[Turn] | None, imported: int) -> list[Turn]:
         """A folder without a window base (from before it existed, an import, or a fresh
         journal): recent.json plus the rows after ``meta.journal_row`` that it does not
-        already end with; without a readable recent.json, every row after an import."""
-        if found is None:
+        already end with; without a readable recent.json (or with an empty one and no
+        ``journal_row``), every row after an import."""
+        if found is None or (not found and self.meta.journal_row is None):
             window = [row.turn for row in self.tindex.rows_after(imported)]
             if window:
                 self.log.warning(
