@@ -64,7 +64,9 @@ def test_a_damaged_journal_is_kept_aside_reported_and_served(tmp_path, how):
             assert 0 < salvaged < TURNS
         else:
             assert salvaged == 0
-        storage = srv.get("/health").json()["storage"]
+        health = srv.get("/health").json()
+        assert health["supervision"]["child_restarts"] == 0 and health["supervision"]["failed_children"] == 0, "no crash loop"
+        storage = health["storage"]
         assert storage["state"] == "journal_damaged"
         [damaged] = storage["damaged_journals"]
         assert damaged["character"] == "Lan" and "kept aside as time_indexed.db.damaged-" in damaged["detail"]
@@ -91,3 +93,15 @@ def test_a_sound_journal_is_not_reported(tmp_path):
         storage = srv.get("/health").json()["storage"]
         assert storage["state"] == "ok" and storage["damaged_journals"] == []
         assert srv.get("/api/browse/characters").json()["characters"][0]["damaged"] is False
+
+
+def test_a_damaged_journal_and_a_lost_window_serve_the_salvaged_rows(tmp_path):
+    settings, db_path = _fill(tmp_path)
+    _damage(db_path, "truncated")
+    (tmp_path / "Lan" / "recent.json").unlink()
+    with LiveServer(settings) as srv:
+        view = srv.get("/api/characters/Lan/recent").json()
+        assert 0 < view["stored_total"] < TURNS
+        texts = [i["text"] for i in view["items"]]
+        assert texts and texts == [f"turn {j} " + "x" * 200 for j in range(len(texts))], "the salvaged rows, oldest first"
+        assert srv.get("/health").json()["storage"]["damaged_journals"]

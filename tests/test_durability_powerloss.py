@@ -156,6 +156,9 @@ def _check(server: ServerProcess, root: Path, acked: list[tuple[str, str]], edit
     for name, text in acked:
         by_name.setdefault(name, set()).add(text)
     with httpx.Client(base_url=server.url, timeout=60) as client:
+        for name in by_name:
+            client.get(f"/api/characters/{name}/recent")  # loaded, so its journal was checked
+        assert client.get("/health").json()["storage"]["damaged_journals"] == [], "a sound journal was taken for damaged"
         for name, mine in by_name.items():
             r = client.get(f"/api/characters/{name}/recent")
             assert r.status_code == 200, r.text

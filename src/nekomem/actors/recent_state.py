@@ -77,6 +77,7 @@ class RecentState(ChildActor):
         self.watch = RecentWatch(paths.recent)
         found = window if status == "ok" else None  # missing, empty or torn: None
         self.window, rewrite = self._rebuild_window(found)
+        self.tindex.shrink_memory()
         self.tokens = [self.counter.count(t.text) for t in self.window]
         self.meta.journal_row = self.tindex.max_row_id()
         if rewrite or unreadable:
@@ -119,14 +120,15 @@ class RecentState(ChildActor):
     def _check_journal(self) -> None:
         """A damaged time_indexed.db is kept aside and its readable rows go into a new one
         (see :mod:`nekomem.stores.timeindex_check`); the damage is reported to /health.
-        The window is then recent.json as it is (the window base was in the damaged file)."""
+        The window base was in the damaged file: the window is then rebuilt as for a folder
+        without one (recent.json as it is, or the salvaged rows when it is unreadable)."""
         found = timeindex_check.check_journal(self.ctx.paths.time_index_db, self.meta.journal_row or 0)
         if found is None:
             return
         damage, rows = found
         top = max((r[0] for r in rows), default=0)
         # Salvaged rows had their post-turn work done or recorded before the damage.
-        self.tindex.restore_rows(rows, cursors={POST_TURN_CURSOR: top, IMPORTED_CURSOR: top})
+        self.tindex.restore_rows(rows, cursors={POST_TURN_CURSOR: top})
         self.meta.journal_row = min(self.meta.journal_row or 0, top)
         storage = self.ctx.services.storage
         if storage is not None:
@@ -180,8 +182,9 @@ class RecentState(ChildActor):
     def _legacy_window(self, found: list[Turn] | None, imported: int) -> list[Turn]:
         """A folder without a window base (from before it existed, an import, or a fresh
         journal): recent.json plus the rows after ``meta.journal_row`` that it does not
-        already end with; without a readable recent.json, every row after an import."""
-        if found is None:
+        already end with; without a readable recent.json (or with an empty one and no
+        ``journal_row``), every row after an import."""
+        if found is None or (not found and self.meta.journal_row is None):
             window = [row.turn for row in self.tindex.rows_after(imported) if not theater.is_theater(row.turn)]
             if window:
                 self.log.warning(
@@ -311,9 +314,11 @@ class RecentState(ChildActor):
         if durable:
             # Edits, deletions, compression: no older window may stay in the swap file. The
             # file is durable before it becomes the window base (see set_window_base).
+            # The swap file goes first, so the folder fsync of the write makes its removal
+            # durable too (after a deletion no older window may come back with a power loss).
             data = self._window_bytes()
-            written = atomic_write_bytes(self.ctx.paths.recent, data)
             drop_swap(self.ctx.paths.recent)
+            written = atomic_write_bytes(self.ctx.paths.recent, data)
             self.tindex.set_window_base(data)
         else:
             written = swap_write_bytes(self.ctx.paths.recent, self._window_bytes())

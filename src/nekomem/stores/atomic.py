@@ -200,7 +200,9 @@ def swap_write_bytes(path: Path, data: bytes) -> os.stat_result:
 
 def drop_swap(path: Path) -> None:
     """Remove the swap file of ``path`` (see :func:`swap_write_bytes`), which holds an
-    older content of the view: after an edit that must not linger, such as a deletion."""
+    older content of the view: after an edit that must not linger, such as a deletion.
+    The removal is durable only with the next fsync of the folder: call it right before
+    a durable :func:`atomic_write_bytes` into the same folder, whose folder fsync covers it."""
     try:
         os.unlink(Path(path).with_name(SWAP_PREFIX + Path(path).name))
     except FileNotFoundError:

@@ -310,6 +310,12 @@ class TimeIndex(TimeIndexReader):
             db.execute("INSERT OR REPLACE INTO recent_base (id, row_id, items) VALUES (1, ?, ?)", (top, items))
         return top
 
+    def shrink_memory(self) -> None:
+        """Free the connection's page cache (after the rows read at load: an active
+        character keeps its connection, and those pages would stay with it)."""
+        if self._db is not None:
+            self._db.execute("PRAGMA shrink_memory")
+
     def window_base(self) -> tuple[int, bytes] | None:
         """The stored window base ``(last row covered, recent.json bytes)``, or None when none
         was ever stored (a folder from before the base existed)."""
