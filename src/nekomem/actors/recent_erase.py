@@ -51,6 +51,9 @@ def forget_turns(actor: RecentState, msg: ForgetTurns) -> None:
     texts = sorted({t.text.strip() for t in erased if t.text.strip()})
     _drop_from_review(actor, erased)
     _drop_from_window(actor, erased)  # writes recent_meta.json too
+    # The window base in time_indexed.db held the erased turns too: its new value is in the
+    # WAL now, and the old page goes when the WAL is copied back and truncated.
+    tindex.scrub_wal()
     scrub_ndjson_file(actor.ctx.paths.folder / EDITS_FILE, texts)
     actor.log.info("forgot %d stored turns", len(rows))
     answer = {"forgotten": len(rows), "rows": [r.id for r in rows]}
