@@ -12,6 +12,7 @@ from typing import Any
 
 from tests.support.fake_llm import prompt_text
 from tests.support.live import LiveServer, make_settings
+from tests.support.waiting import wait_for
 
 NAME = "Lan"
 SOURCE = "theater_numeric_v2"
@@ -221,7 +222,11 @@ def test_compression_keeps_capsules_whole_after_the_memo(tmp_path: Path, fake_ll
         assert srv.post(f"/cache/{NAME}", json=archive_body(capsule("story_boat", "s1", summary), "a1")).json()["status"] == "cached"
         turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn number {i}"} for i in range(25)]
         assert srv.post(f"/process/{NAME}", json={"input_history": turns}).json() == {"status": "processed"}
-        items = recent_items(tmp_path)
+        # Answered once the turns are durable; the compression follows in the background.
+        items = wait_for(
+            lambda: (lambda got: got if got and got[0]["data"]["content"].startswith("Memo from") else None)(recent_items(tmp_path)),
+            what="the memo",
+        )
         assert items[0]["type"] == "system" and items[0]["data"]["content"].startswith("Memo from prior conversations: ")
         assert items[1]["data"]["content"] == summary and items[1]["data"]["metadata"]["story_id"] == "story_boat"
         assert [m["data"]["content"] for m in items[2:]] == [f"turn number {i}" for i in range(16, 25)]

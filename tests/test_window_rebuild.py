@@ -12,6 +12,7 @@ import pytest
 from nekomem.domain.turns import Turn
 from nekomem.domain.window_rebuild import covered_end, only_dropped, rebuild
 from tests.support.live import LiveServer, make_settings
+from tests.support.waiting import wait_for
 
 
 def t(text, role="human"):
@@ -80,7 +81,9 @@ def test_the_window_after_a_power_loss_is_memo_plus_every_later_row(tmp_path, fa
     with LiveServer(settings) as srv:
         turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn number {i}"} for i in range(25)]
         assert srv.post("/process/Lan", json={"input_history": turns}).json() == {"status": "processed"}
-        durable = _items(folder / "recent.json")  # the compression wrote it durably
+        # Answered once the turns are durable; the compression (which writes recent.json
+        # durably, as the new window base) follows in the background.
+        durable = wait_for(lambda: (lambda got: got if len(got) == 10 else None)(_items(folder / "recent.json")), what="the memo")
         assert durable[0].startswith("Memo from prior conversations: ") and len(durable) == 10
         shutil.copy(folder / "recent.json", tmp_path / "old-recent.json")
         for i in range(7):

@@ -46,6 +46,9 @@ class RecentTheater(RecentState):
         self.tokens = [self.counter.count(t.text) for t in self.window]
         self._enforce_cap()
         self._save_window()
+        # The old window base (time_indexed.db) held the capsules as they were: it goes with
+        # the WAL's old pages.
+        self.tindex.scrub_wal()
         # The rebuilt rows are not turns to fold back into the window at load.
         self.meta.journal_row = self.tindex.max_row_id()
         self._save_meta()

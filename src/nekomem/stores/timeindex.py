@@ -399,7 +399,7 @@ class TimeIndex(TimeIndexReader):
                     self.last_row_id = last
                     stored += 1
         if doomed:
-            self._conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self.scrub_wal()
         # Rows were deleted: the counters kept by appends are read again on next use.
         self._count, self._last_ts, self._last_ts_known = None, None, False
         return len(doomed), stored
