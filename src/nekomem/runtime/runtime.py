@@ -23,6 +23,7 @@ from nekomem.runtime.switches import Switches, core_config_file
 from nekomem.runtime.timers import Timers
 from nekomem.stores import rootlock
 from nekomem.stores.layout import CharacterPaths, list_characters
+from nekomem.stores.namefold import CharacterSpellings, probe_case_insensitive
 from nekomem.stores.rootlock import RootLock
 
 log = logging.getLogger("nekomem.runtime")
@@ -79,6 +80,8 @@ class Runtime:
         self.registry = CharacterRegistry(self.services, actors, on_stopped=self.collector.characters_stopped if self.collector else None)
         self.importing = ImportService(settings, self.registry, root)
         self.limited_reason: str | None = "runtime_initializing"
+        # Replaced at start, once the memory root exists and is probed.
+        self.names = CharacterSpellings(root, False)
         self.recovery_error: str | None = None
         self._recovery: threading.Thread | None = None
         self._root_lock: RootLock | None = None
@@ -90,6 +93,11 @@ class Runtime:
     def start(self, *, background: bool = True) -> None:
         """Start serving; raises RootLocked while an offline import holds the memory root."""
         self.memory_root.mkdir(parents=True, exist_ok=True)
+        choice = self.settings.server.case_insensitive_root
+        insensitive = probe_case_insensitive(self.memory_root) if choice == "auto" else choice == "yes"
+        self.names = CharacterSpellings(self.memory_root, insensitive)
+        if insensitive:
+            log.info("the memory root folds case: every spelling of a character name is one character")
         self.timers.start()
         if self.collector is not None:
             self.collector.start()
