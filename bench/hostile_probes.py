@@ -127,7 +127,10 @@ async def _burst(srv: Server, count: int) -> str:
 
         async def one(i: int) -> tuple[int, float, bool]:
             t = time.monotonic()
-            r = await client.post(f"/cache/B{i % 50}", json=body)
+            try:
+                r = await client.post(f"/cache/B{i % 50}", json=body)
+            except httpx.HTTPError:
+                return 0, time.monotonic() - t, False  # the connection failed
             return r.status_code, time.monotonic() - t, "retry-after" in r.headers
 
         async def read() -> float:
@@ -140,7 +143,8 @@ async def _burst(srv: Server, count: int) -> str:
     ok = [d for s, d, _ in results if s == 200]
     busy = [d for s, d, ra in results if s == 503 and ra]
     p50 = statistics.median([d for _, d, _ in results])
-    return f"{len(ok)} × 200, {len(busy)} × 503+Retry-After; p50 {p50:.2f} s; a read during it {read_s:.2f} s"
+    failed = sum(1 for s, _, _ in results if s == 0)
+    return f"{len(ok)} × 200, {len(busy)} × 503+Retry-After, {failed} connection errors; p50 {p50:.2f} s; a read during it {read_s:.2f} s"
 
 
 def probe_burst(srv: Server) -> str:

@@ -94,8 +94,8 @@ class ServerSettings(Section):
     max_connections: Annotated[
         int,
         doc(
-            "Most client connections open at once; a connection beyond this is closed at once, before a byte is read. Each one "
-            "costs a file descriptor (see RLIMIT_NOFILE in the README).",
+            "Most client connections open at once; a connection beyond this is answered 503 'server_busy' with Retry-After at "
+            "its first bytes (its request unread) and closed. Each one costs a file descriptor (see open files in the README).",
             ge=1,
         ),
     ] = 512
