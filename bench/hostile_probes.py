@@ -154,6 +154,7 @@ def probe_burst(srv: Server) -> str:
 async def _long_time(srv: Server) -> str:
     async with httpx.AsyncClient(base_url=srv.url, timeout=120) as client:
         await client.post("/cache/Other", json={"input_history": [{"role": "user", "content": "hi"}]})
+        await client.post("/cache/Lan", json={"input_history": [{"role": "user", "content": "I drank tea"}]})
         spec = "2026年5月7日" + "の前日" * 70_000
 
         async def heavy() -> tuple[int, str, float]:
@@ -176,6 +177,7 @@ def probe_long_time(srv: Server) -> str:
 
 
 def probe_deep_time(srv: Server) -> str:
+    httpx.post(srv.url + "/cache/Lan", json={"input_history": [{"role": "user", "content": "I drank tea"}]}, timeout=60)
     r = httpx.post(srv.url + "/query_memory/Lan", json={"query": "tea", "time": "the day before " * 2000 + "today"}, timeout=120)
     short = httpx.post(srv.url + "/query_memory/Lan", json={"query": "tea", "time": "2026年5月7日" + "の前日" * 20}, timeout=120)
     return f"2,000-deep: {r.status_code} {r.json().get('error_code', '')}; 20-deep (60 chars): {short.status_code} {short.json().get('error_code', '')}"
