@@ -44,6 +44,14 @@ class ServerSettings(Section):
     idempotency_key_max_length: Annotated[int, doc("Longest accepted Idempotency-Key header.", ge=1)] = 160
     display_timezone: Annotated[str, doc("IANA time zone of the times written into /new_dialog (empty: the machine's local zone).")] = ""
     api_page_max: Annotated[int, doc("Largest page size of the /api/characters listings.", ge=1)] = 1000
+    case_insensitive_root: Annotated[
+        str,
+        doc(
+            "Whether the memory root's file system folds case (Windows, macOS): 'auto' probes it at start-up with a "
+            "file; 'yes' or 'no' decide. On such a root every spelling of a name ('Neko', 'neko', 'NEKO') is served as "
+            "one character, under the spelling of its folder (see README: case-insensitive disks)."
+        ),
+    ] = "auto"
     name_max_length: Annotated[
         int, doc("Longest accepted character name, in characters (the reference's request limit).", ge=1, le=200)
     ] = 50
@@ -99,8 +107,8 @@ class ServerSettings(Section):
     max_connections: Annotated[
         int,
         doc(
-            "Most client connections open at once; a connection beyond this is closed at once, before a byte is read. Each one "
-            "costs a file descriptor (see RLIMIT_NOFILE in the README).",
+            "Most client connections open at once; a connection beyond this is answered 503 'server_busy' with Retry-After at "
+            "its first bytes (its request unread) and closed. Each one costs a file descriptor (see open files in the README).",
             ge=1,
         ),
     ] = 512

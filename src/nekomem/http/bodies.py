@@ -26,11 +26,13 @@ def _valid_name(raw: str, max_length: int, max_units: int) -> str:
 
 def character_name(request: Request) -> str:
     """The ``name`` path parameter, validated and canonical; ApiError 400 when refused."""
-    settings = request.app.state.runtime.settings.server
+    runtime = request.app.state.runtime
     try:
-        return _valid_name(request.path_params["name"], settings.name_max_length, settings.name_max_units)
+        name = _valid_name(request.path_params["name"], runtime.settings.server.name_max_length, runtime.settings.server.name_max_units)
     except InvalidName as exc:
         raise ApiError(400, exc.code, exc.message) from None
+    # One spelling per folder on a case-insensitive memory root (stores.namefold).
+    return str(runtime.names.canonical(name))
 
 
 def raw_header(request: Request, name: bytes) -> str | None:

@@ -12,8 +12,8 @@ protocol with two deadlines, read from h11's own view of the client's side:
   ``body_timeout_seconds``.
 
 A connection that misses a deadline is answered 408 (the project's JSON error shape) when
-no response has begun, and closed. A connection beyond ``max_connections`` is closed as
-soon as it is accepted, before a byte is read. :func:`uvicorn_options` gives the keyword
+no response has begun, and closed. A connection beyond ``max_connections`` is answered 503
+``server_busy`` with ``Retry-After`` at its first bytes (its request unread) and closed. :func:`uvicorn_options` gives the keyword
 arguments every server of the project (``nekomem serve`` and the tests' live servers)
 passes to uvicorn.
 """
@@ -47,6 +47,18 @@ def _timeout_answer(phase: str) -> bytes:
     return head + body
 
 
+def _busy_answer(retry_after: int) -> bytes:
+    """The raw 503 for a connection beyond ``max_connections`` (its request is not read)."""
+    body = json.dumps(
+        {"status": "error", "error_code": "server_busy", "message": f"too many open connections; retry after {retry_after} s"}
+    ).encode()
+    head = (
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
+        f"retry-after: {retry_after}\r\ncontent-length: {len(body)}\r\n\r\n"
+    ).encode()
+    return head + body
+
+
 class GuardedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with the deadlines of the module docstring. The limits are
     class attributes: :func:`guarded_protocol` makes a subclass per settings."""
@@ -54,20 +66,31 @@ class GuardedH11Protocol(H11Protocol):
     header_timeout: ClassVar[float] = 10.0
     body_timeout: ClassVar[float] = 30.0
     max_connections: ClassVar[int] = 512
+    retry_after: ClassVar[int] = 1
+    # Class-wide: how many over-cap connections were answered 503 (for the log's pace).
+    _refused: ClassVar[int] = 0
 
+    _refusing = False
     _phase: str | None = None
     _deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        if len(self.connections) > self.max_connections:
-            # Refused before reading: the only cost is the accept and this close.
-            log.warning("a connection beyond max_connections (%d) was closed", self.max_connections)
-            transport.abort()
-            return
+        # Beyond the cap the connection is answered 503 at its first bytes and closed:
+        # the client learns to retry (Retry-After), and the descriptor is freed at once.
+        self._refusing = len(self.connections) > self.max_connections
         self._watch()
 
     def data_received(self, data: bytes) -> None:
+        if self._refusing:
+            if not self.transport.is_closing():
+                cls = type(self)
+                cls._refused += 1
+                if cls._refused == 1 or cls._refused % 1000 == 0:
+                    log.warning("%d connections beyond max_connections (%d) answered 503", cls._refused, self.max_connections)
+                self.transport.write(_busy_answer(self.retry_after))
+                self.transport.close()
+            return
         super().data_received(data)
         self._watch()
 
@@ -122,6 +145,7 @@ def guarded_protocol(settings: ServerSettings) -> type[GuardedH11Protocol]:
             "header_timeout": settings.header_timeout_seconds,
             "body_timeout": settings.body_timeout_seconds,
             "max_connections": settings.max_connections,
+            "retry_after": settings.busy_retry_after_seconds,
         },
     )
 

@@ -74,7 +74,9 @@ async def delete_character(request: Request) -> Response:
         # Held: no request can activate the character (and so reopen its files) while
         # the folder goes.
         with rt.registry.hold(name, timeout):
-            return _remove_folder(paths.folder) if paths.folder.exists() else 0
+            removed = _remove_folder(paths.folder) if paths.folder.exists() else 0
+            rt.names.forget(name)
+            return removed
 
     try:
         removed = await asyncio.to_thread(run)

@@ -70,6 +70,7 @@ async def health(request: Request) -> Response:
         "supervision": {"child_restarts": 0, "failed_children": 0, **rt.services.counters.snapshot()},
         "storage": await asyncio.to_thread(rt.services.storage.snapshot),
         "files": rt.files.snapshot(),
+        "case_insensitive_root": rt.names.insensitive,
     }
     return JSONResponse(body)
 

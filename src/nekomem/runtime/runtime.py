@@ -24,6 +24,7 @@ from nekomem.runtime.timers import Timers
 from nekomem.stores import rootlock
 from nekomem.stores.layout import CharacterPaths, list_characters
 from nekomem.stores.neko_cards import CharacterCards
+from nekomem.stores.namefold import CharacterSpellings, probe_case_insensitive
 from nekomem.stores.rootlock import RootLock
 
 log = logging.getLogger("nekomem.runtime")
@@ -85,6 +86,8 @@ class Runtime:
         # its own start-up): limited mode again, until /continue. None: not blocked.
         self.startup_block: str | None = None
         self.startup_generation = 0  # counts /block calls: a /continue that waited past one loses
+        # Replaced at start, once the memory root exists and is probed.
+        self.names = CharacterSpellings(root, False)
         self.recovery_error: str | None = None
         self._recovery: threading.Thread | None = None
         self._root_lock: RootLock | None = None
@@ -96,6 +99,11 @@ class Runtime:
     def start(self, *, background: bool = True) -> None:
         """Start serving; raises RootLocked while an offline import holds the memory root."""
         self.memory_root.mkdir(parents=True, exist_ok=True)
+        choice = self.settings.server.case_insensitive_root
+        insensitive = probe_case_insensitive(self.memory_root) if choice == "auto" else choice == "yes"
+        self.names = CharacterSpellings(self.memory_root, insensitive)
+        if insensitive:
+            log.info("the memory root folds case: every spelling of a character name is one character")
         self.timers.start()
         if self.collector is not None:
             self.collector.start()

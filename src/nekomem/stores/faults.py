@@ -169,6 +169,10 @@ class StorageHealth:
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
+            if any(code == TOO_MANY_FILES.code for code, _since in self._faults.values()) and not out_of_fds():
+                # A fault of the process, not of a layer's files: gone once descriptors can be
+                # opened again (each such layer reloads at its next message anyway).
+                self._faults = {k: v for k, v in self._faults.items() if v[0] != TOO_MANY_FILES.code}
             damaged = [{"character": c, "detail": d} for c, d in self._damaged.items()]
             faults = [
                 {"character": c, "layer": layer, "error_code": code, "since": since} for (c, layer), (code, since) in self._faults.items()
