@@ -23,8 +23,8 @@ from nekomem.runtime.switches import Switches, core_config_file
 from nekomem.runtime.timers import Timers
 from nekomem.stores import rootlock
 from nekomem.stores.layout import CharacterPaths, list_characters
-from nekomem.stores.neko_cards import CharacterCards
 from nekomem.stores.namefold import CharacterSpellings, probe_case_insensitive
+from nekomem.stores.neko_cards import CharacterCards
 from nekomem.stores.rootlock import RootLock
 
 log = logging.getLogger("nekomem.runtime")
