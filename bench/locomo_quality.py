@@ -242,35 +242,54 @@ def run_conversation(
     with LiveServer(settings, embeddings=service, clock=clock) as srv:
         r = srv.post(f"/api/characters/{name}/facts", json={"facts": facts})
         r.raise_for_status()
-        listing = srv.get(f"/api/characters/{name}/facts", params={"status": "all", "limit": PAGE}).json()
-        cites: dict[str, set[str]] = {}
-        offset = 0
-        while True:
-            for item in listing["items"]:
-                ref = item.get("source_ref") or {}
-                cites[item["id"]] = set(ref.get("dia_ids", [])) if isinstance(ref, dict) else set()
-            offset += len(listing["items"])
-            if offset >= listing["total"] or not listing["items"]:
-                break
-            listing = srv.get(f"/api/characters/{name}/facts", params={"status": "all", "limit": PAGE, "offset": offset}).json()
+        refs = {fid: item.get("source_ref") for fid, item in stored_facts(srv, name).items()}
+        cites = {fid: set(ref.get("dia_ids", [])) if isinstance(ref, dict) else set() for fid, ref in refs.items()}
         wait_vectors(srv, name=name)
-        scores: list[tuple[int, float]] = []
-        latencies: list[float] = []
-        for q in questions:
-            started = time.perf_counter()
-            body = srv.post(f"/query_memory/{name}", json={"query": q["question"]}).json()
-            latencies.append(time.perf_counter() - started)
-            if "error_code" in body:
-                raise RuntimeError(f"recall failed: {body}")
-            cited: set[str] = set()
-            for row in body["results"]:
-                cited |= cites.get(row["id"], set())
-            evidence = set(q["evidence"])
-            scores.append((q["category"], len(evidence & cited) / len(evidence)))
-            if ranked is not None:
-                per_row = tuple(frozenset(cites.get(row["id"], set()) & evidence) for row in body["results"])
-                ranked.append(RankedAnswer(frozenset(evidence), per_row, tuple(row["text"] for row in body["results"])))
+        scores, latencies = ask_questions(srv, name, questions, cites, ranked)
     return scores, statistics.median(latencies) * 1000 if latencies else 0.0
+
+
+def stored_facts(srv: LiveServer, name: str = NAME) -> dict[str, Any]:
+    """Every stored fact of ``name`` (active and archived) as id -> its public fields, read
+    page by page through ``GET /api/characters/{name}/facts``."""
+    refs: dict[str, Any] = {}
+    offset = 0
+    while True:
+        listing = srv.get(f"/api/characters/{name}/facts", params={"status": "all", "limit": PAGE, "offset": offset}).json()
+        for item in listing["items"]:
+            refs[item["id"]] = item
+        offset += len(listing["items"])
+        if offset >= listing["total"] or not listing["items"]:
+            return refs
+
+
+def ask_questions(
+    srv: LiveServer,
+    name: str,
+    questions: list[dict[str, Any]],
+    cites: dict[str, set[str]],
+    ranked: list[RankedAnswer] | None = None,
+) -> tuple[list[tuple[int, float]], list[float]]:
+    """Ask every question through ``POST /query_memory/{name}``; returns (category, share of
+    the evidence ids cited by the results, through ``cites``: fact id -> dia_ids) per
+    question and the latencies in seconds. Raises RuntimeError when a recall fails."""
+    scores: list[tuple[int, float]] = []
+    latencies: list[float] = []
+    for q in questions:
+        started = time.perf_counter()
+        body = srv.post(f"/query_memory/{name}", json={"query": q["question"]}).json()
+        latencies.append(time.perf_counter() - started)
+        if "error_code" in body:
+            raise RuntimeError(f"recall failed: {body}")
+        cited: set[str] = set()
+        for row in body["results"]:
+            cited |= cites.get(row["id"], set())
+        evidence = set(q["evidence"])
+        scores.append((q["category"], len(evidence & cited) / len(evidence)))
+        if ranked is not None:
+            per_row = tuple(frozenset(cites.get(row["id"], set()) & evidence) for row in body["results"])
+            ranked.append(RankedAnswer(frozenset(evidence), per_row, tuple(row["text"] for row in body["results"])))
+    return scores, latencies
 
 
 def ceiling(facts_by_conv: list[list[dict[str, Any]]], questions_by_conv: list[list[dict[str, Any]]]) -> list[tuple[int, float]]:

@@ -18,6 +18,7 @@ the index is rebuilt from the owners' stores at every activation.
 
 from __future__ import annotations
 
+import sqlite3
 import time
 import weakref
 from collections.abc import Callable
@@ -52,6 +53,7 @@ from nekomem.recall.embeddings import EmbeddingService
 from nekomem.recall.entry import OWNERS, VECTOR_TIERS, display_tz
 from nekomem.recall.explain import explain
 from nekomem.recall.index import RecallIndex
+from nekomem.recall.journal_fallback import journal_hits
 from nekomem.recall.names import blend_query_vectors
 from nekomem.recall.pending import pending_counter
 from nekomem.recall.query_plan import QueryPlan, plan_query
@@ -65,6 +67,7 @@ from nekomem.recall.response import (
 from nekomem.recall.timewindow import TimeWindow
 from nekomem.runtime.deadlines import RECALL_DEADLINES
 from nekomem.runtime.pool import PoolFull
+from nekomem.stores.timeindex_read import TimeIndexReader
 
 _LOADS: dict[int, int] = {}  # id(CharacterContext) -> activations of RecallActor on it
 
@@ -362,6 +365,22 @@ class RecallActor(ChildActor):
             self.log.info("recall: query embedding timed out; answering from BM25 alone")
             self._finish(*pending, None)
 
+    def _journal_search(self, pending: QueryPlan) -> RecallBody:
+        """No long-term entry yet: the newest journal turns ranked by BM25 (read-only;
+        RecentActor is the journal's writer). See :mod:`nekomem.recall.journal_fallback`."""
+        path = self.ctx.paths.time_index_db
+        turns = []
+        if path.exists():
+            try:
+                with TimeIndexReader.read_only(path) as journal:
+                    turns = journal.tail(self.s.recall_journal_fallback_rows)
+            except sqlite3.Error:  # not created yet, or unreadable: nothing to search
+                turns = []
+        hits = journal_hits(turns, pending.search, self.index.analyzer, self.s)
+        elapsed = round((time.perf_counter() - pending.started) * 1000, 1)
+        self.log.info("recall query: no long-term entry; journal fallback over %d turns: %d hits", len(turns), len(hits))
+        return query_response(hits, pending.query, len(turns), elapsed)
+
     def _finish(self, msg: QueryMemory, plan: QueryPlan, qvec: Vectors | None) -> None:
         try:
             body = self._query_search(plan, qvec)
@@ -373,6 +392,8 @@ class RecallActor(ChildActor):
 
     def _query_search(self, pending: QueryPlan, qvec: Vectors | None) -> RecallBody:
         index = self.index
+        if not index.docs and pending.allowed is None and self.s.recall_journal_fallback_rows > 0:
+            return self._journal_search(pending)
         pool_size = len(index.docs) if pending.allowed is None else len(pending.allowed)
         hits, legs = index.search(pending.search, qvec, pending.allowed, pending.hinted)
         elapsed = round((time.perf_counter() - pending.started) * 1000, 1)

@@ -93,7 +93,12 @@ class SelfDisclosure(FactState):
             return
         window = self._read_window()
         if window is None:
+            # Nothing readable up to the newest processed turn (e.g. unreadable rows): the
+            # cursor catches up, so the pass is not due again until new turns arrive.
             self.disclosure_wanted = False
+            cursor = self.disclosure
+            if cursor.seen_until is not None and dl.lagging(cursor):
+                self._save_disclosure(msgspec.structs.replace(cursor, checked_ts=cursor.seen_until, checked_row=-1))
             return
         if not window.turns:  # nothing a self-disclosure can come from: moved over
             self._save_disclosure(dl.after_pass(self.disclosure, window, self.now_iso()))

@@ -103,6 +103,13 @@ class RecallSettings(Section):
     recall_legs: Annotated[str, doc("Which legs a query recall uses: both (BM25 + vectors, fused), bm25 or vector (for measurements).")] = (
         "both"
     )
+    recall_journal_fallback_rows: Annotated[
+        int,
+        doc(
+            "Beyond the reference: a query of a character without any long-term entry searches this many of its newest raw-journal turns by BM25 (rows of tier journal); 0 turns it off.",
+            ge=0,
+        ),
+    ] = 2000
     recall_query_max_chars: Annotated[int, doc("A query longer than this many characters is cut before searching.", ge=1)] = 2000
     recall_stem_english: Annotated[
         bool, doc("Cut plain English words to a light stem (plurals, -ed, -ing, -ly, final e) in documents and queries of the lexical leg.")

@@ -162,7 +162,7 @@ class CountAnswer(msgspec.Struct):
 class RecallResult(msgspec.Struct):
     id: str
     text: str
-    tier: Literal["fact", "reflection", "fact_archive"]
+    tier: Literal["fact", "reflection", "fact_archive", "journal"]  # journal: the fallback without long-term entries
     entity: str | None = None
     score: float | None = None
     created_at: str | None = None
