@@ -55,7 +55,7 @@ def test_a_hanging_model_shows_as_failing_then_recovers(tmp_path, fake_llm):
 
 @pytest.mark.parametrize(
     ("base_url", "model", "expected"),
-    [("localhost:8080", "qwen", "no http:// or https:// scheme"), ("http://127.0.0.1:9/v1", "", "no model name")],
+    [("localhost:8080", "qwen", "no http:// or https:// scheme"), ("http://127.0.0.1:9/v1", "", "no LLM model name")],
 )
 def test_suspicious_model_settings_are_reported(tmp_path, base_url, model, expected):
     with LiveServer(make_settings(tmp_path, llm_base_url=base_url, llm_model=model)) as srv:

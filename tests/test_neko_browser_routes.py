@@ -127,14 +127,14 @@ def test_prompt_locale_is_stored_and_used_by_the_context(tmp_path: Path) -> None
     with LiveServer(make_settings(tmp_path)) as srv:
         srv.post(f"/cache/{NAME}", json={"input_history": [{"role": "user", "content": "hello"}]})
         assert srv.get(f"/prompt-locale/{NAME}").json() == {"success": True, "language": None, "order": 0, "effective_language": "en"}
-        assert "Long-term Memory" in srv.get(f"/new_dialog/{NAME}").text
+        assert "Inner Thoughts" in srv.get(f"/new_dialog/{NAME}").text
         r = srv.client.put(f"/prompt-locale/{NAME}", json={"language": "ja"})  # type: ignore[union-attr]
         assert r.json() == {"success": True, "language": "ja", "order": 1, "previous_language": None, "changed": True}
         assert srv.get(f"/prompt-locale/{NAME}").json()["language"] == "ja"
-        assert "長期記憶" in srv.get(f"/new_dialog/{NAME}").text
+        assert "の心の中" in srv.get(f"/new_dialog/{NAME}").text
         # An explicit request language still wins; render_language does not override the stored one.
-        assert "Long-term Memory" in srv.get(f"/new_dialog/{NAME}", params={"language": "en"}).text
-        assert "長期記憶" in srv.get(f"/new_dialog/{NAME}", params={"render_language": "en"}).text
+        assert "Inner Thoughts" in srv.get(f"/new_dialog/{NAME}", params={"language": "en"}).text
+        assert "の心の中" in srv.get(f"/new_dialog/{NAME}", params={"render_language": "en"}).text
         again = srv.client.put(f"/prompt-locale/{NAME}", json={"language": "zh-CN"}).json()  # type: ignore[union-attr]
         assert again == {"success": True, "language": "zh-CN", "order": 2, "previous_language": "ja", "changed": True}
         r = srv.client.put(f"/prompt-locale/{NAME}", json={"language": "fr"})  # type: ignore[union-attr]

@@ -88,8 +88,9 @@ def test_a_quiet_hour_makes_no_repeated_model_call(tmp_path, fake_llm: FakeLLM):
 
     during = Counter(fake_llm.tally()) - before
     # Each task ran once on its input and was not asked again while nothing changed: the
-    # review after the idle time, the tail of the burst, one synthesis of the facts.
-    assert during == {"review_recent": 1, "extract_facts": 1, "synthesize_reflection": 1}, during
+    # review after the idle time, the tail of the burst, one synthesis of the facts, and one
+    # self-disclosure pass over the character's turns once the conversation went idle.
+    assert during == {"review_recent": 1, "extract_facts": 1, "synthesize_reflection": 1, "extract_self_disclosure": 1}, during
     assert all(len(steps) == 1 for steps in steps_called.values()), steps_called
     assert facts == len(TEAS)
 
