@@ -319,6 +319,18 @@ def overrides_of(name: str) -> dict[str, Any]:
     return merged
 
 
+def conversation_files(folder: Path, wanted: str) -> list[Path]:
+    """The conversation files of ``folder``, only those named in ``wanted`` (a comma list of
+    file stems) when it is not empty; SystemExit naming any unknown one."""
+    files = sorted(folder.glob("*.json"))
+    if wanted:
+        keep = {c.strip() for c in wanted.split(",") if c.strip()}
+        files = [f for f in files if f.stem in keep]
+        if len(files) != len(keep):
+            raise SystemExit(f"unknown conversations: {', '.join(sorted(keep - {f.stem for f in files}))}")
+    return files
+
+
 def resolve_data(value: str) -> Path:
     path = Path(value).expanduser()
     for candidate in (path, ROOT / path, Path.cwd() / path):
@@ -352,12 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     folder = resolve_data(args.data)
-    files = sorted(folder.glob("*.json"))
-    if args.conversations:
-        keep = {c.strip() for c in args.conversations.split(",") if c.strip()}
-        files = [f for f in files if f.stem in keep]
-        if len(files) != len(keep):
-            raise SystemExit(f"unknown conversations: {', '.join(sorted(keep - {f.stem for f in files}))}")
+    files = conversation_files(folder, args.conversations)
     if args.limit_conversations:
         files = files[: args.limit_conversations]
     names = config_names(args.configs)

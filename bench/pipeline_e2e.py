@@ -42,6 +42,7 @@ from bench.locomo_quality import (
     Services,
     ask_questions,
     bench_settings,
+    conversation_files,
     dia_ids,
     load_conversation,
     resolve_data,
@@ -164,12 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     folder = resolve_data(args.data)
-    files = sorted(folder.glob("*.json"))
-    if args.conversations:
-        keep = {c.strip() for c in args.conversations.split(",") if c.strip()}
-        files = [f for f in files if f.stem in keep]
-        if len(files) != len(keep):
-            raise SystemExit(f"unknown conversations: {', '.join(sorted(keep - {f.stem for f in files}))}")
+    files = conversation_files(folder, args.conversations)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if any(m not in MODES for m in modes):
         raise SystemExit("--modes takes on, off or on,off")

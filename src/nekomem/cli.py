@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import logging
 import sys
 
 import nekomem
@@ -100,16 +99,12 @@ def main(argv: list[str] | None = None) -> int:
         from nekomem.mcp.stdio import run
 
         return run(args.character, args.url or os.environ.get("NEKOMEM_URL") or server_url(settings))
-    from nekomem.http.guard import bind_refusal
+    from nekomem.serving import startup_refusal
 
-    refusal = bind_refusal(settings.server)
+    refusal = startup_refusal(settings)
     if refusal is not None:
         print(f"nekomem: {refusal}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=getattr(logging, settings.server.log_level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     if args.command == "export-neko":
         from nekomem.importer.neko_export import export_neko
 

@@ -154,8 +154,7 @@ def main(args: argparse.Namespace) -> int:
     """Run ``nekomem neko``; the exit status (the launcher's, 0 without one, 2 on bad settings)."""
     from nekomem.cli import make_embeddings
     from nekomem.http.app import create_app
-    from nekomem.http.guard import bind_refusal
-    from nekomem.serving import build_server
+    from nekomem.serving import build_server, startup_refusal
 
     instance_id = os.environ.get(INSTANCE_ENV, "").strip() or uuid.uuid4().hex
     os.environ[INSTANCE_ENV] = instance_id  # inherited by the launcher and its servers
@@ -182,14 +181,10 @@ def main(args: argparse.Namespace) -> int:
         # Python package: never write characters into it.
         print(f"nekomem: {root} is a Python package (N.E.K.O.'s source); choose a memory root with --memory-root", file=sys.stderr)
         return 2
-    refusal = bind_refusal(settings.server)
+    refusal = startup_refusal(settings)
     if refusal is not None:
         print(f"nekomem: {refusal}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=getattr(logging, settings.server.log_level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     app = create_app(settings, embeddings=make_embeddings(settings))
     server = build_server(app, settings)
     child = _Child(command, server, settings.server.neko_stop_grace_seconds) if command else None

@@ -8,6 +8,7 @@ lifespan's shutdown, which stops every character (their actors flush first).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import uvicorn
@@ -15,6 +16,7 @@ from starlette.applications import Starlette
 
 from nekomem.config import Settings
 from nekomem.http.connections import uvicorn_options
+from nekomem.http.guard import bind_refusal
 
 
 def build_server(app: Starlette, settings: Settings) -> uvicorn.Server:
@@ -45,3 +47,15 @@ def serve(app: Starlette, settings: Settings, prepare: Callable[[uvicorn.Server]
     if prepare is not None:
         prepare(server)
     server.run()
+
+
+def startup_refusal(settings: Settings) -> str | None:
+    """Why the server must not start with ``settings`` (a bind address off loopback without
+    a token), or None; in that case the process's logging is configured at the set level."""
+    refusal = bind_refusal(settings.server)
+    if refusal is None:
+        logging.basicConfig(
+            level=getattr(logging, settings.server.log_level.upper(), logging.INFO),
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
+    return refusal
