@@ -29,7 +29,7 @@ from nekomem.http.longterm import _int_param
 from nekomem.http.readonly import character_exists
 from nekomem.http.system import _toggle_lock
 from nekomem.runtime.switches import REVIEW, SwitchError
-from nekomem.stores.layout import CharacterPaths, list_characters
+from nekomem.stores.layout import CharacterPaths
 from nekomem.stores.timeindex import to_utc_iso
 
 REFLECTION_STATUSES = ("pending", "confirmed", "promoted", "denied", "merged", "promote_blocked")
@@ -42,7 +42,7 @@ def _rt(request: Request) -> Any:
 
 def _paths(request: Request, name: str) -> CharacterPaths:
     rt = _rt(request)
-    return CharacterPaths(rt.memory_root, name, max_length=rt.settings.server.name_max_length)
+    return rt.character_paths(name)
 
 
 def _time_param(request: Request, key: str) -> str | None:
@@ -94,7 +94,7 @@ async def characters(request: Request) -> Response:
     """``GET /api/browse/characters``: every character on disk with its counts per layer,
     whether it is active, its last conversation time and any storage trouble."""
     rt = _rt(request)
-    names = await asyncio.to_thread(list_characters, rt.memory_root)
+    names = await asyncio.to_thread(rt.known_characters)
     active = set(rt.registry.active_names())
     rows = []
     for name in names:

@@ -92,10 +92,17 @@ class Services:
     counters: Counters = field(default_factory=Counters)
     storage: StorageHealth | None = None
     outbox: OutboxTally = field(default_factory=OutboxTally)
+    # Cluster mode: the root under which a character's folder lives (its shard's folder).
+    # None: every character directly under memory_root (single node).
+    character_root: Callable[[str], Path] | None = None
 
     def __post_init__(self) -> None:
         if self.storage is None:
             self.storage = StorageHealth(self.memory_root)
+
+    def root_for(self, name: str) -> Path:
+        """The folder that holds character ``name``'s folder."""
+        return self.memory_root if self.character_root is None else self.character_root(name)
 
 
 class Routes:

@@ -35,7 +35,9 @@ class StorageFault:
 FULL = StorageFault("storage_full", 507, "the memory folder's disk is full; nothing was stored. Free space and retry")
 READ_ONLY = StorageFault("storage_read_only", 503, "the memory folder is not writable; nothing was stored. Restore write access and retry")
 IO_ERROR = StorageFault("storage_io_error", 503, "the memory folder's disk reported an I/O error; nothing was stored. Retry later")
-FAULT_CODES = frozenset(f.code for f in (FULL, READ_ONLY, IO_ERROR))
+# Cluster mode: the node lost (or may be losing) the shard the file belongs to.
+FENCED = StorageFault("shard_fenced", 503, "this node does not own the character's shard now; nothing was stored. Retry shortly")
+FAULT_CODES = frozenset(f.code for f in (FULL, READ_ONLY, IO_ERROR, FENCED))
 
 _ERRNO = {
     errno.ENOSPC: FULL,

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from nekomem.domain.turns import parse_timestamp
+from nekomem.stores import fence
 from nekomem.stores.atomic import atomic_write_bytes, fsync_dir
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,7 @@ class NdjsonLog:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, flags, 0o600)
         try:
+            fence.check(self.path)  # cluster mode: before the first byte is appended
             if not self._tail_clean:
                 self._repair_tail(fd)
             _write_all(fd, data)

@@ -39,6 +39,7 @@ from pathlib import Path
 import msgspec
 
 from nekomem.domain.turns import Turn
+from nekomem.stores import fence
 from nekomem.stores.atomic import fsync_dir
 from nekomem.stores.timeindex_read import (
     DEFAULT_BUSY_TIMEOUT_MS,
@@ -167,6 +168,7 @@ class TimeIndex(TimeIndexReader):
             db.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
             db.execute("BEGIN IMMEDIATE")
             try:
+                fence.check(self.path)
                 for statement in _SCHEMA:
                     db.execute(statement)
                 for table in (_ORIGINAL, _COMPRESSED):
@@ -192,6 +194,7 @@ class TimeIndex(TimeIndexReader):
         db.execute("BEGIN IMMEDIATE")
         try:
             yield db
+            fence.check(self.path)  # cluster mode: the last look before the commit
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:

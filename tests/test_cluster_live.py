@@ -1,0 +1,80 @@
+"""nekomem on many machines, for real: etcd (Debian's etcd-server) started here, nekomem
+nodes as separate processes on one shared memory root, and HAProxy with the shipped
+deploy/haproxy.cfg in front. Short leases (3 s) keep failover tests short."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import httpx
+
+from tests.support.cluster import SHARDS, TTL, cluster
+from tests.support.cluster_load import Load
+from tests.support.waiting import wait_for
+
+NAMES = [f"c{i:03d}" for i in range(120)] + ["ねこ", "Lan", "Mio", "Café"]
+
+
+def check_every_turn_once(c, load: Load) -> None:
+    """Every acknowledged turn is in its character's time_indexed.db exactly once, and no
+    turn is stored twice."""
+    by_name: dict[str, list[str]] = {}
+    for name, text in load.acked:
+        by_name.setdefault(name, []).append(text)
+    for name in {n for n, _ in load.acked}:
+        stored = Counter(c.stored(name))
+        dup = [t for t, k in stored.items() if k > 1]
+        assert not dup, f"{name}: stored twice: {dup[:5]}"
+        missing = [t for t in by_name[name] if stored[t] != 1]
+        assert not missing, f"{name}: acknowledged but not stored: {missing[:5]}"
+
+
+def test_characters_through_haproxy_and_any_node_each_written_by_one_node(tmp_path):
+    with cluster(tmp_path) as c:
+        rng = random.Random(3)
+        urls = [c.proxy.url] + [n.url for n in c.nodes]
+        acked: list[tuple[str, str]] = []
+        with httpx.Client(timeout=30) as client:
+            for i, name in enumerate(NAMES):
+                for j in range(2):
+                    url = urls[(i + j) % len(urls)] if j else rng.choice(urls)
+                    r = client.post(f"{url}/cache/{name}", json={"input_history": [{"role": "user", "content": f"{name}-{j}"}]})
+                    assert r.status_code == 200, r.text
+                    acked.append((name, f"{name}-{j}"))
+            # Reads are forwarded too: any node answers with the owner's view.
+            r = client.get(f"{c.nodes[0].url}/get_recent_history/{NAMES[5]}")
+            assert r.status_code == 200 and f"{NAMES[5]}-1" in r.text
+        for name in NAMES:
+            writers = c.writers(name)
+            assert len({w["node"] for w in writers}) == 1, f"{name} written by {writers}"
+            assert sorted(c.stored(name)) == sorted(t for n, t in acked if n == name)
+        # One owner per shard, and every node's /health says what it owns.
+        owners = c.owners()
+        assert sum(owners.values()) == SHARDS and set(owners) == {"n1", "n2", "n3"}
+        healths = [n.health()["cluster"] for n in c.nodes]
+        assert sum(h["shards_owned"] for h in healths) == SHARDS
+        assert all(h["nodes"] == ["n1", "n2", "n3"] and h["moving"] == [] for h in healths)
+        # The forwarding was used and counted; the cluster-wide scrape labels each node.
+        metrics = httpx.get(c.nodes[0].url + "/metrics?scope=cluster", timeout=10).text
+        assert 'nekomem_cluster_forwards_total{node="n1",outcome="ok"}' in metrics
+        assert 'node="n3"' in metrics
+        # A cluster-wide /reload reaches every node.
+        r = httpx.post(c.nodes[1].url + "/reload", timeout=30)
+        assert r.status_code == 200 and set(r.json()["nodes"]) == {"n1", "n2", "n3"}
+
+
+def test_kill_9_under_load_loses_and_duplicates_nothing(tmp_path):
+    with cluster(tmp_path) as c:
+        load = Load(urls=[c.proxy.url] + [n.url for n in c.nodes], names=NAMES[:60])
+        load.start(threads=4)
+        wait_for(lambda: load.count() >= 60, timeout=60, what="load warm")
+        victim = c.nodes[1]
+        victim.kill()
+        # The survivors take every shard over (how fast: bench/cluster.py, the failover timeline).
+        wait_for(lambda: c.settled({"n1", "n3"}), timeout=TTL + 5 + 30, what="the survivors to own every shard")
+        after = load.count()
+        wait_for(lambda: load.count() >= after + 40, timeout=60, what="load after failover")
+        load.finish()
+        assert not load.unexpected_errors(), load.unexpected_errors()[:5]
+        check_every_turn_once(c, load)
