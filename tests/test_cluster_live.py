@@ -5,10 +5,13 @@ deploy/haproxy.cfg in front. Short leases (3 s) keep failover tests short."""
 from __future__ import annotations
 
 import random
+import threading
 from collections import Counter
 
 import httpx
 
+from nekomem.cluster.ring import owner_of
+from nekomem.stores.shard_layout import shard_of
 from tests.support.cluster import SHARDS, TTL, cluster
 from tests.support.cluster_load import Load
 from tests.support.waiting import wait_for
@@ -78,3 +81,86 @@ def test_kill_9_under_load_loses_and_duplicates_nothing(tmp_path):
         load.finish()
         assert not load.unexpected_errors(), load.unexpected_errors()[:5]
         check_every_turn_once(c, load)
+
+
+def owned_by(node_id: str, members: set[str], names: list[str]) -> list[str]:
+    return [n for n in names if owner_of(shard_of(n, SHARDS), sorted(members)) == node_id]
+
+
+def test_sigstop_past_the_ttl_writes_nothing_to_lost_shards_then_rejoins(tmp_path):
+    with cluster(tmp_path) as c:
+        members = {"n1", "n2", "n3"}
+        victim, other = c.node("n2"), c.node("n1")
+        mine = owned_by("n2", members, NAMES)
+        queued, quiet = mine[:4], mine[4:12]
+        with httpx.Client(timeout=30) as client:
+            for name in mine[:12]:  # active on n2, with files n2 has written
+                assert (
+                    client.post(
+                        f"{victim.url}/cache/{name}", json={"input_history": [{"role": "user", "content": f"{name}-warm"}]}
+                    ).status_code
+                    == 200
+                )
+        victim.pause()
+        answers: list[tuple[str, httpx.Response | None]] = []
+
+        def send(name: str) -> None:  # lands in the frozen node's accept queue
+            try:
+                r = httpx.post(
+                    f"{victim.url}/cache/{name}",
+                    json={"input_history": [{"role": "user", "content": f"{name}-queued"}]},
+                    headers={"Idempotency-Key": f"q-{name}"},
+                    timeout=120,
+                )
+            except httpx.HTTPError:
+                r = None
+            answers.append((name, r))
+
+        senders = [threading.Thread(target=send, args=(name,)) for name in queued]
+        for t in senders:
+            t.start()
+        wait_for(lambda: c.settled({"n1", "n3"}), timeout=60, what="the others to take n2's shards")
+        # While it is frozen, n2 is drained, so that after it wakes its old shards stay with
+        # their new owners and every change to their files is someone else's.
+        assert httpx.post(f"{other.url}/cluster/drain", json={"node": "n2"}, timeout=10).status_code == 200
+        before = {name: snapshot(c.folder_of(name)) for name in quiet}
+        victim.resume()
+        for t in senders:
+            t.join(120)
+        wait_for(lambda: c.settled({"n1", "n3"}, members), timeout=60, what="n2 to rejoin (drained)")
+        # The queued requests were refused (503 with Retry-After, nothing stored) or served
+        # by the new owner, never written by n2 itself.
+        for name, r in answers:
+            assert r is not None, f"{name}: no answer"
+            if r.status_code == 200:
+                assert r.headers["x-nekomem-node"] != "n2"
+                assert c.stored(name).count(f"{name}-queued") == 1
+            else:
+                assert r.status_code == 503 and r.headers.get("retry-after"), r.text
+                assert f"{name}-queued" not in c.stored(name)
+        # n2 passivated the characters it lost without writing a byte to them.
+        after = {name: snapshot(c.folder_of(name)) for name in quiet}
+        assert after == before, _diff(after, before)
+        for name in quiet:
+            assert all(w["node"] != "n2" for w in c.writers(name)[1:]), c.writers(name)
+        # Undrained, it takes its share again and serves.
+        assert httpx.post(f"{other.url}/cluster/drain", json={"node": "n2", "undo": True}, timeout=10).status_code == 200
+        wait_for(lambda: c.settled(members), timeout=60, what="n2 to own shards again")
+        r = httpx.post(f"{c.proxy.url}/cache/{quiet[0]}", json={"input_history": [{"role": "user", "content": "back"}]}, timeout=30)
+        assert r.status_code == 200
+
+
+# Not compared: the writers side-file (appended by the fence itself), and SQLite's -shm
+# wal-index: a shared-memory lock and cache region that SQLite's own locking coordinates
+# between processes and rebuilds from the WAL; a read transaction updates its read marks.
+# It holds no data. The database and its WAL are compared byte for byte.
+_UNCOMPARED = (".writers.ndjson", "time_indexed.db-shm")
+
+
+def snapshot(folder) -> dict[str, bytes]:
+    """Every file of a character folder and its bytes."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file() and p.name not in _UNCOMPARED}
+
+
+def _diff(a, b):
+    return {n: sorted(k for k in set(a[n]) | set(b[n]) if a[n].get(k) != b[n].get(k)) for n in a if a[n] != b[n]}

@@ -7,6 +7,7 @@ import gc
 import logging
 import sys
 
+from nekomem import cluster_cli
 from nekomem.config import SettingsError, load_settings, settings_markdown
 
 
@@ -19,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--memory-root", help="data folder (default ./memory, env NEKOMEM_MEMORY_ROOT)")
     serve.add_argument("--config", help="TOML settings file (env NEKOMEM_CONFIG)")
     sub.add_parser("settings", help="print every setting with its default as Markdown")
+    cluster_cli.add_parser(sub)
     imp = sub.add_parser("import-neko", help="import a reference (N.E.K.O.) memory folder into the memory root")
     imp.add_argument("source_dir", help="the reference memory folder (one sub-folder per character) or one character folder")
     imp.add_argument("--memory-root", help="data folder to import into (default: the serve settings)")
@@ -62,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"nekomem: {exc}", file=sys.stderr)
         return 2
+    if args.command == "cluster":  # a client of a running cluster
+        return cluster_cli.run(args, server_url(settings), settings.server.api_token, sys.stdout, sys.stderr)
     if args.command == "mcp":  # a client of a running server: stdout is the MCP stream
         import os
 

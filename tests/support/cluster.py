@@ -163,25 +163,28 @@ class Cluster:
 
     def status(self, via: Node | None = None) -> dict:
         node = via or self.live()[0]
-        return httpx.get(node.url + "/cluster/status", timeout=10).json()
+        return httpx.get(node.url + "/cluster/status", headers={"x-nekomem-forwarded-by": "test"}, timeout=10).json()
 
     def owners(self, via: Node | None = None) -> dict[str, int]:
         node = via or self.live()[0]
         return self.status(node)["nodes"][node.node_id]["owners"]
 
-    def settled(self, expected: set[str]) -> bool:
-        """Every shard owned and ready, by exactly the expected nodes, seen by every one of them."""
+    def node(self, node_id: str) -> Node:
+        return next(n for n in self.nodes if n.node_id == node_id)
+
+    def settled(self, owners: set[str], members: set[str] | None = None) -> bool:
+        """Every shard owned and ready, by exactly the ``owners`` nodes, as seen by each of
+        them, with ``members`` (default: the owners) live."""
+        members = members or owners
         try:
-            for node in self.live():
-                if node.node_id not in expected:
-                    continue
-                view = self.status(node)["nodes"][node.node_id]
-                if set(view["nodes"]) != expected or view["moving"] or sum(view["owners"].values()) != SHARDS:
+            for node_id in owners:
+                node = self.node(node_id)
+                view = self.status(node)["nodes"][node_id]
+                if set(view["nodes"]) != members or view["moving"] or sum(view["owners"].values()) != SHARDS:
                     return False
-                if set(view["owners"]) != expected:
+                if set(view["owners"]) != owners:
                     return False
-            ready = sum(n.owned() for n in self.live() if n.node_id in expected)
-            return ready == SHARDS
+            return sum(self.node(n).owned() for n in owners) == SHARDS
         except (httpx.HTTPError, ValueError, KeyError):
             return False
 

@@ -67,4 +67,11 @@ class ClusterSettings(Section):
             ge=0,
         ),
     ] = 2.0
+    cluster_aggregate_timeout_seconds: Annotated[
+        float,
+        doc(
+            "How long a cluster-wide answer (/health?scope=cluster, /metrics?scope=cluster, /reload, /cluster/status) waits for each node.",
+            gt=0,
+        ),
+    ] = 10.0
     cluster_etcd_timeout_seconds: Annotated[float, doc("Timeout of one request to etcd.", gt=0)] = 2.0

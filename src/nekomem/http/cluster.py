@@ -65,7 +65,7 @@ class ClusterHook:
         self.node = ClusterNode(settings, runtime, node_id=node_id, url=url)
         self.app = app
         self.forwarder: ForwardingMiddleware | None = None
-        self.http = httpx.AsyncClient(timeout=settings.cluster.cluster_forward_timeout_seconds)
+        self.http = httpx.AsyncClient(timeout=settings.cluster.cluster_aggregate_timeout_seconds)
 
     def start(self) -> None:
         self.node.start()

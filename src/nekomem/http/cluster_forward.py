@@ -33,6 +33,7 @@ from nekomem.stores.shard_layout import shard_of
 log = logging.getLogger("nekomem.cluster")
 
 FORWARDED_HEADER = b"x-nekomem-forwarded-by"
+SERVED_BY_HEADER = b"x-nekomem-node"  # on every character answer: the node that served it
 # Hop-by-hop headers (RFC 9110 §7.6.1) and the ones httpx / the server set themselves.
 _HOP = frozenset(
     {b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer", b"upgrade", b"content-length", b"proxy-connection"}
@@ -86,7 +87,7 @@ class ForwardingMiddleware:
             route = table.route(shard, forwarded=forwarded)
             if route.kind == "local" and table.enter(shard):
                 try:
-                    await self.app(scope, _replay(body, receive) if body is not None else receive, send)
+                    await self.app(scope, _replay(body, receive) if body is not None else receive, self._mark(send))
                 finally:
                     table.leave(shard)
                 return
@@ -110,6 +111,17 @@ class ForwardingMiddleware:
         )
         response.headers["Retry-After"] = self.retry_after
         await response(scope, receive, send)
+
+    def _mark(self, send: Send) -> Send:
+        """``send`` with the served-by header added to the answer's start."""
+        served_by = (SERVED_BY_HEADER, self.node.node_id.encode())
+
+        async def marked(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), served_by]}
+            await send(message)
+
+        return marked
 
     async def _forward(self, route: Route, scope: Scope, body: bytes, send: Send) -> bool:
         """Send the request to the owner and relay its answer; False when the owner could

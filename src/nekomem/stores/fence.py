@@ -44,6 +44,19 @@ def installed() -> WriteGuard | None:
     return _guard
 
 
+def allowed(path: Path) -> bool:
+    """Whether a write to ``path`` would pass :func:`check` now (a refusal is counted as
+    one by check would be)."""
+    guard = _guard
+    if guard is None:
+        return True
+    try:
+        guard(path)
+    except FencedWrite:
+        return False
+    return True
+
+
 def check(path: Path) -> None:
     """Raise :class:`FencedWrite` when the installed guard refuses a write to ``path``;
     nothing happens when no guard is installed (single-node mode)."""

@@ -66,6 +66,10 @@ _ONE_STATEMENT_MAX_ROWS = 64  # 3 bound values per row, far below SQLite's varia
 _INSERT_SQL_BY_COUNT: dict[int, str] = {}
 
 
+# Connections to fenced files, never closed (see TimeIndex.close).
+_ABANDONED: list[sqlite3.Connection] = []
+
+
 def _insert_rows_sql(count: int) -> str:
     """One INSERT statement of ``count`` rows (cached: SQLite's statement cache keys on the text)."""
     sql = _INSERT_SQL_BY_COUNT.get(count)
@@ -145,6 +149,14 @@ class TimeIndex(TimeIndexReader):
 
     def close(self) -> None:
         self._count, self._last_ts, self._last_ts_known = None, None, False
+        if self._db is not None and not fence.allowed(self.path):
+            # Cluster mode, a shard this node lost: SQLite's close may checkpoint the WAL
+            # into the file and rewrites the -shm index, i.e. writes after the lease is
+            # gone. The connection is left open instead (one descriptor until exit).
+            _ABANDONED.append(self._db)
+            self._db = None
+            log.warning("%s: connection of a lost shard left open unclosed (no write after the fence)", self.path.name)
+            return
         super().close()
 
     # -- connection ----------------------------------------------------------------------
