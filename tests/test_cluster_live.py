@@ -5,7 +5,10 @@ deploy/haproxy.cfg in front. Short leases (3 s) keep failover tests short."""
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 import threading
+import time
 from collections import Counter
 
 import httpx
@@ -164,3 +167,93 @@ def snapshot(folder) -> dict[str, bytes]:
 
 def _diff(a, b):
     return {n: sorted(k for k in set(a[n]) | set(b[n]) if a[n].get(k) != b[n].get(k)) for n in a if a[n] != b[n]}
+
+
+def test_a_fourth_node_joins_under_load_then_drain_gives_its_shards_back(tmp_path):
+    with cluster(tmp_path) as c:
+        load = Load(urls=[c.proxy.url] + [n.url for n in c.nodes], names=NAMES[:60])
+        load.start(threads=4)
+        wait_for(lambda: load.count() >= 40, timeout=60, what="load warm")
+        c.add_node("n4")
+        everyone = {"n1", "n2", "n3", "n4"}
+        wait_for(lambda: c.settled(everyone), timeout=90, what="n4 to take its share")
+        share = c.owners()["n4"]
+        # Rendezvous hashing: n4 takes about a quarter, and only n4's shards moved.
+        expected = sum(1 for s in range(SHARDS) if owner_of(s, sorted(everyone)) == "n4")
+        assert share == expected and 0.1 * SHARDS < share < 0.45 * SHARDS
+        mid = load.count()
+        wait_for(lambda: load.count() >= mid + 30, timeout=60, what="load after the join")
+        # Drained through the CLI: its shards go back to the three others.
+        cli = subprocess.run(
+            [sys.executable, "-m", "nekomem", "cluster", "drain", "n4", "--url", c.nodes[0].url, "--wait", "90"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert cli.returncode == 0, cli.stderr
+        wait_for(lambda: c.settled({"n1", "n2", "n3"}, everyone), timeout=60, what="the drain")
+        status = subprocess.run(
+            [sys.executable, "-m", "nekomem", "cluster", "status", "--url", c.nodes[0].url], capture_output=True, text=True, timeout=60
+        )
+        assert "n4 (draining): 0 shards" in status.stdout, status.stdout
+        after = load.count()
+        wait_for(lambda: load.count() >= after + 30, timeout=60, what="load after the drain")
+        load.finish()
+        assert not load.unexpected_errors(), load.unexpected_errors()[:5]
+        check_every_turn_once(c, load)
+
+
+def test_etcd_down_fences_writes_keeps_reads_and_resumes_without_restart(tmp_path):
+    with cluster(tmp_path) as c:
+        names, reader = NAMES[:12], NAMES[20]
+        with httpx.Client(timeout=30) as client:
+            for name in [*names, reader]:
+                assert (
+                    client.post(
+                        f"{c.proxy.url}/cache/{name}", json={"input_history": [{"role": "user", "content": f"{name}-1"}]}
+                    ).status_code
+                    == 200
+                )
+            pids = [n.proc.pid for n in c.nodes]
+            c.etcd.stop()
+
+            acked: list[tuple[str, str]] = []
+            refused_texts: list[tuple[str, str]] = []
+
+            def write(name: str) -> bool:
+                """One write during the outage; True when refused (503 shard_fenced + Retry-After)."""
+                text = f"{name}-down-{len(acked) + len(refused_texts)}"
+                r = client.post(f"{c.proxy.url}/cache/{name}", json={"input_history": [{"role": "user", "content": text}]})
+                if r.status_code == 200:  # before this owner's fencing deadline: still served
+                    acked.append((name, text))
+                    return False
+                assert r.status_code == 503 and r.json()["error_code"] == "shard_fenced" and r.headers.get("retry-after"), r.text
+                refused_texts.append((name, text))
+                return True
+
+            # Past the fencing deadline every write is refused with 503 + Retry-After...
+            wait_for(lambda: all([write(name) for name in names]), timeout=30, what="every write to be fenced")
+            # ... while reads are still served by the owners (of a character with no refused
+            # write: one whose write was refused retries it before its next answer).
+            r = client.get(f"{c.proxy.url}/get_recent_history/{reader}")
+            assert r.status_code == 200 and f"{reader}-1" in r.text, r.text
+            outage_end = time.monotonic() + 3 * TTL  # the issue's 30 s, shortened with the TTL
+            wait_for(lambda: time.monotonic() >= outage_end, timeout=4 * TTL, what="the outage")
+            c.etcd.start()
+
+            def served() -> bool:
+                return all(
+                    client.post(
+                        f"{c.proxy.url}/cache/{name}", json={"input_history": [{"role": "user", "content": f"{name}-2"}]}
+                    ).status_code
+                    == 200
+                    for name in names
+                )
+
+            wait_for(served, timeout=60, what="writes to resume")
+        assert [n.proc.pid for n in c.nodes] == pids  # no restart
+        for name in names:
+            stored = c.stored(name)
+            assert stored.count(f"{name}-1") == 1
+            assert all(stored.count(t) == 1 for n, t in acked if n == name)
+            assert not any(t in stored for n, t in refused_texts if n == name)
