@@ -46,6 +46,7 @@ serve: install
 
 test: install
 	sh scripts/ensure_browser.sh
+	sh scripts/ensure_cluster_tools.sh
 	$(PY) -m pytest tests -q -p no:cacheprovider --durations=10
 
 check: $(CHECK_STAMP)

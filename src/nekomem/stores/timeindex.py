@@ -252,6 +252,7 @@ class TimeIndex(TimeIndexReader):
             # of four (each step hands the interpreter lock to another thread and back).
             # AUTOINCREMENT numbers the rows of one statement consecutively.
             db = self._conn()
+            fence.check(self.path)  # cluster mode: this statement commits by itself
             last_row_id = int(db.execute(_insert_rows_sql(len(rows)), [v for row in rows for v in row]).lastrowid or 0)
             self.last_row_id = last_row_id
             self._account(rows)
