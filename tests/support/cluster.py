@@ -125,8 +125,11 @@ class HAProxy:
         self.url = f"http://127.0.0.1:{self.port}"
         self.folder = folder
         self.env = {**os.environ, "HAPROXY_BIND": f"127.0.0.1:{self.port}"}
-        for i, node in enumerate(nodes[:3], start=1):
-            self.env[f"NEKOMEM_NODE{i}"] = f"127.0.0.1:{node.port}"
+        for i in range(1, 4):
+            # The shipped config names three servers; with fewer nodes the rest point at a
+            # port nobody listens on, which the health check takes out of the ring.
+            port = nodes[i - 1].port if i <= len(nodes) else free_port()
+            self.env[f"NEKOMEM_NODE{i}"] = f"127.0.0.1:{port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:

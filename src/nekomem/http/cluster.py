@@ -38,9 +38,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from nekomem.cluster.etcd import EtcdError
 from nekomem.cluster.node import ClusterNode
 from nekomem.config import Settings
-from nekomem.http.bodies import read_json_object
+from nekomem.http.bodies import convert_body, read_json_object
 from nekomem.http.cluster_forward import FORWARDED_HEADER, ForwardingMiddleware
-from nekomem.http.errors import ApiError
+from nekomem.http.cluster_schemas import DrainBody
+from nekomem.http.errors import ApiError, error_response
 from nekomem.runtime.runtime import Runtime
 
 _NODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -135,11 +136,10 @@ def _owner_counts(node: ClusterNode) -> dict[str, int]:
 
 async def cluster_drain(request: Request) -> Response:
     hook = _hook(request)
-    body = await read_json_object(request)
-    target = body.get("node")
-    if not isinstance(target, str) or not _NODE_ID.match(target):
+    body = convert_body(await read_json_object(request), DrainBody)
+    target, undo = body.node, body.undo
+    if not _NODE_ID.match(target):
         raise ApiError(400, "invalid_node", "body field 'node' must be a node id")
-    undo = body.get("undo", False) is True
     try:
         await asyncio.to_thread(hook.node.set_drain, target, not undo)
     except EtcdError as exc:
@@ -157,6 +157,12 @@ class ClusterWideMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""
+        if path == "/api/import/neko":  # the importer writes the single-node layout
+            response = error_response(
+                409, "import_unsupported_in_cluster_mode", "import into a single node, then move the folders into their shard folders"
+            )
+            await response(scope, receive, send)
+            return
         if path not in ("/health", "/metrics", "/reload"):
             await self.app(scope, receive, send)
             return

@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse, Response
 import nekomem
 from nekomem.http import schemas as s
 from nekomem.http import scoped as sc
+from nekomem.http.cluster_schemas import DrainBody
 from nekomem.http.importing import ImportNekoBody
 
 NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1, "maxLength": 50}}
@@ -51,7 +52,16 @@ OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] =
     ("/query_memory/{name}", "post", [NAME], s.QueryBody, s.RecallAnswer, "Recall"),
     ("/api/tools/recall_memory", "get", [], None, dict[str, Any], "The recall_memory tool schema"),
     ("/cancel_correction/{name}", "post", [NAME], None, dict[str, Any], "Cancel pending context corrections"),
-    ("/reload", "post", [], None, dict[str, Any], "Reload every character from disk"),
+    ("/reload", "post", [], None, dict[str, Any], "Reload every character from disk (cluster mode: on every node)"),
+    ("/cluster/status", "get", [], None, dict[str, Any], "Cluster mode only: every node's view (nodes, shards per node, moving shards)"),
+    (
+        "/cluster/drain",
+        "post",
+        [],
+        DrainBody,
+        dict[str, Any],
+        "Cluster mode only: drain a node (its shards move to the others) or end the drain",
+    ),
     ("/release_character/{name}", "post", [NAME], None, dict[str, Any], "Passivate a character"),
     ("/internal/memory/{name}/scoped_facts", "post", [NAME], sc.ScopedFactsBody, dict[str, Any], "Add facts about a scoped subject"),
     ("/internal/memory/{name}/scoped_history", "post", [NAME], sc.ScopedHistoryBody, dict[str, Any], "Store scoped conversation"),
