@@ -29,6 +29,7 @@ import random
 import statistics
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -46,9 +47,15 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def load(
-    url: str, names: list[str], clients: int, seconds: float, timeline: dict[int, list[int]] | None = None
+    url: str,
+    names: list[str],
+    clients: int,
+    seconds: float,
+    timeline: dict[int, list[int]] | None = None,
+    kinds: Counter[str] | None = None,
 ) -> tuple[int, list[float], int]:
-    """(acknowledged requests, latencies in seconds, error answers) over ``seconds``."""
+    """(acknowledged requests, latencies in seconds, error answers) over ``seconds``;
+    ``kinds`` counts the errors by status (and Retry-After) or exception."""
     latencies: list[float] = []
     errors = 0
     start = time.monotonic()
@@ -62,11 +69,16 @@ async def load(
             while time.monotonic() < end:
                 name = rng.choice(names)
                 t0 = time.monotonic()
+                kind = ""
                 try:
                     r = await client.post(f"/cache/{name}", json={"input_history": [{"role": "user", "content": f"b{seed}-{i}"}]})
                     ok = r.status_code == 200
-                except httpx.HTTPError:
+                    kind = f"{r.status_code}{' + Retry-After' if r.headers.get('retry-after') else ''}"
+                except httpx.HTTPError as exc:
                     ok = False
+                    kind = type(exc).__name__
+                if not ok and kinds is not None:
+                    kinds[kind] += 1
                 i += 1
                 second = int(t0 - start)
                 if ok:
@@ -104,9 +116,11 @@ def hop_cost(c: Cluster, names: list[str], requests: int) -> tuple[float, float]
     return result[0], result[1]
 
 
-async def failover(c: Cluster, names: list[str], clients: int, seconds: float, timeline: dict[int, list[int]]) -> float:
+async def failover(
+    c: Cluster, names: list[str], clients: int, seconds: float, timeline: dict[int, list[int]], kinds: Counter[str]
+) -> float:
     """The load through HAProxy with the last node killed (SIGKILL) 5 s in; the kill's second."""
-    task = asyncio.create_task(load(c.proxy.url, names, clients, seconds, timeline))
+    task = asyncio.create_task(load(c.proxy.url, names, clients, seconds, timeline, kinds))
     await asyncio.sleep(5.0)
     c.nodes[-1].kill()
     await task
@@ -127,6 +141,7 @@ def main() -> None:
     rows: dict[int, tuple[float, float, int]] = {}
     hop: tuple[float, float] | None = None
     timeline: dict[int, list[int]] = {}
+    kinds: Counter[str] = Counter()
     killed_at = 0.0
     for size in sizes:
         with tempfile.TemporaryDirectory(prefix="nekomem-cluster-bench-") as tmp, cluster(Path(tmp), size=size) as c:
@@ -141,7 +156,7 @@ def main() -> None:
             if size >= 2 and hop is None:
                 hop = hop_cost(c, names, args.hop_requests)
             if size == max(sizes) and size >= 2:
-                killed_at = asyncio.run(failover(c, names, args.clients, args.failover_seconds, timeline))
+                killed_at = asyncio.run(failover(c, names, args.clients, args.failover_seconds, timeline, kinds))
     print()
     print(f"{'nodes':>5} {'req/s':>9} {'p99 ms':>8} {'errors':>7}")
     for size, (rps, p99, errors) in rows.items():
@@ -156,6 +171,10 @@ def main() -> None:
             ok, bad = timeline[second]
             mark = "  <- kill -9" if second == int(killed_at) else ""
             print(f"  {second:>3}  {ok:>5}  {bad:>5}{mark}")
+        print(
+            "  errors by kind (bucketed by the second the request started): "
+            + (", ".join(f"{k}: {n}" for k, n in kinds.most_common()) or "none")
+        )
     if 1 in rows and 2 in rows:
         print(f"2 nodes: {rows[2][0] / rows[1][0]:.2f}x the throughput of 1 node")
 
