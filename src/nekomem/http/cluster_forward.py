@@ -7,8 +7,8 @@ the path, its ``name`` parameter, validated), then:
 * this node owns the shard and it is ready: the request is served here, counted in flight
   on the shard (a hand-over waits for it);
 * another node owns it: the request is sent there with the same method, path, query, body
-  and headers (``Idempotency-Key`` included) on a pooled keep-alive client, and the answer
-  is relayed; a request that arrived forwarded is never forwarded again;
+  and headers (``Idempotency-Key`` included) on a pooled keep-alive connection
+  (:mod:`nekomem.http.cluster_pool`), and the answer is relayed; a request that arrived forwarded is never forwarded again;
 * the shard is moving or has no owner yet: the request waits up to
   ``cluster_owner_wait_seconds`` for one, then answers 503 ``shard_unavailable`` with
   ``Retry-After`` (and the reference client's limited-mode fields).
@@ -20,12 +20,12 @@ import asyncio
 import logging
 import time
 
-import httpx
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nekomem.cluster.node import ClusterNode
 from nekomem.cluster.table import Route
+from nekomem.http.cluster_pool import HopPool, Lost, Unreachable
 from nekomem.http.errors import error_response
 from nekomem.stores.layout import InvalidName, validate_name
 from nekomem.stores.shard_layout import shard_of
@@ -50,10 +50,7 @@ class ForwardingMiddleware:
         self.wait = c.cluster_owner_wait_seconds
         self.max_length = node.settings.server.name_max_length
         self.retry_after = str(max(1, round(node.ttl / 2)))
-        self.client = httpx.AsyncClient(
-            timeout=c.cluster_forward_timeout_seconds,
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=c.cluster_forward_connections),
-        )
+        self.pool = HopPool(max_idle=c.cluster_forward_connections, timeout=c.cluster_forward_timeout_seconds)
 
     def character(self, scope: Scope) -> str | None:
         """The canonical character name a request addresses, or None (not a character
@@ -128,33 +125,33 @@ class ForwardingMiddleware:
         not be reached (nothing was sent: the caller waits for a new owner)."""
         headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _HOP]
         headers.append((FORWARDED_HEADER, self.node.node_id.encode()))
+        target = scope.get("raw_path") or scope["path"].encode()
         query = scope.get("query_string", b"")
-        url = route.url.rstrip("/") + scope.get("raw_path", scope["path"].encode()).decode("latin-1")
         if query:
-            url += "?" + query.decode("latin-1")
+            target += b"?" + query
         try:
-            answer = await self.client.request(scope["method"], url, content=body, headers=headers)
-        except (httpx.ConnectError, httpx.ConnectTimeout):
+            status, answer_headers, content = await self.pool.request(route.url, scope["method"], target, headers, body)
+        except Unreachable:
             self.node.counters.forward("unreachable")
             return False
-        except httpx.HTTPError as exc:
+        except Lost as exc:
             # Sent, then lost: it may have been stored. Only the client can retry safely
             # (with its Idempotency-Key).
             self.node.counters.forward("failed")
-            log.warning("a request forwarded to %s failed: %s", route.node, type(exc).__name__)
+            log.warning("a request forwarded to %s failed: %s", route.node, exc)
             response = error_response(503, "forward_failed", "the owner node did not answer; the request may or may not have been stored")
             response.headers["Retry-After"] = self.retry_after
             await response(scope, _no_body, send)
             return True
         self.node.counters.forward("ok")
-        out = [(k.lower(), v) for k, v in answer.headers.raw if k.lower() not in _HOP]
-        out.append((b"content-length", str(len(answer.content)).encode()))
-        await send({"type": "http.response.start", "status": answer.status_code, "headers": out})
-        await send({"type": "http.response.body", "body": answer.content})
+        out = [(k.lower(), v) for k, v in answer_headers if k.lower() not in _HOP]
+        out.append((b"content-length", str(len(content)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": out})
+        await send({"type": "http.response.body", "body": content})
         return True
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        await self.pool.close()
 
 
 async def _read_body(receive: Receive) -> bytes:
