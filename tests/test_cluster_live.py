@@ -65,6 +65,9 @@ def test_characters_through_haproxy_and_any_node_each_written_by_one_node(tmp_pa
         metrics = httpx.get(c.nodes[0].url + "/metrics?scope=cluster", timeout=10).text
         assert 'nekomem_cluster_forwards_total{node="n1",outcome="ok"}' in metrics
         assert 'node="n3"' in metrics
+        # The cluster routes are documented in cluster mode.
+        paths = httpx.get(c.nodes[2].url + "/openapi.json", timeout=10).json()["paths"]
+        assert "/cluster/status" in paths and "/cluster/drain" in paths
         # A cluster-wide /reload reaches every node.
         r = httpx.post(c.nodes[1].url + "/reload", timeout=30)
         assert r.status_code == 200 and set(r.json()["nodes"]) == {"n1", "n2", "n3"}

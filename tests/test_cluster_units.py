@@ -149,6 +149,7 @@ def test_etcd_claims_compare_revisions_and_leases_take_their_keys(tmp_path):
 def test_single_node_mode_keeps_the_flat_layout_and_needs_no_etcd(tmp_path):
     from nekomem.actors.host import ACTORS
     from nekomem.http.app import create_app
+    from nekomem.http.openapi import build_document
     from nekomem.runtime.runtime import Runtime
 
     settings = make_settings(tmp_path)
@@ -159,5 +160,6 @@ def test_single_node_mode_keeps_the_flat_layout_and_needs_no_etcd(tmp_path):
     app = create_app(settings, runtime=runtime)
     assert not any(getattr(r, "path", "").startswith("/cluster") for r in app.router.routes)
     assert getattr(app.state, "cluster", None) is None
+    assert not [p for p in build_document()["paths"] if p.startswith("/cluster")]  # the same documented routes
     clustered = Runtime(make_settings(tmp_path, cluster_etcd_url="http://127.0.0.1:9", cluster_shards=16), actors=ACTORS)
     assert clustered.character_paths("Lan").folder == shard_folder(tmp_path.resolve(), shard_of("Lan", 16)) / "Lan"

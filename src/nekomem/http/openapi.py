@@ -53,15 +53,6 @@ OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] =
     ("/api/tools/recall_memory", "get", [], None, dict[str, Any], "The recall_memory tool schema"),
     ("/cancel_correction/{name}", "post", [NAME], None, dict[str, Any], "Cancel pending context corrections"),
     ("/reload", "post", [], None, dict[str, Any], "Reload every character from disk (cluster mode: on every node)"),
-    ("/cluster/status", "get", [], None, dict[str, Any], "Cluster mode only: every node's view (nodes, shards per node, moving shards)"),
-    (
-        "/cluster/drain",
-        "post",
-        [],
-        DrainBody,
-        dict[str, Any],
-        "Cluster mode only: drain a node (its shards move to the others) or end the drain",
-    ),
     ("/release_character/{name}", "post", [NAME], None, dict[str, Any], "Passivate a character"),
     ("/internal/memory/{name}/scoped_facts", "post", [NAME], sc.ScopedFactsBody, dict[str, Any], "Add facts about a scoped subject"),
     ("/internal/memory/{name}/scoped_history", "post", [NAME], sc.ScopedHistoryBody, dict[str, Any], "Store scoped conversation"),
@@ -92,13 +83,19 @@ OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] =
     ),
     ("/api/characters/{name}/{layer}/{entry_id}", "delete", [NAME, LAYER, ID], None, dict[str, Any], "Delete an entry"),
 ]
+# Served only in cluster mode (cluster_etcd_url set): listed only then.
+CLUSTER_OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] = [
+    ("/cluster/status", "get", [], None, dict[str, Any], "Every node's view: nodes, shards per node, moving shards"),
+    ("/cluster/drain", "post", [], DrainBody, dict[str, Any], "Drain a node (its shards move to the others) or end the drain"),
+]
 ERRORS = ("400", "401", "403", "404", "409", "413", "415", "422", "503", "507")
 
 
-def build_document() -> dict[str, Any]:
-    """The OpenAPI 3.1 document of every route."""
+def build_document(*, cluster: bool = False) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of every route (``cluster``: with the cluster-mode ones)."""
+    operations = OPERATIONS + (CLUSTER_OPERATIONS if cluster else [])
     types: list[Any] = [s.ErrorBody]
-    for _p, _m, _params, request, response, _summary in OPERATIONS:
+    for _p, _m, _params, request, response, _summary in operations:
         if request is not None:
             types.append(request)
         if response is not TEXT:
@@ -107,7 +104,7 @@ def build_document() -> dict[str, Any]:
     refs = dict(zip(map(id, types), schemas, strict=True))
     error = {"description": "error", "content": {"application/json": {"schema": refs[id(s.ErrorBody)]}}}
     paths: dict[str, dict[str, Any]] = {}
-    for path, method, params, request, response, summary in OPERATIONS:
+    for path, method, params, request, response, summary in operations:
         if response is TEXT:
             ok = {"description": "ok", "content": {TEXT: {"schema": {"type": "string"}}}}
         else:
@@ -130,5 +127,6 @@ def build_document() -> dict[str, Any]:
 async def openapi(request: Request) -> Response:
     document = getattr(request.app.state, "openapi", None)
     if document is None:
-        document = request.app.state.openapi = build_document()
+        cluster = getattr(request.app.state, "cluster", None) is not None
+        document = request.app.state.openapi = build_document(cluster=cluster)
     return JSONResponse(document)
