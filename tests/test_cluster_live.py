@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
@@ -20,6 +21,7 @@ from tests.support.cluster_load import Load
 from tests.support.waiting import wait_for
 
 NAMES = [f"c{i:03d}" for i in range(120)] + ["ねこ", "Lan", "Mio", "Café"]
+MANY = NAMES + [f"u{i:04d}" for i in range(1000 - len(NAMES))]  # the 1,000 characters
 
 
 def check_every_turn_once(c, load: Load) -> None:
@@ -38,20 +40,24 @@ def check_every_turn_once(c, load: Load) -> None:
 
 def test_characters_through_haproxy_and_any_node_each_written_by_one_node(tmp_path):
     with cluster(tmp_path) as c:
-        rng = random.Random(3)
         urls = [c.proxy.url] + [n.url for n in c.nodes]
         acked: list[tuple[str, str]] = []
-        with httpx.Client(timeout=30) as client:
-            for i, name in enumerate(NAMES):
-                for j in range(2):
-                    url = urls[(i + j) % len(urls)] if j else rng.choice(urls)
+
+        def post_both(i: int, name: str) -> None:
+            # Two turns per character, through two different entry points (HAProxy or a node).
+            rng = random.Random(i)
+            with httpx.Client(timeout=60) as client:
+                for j, url in enumerate(rng.sample(urls, 2)):
                     r = client.post(f"{url}/cache/{name}", json={"input_history": [{"role": "user", "content": f"{name}-{j}"}]})
                     assert r.status_code == 200, r.text
                     acked.append((name, f"{name}-{j}"))
-            # Reads are forwarded too: any node answers with the owner's view.
-            r = client.get(f"{c.nodes[0].url}/get_recent_history/{NAMES[5]}")
-            assert r.status_code == 200 and f"{NAMES[5]}-1" in r.text
-        for name in NAMES:
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(post_both, range(len(MANY)), MANY))
+        # Reads are forwarded too: any node answers with the owner's view.
+        r = httpx.get(f"{c.nodes[0].url}/get_recent_history/{NAMES[5]}", timeout=30)
+        assert r.status_code == 200 and f"{NAMES[5]}-1" in r.text
+        for name in MANY:
             writers = c.writers(name)
             assert len({w["node"] for w in writers}) == 1, f"{name} written by {writers}"
             assert sorted(c.stored(name)) == sorted(t for n, t in acked if n == name)
