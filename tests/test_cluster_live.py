@@ -61,6 +61,16 @@ def test_characters_through_haproxy_and_any_node_each_written_by_one_node(tmp_pa
             writers = c.writers(name)
             assert len({w["node"] for w in writers}) == 1, f"{name} written by {writers}"
             assert sorted(c.stored(name)) == sorted(t for n, t in acked if n == name)
+        # HAProxy learns each character's owner from the answers (x-nekomem-slot): once it
+        # has seen one answer for a character, its requests reach the owner first.
+        with httpx.Client(base_url=c.proxy.url, timeout=30) as client:
+            for name in MANY[:40]:
+                assert client.post(f"/cache/{name}", json={"input_history": [{"role": "user", "content": "learn"}]}).status_code == 200
+            forwarded = c.forwards()
+            for name in MANY[:40]:
+                assert client.post(f"/cache/{name}", json={"input_history": [{"role": "user", "content": "direct"}]}).status_code == 200
+            assert c.forwards() == forwarded
+            acked += [(n, t) for n in MANY[:40] for t in ("learn", "direct")]
         # One owner per shard, and every node's /health says what it owns.
         owners = c.owners()
         assert sum(owners.values()) == SHARDS and set(owners) == {"n1", "n2", "n3"}

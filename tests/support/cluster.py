@@ -204,6 +204,15 @@ class Cluster:
         finally:
             db.close()
 
+    def forwards(self) -> int:
+        """Requests forwarded so far, summed over the live nodes."""
+        total = 0
+        for node in self.live():
+            for line in httpx.get(node.url + "/metrics", timeout=10).text.splitlines():
+                if line.startswith("nekomem_cluster_forwards_total{"):
+                    total += int(float(line.rsplit(" ", 1)[1]))
+        return total
+
     def writers(self, name: str) -> list[dict]:
         path = self.folder_of(name) / ".writers.ndjson"
         if not path.exists():
@@ -221,7 +230,8 @@ def cluster(tmp_path: Path, size: int = 3) -> Iterator[Cluster]:
         etcd.start()
         root = tmp_path / "memory"
         root.mkdir()
-        nodes = [Node(root, etcd, f"n{i}") for i in range(1, size + 1)]
+        # Slot k = server node<k> of the shipped HAProxy config: the proxy learns owners.
+        nodes = [Node(root, etcd, f"n{i}", NEKOMEM_CLUSTER_PROXY_SLOT=str(i)) for i in range(1, size + 1)]
         for node in nodes:
             node.start(timeout=120)
         proxy = HAProxy(tmp_path, nodes)

@@ -74,4 +74,13 @@ class ClusterSettings(Section):
             gt=0,
         ),
     ] = 10.0
+    cluster_proxy_slot: Annotated[
+        int,
+        doc(
+            "This node's position among the front proxy's servers (deploy/haproxy.cfg: server node<k>); 0: none. Every "
+            "character answer then carries it (x-nekomem-slot, the owner's slot on a forwarded answer), and the proxy sends the "
+            "character's next requests straight to its owner.",
+            ge=0,
+        ),
+    ] = 0
     cluster_etcd_timeout_seconds: Annotated[float, doc("Timeout of one request to etcd.", gt=0)] = 2.0

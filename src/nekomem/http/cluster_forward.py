@@ -34,6 +34,7 @@ log = logging.getLogger("nekomem.cluster")
 
 FORWARDED_HEADER = b"x-nekomem-forwarded-by"
 SERVED_BY_HEADER = b"x-nekomem-node"  # on every character answer: the node that served it
+SLOT_HEADER = b"x-nekomem-slot"  # ... and its front-proxy slot (cluster_proxy_slot), when set
 # Hop-by-hop headers (RFC 9110 §7.6.1) and the ones httpx / the server set themselves.
 _HOP = frozenset(
     {b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer", b"upgrade", b"content-length", b"proxy-connection"}
@@ -50,6 +51,7 @@ class ForwardingMiddleware:
         self.wait = c.cluster_owner_wait_seconds
         self.max_length = node.settings.server.name_max_length
         self.retry_after = str(max(1, round(node.ttl / 2)))
+        self.slot = c.cluster_proxy_slot
         self.pool = HopPool(max_idle=c.cluster_forward_connections, timeout=c.cluster_forward_timeout_seconds)
 
     def character(self, scope: Scope) -> str | None:
@@ -111,11 +113,13 @@ class ForwardingMiddleware:
 
     def _mark(self, send: Send) -> Send:
         """``send`` with the served-by header added to the answer's start."""
-        served_by = (SERVED_BY_HEADER, self.node.node_id.encode())
+        marks = [(SERVED_BY_HEADER, self.node.node_id.encode())]
+        if self.slot:
+            marks.append((SLOT_HEADER, str(self.slot).encode()))
 
         async def marked(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []), served_by]}
+                message = {**message, "headers": [*message.get("headers", []), *marks]}
             await send(message)
 
         return marked
