@@ -95,7 +95,13 @@ async def load(
 def warm(c: Cluster, names: list[str]) -> None:
     with httpx.Client(base_url=c.proxy.url, timeout=30) as client:
         for name in names:
-            assert client.post(f"/cache/{name}", json={"input_history": [{"role": "user", "content": "warm"}]}).status_code == 200
+            for _attempt in range(5):  # HAProxy may still be taking the unused slots out
+                r = client.post(f"/cache/{name}", json={"input_history": [{"role": "user", "content": "warm"}]})
+                if r.status_code == 200:
+                    break
+                print(f"warm-up: {r.status_code} {r.text[:120]}", flush=True)
+            else:
+                raise SystemExit(f"warm-up of {name} failed")
 
 
 def hop_cost(c: Cluster, names: list[str], requests: int) -> tuple[float, float]:
