@@ -67,6 +67,7 @@ serve: serve-install
 test: install
 	sh scripts/ensure_browser.sh
 	sh scripts/ensure_fuse.sh
+	sh scripts/ensure_cluster_tools.sh
 	$(PY) -m pytest tests -q -p no:cacheprovider --durations=10
 
 check: $(CHECK_STAMP)

@@ -19,6 +19,7 @@ LAYERS: dict[str, int] = {
     "providers": 1,
     "importer": 1,  # reads a reference memory folder, writes through stores/
     "runtime": 2,
+    "cluster": 2,  # shard ownership in etcd, fencing, moves: beside the runtime it drives
     "actors": 3,
     "http": 4,
     "ui": 4,  # the memory browser's static page, served by http/

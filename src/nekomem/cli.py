@@ -8,7 +8,7 @@ import gc
 import sys
 
 import nekomem
-from nekomem import cli_status
+from nekomem import cli_status, cluster_cli
 from nekomem.cli_banner import print_banner, url_of
 from nekomem.config import SettingsError, load_settings, settings_markdown
 
@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     from nekomem.neko_launch import add_parser as add_neko
 
     add_neko(sub)
+    cluster_cli.add_parser(sub)
     imp = sub.add_parser("import-neko", help="import a reference (N.E.K.O.) memory folder into the memory root")
     imp.add_argument("source_dir", help="the reference memory folder (one sub-folder per character) or one character folder")
     imp.add_argument("--memory-root", help="data folder to import into (default: the serve settings)")
@@ -86,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"nekomem: {exc}", file=sys.stderr)
         return 2
+    if args.command == "cluster":  # a client of a running cluster
+        return cluster_cli.run(args, server_url(settings), settings.server.api_token, sys.stdout, sys.stderr)
     from nekomem import cli_data
 
     if args.command in cli_data.COMMANDS:

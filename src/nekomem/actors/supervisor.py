@@ -80,7 +80,7 @@ class CharacterSupervisor(DispatchedActor):
         from nekomem.stores.applied import SharedJournal
         from nekomem.stores.layout import CharacterPaths
 
-        paths = CharacterPaths(self.services.memory_root, self.name)
+        paths = CharacterPaths(self.services.root_for(self.name), self.name)
         paths.ensure()
         journal = SharedJournal(paths.events, paths.events_applied, EVENT_OWNERS)
         self.ctx = CharacterContext(

@@ -16,6 +16,7 @@ from typing import Any, get_args, get_origin, get_type_hints
 import msgspec
 
 from nekomem.config import neko_data
+from nekomem.config.cluster import ClusterSettings
 from nekomem.config.embeddings import EMBEDDING_MODELS, EmbeddingSettings, profile_settings
 from nekomem.config.importer import ImportSettings
 from nekomem.config.llm import LLMSettings
@@ -36,6 +37,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=
     recall: RecallSettings = msgspec.field(default_factory=RecallSettings)
     embeddings: EmbeddingSettings = msgspec.field(default_factory=EmbeddingSettings)
     importer: ImportSettings = msgspec.field(default_factory=ImportSettings)
+    cluster: ClusterSettings = msgspec.field(default_factory=ClusterSettings)
 
 
 class SettingsError(ValueError):

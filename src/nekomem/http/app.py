@@ -154,11 +154,15 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         rt.start()
         app.state.metrics.attach()
+        if cluster is not None:  # cluster mode: claim shards once the runtime is up
+            cluster.start()
         try:
             # The MCP session manager's task group lives as long as the app.
             async with mcp.running() if mcp is not None else contextlib.nullcontext():
                 yield
         finally:
+            if cluster is not None:
+                cluster.stop()  # hands the shards over before the characters stop
             app.state.metrics.detach()
             rt.stop()
 
@@ -177,6 +181,11 @@ def create_app(
     mcp = mount_if_available(app, settings.server.api_token) if settings.server.mcp_enabled else None
     app.state.longterm_renderer = longterm.render_longterm
     app.add_middleware(LimitedModeMiddleware, runtime=rt)
+    cluster = None
+    if settings.cluster.cluster_etcd_url:  # cluster mode (nekomem.http.cluster); off: nothing changes
+        from nekomem.http import cluster as cluster_http
+
+        cluster = cluster_http.attach(app, rt, settings)
     # Added after limited mode, so it runs before it: no refused request reaches limited
     # mode or a route.
     app.add_middleware(RequestGuard, settings=settings.server)

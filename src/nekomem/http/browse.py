@@ -30,7 +30,7 @@ from nekomem.http.readonly import character_exists
 from nekomem.http.system import _toggle_lock
 from nekomem.recall.pending import PENDING_HOOK, PendingCounter
 from nekomem.runtime.switches import REVIEW, SwitchError
-from nekomem.stores.layout import CharacterPaths, list_characters
+from nekomem.stores.layout import CharacterPaths
 from nekomem.stores.timeindex import to_utc_iso
 
 REFLECTION_STATUSES = ("pending", "confirmed", "promoted", "denied", "merged", "promote_blocked")
@@ -43,7 +43,7 @@ def _rt(request: Request) -> Any:
 
 def _paths(request: Request, name: str) -> CharacterPaths:
     rt = _rt(request)
-    return CharacterPaths(rt.memory_root, name, max_length=rt.settings.server.name_max_length, max_units=rt.settings.server.name_max_units)
+    return rt.character_paths(name)
 
 
 def _time_param(request: Request, key: str) -> str | None:
@@ -95,7 +95,7 @@ async def characters(request: Request) -> Response:
     """``GET /api/browse/characters``: every character on disk with its counts per layer,
     whether it is active, its last conversation time and any storage trouble."""
     rt = _rt(request)
-    names = await asyncio.to_thread(list_characters, rt.memory_root)
+    names = await asyncio.to_thread(rt.known_characters)
     active = set(rt.registry.active_names())
     pending = rt.services.hooks.get(PENDING_HOOK)
     pending = pending if isinstance(pending, PendingCounter) else None

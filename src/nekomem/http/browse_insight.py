@@ -258,7 +258,7 @@ async def evidence_history(request: Request) -> Response:
     if not await character_exists(request, name):
         raise ApiError(404, "not_found", f"no character {name}")
     current = await rt.registry.ask(name, "reflections", lambda reply: GetEntry(id=rid, reply=reply))
-    paths = CharacterPaths(rt.memory_root, name, max_length=rt.settings.server.name_max_length, max_units=rt.settings.server.name_max_units)
+    paths = rt.character_paths(name)
     snaps, oldest = await asyncio.to_thread(_journal_snapshots, paths, rid)
     now = rt.clock.now()
     snaps.append(_snap(now.isoformat(), "now", current))

@@ -28,7 +28,6 @@ from nekomem.http.bodies import character_name
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
 from nekomem.runtime.registry import CharacterBusy
-from nekomem.stores.layout import CharacterPaths
 
 _REMOVE_ATTEMPTS = 3
 _MAX_ROW_ID = 2**63 - 1  # SQLite's largest integer
@@ -67,7 +66,7 @@ async def delete_character(request: Request) -> Response:
     name = character_name(request)
     if not await character_exists(request, name):
         raise ApiError(404, "unknown_character", "no character of that name")
-    paths = CharacterPaths(rt.memory_root, name, max_length=rt.settings.server.name_max_length)
+    paths = rt.character_paths(name)
     timeout = rt.settings.server.character_hold_timeout_seconds
 
     def run() -> int:

@@ -26,7 +26,6 @@ from nekomem.http.bodies import bounded_opaque, character_name, decode_body, dec
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
 from nekomem.http.schemas import CardBody, EntryEdit, FactsBody, FeedbackBody, RecentEdit, RecordSurfacedBody
-from nekomem.stores.layout import list_characters
 
 LAYERS = {"facts": "facts", "reflections": "reflections", "persona": "persona"}
 
@@ -91,7 +90,7 @@ async def record_surfaced(request: Request) -> Response:
 
 async def list_all_characters(request: Request) -> Response:
     rt = _rt(request)
-    names = await asyncio.to_thread(list_characters, rt.memory_root)
+    names = await asyncio.to_thread(rt.known_characters)
     active = set(rt.registry.active_names())
     return JSONResponse({"characters": [{"name": n, "active": n in active} for n in names]})
 

@@ -37,7 +37,6 @@ from nekomem.http.metrics_middleware import RequestCollector, RequestMetrics, Re
 from nekomem.providers.llm import LLMClient
 from nekomem.recall.embeddings import EmbeddingService
 from nekomem.runtime.runtime import Runtime
-from nekomem.stores.layout import list_characters
 
 log = logging.getLogger("nekomem.metrics")
 
@@ -139,7 +138,7 @@ class RuntimeCollector(Collector):
         registry = self.rt.registry
         yield GaugeMetricFamily("nekomem_characters_active", "Characters whose actors are running", value=registry.active_count())
         try:
-            known = len(list_characters(self.rt.memory_root))
+            known = len(self.rt.known_characters())
         except OSError:
             log.warning("the memory root cannot be listed for /metrics")
         else:

@@ -16,6 +16,7 @@ from nekomem.http import repetition as rp
 from nekomem.http import schemas as s
 from nekomem.http import scoped as sc
 from nekomem.http import theater as th
+from nekomem.http.cluster_schemas import DrainBody
 from nekomem.http.importing import ImportNekoBody
 
 NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1, "maxLength": 50}}
@@ -79,7 +80,7 @@ OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] =
     ("/get_persona/{name}", "get", [NAME], None, dict[str, Any], "The persona in the reference's persona.json shape"),
     ("/search_for_memory/{name}/{query}", "get", [NAME, QUERY], None, str, "The recall block for a query, as a JSON string"),
     ("/cancel_correction/{name}", "post", [NAME], None, dict[str, Any], "Cancel pending context corrections"),
-    ("/reload", "post", [], None, dict[str, Any], "Reload every character from disk"),
+    ("/reload", "post", [], None, dict[str, Any], "Reload every character from disk (cluster mode: on every node)"),
     ("/release_character/{name}", "post", [NAME], None, dict[str, Any], "Passivate a character"),
     ("/internal/memory/{name}/scoped_facts", "post", [NAME], sc.ScopedFactsBody, dict[str, Any], "Add facts about a scoped subject"),
     ("/internal/memory/{name}/scoped_history", "post", [NAME], sc.ScopedHistoryBody, dict[str, Any], "Store scoped conversation"),
@@ -184,13 +185,19 @@ OPERATIONS += [
     ("/api/characters/{name}/turns/{row_id}", "delete", [NAME, ROW], None, dict[str, Any], "Forget one stored turn"),
     ("/api/characters/{name}/export", "get", [NAME], None, dict[str, Any], "The character as a nekomem-character document"),
 ]
+# Served only in cluster mode (cluster_etcd_url set): listed only then.
+CLUSTER_OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] = [
+    ("/cluster/status", "get", [], None, dict[str, Any], "Every node's view: nodes, shards per node, moving shards"),
+    ("/cluster/drain", "post", [], DrainBody, dict[str, Any], "Drain a node (its shards move to the others) or end the drain"),
+]
 ERRORS = ("400", "401", "403", "404", "409", "413", "415", "422", "503", "507")
 
 
-def build_document() -> dict[str, Any]:
-    """The OpenAPI 3.1 document of every route."""
+def build_document(*, cluster: bool = False) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of every route (``cluster``: with the cluster-mode ones)."""
+    operations = OPERATIONS + (CLUSTER_OPERATIONS if cluster else [])
     types: list[Any] = [s.ErrorBody]
-    for _p, _m, _params, request, response, _summary in OPERATIONS:
+    for _p, _m, _params, request, response, _summary in operations:
         if request is not None:
             types.append(request)
         if response not in (TEXT, HTML):
@@ -199,7 +206,7 @@ def build_document() -> dict[str, Any]:
     refs = dict(zip(map(id, types), schemas, strict=True))
     error = {"description": "error", "content": {"application/json": {"schema": refs[id(s.ErrorBody)]}}}
     paths: dict[str, dict[str, Any]] = {}
-    for path, method, params, request, response, summary in OPERATIONS:
+    for path, method, params, request, response, summary in operations:
         if response in (TEXT, HTML):
             ok = {"description": "ok", "content": {response: {"schema": {"type": "string"}}}}
         else:
@@ -222,5 +229,6 @@ def build_document() -> dict[str, Any]:
 async def openapi(request: Request) -> Response:
     document = getattr(request.app.state, "openapi", None)
     if document is None:
-        document = request.app.state.openapi = build_document()
+        cluster = getattr(request.app.state, "cluster", None) is not None
+        document = request.app.state.openapi = build_document(cluster=cluster)
     return JSONResponse(document)

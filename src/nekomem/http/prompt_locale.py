@@ -44,7 +44,7 @@ class PromptLocaleBody(Body):
 
 def _paths(request: Request, name: str) -> CharacterPaths:
     rt = request.app.state.runtime
-    return CharacterPaths(rt.memory_root, name, max_length=rt.settings.server.name_max_length)
+    return rt.character_paths(name)
 
 
 def _read(request: Request, name: str) -> dict[str, Any]:

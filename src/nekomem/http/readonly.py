@@ -17,7 +17,6 @@ from typing import Any
 from starlette.requests import Request
 
 from nekomem.domain.turns import parse_iso
-from nekomem.stores.layout import CharacterPaths
 
 TIME_FIELDS = ("created_at", "event_start_at", "event_end_at", "surfaced_at", "feedback_at", "confirmed_at")
 
@@ -27,7 +26,7 @@ async def character_exists(request: Request, name: str) -> bool:
     rt = request.app.state.runtime
     if rt.registry.is_active(name):
         return True
-    paths = CharacterPaths(rt.memory_root, name, max_length=rt.settings.server.name_max_length, max_units=rt.settings.server.name_max_units)
+    paths = rt.character_paths(name)
     return await asyncio.to_thread(paths.exists)
 
 

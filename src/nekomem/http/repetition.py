@@ -24,7 +24,6 @@ from starlette.responses import JSONResponse, Response
 from nekomem.domain import repetition
 from nekomem.http.bodies import character_name, decode_body
 from nekomem.http.schemas import Body
-from nekomem.stores.layout import CharacterPaths
 from nekomem.stores.timeindex_read import TimeIndexReader
 
 
@@ -49,7 +48,7 @@ async def repetition_insights(request: Request) -> Response:
     name = character_name(request)
     body = await decode_body(request, RepetitionBody)
     s = rt.settings.recent
-    paths = CharacterPaths(rt.memory_root, name, max_length=rt.settings.server.name_max_length)
+    paths = rt.character_paths(name)
     replies, available = await asyncio.to_thread(_replies, paths.time_index_db, body.assistant_message_limit, s.repetition_scan_rows)
     report = await asyncio.to_thread(
         repetition.mine, replies, body.language, min_messages=s.repetition_min_messages, max_candidates=s.repetition_max_candidates

@@ -22,7 +22,6 @@ from nekomem.http.bodies import character_name
 from nekomem.http.errors import ApiError
 from nekomem.runtime.clock import iso
 from nekomem.stores.forget_epochs import ForgetEpochs
-from nekomem.stores.layout import CharacterPaths
 
 MAX_KEYS = 64
 MAX_KEY_CHARS = 256
@@ -31,7 +30,7 @@ _locks: dict[str, asyncio.Lock] = {}
 
 def _store(request: Request, name: str) -> ForgetEpochs:
     rt = request.app.state.runtime
-    return ForgetEpochs(CharacterPaths(rt.memory_root, name, max_length=rt.settings.server.name_max_length).folder)
+    return ForgetEpochs(rt.character_paths(name).folder)
 
 
 def check_epochs(raw: Any) -> dict[str, int] | None:
@@ -54,7 +53,7 @@ async def record_forget(request: Request, name: str, subject: Subject, epoch: in
         raise ApiError(422, "bad_forget_epoch", "forget_epoch must be a non-negative integer")
     rt = request.app.state.runtime
     async with _locks.setdefault(name, asyncio.Lock()):
-        CharacterPaths(rt.memory_root, name, max_length=rt.settings.server.name_max_length).ensure()
+        rt.character_paths(name).ensure()
         return _store(request, name).raise_to(subject.key, epoch, iso(rt.clock.now()))
 
 

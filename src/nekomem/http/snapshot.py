@@ -21,7 +21,6 @@ from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
 from nekomem.runtime.registry import CharacterBusy
 from nekomem.stores.atomic import encode_json
-from nekomem.stores.layout import CharacterPaths
 from nekomem.stores.snapshot import read_character
 
 
@@ -30,7 +29,7 @@ async def export_character(request: Request) -> Response:
     name = character_name(request)
     if not await character_exists(request, name):
         raise ApiError(404, "unknown_character", "no character of that name")
-    paths = CharacterPaths(rt.memory_root, name, max_length=rt.settings.server.name_max_length)
+    paths = rt.character_paths(name)
 
     def run() -> bytes:
         with rt.registry.hold(name, rt.settings.server.character_hold_timeout_seconds):

@@ -14,7 +14,6 @@ from nekomem.http.bodies import decode_body
 from nekomem.http.errors import ApiError
 from nekomem.http.schemas import PowerfulMemoryBody
 from nekomem.runtime.switches import POWERFUL, SwitchError
-from nekomem.stores.layout import list_characters
 
 
 def embeddings_status(rt: Any) -> dict[str, Any]:
@@ -94,7 +93,7 @@ async def powerful_memory_get(request: Request) -> Response:
 
 async def reset_all_confirmed_at(request: Request) -> int:
     rt = request.app.state.runtime
-    names = await asyncio.to_thread(list_characters, rt.memory_root)
+    names = await asyncio.to_thread(rt.known_characters)
     total = 0
     for name in names:
         total += int(await rt.registry.ask(name, "reflections", lambda reply: ResetConfirmedAt(reply=reply)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -26,6 +27,7 @@ from nekomem.stores.layout import CharacterPaths, list_characters
 from nekomem.stores.namefold import CharacterSpellings, probe_case_insensitive
 from nekomem.stores.neko_cards import CharacterCards
 from nekomem.stores.rootlock import RootLock
+from nekomem.stores.shard_layout import character_root, shards_root
 
 log = logging.getLogger("nekomem.runtime")
 
@@ -77,6 +79,8 @@ class Runtime:
             switches=self.switches,
             cards=CharacterCards(Path(settings.server.character_cards_path).expanduser()) if settings.server.character_cards_path else None,
         )
+        if settings.cluster.cluster_etcd_url:  # cluster mode: <root>/shards/<NNNN>/<name>
+            self.services.character_root = functools.partial(character_root, root, shards=settings.cluster.cluster_shards)
         self.actors = actors
         self.collector = FullCollections(self.timers, rt.gc_full_collection_seconds) if rt.gc_full_collection_seconds > 0 else None
         self.registry = CharacterRegistry(self.services, actors, on_stopped=self.collector.characters_stopped if self.collector else None)
@@ -95,6 +99,22 @@ class Runtime:
     @property
     def memory_root(self) -> Path:
         return self.services.memory_root
+
+    def character_paths(self, name: str) -> CharacterPaths:
+        """The paths of character ``name`` (in cluster mode, inside its shard's folder);
+        raises InvalidName."""
+        server = self.settings.server
+        return CharacterPaths(self.services.root_for(name), name, max_length=server.name_max_length, max_units=server.name_max_units)
+
+    def known_characters(self) -> list[str]:
+        """Every character with a folder (in cluster mode: in every shard folder this
+        node can see), sorted. Raises OSError."""
+        if self.services.character_root is None:
+            return list_characters(self.memory_root)
+        names: set[str] = set()
+        for folder in sorted(shards_root(self.memory_root).glob("[0-9]*")):
+            names.update(list_characters(folder))
+        return sorted(names)
 
     def start(self, *, background: bool = True) -> None:
         """Start serving; raises RootLocked while an offline import holds the memory root."""

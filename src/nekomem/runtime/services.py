@@ -96,10 +96,17 @@ class Services:
     outbox: OutboxTally = field(default_factory=OutboxTally)
     # The active-set bound after the open-file limit (runtime.fdlimit); 0: the setting's.
     max_active: int = 0
+    # Cluster mode: the root under which a character's folder lives (its shard's folder).
+    # None: every character directly under memory_root (single node).
+    character_root: Callable[[str], Path] | None = None
 
     def __post_init__(self) -> None:
         if self.storage is None:
             self.storage = StorageHealth(self.memory_root)
+
+    def root_for(self, name: str) -> Path:
+        """The folder that holds character ``name``'s folder."""
+        return self.memory_root if self.character_root is None else self.character_root(name)
 
 
 class Routes:

@@ -32,6 +32,8 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
+from nekomem.stores import fence
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -112,6 +114,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> os.s
             written = os.fstat(fd)
         finally:
             os.close(fd)
+        fence.check(path)  # cluster mode: the last look before the rename commits
         os.replace(temp, path)
     except BaseException:
         try:
@@ -187,6 +190,7 @@ def swap_write_bytes(path: Path, data: bytes) -> os.stat_result:
             written = os.fstat(fd)
     finally:
         os.close(fd)
+    fence.check(path)
     if _renameat2(_AT_FDCWD, swap, _AT_FDCWD, target, _RENAME_EXCHANGE) == 0:
         return written
     err = ctypes.get_errno()
@@ -251,6 +255,7 @@ def move_aside(path: Path, reason: str) -> Path:
     if the rename fails.
     """
     target = _aside_name(path)
+    fence.check(path)
     os.replace(path, target)
     try:
         fsync_dir(path.parent)

@@ -41,7 +41,9 @@ TOO_MANY_FILES = StorageFault(
     "the server has as many files open as its open-file limit (RLIMIT_NOFILE) allows; nothing was stored. "
     "Retry later, or raise the limit or lower max_active_characters",
 )
-FAULT_CODES = frozenset(f.code for f in (FULL, READ_ONLY, IO_ERROR, TOO_MANY_FILES))
+# Cluster mode: the node lost (or may be losing) the shard the file belongs to.
+FENCED = StorageFault("shard_fenced", 503, "this node does not own the character's shard now; nothing was stored. Retry shortly")
+FAULT_CODES = frozenset(f.code for f in (FULL, READ_ONLY, IO_ERROR, TOO_MANY_FILES, FENCED))
 
 _ERRNO = {
     errno.ENOSPC: FULL,

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from nekomem.domain.turns import parse_timestamp
+from nekomem.stores import fence
 from nekomem.stores.atomic import atomic_write_bytes, fsync_dir
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,7 @@ class NdjsonLog:
             fd = os.open(self.path, flags, 0o600)
         size: int | None = None
         try:
+            fence.check(self.path)  # cluster mode: before the first byte is appended
             if not self._tail_clean:
                 self._repair_tail(fd)
             size = os.fstat(fd).st_size

@@ -42,6 +42,7 @@ import msgspec
 
 from nekomem.domain.theater import is_theater
 from nekomem.domain.turns import Turn
+from nekomem.stores import fence
 from nekomem.stores.atomic import fsync_dir
 from nekomem.stores.timeindex_read import (
     DEFAULT_BUSY_TIMEOUT_MS,
@@ -71,6 +72,10 @@ _INSERT_ROW = f"INSERT INTO {_ORIGINAL} (session_id, message, timestamp) VALUES 
 _DELETE_CHUNK = 500  # ids bound per DELETE statement
 _ONE_STATEMENT_MAX_ROWS = 64  # 3 bound values per row, far below SQLite's variable limit
 _INSERT_SQL_BY_COUNT: dict[int, str] = {}
+
+
+# Connections to fenced files, never closed (see TimeIndex.close).
+_ABANDONED: list[sqlite3.Connection] = []
 
 
 def _insert_rows_sql(count: int) -> str:
@@ -153,6 +158,14 @@ class TimeIndex(TimeIndexReader):
 
     def close(self) -> None:
         self._count, self._last_ts, self._last_ts_known = None, None, False
+        if self._db is not None and not fence.allowed(self.path):
+            # Cluster mode, a shard this node lost: SQLite's close may checkpoint the WAL
+            # into the file and rewrites the -shm index, i.e. writes after the lease is
+            # gone. The connection is left open instead (one descriptor until exit).
+            _ABANDONED.append(self._db)
+            self._db = None
+            log.warning("%s: connection of a lost shard left open unclosed (no write after the fence)", self.path.name)
+            return
         super().close()
 
     # -- connection ----------------------------------------------------------------------
@@ -178,6 +191,7 @@ class TimeIndex(TimeIndexReader):
             db.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
             db.execute("BEGIN IMMEDIATE")
             try:
+                fence.check(self.path)
                 for statement in _SCHEMA:
                     db.execute(statement)
                 for table in (_ORIGINAL, _COMPRESSED):
@@ -203,6 +217,7 @@ class TimeIndex(TimeIndexReader):
         db.execute("BEGIN IMMEDIATE")
         try:
             yield db
+            fence.check(self.path)  # cluster mode: the last look before the commit
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
@@ -248,6 +263,7 @@ class TimeIndex(TimeIndexReader):
             # of four (each step hands the interpreter lock to another thread and back).
             # AUTOINCREMENT numbers the rows of one statement consecutively.
             db = self._conn()
+            fence.check(self.path)  # cluster mode: this statement commits by itself
             last_row_id = int(db.execute(_insert_rows_sql(len(rows)), [v for row in rows for v in row]).lastrowid or 0)
             self.last_row_id = last_row_id
             self._account(rows)

@@ -1,0 +1,278 @@
+"""One node of a nekomem cluster: its lease, its view of the cluster, and its shards.
+
+A loop thread renews the node's lease every ``cluster_poll_seconds`` (at most a third of
+the TTL), reads the members, the drained nodes and the shard owners from etcd, and
+reconciles: a shard whose rendezvous owner is this node and that has no owner is claimed
+(a txn that succeeds only if the key does not exist, the put attached to this node's lease;
+its revision is the shard's fencing token); a shard this node owns whose rendezvous owner
+is another live node is handed over (see :mod:`nekomem.cluster.shards`); a shard this node
+thought it owned but whose key is gone or someone else's is dropped at once (the fence is
+revoked before anything else). Claims, hand-overs and drops run on a few worker threads, so
+the loop keeps renewing the lease while characters passivate.
+
+etcd unreachable: the node keeps its tables and serves reads; once its fencing deadline has
+passed every write is refused (503), and when etcd answers again the lease is renewed (or,
+if it expired meanwhile, a new one is granted and the shards are claimed again). No restart.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from nekomem.cluster.etcd import EtcdClient, EtcdError, EtcdUnavailable, LeaseLost, compare_revision, delete_op, put_op
+from nekomem.cluster.fencing import Fence
+from nekomem.cluster.keys import Keys, Member, decode_member, encode_member, tail
+from nekomem.cluster.locks import ShardLocks
+from nekomem.cluster.ring import owner_of
+from nekomem.cluster.shards import ShardWork
+from nekomem.cluster.table import ClusterTable, Local
+from nekomem.config import Settings
+from nekomem.runtime.runtime import Runtime
+from nekomem.stores import fence as store_fence
+
+log = logging.getLogger("nekomem.cluster")
+
+
+class ClusterCounters:
+    """Counters for /metrics (thread-safe enough: each is written by one thread or under
+    the GIL with +=; a lost increment would only undercount)."""
+
+    def __init__(self) -> None:
+        self.forwards: dict[str, int] = {}  # outcome -> count
+        self.moves: dict[str, int] = {}  # claimed, released, lost
+        self.unavailable = 0  # requests answered 503 for want of an owner
+        self.etcd_errors = 0
+        self.lease_losses = 0
+
+    def forward(self, outcome: str) -> None:
+        self.forwards[outcome] = self.forwards.get(outcome, 0) + 1
+
+    def move(self, kind: str) -> None:
+        self.moves[kind] = self.moves.get(kind, 0) + 1
+
+
+class ClusterNode:
+    def __init__(self, settings: Settings, runtime: Runtime, *, node_id: str, url: str) -> None:
+        c = settings.cluster
+        self.settings = settings
+        self.runtime = runtime
+        self.node_id = node_id
+        self.url = url
+        self.shards = c.cluster_shards
+        self.ttl = max(1, round(c.cluster_lease_ttl_seconds))
+        self.period = min(c.cluster_poll_seconds, self.ttl / 3)
+        self.keys = Keys(c.cluster_key_prefix)
+        self.etcd = EtcdClient(c.cluster_etcd_url, timeout=min(c.cluster_etcd_timeout_seconds, self.ttl / 3))
+        self.fence = Fence(runtime.memory_root, self.ttl, c.cluster_fence_fraction, node_id=node_id)
+        self.table = ClusterTable(node_id)
+        self.locks = ShardLocks()
+        self.counters = ClusterCounters()
+        self.lease = 0
+        self._tokens: dict[int, int] = {}  # shard -> revision of our claim (also after the fence is revoked)
+        self._busy: set[int] = set()  # shards with a job queued or running
+        self._busy_lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="nekomem-shards")
+        self.work = ShardWork(self, runtime)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._etcd_down_since: float | None = None
+
+    # -- life ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Install the write fence, take a lease, register, and start the loop. Raises
+        EtcdError when etcd cannot be reached at start (the server does not start)."""
+        store_fence.install(self.fence.guard)
+        self._new_lease()
+        self._thread = threading.Thread(target=self._run, name="nekomem-cluster", daemon=True)
+        self._thread.start()
+        log.info("cluster node %s started (ttl %ds, %d shards)", self.node_id, self.ttl, self.shards)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Hand every owned shard back (finish in-flight, passivate, delete the keys),
+        revoke the lease, and remove the write fence."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        for shard in self.table.owned():
+            self.table.set_local(shard, Local.LEAVING)
+        jobs = [self._pool.submit(self.work.hand_over, shard) for shard in self.table.owned()]
+        for job in jobs:
+            try:
+                job.result(timeout)
+            except Exception:
+                log.warning("a shard could not be handed over cleanly at stop", exc_info=True)
+        try:
+            if self.lease:
+                self.etcd.revoke(self.lease)
+        except EtcdError:
+            log.warning("the lease could not be revoked at stop (it expires by itself)")
+        self._pool.shutdown(wait=False)
+        self.locks.release_all()
+        store_fence.install(None)
+        self.etcd.close()
+
+    def _new_lease(self) -> None:
+        sent = time.monotonic()
+        self.lease = self.etcd.grant(self.ttl)
+        self.etcd.put(self.keys.node(self.node_id), encode_member(Member(self.node_id, self.url)), self.lease)
+        self.fence.renewed(sent)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception:
+                log.exception("cluster tick failed")
+            self._stop.wait(self.period)
+
+    # -- one tick ------------------------------------------------------------------------
+    def tick(self) -> None:
+        """Renew the lease, read the cluster, reconcile the shards."""
+        sent = time.monotonic()
+        try:
+            self.etcd.keepalive(self.lease)
+            self.fence.renewed(sent)
+            members, draining, owners = self._read_view()
+        except LeaseLost:
+            self._lease_lost()
+            return
+        except EtcdUnavailable as exc:
+            self.counters.etcd_errors += 1
+            if self._etcd_down_since is None:
+                self._etcd_down_since = sent
+                log.warning("etcd unreachable (%s); writes stop at the fencing deadline", exc)
+            return
+        if self._etcd_down_since is not None:
+            log.info("etcd reachable again after %.1fs", sent - self._etcd_down_since)
+            self._etcd_down_since = None
+        if self.node_id not in members:  # our key was lost while the lease lived (a manual delete)
+            self.etcd.put(self.keys.node(self.node_id), encode_member(Member(self.node_id, self.url)), self.lease)
+            members[self.node_id] = Member(self.node_id, self.url)
+        self.table.set_view(members, draining, owners)
+        self._reconcile(members, draining, owners)
+
+    def _read_view(self) -> tuple[dict[str, Member], set[str], dict[int, Member]]:
+        node_kvs, _ = self.etcd.range(self.keys.nodes, prefix=True)
+        drain_kvs, _ = self.etcd.range(self.keys.drain, prefix=True)
+        shard_kvs, _ = self.etcd.range(self.keys.shards, prefix=True)
+        members: dict[str, Member] = {}
+        for kv in node_kvs:
+            member = decode_member(kv.value)
+            if member is not None:
+                members[member.node] = member
+        draining = {tail(kv.key, self.keys.drain) for kv in drain_kvs}
+        owners: dict[int, Member] = {}
+        for kv in shard_kvs:
+            label = tail(kv.key, self.keys.shards)
+            member = decode_member(kv.value)
+            if label.isdigit() and member is not None:
+                owners[int(label)] = member
+                if member.node == self.node_id and int(label) not in self._tokens:
+                    self._tokens[int(label)] = kv.mod_revision
+        return members, draining, owners
+
+    def _reconcile(self, members: dict[str, Member], draining: set[str], owners: dict[int, Member]) -> None:
+        live = [n for n in members if n not in draining] or list(members)
+        for shard in range(self.shards):
+            state = self.table.state_of(shard)
+            owner = owners.get(shard)
+            mine = owner is not None and owner.node == self.node_id
+            desired = owner_of(shard, live)
+            if state in (Local.READY, Local.CLAIMING) and not mine:
+                self._lose(shard)
+            elif state is None and mine:
+                self._submit(shard, self.work.give_back)  # a key of ours we do not serve
+            elif state is None and owner is None and desired == self.node_id:
+                self._claim(shard)
+            elif state is Local.READY and desired != self.node_id and owner is not None:
+                if self._begin(shard):
+                    self.table.set_local(shard, Local.LEAVING)
+                    self._pool.submit(self._job, shard, self.work.hand_over)
+
+    # -- shard transitions ---------------------------------------------------------------
+    def _claim(self, shard: int) -> None:
+        key = self.keys.shard(shard)
+        value = encode_member(Member(self.node_id, self.url))
+        try:
+            result = self.etcd.txn([compare_revision(key, "CREATE", 0)], [put_op(key, value, self.lease)])
+        except EtcdError as exc:
+            log.warning("claim of shard %d failed: %s", shard, exc)
+            return
+        if not result.succeeded:
+            return  # someone else was faster; the next tick reads who
+        self._tokens[shard] = result.revision
+        self.table.set_owner(shard, Member(self.node_id, self.url))
+        self.table.set_local(shard, Local.CLAIMING)
+        self._submit(shard, self.work.take_over)
+
+    def _lose(self, shard: int) -> None:
+        """The key is gone or someone else's: stop writing now, then let the characters go."""
+        self.fence.revoke(shard)
+        self.table.set_local(shard, Local.LEAVING)
+        self.counters.move("lost")
+        log.warning("shard %d lost (its key expired or changed owner)", shard)
+        self._submit(shard, self.work.drop)
+
+    def _lease_lost(self) -> None:
+        self.counters.lease_losses += 1
+        self.fence.expire()
+        log.warning("the lease expired; every shard of this node is dropped and a new lease taken")
+        for shard in self.table.owned():
+            if self.table.state_of(shard) is not Local.LEAVING:
+                self._lose(shard)
+        try:
+            self._new_lease()
+        except EtcdError as exc:
+            log.warning("no new lease yet: %s", exc)
+
+    def _begin(self, shard: int) -> bool:
+        with self._busy_lock:
+            if shard in self._busy:
+                return False
+            self._busy.add(shard)
+            return True
+
+    def _submit(self, shard: int, job: object) -> None:
+        if self._begin(shard):
+            self._pool.submit(self._job, shard, job)
+
+    def _job(self, shard: int, job: object) -> None:
+        try:
+            assert callable(job)
+            job(shard)
+        except Exception:
+            log.exception("shard %d: a move step failed", shard)
+        finally:
+            with self._busy_lock:
+                self._busy.discard(shard)
+
+    # -- used by the shard work ----------------------------------------------------------
+    def token(self, shard: int) -> int | None:
+        return self._tokens.get(shard)
+
+    def delete_key(self, shard: int) -> bool:
+        """Delete the shard's key if it still holds our claim (compares its revision)."""
+        token = self._tokens.pop(shard, None)
+        if token is None:
+            return False
+        key = self.keys.shard(shard)
+        try:
+            return self.etcd.txn([compare_revision(key, "MOD", token)], [delete_op(key)]).succeeded
+        except EtcdError as exc:
+            log.warning("shard %d: its key could not be deleted (%s); it expires with the lease", shard, exc)
+            return False
+
+    def forget_token(self, shard: int) -> None:
+        self._tokens.pop(shard, None)
+
+    # -- operations ----------------------------------------------------------------------
+    def set_drain(self, node_id: str, on: bool) -> None:
+        """Mark ``node_id`` drained (its shards move to the others) or not. Raises EtcdError."""
+        if on:
+            self.etcd.put(self.keys.drained(node_id), json.dumps({}).encode())
+        else:
+            self.etcd.delete(self.keys.drained(node_id))

@@ -1,0 +1,95 @@
+"""The steps of a shard changing hands, run on the node's worker threads.
+
+* take over (a claim etcd accepted): take the folder lock, allow writes, recover the
+  characters with work left over (the journal reconciler and the outbox replay run as after
+  a restart), then serve. Other characters activate on demand.
+* hand over (a node joined, this node is drained or stops): new requests wait (the shard is
+  LEAVING), the in-flight ones finish, every active character of the shard is passivated
+  (its views flushed and fsync'd, its files closed), writes are refused, the lock is
+  released, then the key is deleted in a txn comparing its revision: the next owner claims.
+* drop (the key expired or changed owner): writes are already refused; the characters are
+  stopped and the lock released.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from nekomem.cluster.table import Local
+from nekomem.runtime.runtime import Runtime
+from nekomem.stores.layout import list_characters
+from nekomem.stores.shard_layout import shard_folder, shard_of
+
+if TYPE_CHECKING:
+    from nekomem.cluster.node import ClusterNode
+
+log = logging.getLogger("nekomem.cluster")
+
+
+class ShardWork:
+    def __init__(self, node: ClusterNode, runtime: Runtime) -> None:
+        self.node = node
+        self.runtime = runtime
+
+    def _names(self, shard: int) -> list[str]:
+        registry = self.runtime.registry
+        return [name for name in registry.active_names() if shard_of(name, self.node.shards) == shard]
+
+    def _passivate(self, shard: int) -> None:
+        for name in self._names(shard):
+            self.runtime.registry.release(name)
+
+    def take_over(self, shard: int) -> None:
+        node = self.node
+        token = node.token(shard)
+        if token is None or node.table.state_of(shard) is not Local.CLAIMING:
+            return
+        folder = shard_folder(self.runtime.memory_root, shard)
+        node.locks.acquire(shard, folder, self.runtime.settings.cluster.cluster_lock_wait_seconds)
+        if node.table.state_of(shard) is not Local.CLAIMING:  # dropped while waiting
+            node.locks.release(shard)
+            return
+        node.fence.grant(shard, token)
+        recovered = 0
+        for name in list_characters(folder):
+            try:
+                if self.runtime.actors.has_unfinished(self.runtime.character_paths(name)):
+                    self.runtime.registry.activate(name)
+                    self.runtime.registry.flush(name)
+                    recovered += 1
+            except Exception as exc:  # noqa: BLE001 - retried at the character's next activation
+                log.warning("shard %d: recovery of a character failed: %s", shard, type(exc).__name__)
+        if node.table.state_of(shard) is Local.CLAIMING:
+            node.table.set_local(shard, Local.READY)
+            node.counters.move("claimed")
+        log.info("shard %d taken over (token %d, %d characters recovered)", shard, token, recovered)
+
+    def hand_over(self, shard: int) -> None:
+        node = self.node
+        settings = self.runtime.settings.cluster
+        if not node.table.wait_drained(shard, settings.cluster_move_timeout_seconds):
+            log.warning("shard %d: requests still in flight after %.0fs; passivating anyway", shard, settings.cluster_move_timeout_seconds)
+        try:
+            self._passivate(shard)
+        finally:
+            node.fence.revoke(shard)
+            node.locks.release(shard)
+            node.delete_key(shard)
+            node.table.set_local(shard, None)
+        node.counters.move("released")
+        log.info("shard %d handed over", shard)
+
+    def drop(self, shard: int) -> None:
+        node = self.node
+        try:
+            self._passivate(shard)  # writes are refused already: nothing reaches the files
+        finally:
+            node.locks.release(shard)
+            node.forget_token(shard)
+            node.table.set_local(shard, None)
+
+    def give_back(self, shard: int) -> None:
+        """A key of this node's lease for a shard it does not serve: delete it."""
+        if self.node.table.state_of(shard) is None:
+            self.node.delete_key(shard)

@@ -1,0 +1,188 @@
+"""Cluster mode's front door: every request for a character goes to its shard's owner.
+
+An ASGI middleware (inside the request guard, so a refused request is refused on the first
+hop). It finds the character the way the routes do (the first route of the app that matches
+the path, its ``name`` parameter, validated), then:
+
+* this node owns the shard and it is ready: the request is served here, counted in flight
+  on the shard (a hand-over waits for it);
+* another node owns it: the request is sent there with the same method, path, query, body
+  and headers (``Idempotency-Key`` included) on a pooled keep-alive connection
+  (:mod:`nekomem.http.cluster_pool`), and the answer is relayed; a request that arrived forwarded is never forwarded again;
+* the shard is moving or has no owner yet: the request waits up to
+  ``cluster_owner_wait_seconds`` for one, then answers 503 ``shard_unavailable`` with
+  ``Retry-After`` (and the reference client's limited-mode fields).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from starlette.routing import Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from nekomem.cluster.node import ClusterNode
+from nekomem.cluster.table import Route
+from nekomem.http.cluster_pool import HopPool, Lost, Unreachable
+from nekomem.http.errors import error_response
+from nekomem.stores.layout import InvalidName, validate_name
+from nekomem.stores.shard_layout import shard_of
+
+log = logging.getLogger("nekomem.cluster")
+
+FORWARDED_HEADER = b"x-nekomem-forwarded-by"
+SERVED_BY_HEADER = b"x-nekomem-node"  # on every character answer: the node that served it
+SLOT_HEADER = b"x-nekomem-slot"  # ... and its front-proxy slot (cluster_proxy_slot), when set
+# Hop-by-hop headers (RFC 9110 §7.6.1) and the ones httpx / the server set themselves.
+_HOP = frozenset(
+    {b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer", b"upgrade", b"content-length", b"proxy-connection"}
+)
+_WAIT_STEP = 0.05
+
+
+class ForwardingMiddleware:
+    def __init__(self, app: ASGIApp, node: ClusterNode, routes: list[object]) -> None:
+        self.app = app
+        self.node = node
+        self.routes = routes
+        c = node.settings.cluster
+        self.wait = c.cluster_owner_wait_seconds
+        self.max_length = node.settings.server.name_max_length
+        self.retry_after = str(max(1, round(node.ttl / 2)))
+        self.slot = c.cluster_proxy_slot
+        self.pool = HopPool(max_idle=c.cluster_forward_connections, timeout=c.cluster_forward_timeout_seconds)
+
+    def character(self, scope: Scope) -> str | None:
+        """The canonical character name a request addresses, or None (not a character
+        route, or a name the route will refuse itself)."""
+        for route in self.routes:
+            match, child = route.matches(scope)  # type: ignore[attr-defined]
+            if match is Match.FULL:
+                raw = child.get("path_params", {}).get("name")
+                if not isinstance(raw, str):
+                    return None
+                try:
+                    return validate_name(raw, self.max_length)
+                except InvalidName:
+                    return None
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        name = self.character(scope)
+        if name is None:
+            await self.app(scope, receive, send)
+            return
+        shard = shard_of(name, self.node.shards)
+        forwarded = any(key == FORWARDED_HEADER for key, _ in scope["headers"])
+        table = self.node.table
+        body: bytes | None = None
+        end = time.monotonic() + self.wait
+        while True:
+            route = table.route(shard, forwarded=forwarded)
+            if route.kind == "local" and table.enter(shard):
+                try:
+                    await self.app(scope, _replay(body, receive) if body is not None else receive, self._mark(send))
+                finally:
+                    table.leave(shard)
+                return
+            if route.kind == "forward":
+                if body is None:
+                    body = await _read_body(receive)
+                if await self._forward(route, scope, body, send):
+                    return
+            if time.monotonic() >= end:
+                break
+            await asyncio.sleep(_WAIT_STEP)
+        self.node.counters.unavailable += 1
+        response = error_response(
+            503,
+            "shard_unavailable",
+            "the character's shard is moving to another node or has no owner yet; nothing was stored. Retry shortly",
+            ok=False,
+            limited_mode=True,
+            blocking_reason="shard_moving",
+            shard=shard,
+        )
+        response.headers["Retry-After"] = self.retry_after
+        await response(scope, receive, send)
+
+    def _mark(self, send: Send) -> Send:
+        """``send`` with the served-by header added to the answer's start."""
+        marks = [(SERVED_BY_HEADER, self.node.node_id.encode())]
+        if self.slot:
+            marks.append((SLOT_HEADER, str(self.slot).encode()))
+
+        async def marked(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *marks]}
+            await send(message)
+
+        return marked
+
+    async def _forward(self, route: Route, scope: Scope, body: bytes, send: Send) -> bool:
+        """Send the request to the owner and relay its answer; False when the owner could
+        not be reached (nothing was sent: the caller waits for a new owner)."""
+        headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _HOP]
+        headers.append((FORWARDED_HEADER, self.node.node_id.encode()))
+        target = scope.get("raw_path") or scope["path"].encode()
+        query = scope.get("query_string", b"")
+        if query:
+            target += b"?" + query
+        try:
+            status, answer_headers, content = await self.pool.request(route.url, scope["method"], target, headers, body)
+        except Unreachable:
+            self.node.counters.forward("unreachable")
+            return False
+        except Lost as exc:
+            # Sent, then lost: it may have been stored. Only the client can retry safely
+            # (with its Idempotency-Key).
+            self.node.counters.forward("failed")
+            log.warning("a request forwarded to %s failed: %s", route.node, exc)
+            response = error_response(503, "forward_failed", "the owner node did not answer; the request may or may not have been stored")
+            response.headers["Retry-After"] = self.retry_after
+            await response(scope, _no_body, send)
+            return True
+        self.node.counters.forward("ok")
+        out = [(k.lower(), v) for k, v in answer_headers if k.lower() not in _HOP]
+        out.append((b"content-length", str(len(content)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": out})
+        await send({"type": "http.response.body", "body": content})
+        return True
+
+    async def aclose(self) -> None:
+        await self.pool.close()
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that yields the already-read body once, then defers to the real one."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+async def _no_body() -> Message:
+    return {"type": "http.request", "body": b"", "more_body": False}

@@ -1,0 +1,165 @@
+"""The parts of cluster mode that need no cluster: the shard hash, rendezvous hashing, the
+fence over the real store write helpers, the folder locks, the etcd client against a real
+etcd (Debian's etcd-server), and single-node mode left as it was."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import unicodedata
+from collections import Counter
+
+import pytest
+
+from nekomem.cluster.etcd import EtcdClient, LeaseLost, compare_revision, delete_op, put_op
+from nekomem.cluster.fencing import WRITERS_FILE, Fence
+from nekomem.cluster.locks import ShardLocks
+from nekomem.cluster.ring import assignment, owner_of
+from nekomem.domain.turns import Turn
+from nekomem.stores import fence as store_fence
+from nekomem.stores.atomic import atomic_write_json
+from nekomem.stores.faults import classify
+from nekomem.stores.fence import FencedWrite
+from nekomem.stores.jsonl import NdjsonLog
+from nekomem.stores.shard_layout import character_root, shard_folder, shard_of, shard_of_path
+from nekomem.stores.timeindex import TimeIndex
+from tests.support.cluster import Etcd, require_tools
+from tests.support.live import make_settings
+from tests.support.waiting import wait_for
+
+
+def test_shard_of_is_stable_across_processes_and_canonical():
+    names = ["Lan", "ねこ", "Café", "小天", "c042"]
+    here = [shard_of(n, 256) for n in names]
+    code = "import sys; from nekomem.stores.shard_layout import shard_of; print([shard_of(n, 256) for n in sys.argv[1:]])"
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}  # a salted built-in hash would differ
+    out = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.strip() == str(here)
+    assert shard_of(unicodedata.normalize("NFD", "Café"), 256) == shard_of("Café", 256)
+    counts = Counter(shard_of(f"user-{i}", 64) for i in range(6400))
+    assert len(counts) == 64 and max(counts.values()) < 2 * min(counts.values())
+
+
+def test_rendezvous_moves_only_the_joining_or_leaving_nodes_shards():
+    three = assignment(256, ["a", "b", "c"])
+    four = assignment(256, ["a", "b", "c", "d"])
+    moved = [s for s in range(256) if three[s] != four[s]]
+    assert all(four[s] == "d" for s in moved)
+    assert 0.15 * 256 < len(moved) < 0.35 * 256
+    two = assignment(256, ["a", "c"])
+    assert all(two[s] == three[s] for s in range(256) if three[s] != "b")
+    assert owner_of(3, []) is None
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def fenced(tmp_path):
+    clock = ManualClock()
+    fence = Fence(tmp_path, ttl=10, fraction=0.5, node_id="me", clock=clock)
+    store_fence.install(fence.guard)
+    yield fence, clock, tmp_path
+    store_fence.install(None)
+
+
+def test_the_fence_refuses_every_store_write_past_the_deadline_and_outside_owned_shards(fenced):
+    fence, clock, root = fenced
+    name = "Lan"
+    folder = character_root(root, name, 16) / name
+    folder.mkdir(parents=True)
+    shard = shard_of(name, 16)
+    assert shard_of_path(root, folder / "x.json") == shard and shard_of_path(root, root / "core_config.json") is None
+    view, log = folder / "view.json", NdjsonLog(folder / "events.ndjson")
+    with pytest.raises(FencedWrite):  # not owned yet
+        atomic_write_json(view, {"v": 0})
+    fence.grant(shard, token=41)
+    with pytest.raises(FencedWrite):  # owned, but no keepalive acknowledged yet
+        atomic_write_json(view, {"v": 0})
+    fence.renewed(sent_at=clock.now)
+    atomic_write_json(view, {"v": 1})
+    log.append([b'{"n":1}'])
+    index = TimeIndex(folder / "time_indexed.db")
+    index.append("s", [Turn(role="human", text="kept", ts="2024-01-01T00:00:00Z")])
+    # The deadline passes (a paused process waking up): nothing more reaches the files.
+    clock.now += 5.0
+    with pytest.raises(FencedWrite) as refused:
+        atomic_write_json(view, {"v": 2})
+    assert classify(refused.value).code == "shard_fenced" and classify(refused.value).status == 503
+    with pytest.raises(FencedWrite):
+        log.append([b'{"n":2}'])
+    with pytest.raises(FencedWrite):
+        index.append("s", [Turn(role="human", text="lost", ts="2024-01-01T00:00:01Z")])
+    assert view.read_text().strip() == '{"v":1}' and (folder / "events.ndjson").read_bytes() == b'{"n":1}\n'
+    assert index.count() == 1
+    index.close()  # a fenced connection is left open, never checkpointed into the file
+    fence.renewed(sent_at=clock.now)
+    fence.revoke(shard)  # handed over: refused again although the deadline is fine
+    with pytest.raises(FencedWrite):
+        atomic_write_json(view, {"v": 3})
+    assert fence.refusals == 7  # six writes and the unclosed connection's look
+    writers = (folder / WRITERS_FILE).read_text().splitlines()
+    assert len(writers) == 1 and '"node": "me"' in writers[0] and '"token": 41' in writers[0]
+
+
+def test_a_shard_lock_held_elsewhere_is_waited_for_then_overridden(tmp_path):
+    first, second = ShardLocks(), ShardLocks()
+    folder = shard_folder(tmp_path, 7)
+    assert first.acquire(7, folder, wait=0)
+    assert not second.acquire(7, folder, wait=0.2) and second.overrides == 1
+    first.release(7)
+    assert second.acquire(7, folder, wait=0.2) and second.held() == [7]
+    second.release_all()
+
+
+def test_etcd_claims_compare_revisions_and_leases_take_their_keys(tmp_path):
+    require_tools()
+    etcd = Etcd(tmp_path)
+    etcd.start()
+    client = EtcdClient(etcd.url, timeout=2)
+    try:
+        lease = client.grant(60)
+        assert client.keepalive(lease) == 60
+        key = "/t/shards/0001"
+        claim = client.txn([compare_revision(key, "CREATE", 0)], [put_op(key, b"a", lease)])
+        assert claim.succeeded
+        assert not client.txn([compare_revision(key, "CREATE", 0)], [put_op(key, b"b", lease)]).succeeded
+        (kv,), _ = client.range("/t/shards/", prefix=True)
+        assert kv.value == b"a" and kv.mod_revision == claim.revision and kv.lease == lease
+        assert not client.txn([compare_revision(key, "MOD", claim.revision - 1)], [delete_op(key)]).succeeded
+        other = client.grant(1)
+        client.put("/t/nodes/x", b"{}", other)
+        # A lease nobody renews expires, and its keys go with it.
+        wait_for(lambda: not client.range("/t/nodes/", prefix=True)[0], timeout=30, what="the lease to expire")
+        with pytest.raises(LeaseLost):
+            client.keepalive(other)
+        assert client.txn([compare_revision(key, "MOD", claim.revision)], [delete_op(key)]).succeeded
+        assert client.range(key)[0] == []
+    finally:
+        client.close()
+        etcd.stop()
+
+
+def test_single_node_mode_keeps_the_flat_layout_and_needs_no_etcd(tmp_path):
+    from nekomem.actors.host import ACTORS
+    from nekomem.http.app import create_app
+    from nekomem.http.openapi import build_document
+    from nekomem.runtime.runtime import Runtime
+
+    settings = make_settings(tmp_path)
+    assert settings.cluster.cluster_etcd_url == "" and settings.cluster.cluster_shards == 256
+    runtime = Runtime(settings, actors=ACTORS)
+    assert runtime.services.character_root is None
+    assert runtime.character_paths("Lan").folder == tmp_path.resolve() / "Lan"
+    app = create_app(settings, runtime=runtime)
+    assert not any(getattr(r, "path", "").startswith("/cluster") for r in app.router.routes)
+    assert getattr(app.state, "cluster", None) is None
+    assert not [p for p in build_document()["paths"] if p.startswith("/cluster")]  # the same documented routes
+    clustered = Runtime(make_settings(tmp_path, cluster_etcd_url="http://127.0.0.1:9", cluster_shards=16), actors=ACTORS)
+    assert clustered.character_paths("Lan").folder == shard_folder(tmp_path.resolve(), shard_of("Lan", 16)) / "Lan"
