@@ -22,6 +22,7 @@ import msgspec
 
 from nekomem.actors.base import ChildActor
 from nekomem.actors.messages import Enqueue, OutboxAck
+from nekomem.actors.recent_backlog import FactBacklog
 from nekomem.domain import context, recent_window, review, theater, window_rebuild
 from nekomem.domain.post_turn import POST_TURN_CURSOR, PostTurnCursor, session_runs
 from nekomem.domain.tokens import get_counter
@@ -84,7 +85,9 @@ class RecentState(ChildActor):
             self._enforce_cap()
             self._save_window()  # durable, and the new base (unreadable items are kept aside)
             self._save_meta()
+        self.backlog = FactBacklog(self.tindex, self.ctx.settings.longterm)
         self._replay_post_turn()
+        self.feed_backlog()
 
     def flush(self) -> None:
         """Persist the post-turn cursor and recent_meta.json (with journal_row)."""
@@ -247,7 +250,9 @@ class RecentState(ChildActor):
             # No model can extract facts: the record would only announce the turns and be
             # finished unrun (FactActor.on_RunOp), so the turns are announced here, with no
             # record, and count as done (a write that waits hears it as from the outbox).
+            # They stay in the fact backlog, mined once such a model is configured.
             self.announce_stored_turns(list(turns))
+            self.backlog.extend(first, last)
             if write_id:
                 self.ctx.send("recent", ack)
             else:
@@ -255,6 +260,25 @@ class RecentState(ChildActor):
             return
         payload = {"messages": [t.to_disk() for t in turns], "session_id": session_id, "rows": [first, last]}
         self.ctx.send("outbox", Enqueue(op_type=OP_POST_TURN, payload=payload, reply_value=ack, replay=replay, turns=list(turns)))
+
+    def feed_backlog(self) -> None:
+        """Hand the fact backlog's next batch to the fact actor, as a post-turn record
+        marked ``backlog`` (see :mod:`nekomem.actors.recent_backlog`), when a model can
+        extract facts and no batch is being mined."""
+        if not self.model_available("extract_facts"):
+            return
+        batch = self.backlog.next_batch()
+        if batch is None:
+            return
+        # "backlog_rows", not "rows": the outbox's replay check takes every row under its
+        # floor as recorded, and these rows are older than that.
+        payload = {
+            "messages": [t.to_disk() for t in batch.turns],
+            "session_id": batch.session_id,
+            "backlog_rows": [batch.first, batch.last],
+        }
+        self.log.info("fact backlog: rows %d..%d handed to extraction", batch.first, batch.last)
+        self.ctx.send("outbox", Enqueue(op_type=OP_POST_TURN, payload=payload, turns=list(batch.turns)))
 
     def _save_cursor(self) -> None:
         update = self.post_turn.update() if hasattr(self, "post_turn") else None

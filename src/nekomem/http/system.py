@@ -14,7 +14,8 @@ from nekomem.http.bodies import decode_body
 from nekomem.http.errors import ApiError
 from nekomem.http.schemas import PowerfulMemoryBody
 from nekomem.runtime.switches import POWERFUL, SwitchError
-from nekomem.stores.layout import list_characters
+from nekomem.stores.fact_backlog import backlog_remaining
+from nekomem.stores.layout import CharacterPaths, list_characters
 
 
 def embeddings_status(rt: Any) -> dict[str, Any]:
@@ -71,8 +72,23 @@ async def health(request: Request) -> Response:
         "storage": await asyncio.to_thread(rt.services.storage.snapshot),
         "files": rt.files.snapshot(),
         "case_insensitive_root": rt.names.insensitive,
+        "fact_backlog": await asyncio.to_thread(_fact_backlog, rt),
     }
     return JSONResponse(body)
+
+
+def _fact_backlog(rt: Any) -> dict[str, Any]:
+    """The stored turns still waiting for fact extraction because they arrived before a
+    model that can extract facts was configured: the setting, the rows remaining in all,
+    and per character (those with any left)."""
+    server = rt.settings.server
+    per: dict[str, int] = {}
+    for name in list_characters(rt.memory_root):
+        paths = CharacterPaths(rt.memory_root, name, max_length=server.name_max_length, max_units=server.name_max_units)
+        left = backlog_remaining(paths.time_index_db)
+        if left:
+            per[name] = left
+    return {"enabled": rt.settings.longterm.fact_backlog_enabled, "rows_remaining": sum(per.values()), "characters": per}
 
 
 def _toggle_lock(request: Request) -> asyncio.Lock:

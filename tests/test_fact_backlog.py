@@ -1,0 +1,86 @@
+"""Turns stored before a model that can extract facts was configured are mined once one is
+(issue 27, item 2): on a real server started without a model, then again with the loopback
+fake model, in bounded batches, with progress in /health and the browser's character
+listing, and not at all when the backlog is switched off."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from tests.support.fake_llm import FakeLLM, last_user_text
+from tests.support.live import LiveServer, make_settings
+from tests.support.waiting import quiesce, wait_for
+
+NAME = "Lan"
+PETS = "Pixel Mochi Biscuit Nori Tofu Pudding Sesame Waffle".split()
+_PET = re.compile(r"a cat named (\w+)")
+BATCH_ROWS = 4  # two turns (a user and an assistant row each) per backlog batch
+
+
+def name_each_cat(request: dict) -> dict:
+    """A scripted extractor: one fact per cat the conversation names."""
+    found = _PET.findall(last_user_text(request))
+    return {"facts": [{"text": f"Master has a cat named {pet}", "importance": 6, "entity": "master"} for pet in dict.fromkeys(found)]}
+
+
+def fact_texts(srv: LiveServer) -> list[str]:
+    return [f["text"] for f in srv.get(f"/api/characters/{NAME}/facts", params={"limit": 100}).json()["items"]]
+
+
+def backlog_in_health(srv: LiveServer) -> dict:
+    return srv.get("/health").json()["fact_backlog"]
+
+
+def backlog_in_browser(srv: LiveServer) -> int:
+    rows = srv.get("/api/browse/characters").json()["characters"]
+    return next(r["fact_backlog"] for r in rows if r["name"] == NAME)
+
+
+def test_turns_stored_without_a_model_are_mined_in_bounded_batches_once_one_is_configured(tmp_path, fake_llm: FakeLLM):
+    fake_llm.on("extract_facts", name_each_cat)
+    base = {"embedding_enabled": False, "fact_backlog_batch_rows": BATCH_ROWS}
+
+    # 1. No model: the turns are stored, nothing can mine them; the backlog shows.
+    with LiveServer(make_settings(tmp_path, **base)) as srv:
+        for pet in PETS:
+            r = srv.post(
+                f"/cache/{NAME}",
+                json={
+                    "input_history": [
+                        {"role": "user", "content": f"I just adopted a cat named {pet}"},
+                        {"role": "assistant", "content": "Lovely!"},
+                    ]
+                },
+            )
+            assert r.status_code == 200, r.text
+        quiesce(srv.runtime, NAME)
+        assert backlog_in_health(srv) == {"enabled": True, "rows_remaining": 2 * len(PETS), "characters": {NAME: 2 * len(PETS)}}
+        assert backlog_in_browser(srv) == 2 * len(PETS)
+        assert fact_texts(srv) == []
+
+    model = {"llm_base_url": fake_llm.base_url, "llm_model": "fake"}
+
+    # 2. A model, with the backlog switched off: it is left untouched, no model call.
+    with LiveServer(make_settings(tmp_path, **base, **model, fact_backlog_enabled=False)) as srv:
+        srv.get(f"/api/characters/{NAME}/facts")  # activates the character
+        quiesce(srv.runtime, NAME)
+        assert fake_llm.calls("extract_facts") == []
+        assert fact_texts(srv) == []
+        assert backlog_in_health(srv)["rows_remaining"] == 2 * len(PETS)
+        assert backlog_in_health(srv)["enabled"] is False
+
+    # 3. A model and the default: the backlog is mined at start-up, nothing asked.
+    with LiveServer(make_settings(tmp_path, **base, **model)) as srv:
+        wait_for(lambda: len(fact_texts(srv)) == len(PETS), what="a fact for every cat of the backlog")
+        wait_for(lambda: backlog_in_health(srv)["rows_remaining"] == 0, what="the backlog to reach 0")
+        assert backlog_in_health(srv)["characters"] == {}
+        assert backlog_in_browser(srv) == 0
+        quiesce(srv.runtime, NAME)
+        assert sorted(fact_texts(srv)) == sorted(f"Master has a cat named {pet}" for pet in PETS)
+
+    calls = [_PET.findall(last_user_text(c["body"])) for c in fake_llm.calls("extract_facts")]
+    # Bounded batches, oldest first, each turn once: one model call per batch of four rows.
+    assert calls == [PETS[i : i + 2] for i in range(0, len(PETS), 2)]
+    facts = json.loads((tmp_path / NAME / "facts.json").read_text(encoding="utf-8"))
+    assert any("Pixel" in json.dumps(f) for f in facts)
