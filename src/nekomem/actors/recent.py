@@ -111,7 +111,7 @@ class RecentActor(RecentTheater):
                 turns,
                 idempotency_key=key,
                 response=msgspec.json.encode(value) if key else None,
-                cursors=self.post_turn.update(),
+                cursors=self.cursor_updates(),
             )
         if turns:
             if not looked:

@@ -42,6 +42,7 @@ class FactBacklog:
         self.lo = tindex.cursor(BACKLOG_FROM) or 0
         self.hi = tindex.cursor(BACKLOG_TO) or 0
         self.inflight: int | None = None  # the last row of the batch handed out
+        self.dirty = False  # extended since the cursors were last stored
 
     def remaining(self) -> bool:
         """Whether rows still wait for extraction."""
@@ -49,13 +50,22 @@ class FactBacklog:
 
     def extend(self, first: int, last: int) -> None:
         """Rows ``first..last`` were stored while no model could extract facts. Nothing is
-        kept when the backlog is switched off."""
+        kept when the backlog is switched off. Stored by :meth:`update`, with the post-turn
+        cursor that moved over the same rows (no transaction of its own per turn)."""
         if not self.enabled:
             return
         if not self.remaining():
             self.lo = first - 1
         self.hi = max(self.hi, last)
-        self._save()
+        self.dirty = True
+
+    def update(self) -> dict[str, int]:
+        """The cursors to store with the next time-index transaction (then counted as
+        stored); empty when they did not change."""
+        if not self.dirty:
+            return {}
+        self.dirty = False
+        return {BACKLOG_FROM: self.lo, BACKLOG_TO: self.hi}
 
     def next_batch(self) -> BacklogBatch | None:
         """The next batch to mine, or None (switched off, nothing left, or one batch is
@@ -83,4 +93,5 @@ class FactBacklog:
         self._save()
 
     def _save(self) -> None:
+        self.dirty = False
         self.tindex.set_cursors({BACKLOG_FROM: self.lo, BACKLOG_TO: self.hi})

@@ -280,8 +280,14 @@ class RecentState(ChildActor):
         self.log.info("fact backlog: rows %d..%d handed to extraction", batch.first, batch.last)
         self.ctx.send("outbox", Enqueue(op_type=OP_POST_TURN, payload=payload, turns=list(batch.turns)))
 
+    def cursor_updates(self) -> dict[str, int] | None:
+        """The post-turn and fact-backlog cursors that moved since they were last stored
+        (stored with the next time-index transaction), or None."""
+        update = {**(self.post_turn.update() or {}), **self.backlog.update()}
+        return update or None
+
     def _save_cursor(self) -> None:
-        update = self.post_turn.update() if hasattr(self, "post_turn") else None
+        update = self.cursor_updates() if hasattr(self, "post_turn") else None
         if update:
             self.tindex.set_cursors(update)
 
