@@ -84,3 +84,43 @@ def test_turns_stored_without_a_model_are_mined_in_bounded_batches_once_one_is_c
     assert calls == [PETS[i : i + 2] for i in range(0, len(PETS), 2)]
     facts = json.loads((tmp_path / NAME / "facts.json").read_text(encoding="utf-8"))
     assert any("Pixel" in json.dumps(f) for f in facts)
+
+
+def test_a_failing_model_backs_the_backlog_off_instead_of_calling_on_a_tick(tmp_path, fake_llm: FakeLLM):
+    failing = [True]
+
+    def flaky(request: dict) -> dict:
+        if failing[0]:
+            raise RuntimeError("the model is down")  # the fake server answers 500
+        return name_each_cat(request)
+
+    fake_llm.on("extract_facts", flaky)
+    base = {"embedding_enabled": False, "fact_backlog_batch_rows": 2}
+    with LiveServer(make_settings(tmp_path, **base)) as srv:
+        for pet in PETS[:2]:
+            r = srv.post(
+                f"/cache/{NAME}",
+                json={
+                    "input_history": [
+                        {"role": "user", "content": f"I just adopted a cat named {pet}"},
+                        {"role": "assistant", "content": "Lovely!"},
+                    ]
+                },
+            )
+            assert r.status_code == 200, r.text
+        quiesce(srv.runtime, NAME)
+
+    # A backoff long enough to flip the model back before the retry, short enough to wait.
+    model = {"llm_base_url": fake_llm.base_url, "llm_model": "fake", "longterm_task_backoff_base_seconds": 3.0}
+    with LiveServer(make_settings(tmp_path, **base, **model)) as srv:
+        wait_for(lambda: fake_llm.calls("extract_facts"), what="the first backlog call")
+        quiesce(srv.runtime, NAME)  # the failed call and the client's own bounded retries
+        failed = len(fake_llm.calls("extract_facts"))
+        assert fact_texts(srv) == []
+        assert backlog_in_health(srv)["rows_remaining"] == 4
+        failing[0] = False
+        wait_for(lambda: backlog_in_health(srv)["rows_remaining"] == 0, what="the backlog mined after the backoff")
+        assert sorted(fact_texts(srv)) == sorted(f"Master has a cat named {pet}" for pet in PETS[:2])
+    # After the failure: one retry of the failed batch, then the next batch; no call on a tick.
+    answered = fake_llm.calls("extract_facts")[failed:]
+    assert [_PET.findall(last_user_text(c["body"])) for c in answered] == [[PETS[0]], [PETS[1]]]
