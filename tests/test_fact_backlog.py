@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from tests.support.fake_llm import FakeLLM, last_user_text
 from tests.support.live import LiveServer, make_settings
 from tests.support.waiting import quiesce, wait_for
@@ -37,9 +39,10 @@ def backlog_in_browser(srv: LiveServer) -> int:
     return next(r["fact_backlog"] for r in rows if r["name"] == NAME)
 
 
-def test_turns_stored_without_a_model_are_mined_in_bounded_batches_once_one_is_configured(tmp_path, fake_llm: FakeLLM):
+@pytest.mark.parametrize("powerful", [True, False], ids=["batch-extraction", "one-per-record"])
+def test_turns_stored_without_a_model_are_mined_in_bounded_batches_once_one_is_configured(tmp_path, fake_llm: FakeLLM, powerful: bool):
     fake_llm.on("extract_facts", name_each_cat)
-    base = {"embedding_enabled": False, "fact_backlog_batch_rows": BATCH_ROWS}
+    base = {"embedding_enabled": False, "fact_backlog_batch_rows": BATCH_ROWS, "powerful_memory_default": powerful}
 
     # 1. No model: the turns are stored, nothing can mine them; the backlog shows.
     with LiveServer(make_settings(tmp_path, **base)) as srv:
