@@ -127,3 +127,39 @@ def test_a_failing_model_backs_the_backlog_off_instead_of_calling_on_a_tick(tmp_
     # After the failure: one retry of the failed batch, then the next batch; no call on a tick.
     answered = fake_llm.calls("extract_facts")[failed:]
     assert [_PET.findall(last_user_text(c["body"])) for c in answered] == [[PETS[0]], [PETS[1]]]
+
+
+def test_a_batch_the_outbox_gives_up_does_not_stall_the_rest_of_the_backlog(tmp_path, fake_llm: FakeLLM):
+    """One extraction per record (powerful memory off): a batch whose record is
+    dead-lettered after outbox_max_attempts is given up, and the next batch follows."""
+
+    def pixel_breaks_the_model(request: dict) -> dict:
+        if "Pixel" in last_user_text(request):
+            raise RuntimeError("the model chokes on this batch")  # the fake server answers 500
+        return name_each_cat(request)
+
+    fake_llm.on("extract_facts", pixel_breaks_the_model)
+    base = {"embedding_enabled": False, "fact_backlog_batch_rows": 2, "powerful_memory_default": False}
+    with LiveServer(make_settings(tmp_path, **base)) as srv:
+        for pet in PETS[:2]:
+            r = srv.post(
+                f"/cache/{NAME}",
+                json={
+                    "input_history": [
+                        {"role": "user", "content": f"I just adopted a cat named {pet}"},
+                        {"role": "assistant", "content": "Lovely!"},
+                    ]
+                },
+            )
+            assert r.status_code == 200, r.text
+        quiesce(srv.runtime, NAME)
+
+    model = {"llm_base_url": fake_llm.base_url, "llm_model": "fake", "outbox_max_attempts": 2, "outbox_retry_delay_seconds": 0.2}
+    with LiveServer(make_settings(tmp_path, **base, **model)) as srv:
+        wait_for(lambda: backlog_in_health(srv)["rows_remaining"] == 0, what="the backlog past the given-up batch")
+        wait_for(lambda: fact_texts(srv) == [f"Master has a cat named {PETS[1]}"], what="the next batch's fact")
+        quiesce(srv.runtime, NAME)
+    asked = [_PET.findall(last_user_text(c["body"])) for c in fake_llm.calls("extract_facts")]
+    # Pixel's batch: two outbox attempts (each with the client's own bounded retries), then Mochi's once.
+    assert asked[-1] == [PETS[1]] and asked.count([PETS[1]]) == 1
+    assert set(map(tuple, asked[:-1])) == {(PETS[0],)}

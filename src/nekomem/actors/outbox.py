@@ -33,6 +33,7 @@ from typing import Any
 from nekomem.actors.base import ChildActor
 from nekomem.actors.handlers import handles
 from nekomem.actors.messages import (
+    BacklogMined,
     Enqueue,
     Flush,
     OpFinished,
@@ -174,6 +175,12 @@ class OutboxActor(ChildActor):
                 self.log.warning("held outbox lines not written at close; the cursor re-enqueues their rows at the next load")
 
     def _dead_letter(self, op_id: str, why: str) -> None:
+        entry = self.pending.get(op_id)
+        backlog = entry[1].get("backlog_rows") if entry is not None else None
+        if isinstance(backlog, list) and len(backlog) == 2 and isinstance(backlog[1], int):
+            # A fact-backlog batch given up: recent hands out the next one (else it waits
+            # for this one until the next start).
+            self.ctx.send("recent", BacklogMined(row=backlog[1]))
         self.outbox.done(op_id, iso(self.ctx.clock.now()), dead=True)
         self.fresh_turns.pop(op_id, None)
         self.held_ops.discard(op_id)
