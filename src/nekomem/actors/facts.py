@@ -46,6 +46,7 @@ from nekomem.domain.records import Fact, fact_hash, fact_id
 from nekomem.domain.subjects import is_private
 from nekomem.domain.turns import Turn, from_disk, parse_timestamp
 from nekomem.runtime.reply import ActorFailure
+from nekomem.stores.fact_backlog import backlog_last_row
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +63,10 @@ class FactActor(SelfDisclosure):
         turns = msg.turns
         if turns is None:
             turns = [t for t in (from_disk(m) for m in msg.payload.get("messages", [])) if t is not None]
-        backlog = msg.payload.get("backlog_rows")
-        if isinstance(backlog, list) and len(backlog) == 2 and isinstance(backlog[1], int):
+        backlog = backlog_last_row(msg.payload)
+        if backlog is not None:
             # A batch of the fact backlog (announced when stored): recent hears when it is mined.
-            self.backlog_ops[msg.op_id] = backlog[1]
+            self.backlog_ops[msg.op_id] = backlog
         elif msg.attempt == 1 and turns:
             self.announce_stored_turns(turns)
         user_turns = [t for t in turns if t.role == "human"]

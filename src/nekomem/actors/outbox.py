@@ -50,6 +50,7 @@ from nekomem.domain.gates import backoff_delay
 from nekomem.domain.turns import Turn
 from nekomem.runtime.clock import iso
 from nekomem.stores.erasure import scrub_value
+from nekomem.stores.fact_backlog import backlog_last_row
 from nekomem.stores.outbox import Outbox
 
 # op type -> the child actor that handles it
@@ -176,11 +177,11 @@ class OutboxActor(ChildActor):
 
     def _dead_letter(self, op_id: str, why: str) -> None:
         entry = self.pending.get(op_id)
-        backlog = entry[1].get("backlog_rows") if entry is not None else None
-        if isinstance(backlog, list) and len(backlog) == 2 and isinstance(backlog[1], int):
+        backlog = backlog_last_row(entry[1]) if entry is not None else None
+        if backlog is not None:
             # A fact-backlog batch given up: recent hands out the next one (else it waits
             # for this one until the next start).
-            self.ctx.send("recent", BacklogMined(row=backlog[1]))
+            self.ctx.send("recent", BacklogMined(row=backlog))
         self.outbox.done(op_id, iso(self.ctx.clock.now()), dead=True)
         self.fresh_turns.pop(op_id, None)
         self.held_ops.discard(op_id)

@@ -31,6 +31,7 @@ from nekomem.domain.window_cache import ItemCache
 from nekomem.runtime.clock import iso
 from nekomem.stores import timeindex_check
 from nekomem.stores.atomic import atomic_write_bytes, atomic_write_json, drop_swap, keep_rejected, read_json, swap_write_bytes
+from nekomem.stores.fact_backlog import BACKLOG_ROWS_KEY
 from nekomem.stores.recent_watch import RecentWatch, journal_adoption
 from nekomem.stores.timeindex import IMPORTED_CURSOR, TimeIndex
 
@@ -275,7 +276,7 @@ class RecentState(ChildActor):
         payload = {
             "messages": [t.to_disk() for t in batch.turns],
             "session_id": batch.session_id,
-            "backlog_rows": [batch.first, batch.last],
+            BACKLOG_ROWS_KEY: [batch.first, batch.last],
         }
         self.log.info("fact backlog: rows %d..%d handed to extraction", batch.first, batch.last)
         self.ctx.send("outbox", Enqueue(op_type=OP_POST_TURN, payload=payload, turns=list(batch.turns)))

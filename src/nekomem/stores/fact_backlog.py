@@ -11,12 +11,22 @@ extraction finished (see :mod:`nekomem.actors.recent_backlog`).
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Mapping
 from pathlib import Path
 
 from nekomem.stores.timeindex_read import DEFAULT_BUSY_TIMEOUT_MS, ORIGINAL_TABLE
 
 BACKLOG_FROM = "fact_backlog_from"  # rows up to here are mined (or never needed it)
 BACKLOG_TO = "fact_backlog_to"  # the last row stored without a model that extracts facts
+BACKLOG_ROWS_KEY = "backlog_rows"  # payload key of a post-turn record that mines backlog rows
+
+
+def backlog_last_row(payload: Mapping[str, object]) -> int | None:
+    """The last row a post-turn record of the backlog covers; None for any other record."""
+    rows = payload.get(BACKLOG_ROWS_KEY)
+    if isinstance(rows, list) and len(rows) == 2 and isinstance(rows[1], int):
+        return rows[1]
+    return None
 
 
 def backlog_remaining(path: Path) -> int:
