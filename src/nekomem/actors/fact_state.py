@@ -86,6 +86,7 @@ class FactState(ScopedFactsMixin, JournaledActor):
             self._dirty += rejected  # rewrite the view once, without what was kept aside
         self.dedup = DedupIndex(self.s.fact_near_dup_jaccard_threshold, self.s.fact_near_dup_max_candidates)
         self.queue = ExtractionQueue(self.s)  # records waiting for path A
+        self.backlog_ops: dict[str, int] = {}  # op_id -> last row, of fact-backlog batches
         self.last_archive_at: datetime | None = None
         self.extract_inflight: int | None = None
         # A failed batch stays parked and is retried after a backoff (as the reference's

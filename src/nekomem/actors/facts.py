@@ -20,6 +20,7 @@ from nekomem.actors.fact_state import fact_index_entry
 from nekomem.actors.handlers import handles
 from nekomem.actors.messages import (
     AbsorbFacts,
+    BacklogMined,
     BrowseFacts,
     DeleteEntry,
     EditEntry,
@@ -45,6 +46,7 @@ from nekomem.domain.records import Fact, fact_hash, fact_id
 from nekomem.domain.subjects import is_private
 from nekomem.domain.turns import Turn, from_disk, parse_timestamp
 from nekomem.runtime.reply import ActorFailure
+from nekomem.stores.fact_backlog import backlog_last_row
 
 log = logging.getLogger(__name__)
 
@@ -61,21 +63,33 @@ class FactActor(SelfDisclosure):
         turns = msg.turns
         if turns is None:
             turns = [t for t in (from_disk(m) for m in msg.payload.get("messages", [])) if t is not None]
-        if msg.attempt == 1 and turns:
+        backlog = backlog_last_row(msg.payload)
+        if backlog is not None:
+            # A batch of the fact backlog (announced when stored): recent hears when it is mined.
+            self.backlog_ops[msg.op_id] = backlog
+        elif msg.attempt == 1 and turns:
             self.announce_stored_turns(turns)
         user_turns = [t for t in turns if t.role == "human"]
         if not user_turns or not self.model_available("extract_facts"):
             # Nothing a fact can come from, or no summary tier: the step is skipped
             # (reported by /health) and the record is finished.
-            self.ctx.send("outbox", OpFinished(op_id=msg.op_id, ok=True))
+            self._op_done(msg.op_id)
             return
         if self.powerful() or msg.op_id in self.queue:
-            self.queue.add(msg.op_id, turns, self.now())
+            self.queue.add(msg.op_id, turns, self.now(), backlog=msg.op_id in self.backlog_ops)
             # Held for a batch: free the outbox slot so the records behind it arrive.
             self.ctx.send("outbox", OpParked(op_id=msg.op_id))
             self._maybe_extract()
         else:
             self._extract("single", [(msg.op_id, turns)])
+
+    def _op_done(self, op_id: str) -> None:
+        """Finish a post-turn record; for a batch of the fact backlog, tell recent it is mined."""
+        self.ctx.send("outbox", OpFinished(op_id=op_id, ok=True))
+        self.queue.finished(op_id)
+        row = self.backlog_ops.pop(op_id, None)
+        if row is not None:
+            self.ctx.send("recent", BacklogMined(row=row))
 
     def _maybe_extract(self) -> None:
         if self.extract_inflight is not None or self.extract_gate.blocked(self.ctx.clock.monotonic()):
@@ -132,7 +146,7 @@ class FactActor(SelfDisclosure):
         if ctx["mode"] == "batch":
             self.queue.checked(now)
         for op_id, _ in ops:
-            self.ctx.send("outbox", OpFinished(op_id=op_id, ok=True))
+            self._op_done(op_id)
         if added and self.powerful():
             self.ctx.send("reflections", NewFacts(facts=added))
         self.path_a_done([t for _op, ts in ops for t in ts], batch=ctx["mode"] == "batch")

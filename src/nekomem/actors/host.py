@@ -13,6 +13,7 @@ from nekomem.actors.supervisor import CharacterSupervisor, child_classes
 from nekomem.domain.post_turn import POST_TURN_CURSOR
 from nekomem.runtime.services import Routes, Services
 from nekomem.stores.applied import SharedJournal
+from nekomem.stores.fact_backlog import backlog_remaining
 from nekomem.stores.layout import CharacterPaths
 from nekomem.stores.outbox import Outbox
 from nekomem.stores.timeindex import TimeIndex
@@ -28,11 +29,14 @@ class CharacterActors:
         """Post the start of ``name``'s supervisor (its files open on a dispatcher worker)."""
         return CharacterSupervisor.start(name, services, routes)
 
-    def has_unfinished(self, paths: CharacterPaths) -> bool:
+    def has_unfinished(self, paths: CharacterPaths, *, mine_backlog: bool = False) -> bool:
         """Whether the character has outbox work pending, turns whose post-turn record may
-        be missing (stored after the cursor), or journaled events not yet in its views (so
-        it must be activated at start-up to finish them)."""
+        be missing (stored after the cursor), journaled events not yet in its views, or
+        with ``mine_backlog`` (a model can extract facts and the backlog is on) turns
+        stored before such a model (so it must be activated at start-up to finish them)."""
         if paths.outbox.exists() and Outbox(paths.outbox).pending():
+            return True
+        if mine_backlog and backlog_remaining(paths.time_index_db):
             return True
         if TimeIndex.rows_after_cursor(paths.time_index_db, POST_TURN_CURSOR):
             return True

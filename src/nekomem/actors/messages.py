@@ -513,3 +513,10 @@ class ExplainQuery(Message):
     now: datetime | None = None
     vector: list[float] | None = None
     excluded: list[dict[str, str]] = []
+
+
+class BacklogMined(Message):
+    """Sent by FactActor to RecentActor once the extraction of a fact-backlog batch
+    finished: rows up to ``row`` are mined."""
+
+    row: int

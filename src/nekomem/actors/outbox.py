@@ -33,6 +33,7 @@ from typing import Any
 from nekomem.actors.base import ChildActor
 from nekomem.actors.handlers import handles
 from nekomem.actors.messages import (
+    BacklogMined,
     Enqueue,
     Flush,
     OpFinished,
@@ -49,6 +50,7 @@ from nekomem.domain.gates import backoff_delay
 from nekomem.domain.turns import Turn
 from nekomem.runtime.clock import iso
 from nekomem.stores.erasure import scrub_value
+from nekomem.stores.fact_backlog import backlog_last_row
 from nekomem.stores.outbox import Outbox
 
 # op type -> the child actor that handles it
@@ -174,6 +176,12 @@ class OutboxActor(ChildActor):
                 self.log.warning("held outbox lines not written at close; the cursor re-enqueues their rows at the next load")
 
     def _dead_letter(self, op_id: str, why: str) -> None:
+        entry = self.pending.get(op_id)
+        backlog = backlog_last_row(entry[1]) if entry is not None else None
+        if backlog is not None:
+            # A fact-backlog batch given up: recent hands out the next one (else it waits
+            # for this one until the next start).
+            self.ctx.send("recent", BacklogMined(row=backlog))
         self.outbox.done(op_id, iso(self.ctx.clock.now()), dead=True)
         self.fresh_turns.pop(op_id, None)
         self.held_ops.discard(op_id)

@@ -26,6 +26,7 @@ import msgspec
 from nekomem.actors.handlers import handles
 from nekomem.actors.messages import (
     AppendTurns,
+    BacklogMined,
     CancelCorrection,
     CompressDone,
     EditRecent,
@@ -110,7 +111,7 @@ class RecentActor(RecentTheater):
                 turns,
                 idempotency_key=key,
                 response=msgspec.json.encode(value) if key else None,
-                cursors=self.post_turn.update(),
+                cursors=self.cursor_updates(),
             )
         if turns:
             if not looked:
@@ -154,6 +155,11 @@ class RecentActor(RecentTheater):
     def on_OutboxAcks(self, msg: OutboxAcks) -> None:
         for ack in msg.acks:
             self.on_OutboxAck(ack)
+
+    @handles(BacklogMined)
+    def on_BacklogMined(self, msg: BacklogMined) -> None:
+        self.backlog.mined(msg.row)
+        self.feed_backlog()
 
     @handles(OutboxAck)
     def on_OutboxAck(self, msg: OutboxAck) -> None:

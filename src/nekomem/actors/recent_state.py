@@ -22,6 +22,7 @@ import msgspec
 
 from nekomem.actors.base import ChildActor
 from nekomem.actors.messages import Enqueue, OutboxAck
+from nekomem.actors.recent_backlog import FactBacklog
 from nekomem.domain import context, recent_window, review, theater, window_rebuild
 from nekomem.domain.post_turn import POST_TURN_CURSOR, PostTurnCursor, session_runs
 from nekomem.domain.tokens import get_counter
@@ -30,6 +31,7 @@ from nekomem.domain.window_cache import ItemCache
 from nekomem.runtime.clock import iso
 from nekomem.stores import timeindex_check
 from nekomem.stores.atomic import atomic_write_bytes, atomic_write_json, drop_swap, keep_rejected, read_json, swap_write_bytes
+from nekomem.stores.fact_backlog import BACKLOG_ROWS_KEY
 from nekomem.stores.recent_watch import RecentWatch, journal_adoption
 from nekomem.stores.timeindex import IMPORTED_CURSOR, TimeIndex
 
@@ -84,7 +86,9 @@ class RecentState(ChildActor):
             self._enforce_cap()
             self._save_window()  # durable, and the new base (unreadable items are kept aside)
             self._save_meta()
+        self.backlog = FactBacklog(self.tindex, self.ctx.settings.longterm)
         self._replay_post_turn()
+        self.feed_backlog()
 
     def flush(self) -> None:
         """Persist the post-turn cursor and recent_meta.json (with journal_row)."""
@@ -247,7 +251,9 @@ class RecentState(ChildActor):
             # No model can extract facts: the record would only announce the turns and be
             # finished unrun (FactActor.on_RunOp), so the turns are announced here, with no
             # record, and count as done (a write that waits hears it as from the outbox).
+            # They stay in the fact backlog, mined once such a model is configured.
             self.announce_stored_turns(list(turns))
+            self.backlog.extend(first, last)
             if write_id:
                 self.ctx.send("recent", ack)
             else:
@@ -256,8 +262,33 @@ class RecentState(ChildActor):
         payload = {"messages": [t.to_disk() for t in turns], "session_id": session_id, "rows": [first, last]}
         self.ctx.send("outbox", Enqueue(op_type=OP_POST_TURN, payload=payload, reply_value=ack, replay=replay, turns=list(turns)))
 
+    def feed_backlog(self) -> None:
+        """Hand the fact backlog's next batch to the fact actor, as a post-turn record
+        marked ``backlog`` (see :mod:`nekomem.actors.recent_backlog`), when a model can
+        extract facts and no batch is being mined."""
+        if not self.model_available("extract_facts"):
+            return
+        batch = self.backlog.next_batch()
+        if batch is None:
+            return
+        # "backlog_rows", not "rows": the outbox's replay check takes every row under its
+        # floor as recorded, and these rows are older than that.
+        payload = {
+            "messages": [t.to_disk() for t in batch.turns],
+            "session_id": batch.session_id,
+            BACKLOG_ROWS_KEY: [batch.first, batch.last],
+        }
+        self.log.info("fact backlog: rows %d..%d handed to extraction", batch.first, batch.last)
+        self.ctx.send("outbox", Enqueue(op_type=OP_POST_TURN, payload=payload, turns=list(batch.turns)))
+
+    def cursor_updates(self) -> dict[str, int] | None:
+        """The post-turn and fact-backlog cursors that moved since they were last stored
+        (stored with the next time-index transaction), or None."""
+        update = {**(self.post_turn.update() or {}), **self.backlog.update()}
+        return update or None
+
     def _save_cursor(self) -> None:
-        update = self.post_turn.update() if hasattr(self, "post_turn") else None
+        update = self.cursor_updates() if hasattr(self, "post_turn") else None
         if update:
             self.tindex.set_cursors(update)
 

@@ -203,6 +203,13 @@ class LongTermSettings(Section):
             ge=1,
         ),
     ] = 20
+    fact_backlog_enabled: Annotated[
+        bool,
+        doc(
+            "Turns stored while no model could extract facts are mined once one is configured (in bounded batches, one at a time); false leaves them unmined."
+        ),
+    ] = True
+    fact_backlog_batch_rows: Annotated[int, doc("Most journal rows handed to one fact extraction of the backlog.", ge=1)] = 20
     fact_extract_cold_start_lookback_minutes: Annotated[float, doc("Window start of the first batch extraction: now minus this.", ge=0)] = (
         10.0
     )

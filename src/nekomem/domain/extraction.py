@@ -42,6 +42,9 @@ class ExtractionQueue:
         self.last_check_at: datetime | None = None
         self.last_activity_at: datetime | None = None
         self.burst_tail = False
+        # Records of the fact backlog (turns stored before a model): due at once, one
+        # batch at a time (the sender hands out the next when one is mined).
+        self.backlog: set[str] = set()
 
     @property
     def user_turns(self) -> int:
@@ -50,10 +53,15 @@ class ExtractionQueue:
     def __contains__(self, op_id: str) -> bool:
         return any(op == op_id for op, _ in self.ops)
 
-    def add(self, op_id: str, turns: list[Turn], now: datetime) -> bool:
-        """Queue one record that arrived at ``now``; False when it is already queued."""
+    def add(self, op_id: str, turns: list[Turn], now: datetime, *, backlog: bool = False) -> bool:
+        """Queue one record that arrived at ``now``; False when it is already queued. A
+        ``backlog`` record (old turns) is due at once and is no conversation activity."""
         if op_id in self:
             return False
+        if backlog:
+            self.backlog.add(op_id)
+            self.ops.append((op_id, turns))
+            return True
         idle = timedelta(seconds=self.s.fact_extract_idle_seconds)
         if self.last_activity_at is not None and now - self.last_activity_at >= idle:
             self.burst_tail = False  # the burst ended before this turn
@@ -63,7 +71,7 @@ class ExtractionQueue:
 
     def due(self, now: datetime) -> str | None:
         """The trigger that makes a batch due now (``count``, ``interval``, ``idle``,
-        ``burst_tail``), or None."""
+        ``burst_tail``, ``backlog``), or None."""
         pending = self.user_turns
         if pending <= 0:
             return None
@@ -77,7 +85,16 @@ class ExtractionQueue:
         idle = self.last_activity_at is None or now - self.last_activity_at >= timedelta(seconds=s.fact_extract_idle_seconds)
         if self.burst_tail and idle:
             return "burst_tail"
+        if self._backlog_queued():
+            return "backlog"
         return None
+
+    def _backlog_queued(self) -> bool:
+        return bool(self.backlog) and any(op in self.backlog for op, _ in self.ops)
+
+    def finished(self, op_id: str) -> None:
+        """The record ``op_id`` was extracted (it is no longer a queued backlog record)."""
+        self.backlog.discard(op_id)
 
     def wait_seconds(self, now: datetime, gate_wait: float) -> float | None:
         """Seconds from ``now`` until :meth:`due` gives a trigger and the extraction gate
@@ -87,7 +104,7 @@ class ExtractionQueue:
         if not self.ops or pending <= 0:
             return None
         s = self.s
-        if pending >= s.fact_extract_every_n_turns:
+        if pending >= s.fact_extract_every_n_turns or self._backlog_queued():
             return gate_wait
         waits: list[float] = []
         if self.last_check_at is not None:

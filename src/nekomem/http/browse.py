@@ -30,6 +30,7 @@ from nekomem.http.readonly import character_exists
 from nekomem.http.system import _toggle_lock
 from nekomem.recall.pending import PENDING_HOOK, PendingCounter
 from nekomem.runtime.switches import REVIEW, SwitchError
+from nekomem.stores.fact_backlog import backlog_remaining
 from nekomem.stores.layout import CharacterPaths
 from nekomem.stores.timeindex import to_utc_iso
 
@@ -122,6 +123,8 @@ async def characters(request: Request) -> Response:
                 "counts": counts,
                 # Stored entries still without a vector (searchable by BM25 only until then).
                 "embeddings_pending": pending.of(name) if pending is not None else 0,
+                # Stored turns still waiting for fact extraction (from before a model).
+                "fact_backlog": await asyncio.to_thread(backlog_remaining, paths.time_index_db),
                 "trouble": trouble,
                 "damaged": store.journal_damaged(trouble),
             }

@@ -42,8 +42,9 @@ class ActorLayer(Protocol):
         date with its live children."""
         ...
 
-    def has_unfinished(self, paths: CharacterPaths) -> bool:
-        """Whether the character has work left over from a crash (start-up recovery)."""
+    def has_unfinished(self, paths: CharacterPaths, *, mine_backlog: bool = False) -> bool:
+        """Whether the character has work left over from a crash, or with ``mine_backlog``
+        turns waiting for fact extraction (start-up recovery)."""
         ...
 
 

@@ -152,11 +152,14 @@ class Runtime:
             self.limited_reason = "storage_recovery_failed"
             return
         recovered = failed = 0
+        # Turns stored before a model could extract facts are mined once one can.
+        llm = self.llm
+        mine_backlog = self.settings.longterm.fact_backlog_enabled and llm is not None and llm.available(llm.tier_for("extract_facts"))
         for name in names:
             # One character that cannot recover must not keep every other one in
             # limited mode: it is reported and retried at its next activation.
             try:
-                if not self.actors.has_unfinished(CharacterPaths(self.memory_root, name)):
+                if not self.actors.has_unfinished(CharacterPaths(self.memory_root, name), mine_backlog=mine_backlog):
                     continue
                 # Activation reconciles the journal and replays the outbox; the barrier
                 # returns once every child has loaded.

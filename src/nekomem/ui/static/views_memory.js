@@ -12,7 +12,7 @@ export async function characters(box, ctx) {
   if (!data) return;
   box.append(h("h2", {}, t("view_characters")));
   if (!data.characters.length) { box.append(h("p", { class: "muted" }, t("no_characters"))); return; }
-  const head = ["name", "state", "turns", "recent", "facts", "facts_archived", "vectors_pending", "reflections", "persona", "corrections", "last_conversation", "storage"];
+  const head = ["name", "state", "turns", "recent", "facts", "facts_archived", "vectors_pending", "fact_backlog", "reflections", "persona", "corrections", "last_conversation", "storage"];
   const rows = data.characters.map((c) => {
     const r = c.counts.reflections || {};
     const refl = Object.entries(r).filter(([, n]) => n).map(([s, n]) => `${t("st_" + s)} ${n}`).join(", ") || "0";
@@ -22,6 +22,7 @@ export async function characters(box, ctx) {
       h("td", { class: "num" }, c.turns), h("td", { class: "num" }, c.counts.recent),
       h("td", { class: "num", "data-test": "fact-count" }, c.counts.facts), h("td", { class: "num" }, c.counts.facts_archived),
       h("td", { class: c.embeddings_pending ? "num warn" : "num", "data-test": "vectors-pending" }, c.embeddings_pending || 0),
+      h("td", { class: c.fact_backlog ? "num warn" : "num", "data-test": "fact-backlog" }, c.fact_backlog || 0),
       h("td", {}, refl), h("td", { class: "num" }, c.counts.persona), h("td", { class: "num" }, c.counts.corrections),
       h("td", {}, fmtTime(c.last_conversation_at)),
       h("td", { class: c.trouble.length ? "warn" : "ok" }, c.trouble.length ? c.trouble.join("; ") : t("no_trouble")),

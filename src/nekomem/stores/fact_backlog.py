@@ -1,0 +1,52 @@
+"""The fact backlog's cursors in time_indexed.db: the stored turns that no model has
+mined for facts yet (path A), because no model that can extract facts was configured
+when they arrived.
+
+The backlog is the row range ``(fact_backlog_from, fact_backlog_to]``. Turns stored
+without such a model extend it; once a model is configured, RecentActor hands it to the
+fact actor in bounded batches and moves ``fact_backlog_from`` over each batch once its
+extraction finished (see :mod:`nekomem.actors.recent_backlog`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping
+from pathlib import Path
+
+from nekomem.stores.timeindex_read import DEFAULT_BUSY_TIMEOUT_MS, ORIGINAL_TABLE
+
+BACKLOG_FROM = "fact_backlog_from"  # rows up to here are mined (or never needed it)
+BACKLOG_TO = "fact_backlog_to"  # the last row stored without a model that extracts facts
+BACKLOG_ROWS_KEY = "backlog_rows"  # payload key of a post-turn record that mines backlog rows
+
+
+def backlog_last_row(payload: Mapping[str, object]) -> int | None:
+    """The last row a post-turn record of the backlog covers; None for any other record."""
+    rows = payload.get(BACKLOG_ROWS_KEY)
+    if isinstance(rows, list) and len(rows) == 2 and isinstance(rows[1], int):
+        return rows[1]
+    return None
+
+
+def backlog_remaining(path: Path) -> int:
+    """How many journal rows of the database at ``path`` still wait for fact extraction,
+    read through a read-only connection (no schema change, no writer lock). 0 when the
+    file, the cursor table or the cursors do not exist, or on a read error."""
+    if not Path(path).exists():
+        return 0
+    try:
+        db = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True, timeout=DEFAULT_BUSY_TIMEOUT_MS / 1000.0)
+    except sqlite3.Error:
+        return 0
+    try:
+        found = dict(db.execute("SELECT name, row_id FROM cursors WHERE name IN (?, ?)", (BACKLOG_FROM, BACKLOG_TO)).fetchall())
+        lo, hi = found.get(BACKLOG_FROM), found.get(BACKLOG_TO)
+        if lo is None or hi is None or hi <= lo:
+            return 0
+        row = db.execute(f"SELECT COUNT(*) FROM {ORIGINAL_TABLE} WHERE id > ? AND id <= ?", (int(lo), int(hi))).fetchone()
+        return int(row[0]) if row else 0
+    except sqlite3.Error:
+        return 0
+    finally:
+        db.close()
