@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from nekomem.config.longterm import LongTermSettings
 from nekomem.domain import theater
 from nekomem.domain.turns import Turn
-from nekomem.stores.fact_backlog import BACKLOG_FROM, BACKLOG_TO
+from nekomem.stores.fact_backlog import BACKLOG_FROM, BACKLOG_TO, BacklogTally
 from nekomem.stores.timeindex import TimeIndex
 
 
@@ -35,14 +35,17 @@ class BacklogBatch:
 class FactBacklog:
     """The backlog's range, kept in memory and stored in the time index on every change."""
 
-    def __init__(self, tindex: TimeIndex, settings: LongTermSettings) -> None:
+    def __init__(self, tindex: TimeIndex, settings: LongTermSettings, tally: BacklogTally | None = None, name: str = "") -> None:
         self.tindex = tindex
+        self.tally = tally
+        self.name = name
         self.enabled = settings.fact_backlog_enabled
         self.batch_rows = settings.fact_backlog_batch_rows
         self.lo = tindex.cursor(BACKLOG_FROM) or 0
         self.hi = tindex.cursor(BACKLOG_TO) or 0
         self.inflight: int | None = None  # the last row of the batch handed out
         self.dirty = False  # extended since the cursors were last stored
+        self._publish()
 
     def remaining(self) -> bool:
         """Whether rows still wait for extraction."""
@@ -58,6 +61,7 @@ class FactBacklog:
             self.lo = first - 1
         self.hi = max(self.hi, last)
         self.dirty = True
+        self._publish()
 
     def update(self) -> dict[str, int]:
         """The cursors to store with the next time-index transaction (then counted as
@@ -95,3 +99,10 @@ class FactBacklog:
     def _save(self) -> None:
         self.dirty = False
         self.tindex.set_cursors({BACKLOG_FROM: self.lo, BACKLOG_TO: self.hi})
+        self._publish()
+
+    def _publish(self) -> None:
+        # Row ids since the mined end: an upper bound (an erased row still counts) that
+        # costs no query; the browser's listing counts the stored rows exactly.
+        if self.tally is not None:
+            self.tally.publish(self.name, max(0, self.hi - self.lo))

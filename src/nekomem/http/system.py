@@ -14,7 +14,7 @@ from nekomem.http.bodies import decode_body
 from nekomem.http.errors import ApiError
 from nekomem.http.schemas import PowerfulMemoryBody
 from nekomem.runtime.switches import POWERFUL, SwitchError
-from nekomem.stores.fact_backlog import backlog_remaining
+from nekomem.stores.fact_backlog import backlog_tally
 
 
 def embeddings_status(rt: Any) -> dict[str, Any]:
@@ -71,7 +71,7 @@ async def health(request: Request) -> Response:
         "storage": await asyncio.to_thread(rt.services.storage.snapshot),
         "files": rt.files.snapshot(),
         "case_insensitive_root": rt.names.insensitive,
-        "fact_backlog": await asyncio.to_thread(_fact_backlog, rt),
+        "fact_backlog": _fact_backlog(rt),
     }
     return JSONResponse(body)
 
@@ -79,15 +79,11 @@ async def health(request: Request) -> Response:
 def _fact_backlog(rt: Any) -> dict[str, Any]:
     """The stored turns still waiting for fact extraction because they arrived before a
     model that can extract facts was configured: the setting, the rows remaining in all,
-    and per character (those with any left). Only the active characters are read: a
-    backlog is mined by an active character (start-up activates those that have one when a
-    model is configured), and /health must stay cheap with thousands of known characters;
-    the browser's character listing shows every character's."""
-    per: dict[str, int] = {}
-    for name in rt.registry.active_names():
-        left = backlog_remaining(rt.character_paths(name).time_index_db)
-        if left:
-            per[name] = left
+    and per character (those with any left), as each loaded character last published
+    them (a backlog is mined by a loaded character; start-up loads those that have one
+    when a model is configured). No journal is opened, so /health stays cheap with
+    thousands of characters; the browser's character listing counts every character's."""
+    per = backlog_tally(rt.services.hooks).snapshot()
     return {"enabled": rt.settings.longterm.fact_backlog_enabled, "rows_remaining": sum(per.values()), "characters": per}
 
 

@@ -11,7 +11,8 @@ extraction finished (see :mod:`nekomem.actors.recent_backlog`).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
+import threading
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
 from nekomem.stores.timeindex_read import DEFAULT_BUSY_TIMEOUT_MS, ORIGINAL_TABLE
@@ -50,3 +51,35 @@ def backlog_remaining(path: Path) -> int:
         return 0
     finally:
         db.close()
+
+
+BACKLOG_HOOK = "fact_backlog"  # services.hooks key of the process's BacklogTally
+
+
+class BacklogTally:
+    """Rows still waiting in each loaded character's backlog, as its RecentActor last
+    published them (thread-safe): /health reads this instead of opening every journal."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rows: dict[str, int] = {}
+
+    def publish(self, name: str, rows: int) -> None:
+        with self._lock:
+            if rows > 0:
+                self._rows[name] = rows
+            else:
+                self._rows.pop(name, None)
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._rows)
+
+
+def backlog_tally(hooks: MutableMapping[str, object]) -> BacklogTally:
+    """The process's tally in ``hooks`` (created on first use)."""
+    tally = hooks.get(BACKLOG_HOOK)
+    if not isinstance(tally, BacklogTally):
+        tally = hooks.setdefault(BACKLOG_HOOK, BacklogTally())
+    assert isinstance(tally, BacklogTally)
+    return tally
