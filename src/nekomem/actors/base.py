@@ -16,7 +16,9 @@ from typing import Any, ClassVar
 import pykka
 
 from nekomem.actors.handlers import handler_for
+from nekomem.actors.layer import Layer
 from nekomem.actors.messages import IndexUpsert, PostTurn, ReplyMentions
+from nekomem.actors.ports import LayerPorts
 from nekomem.domain.turns import Turn
 from nekomem.recall.entry import IndexEntry
 from nekomem.runtime.dispatch import Completion, DispatchedActor, Dispatcher
@@ -50,6 +52,23 @@ class ChildActor(DispatchedActor):
         self._wake = Wakeup(ctx.services.timers, self._post_tick, real=False, floor=floor)
         self._wake_real = Wakeup(ctx.services.timers, self._post_tick, real=True, floor=floor)
         self._timers: set[TimerHandle] = set()
+        self._needs_reload = False
+        self._fault_reported = False
+        self._model_seq = 0
+        self.ports = LayerPorts(ctx, self.child_name, self._tell_self)
+        # The layer object this mailbox owns: its state and logic, and the handlers of its
+        # messages (see nekomem.actors.layer).
+        self.layer: Layer | None = self.make_layer(self.ports)
+
+    def make_layer(self, ports: LayerPorts) -> Layer | None:
+        """The layer object this actor owns (built once per actor instance)."""
+        return None
+
+    def _tell_self(self, message: object) -> None:
+        try:
+            self.actor_ref.tell(message)
+        except pykka.ActorDeadError:
+            pass  # a timer or a model result that outlived its actor: nobody is left to handle it
 
     def dispatcher(self) -> Dispatcher:
         return self.ctx.services.dispatcher
@@ -108,12 +127,14 @@ class ChildActor(DispatchedActor):
 
     def load(self) -> None:
         """Read this layer's state from disk. Called at start and after a restart."""
+        if self.layer is not None:
+            self.layer.load()
 
     def on_stop(self) -> Completion | None:
         self._stop_timers()
         # A layer whose load failed on a storage fault holds no trustworthy state: writing
         # it out would replace the files on disk with a partial copy.
-        if not getattr(self, "_needs_reload", False):
+        if not self._needs_reload:
             try:
                 self.flush()
             except Exception as exc:
@@ -125,19 +146,23 @@ class ChildActor(DispatchedActor):
 
     def flush(self) -> None:
         """Write any view that is behind its journal (called on stop and on Flush)."""
+        if self.layer is not None:
+            self.layer.flush()
 
     def close(self) -> None:
         """Release files and connections."""
+        if self.layer is not None:
+            self.layer.close()
 
     # -- timers ----------------------------------------------------------------------
     def due_at(self) -> float | None:
         """When this actor next has periodic or delayed work, on the clock's monotonic
         scale; None when nothing is due. Read after every message."""
-        return None
+        return None if self.layer is None else self.layer.due_at()
 
     def real_due_at(self) -> float | None:
         """Like :meth:`due_at` on ``time.monotonic()`` (work paced in real time)."""
-        return None
+        return None if self.layer is None else self.layer.real_due_at()
 
     def schedule(self, delay: float, message: object, *, real: bool = False) -> TimerHandle:
         """Post ``message`` to this actor after ``delay`` seconds (of the injectable clock,
@@ -171,7 +196,7 @@ class ChildActor(DispatchedActor):
             pass
 
     def _rearm(self) -> None:
-        if getattr(self, "_needs_reload", False):
+        if self._needs_reload:
             # Not loaded (a storage fault): nothing is due; the next message retries the load.
             self._wake.want(None)
             self._wake_real.want(None)
@@ -182,6 +207,7 @@ class ChildActor(DispatchedActor):
     def _stop_timers(self) -> None:
         self._wake.close()
         self._wake_real.close()
+        self.ports.cancel_all()
         for handle in list(self._timers):
             handle.cancel()
         self._timers.clear()
@@ -236,7 +262,7 @@ class ChildActor(DispatchedActor):
         if not self.model_available(task):
             return None
         llm = self.ctx.services.llm
-        self._model_seq = getattr(self, "_model_seq", 0) + 1
+        self._model_seq += 1
         token = self._model_seq
 
         def job() -> Any:
@@ -260,18 +286,18 @@ class ChildActor(DispatchedActor):
 
     # -- dispatch --------------------------------------------------------------------
     def on_receive(self, message: Any) -> Any:
-        handler = handler_for(self, message)
+        handler = handler_for(self if self.layer is None else self.layer, message)
         if handler is None:
             fail_message(message, ActorFailure("unknown_message", f"{self.child_name} cannot handle {type(message).__name__}"))
             return None
-        if getattr(self, "_needs_reload", False):
+        if self._needs_reload:
             fault = self._reload()
             if fault is not None:
                 fail_message(message, ActorFailure(fault.code, fault.message, fault.status))
                 return None
         try:
             result = handler(message)
-            if getattr(self, "_fault_reported", False):
+            if self._fault_reported:
                 # A message handled without a storage fault: this layer is healthy again.
                 self._fault_reported = False
                 storage = self.ctx.services.storage

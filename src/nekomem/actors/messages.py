@@ -39,14 +39,14 @@ Vectors = npt.NDArray[np.float32]
 
 
 # -- recent window -----------------------------------------------------------------------
-class AppendTurns(Message):
+class AppendTurns(Message, frozen=True):
     turns: list[Turn]
     mode: WriteMode
     session_id: str
     idempotency_key: str | None = None
 
 
-class GetRecent(Message):
+class GetRecent(Message, frozen=True):
     """The window for /new_dialog and /get_recent_history; waits for an in-flight settle
     or renew when ``wait_settle``."""
 
@@ -60,20 +60,20 @@ class RecentView(msgspec.Struct):
     shown: list[str] | None = None  # each item's text as a context shows it (GetRecent only)
 
 
-class CompressDone(Message):
+class CompressDone(Message, frozen=True):
     token: int
     result: object
     error: str | None
 
 
-class ReviewDone(Message):
+class ReviewDone(Message, frozen=True):
     token: int
     result: object
     error: str | None
     exhausted: bool = False
 
 
-class TheaterWrite(Message):
+class TheaterWrite(Message, frozen=True):
     """Upsert one theater capsule (/cache with a single theater episode summary)."""
 
     turn: Turn
@@ -82,13 +82,13 @@ class TheaterWrite(Message):
     forget_marker: str | None = None
 
 
-class TheaterForget(Message):
+class TheaterForget(Message, frozen=True):
     """Remove every capsule of a story from the window and the journal; tombstone it."""
 
     story_id: str
 
 
-class TheaterRetract(Message):
+class TheaterRetract(Message, frozen=True):
     """Take back the capsule of one declined archive (restoring its previous version)."""
 
     story_id: str
@@ -98,14 +98,14 @@ class TheaterRetract(Message):
     archive_attempt: int = 0
 
 
-class EditRecent(Message):
+class EditRecent(Message, frozen=True):
     """Replace item ``index`` of the window (text only) or delete it when ``text`` is None."""
 
     index: int
     text: str | None
 
 
-class ForgetTurns(Message):
+class ForgetTurns(Message, frozen=True):
     """Erase journal rows (``row_ids``, or every row stamped within [``start``, ``end``])
     and every copy of their text; answered with ``{"forgotten": n, "rows": [ids]}``."""
 
@@ -114,7 +114,7 @@ class ForgetTurns(Message):
     end: str | None = None
 
 
-class ScrubTexts(Message):
+class ScrubTexts(Message, frozen=True):
     """To the outbox: remove every copy of these erased texts from its file and memory,
     then answer ``reply`` with ``reply_value`` (the erasure's answer: it is complete only
     once the outbox is scrubbed)."""
@@ -124,7 +124,7 @@ class ScrubTexts(Message):
 
 
 # -- outbox ------------------------------------------------------------------------------
-class Enqueue(Message):
+class Enqueue(Message, frozen=True):
     """Record background work durably, then answer ``reply`` with ``reply_value``."""
 
     op_type: str
@@ -136,7 +136,7 @@ class Enqueue(Message):
     turns: list[Turn] | None = None
 
 
-class OutboxAck(Message):
+class OutboxAck(Message, frozen=True):
     """Sent back by the outbox to RecentActor once a post-turn record of a
     process/renew/settle is durable (the ``reply_value`` of its Enqueue)."""
 
@@ -144,14 +144,14 @@ class OutboxAck(Message):
     row: int = 0  # the last time-index row the record covers
 
 
-class OutboxAcks(Message):
+class OutboxAcks(Message, frozen=True):
     """The acknowledgements one group fsync of the outbox made true, in record order (one
     message for all of them: a busy character has a record per turn)."""
 
     acks: list[OutboxAck]
 
 
-class RunOp(Message):
+class RunOp(Message, frozen=True):
     """Sent by the outbox to the op's handler actor; the handler answers with OpFinished."""
 
     op_id: str
@@ -161,14 +161,14 @@ class RunOp(Message):
     turns: list[Turn] | None = None  # the payload's messages, parsed (first run only)
 
 
-class OpFinished(Message):
+class OpFinished(Message, frozen=True):
     op_id: str
     ok: bool
     error: str = ""
     retry: bool = True
 
 
-class OpParked(Message):
+class OpParked(Message, frozen=True):
     """Sent by a handler that keeps an op in memory until a later batch runs it: the
     record stays pending (replayed after a crash) but no longer takes a dispatch slot,
     so the outbox goes on dispatching the records behind it."""
@@ -176,25 +176,25 @@ class OpParked(Message):
     op_id: str
 
 
-class ReclaimParked(Message):
+class ReclaimParked(Message, frozen=True):
     """Sent by a handler at load: the ops it had parked were lost with its memory, so the
     outbox dispatches them again."""
 
     child: str
 
 
-class OutboxState(Message):
+class OutboxState(Message, frozen=True):
     """Ask the outbox for its counts."""
 
 
 # -- reflections -------------------------------------------------------------------------
-class ResetConfirmedAt(Message):
+class ResetConfirmedAt(Message, frozen=True):
     """Set confirmed_at = now on every confirmed reflection (powerful memory switched off);
     answers the number changed."""
 
 
 # -- recall index feed -------------------------------------------------------------------
-class IndexUpsert(Message):
+class IndexUpsert(Message, frozen=True):
     """Owners (FactActor, ReflectionActor) tell RecallActor of new or changed entries.
     ``replace_tier`` set: these entries are the complete set of that tier (used at load)."""
 
@@ -203,18 +203,37 @@ class IndexUpsert(Message):
     counted: int = 0  # entries the sender counted as waiting for a vector (recall.pending)
 
 
-class IndexRemove(Message):
+class IndexRemove(Message, frozen=True):
     ids: list[str]
 
 
-class VectorsComputed(Message):
+class VectorsComputed(Message, frozen=True):
     """RecallActor tells the owner the vectors it computed, so they are cached on entries."""
 
     vectors: dict[str, tuple[str, str, str]]  # id -> (encoded vector, model id, text sha256)
 
 
 # -- long-term memory --------------------------------------------------------------------
-class ModelDone(Message):
+class ModelResult(Message, frozen=True):
+    """Base of the outcome of one model job. Each job has its own subclass, which carries
+    what its owner needs to apply the result; ``output`` is untrusted until the owner
+    validates it, ``error`` is the failure's repr when the job failed."""
+
+    token: int
+    output: object
+    error: str | None
+
+
+class RefineDone(ModelResult, frozen=True):
+    """A ``refine_cluster`` job finished (reflections and persona both refine):
+    ``members`` maps each member's id to the text sent, ``extra`` is the owner's own
+    context for the cluster."""
+
+    members: dict[str, str]
+    extra: Mapping[str, object]
+
+
+class ModelDone(Message, frozen=True):
     """A model job finished; ``kind`` says which, ``context`` carries what the owner
     needs to apply the result (validated again by the owner: results are untrusted)."""
 
@@ -225,62 +244,62 @@ class ModelDone(Message):
     context: Mapping[str, object] | None = None
 
 
-class ImportFacts(Message):
+class ImportFacts(Message, frozen=True):
     facts: list[Mapping[str, object]]
 
 
-class ListEntries(Message):
+class ListEntries(Message, frozen=True):
     status: str | None = None
     entity: str | None = None
     offset: int = 0
     limit: int = 100
 
 
-class EditEntry(Message):
+class EditEntry(Message, frozen=True):
     id: str
     changes: Mapping[str, object]
 
 
-class DeleteEntry(Message):
+class DeleteEntry(Message, frozen=True):
     id: str
 
 
-class ReflectNow(Message):
+class ReflectNow(Message, frozen=True):
     """POST /reflect: a synthesis pass then a promotion pass, answered with what they did."""
 
 
-class Synthesize(Message):
+class Synthesize(Message, frozen=True):
     batch: SynthesisBatch | None
     related: list[Fact] = []
     report: Report | None = None  # set for /reflect: the pass answers through reply
 
 
-class AbsorbFacts(Message):
+class AbsorbFacts(Message, frozen=True):
     ids: list[str]
     reflection_id: str
 
 
-class NewFacts(Message):
+class NewFacts(Message, frozen=True):
     """New user facts (powerful memory on): the Stage-2 evidence pass starts here."""
 
     facts: list[Fact]
 
 
-class EvidencePass(Message):
+class EvidencePass(Message, frozen=True):
     facts: list[Fact]
     reflection_observations: list[Observation]
 
 
-class ApplySignals(Message):
+class ApplySignals(Message, frozen=True):
     signals: list[ResolvedSignal]
     source: str = "user_fact"
 
 
-class SignalsProcessed(Message):
+class SignalsProcessed(Message, frozen=True):
     fact_ids: list[str]
 
 
-class PostTurn(Message, kw_only=True):
+class PostTurn(Message, kw_only=True, frozen=True):
     """A turn's messages after they are stored; ``reply_text`` is the character's last
     reply in them, for mention tracking (as :class:`ReplyMentions`, in the same message)."""
 
@@ -288,26 +307,26 @@ class PostTurn(Message, kw_only=True):
     reply_text: str = ""
 
 
-class Feedback(Message):
+class Feedback(Message, frozen=True):
     id: str
     feedback: str
 
 
-class PromotionPass(Message):
+class PromotionPass(Message, frozen=True):
     report: Report | None = None
 
 
-class Promote(Message):
+class Promote(Message, frozen=True):
     candidates: list[Reflection]
     report: Report | None = None
 
 
-class PromotionResult(Message):
+class PromotionResult(Message, frozen=True):
     reflection: Reflection
     kind: str
 
 
-class RenderContext(Message):
+class RenderContext(Message, frozen=True):
     """The long-term block of a context. ``subjects`` None: the owner's private corpus;
     otherwise only entries of those subjects (nekomem.domain.subjects)."""
 
@@ -316,22 +335,22 @@ class RenderContext(Message):
     master_name: str = ""  # empty: the master_name setting
 
 
-class RenderWithPersona(Message):
+class RenderWithPersona(Message, frozen=True):
     persona: Persona
     subjects: list[Subject] | None = None
     language: str = "en"
     master_name: str = ""
 
 
-class FollowupTopics(Message):
+class FollowupTopics(Message, frozen=True):
     pass
 
 
-class RecordSurfaced(Message):
+class RecordSurfaced(Message, frozen=True):
     ids: list[str]
 
 
-class ImportCard(Message):
+class ImportCard(Message, frozen=True):
     """Add persona entries: character-card entries (protected) by default, or, with
     ``protected=False``, ordinary entries of ``source`` (an external Markdown import)."""
 
@@ -340,19 +359,19 @@ class ImportCard(Message):
     protected: bool = True
 
 
-class ReplyMentions(Message):
+class ReplyMentions(Message, frozen=True):
     """The character's last reply, for mention tracking ("do not bring up" list)."""
 
     text: str
 
 
-class CorrectionResolved(Message):
+class CorrectionResolved(Message, frozen=True):
     reflection_id: str
     kind: str
 
 
 # -- recall ------------------------------------------------------------------------------
-class QueryMemory(Message):
+class QueryMemory(Message, frozen=True):
     """User recall (``/query_memory``). ``now`` is the caller's clock in the display time
     zone (time expressions resolve against it); ``reply`` gets the response dict."""
 
@@ -362,7 +381,7 @@ class QueryMemory(Message):
     subjects: list[Subject] | None = None  # None: the private corpus (nekomem.domain.subjects)
 
 
-class RankForStage2(Message):
+class RankForStage2(Message, frozen=True):
     """Stage-2 coarse rank: ``candidate_ids`` (confirmed/promoted reflections and
     non-protected persona, in evidence order) ranked by their best cosine to any of
     ``query_texts``, cut to ``recall_coarse_oversample * budget``. Candidates the index has
@@ -379,7 +398,7 @@ class RankForStage2(Message):
     candidate_texts: dict[str, str] = {}
 
 
-class RelatedFacts(Message):
+class RelatedFacts(Message, frozen=True):
     """Synthesis related context: the ``per_query_k`` entries nearest to each query text
     (cosine), merged round-robin (every query's first before anyone's second), deduplicated,
     capped at ``cap``; ``tiers`` limits the pool, ``exclude_ids`` removes entries (e.g. the
@@ -397,19 +416,19 @@ class RelatedFacts(Message):
 MaintenanceRecall = RankForStage2 | RelatedFacts
 
 
-class RecallAnswer(Message):
+class RecallAnswer(Message, frozen=True):
     """The answer of a maintenance recall: ``ids`` best first, ``tag`` as given."""
 
     tag: str
     ids: list[str]
 
 
-class RequestIndex(Message):
+class RequestIndex(Message, frozen=True):
     """Sent by a restarted RecallActor to the owners: please resend your complete
     IndexUpsert (with replace_tier), my in-memory index was lost with the crash."""
 
 
-class QueryVector(Message):
+class QueryVector(Message, frozen=True):
     """A query's embedding came back from the model pool (``vectors`` one row)."""
 
     token: int
@@ -417,17 +436,17 @@ class QueryVector(Message):
     error: str | None
 
 
-class IndexWaitOver(Message):
+class IndexWaitOver(Message, frozen=True):
     """The wait for the owners' first IndexUpsert is over: answer held queries anyway."""
 
 
-class QueryExpired(Message):
+class QueryExpired(Message, frozen=True):
     """A query's embedding did not come back in time: answer from BM25 alone."""
 
     token: int
 
 
-class BackfillDone(Message):
+class BackfillDone(Message, frozen=True):
     """A backfill batch came back: ``items`` are (id, text sha256) in batch order."""
 
     token: int
@@ -436,7 +455,7 @@ class BackfillDone(Message):
     error: str | None
 
 
-class MaintenanceVectors(Message):
+class MaintenanceVectors(Message, frozen=True):
     """The query (and extra candidate) embeddings of a maintenance recall came back."""
 
     token: int
@@ -445,7 +464,7 @@ class MaintenanceVectors(Message):
 
 
 # -- drop-in routes --------------------------------------------------------------------
-class AddScopedFacts(Message):
+class AddScopedFacts(Message, frozen=True):
     """Store already-extracted facts of one group/participant subject (``/scoped_facts``).
     Answered ``{"created": n, "fact_ids": [...]}``."""
 
@@ -453,7 +472,7 @@ class AddScopedFacts(Message):
     facts: list[Mapping[str, object]]
 
 
-class ExtractScoped(Message):
+class ExtractScoped(Message, frozen=True):
     """Extract and store facts of one subject from its history (``/scoped_history``).
     Answered like :class:`AddScopedFacts`; an extraction failure fails the reply (502)."""
 
@@ -462,12 +481,12 @@ class ExtractScoped(Message):
     speaker_label: str = ""
 
 
-class CancelCorrection(Message):
+class CancelCorrection(Message, frozen=True):
     """``/cancel_correction``: drop an in-flight review of the recent window and adopt an
     outside edit of recent.json. Answered ``{"status": "cancelled" | "no_task"}``."""
 
 
-class ScopedMentions(Message):
+class ScopedMentions(Message, frozen=True):
     """``/scoped_mentions``: record mentions of the subjects' persona entries echoed in
     ``text`` (the character's reply in that group). Answered ``{"status", "mentioned"}``."""
 
@@ -476,7 +495,7 @@ class ScopedMentions(Message):
 
 
 # -- memory browser (/ui) ----------------------------------------------------------------
-class BrowseFacts(Message):
+class BrowseFacts(Message, frozen=True):
     """A filtered page of facts, newest first. Answers ``{"total", "offset", "items"}``."""
 
     filter: FactFilter
@@ -484,24 +503,24 @@ class BrowseFacts(Message):
     limit: int = 100
 
 
-class GetEntry(Message):
+class GetEntry(Message, frozen=True):
     """One reflection by id in its public form (404 when unknown)."""
 
     id: str
 
 
-class SetSuppressed(Message):
+class SetSuppressed(Message, frozen=True):
     """Suppress (or lift the suppression of) one persona entry; journaled like any change."""
 
     id: str
     suppress: bool
 
 
-class ListCorrections(Message):
+class ListCorrections(Message, frozen=True):
     """The persona contradiction queue (corrections waiting for a model decision)."""
 
 
-class ExplainQuery(Message):
+class ExplainQuery(Message, frozen=True):
     """Recall playground: run a user recall and answer each leg with scores, the fused
     result, and what the filters removed. ``vector`` is the query embedding computed by the
     caller (None: lexical only); ``excluded`` are entries the owners keep out of the index
@@ -515,7 +534,7 @@ class ExplainQuery(Message):
     excluded: list[dict[str, str]] = []
 
 
-class BacklogMined(Message):
+class BacklogMined(Message, frozen=True):
     """Sent by FactActor to RecentActor once the extraction of a fact-backlog batch
     finished: rows up to ``row`` are mined."""
 

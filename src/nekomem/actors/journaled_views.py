@@ -1,0 +1,236 @@
+"""The journal-backed views of an event-sourced layer (facts, reflections, persona).
+
+Every change is first an event appended (fsync) to the character's journal, then applied
+to the in-memory state; the JSON views are rewritten from that state in batches (after
+``view_flush_changes`` changes or ``view_flush_seconds``), and the owner's applied mark
+moves only after its views are on disk. So a change is durable as soon as its event is,
+one change costs one journal append whatever the size of the store, and a crash between
+journal and view is repaired at the next load by re-applying the events after the mark.
+The flush cadence is real time, not the injectable clock: it is I/O batching, not domain
+time.
+
+A layer owns one :class:`JournaledViews` and gives it a :class:`ViewState`: the three
+operations that differ per layer (read the views, write them, apply one event).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Protocol
+
+from nekomem.actors.messages import ScrubTexts
+from nekomem.actors.ports import LayerPorts
+from nekomem.domain.layers import OUTBOX, PERSONA
+from nekomem.runtime.reply import ActorFailure, Reply
+from nekomem.stores.atomic import read_json
+from nekomem.stores.erasure import drop_from_shards
+from nekomem.stores.faults import classify
+from nekomem.stores.journal import Event
+
+
+class ViewState(Protocol):
+    """The per-layer half of a journaled layer."""
+
+    def load_views(self) -> None:
+        """Read this layer's views from disk into memory."""
+
+    def write_views(self) -> None:
+        """Write this layer's views from memory (atomically). Raises OSError."""
+
+    def apply_event(self, event: Event) -> None:
+        """Apply one of this owner's events to the in-memory state, idempotently:
+        applying an event twice has the effect of once."""
+
+
+class JournaledViews:
+    """Journal first, views in batches, the applied mark after the views (see the module)."""
+
+    def __init__(self, ports: LayerPorts, owner: str, state: ViewState) -> None:
+        self.ports = ports
+        self.ctx = ports.ctx
+        self.owner = owner
+        self.state = state
+        self.dirty = 0
+        self._last_event: str | None = None
+        self._last_flush = time.monotonic()
+        self._flush_gap = 0.0
+        self._corrupt_views: list[str] = []
+        self._views_behind = False
+
+    @property
+    def views_layer(self) -> str:
+        """The /health key of a view rewrite that failed after its changes were journaled."""
+        return f"{self.ports.child}_views"
+
+    # -- loading ---------------------------------------------------------------------
+    def read_view(self, path: Path, default: object) -> object:
+        """A view's content (see :func:`read_json`); a corrupt one (moved aside) is noted,
+        so that :meth:`load` rebuilds it from the whole journal."""
+        value, status = read_json(path, default=default)
+        if status == "corrupt":
+            self.note_corrupt(path)
+        return value
+
+    def note_corrupt(self, path: Path) -> None:
+        """Record that the view ``path`` was undecodable (moved aside): :meth:`load`
+        rebuilds it from the whole journal."""
+        self._corrupt_views.append(path.name)
+
+    def changed(self, count: int = 1) -> None:
+        """Count ``count`` in-memory changes that the views must be rewritten for (a view
+        read with entries set aside, say), without an event."""
+        self.dirty += count
+
+    def load(self) -> None:
+        """Read the views, then re-apply this owner's events the views do not hold yet
+        (every one of them when a view was corrupt), and write the views once if any was
+        re-applied. Raises OSError."""
+        self.dirty = 0
+        self._last_event = None
+        self._last_flush = time.monotonic()
+        self._flush_gap = 0.0
+        self._corrupt_views = []
+        self.state.load_views()
+        if self._corrupt_views:
+            # Every event of this owner still in the journal, not just those after the
+            # applied mark: handlers are idempotent, so replaying what the lost view
+            # already held is safe.
+            replay = self.ctx.journal.all_for(self.owner)
+            self._report_rebuild(len(replay))
+        else:
+            replay = self.ctx.journal.unapplied_for(self.owner)
+        for event in replay:
+            self.state.apply_event(event)
+        if replay:
+            self.ports.log.info("re-applied %d journaled events", len(replay))
+            self._last_event = replay[-1].event_id
+            self.dirty += len(replay)
+            self.flush()
+
+    def _report_rebuild(self, events: int) -> None:
+        compacted_at = self.ctx.journal.compacted_at
+        views = ", ".join(self._corrupt_views)
+        if compacted_at is None:
+            self.ports.log.warning("rebuilt corrupt view(s) %s from %d journaled events", views, events)
+            return
+        self.ports.log.warning("corrupt view(s) %s rebuilt only from events since the journal compaction", views)
+        storage = self.ctx.services.storage
+        if storage is not None:
+            for view in self._corrupt_views:
+                storage.unrebuilt(
+                    self.ctx.name,
+                    view,
+                    f"rebuilt from the journal since its compaction at {compacted_at}; older entries of this view are lost "
+                    "(the corrupt file was kept beside it as .corrupt-*)",
+                )
+
+    # -- changes ---------------------------------------------------------------------
+    def record(self, type: str, payload: Mapping[str, object]) -> Event:
+        """Journal one transition, apply it, and schedule the view write. Raises OSError
+        (nothing is applied then)."""
+        event = self.ctx.journal.append(type, payload, self.ports.now_iso())
+        self.state.apply_event(event)
+        self._note(event)
+        return event
+
+    def record_many(self, items: Iterable[tuple[str, Mapping[str, object]]]) -> list[Event]:
+        """Journal several transitions in one append (one fsync), apply them in order and
+        schedule the view write. Raises OSError (nothing is applied then)."""
+        ts = self.ports.now_iso()
+        batch = [(t, p, ts) for t, p in items]
+        if not batch:
+            return []
+        events = self.ctx.journal.append_many(batch)
+        for event in events:
+            self.state.apply_event(event)
+        self.dirty += len(events) - 1
+        self._note(events[-1])
+        return events
+
+    def erase(self, ids: list[str], texts: list[str], archive_dir: Path | None, reply: Reply | None, answer: object) -> None:
+        """Complete a forget whose tombstone is journaled: the views without ``ids`` go to
+        disk now, then the journal drops every event about them (and every event holding
+        one of ``texts``), the archive shards in ``archive_dir`` drop them, and the persona's
+        contradiction queue and the outbox drop the texts, and the outbox answers ``reply``
+        with ``answer``. In that order, so a crash at any step leaves the erasure applied
+        (never a journal that would bring an erased entry back). Raises OSError."""
+        self.dirty = max(self.dirty, 1)
+        self.flush()
+        dropped = self.ctx.journal.purge(self.owner, ids, texts)
+        shards = drop_from_shards(archive_dir, ids) if archive_dir is not None else 0
+        self.ports.log.info("erased %d entries: %d journal events and %d archived copies dropped", len(ids), dropped, shards)
+        # The persona's contradiction queue may quote the text (a reflection's proposal):
+        # the persona actor scrubs it, then passes the message on to the outbox.
+        target = OUTBOX if self.owner == PERSONA else PERSONA
+        self.ports.send(target, ScrubTexts(texts=texts, reply_value=answer, reply=reply))
+
+    def _note(self, event: Event) -> None:
+        self.dirty += 1
+        self._last_event = event.event_id
+        self.maybe_flush()
+
+    # -- view writes -----------------------------------------------------------------
+    def maybe_flush(self) -> None:
+        """Rewrite the views when enough changes or time have gathered. A storage fault
+        here is reported and retried at the next due time: the journal holds the changes."""
+        rt = self.ctx.settings.runtime
+        if not self.dirty:
+            return
+        since = time.monotonic() - self._last_flush
+        # A big view costs a lot to rewrite: after a flush that took T seconds, wait at
+        # least T / view_flush_max_duty, so rewrites never take more than that share of
+        # the actor's time, however large the store (the journal keeps changes durable).
+        if since < self._flush_gap:
+            return
+        if self.dirty >= rt.view_flush_changes or since >= rt.view_flush_seconds:
+            try:
+                self.flush()
+            except Exception as exc:
+                fault = classify(exc)
+                if fault is None:
+                    raise
+                # Every change is already durable in the journal (and applied in memory):
+                # the message that caused it succeeded. Only the view is behind; it is
+                # rewritten at the next due time, and /health shows the fault until then.
+                self._last_flush = time.monotonic()
+                self.ports.log.warning("%s: views not rewritten (%s); the journal holds the changes", self.ports.child, fault.code)
+                storage = self.ctx.services.storage
+                if storage is not None:
+                    storage.report(self.ctx.name, self.views_layer, fault)
+                self._views_behind = True
+
+    def flush(self) -> None:
+        """Write the views now if any change waits, then move the applied mark and compact
+        the journal when it allows. Raises OSError."""
+        if not self.dirty:
+            return
+        started = time.monotonic()
+        self.state.write_views()
+        self._flush_gap = (time.monotonic() - started) / self.ctx.settings.runtime.view_flush_max_duty
+        if self._last_event is not None:
+            self.ctx.journal.mark(self.owner, self._last_event)
+        self.dirty = 0
+        self._last_flush = time.monotonic()
+        if self._views_behind:
+            self._views_behind = False
+            storage = self.ctx.services.storage
+            if storage is not None:
+                storage.clear(self.ctx.name, self.views_layer)
+        self.ctx.journal.compact_if_applied(self.ctx.settings.runtime.events_compact_lines)
+
+    def real_due_at(self) -> float | None:
+        """The next view rewrite, when changes wait (see :meth:`maybe_flush`)."""
+        if not self.dirty:
+            return None
+        return self._last_flush + max(self._flush_gap, self.ctx.settings.runtime.view_flush_seconds)
+
+
+def edited_text(changes: Mapping[str, object]) -> str:
+    """The ``text`` of an API edit, stripped. Raises ActorFailure 422 when it is not a
+    non-empty string."""
+    text = changes.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise ActorFailure("bad_text", "text must be a non-empty string", 422)
+    return text.strip()
