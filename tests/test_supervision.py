@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from nekomem.actors.recent import RecentActor
+from nekomem.actors.recent_layer import RecentLayer
 from tests.support import faults
 from tests.support.live import LiveServer, make_settings
 
 
 @pytest.fixture
 def crash_once(monkeypatch):
-    """Fault injection: the next GetRecent handled by any RecentActor raises."""
-    return faults.crash_once(monkeypatch, RecentActor, "on_GetRecent")
+    """Fault injection: the next GetRecent handled by any RecentActor's layer raises."""
+    return faults.crash_once(monkeypatch, RecentLayer, "on_GetRecent")
 
 
 def test_crashed_child_restarts_from_disk(tmp_path, crash_once):

@@ -1,4 +1,4 @@
-"""Erasing turns for RecentActor: the journal rows, then every copy of their text.
+"""Erasing turns from the recent window: the journal rows, then every copy of their text.
 
 A forgotten turn leaves time_indexed.db (rows deleted with ``secure_delete``, the WAL
 checkpointed and truncated), the window (recent.json, written durably and without its
@@ -16,7 +16,9 @@ import hashlib
 import msgspec
 
 from nekomem.actors.messages import ForgetTurns, ScrubTexts
-from nekomem.actors.recent_state import RecentState
+from nekomem.actors.ports import LayerPorts
+from nekomem.actors.recent_state import RecentStore
+from nekomem.domain.layers import FACTS
 from nekomem.domain.turns import Turn
 from nekomem.runtime.reply import ActorFailure
 from nekomem.stores.erasure import scrub_ndjson_file
@@ -27,12 +29,12 @@ from nekomem.stores.timeindex_read import to_utc_iso
 _BAD_RANGE = "a time range needs both 'from' and 'to' (ISO 8601), 'from' not after 'to'"
 
 
-def forget_turns(actor: RecentState, msg: ForgetTurns) -> None:
+def forget_turns(ports: LayerPorts, store: RecentStore, msg: ForgetTurns) -> None:
     """Erase the rows ``msg`` names and every copy of their text; the outbox answers
     ``msg.reply`` once its copies are gone too. Raises ActorFailure 400 for a bad range,
     404 when nothing matched."""
-    actor.adopt_outside_edit("erase")
-    tindex = actor.tindex
+    store.adopt_outside_edit("erase")
+    tindex = store.tindex
     if msg.start is not None or msg.end is not None:
         if msg.start is None or msg.end is None:
             raise ActorFailure("bad_range", _BAD_RANGE, 400)
@@ -49,17 +51,17 @@ def forget_turns(actor: RecentState, msg: ForgetTurns) -> None:
         raise ActorFailure("not_found", f"no stored turn {ids[0]}" if len(ids) == 1 else "no stored turn matched", 404)
     erased = [r.turn for r in rows]
     texts = sorted({t.text.strip() for t in erased if t.text.strip()})
-    _drop_from_review(actor, erased)
-    _drop_from_window(actor, erased)  # writes recent_meta.json too
+    _drop_from_review(store, erased)
+    _drop_from_window(store, erased)  # writes recent_meta.json too
     # The window base in time_indexed.db held the erased turns too: its new value is in the
     # WAL now, and the old page goes when the WAL is copied back and truncated.
     tindex.scrub_wal()
-    scrub_ndjson_file(actor.ctx.paths.folder / EDITS_FILE, texts)
-    actor.log.info("forgot %d stored turns", len(rows))
+    scrub_ndjson_file(ports.ctx.paths.folder / EDITS_FILE, texts)
+    ports.log.info("forgot %d stored turns", len(rows))
     answer = {"forgotten": len(rows), "rows": [r.id for r in rows]}
     # Through the fact actor (its extraction queue holds turns), which passes it on to the
     # outbox; the outbox answers.
-    actor.ctx.send("facts", ScrubTexts(texts=texts, reply_value=answer, reply=msg.reply))
+    ports.send(FACTS, ScrubTexts(texts=texts, reply_value=answer, reply=msg.reply))
 
 
 def _key(turn: Turn) -> tuple[str, str, str]:
@@ -70,24 +72,24 @@ def _key(turn: Turn) -> tuple[str, str, str]:
     return turn.role, turn.text.strip(), ts
 
 
-def _drop_from_window(actor: RecentState, erased: list[Turn]) -> None:
+def _drop_from_window(store: RecentStore, erased: list[Turn]) -> None:
     """The window items that are the erased rows (role, text and time)."""
     gone = {_key(t) for t in erased}
-    # A new list (the window is only extended in place, see RecentState).
-    window = [t for t in actor.window if _key(t) not in gone]
-    if len(window) != len(actor.window):
-        actor.window = window
-        actor.tokens = [actor.counter.count(t.text) for t in window]
-    actor._save_window(looked=True)  # durable, and the swap file with the old window is dropped
-    actor._save_meta()
+    # A new list (the window is only extended in place, see RecentStore).
+    window = [t for t in store.window if _key(t) not in gone]
+    if len(window) != len(store.window):
+        store.window = window
+        store.tokens = [store.counter.count(t.text) for t in window]
+    store.save_window(looked=True)  # durable, and the swap file with the old window is dropped
+    store.save_meta()
 
 
-def _drop_from_review(actor: RecentState, erased: list[Turn]) -> None:
+def _drop_from_review(store: RecentStore, erased: list[Turn]) -> None:
     """Fingerprint entries are ``role:sha256:prefix``: an erased turn's entry keeps its
     hash (it no longer matches anything in the window) and loses its prefix."""
     texts = [t.text for t in erased if t.text]
     hashes = {hashlib.sha256(t.encode()).hexdigest() for t in texts}
-    state = actor.meta.review
+    state = store.meta.review
 
     def cut(entries: list[str] | None) -> list[str] | None:
         if not entries:
@@ -100,6 +102,6 @@ def _drop_from_review(actor: RecentState, erased: list[Turn]) -> None:
             out.append(f"{role}:{digest}:" if hit else entry)
         return out
 
-    actor.meta.review = msgspec.structs.replace(
+    store.meta.review = msgspec.structs.replace(
         state, last_reviewed_tail=cut(state.last_reviewed_tail), fail_fingerprint=cut(state.fail_fingerprint)
     )

@@ -1,11 +1,12 @@
-"""The state half of RecentActor: the window (recent.json), recent_meta.json and the
-time index in memory, the crash catch-up at load, the post-turn cursor and the adoption
-of outside edits of recent.json.
+"""The recent window's store: the window (recent.json), recent_meta.json and the time
+index in memory, the crash catch-up at load and the adoption of outside edits of
+recent.json.
 
 recent.json is written without fsync on appends; the time index is the durable copy (its
 rows and the window base, stored with every other change of the window), so at load the
-window is rebuilt as base + rows (see :mod:`nekomem.domain.window_rebuild`) and the rows
-after the post-turn cursor get their outbox record again (see :mod:`nekomem.domain.post_turn`).
+window is rebuilt as base + rows (see :mod:`nekomem.domain.window_rebuild`). The rows
+after the post-turn cursor get their outbox record again from
+:mod:`nekomem.actors.recent_post_turn`.
 
 ``window`` and ``tokens`` are only ever extended in place; any other change assigns a new
 list. The encoded window and the token bound rely on it: while the list is the same
@@ -16,22 +17,20 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
-from nekomem.actors.base import ChildActor
-from nekomem.actors.messages import Enqueue, OutboxAck
-from nekomem.actors.recent_backlog import FactBacklog
+from nekomem.actors.ports import LayerPorts
+from nekomem.config.recent import RecentSettings
 from nekomem.domain import context, recent_window, review, theater, window_rebuild
-from nekomem.domain.post_turn import POST_TURN_CURSOR, PostTurnCursor, session_runs
-from nekomem.domain.tokens import get_counter
+from nekomem.domain.post_turn import POST_TURN_CURSOR
+from nekomem.domain.tokens import TokenCounter, get_counter
 from nekomem.domain.turns import Turn, from_disk
 from nekomem.domain.window_cache import ItemCache
 from nekomem.runtime.clock import iso
+from nekomem.runtime.reply import Reply
 from nekomem.stores import timeindex_check
 from nekomem.stores.atomic import atomic_write_bytes, atomic_write_json, drop_swap, keep_rejected, read_json, swap_write_bytes
-from nekomem.stores.fact_backlog import BACKLOG_ROWS_KEY, backlog_tally
 from nekomem.stores.recent_watch import RecentWatch, journal_adoption
 from nekomem.stores.timeindex import IMPORTED_CURSOR, TimeIndex
 
@@ -42,7 +41,10 @@ def _encode_item(turn: Turn) -> bytes:
     return _item_encoder.encode(turn.to_disk())
 
 
-OP_POST_TURN = "extract_facts"  # wire value of the reference's OP_POST_TURN_SIGNALS
+def answer(reply: Reply | None, value: object) -> None:
+    """Complete ``reply`` with ``value`` (a message sent without one waits for nothing)."""
+    if reply is not None:
+        reply.ok(value)
 
 
 class RecentMeta(msgspec.Struct, kw_only=True):
@@ -56,15 +58,51 @@ class RecentMeta(msgspec.Struct, kw_only=True):
     review: review.ReviewState = msgspec.field(default_factory=review.ReviewState)
 
 
-class RecentState(ChildActor):
-    """The window, its meta and the time index; the post-turn cursor."""
+class RecentStore:
+    """The window, its meta and the time index of one character (see the module).
 
-    def load(self) -> None:
-        # Per-item work kept across writes (see the module docstring).
+    Built empty with the layer; :meth:`load` reads the files (again after each storage
+    fault), and every other call needs a loaded store.
+    """
+
+    def __init__(self, ports: LayerPorts) -> None:
+        self.ports = ports
+        self.ctx = ports.ctx
+        self.log = ports.log
+        self.settings: RecentSettings = ports.ctx.settings.recent
+        self.window: list[Turn] = []
+        self.tokens: list[int] = []
+        self.meta = RecentMeta()
+        # Set by load (the counter may read a vocabulary, the watch stats recent.json).
+        self.counter: TokenCounter
+        self.watch: RecentWatch
+        self._tindex: TimeIndex | None = None
         self._encoded: ItemCache[bytes] = ItemCache(_encode_item)
         self._encoded_body = b""
         self._shown: ItemCache[str] = ItemCache(context.shown_text)
         self._bound_known: tuple[list[int], int, int] | None = None
+
+    @property
+    def tindex(self) -> TimeIndex:
+        """The open time index. Raises RuntimeError before :meth:`load` (or after :meth:`close`)."""
+        if self._tindex is None:
+            raise RuntimeError("the recent window's time index is not open")
+        return self._tindex
+
+    @property
+    def is_open(self) -> bool:
+        """Whether a load opened the time index (and it is not closed yet)."""
+        return self._tindex is not None
+
+    def load(self) -> None:
+        """Read recent.json, recent_meta.json and time_indexed.db, repair the journal and
+        rebuild the window when a crash left them apart. Raises OSError (and the stores'
+        decode errors) when the files cannot be read."""
+        # Per-item work kept across writes (see the module docstring).
+        self._encoded = ItemCache(_encode_item)
+        self._encoded_body = b""
+        self._shown = ItemCache(context.shown_text)
+        self._bound_known = None
         paths = self.ctx.paths
         self.settings = self.ctx.settings.recent
         self.counter = get_counter(self.settings.recent_tokenizer_encoding)
@@ -74,7 +112,7 @@ class RecentState(ChildActor):
             self.meta = msgspec.convert(meta_raw if isinstance(meta_raw, dict) else {}, RecentMeta, strict=False)
         except msgspec.ValidationError:
             self.meta = RecentMeta()
-        self.tindex = TimeIndex(paths.time_index_db)
+        self._tindex = TimeIndex(paths.time_index_db)
         self._check_journal()
         self.watch = RecentWatch(paths.recent)
         found = window if status == "ok" else None  # missing, empty or torn: None
@@ -83,17 +121,9 @@ class RecentState(ChildActor):
         self.tokens = [self.counter.count(t.text) for t in self.window]
         self.meta.journal_row = self.tindex.max_row_id()
         if rewrite or unreadable:
-            self._enforce_cap()
-            self._save_window()  # durable, and the new base (unreadable items are kept aside)
-            self._save_meta()
-        self.backlog = FactBacklog(self.tindex, self.ctx.settings.longterm, backlog_tally(self.ctx.services.hooks), self.ctx.name)
-        self._replay_post_turn()
-        self.feed_backlog()
-
-    def flush(self) -> None:
-        """Persist the post-turn cursor and recent_meta.json (with journal_row)."""
-        self._save_cursor()
-        self._save_meta()
+            self.enforce_cap()
+            self.save_window()  # durable, and the new base (unreadable items are kept aside)
+            self.save_meta()
 
     @staticmethod
     def _read_window(path: Path) -> tuple[list[Turn], str, int]:
@@ -102,8 +132,8 @@ class RecentState(ChildActor):
         raw, status = read_json(path, default=[])
         if status != "ok":
             return [], status, 0
-        items = raw if isinstance(raw, list) else []
-        unreadable: list[Any] = [] if isinstance(raw, list) else [raw]
+        items: list[object] = raw if isinstance(raw, list) else []
+        unreadable: list[object] = [] if isinstance(raw, list) else [raw]
         window: list[Turn] = []
         for item in items:
             turn = from_disk(item)
@@ -116,9 +146,10 @@ class RecentState(ChildActor):
         return window, status, len(unreadable)
 
     def close(self) -> None:
-        if getattr(self, "tindex", None) is not None:
-            self._save_cursor()
-            self.tindex.close()
+        """Close the time index (nothing to do when it is not open)."""
+        if self._tindex is not None:
+            self._tindex.close()
+            self._tindex = None
 
     # -- crash catch-up --------------------------------------------------------------
     def _check_journal(self) -> None:
@@ -225,82 +256,15 @@ class RecentState(ChildActor):
         self.window = found
         return self._window_bytes() == data
 
-    def _replay_post_turn(self) -> None:
-        """Enqueue again the post-turn work of rows after the cursor (answered before their
-        record was acknowledged); the outbox drops ranges it already holds."""
-        saved = self.tindex.cursor(POST_TURN_CURSOR)
-        top = self.tindex.max_row_id()
-        if saved is None:
-            # Before the cursor existed every record was written before the answer.
-            self.tindex.set_cursors({POST_TURN_CURSOR: top})
-            saved = top
-        self.post_turn = PostTurnCursor(saved)
-        if top <= saved:
-            return
-        rows = [row for row in self.tindex.rows_after(saved) if not theater.is_theater(row.turn)]  # no post-turn work
-        for run in session_runs(rows):
-            self._enqueue_post_turn([r.turn for r in run], run[0].session_id or "", run[0].id, run[-1].id, replay=True)
-        self.log.info("re-enqueued post-turn work of %d stored turns", len(rows))
-
-    def _enqueue_post_turn(
-        self, turns: list[Turn], session_id: str, first: int, last: int, write_id: int = 0, *, replay: bool = False
-    ) -> None:
-        ack = OutboxAck(write_id=write_id, row=last)
-        self.post_turn.sent(last)
-        if not self.model_available("extract_facts"):
-            # No model can extract facts: the record would only announce the turns and be
-            # finished unrun (FactActor.on_RunOp), so the turns are announced here, with no
-            # record, and count as done (a write that waits hears it as from the outbox).
-            # They stay in the fact backlog, mined once such a model is configured.
-            self.announce_stored_turns(list(turns))
-            self.backlog.extend(first, last)
-            if write_id:
-                self.ctx.send("recent", ack)
-            else:
-                self.post_turn.acked(last)
-            return
-        payload = {"messages": [t.to_disk() for t in turns], "session_id": session_id, "rows": [first, last]}
-        self.ctx.send("outbox", Enqueue(op_type=OP_POST_TURN, payload=payload, reply_value=ack, replay=replay, turns=list(turns)))
-
-    def feed_backlog(self) -> None:
-        """Hand the fact backlog's next batch to the fact actor, as a post-turn record
-        marked ``backlog`` (see :mod:`nekomem.actors.recent_backlog`), when a model can
-        extract facts and no batch is being mined."""
-        if not self.model_available("extract_facts"):
-            return
-        batch = self.backlog.next_batch()
-        if batch is None:
-            return
-        # "backlog_rows", not "rows": the outbox's replay check takes every row under its
-        # floor as recorded, and these rows are older than that.
-        payload = {
-            "messages": [t.to_disk() for t in batch.turns],
-            "session_id": batch.session_id,
-            BACKLOG_ROWS_KEY: [batch.first, batch.last],
-        }
-        self.log.info("fact backlog: rows %d..%d handed to extraction", batch.first, batch.last)
-        self.ctx.send("outbox", Enqueue(op_type=OP_POST_TURN, payload=payload, turns=list(batch.turns)))
-
-    def cursor_updates(self) -> dict[str, int] | None:
-        """The post-turn and fact-backlog cursors that moved since they were last stored
-        (stored with the next time-index transaction), or None."""
-        update = {**(self.post_turn.update() or {}), **self.backlog.update()}
-        return update or None
-
-    def _save_cursor(self) -> None:
-        update = self.cursor_updates() if hasattr(self, "post_turn") else None
-        if update:
-            self.tindex.set_cursors(update)
-
-    def _overlap_with_stored_tail(self, turns: list[Turn]) -> int:
+    def overlap_with_stored_tail(self, turns: list[Turn]) -> int:
         """How many leading turns of a settle batch repeat the stored tail (role + text)."""
         return recent_window.repeated_prefix(self.tindex.tail(len(turns)), turns)
 
-    def _append_token_counts(self, turns: list[Turn]) -> None:
+    def append_token_counts(self, turns: list[Turn]) -> None:
         """Extend ``self.tokens`` for turns appended to the window. With an exact
         (byte-level BPE) counter a new turn first gets ``-len(utf-8 bytes)``: a token
         covers at least one byte, so the length bounds the count, and the exact count is
-        taken only when the bounds no longer fit under the hard cap (see _enforce_cap)."""
+        taken only when the bounds no longer fit under the hard cap (see enforce_cap)."""
         if self.counter.exact:
             self.tokens.extend(-len(t.text.encode("utf-8")) for t in turns)
         else:
@@ -318,7 +282,7 @@ class RecentState(ChildActor):
         self._bound_known = (tokens, len(tokens), total)
         return total
 
-    def _enforce_cap(self) -> bool:
+    def enforce_cap(self) -> bool:
         """Bound the window by the hard cap; True when that cut a text (not only dropped
         the oldest items): the window is then no longer base + rows, and the caller must
         write it durably (a new base)."""
@@ -336,7 +300,7 @@ class RecentState(ChildActor):
         self.log.info("hard cap trimmed the window to %d items", len(self.window))
         return not window_rebuild.only_dropped(before, self.window)
 
-    def _save_window(self, *, durable: bool = True, looked: bool = False) -> None:
+    def save_window(self, *, durable: bool = True, looked: bool = False) -> None:
         """Replace recent.json with the window (an outside edit since the last look is
         journaled first; ``looked``: the caller looked, with adopt_outside_edit, just before
         building this window, in the same message)."""
@@ -389,9 +353,9 @@ class RecentState(ChildActor):
         self.window = [t for t in (from_disk(item) for item in items) if t is not None]
         self.tokens = [self.counter.count(t.text) for t in self.window]
         self.watch.remember()
-        self._save_window(looked=True)  # durably, as the new window base
+        self.save_window(looked=True)  # durably, as the new window base
         self.log.info("adopted an outside edit of recent.json (%d items)", len(self.window))
         return True
 
-    def _save_meta(self, *, durable: bool = True) -> None:
+    def save_meta(self, *, durable: bool = True) -> None:
         atomic_write_json(self.ctx.paths.recent_meta, self.meta, durable=durable)
