@@ -1,0 +1,131 @@
+"""The recent window layer on its own: a RecentLayer over a real character folder, driven
+by calling its handlers (no RecentActor, no server). Its ports reach a real pykka actor
+standing in for the character's supervisor, which records what the layer sent."""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Iterator
+from pathlib import Path
+
+import pykka
+import pytest
+
+from nekomem.actors.events import EVENT_OWNERS
+from nekomem.actors.messages import AppendTurns, Deliver, GetRecent, OutboxAck, PostTurn, RecentView
+from nekomem.actors.ports import LayerPorts
+from nekomem.actors.recent_layer import RecentLayer
+from nekomem.domain.turns import Role, Turn
+from nekomem.runtime.clock import ManualClock
+from nekomem.runtime.dispatch import Dispatcher
+from nekomem.runtime.pool import ModelPool
+from nekomem.runtime.reply import Reply
+from nekomem.runtime.services import CharacterContext, Services
+from nekomem.runtime.timers import Timers
+from nekomem.stores.applied import SharedJournal
+from nekomem.stores.layout import CharacterPaths
+from tests.support.live import make_settings
+
+NAME = "Lan"
+
+
+class Recorder(pykka.ThreadingActor):
+    """Stands in for the supervisor: every message it receives goes to ``got``."""
+
+    def __init__(self, got: queue.Queue[object]) -> None:
+        super().__init__()
+        self.got = got
+
+    def on_receive(self, message: object) -> None:
+        self.got.put(message)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[tuple[CharacterContext, queue.Queue[object]]]:
+    """A character context without a model (post-turn work is announced, not enqueued)."""
+    settings = make_settings(tmp_path)
+    clock = ManualClock()
+    dispatcher = Dispatcher(1, 1)
+    pool = ModelPool(1, 8, 1)
+    services = Services(
+        settings=settings, clock=clock, pool=pool, memory_root=tmp_path, dispatcher=dispatcher, timers=Timers(clock), llm=None
+    )
+    paths = CharacterPaths(tmp_path, NAME)
+    paths.ensure()
+    got: queue.Queue[object] = queue.Queue()
+    supervisor = Recorder.start(got)
+    journal = SharedJournal(paths.events, paths.events_applied, EVENT_OWNERS)
+    try:
+        yield CharacterContext(name=NAME, paths=paths, services=services, journal=journal, supervisor=supervisor), got
+    finally:
+        supervisor.stop()
+        pool.shutdown()
+        dispatcher.shutdown()
+
+
+def layer_of(ctx: CharacterContext) -> RecentLayer:
+    layer = RecentLayer(LayerPorts(ctx, "recent", lambda message: None))
+    layer.load()
+    return layer
+
+
+def delivered(got: queue.Queue[object], child: str) -> object:
+    """The next message the layer sent to sibling ``child`` (through the supervisor, as no
+    sibling is routable here); fails after 5 s."""
+    while True:
+        message = got.get(timeout=5)
+        if isinstance(message, Deliver) and message.child == child:
+            return message.message
+
+
+def view_of(layer: RecentLayer) -> RecentView:
+    reply = Reply()
+    layer.on_GetRecent(GetRecent(reply=reply))
+    view = reply.result(5)
+    assert isinstance(view, RecentView)
+    return view
+
+
+def turn(text: str, role: Role = "human") -> Turn:
+    return Turn(role=role, text=text, ts="2026-06-01T10:00:00+00:00")
+
+
+def test_a_cached_turn_is_rebuilt_from_the_journal_when_recent_json_is_lost(world) -> None:
+    ctx, got = world
+    layer = layer_of(ctx)
+    reply = Reply()
+    layer.on_AppendTurns(AppendTurns(turns=[turn("my cat is called Mochi")], mode="cache", session_id="s1", reply=reply))
+    assert reply.result(5) == {"status": "cached", "count": 1}
+    # No model can extract facts: the stored turn is announced to the reflections at once.
+    announced = delivered(got, "reflections")
+    assert isinstance(announced, PostTurn) and [t.text for t in announced.turns] == ["my cat is called Mochi"]
+    layer.close()
+
+    ctx.paths.recent.unlink()  # written without fsync: a power loss can take it
+    again = layer_of(ctx)
+    view = view_of(again)
+    assert [t.text for t in view.window] == ["my cat is called Mochi"] and view.stored_total == 1
+    assert ctx.paths.recent.exists()  # rewritten durably, as the new window base
+    again.close()
+
+
+def test_a_process_write_waits_for_its_ack_and_a_repeated_key_is_answered_from_the_journal(world) -> None:
+    ctx, got = world
+    layer = layer_of(ctx)
+    first = Reply()
+    layer.on_AppendTurns(
+        AppendTurns(turns=[turn("hello"), turn("hi Master", "ai")], mode="process", session_id="s1", idempotency_key="k1", reply=first)
+    )
+    assert not first.done  # answered only once its post-turn work is acknowledged
+    ack = delivered(got, "recent")
+    assert isinstance(ack, OutboxAck) and ack.row == 2
+    layer.on_OutboxAck(ack)
+    assert first.result(5) == {"status": "processed"}
+
+    retry = Reply()
+    layer.on_AppendTurns(
+        AppendTurns(turns=[turn("hello"), turn("hi Master", "ai")], mode="process", session_id="s1", idempotency_key="k1", reply=retry)
+    )
+    assert retry.result(5) == {"status": "processed"}
+    assert view_of(layer).stored_total == 2  # stored once
+    layer.close()
