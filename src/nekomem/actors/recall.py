@@ -49,8 +49,9 @@ from nekomem.actors.messages import (
     Vectors,
     VectorsComputed,
 )
+from nekomem.domain.layers import tier_owners, vector_tiers
 from nekomem.recall.embeddings import EmbeddingService
-from nekomem.recall.entry import OWNERS, VECTOR_TIERS, display_tz
+from nekomem.recall.entry import display_tz
 from nekomem.recall.explain import explain
 from nekomem.recall.index import RecallIndex
 from nekomem.recall.journal_fallback import journal_hits
@@ -169,18 +170,18 @@ class RecallActor(ChildActor):
     @handles(IndexUpsert)
     def on_IndexUpsert(self, msg: IndexUpsert) -> None:
         if msg.replace_tier is not None:
-            self.fed.add(OWNERS.get(msg.replace_tier, msg.replace_tier))
+            self.fed.add(tier_owners().get(msg.replace_tier, msg.replace_tier))
         self.index.upsert(msg.entries, msg.replace_tier)
         self._safe_sync()
         self.pending_counter.indexed(self.ctx.name, self._waiting(), msg.counted)
-        if self.held and self.fed >= set(OWNERS.values()):
+        if self.held and self.fed >= set(tier_owners().values()):
             self._release_held()
 
     @handles(IndexWaitOver)
     def on_index_wait_over(self, msg: IndexWaitOver) -> None:
         if self.held:
             self.log.warning("recall: answering %d queries before every index owner reported", len(self.held))
-        self.fed |= set(OWNERS.values())
+        self.fed |= set(tier_owners().values())
         self._release_held()
 
     def _release_held(self) -> None:
@@ -275,7 +276,7 @@ class RecallActor(ChildActor):
             emb = self.ctx.services.embeddings
             if emb is None or self.s.recall_legs == "bm25" or getattr(emb, "state", "") != "loading":
                 return 0
-            return sum(1 for doc in self.index.docs.values() if doc.entry.tier in VECTOR_TIERS and doc.entry.vector is None)
+            return sum(1 for doc in self.index.docs.values() if doc.entry.tier in vector_tiers() and doc.entry.vector is None)
         inflight = len(self.backfill_items) if self.backfill_token is not None else 0
         return len(self.index.need) + inflight
 
@@ -308,7 +309,7 @@ class RecallActor(ChildActor):
     def on_QueryMemory(self, msg: QueryMemory) -> None:
         if msg.reply is None:
             return
-        if not self.fed >= set(OWNERS.values()):
+        if not self.fed >= set(tier_owners().values()):
             self.held.append(msg)
             return
         started = time.perf_counter()

@@ -15,7 +15,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, MutableMapping
 
-from nekomem.recall.entry import VECTOR_TIERS, IndexEntry, indexable
+from nekomem.domain.layers import vector_tiers
+from nekomem.recall.entry import IndexEntry, indexable
 
 PENDING_HOOK = "embedding_pending"
 
@@ -86,7 +87,7 @@ def lacking_vectors(entries: Iterable[IndexEntry], model: str | None) -> int:
     model is still loading and ``model`` is None)."""
     count = 0
     for entry in entries:
-        if entry.tier not in VECTOR_TIERS or not indexable(entry):
+        if entry.tier not in vector_tiers() or not indexable(entry):
             continue
         if entry.vector is None or (model is not None and entry.vector_model != model):
             count += 1
