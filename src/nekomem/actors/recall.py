@@ -56,7 +56,6 @@ from nekomem.recall.explain import explain
 from nekomem.recall.index import RecallIndex
 from nekomem.recall.journal_fallback import journal_hits
 from nekomem.recall.names import blend_query_vectors
-from nekomem.recall.pending import pending_counter
 from nekomem.recall.query_plan import QueryPlan, plan_query
 from nekomem.recall.query_text import LexicalAnalyzer, stop_names_for
 from nekomem.recall.response import (
@@ -103,7 +102,7 @@ class RecallActor(ChildActor):
         RECALL_DEADLINES.schedule(s.recall_index_wait_seconds, lambda: me.tell(IndexWaitOver()))
         self.maintenance: dict[int, tuple[MaintenanceRecall, list[str], int, int, list[str]]] = {}
         self._seq = 0
-        self.pending_counter = pending_counter(self.ctx.services.hooks)
+        self.pending_counter = self.ctx.services.pending
         if self._restarted():
             # What was in flight to the old instance is sent again with the whole index.
             self.pending_counter.forget(self.ctx.name)

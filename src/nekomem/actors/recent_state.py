@@ -31,7 +31,7 @@ from nekomem.domain.window_cache import ItemCache
 from nekomem.runtime.clock import iso
 from nekomem.stores import timeindex_check
 from nekomem.stores.atomic import atomic_write_bytes, atomic_write_json, drop_swap, keep_rejected, read_json, swap_write_bytes
-from nekomem.stores.fact_backlog import BACKLOG_ROWS_KEY, backlog_tally
+from nekomem.stores.fact_backlog import BACKLOG_ROWS_KEY
 from nekomem.stores.recent_watch import RecentWatch, journal_adoption
 from nekomem.stores.timeindex import IMPORTED_CURSOR, TimeIndex
 
@@ -86,7 +86,7 @@ class RecentState(ChildActor):
             self._enforce_cap()
             self._save_window()  # durable, and the new base (unreadable items are kept aside)
             self._save_meta()
-        self.backlog = FactBacklog(self.tindex, self.ctx.settings.longterm, backlog_tally(self.ctx.services.hooks), self.ctx.name)
+        self.backlog = FactBacklog(self.tindex, self.ctx.settings.longterm, self.ctx.services.backlog, self.ctx.name)
         self._replay_post_turn()
         self.feed_backlog()
 

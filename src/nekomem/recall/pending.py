@@ -13,17 +13,15 @@ while an acknowledged entry has no vector.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Iterable
 
 from nekomem.domain.layers import vector_tiers
 from nekomem.recall.entry import IndexEntry, indexable
 
-PENDING_HOOK = "embedding_pending"
-
 
 class PendingCounter:
     """Entries waiting for a vector, per character; calling it gives the process total
-    (registered as ``services.hooks["embedding_pending"]`` for /health)."""
+    (``Services.pending``, read by /health and /metrics)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -69,16 +67,6 @@ class PendingCounter:
             target[key] = count
         else:
             target.pop(key, None)
-
-
-def pending_counter(hooks: MutableMapping[str, object]) -> PendingCounter:
-    """The process's counter in ``hooks`` (created on first use by whichever actor comes
-    first)."""
-    counter = hooks.get(PENDING_HOOK)
-    if not isinstance(counter, PendingCounter):
-        counter = hooks.setdefault(PENDING_HOOK, PendingCounter())
-    assert isinstance(counter, PendingCounter)
-    return counter
 
 
 def lacking_vectors(entries: Iterable[IndexEntry], model: str | None) -> int:

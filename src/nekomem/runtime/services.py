@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import pykka
 
 from nekomem.config import Settings
+from nekomem.recall.pending import PendingCounter
 from nekomem.runtime.clock import Clock
 from nekomem.runtime.dispatch import Dispatcher
 from nekomem.runtime.pool import ModelPool
@@ -24,6 +25,7 @@ from nekomem.runtime.reply import ActorFailure
 from nekomem.runtime.switches import Switches
 from nekomem.runtime.timers import Timers
 from nekomem.stores.applied import SharedJournal
+from nekomem.stores.fact_backlog import BacklogTally
 from nekomem.stores.faults import StorageHealth
 from nekomem.stores.layout import CharacterPaths
 from nekomem.stores.neko_cards import CharacterCards
@@ -90,7 +92,10 @@ class Services:
     embeddings: EmbeddingService | None = None
     switches: Switches | None = None
     cards: CharacterCards | None = None  # the chat server's characters.json (card sync)
-    hooks: dict[str, Callable[[], int]] = field(default_factory=dict)
+    # Entries waiting for a vector (owners count what they send, recall what it indexes)
+    # and the fact backlog of the loaded characters (their recent actors publish it).
+    pending: PendingCounter = field(default_factory=PendingCounter)
+    backlog: BacklogTally = field(default_factory=BacklogTally)
     counters: Counters = field(default_factory=Counters)
     storage: StorageHealth | None = None
     outbox: OutboxTally = field(default_factory=OutboxTally)
