@@ -130,7 +130,7 @@ class ChildActor(DispatchedActor):
         if self.layer is not None:
             self.layer.load()
 
-    def on_stop(self) -> Completion | None:
+    def on_release(self) -> Completion | None:
         self._stop_timers()
         # A layer whose load failed on a storage fault holds no trustworthy state: writing
         # it out would replace the files on disk with a partial copy.

@@ -28,7 +28,7 @@ actor makes no record at all (it could only be finished unrun).
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Mapping
 
 from nekomem.actors.base import ChildActor
 from nekomem.actors.handlers import handles
@@ -79,7 +79,7 @@ class OutboxLayer:
         self.settings = self.ctx.settings.runtime
         self.outbox = Outbox(self.ctx.paths.outbox)
         # op_id -> (type, payload, attempts)
-        self.pending: dict[str, tuple[str, dict[str, Any], int]] = {}
+        self.pending: dict[str, tuple[str, Mapping[str, object], int]] = {}
         self.running: set[str] = set()
         self.parked: set[str] = set()  # pending, held in a handler's batch
         self.retry_at: dict[str, float] = {}
@@ -300,6 +300,8 @@ class OutboxLayer:
 
     @handles(OutboxState)
     def on_OutboxState(self, msg: OutboxState) -> None:
+        if msg.reply is None:
+            return
         msg.reply.ok(
             {
                 "pending": len(self.pending),
@@ -317,7 +319,7 @@ class OutboxLayer:
             msg.reply.ok(True)
 
 
-def _rows(payload: dict[str, Any]) -> tuple[int, int] | None:
+def _rows(payload: Mapping[str, object]) -> tuple[int, int] | None:
     """The (first, last) time-index rows a post-turn payload covers; None without rows."""
     rows = payload.get("rows")
     if isinstance(rows, list) and len(rows) == 2 and all(isinstance(r, int) for r in rows):

@@ -37,7 +37,6 @@ from nekomem.actors.messages import (
     IndexWaitOver,
     MaintenanceRecall,
     MaintenanceVectors,
-    Message,
     QueryExpired,
     QueryMemory,
     QueryVector,
@@ -67,6 +66,7 @@ from nekomem.recall.response import (
 from nekomem.recall.timewindow import TimeWindow
 from nekomem.runtime.deadlines import RECALL_DEADLINES
 from nekomem.runtime.pool import PoolFull
+from nekomem.runtime.protocol import Message
 from nekomem.stores.timeindex_read import TimeIndexReader
 
 _LOADS: dict[int, int] = {}  # id(CharacterContext) -> activations of RecallActor on it
@@ -344,7 +344,8 @@ class RecallActor(ChildActor):
     @handles(ExplainQuery)
     def on_ExplainQuery(self, msg: ExplainQuery) -> None:
         self._sync_vectors()
-        msg.reply.ok(explain(self.index, self.s, msg.query, msg.time, msg.now, msg.vector, msg.excluded))
+        if msg.reply is not None:
+            msg.reply.ok(explain(self.index, self.s, msg.query, msg.time, msg.now, msg.vector, msg.excluded))
 
     @handles(QueryVector)
     def on_query_vector(self, msg: QueryVector) -> None:
@@ -353,7 +354,7 @@ class RecallActor(ChildActor):
             return  # answered already (timed out)
         vec = None
         if msg.error is None and msg.vectors is not None and len(msg.vectors):
-            vec = blend_query_vectors(msg.vectors, self.s.recall_query_unnamed_weight)
+            vec = blend_query_vectors(list(msg.vectors), self.s.recall_query_unnamed_weight)
         else:
             self.log.info("recall: query embedding failed; answering from BM25 alone")
         self._finish(*pending, vec)

@@ -13,7 +13,7 @@ import pykka
 
 from nekomem.actors.base import ChildActor
 from nekomem.domain.layers import OUTBOX, Address, event_owners, layers
-from nekomem.runtime.dispatch import Completion, DispatchedActor, Dispatcher
+from nekomem.runtime.dispatch import Completion, DispatchedActor, Dispatcher, mailbox_of
 from nekomem.runtime.protocol import ChildCrashed, Deliver, Describe, Flush, fail_message
 from nekomem.runtime.reply import ActorFailure, Reply
 from nekomem.runtime.services import CharacterContext, Routes, Services
@@ -29,7 +29,7 @@ def child_order() -> tuple[Address, ...]:
     return tuple(spec.address for spec in layers())
 
 
-def child_classes() -> dict[Address, type[ChildActor]]:
+def child_classes() -> dict[str, type[ChildActor]]:
     """Address -> the ChildActor class of every declared layer, importing each once."""
     return {spec.address: _actor_class(spec.actor) for spec in layers()}
 
@@ -90,14 +90,14 @@ class CharacterSupervisor(DispatchedActor):
         for child in order:
             self.children[child] = classes[child].start_held(self.ctx)
         for child in order:
-            self.children[child].actor_inbox.release()
+            mailbox_of(self.children[child]).release()
 
     def dispatcher(self) -> Dispatcher:
         return self.services.dispatcher
 
-    def on_stop(self) -> Completion:
+    def on_release(self) -> Completion:
         """Stop the children one after the other in reverse start order (each flushes its
-        views in its own on_stop). Returns the completion of all
+        views in its own on_release). Returns the completion of all
         that: the supervisor's stop is answered only then, so a new activation of the
         character never races the old one for its files."""
         released = Completion()
@@ -110,8 +110,9 @@ class CharacterSupervisor(DispatchedActor):
                     ref.stop(block=False)
                 except pykka.ActorDeadError:
                     pass
-                if not ref.actor_inbox.terminated:
-                    ref.actor_inbox.when_terminated(stop_next)
+                mailbox = mailbox_of(ref)
+                if not mailbox.terminated:
+                    mailbox.when_terminated(stop_next)
                     return
             released.done()
 

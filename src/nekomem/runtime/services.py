@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import pykka
 
@@ -114,6 +114,12 @@ class Services:
         return self.memory_root if self.character_root is None else self.character_root(name)
 
 
+class Teller(Protocol):
+    """Anything a message can be posted to without waiting (a pykka ActorRef)."""
+
+    def tell(self, message: object) -> None: ...
+
+
 class Routes:
     """A character's live child refs, kept by its supervisor and read by senders.
 
@@ -138,7 +144,7 @@ class CharacterContext:
     paths: CharacterPaths
     services: Services
     journal: SharedJournal
-    supervisor: pykka.ActorRef[pykka.Actor]
+    supervisor: Teller  # the supervisor: a child's crash report and messages for a dead child go there
     routes: Routes = field(default_factory=Routes)
 
     @property
