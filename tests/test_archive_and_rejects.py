@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from nekomem.actors.messages import Flush
-from nekomem.actors.supervisor import CHILD_ORDER
+from nekomem.actors.supervisor import child_order
 from nekomem.runtime.clock import ManualClock
 from nekomem.stores.layout import CharacterPaths
 from tests.support.live import LiveServer, make_settings
@@ -21,7 +21,7 @@ SHARD = re.compile(r"^2026-07-0[12]_[0-9a-f]{8}\.json$")
 
 
 def settle(srv: LiveServer) -> None:
-    for child in CHILD_ORDER:
+    for child in child_order():
         srv.runtime.registry.ask_sync(NAME, child, lambda reply: Flush(reply=reply))
 
 

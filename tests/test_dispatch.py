@@ -170,7 +170,7 @@ class Deferred(DispatchedActor):
     def dispatcher(self) -> Dispatcher:
         return self._dispatcher
 
-    def on_stop(self) -> Completion:
+    def on_release(self) -> Completion:
         return self.done
 
     def on_receive(self, message: Any) -> Any:

@@ -13,7 +13,7 @@ from collections import Counter
 from datetime import datetime, timezone
 
 from nekomem.actors.messages import Flush
-from nekomem.actors.supervisor import CHILD_ORDER
+from nekomem.actors.supervisor import child_order
 from nekomem.runtime.clock import ManualClock
 from tests.support.fake_llm import FakeLLM, Reply
 from tests.support.live import LiveServer, make_settings
@@ -35,7 +35,7 @@ def settle(srv: LiveServer) -> None:
     """Barrier: each child has handled everything sent before, and no model job of the
     character is waiting or running (twice, for results that start follow-up work)."""
     for _ in range(2):
-        for child in CHILD_ORDER:
+        for child in child_order():
             srv.runtime.registry.ask_sync(NAME, child, lambda reply: Flush(reply=reply))
         wait_for(lambda: srv.runtime.pool.busy(NAME) == 0, what="the model pool to drain")
 

@@ -17,11 +17,9 @@ from nekomem.actors.messages import IndexEntry, IndexRemove, IndexUpsert, ListEn
 from nekomem.recall import vector_codec
 from nekomem.recall.embeddings import EmbeddingService, text_sha256
 from nekomem.recall.names import blend_query_vectors, query_vector_texts
-from nekomem.recall.pending import PendingCounter
 from nekomem.recall.query_text import lexical_text, light_stem, query_time_hint
 from nekomem.runtime.runtime import Runtime
 from tests.support.live import ROOT, make_settings
-from tests.support.waiting import wait_for
 
 MODEL = ROOT / "models" / "use-multilingual-v3" / "model.onnx"
 NAME = "Lan"
@@ -94,9 +92,9 @@ def ids(body: dict[str, Any]) -> list[str]:
 def wait_vectors(rt: Runtime, timeout: float = 30.0) -> None:
     query(rt, "sync")  # queued after every feed sent so far
     deadline = time.monotonic() + timeout
-    while rt.services.hooks["embedding_pending"]() and time.monotonic() < deadline:
+    while rt.services.pending() and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert rt.services.hooks["embedding_pending"]() == 0
+    assert rt.services.pending() == 0
 
 
 def entry(id: str, text: str, tier: str = "fact", **kw: Any) -> IndexEntry:
@@ -168,9 +166,6 @@ def test_vectors_are_computed_on_the_pool_cached_and_reused(tmp_path: Path, real
     spy = Spy(real_embeddings)
     rt = start_runtime(tmp_path, embeddings=spy)
     try:
-        # The recall actor registers the counter when it loads, which start_runtime does not wait for.
-        counter = wait_for(lambda: rt.services.hooks.get("embedding_pending"), what="the recall actor to load")
-        assert isinstance(counter, PendingCounter)
         feed(
             rt,
             [entry(f"f{i}", f"memory number {i} about tea") for i in range(5)] + [entry("a1", "archived tea memory", tier="fact_archive")],

@@ -1,6 +1,6 @@
 """The recent window layer on its own: a RecentLayer over a real character folder, driven
-by calling its handlers (no RecentActor, no server). Its ports reach a real pykka actor
-standing in for the character's supervisor, which records what the layer sent."""
+by calling its handlers (no RecentActor, no server). No sibling is routable, so what the
+layer sends reaches the character's supervisor, here a recorder of what it is told."""
 
 from __future__ import annotations
 
@@ -8,13 +8,12 @@ import queue
 from collections.abc import Iterator
 from pathlib import Path
 
-import pykka
 import pytest
 
-from nekomem.actors.events import EVENT_OWNERS
 from nekomem.actors.messages import AppendTurns, Deliver, GetRecent, OutboxAck, PostTurn, RecentView
 from nekomem.actors.ports import LayerPorts
 from nekomem.actors.recent_layer import RecentLayer
+from nekomem.domain.layers import event_owners
 from nekomem.domain.turns import Role, Turn
 from nekomem.runtime.clock import ManualClock
 from nekomem.runtime.dispatch import Dispatcher
@@ -29,14 +28,13 @@ from tests.support.live import make_settings
 NAME = "Lan"
 
 
-class Recorder(pykka.ThreadingActor):
-    """Stands in for the supervisor: every message it receives goes to ``got``."""
+class Recorder:
+    """Stands in for the supervisor: every message it is told goes to ``got``."""
 
     def __init__(self, got: queue.Queue[object]) -> None:
-        super().__init__()
         self.got = got
 
-    def on_receive(self, message: object) -> None:
+    def tell(self, message: object) -> None:
         self.got.put(message)
 
 
@@ -53,12 +51,10 @@ def world(tmp_path: Path) -> Iterator[tuple[CharacterContext, queue.Queue[object
     paths = CharacterPaths(tmp_path, NAME)
     paths.ensure()
     got: queue.Queue[object] = queue.Queue()
-    supervisor = Recorder.start(got)
-    journal = SharedJournal(paths.events, paths.events_applied, EVENT_OWNERS)
+    journal = SharedJournal(paths.events, paths.events_applied, event_owners())
     try:
-        yield CharacterContext(name=NAME, paths=paths, services=services, journal=journal, supervisor=supervisor), got
+        yield CharacterContext(name=NAME, paths=paths, services=services, journal=journal, supervisor=Recorder(got)), got
     finally:
-        supervisor.stop()
         pool.shutdown()
         dispatcher.shutdown()
 
@@ -70,10 +66,10 @@ def layer_of(ctx: CharacterContext) -> RecentLayer:
 
 
 def delivered(got: queue.Queue[object], child: str) -> object:
-    """The next message the layer sent to sibling ``child`` (through the supervisor, as no
-    sibling is routable here); fails after 5 s."""
+    """The next message the layer sent to sibling ``child`` (through the supervisor);
+    fails when there is none."""
     while True:
-        message = got.get(timeout=5)
+        message = got.get_nowait()
         if isinstance(message, Deliver) and message.child == child:
             return message.message
 

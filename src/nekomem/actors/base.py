@@ -130,7 +130,7 @@ class ChildActor(DispatchedActor):
         if self.layer is not None:
             self.layer.load()
 
-    def on_stop(self) -> Completion | None:
+    def on_release(self) -> Completion | None:
         self._stop_timers()
         # A layer whose load failed on a storage fault holds no trustworthy state: writing
         # it out would replace the files on disk with a partial copy.
@@ -217,7 +217,7 @@ class ChildActor(DispatchedActor):
         """Send ``entries`` to RecallActor. Those still lacking a vector count as pending
         embeddings from now on (so /health never reports 0 between a write's
         acknowledgement and RecallActor reading it; see :mod:`nekomem.recall.pending`)."""
-        from nekomem.recall.pending import lacking_vectors, pending_counter
+        from nekomem.recall.pending import lacking_vectors
 
         emb = self.ctx.services.embeddings
         counted = 0
@@ -227,7 +227,7 @@ class ChildActor(DispatchedActor):
             except Exception:  # noqa: BLE001 - a broken embedding component must not break the owner
                 model = None
             counted = lacking_vectors(entries, model)
-            pending_counter(self.ctx.services.hooks).sent(self.ctx.name, counted)
+            self.ctx.services.pending.sent(self.ctx.name, counted)
         self.ctx.send("recall", IndexUpsert(entries=entries, replace_tier=replace_tier, counted=counted))
 
     # -- model calls -----------------------------------------------------------------

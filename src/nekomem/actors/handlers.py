@@ -9,7 +9,7 @@ for a message's exact type; a subclass's registration wins over its base's.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -38,9 +38,11 @@ def handles(*message_types: type) -> Callable[[F], F]:
     creation when a class marks two methods for one type."""
 
     def mark(func: F) -> F:
+        # The class body briefly holds a _Mark where the method will be: __set_name__ puts
+        # the function back as soon as the class exists, so F is what the class ends up with.
         if isinstance(func, _Mark):  # stacked marks: one method for several types
-            return _Mark(func.func, (*func.message_types, *message_types))  # type: ignore[return-value]
-        return _Mark(func, message_types)  # type: ignore[return-value]  # replaced by func in __set_name__
+            return cast(F, _Mark(func.func, (*func.message_types, *message_types)))
+        return cast(F, _Mark(func, message_types))
 
     return mark
 
@@ -56,7 +58,10 @@ def handler_table(cls: type) -> dict[type, str]:
     return table
 
 
-def handler_for(actor: object, message: object) -> Callable[[Any], Any] | None:
+def handler_for(actor: object, message: object) -> Callable[[Any], object] | None:
     """The bound handler of ``actor`` for ``message``'s type, or None when it has none."""
     name = handler_table(type(actor)).get(type(message))
-    return None if name is None else getattr(actor, name)  # type: ignore[no-any-return]
+    if name is None:
+        return None
+    handler: Callable[[Any], object] = getattr(actor, name)
+    return handler

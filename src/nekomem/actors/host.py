@@ -4,12 +4,10 @@ work left over from a crash. The runtime never imports this package; the app han
 
 from __future__ import annotations
 
-from typing import Any
-
 import pykka
 
-from nekomem.actors.events import EVENT_OWNERS
 from nekomem.actors.supervisor import CharacterSupervisor, child_classes
+from nekomem.domain.layers import event_owners
 from nekomem.domain.post_turn import POST_TURN_CURSOR
 from nekomem.runtime.services import Routes, Services
 from nekomem.stores.applied import SharedJournal
@@ -25,7 +23,7 @@ class CharacterActors:
         # for it on an actor worker while requests wait.
         child_classes()
 
-    def start_supervisor(self, name: str, services: Services, routes: Routes) -> pykka.ActorRef[Any]:
+    def start_supervisor(self, name: str, services: Services, routes: Routes) -> pykka.ActorRef[CharacterSupervisor]:
         """Post the start of ``name``'s supervisor (its files open on a dispatcher worker)."""
         return CharacterSupervisor.start(name, services, routes)
 
@@ -41,7 +39,7 @@ class CharacterActors:
         if TimeIndex.rows_after_cursor(paths.time_index_db, POST_TURN_CURSOR):
             return True
         if paths.events.exists():
-            return SharedJournal(paths.events, paths.events_applied, EVENT_OWNERS).has_unapplied()
+            return SharedJournal(paths.events, paths.events_applied, event_owners()).has_unapplied()
         return False
 
 

@@ -18,11 +18,12 @@ import numpy.typing as npt
 
 from nekomem.domain.browse import FactFilter
 from nekomem.domain.evidence import ResolvedSignal
+from nekomem.domain.layers import vector_tiers
 from nekomem.domain.records import Fact, Observation, Persona, Reflection
 from nekomem.domain.reflections import SynthesisBatch
 from nekomem.domain.subjects import Subject
 from nekomem.domain.turns import Turn
-from nekomem.recall.entry import VECTOR_TIERS, IndexEntry
+from nekomem.recall.entry import IndexEntry
 
 # The supervision protocol is the runtime's; re-exported here for the actors.
 from nekomem.runtime.protocol import ChildCrashed as ChildCrashed
@@ -409,7 +410,7 @@ class RelatedFacts(Message, frozen=True):
     cap: int
     reply_child: str = ""
     tag: str = ""
-    tiers: list[str] = msgspec.field(default_factory=lambda: list(VECTOR_TIERS))
+    tiers: list[str] = msgspec.field(default_factory=lambda: list(vector_tiers()))
     exclude_ids: list[str] = []
 
 

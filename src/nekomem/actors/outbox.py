@@ -28,7 +28,7 @@ actor makes no record at all (it could only be finished unrun).
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Mapping
 
 from nekomem.actors.base import ChildActor
 from nekomem.actors.handlers import handles
@@ -46,27 +46,40 @@ from nekomem.actors.messages import (
     ScrubTexts,
     Tick,
 )
+from nekomem.actors.ports import LayerPorts
 from nekomem.domain.gates import backoff_delay
+from nekomem.domain.layers import RECENT, outbox_handlers
 from nekomem.domain.turns import Turn
 from nekomem.runtime.clock import iso
 from nekomem.stores.erasure import scrub_value
 from nekomem.stores.fact_backlog import backlog_last_row
 from nekomem.stores.outbox import Outbox
 
-# op type -> the child actor that handles it
-HANDLERS: dict[str, str] = {
-    "extract_facts": "facts",
-}
-
 
 class OutboxActor(ChildActor):
+    """The mailbox of a character's outbox (see :class:`OutboxLayer`)."""
+
     child_name = "outbox"
 
-    def load(self) -> None:
+    def make_layer(self, ports: LayerPorts) -> OutboxLayer:
+        return OutboxLayer(ports)
+
+
+class OutboxLayer:
+    """The outbox of one character: its records, their dispatch to the layers that run
+    them, retries with backoff, dead letters, and the group fsync of acknowledgements."""
+
+    def __init__(self, ports: LayerPorts) -> None:
+        self.ports = ports
+        self.ctx = ports.ctx
+        self.log = ports.log
+        self._reset()
+
+    def _reset(self) -> None:
         self.settings = self.ctx.settings.runtime
         self.outbox = Outbox(self.ctx.paths.outbox)
         # op_id -> (type, payload, attempts)
-        self.pending: dict[str, tuple[str, dict[str, Any], int]] = {}
+        self.pending: dict[str, tuple[str, Mapping[str, object], int]] = {}
         self.running: set[str] = set()
         self.parked: set[str] = set()  # pending, held in a handler's batch
         self.retry_at: dict[str, float] = {}
@@ -77,15 +90,18 @@ class OutboxActor(ChildActor):
         # already recorded must not run twice. Compaction drops finished records, so
         # everything up to the highest row seen is then taken as recorded.
         self.rows_known: set[tuple[int, int]] = set()
-        for record in self.outbox.records():
-            rows = _rows(record.payload)
-            if rows is not None:
-                self.rows_known.add(rows)
         self.rows_floor = 0
         self.unsynced: list[OutboxAck] = []  # acknowledgements waiting for the group fsync
         self.held_ops: set[str] = set()  # unfinished records whose pending line was held
         self.sync_due: float | None = None  # time.monotonic() of that fsync
         self.fresh_turns: dict[str, list[Turn]] = {}  # op_id -> Enqueue.turns, until its first run
+
+    def load(self) -> None:
+        self._reset()
+        for record in self.outbox.records():
+            rows = _rows(record.payload)
+            if rows is not None:
+                self.rows_known.add(rows)
         if self.outbox.line_count >= self.settings.outbox_compact_lines and not self.outbox.pending():
             self.rows_floor = max((last for _first, last in self.rows_known), default=0)
             self.outbox.compact()
@@ -126,7 +142,7 @@ class OutboxActor(ChildActor):
             self._sync_later()
         elif ack is not None:
             # An acknowledgement message for the sender (process/renew/settle barrier).
-            self.ctx.send("recent", ack)
+            self.ports.send(RECENT, ack)
         self._dispatch_ready()
 
     def _sync_later(self) -> None:
@@ -144,7 +160,7 @@ class OutboxActor(ChildActor):
         """Every appended line is durable: acknowledge the records that waited for it."""
         acks, self.unsynced, self.sync_due = self.unsynced, [], None
         if acks:
-            self.ctx.send("recent", OutboxAcks(acks=acks))
+            self.ports.send(RECENT, OutboxAcks(acks=acks))
 
     def _dispatch_ready(self) -> None:
         now = self.ctx.clock.monotonic()
@@ -156,19 +172,19 @@ class OutboxActor(ChildActor):
             if attempts >= self.settings.outbox_max_attempts:
                 self._dead_letter(op_id, "attempts exhausted")
                 continue
-            child = HANDLERS.get(op_type)
+            child = outbox_handlers().get(op_type)
             if child is None:
                 self._dead_letter(op_id, f"no handler for {op_type}")
                 continue
             self.running.add(op_id)
             turns = self.fresh_turns.pop(op_id, None)
-            self.ctx.send(child, RunOp(op_id=op_id, op_type=op_type, payload=payload, attempt=attempts + 1, turns=turns))
+            self.ports.send(child, RunOp(op_id=op_id, op_type=op_type, payload=payload, attempt=attempts + 1, turns=turns))
         self.ctx.services.outbox.set_pending(self.ctx.name, len(self.pending))
 
     def close(self) -> None:
         # A stopped character's pending records wait on disk; the gauge counts live ones.
         self.ctx.services.outbox.set_pending(self.ctx.name, 0)
-        if getattr(self, "outbox", None) is not None and self.outbox.held:
+        if self.outbox.held:
             # Reached without a flush only after a crash: keep what can be kept.
             try:
                 self.outbox.write_held()
@@ -181,7 +197,7 @@ class OutboxActor(ChildActor):
         if backlog is not None:
             # A fact-backlog batch given up: recent hands out the next one (else it waits
             # for this one until the next start).
-            self.ctx.send("recent", BacklogMined(row=backlog))
+            self.ports.send(RECENT, BacklogMined(row=backlog))
         self.outbox.done(op_id, iso(self.ctx.clock.now()), dead=True)
         self.fresh_turns.pop(op_id, None)
         self.held_ops.discard(op_id)
@@ -200,7 +216,7 @@ class OutboxActor(ChildActor):
 
     @handles(ReclaimParked)
     def on_ReclaimParked(self, msg: ReclaimParked) -> None:
-        lost = [op_id for op_id in self.parked if op_id in self.pending and HANDLERS.get(self.pending[op_id][0]) == msg.child]
+        lost = [op_id for op_id in self.parked if op_id in self.pending and outbox_handlers().get(self.pending[op_id][0]) == msg.child]
         if lost:
             self.parked.difference_update(lost)
             self.log.info("%d parked outbox records go back to a restarted %s actor", len(lost), msg.child)
@@ -284,6 +300,8 @@ class OutboxActor(ChildActor):
 
     @handles(OutboxState)
     def on_OutboxState(self, msg: OutboxState) -> None:
+        if msg.reply is None:
+            return
         msg.reply.ok(
             {
                 "pending": len(self.pending),
@@ -301,7 +319,7 @@ class OutboxActor(ChildActor):
             msg.reply.ok(True)
 
 
-def _rows(payload: dict[str, Any]) -> tuple[int, int] | None:
+def _rows(payload: Mapping[str, object]) -> tuple[int, int] | None:
     """The (first, last) time-index rows a post-turn payload covers; None without rows."""
     rows = payload.get("rows")
     if isinstance(rows, list) and len(rows) == 2 and all(isinstance(r, int) for r in rows):

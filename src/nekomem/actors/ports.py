@@ -18,7 +18,7 @@ from nekomem.actors.messages import IndexUpsert, PostTurn, ReplyMentions
 from nekomem.domain.layers import PERSONA, RECALL, REFLECTIONS, Address
 from nekomem.domain.turns import Turn
 from nekomem.recall.entry import IndexEntry
-from nekomem.recall.pending import lacking_vectors, pending_counter
+from nekomem.recall.pending import lacking_vectors
 from nekomem.runtime.clock import iso
 from nekomem.runtime.pool import PoolFull
 from nekomem.runtime.protocol import Message
@@ -90,7 +90,7 @@ class LayerPorts:
             except Exception:  # noqa: BLE001 - a broken embedding component must not break the owner
                 model = None
             counted = lacking_vectors(entries, model)
-            pending_counter(self.ctx.services.hooks).sent(self.ctx.name, counted)
+            self.ctx.services.pending.sent(self.ctx.name, counted)
         self.send(RECALL, IndexUpsert(entries=entries, replace_tier=replace_tier, counted=counted))
 
     def announce_stored_turns(self, turns: list[Turn]) -> None:

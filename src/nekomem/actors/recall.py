@@ -37,7 +37,6 @@ from nekomem.actors.messages import (
     IndexWaitOver,
     MaintenanceRecall,
     MaintenanceVectors,
-    Message,
     QueryExpired,
     QueryMemory,
     QueryVector,
@@ -49,13 +48,13 @@ from nekomem.actors.messages import (
     Vectors,
     VectorsComputed,
 )
+from nekomem.domain.layers import tier_owners, vector_tiers
 from nekomem.recall.embeddings import EmbeddingService
-from nekomem.recall.entry import OWNERS, VECTOR_TIERS, display_tz
+from nekomem.recall.entry import display_tz
 from nekomem.recall.explain import explain
 from nekomem.recall.index import RecallIndex
 from nekomem.recall.journal_fallback import journal_hits
 from nekomem.recall.names import blend_query_vectors
-from nekomem.recall.pending import pending_counter
 from nekomem.recall.query_plan import QueryPlan, plan_query
 from nekomem.recall.query_text import LexicalAnalyzer, stop_names_for
 from nekomem.recall.response import (
@@ -67,6 +66,7 @@ from nekomem.recall.response import (
 from nekomem.recall.timewindow import TimeWindow
 from nekomem.runtime.deadlines import RECALL_DEADLINES
 from nekomem.runtime.pool import PoolFull
+from nekomem.runtime.protocol import Message
 from nekomem.stores.timeindex_read import TimeIndexReader
 
 _LOADS: dict[int, int] = {}  # id(CharacterContext) -> activations of RecallActor on it
@@ -102,7 +102,7 @@ class RecallActor(ChildActor):
         RECALL_DEADLINES.schedule(s.recall_index_wait_seconds, lambda: me.tell(IndexWaitOver()))
         self.maintenance: dict[int, tuple[MaintenanceRecall, list[str], int, int, list[str]]] = {}
         self._seq = 0
-        self.pending_counter = pending_counter(self.ctx.services.hooks)
+        self.pending_counter = self.ctx.services.pending
         if self._restarted():
             # What was in flight to the old instance is sent again with the whole index.
             self.pending_counter.forget(self.ctx.name)
@@ -169,18 +169,18 @@ class RecallActor(ChildActor):
     @handles(IndexUpsert)
     def on_IndexUpsert(self, msg: IndexUpsert) -> None:
         if msg.replace_tier is not None:
-            self.fed.add(OWNERS.get(msg.replace_tier, msg.replace_tier))
+            self.fed.add(tier_owners().get(msg.replace_tier, msg.replace_tier))
         self.index.upsert(msg.entries, msg.replace_tier)
         self._safe_sync()
         self.pending_counter.indexed(self.ctx.name, self._waiting(), msg.counted)
-        if self.held and self.fed >= set(OWNERS.values()):
+        if self.held and self.fed >= set(tier_owners().values()):
             self._release_held()
 
     @handles(IndexWaitOver)
     def on_index_wait_over(self, msg: IndexWaitOver) -> None:
         if self.held:
             self.log.warning("recall: answering %d queries before every index owner reported", len(self.held))
-        self.fed |= set(OWNERS.values())
+        self.fed |= set(tier_owners().values())
         self._release_held()
 
     def _release_held(self) -> None:
@@ -275,7 +275,7 @@ class RecallActor(ChildActor):
             emb = self.ctx.services.embeddings
             if emb is None or self.s.recall_legs == "bm25" or getattr(emb, "state", "") != "loading":
                 return 0
-            return sum(1 for doc in self.index.docs.values() if doc.entry.tier in VECTOR_TIERS and doc.entry.vector is None)
+            return sum(1 for doc in self.index.docs.values() if doc.entry.tier in vector_tiers() and doc.entry.vector is None)
         inflight = len(self.backfill_items) if self.backfill_token is not None else 0
         return len(self.index.need) + inflight
 
@@ -308,7 +308,7 @@ class RecallActor(ChildActor):
     def on_QueryMemory(self, msg: QueryMemory) -> None:
         if msg.reply is None:
             return
-        if not self.fed >= set(OWNERS.values()):
+        if not self.fed >= set(tier_owners().values()):
             self.held.append(msg)
             return
         started = time.perf_counter()
@@ -344,7 +344,8 @@ class RecallActor(ChildActor):
     @handles(ExplainQuery)
     def on_ExplainQuery(self, msg: ExplainQuery) -> None:
         self._sync_vectors()
-        msg.reply.ok(explain(self.index, self.s, msg.query, msg.time, msg.now, msg.vector, msg.excluded))
+        if msg.reply is not None:
+            msg.reply.ok(explain(self.index, self.s, msg.query, msg.time, msg.now, msg.vector, msg.excluded))
 
     @handles(QueryVector)
     def on_query_vector(self, msg: QueryVector) -> None:
@@ -353,7 +354,7 @@ class RecallActor(ChildActor):
             return  # answered already (timed out)
         vec = None
         if msg.error is None and msg.vectors is not None and len(msg.vectors):
-            vec = blend_query_vectors(msg.vectors, self.s.recall_query_unnamed_weight)
+            vec = blend_query_vectors(list(msg.vectors), self.s.recall_query_unnamed_weight)
         else:
             self.log.info("recall: query embedding failed; answering from BM25 alone")
         self._finish(*pending, vec)

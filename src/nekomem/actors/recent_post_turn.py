@@ -19,7 +19,7 @@ from nekomem.domain import theater
 from nekomem.domain.layers import OUTBOX, RECENT
 from nekomem.domain.post_turn import POST_TURN_CURSOR, PostTurnCursor, session_runs
 from nekomem.domain.turns import Turn
-from nekomem.stores.fact_backlog import BACKLOG_ROWS_KEY, backlog_tally
+from nekomem.stores.fact_backlog import BACKLOG_ROWS_KEY
 
 OP_POST_TURN = "extract_facts"  # wire value of the reference's OP_POST_TURN_SIGNALS
 
@@ -44,7 +44,7 @@ class PostTurnFeed:
         the cursor and hand out the backlog's next batch. Raises OSError (a time-index
         write)."""
         ctx = self.ports.ctx
-        self.backlog = FactBacklog(self.store.tindex, ctx.settings.longterm, backlog_tally(ctx.services.hooks), ctx.name)
+        self.backlog = FactBacklog(self.store.tindex, ctx.settings.longterm, ctx.services.backlog, ctx.name)
         self._replay()
         self.feed_backlog()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import importlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -10,35 +11,35 @@ from typing import Any
 
 import pykka
 
-from nekomem.runtime.dispatch import Completion, DispatchedActor, Dispatcher
+from nekomem.actors.base import ChildActor
+from nekomem.domain.layers import OUTBOX, Address, event_owners, layers
+from nekomem.runtime.dispatch import Completion, DispatchedActor, Dispatcher, mailbox_of
 from nekomem.runtime.protocol import ChildCrashed, Deliver, Describe, Flush, fail_message
 from nekomem.runtime.reply import ActorFailure, Reply
 from nekomem.runtime.services import CharacterContext, Routes, Services
+from nekomem.stores.applied import SharedJournal
 from nekomem.stores.faults import StorageFault, classify
+from nekomem.stores.layout import CharacterPaths
 
 log = logging.getLogger("nekomem.supervisor")
 
-# Start order matters: recall first so the owners can feed it while loading; outbox last
-# so that replayed work finds every handler alive.
-CHILD_ORDER = ("recall", "recent", "facts", "reflections", "persona", "outbox")
+
+def child_order() -> tuple[Address, ...]:
+    """The children of a character in start order (see nekomem.domain.layers)."""
+    return tuple(spec.address for spec in layers())
 
 
-def child_classes() -> dict[str, type[Any]]:
-    from nekomem.actors.facts import FactActor
-    from nekomem.actors.outbox import OutboxActor
-    from nekomem.actors.persona import PersonaActor
-    from nekomem.actors.recall import RecallActor
-    from nekomem.actors.recent import RecentActor
-    from nekomem.actors.reflections import ReflectionActor
+def child_classes() -> dict[str, type[ChildActor]]:
+    """Address -> the ChildActor class of every declared layer, importing each once."""
+    return {spec.address: _actor_class(spec.actor) for spec in layers()}
 
-    return {
-        "recall": RecallActor,
-        "recent": RecentActor,
-        "facts": FactActor,
-        "reflections": ReflectionActor,
-        "persona": PersonaActor,
-        "outbox": OutboxActor,
-    }
+
+def _actor_class(path: str) -> type[ChildActor]:
+    module_name, _, class_name = path.partition(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    if not (isinstance(cls, type) and issubclass(cls, ChildActor)):
+        raise TypeError(f"{path} is not a ChildActor")
+    return cls
 
 
 class CharacterSupervisor(DispatchedActor):
@@ -76,34 +77,31 @@ class CharacterSupervisor(DispatchedActor):
             log.warning("a character could not start: %s", fault.code)
 
     def _start_children(self) -> None:
-        from nekomem.actors.events import EVENT_OWNERS
-        from nekomem.stores.applied import SharedJournal
-        from nekomem.stores.layout import CharacterPaths
-
         paths = CharacterPaths(self.services.root_for(self.name), self.name)
         paths.ensure()
-        journal = SharedJournal(paths.events, paths.events_applied, EVENT_OWNERS)
+        journal = SharedJournal(paths.events, paths.events_applied, event_owners())
         self.ctx = CharacterContext(
             name=self.name, paths=paths, services=self.services, journal=journal, supervisor=self.actor_ref, routes=self.routes
         )
         classes = child_classes()
         # Every child's ref is routable before any child loads (a loading child already
         # sends to its siblings), then they start in order.
-        for child in CHILD_ORDER:
+        order = child_order()
+        for child in order:
             self.children[child] = classes[child].start_held(self.ctx)
-        for child in CHILD_ORDER:
-            self.children[child].actor_inbox.release()
+        for child in order:
+            mailbox_of(self.children[child]).release()
 
     def dispatcher(self) -> Dispatcher:
         return self.services.dispatcher
 
-    def on_stop(self) -> Completion:
+    def on_release(self) -> Completion:
         """Stop the children one after the other in reverse start order (each flushes its
-        views in its own on_stop). Returns the completion of all
+        views in its own on_release). Returns the completion of all
         that: the supervisor's stop is answered only then, so a new activation of the
         character never races the old one for its files."""
         released = Completion()
-        order = [self.children[c] for c in reversed(CHILD_ORDER) if c in self.children]
+        order = [self.children[c] for c in reversed(child_order()) if c in self.children]
 
         def stop_next() -> None:
             while order:
@@ -112,8 +110,9 @@ class CharacterSupervisor(DispatchedActor):
                     ref.stop(block=False)
                 except pykka.ActorDeadError:
                     pass
-                if not ref.actor_inbox.terminated:
-                    ref.actor_inbox.when_terminated(stop_next)
+                mailbox = mailbox_of(ref)
+                if not mailbox.terminated:
+                    mailbox.when_terminated(stop_next)
                     return
             released.done()
 
@@ -135,7 +134,7 @@ class CharacterSupervisor(DispatchedActor):
         elif isinstance(message, Flush):
             self._barrier(message.reply)
         elif isinstance(message, _FlushOutbox):
-            self._flush_children(("outbox",), message.done)
+            self._flush_children((OUTBOX,), message.done)
         elif isinstance(message, Describe):
             if message.reply is not None:
                 message.reply.ok(self.describe())
@@ -146,7 +145,7 @@ class CharacterSupervisor(DispatchedActor):
         child has then handled everything it had queued before the flush. The outbox is
         flushed last, after the others have answered, so the records they sent it before
         their flush (a replay enqueued while loading, say) are in its file too."""
-        first = [child for child in CHILD_ORDER if child != "outbox"]
+        first = [child for child in child_order() if child != OUTBOX]
         done = Completion()
         ref = self.actor_ref
 

@@ -88,14 +88,45 @@ _LAYERS: list[LayerSpec] = [
 ]
 
 
+@dataclass(frozen=True)
+class _Derived:
+    """What the readers of the table look up on hot paths, rebuilt when the table changes."""
+
+    layers: tuple[LayerSpec, ...]
+    event_owners: dict[str, Address]
+    tier_owners: dict[str, Address]
+    recall_tiers: tuple[str, ...]
+    vector_tiers: tuple[str, ...]
+    tier_families: dict[str, tuple[str, ...]]
+    outbox_handlers: dict[str, Address]
+    listings: dict[str, Address]
+
+
+def _derive() -> _Derived:
+    return _Derived(
+        layers=tuple(_LAYERS),
+        event_owners={event: spec.address for spec in _LAYERS for event in spec.events},
+        tier_owners={tier: spec.address for spec in _LAYERS for tier in spec.tiers},
+        recall_tiers=tuple(tier for spec in _LAYERS for tier in spec.tiers),
+        vector_tiers=tuple(tier for spec in _LAYERS for tier in spec.vector_tiers),
+        tier_families={tier: spec.tiers for spec in _LAYERS for tier in spec.tiers},
+        outbox_handlers={op: spec.address for spec in _LAYERS for op in spec.outbox_ops},
+        listings={spec.listing: spec.address for spec in _LAYERS if spec.listing is not None},
+    )
+
+
+_derived = _derive()
+
+
 def layers() -> tuple[LayerSpec, ...]:
     """Every declared layer, in start order."""
-    return tuple(_LAYERS)
+    return _derived.layers
 
 
 def register_layer(spec: LayerSpec) -> Callable[[], None]:
     """Declare ``spec`` (started just before the outbox). Returns the function that takes it
     back. Raises ValueError when its address, an event, a tier or its listing is taken."""
+    global _derived
     for other in _LAYERS:
         if other.address == spec.address:
             raise ValueError(f"layer {spec.address} is already declared")
@@ -110,39 +141,48 @@ def register_layer(spec: LayerSpec) -> Callable[[], None]:
         if spec.listing is not None and spec.listing == other.listing:
             raise ValueError(f"listing {spec.listing} already belongs to {other.address}")
     _LAYERS.insert(len(_LAYERS) - 1, spec)
+    _derived = _derive()
 
     def unregister() -> None:
+        global _derived
         if spec in _LAYERS:
             _LAYERS.remove(spec)
+            _derived = _derive()
 
     return unregister
 
 
 def event_owners() -> dict[str, Address]:
-    """Journal event type -> the address of the layer that applies it."""
-    return {event: spec.address for spec in _LAYERS for event in spec.events}
+    """Journal event type -> the address of the layer that applies it (do not mutate)."""
+    return _derived.event_owners
 
 
 def tier_owners() -> dict[str, Address]:
-    """Recall tier -> the address of the layer that owns its entries."""
-    return {tier: spec.address for spec in _LAYERS for tier in spec.tiers}
+    """Recall tier -> the address of the layer that owns its entries (do not mutate)."""
+    return _derived.tier_owners
 
 
 def recall_tiers() -> tuple[str, ...]:
     """Every recall tier, in declaration order."""
-    return tuple(tier for spec in _LAYERS for tier in spec.tiers)
+    return _derived.recall_tiers
 
 
 def vector_tiers() -> tuple[str, ...]:
     """The recall tiers that get vectors, in declaration order."""
-    return tuple(tier for spec in _LAYERS for tier in spec.vector_tiers)
+    return _derived.vector_tiers
+
+
+def tier_family(tier: str) -> tuple[str, ...]:
+    """The tiers of the layer that owns ``tier`` (an owner replaces all of them at once:
+    the active facts and their archive); ``(tier,)`` for a tier nobody declares."""
+    return _derived.tier_families.get(tier, (tier,))
 
 
 def outbox_handlers() -> dict[str, Address]:
-    """Outbox operation type -> the address of the layer that runs it."""
-    return {op: spec.address for spec in _LAYERS for op in spec.outbox_ops}
+    """Outbox operation type -> the address of the layer that runs it (do not mutate)."""
+    return _derived.outbox_handlers
 
 
 def listings() -> dict[str, Address]:
-    """Listing key of /api/characters/{name}/{layer} -> the layer's address."""
-    return {spec.listing: spec.address for spec in _LAYERS if spec.listing is not None}
+    """Listing key of /api/characters/{name}/{layer} -> the layer's address (do not mutate)."""
+    return _derived.listings

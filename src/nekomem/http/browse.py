@@ -28,7 +28,6 @@ from nekomem.http.errors import ApiError
 from nekomem.http.longterm import _int_param
 from nekomem.http.readonly import character_exists
 from nekomem.http.system import _toggle_lock
-from nekomem.recall.pending import PENDING_HOOK, PendingCounter
 from nekomem.runtime.switches import REVIEW, SwitchError
 from nekomem.stores.fact_backlog import backlog_remaining
 from nekomem.stores.layout import CharacterPaths
@@ -98,8 +97,7 @@ async def characters(request: Request) -> Response:
     rt = _rt(request)
     names = await asyncio.to_thread(rt.known_characters)
     active = set(rt.registry.active_names())
-    pending = rt.services.hooks.get(PENDING_HOOK)
-    pending = pending if isinstance(pending, PendingCounter) else None
+    pending = rt.services.pending
     rows = []
     for name in names:
         paths = _paths(request, name)
@@ -122,7 +120,7 @@ async def characters(request: Request) -> Response:
                 "last_conversation_at": last,
                 "counts": counts,
                 # Stored entries still without a vector (searchable by BM25 only until then).
-                "embeddings_pending": pending.of(name) if pending is not None else 0,
+                "embeddings_pending": pending.of(name),
                 # Stored turns still waiting for fact extraction (from before a model).
                 "fact_backlog": await asyncio.to_thread(backlog_remaining, paths.time_index_db),
                 "trouble": trouble,

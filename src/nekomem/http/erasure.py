@@ -28,7 +28,6 @@ from nekomem.http.bodies import character_name
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
 from nekomem.runtime.registry import CharacterBusy
-from nekomem.stores.fact_backlog import backlog_tally
 
 _REMOVE_ATTEMPTS = 3
 _MAX_ROW_ID = 2**63 - 1  # SQLite's largest integer
@@ -76,7 +75,7 @@ async def delete_character(request: Request) -> Response:
         with rt.registry.hold(name, timeout):
             removed = _remove_folder(paths.folder) if paths.folder.exists() else 0
             rt.names.forget(name)
-            backlog_tally(rt.services.hooks).publish(name, 0)
+            rt.services.backlog.publish(name, 0)
             return removed
 
     try:

@@ -22,12 +22,11 @@ from nekomem.actors.messages import (
     ReflectNow,
     RenderContext,
 )
+from nekomem.domain.layers import listings
 from nekomem.http.bodies import bounded_opaque, character_name, decode_body, decode_json, read_body
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
 from nekomem.http.schemas import CardBody, EntryEdit, FactsBody, FeedbackBody, RecentEdit, RecordSurfacedBody
-
-LAYERS = {"facts": "facts", "reflections": "reflections", "persona": "persona"}
 
 
 def _rt(request: Request) -> Any:
@@ -112,7 +111,7 @@ async def list_layer(request: Request) -> Response:
     rt = _rt(request)
     name = character_name(request)
     layer = request.path_params["layer"]
-    if layer not in LAYERS and layer != "recent":
+    if layer not in listings() and layer != "recent":
         raise ApiError(404, "not_found", f"no layer {layer}")
     if not await character_exists(request, name):
         raise ApiError(404, "unknown_character", "no character of that name")
@@ -120,7 +119,7 @@ async def list_layer(request: Request) -> Response:
         view = await rt.registry.ask(name, "recent", lambda reply: GetRecent(reply=reply))
         items = [{"index": i, "role": t.role, "text": t.text, "ts": t.ts} for i, t in enumerate(view.window)]
         return JSONResponse({"total": len(items), "offset": 0, "items": items, "stored_total": view.stored_total})
-    if layer not in LAYERS:
+    if layer not in listings():
         raise ApiError(404, "not_found", f"no layer {layer}")
     limit_max = rt.settings.server.api_page_max
     msg = dict(
@@ -129,7 +128,7 @@ async def list_layer(request: Request) -> Response:
         offset=_int_param(request, "offset", 0, 0, 10**9),
         limit=_int_param(request, "limit", min(100, limit_max), 1, limit_max),
     )
-    return JSONResponse(await rt.registry.ask(name, LAYERS[layer], lambda reply: ListEntries(reply=reply, **msg)))
+    return JSONResponse(await rt.registry.ask(name, listings()[layer], lambda reply: ListEntries(reply=reply, **msg)))
 
 
 def _bounded_text(text: str, rt: Any) -> str:
@@ -159,15 +158,15 @@ async def edit_entry(request: Request) -> Response:
             text = _bounded_text((await decode_body(request, RecentEdit)).text, rt)
         view = await rt.registry.ask(name, "recent", lambda reply: EditRecent(index=index, text=text, reply=reply))
         return JSONResponse({"total": len(view.window)})
-    if layer not in LAYERS:
+    if layer not in listings():
         raise ApiError(404, "not_found", f"no layer {layer}")
     if request.method == "DELETE":
-        return JSONResponse(await rt.registry.ask(name, LAYERS[layer], lambda reply: DeleteEntry(id=entry_id, reply=reply)))
+        return JSONResponse(await rt.registry.ask(name, listings()[layer], lambda reply: DeleteEntry(id=entry_id, reply=reply)))
     edit = await decode_body(request, EntryEdit)
     if isinstance(edit.text, str):
         _bounded_text(edit.text, rt)
     changes = {k: v for k, v in msgspec.structs.asdict(edit).items() if v is not msgspec.UNSET}
-    return JSONResponse(await rt.registry.ask(name, LAYERS[layer], lambda reply: EditEntry(id=entry_id, changes=changes, reply=reply)))
+    return JSONResponse(await rt.registry.ask(name, listings()[layer], lambda reply: EditEntry(id=entry_id, changes=changes, reply=reply)))
 
 
 async def feedback(request: Request) -> Response:

@@ -179,9 +179,8 @@ class RuntimeCollector(Collector):
             for (tier, task), count in sorted(llm.request_counts().items()):
                 sent.add_metric([tier, task], count)
             yield sent
-        pending = self.rt.services.hooks.get("embedding_pending")
         yield GaugeMetricFamily(
-            "nekomem_embedding_pending", "Memory entries of the active characters waiting for a vector", value=pending() if pending else 0
+            "nekomem_embedding_pending", "Memory entries of the active characters waiting for a vector", value=self.rt.services.pending()
         )
         emb = self.rt.embeddings
         state = GaugeMetricFamily("nekomem_embedding_state", "1 for the embedding service's current state", labels=["state"])

@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 import nekomem
+from nekomem.domain.layers import listings
 from nekomem.http import external_import as ei
 from nekomem.http import prompt_locale as pl
 from nekomem.http import repetition as rp
@@ -22,12 +23,16 @@ from nekomem.http.importing import ImportNekoBody
 NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1, "maxLength": 50}}
 ID = {"name": "entry_id", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
 RID = {"name": "reflection_id", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
-LAYER = {
-    "name": "layer",
-    "in": "path",
-    "required": True,
-    "schema": {"type": "string", "enum": ["recent", "facts", "reflections", "persona"]},
-}
+# The {layer} path parameter: its enum is filled from the layer declaration when the
+# document is built (see layer_parameter), so a declared layer is documented by itself.
+LAYER = {"name": "layer", "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def layer_parameter() -> dict[str, Any]:
+    """The {layer} parameter: "recent" and every declared layer's listing."""
+    return {**LAYER, "schema": {"type": "string", "enum": ["recent", *listings()]}}
+
+
 PAGE = [
     {"name": "offset", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0}},
     {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1}},
@@ -211,6 +216,7 @@ def build_document(*, cluster: bool = False) -> dict[str, Any]:
             ok = {"description": "ok", "content": {response: {"schema": {"type": "string"}}}}
         else:
             ok = {"description": "ok", "content": {"application/json": {"schema": refs[id(response)]}}}
+        params = [layer_parameter() if param is LAYER else param for param in params]
         op: dict[str, Any] = {"summary": summary, "parameters": params, "responses": {"200": ok, **{c: error for c in ERRORS}}}
         if request is not None:
             op["requestBody"] = {"required": True, "content": {"application/json": {"schema": refs[id(request)]}}}

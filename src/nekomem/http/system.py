@@ -14,7 +14,6 @@ from nekomem.http.bodies import decode_body
 from nekomem.http.errors import ApiError
 from nekomem.http.schemas import PowerfulMemoryBody
 from nekomem.runtime.switches import POWERFUL, SwitchError
-from nekomem.stores.fact_backlog import backlog_tally
 
 
 def embeddings_status(rt: Any) -> dict[str, Any]:
@@ -24,7 +23,7 @@ def embeddings_status(rt: Any) -> dict[str, Any]:
     status = {
         "state": emb.state,
         "model": getattr(emb, "model_id", "") or "",
-        "pending": int(rt.services.hooks.get("embedding_pending", lambda: 0)()),
+        "pending": rt.services.pending(),
     }
     reason = getattr(emb, "reason", None)
     if reason:
@@ -83,7 +82,7 @@ def _fact_backlog(rt: Any) -> dict[str, Any]:
     them (a backlog is mined by a loaded character; start-up loads those that have one
     when a model is configured). No journal is opened, so /health stays cheap with
     thousands of characters; the browser's character listing counts every character's."""
-    per = backlog_tally(rt.services.hooks).snapshot()
+    per = rt.services.backlog.snapshot()
     return {"enabled": rt.settings.longterm.fact_backlog_enabled, "rows_remaining": sum(per.values()), "characters": per}
 
 

@@ -11,13 +11,8 @@ from datetime import datetime, timezone, tzinfo
 
 import msgspec
 
+from nekomem.domain.layers import recall_tiers
 from nekomem.domain.turns import parse_iso
-
-TIERS = ("fact", "reflection", "fact_archive")
-VECTOR_TIERS = ("fact", "reflection")
-# replace_tier names a family: "fact" is the active store and its archive (one owner).
-TIER_FAMILIES = {"fact": ("fact", "fact_archive"), "fact_archive": ("fact", "fact_archive"), "reflection": ("reflection",)}
-OWNERS = {"fact": "facts", "fact_archive": "facts", "reflection": "reflections"}
 
 
 class IndexEntry(msgspec.Struct, kw_only=True, frozen=True):
@@ -87,7 +82,13 @@ def event_interval(entry: IndexEntry, tz: tzinfo) -> tuple[float | None, float |
 
 def indexable(entry: IndexEntry) -> bool:
     """The shared hard filter as the index applies it (the owner's verdict first)."""
-    return entry.searchable and entry.tier in TIERS and isinstance(entry.text, str) and bool(entry.text.strip()) and not (entry.score < 0)
+    return (
+        entry.searchable
+        and entry.tier in recall_tiers()
+        and isinstance(entry.text, str)
+        and bool(entry.text.strip())
+        and not (entry.score < 0)
+    )
 
 
 def display_tz(name: str) -> tzinfo:

@@ -19,14 +19,12 @@ import numpy as np
 import numpy.typing as npt
 
 from nekomem.config.recall import RecallSettings
+from nekomem.domain.layers import tier_family, tier_owners, vector_tiers
 from nekomem.domain.subjects import Subject, SubjectIndex
 from nekomem.recall import vector_codec
 from nekomem.recall.consensus import Signal, consensus_ranking, pool_of
 from nekomem.recall.embeddings import VectorLeg, text_sha256
 from nekomem.recall.entry import (
-    OWNERS,
-    TIER_FAMILIES,
-    VECTOR_TIERS,
     IndexedDoc,
     IndexEntry,
     event_interval,
@@ -67,7 +65,7 @@ class RecallIndex:
         tier's family and every other entry of the family is dropped."""
         entries = list(entries)
         if replace_tier is not None:
-            family = TIER_FAMILIES.get(replace_tier, (replace_tier,))
+            family = tier_family(replace_tier)
             keep = {e.id for e in entries}
             for doc_id in [i for i, d in self.docs.items() if d.entry.tier in family and i not in keep]:
                 self._drop(doc_id)
@@ -98,7 +96,7 @@ class RecallIndex:
             self.lexical.add(entry.id, self.analyzer.document(entry.text))
         if self.vectors is None:
             return
-        if entry.tier not in VECTOR_TIERS:
+        if entry.tier not in vector_tiers():
             self.vectors.remove(entry.id)
             self.need.pop(entry.id, None)
             return
@@ -135,7 +133,7 @@ class RecallIndex:
         self.vector_model = model
         self.need.clear()
         for doc_id, doc in self.docs.items():
-            if doc.entry.tier in VECTOR_TIERS and not self._adopt_cached(doc.entry, doc.sha):
+            if doc.entry.tier in vector_tiers() and not self._adopt_cached(doc.entry, doc.sha):
                 self.need[doc_id] = doc.sha
         return True
 
@@ -174,7 +172,7 @@ class RecallIndex:
         """A batch failed: list again the entries still present and unchanged."""
         for doc_id, sha in items:
             doc = self.docs.get(doc_id)
-            if doc is not None and doc.sha == sha and doc.entry.tier in VECTOR_TIERS:
+            if doc is not None and doc.sha == sha and doc.entry.tier in vector_tiers():
                 self.need.setdefault(doc_id, sha)
 
     def store_backfill(self, items: Sequence[tuple[str, str]], vectors: Vectors) -> ComputedVectors:
@@ -185,14 +183,14 @@ class RecallIndex:
         computed: ComputedVectors = {}
         for (doc_id, sha), row in zip(items, np.asarray(vectors), strict=False):
             doc = self.docs.get(doc_id)
-            if doc is None or doc.sha != sha or doc.entry.tier not in VECTOR_TIERS:
+            if doc is None or doc.sha != sha or doc.entry.tier not in vector_tiers():
                 continue  # removed or rewritten meanwhile; a newer request is queued if needed
             try:
                 self.vectors.upsert(doc_id, row)
                 encoded = vector_codec.encode(row)
             except (ValueError, vector_codec.VectorCodecError):
                 continue
-            computed.setdefault(OWNERS[doc.entry.tier], {})[doc_id] = (encoded, self.vector_model, sha)
+            computed.setdefault(tier_owners()[doc.entry.tier], {})[doc_id] = (encoded, self.vector_model, sha)
         return computed
 
     # -- user recall ---------------------------------------------------------------------

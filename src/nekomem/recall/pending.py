@@ -13,16 +13,15 @@ while an acknowledged entry has no vector.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Iterable
 
-from nekomem.recall.entry import VECTOR_TIERS, IndexEntry, indexable
-
-PENDING_HOOK = "embedding_pending"
+from nekomem.domain.layers import vector_tiers
+from nekomem.recall.entry import IndexEntry, indexable
 
 
 class PendingCounter:
     """Entries waiting for a vector, per character; calling it gives the process total
-    (registered as ``services.hooks["embedding_pending"]`` for /health)."""
+    (``Services.pending``, read by /health and /metrics)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -70,23 +69,13 @@ class PendingCounter:
             target.pop(key, None)
 
 
-def pending_counter(hooks: MutableMapping[str, object]) -> PendingCounter:
-    """The process's counter in ``hooks`` (created on first use by whichever actor comes
-    first)."""
-    counter = hooks.get(PENDING_HOOK)
-    if not isinstance(counter, PendingCounter):
-        counter = hooks.setdefault(PENDING_HOOK, PendingCounter())
-    assert isinstance(counter, PendingCounter)
-    return counter
-
-
 def lacking_vectors(entries: Iterable[IndexEntry], model: str | None) -> int:
     """How many of ``entries`` RecallActor will have to embed: searchable entries of a
     vector tier without a stored vector of ``model`` (any stored vector counts while the
     model is still loading and ``model`` is None)."""
     count = 0
     for entry in entries:
-        if entry.tier not in VECTOR_TIERS or not indexable(entry):
+        if entry.tier not in vector_tiers() or not indexable(entry):
             continue
         if entry.vector is None or (model is not None and entry.vector_model != model):
             count += 1

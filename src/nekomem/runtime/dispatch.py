@@ -13,7 +13,7 @@ exception in a ``tell`` handler calls ``on_failure`` and stops the actor, an exc
 an ``ask`` handler goes back to the caller; messages still queued when an actor stops fail
 their ``ask`` with :class:`pykka.ActorDeadError`. Two additions: putting a message into a
 mailbox that has closed raises ``ActorDeadError`` (pykka would leave it unread), and
-``on_stop`` may return a :class:`Completion`; the stop is then answered, and the mailbox's
+``on_release`` (pykka's ``on_stop`` with a result) may return a :class:`Completion`; the stop is then answered, and the mailbox's
 ``when_terminated`` callbacks run, only when that completes. Handlers must not block on
 another dispatched actor (the pool is bounded): chain on a Completion instead.
 """
@@ -224,7 +224,7 @@ class Mailbox:
         return rest
 
     def when_terminated(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` once the actor has stopped and finished ``on_stop`` (at once if so)."""
+        """Run ``fn`` once the actor has stopped and finished ``on_release`` (at once if so)."""
         self._terminated.then(fn)
 
     @property
@@ -351,6 +351,12 @@ class DispatchedActor(pykka.Actor):
     def dispatcher(self) -> Dispatcher:
         return default_dispatcher()
 
+    def on_release(self) -> Completion | None:
+        """Called when the actor stops, in place of pykka's ``on_stop`` (which must return
+        None): release what it holds, and return a Completion when the release finishes
+        later (the stop is then answered only once it is done), or None."""
+        return None
+
     def is_settled(self) -> bool:
         """Whether the actor has no work already due that it will post itself (read from
         other threads by barriers; True unless a subclass knows better)."""
@@ -358,15 +364,16 @@ class DispatchedActor(pykka.Actor):
 
     def _stop(self) -> Completion | None:  # type: ignore[override]  # pykka's _handle_receive returns it
         """Stop now (the rest of the inbox is failed by the teardown); returns what
-        ``on_stop`` returned when it is a Completion, so the stop is answered after it."""
+        ``on_release`` returned when it is a Completion, so the stop is answered after it."""
         ActorRegistry.unregister(self.actor_ref)
         self.actor_stopped.set()
         try:
-            result: object = self.on_stop()  # type: ignore[func-returns-value]  # may return a Completion
+            self.on_stop()
+            result = self.on_release()
         except Exception:  # noqa: BLE001
             self._handle_failure(*sys.exc_info())
             return None
-        if isinstance(result, Completion):
+        if result is not None:
             self._stopping = result
             return result
         return None

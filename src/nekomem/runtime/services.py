@@ -11,11 +11,12 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import pykka
 
 from nekomem.config import Settings
+from nekomem.recall.pending import PendingCounter
 from nekomem.runtime.clock import Clock
 from nekomem.runtime.dispatch import Dispatcher
 from nekomem.runtime.pool import ModelPool
@@ -24,6 +25,7 @@ from nekomem.runtime.reply import ActorFailure
 from nekomem.runtime.switches import Switches
 from nekomem.runtime.timers import Timers
 from nekomem.stores.applied import SharedJournal
+from nekomem.stores.fact_backlog import BacklogTally
 from nekomem.stores.faults import StorageHealth
 from nekomem.stores.layout import CharacterPaths
 from nekomem.stores.neko_cards import CharacterCards
@@ -90,7 +92,10 @@ class Services:
     embeddings: EmbeddingService | None = None
     switches: Switches | None = None
     cards: CharacterCards | None = None  # the chat server's characters.json (card sync)
-    hooks: dict[str, Callable[[], int]] = field(default_factory=dict)
+    # Entries waiting for a vector (owners count what they send, recall what it indexes)
+    # and the fact backlog of the loaded characters (their recent actors publish it).
+    pending: PendingCounter = field(default_factory=PendingCounter)
+    backlog: BacklogTally = field(default_factory=BacklogTally)
     counters: Counters = field(default_factory=Counters)
     storage: StorageHealth | None = None
     outbox: OutboxTally = field(default_factory=OutboxTally)
@@ -107,6 +112,12 @@ class Services:
     def root_for(self, name: str) -> Path:
         """The folder that holds character ``name``'s folder."""
         return self.memory_root if self.character_root is None else self.character_root(name)
+
+
+class Teller(Protocol):
+    """Anything a message can be posted to without waiting (a pykka ActorRef)."""
+
+    def tell(self, message: object) -> None: ...
 
 
 class Routes:
@@ -133,7 +144,7 @@ class CharacterContext:
     paths: CharacterPaths
     services: Services
     journal: SharedJournal
-    supervisor: pykka.ActorRef[pykka.Actor]
+    supervisor: Teller  # the supervisor: a child's crash report and messages for a dead child go there
     routes: Routes = field(default_factory=Routes)
 
     @property

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from nekomem.stores.timeindex_read import DEFAULT_BUSY_TIMEOUT_MS, ORIGINAL_TABLE
@@ -53,9 +53,6 @@ def backlog_remaining(path: Path) -> int:
         db.close()
 
 
-BACKLOG_HOOK = "fact_backlog"  # services.hooks key of the process's BacklogTally
-
-
 class BacklogTally:
     """Rows still waiting in each loaded character's backlog, as its RecentActor last
     published them (thread-safe): /health reads this instead of opening every journal."""
@@ -74,12 +71,3 @@ class BacklogTally:
     def snapshot(self) -> dict[str, int]:
         with self._lock:
             return dict(self._rows)
-
-
-def backlog_tally(hooks: MutableMapping[str, object]) -> BacklogTally:
-    """The process's tally in ``hooks`` (created on first use)."""
-    tally = hooks.get(BACKLOG_HOOK)
-    if not isinstance(tally, BacklogTally):
-        tally = hooks.setdefault(BACKLOG_HOOK, BacklogTally())
-    assert isinstance(tally, BacklogTally)
-    return tally
