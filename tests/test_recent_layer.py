@@ -4,17 +4,21 @@ layer sends reaches the character's supervisor, here a recorder of what it is to
 
 from __future__ import annotations
 
+import contextlib
+import json
 import queue
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
-from nekomem.actors.messages import AppendTurns, Deliver, GetRecent, OutboxAck, PostTurn, RecentView
+from nekomem.actors.messages import AppendTurns, CompressDone, Deliver, GetRecent, OutboxAck, PostTurn, RecentView
 from nekomem.actors.ports import LayerPorts
 from nekomem.actors.recent_layer import RecentLayer
 from nekomem.domain.layers import event_owners
 from nekomem.domain.turns import Role, Turn
+from nekomem.providers.llm import LLMClient
 from nekomem.runtime.clock import ManualClock
 from nekomem.runtime.dispatch import Dispatcher
 from nekomem.runtime.pool import ModelPool
@@ -26,6 +30,7 @@ from nekomem.stores.layout import CharacterPaths
 from tests.support.live import make_settings
 
 NAME = "Lan"
+T = TypeVar("T")
 
 
 class Recorder:
@@ -38,17 +43,18 @@ class Recorder:
         self.got.put(message)
 
 
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[tuple[CharacterContext, queue.Queue[object]]]:
-    """A character context without a model (post-turn work is announced, not enqueued)."""
-    settings = make_settings(tmp_path)
+@contextlib.contextmanager
+def character(root: Path, **overrides: object) -> Iterator[tuple[CharacterContext, queue.Queue[object]]]:
+    """A character context over ``root``; with ``llm_base_url`` among ``overrides`` its
+    model jobs run on a real pool against that endpoint, else it has no model (post-turn
+    work is then announced, not enqueued)."""
+    settings = make_settings(root, **overrides)
     clock = ManualClock()
     dispatcher = Dispatcher(1, 1)
     pool = ModelPool(1, 8, 1)
-    services = Services(
-        settings=settings, clock=clock, pool=pool, memory_root=tmp_path, dispatcher=dispatcher, timers=Timers(clock), llm=None
-    )
-    paths = CharacterPaths(tmp_path, NAME)
+    llm = LLMClient(settings.llm) if "llm_base_url" in overrides else None
+    services = Services(settings=settings, clock=clock, pool=pool, memory_root=root, dispatcher=dispatcher, timers=Timers(clock), llm=llm)
+    paths = CharacterPaths(root, NAME)
     paths.ensure()
     got: queue.Queue[object] = queue.Queue()
     journal = SharedJournal(paths.events, paths.events_applied, event_owners())
@@ -57,6 +63,14 @@ def world(tmp_path: Path) -> Iterator[tuple[CharacterContext, queue.Queue[object
     finally:
         pool.shutdown()
         dispatcher.shutdown()
+        if llm is not None:
+            llm.close()
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[tuple[CharacterContext, queue.Queue[object]]]:
+    with character(tmp_path) as made:
+        yield made
 
 
 def layer_of(ctx: CharacterContext) -> RecentLayer:
@@ -65,12 +79,12 @@ def layer_of(ctx: CharacterContext) -> RecentLayer:
     return layer
 
 
-def delivered(got: queue.Queue[object], child: str) -> object:
-    """The next message the layer sent to sibling ``child`` (through the supervisor);
-    fails when there is none."""
+def delivered(got: queue.Queue[object], child: str, kind: type[T], timeout: float = 0) -> T:
+    """The next message of type ``kind`` the layer (or a model job of it) sent to sibling
+    ``child``, through the supervisor; fails when none came within ``timeout`` seconds."""
     while True:
-        message = got.get_nowait()
-        if isinstance(message, Deliver) and message.child == child:
+        message = got.get(timeout=timeout) if timeout else got.get_nowait()
+        if isinstance(message, Deliver) and message.child == child and isinstance(message.message, kind):
             return message.message
 
 
@@ -93,8 +107,8 @@ def test_a_cached_turn_is_rebuilt_from_the_journal_when_recent_json_is_lost(worl
     layer.on_AppendTurns(AppendTurns(turns=[turn("my cat is called Mochi")], mode="cache", session_id="s1", reply=reply))
     assert reply.result(5) == {"status": "cached", "count": 1}
     # No model can extract facts: the stored turn is announced to the reflections at once.
-    announced = delivered(got, "reflections")
-    assert isinstance(announced, PostTurn) and [t.text for t in announced.turns] == ["my cat is called Mochi"]
+    announced = delivered(got, "reflections", PostTurn)
+    assert [t.text for t in announced.turns] == ["my cat is called Mochi"]
     layer.close()
 
     ctx.paths.recent.unlink()  # written without fsync: a power loss can take it
@@ -113,8 +127,8 @@ def test_a_process_write_waits_for_its_ack_and_a_repeated_key_is_answered_from_t
         AppendTurns(turns=[turn("hello"), turn("hi Master", "ai")], mode="process", session_id="s1", idempotency_key="k1", reply=first)
     )
     assert not first.done  # answered only once its post-turn work is acknowledged
-    ack = delivered(got, "recent")
-    assert isinstance(ack, OutboxAck) and ack.row == 2
+    ack = delivered(got, "recent", OutboxAck)
+    assert ack.row == 2
     layer.on_OutboxAck(ack)
     assert first.result(5) == {"status": "processed"}
 
@@ -125,3 +139,26 @@ def test_a_process_write_waits_for_its_ack_and_a_repeated_key_is_answered_from_t
     assert retry.result(5) == {"status": "processed"}
     assert view_of(layer).stored_total == 2  # stored once
     layer.close()
+
+
+def test_a_settle_read_waits_for_the_compression_and_gets_its_memo(tmp_path: Path, fake_llm) -> None:
+    """The compression runs on the model pool and comes back as a CompressDone; the read
+    that waits for the settle is answered with the spliced window."""
+    with character(tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake") as (ctx, got):
+        layer = layer_of(ctx)
+        turns = [turn(f"turn number {i}", "human" if i % 2 == 0 else "ai") for i in range(25)]
+        layer.on_AppendTurns(AppendTurns(turns=turns, mode="settle", session_id="s1", reply=Reply()))
+        waiting = Reply()
+        layer.on_GetRecent(GetRecent(wait_settle=True, reply=waiting))
+        assert not waiting.done  # held until the settle's compression is spliced in
+        done = delivered(got, "recent", CompressDone, timeout=30)
+        layer.on_CompressDone(done)
+        view = waiting.result(5)
+        assert isinstance(view, RecentView)
+        assert view.window[0].role == "system" and view.window[0].text.startswith("Memo from prior conversations: ")
+        assert [t.text for t in view.window[1:]] == [f"turn number {i}" for i in range(16, 25)]
+        assert fake_llm.calls("summarize_recent")
+        on_disk = json.loads(ctx.paths.recent.read_text(encoding="utf-8"))
+        assert on_disk[0]["data"]["content"] == view.window[0].text
+        assert json.loads(ctx.paths.recent_meta.read_text(encoding="utf-8"))["compressions"] == 1
+        layer.close()

@@ -22,6 +22,7 @@ from nekomem.actors.recent_state import RecentStore
 from nekomem.domain import recent_window, review, theater
 from nekomem.domain.recent_window import CompressResult
 from nekomem.domain.turns import Turn, parse_timestamp
+from nekomem.providers.llm import LLMTaskFailed
 from nekomem.providers.tasks import ReviewRecentOutput, SummarizeRecentOutput
 from nekomem.runtime.clock import iso
 from nekomem.runtime.pool import PoolFull
@@ -230,8 +231,9 @@ class WindowUpkeep:
                 token=token,
                 result=result,
                 error=None if error is None else repr(error),
-                # LLMTaskFailed says whether the last answer stopped on its output limit.
-                exhausted=bool(getattr(error, "output_exhausted", False)),
+                # The last answer stopped on its output-token limit: that has its own
+                # breaker (review.record_output_exhausted).
+                exhausted=isinstance(error, LLMTaskFailed) and error.output_exhausted,
             )
 
         if not self._submit(job, done):
