@@ -55,8 +55,8 @@ class WindowUpkeep:
         self._last_activity = 0.0
         self._next_compress_try = 0.0
         self._last_purge = 0.0
-        # The activity mark of the last idle spell a Tick saw (the idle review is due once
-        # per spell). Not reset at load: it lived on the actor instance, as it does here.
+        # The activity mark of the last idle spell a Tick saw: the idle review is due once
+        # per spell. Kept across loads (reset() leaves it).
         self._idle_seen: float | None = None
 
     def reset(self) -> None:
