@@ -17,7 +17,8 @@ import numpy as np
 import numpy.typing as npt
 
 from nekomem.domain.browse import FactFilter
-from nekomem.domain.evidence import ResolvedSignal
+from nekomem.domain.evidence import ResolvedSignal, SignalSource
+from nekomem.domain.persona.corrections import CorrectionKind
 from nekomem.domain.records import Fact, Observation, Persona, Reflection
 from nekomem.domain.reflections import SynthesisBatch
 from nekomem.domain.subjects import Subject
@@ -292,7 +293,7 @@ class EvidencePass(Message, frozen=True):
 
 class ApplySignals(Message, frozen=True):
     signals: list[ResolvedSignal]
-    source: str = "user_fact"
+    source: SignalSource = "user_fact"
 
 
 class SignalsProcessed(Message, frozen=True):
@@ -367,7 +368,7 @@ class ReplyMentions(Message, frozen=True):
 
 class CorrectionResolved(Message, frozen=True):
     reflection_id: str
-    kind: str
+    kind: CorrectionKind
 
 
 # -- recall ------------------------------------------------------------------------------
