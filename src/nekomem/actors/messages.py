@@ -17,8 +17,9 @@ import numpy as np
 import numpy.typing as npt
 
 from nekomem.domain.browse import FactFilter
-from nekomem.domain.evidence import ResolvedSignal
+from nekomem.domain.evidence import ResolvedSignal, SignalSource
 from nekomem.domain.layers import vector_tiers
+from nekomem.domain.persona.corrections import CorrectionKind
 from nekomem.domain.records import Fact, Observation, Persona, Reflection
 from nekomem.domain.reflections import SynthesisBatch
 from nekomem.domain.subjects import Subject
@@ -293,7 +294,7 @@ class EvidencePass(Message, frozen=True):
 
 class ApplySignals(Message, frozen=True):
     signals: list[ResolvedSignal]
-    source: str = "user_fact"
+    source: SignalSource = "user_fact"
 
 
 class SignalsProcessed(Message, frozen=True):
@@ -368,7 +369,7 @@ class ReplyMentions(Message, frozen=True):
 
 class CorrectionResolved(Message, frozen=True):
     reflection_id: str
-    kind: str
+    kind: CorrectionKind
 
 
 # -- recall ------------------------------------------------------------------------------
