@@ -16,11 +16,11 @@ import msgspec
 import pykka
 import pytest
 
-from nekomem.actors.events import EVENT_OWNERS
 from nekomem.actors.messages import EditEntry, Flush, IndexUpsert
 from nekomem.actors.ports import LayerPorts
 from nekomem.actors.reflection_evidence import FeedbackDone
 from nekomem.actors.reflection_layer import ReflectionLayer
+from nekomem.domain.layers import event_owners
 from nekomem.domain.records import Reflection, SurfacedEntry, to_iso
 from nekomem.runtime.clock import ManualClock
 from nekomem.runtime.dispatch import Dispatcher
@@ -88,7 +88,7 @@ def world(tmp_path: Path) -> Iterator[World]:
     paths.ensure()
     seen: list[object] = []
     supervisor = Recorder.start(seen)
-    journal = SharedJournal(paths.events, paths.events_applied, EVENT_OWNERS)
+    journal = SharedJournal(paths.events, paths.events_applied, event_owners())
     ctx = CharacterContext(name=NAME, paths=paths, services=services, journal=journal, supervisor=supervisor)
     try:
         yield World(ctx, seen, [])
