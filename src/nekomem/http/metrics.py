@@ -36,6 +36,7 @@ from starlette.responses import Response
 from nekomem.http.metrics_middleware import RequestCollector, RequestMetrics, RequestStats, RouteLabels
 from nekomem.providers.llm import LLMClient
 from nekomem.recall.embeddings import EmbeddingService
+from nekomem.recall.pending import pending_total
 from nekomem.runtime.runtime import Runtime
 
 log = logging.getLogger("nekomem.metrics")
@@ -110,10 +111,6 @@ class Metrics:
         self.embedding_texts.labels(kind).inc(texts)
         self.embedding_seconds.labels(kind).observe(seconds)
 
-    def middleware_args(self, app: Starlette) -> dict[str, object]:
-        """Keyword arguments of :class:`RequestMetrics` for ``app``."""
-        return {"stats": self.requests, "labels": RouteLabels(lambda: app.router.routes)}
-
     def exposition(self, accept: str) -> tuple[bytes, str]:
         """(body, content type) of a scrape: the Prometheus text format, or OpenMetrics
         when ``accept`` (the request's Accept header) asks for it. Collects the scrape-time
@@ -179,9 +176,10 @@ class RuntimeCollector(Collector):
             for (tier, task), count in sorted(llm.request_counts().items()):
                 sent.add_metric([tier, task], count)
             yield sent
-        pending = self.rt.services.hooks.get("embedding_pending")
         yield GaugeMetricFamily(
-            "nekomem_embedding_pending", "Memory entries of the active characters waiting for a vector", value=pending() if pending else 0
+            "nekomem_embedding_pending",
+            "Memory entries of the active characters waiting for a vector",
+            value=pending_total(self.rt.services.hooks),
         )
         emb = self.rt.embeddings
         state = GaugeMetricFamily("nekomem_embedding_state", "1 for the embedding service's current state", labels=["state"])
@@ -225,5 +223,5 @@ def install(app: Starlette, runtime: Runtime) -> Metrics:
     and also counts the requests the guard refuses."""
     metrics = Metrics(runtime)
     app.state.metrics = metrics
-    app.add_middleware(RequestMetrics, **metrics.middleware_args(app))
+    app.add_middleware(RequestMetrics, stats=metrics.requests, labels=RouteLabels(lambda: app.router.routes))
     return metrics

@@ -13,7 +13,7 @@ while an acknowledged entry has no vector.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping
 
 from nekomem.recall.entry import VECTOR_TIERS, IndexEntry, indexable
 
@@ -78,6 +78,12 @@ def pending_counter(hooks: MutableMapping[str, object]) -> PendingCounter:
         counter = hooks.setdefault(PENDING_HOOK, PendingCounter())
     assert isinstance(counter, PendingCounter)
     return counter
+
+
+def pending_total(hooks: Mapping[str, object]) -> int:
+    """The process total of the counter in ``hooks``; 0 while no actor has created it."""
+    counter = hooks.get(PENDING_HOOK)
+    return counter() if isinstance(counter, PendingCounter) else 0
 
 
 def lacking_vectors(entries: Iterable[IndexEntry], model: str | None) -> int:

@@ -90,7 +90,9 @@ class Services:
     embeddings: EmbeddingService | None = None
     switches: Switches | None = None
     cards: CharacterCards | None = None  # the chat server's characters.json (card sync)
-    hooks: dict[str, Callable[[], int]] = field(default_factory=dict)
+    # The process's shared tallies by key (recall.pending.PendingCounter,
+    # stores.fact_backlog.BacklogTally): not all callables, so readers narrow by type.
+    hooks: dict[str, object] = field(default_factory=dict)
     counters: Counters = field(default_factory=Counters)
     storage: StorageHealth | None = None
     outbox: OutboxTally = field(default_factory=OutboxTally)
