@@ -7,7 +7,7 @@ from typing import Annotated
 from nekomem.config.base import Section, doc
 
 
-class ServerSettings(Section):
+class ServerSettings(Section, frozen=True):
     host: Annotated[str, doc("Address the HTTP server binds to.")] = "127.0.0.1"
     port: Annotated[int, doc("TCP port of the HTTP server.", ge=0, le=65535)] = 48912
     api_token: Annotated[
@@ -203,7 +203,7 @@ class ServerSettings(Section):
     ] = "en"
 
 
-class RuntimeSettings(Section):
+class RuntimeSettings(Section, frozen=True):
     max_active_characters: Annotated[
         int,
         doc(

@@ -45,7 +45,7 @@ class SettingsError(ValueError):
 
 
 def _sections() -> dict[str, type[msgspec.Struct]]:
-    return {f.name: f.type for f in msgspec.structs.fields(Settings)}  # type: ignore[misc]
+    return {f.name: f.type for f in msgspec.structs.fields(Settings)}
 
 
 def field_index() -> dict[str, tuple[str, msgspec.structs.FieldInfo, Any]]:
