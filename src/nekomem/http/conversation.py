@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from nekomem.actors.messages import AppendTurns, GetRecent, RecentView, WriteMode
+from nekomem.config.zones import display_zone
 from nekomem.domain import theater
 from nekomem.domain.context import gap_seconds, render_new_dialog, render_recent_history
 from nekomem.domain.context_locale import normalise_language
@@ -33,13 +34,8 @@ def _session_id() -> str:
 
 def display_now(request: Request) -> datetime:
     rt = runtime_of(request)
-    tz_name = rt.settings.server.display_timezone
-    now = rt.clock.now()
-    if not tz_name:
-        return now.astimezone()
-    from zoneinfo import ZoneInfo
-
-    return now.astimezone(ZoneInfo(tz_name))
+    # None (no zone set): astimezone's local zone at this instant.
+    return rt.clock.now().astimezone(display_zone(rt.settings.server.display_timezone))
 
 
 async def _write(request: Request, mode: WriteMode) -> Response:

@@ -11,6 +11,7 @@ from datetime import datetime, timezone, tzinfo
 
 import msgspec
 
+from nekomem.config.zones import display_zone
 from nekomem.domain.turns import parse_iso
 
 TIERS = ("fact", "reflection", "fact_archive")
@@ -91,13 +92,10 @@ def indexable(entry: IndexEntry) -> bool:
 
 
 def display_tz(name: str) -> tzinfo:
-    """The named IANA zone; the machine's local zone when the name is empty or unknown."""
-    if name:
-        try:
-            from zoneinfo import ZoneInfo
-
-            return ZoneInfo(name)
-        except Exception:  # noqa: BLE001 - a bad zone name falls back to local time
-            pass
+    """The named IANA zone (:func:`nekomem.config.zones.display_zone`; ValueError for an
+    unknown name, which load_settings refuses); the machine's local zone when it is empty."""
+    zone = display_zone(name)
+    if zone is not None:
+        return zone
     local = datetime.now().astimezone().tzinfo
     return local if local is not None else timezone.utc
