@@ -17,8 +17,8 @@ import pykka
 
 from nekomem.actors.handlers import handler_for
 from nekomem.actors.messages import IndexUpsert, PostTurn, ReplyMentions
+from nekomem.domain.index_entry import IndexEntry
 from nekomem.domain.turns import Turn
-from nekomem.recall.entry import IndexEntry
 from nekomem.runtime.dispatch import Completion, DispatchedActor, Dispatcher
 from nekomem.runtime.protocol import ChildCrashed, Tick, fail_message
 from nekomem.runtime.reply import ActorFailure

@@ -1,17 +1,17 @@
 """What the recall index holds of one searchable entry, and the rules that decide it.
 
-The owners (facts, reflections) describe their entries as :class:`IndexEntry`; the index
-keeps each one as an :class:`IndexedDoc` with what recall needs precomputed (the text's
-sha256, the event interval as epoch seconds).
+The owners (facts, reflections) describe their entries as
+:class:`~nekomem.domain.index_entry.IndexEntry`; the index keeps each one as an
+:class:`IndexedDoc` with what recall needs precomputed (the text's sha256, the event
+interval as epoch seconds).
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timezone, tzinfo
 
-import msgspec
-
 from nekomem.config.zones import display_zone
+from nekomem.domain.index_entry import IndexEntry
 from nekomem.domain.turns import parse_iso
 
 TIERS = ("fact", "reflection", "fact_archive")
@@ -19,34 +19,6 @@ VECTOR_TIERS = ("fact", "reflection")
 # replace_tier names a family: "fact" is the active store and its archive (one owner).
 TIER_FAMILIES = {"fact": ("fact", "fact_archive"), "fact_archive": ("fact", "fact_archive"), "reflection": ("reflection",)}
 OWNERS = {"fact": "facts", "fact_archive": "facts", "reflection": "reflections"}
-
-
-class IndexEntry(msgspec.Struct, kw_only=True, frozen=True):
-    """What the recall index needs of one searchable entry.
-
-    ``tier`` is "fact", "reflection" or "fact_archive". ``searchable`` is False for entries
-    the shared hard filter excludes (denied/archived/merged/promote_blocked reflections,
-    suppressed, protected, negative evidence score, empty text); the index drops them.
-    ``vector`` is a cached vector in nekomem.recall.vector_codec form with ``vector_model``
-    and ``text_sha256`` so it is reused only when both still match.
-    """
-
-    id: str
-    tier: str
-    text: str
-    entity: str = ""
-    created_at: str | None = None
-    event_start_at: str | None = None
-    event_end_at: str | None = None
-    importance: int = 0
-    score: float = 0.0
-    searchable: bool = True
-    vector: str | None = None
-    vector_model: str | None = None
-    text_sha256: str | None = None
-    subject_kind: str | None = None
-    subject_id: str | None = None
-    scope: str | None = None
 
 
 class IndexedDoc:

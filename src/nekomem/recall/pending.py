@@ -15,7 +15,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Mapping, MutableMapping
 
-from nekomem.recall.entry import VECTOR_TIERS, IndexEntry, indexable
+from nekomem.domain.index_entry import IndexEntry
+from nekomem.recall.entry import VECTOR_TIERS, indexable
 
 PENDING_HOOK = "embedding_pending"
 
