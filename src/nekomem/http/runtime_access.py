@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
+from starlette.applications import Starlette
 from starlette.requests import Request
 
 from nekomem.runtime.reply import Reply
@@ -23,11 +24,16 @@ T = TypeVar("T")
 JsonAnswer = dict[str, Any]
 
 
-def runtime_of(request: Request) -> Runtime:
-    """The Runtime the app serves (``create_app`` sets it on ``app.state`` before any
+def app_runtime(app: Starlette) -> Runtime:
+    """The Runtime ``app`` serves (``create_app`` sets it on ``app.state`` before any
     request can arrive)."""
-    runtime: Runtime = request.app.state.runtime
+    runtime: Runtime = app.state.runtime
     return runtime
+
+
+def runtime_of(request: Request) -> Runtime:
+    """The Runtime of the app serving ``request``."""
+    return app_runtime(request.app)
 
 
 async def ask(
