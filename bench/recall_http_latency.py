@@ -32,7 +32,7 @@ import numpy as np
 from bench.recall_latency import SEED, Corpus, percentiles
 from nekomem.actors.messages import IndexEntry, IndexUpsert, ListEntries
 from nekomem.config.embeddings import EmbeddingSettings
-from nekomem.recall import vector_codec
+from nekomem.domain import vector_codec
 from nekomem.recall.embeddings import EmbeddingService, text_sha256
 from tests.support.live import LiveServer, make_settings
 

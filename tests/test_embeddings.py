@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from nekomem.config.embeddings import EmbeddingSettings
-from nekomem.recall import vector_codec
+from nekomem.domain import vector_codec
 from nekomem.recall.embedding_backends import plan_batches
 from nekomem.recall.embeddings import (
     EmbeddingService,

@@ -10,8 +10,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
+from nekomem.domain.subjects import LEGACY_PRIVATE_SCOPE
+from nekomem.http.schemas import RecallAnswer, RecallResult
 from nekomem.recall.embeddings import EmbeddingService
 from nekomem.runtime.clock import ManualClock
 from tests.support.live import ROOT, LiveServer, make_settings
@@ -439,3 +442,25 @@ def test_merged_reflection_leaves_the_pool(tmp_path: Path, fake_llm: Any) -> Non
         assert refs[second] == "merged" and refs[first] == "promoted"
         # A promoted reflection stays searchable (only denied/archived/merged/promote_blocked leave).
         assert first in [r["id"] for r in ask(srv, query="basil balcony")["results"]]
+
+
+def test_the_recall_answer_schema_declares_every_key_sent(tmp_path: Path) -> None:
+    """The published RecallAnswer/RecallResult (http/schemas.py, /openapi.json) name every
+    key /query_memory sends, for a recall by query and one by time alone."""
+    answer_keys = {f.name for f in msgspec.structs.fields(RecallAnswer)}
+    row_keys = {f.name for f in msgspec.structs.fields(RecallResult)}
+    assert {f.name: f.default for f in msgspec.structs.fields(RecallResult)}["scope"] == LEGACY_PRIVATE_SCOPE
+    clock = ManualClock(datetime(2026, 3, 10, 12, tzinfo=timezone.utc))
+    with LiveServer(make_settings(tmp_path, display_timezone="UTC"), clock=clock) as srv:
+        import_facts(srv, [{"text": "Master loves drinking green tea every morning", "event_start_at": "2026-03-07T08:00:00+00:00"}])
+        by_query = srv.post(f"/query_memory/{NAME}", json={"query": "green tea"}).json()
+        by_time = srv.post(f"/query_memory/{NAME}", json={"time": "2026"}).json()
+        schema = srv.get("/openapi.json").json()["components"]["schemas"]
+    for body in (by_query, by_time):
+        assert body["results"], body
+        assert set(body) <= answer_keys
+        assert all(set(row) <= row_keys for row in body["results"])
+        msgspec.convert(body, RecallAnswer)  # and the values have the declared types
+    assert "time" in by_time and {"subject_kind", "subject_id", "scope"} <= set(by_query["results"][0])
+    assert {"subject_kind", "subject_id", "scope"} <= set(schema["RecallResult"]["properties"])
+    assert "time" in schema["RecallAnswer"]["properties"]

@@ -16,8 +16,8 @@ from nekomem.actors.handlers import handles
 from nekomem.actors.journaled_views import JournaledViews
 from nekomem.actors.messages import Flush, ListEntries, Message, Tick
 from nekomem.actors.ports import LayerPorts
+from nekomem.domain.index_entry import IndexEntry
 from nekomem.domain.layers import Address, LayerSpec, event_owners, layers, recall_tiers, register_layer
-from nekomem.recall.entry import IndexEntry
 from nekomem.stores.atomic import atomic_write_json
 from nekomem.stores.journal import Event
 from tests.support.live import LiveServer, make_settings

@@ -32,6 +32,9 @@ LEAVES: dict[str, tuple[str, ...]] = {
     "client": ("nekomem.http.schemas",),
     "mcp": ("nekomem.client",),
 }
+# Packages of one layer that a package must not import: recall reads the domain, never the
+# other way (what both need, IndexEntry and vector_codec, lives in domain).
+BESIDE: dict[str, tuple[str, ...]] = {"domain": ("recall",)}
 TOP = 5  # cli.py and __main__.py: may import anything
 ROOT = 0  # nekomem/__init__.py (the version): importable from everywhere, imports nothing
 
@@ -82,6 +85,35 @@ def violations(src: Path = SRC) -> list[str]:
                 where = path.relative_to(src.parent)
                 problems.append(f"{where}:{line}: {source} imports {target} (layer {layer_of(target)} > {layer_of(source)})")
     return problems
+
+
+def beside_violations(src: Path = SRC) -> list[str]:
+    """Every import of a package of the same layer that ``BESIDE`` forbids."""
+    problems: list[str] = []
+    for package, forbidden in BESIDE.items():
+        for path in sorted((src / package).rglob("*.py")):
+            for line, target in imports_of(path, src):
+                if any(target == f"nekomem.{f}" or target.startswith(f"nekomem.{f}.") for f in forbidden):
+                    problems.append(f"{path.relative_to(src.parent)}:{line}: {module_name(path, src)} imports {target}")
+    return problems
+
+
+def test_the_domain_does_not_import_recall():
+    assert beside_violations() == []
+
+
+def test_a_domain_import_of_recall_is_caught(tmp_path):
+    fake = tmp_path / "nekomem"
+    for package in ("domain", "recall"):
+        (fake / package).mkdir(parents=True)
+        (fake / package / "__init__.py").write_text("")
+    (fake / "domain" / "views.py").write_text("from nekomem.recall.entry import X\nfrom nekomem.domain import views\n")
+    (fake / "domain" / "late.py").write_text("def f():\n    from nekomem.recall import vector_codec\n")
+    (fake / "recall" / "index.py").write_text("from nekomem.domain.index_entry import IndexEntry\n")
+    assert beside_violations(fake) == [
+        "nekomem/domain/late.py:2: nekomem.domain.late imports nekomem.recall",
+        "nekomem/domain/views.py:1: nekomem.domain.views imports nekomem.recall.entry",
+    ]
 
 
 def leaf_violations(src: Path = SRC) -> list[str]:

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import pytest
 
 from nekomem.config.settings import load_settings
-from nekomem.recall.entry import IndexEntry
+from nekomem.domain.index_entry import IndexEntry
 from nekomem.recall.index import RecallIndex
 from nekomem.recall.query_plan import plan_query
 from nekomem.recall.query_text import LexicalAnalyzer

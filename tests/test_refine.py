@@ -10,9 +10,9 @@ import pytest
 
 from nekomem.config.longterm import LongTermSettings
 from nekomem.domain import refine as rf
+from nekomem.domain import vector_codec
 from nekomem.domain.evidence import net_score
 from nekomem.domain.records import PersonaEntry, Reflection, text_sha256, to_iso
-from nekomem.recall import vector_codec
 
 NOW = datetime(2026, 4, 1, 12, 0, tzinfo=timezone.utc)
 S = LongTermSettings()

@@ -52,12 +52,19 @@ def test_tier_env_names():
         ({"NEKOMEM_PORT": "abc"}, "port"),
         ({"NEKOMEM_RECENT_HARD_CAP_TOKENS": "-5"}, "recent_hard_cap_tokens"),
         ({"NEKOMEM_REVIEW_ENABLED": "maybe"}, "review_enabled"),
+        ({"NEKOMEM_DISPLAY_TIMEZONE": "Asia/Tokio"}, "display_timezone"),
+        ({"NEKOMEM_DISPLAY_TIMEZONE": "../etc/passwd"}, "display_timezone"),
     ],
 )
 def test_invalid_settings_name_the_setting(env, needle):
     with pytest.raises(SettingsError) as err:
         load_settings(None, env=env)
     assert needle in str(err.value)
+
+
+def test_a_known_or_empty_display_timezone_loads():
+    assert load_settings(None, env={"NEKOMEM_DISPLAY_TIMEZONE": "Asia/Tokyo"}).server.display_timezone == "Asia/Tokyo"
+    assert load_settings(None, env={}).server.display_timezone == ""
 
 
 def test_unknown_setting_in_toml(tmp_path):

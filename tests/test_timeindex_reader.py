@@ -42,3 +42,27 @@ def test_reader_cannot_write_and_does_not_create_the_file(tmp_path):
         writer.append("s1", [_turn("x", "2026-01-01T10:00:00+00:00")])
     with TimeIndexReader.read_only(path) as reader, pytest.raises(sqlite3.OperationalError, match="readonly"):
         reader._conn().execute("CREATE TABLE t (x)")
+
+
+def test_search_pages_matches_and_keeps_unreadable_rows_in_the_page(tmp_path):
+    path = tmp_path / "time_indexed.db"
+    with TimeIndex(path) as writer:
+        writer.append("s1", [_turn("Flying KITES", "2026-01-01T10:00:00+00:00"), _turn("tea", "2026-01-01T11:00:00+00:00")])
+        writer.append("s2", [_turn("more kites", "2026-01-01T12:00:00+00:00")])
+    db = sqlite3.connect(path)
+    db.execute(
+        "INSERT INTO time_indexed_original (session_id, message, timestamp) VALUES ('x', ?, '2026-01-01T13:00:00.000000+00:00')",
+        ('{"not": "a turn"}',),
+    )
+    db.commit()
+    db.close()
+    with TimeIndexReader.read_only(path) as reader:
+        total, page = reader.search(since=None, until=None, text=" kites ", newest_first=True, offset=0, limit=10)
+        assert total == 2 and [r.turn.text for r in page if r.turn] == ["more kites", "Flying KITES"]
+        total, page = reader.search(since="2026-01-01T10:30:00Z", until=None, text="", newest_first=False, offset=1, limit=1)
+        assert total == 3 and page[0].turn is not None and page[0].turn.text == "more kites" and page[0].session_id == "s2"
+        total, page = reader.search(since=None, until=None, text="", newest_first=True, offset=0, limit=1)
+        assert total == 4 and page[0].turn is None and page[0].timestamp == "2026-01-01T13:00:00.000000+00:00"
+        assert reader.summary() == (4, "2026-01-01T13:00:00.000000+00:00")
+        with pytest.raises(ValueError):
+            reader.search(since="yesterday-ish", until=None, text="", newest_first=True, offset=0, limit=1)

@@ -6,11 +6,15 @@ from __future__ import annotations
 import argparse
 import gc
 import sys
+from typing import TYPE_CHECKING
 
 import nekomem
 from nekomem import cli_status, cluster_cli
 from nekomem.cli_banner import print_banner, url_of
-from nekomem.config import SettingsError, load_settings, settings_markdown
+from nekomem.config import Settings, SettingsError, load_settings, settings_markdown
+
+if TYPE_CHECKING:  # the service's import is optional at run time (make_embeddings)
+    from nekomem.recall.embeddings import EmbeddingService
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -61,7 +65,7 @@ def server_url(settings) -> str:  # type: ignore[no-untyped-def]
     return url_of(settings.server.host, settings.server.port)
 
 
-def make_embeddings(settings):  # type: ignore[no-untyped-def]
+def make_embeddings(settings: Settings) -> EmbeddingService | None:
     """The process-wide embedding service, or None when the optional parts are missing."""
     try:
         from nekomem.recall.embeddings import EmbeddingService

@@ -154,6 +154,7 @@ def main(args: argparse.Namespace) -> int:
     """Run ``nekomem neko``; the exit status (the launcher's, 0 without one, 2 on bad settings)."""
     from nekomem.cli import make_embeddings
     from nekomem.http.app import create_app
+    from nekomem.http.runtime_access import app_runtime
     from nekomem.serving import build_server, startup_refusal
 
     instance_id = os.environ.get(INSTANCE_ENV, "").strip() or uuid.uuid4().hex
@@ -196,7 +197,7 @@ def main(args: argparse.Namespace) -> int:
             # server.started flips once the socket listens; recovery may still run.
             while not server.started and not server.should_exit:
                 threading.Event().wait(0.05)
-            app.state.runtime.wait_ready(settings.server.startup_continue_wait_seconds)
+            app_runtime(app).wait_ready(settings.server.startup_continue_wait_seconds)
             ready.set()
 
         threading.Thread(target=wait_ready, name="nekomem-neko-ready", daemon=True).start()

@@ -19,8 +19,8 @@ from nekomem.actors.handlers import handler_for
 from nekomem.actors.layer import Layer
 from nekomem.actors.messages import IndexUpsert, PostTurn, ReplyMentions
 from nekomem.actors.ports import LayerPorts
+from nekomem.domain.index_entry import IndexEntry
 from nekomem.domain.turns import Turn
-from nekomem.recall.entry import IndexEntry
 from nekomem.runtime.dispatch import Completion, DispatchedActor, Dispatcher
 from nekomem.runtime.protocol import ChildCrashed, Tick, fail_message
 from nekomem.runtime.reply import ActorFailure

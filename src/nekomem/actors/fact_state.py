@@ -208,7 +208,7 @@ class FactState(ScopedFactsMixin, JournaledActor):
             )
 
     def _paraphrase_candidates(self, fid: str, neighbour_ids: list[str]) -> None:
-        from nekomem.recall.vector_codec import try_decode
+        from nekomem.domain.vector_codec import try_decode
 
         fact = self.facts.get(fid)
         dim = getattr(self.ctx.services.embeddings, "dim", None)

@@ -18,13 +18,13 @@ import numpy.typing as npt
 
 from nekomem.domain.browse import FactFilter
 from nekomem.domain.evidence import ResolvedSignal, SignalSource
+from nekomem.domain.index_entry import IndexEntry
 from nekomem.domain.layers import vector_tiers
 from nekomem.domain.persona.corrections import CorrectionKind
 from nekomem.domain.records import Fact, Observation, Persona, Reflection
 from nekomem.domain.reflections import SynthesisBatch
 from nekomem.domain.subjects import Subject
 from nekomem.domain.turns import Turn
-from nekomem.recall.entry import IndexEntry
 
 # The supervision protocol is the runtime's; re-exported here for the actors.
 from nekomem.runtime.protocol import ChildCrashed as ChildCrashed

@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 from nekomem.actors.messages import IndexUpsert, PostTurn, ReplyMentions
+from nekomem.domain.index_entry import IndexEntry
 from nekomem.domain.layers import PERSONA, RECALL, REFLECTIONS, Address
 from nekomem.domain.turns import Turn
-from nekomem.recall.entry import IndexEntry
 from nekomem.recall.pending import lacking_vectors
 from nekomem.runtime.clock import iso
 from nekomem.runtime.pool import PoolFull

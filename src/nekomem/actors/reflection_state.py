@@ -17,11 +17,11 @@ from nekomem.actors.journaled_views import JournaledViews
 from nekomem.actors.messages import Promote, Report, VectorsComputed
 from nekomem.actors.ports import LayerPorts
 from nekomem.domain import reflections as rl
+from nekomem.domain.index_entry import IndexEntry
 from nekomem.domain.layers import PERSONA, REFLECTIONS
 from nekomem.domain.records import Reflection, SurfacedEntry
 from nekomem.domain.reflections.views import index_entry, public_view
 from nekomem.domain.tokens import get_counter
-from nekomem.recall.entry import IndexEntry
 from nekomem.runtime.reply import Reply
 from nekomem.stores.archive_shards import append_to_shard
 from nekomem.stores.atomic import atomic_write_json, read_records

@@ -109,7 +109,7 @@ class AsyncNekomemClient:
         url = base_url or os.environ.get(URL_ENV) or DEFAULT_URL
         token = os.environ.get(TOKEN_ENV, "") if token is None else token
         # Bytes: a token with non-ASCII characters is sent as its UTF-8 (httpx would refuse a str).
-        headers = {"Authorization": f"Bearer {token}".encode()} if token else {}
+        headers = {b"Authorization": f"Bearer {token}".encode()} if token else {}
         self.retries = retries
         self.max_retry_wait = max_retry_wait
         self._http = httpx.AsyncClient(base_url=url.rstrip("/"), headers=headers, timeout=timeout, transport=transport)

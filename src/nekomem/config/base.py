@@ -14,6 +14,23 @@ class Section(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=T
     """Base class of a settings section (immutable, unknown keys rejected)."""
 
 
-def doc(text: str, **constraints: object) -> msgspec.Meta:
-    """Shorthand for ``msgspec.Meta(description=text, **constraints)``."""
-    return msgspec.Meta(description=text, **constraints)  # type: ignore[arg-type]
+def doc(
+    text: str,
+    *,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    pattern: str | None = None,
+) -> msgspec.Meta:
+    """Shorthand for ``msgspec.Meta(description=text, ...)`` with the given bounds (a None
+    bound is no bound, exactly as if it were not passed). One lower and one upper bound at
+    most, and a pattern only alone, as msgspec.Meta accepts; TypeError otherwise."""
+    bounds = [b for b in (ge, gt, le, lt) if b is not None]
+    if (ge is not None and gt is not None) or (le is not None and lt is not None) or (pattern is not None and bounds):
+        raise TypeError(f"doc({text[:40]!r}): conflicting constraints")
+    if pattern is not None:
+        return msgspec.Meta(description=text, pattern=pattern)
+    if gt is not None:
+        return msgspec.Meta(description=text, gt=gt, le=le) if lt is None else msgspec.Meta(description=text, gt=gt, lt=lt)
+    return msgspec.Meta(description=text, ge=ge, le=le) if lt is None else msgspec.Meta(description=text, ge=ge, lt=lt)

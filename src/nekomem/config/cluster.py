@@ -11,7 +11,7 @@ from typing import Annotated
 from nekomem.config.base import Section, doc
 
 
-class ClusterSettings(Section):
+class ClusterSettings(Section, frozen=True):
     cluster_etcd_url: Annotated[
         str,
         doc(

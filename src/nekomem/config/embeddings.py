@@ -20,7 +20,7 @@ PROFILE_FILE = "profile.json"
 PROFILE_SETTINGS = ("recall_cosine_threshold", "fact_dedup_cosine_threshold", "longterm_refine_cosine_threshold")
 
 
-class EmbeddingSettings(Section):
+class EmbeddingSettings(Section, frozen=True):
     embedding_enabled: Annotated[bool, doc("Use the local embedding model at all; false disables vectors for the whole process.")] = True
     embedding_model: Annotated[
         str,
@@ -135,6 +135,7 @@ def profile_settings(model: str, model_dir: str, project_root: Path | None = Non
         if key == "recall_cosine_threshold" and len(per_model) > 1:
             continue
         values = [m.get(key) for m in per_model]
-        if values and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-            out[key] = round(sum(float(v) for v in values) / len(values), 6)  # type: ignore[arg-type]
+        numbers = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+        if values and len(numbers) == len(values):
+            out[key] = round(sum(numbers) / len(values), 6)
     return out

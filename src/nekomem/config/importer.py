@@ -7,7 +7,7 @@ from typing import Annotated
 from nekomem.config.base import Section, doc
 
 
-class ImportSettings(Section):
+class ImportSettings(Section, frozen=True):
     import_source_timezone: Annotated[
         str,
         doc(

@@ -15,7 +15,7 @@ from nekomem.config.base import Section, doc
 TIERS = ("summary", "correction", "emotion")
 
 
-class LLMSettings(Section):
+class LLMSettings(Section, frozen=True):
     llm_base_url: Annotated[
         str, doc("Base URL of the OpenAI-compatible API for every tier, e.g. http://127.0.0.1:8080/v1. Empty: no LLM.")
     ] = ""

@@ -87,7 +87,7 @@ _CARD_RESERVED_FIELDS: tuple[str, ...] = (
 )
 
 
-class LongTermSettings(Section):
+class LongTermSettings(Section, frozen=True):
     powerful_memory_default: Annotated[bool, doc("Value of the powerful-memory switch when none has been persisted yet.")] = True
 
     # --- evidence: thresholds, decay, deltas -------------------------------------------

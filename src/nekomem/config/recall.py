@@ -12,7 +12,7 @@ RECALL_LEGS = ("both", "bm25", "vector")
 RECALL_RENDER_LANGUAGES = ("en", "ja", "zh")
 
 
-class RecallSettings(Section):
+class RecallSettings(Section, frozen=True):
     # Tokenizer (lexical leg).
     recall_cjk_ngram_min: Annotated[
         int, doc("Shortest CJK character n-gram emitted for a run of ideographs/kana (a run shorter than this is emitted whole).", ge=1)

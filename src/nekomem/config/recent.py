@@ -7,7 +7,7 @@ from typing import Annotated
 from nekomem.config.base import Section, doc
 
 
-class RecentSettings(Section):
+class RecentSettings(Section, frozen=True):
     recent_compress_threshold_items: Annotated[int, doc("Compression runs when the window holds more than this many items.", ge=2)] = 20
     recent_history_max_items: Annotated[
         int, doc("After compression the window is one memo plus the newest (this - 1) raw items.", ge=2)

@@ -7,7 +7,7 @@ from typing import Annotated
 from nekomem.config.base import Section, doc
 
 
-class ServerSettings(Section):
+class ServerSettings(Section, frozen=True):
     host: Annotated[str, doc("Address the HTTP server binds to.")] = "127.0.0.1"
     port: Annotated[int, doc("TCP port of the HTTP server.", ge=0, le=65535)] = 48912
     api_token: Annotated[
@@ -42,7 +42,12 @@ class ServerSettings(Section):
     idempotency_ttl_seconds: Annotated[float, doc("How long an Idempotency-Key is remembered.", gt=0)] = 7 * 86400.0
     idempotency_purge_seconds: Annotated[float, doc("How often expired Idempotency-Keys are purged.", gt=0)] = 3600.0
     idempotency_key_max_length: Annotated[int, doc("Longest accepted Idempotency-Key header.", ge=1)] = 160
-    display_timezone: Annotated[str, doc("IANA time zone of the times written into /new_dialog (empty: the machine's local zone).")] = ""
+    display_timezone: Annotated[
+        str,
+        doc(
+            "IANA time zone of the times written into /new_dialog and read in recall time expressions (empty: the machine's local zone; an unknown name is refused at start)."
+        ),
+    ] = ""
     api_page_max: Annotated[int, doc("Largest page size of the /api/characters listings.", ge=1)] = 1000
     case_insensitive_root: Annotated[
         str,
@@ -203,7 +208,7 @@ class ServerSettings(Section):
     ] = "en"
 
 
-class RuntimeSettings(Section):
+class RuntimeSettings(Section, frozen=True):
     max_active_characters: Annotated[
         int,
         doc(

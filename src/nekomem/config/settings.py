@@ -24,6 +24,7 @@ from nekomem.config.longterm import LongTermSettings
 from nekomem.config.recall import RecallSettings
 from nekomem.config.recent import RecentSettings
 from nekomem.config.server import RuntimeSettings, ServerSettings
+from nekomem.config.zones import display_zone
 
 ENV_PREFIX = "NEKOMEM_"
 
@@ -45,7 +46,7 @@ class SettingsError(ValueError):
 
 
 def _sections() -> dict[str, type[msgspec.Struct]]:
-    return {f.name: f.type for f in msgspec.structs.fields(Settings)}  # type: ignore[misc]
+    return {f.name: f.type for f in msgspec.structs.fields(Settings)}
 
 
 def field_index() -> dict[str, tuple[str, msgspec.structs.FieldInfo, Any]]:
@@ -138,7 +139,7 @@ def load_settings(
     _fill_from_neko_data_dir(tree, index, env)
     _fill_from_model_profile(tree, index)
     try:
-        return msgspec.convert(tree, Settings, strict=False)
+        settings = msgspec.convert(tree, Settings, strict=False)
     except msgspec.ValidationError as exc:
         # msgspec names the path as `$.section.field`; keep just the field.
         message = str(exc)
@@ -146,6 +147,11 @@ def load_settings(
             if f".{name}`" in message or f".{name}" in message.split("`")[-2:-1]:
                 raise SettingsError(f"invalid setting {name}: {message}") from None
         raise SettingsError(f"invalid settings: {message}") from None
+    try:
+        display_zone(settings.server.display_timezone)
+    except ValueError as exc:
+        raise SettingsError(f"invalid setting display_timezone: {exc}") from None
+    return settings
 
 
 def _fill_from_neko_data_dir(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -30,6 +30,10 @@ from nekomem.mcp import mount_if_available
 from nekomem.runtime.clock import Clock
 from nekomem.runtime.reply import ActorFailure
 from nekomem.runtime.runtime import Runtime
+
+if TYPE_CHECKING:  # imported by the runtime when it needs them
+    from nekomem.providers.llm import LLMClient
+    from nekomem.recall.embeddings import EmbeddingService
 
 log = logging.getLogger("nekomem.http")
 
@@ -145,8 +149,8 @@ def create_app(
     settings: Settings,
     *,
     clock: Clock | None = None,
-    llm: Any = None,
-    embeddings: Any = None,
+    llm: LLMClient | None = None,
+    embeddings: EmbeddingService | None = None,
     runtime: Runtime | None = None,
 ) -> Starlette:
     """Build the app and its runtime. The runtime starts with the app's lifespan."""

@@ -11,6 +11,7 @@ from starlette.requests import Request
 from nekomem.domain.opaque import OpaqueTooLarge, check_opaque, json_depth
 from nekomem.domain.turns import MessageError, Turn, normalize_message
 from nekomem.http.errors import ApiError
+from nekomem.http.runtime_access import runtime_of
 from nekomem.http.schemas import HistoryBody
 from nekomem.stores.layout import InvalidName, validate_name
 
@@ -26,7 +27,7 @@ def _valid_name(raw: str, max_length: int, max_units: int) -> str:
 
 def character_name(request: Request) -> str:
     """The ``name`` path parameter, validated and canonical; ApiError 400 when refused."""
-    runtime = request.app.state.runtime
+    runtime = runtime_of(request)
     try:
         name = _valid_name(request.path_params["name"], runtime.settings.server.name_max_length, runtime.settings.server.name_max_units)
     except InvalidName as exc:
@@ -38,7 +39,8 @@ def character_name(request: Request) -> str:
 def raw_header(request: Request, name: bytes) -> str | None:
     """The first value of header ``name`` (lower-case bytes), or None: one pass over the
     raw list (Starlette's ``headers.get`` raises and catches a KeyError for a missing one)."""
-    for key, value in request.scope["headers"]:
+    headers: list[tuple[bytes, bytes]] = request.scope["headers"]  # the ASGI scope's raw header list
+    for key, value in headers:
         if key == name:
             return value.decode("latin-1")
     return None
@@ -46,7 +48,7 @@ def raw_header(request: Request, name: bytes) -> str | None:
 
 async def read_body(request: Request) -> bytes:
     """The raw body, refusing (413) anything over ``max_body_bytes`` before reading it all."""
-    limit = request.app.state.runtime.settings.server.max_body_bytes
+    limit = runtime_of(request).settings.server.max_body_bytes
     declared = raw_header(request, b"content-length")
     if declared is not None:
         try:
@@ -94,7 +96,7 @@ def decode_json(raw: bytes, cls: type[T], max_depth: int) -> T:
 async def decode_body(request: Request, cls: type[T]) -> T:
     """Read (see :func:`read_body`) and decode (see :func:`decode_json`) the body."""
     raw = await read_body(request)
-    return decode_json(raw, cls, request.app.state.runtime.settings.server.body_max_depth)
+    return decode_json(raw, cls, runtime_of(request).settings.server.body_max_depth)
 
 
 async def read_json_object(request: Request, *, allow_empty: bool = False) -> dict[str, Any]:
@@ -103,7 +105,7 @@ async def read_json_object(request: Request, *, allow_empty: bool = False) -> di
     raw = await read_body(request)
     if allow_empty and not raw.strip():
         return {}
-    return decode_json(raw, dict[str, Any], request.app.state.runtime.settings.server.body_max_depth)
+    return decode_json(raw, dict[str, Any], runtime_of(request).settings.server.body_max_depth)
 
 
 def convert_body(value: dict[str, Any], cls: type[T]) -> T:
@@ -116,7 +118,7 @@ def convert_body(value: dict[str, Any], cls: type[T]) -> T:
 
 def bounded_opaque(value: Any, what: str, request: Request) -> Any:
     """``value`` when within the opaque bounds (settings); ApiError 422 otherwise."""
-    server = request.app.state.runtime.settings.server
+    server = runtime_of(request).settings.server
     try:
         check_opaque(value, what=what, max_depth=server.opaque_max_depth, max_bytes=server.opaque_max_bytes)
     except OpaqueTooLarge as exc:

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from nekomem.actors.messages import BrowseFacts, GetRecent, ListCorrections, ListEntries, SetSuppressed
+from nekomem.actors.messages import BrowseFacts, GetRecent, ListCorrections, ListEntries, RecentView, SetSuppressed
 from nekomem.domain.browse import FACT_STATUSES, FactFilter
 from nekomem.http import browse_insight, ui_static
 from nekomem.http import browse_store as store
@@ -27,7 +27,9 @@ from nekomem.http.bodies import character_name, read_json_object
 from nekomem.http.errors import ApiError
 from nekomem.http.longterm import _int_param
 from nekomem.http.readonly import character_exists
+from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
 from nekomem.http.system import _toggle_lock
+from nekomem.runtime.runtime import Runtime
 from nekomem.runtime.switches import REVIEW, SwitchError
 from nekomem.stores.fact_backlog import backlog_remaining
 from nekomem.stores.layout import CharacterPaths
@@ -37,12 +39,8 @@ REFLECTION_STATUSES = ("pending", "confirmed", "promoted", "denied", "merged", "
 ENTITIES = ("master", "neko", "relationship")
 
 
-def _rt(request: Request) -> Any:
-    return request.app.state.runtime
-
-
 def _paths(request: Request, name: str) -> CharacterPaths:
-    rt = _rt(request)
+    rt = runtime_of(request)
     return rt.character_paths(name)
 
 
@@ -66,21 +64,21 @@ def _bool_param(request: Request, key: str) -> bool | None:
 
 
 def _page(request: Request, default: int) -> tuple[int, int]:
-    limit_max = _rt(request).settings.server.api_page_max
+    limit_max = runtime_of(request).settings.server.api_page_max
     return _int_param(request, "offset", 0, 0, 10**9), _int_param(request, "limit", min(default, limit_max), 1, limit_max)
 
 
 # -- characters --------------------------------------------------------------------------
-async def _live_counts(rt: Any, name: str) -> dict[str, Any]:
+async def _live_counts(rt: Runtime, name: str) -> dict[str, Any]:
     """Counts asked of an active character's actors (exact, including unflushed changes)."""
 
     async def total(child: str, status: str | None = None) -> int:
-        answer = await rt.registry.ask(name, child, lambda reply: ListEntries(status=status, limit=1, reply=reply))
+        answer = await ask(rt, name, child, lambda reply: ListEntries(status=status, limit=1, reply=reply), JsonAnswer)
         return int(answer["total"])
 
-    view = await rt.registry.ask(name, "recent", lambda reply: GetRecent(reply=reply))
+    view = await ask(rt, name, "recent", lambda reply: GetRecent(reply=reply), RecentView)
     reflections = {s: await total("reflections", s) for s in REFLECTION_STATUSES}
-    corrections = await rt.registry.ask(name, "persona", lambda reply: ListCorrections(reply=reply))
+    corrections = await ask(rt, name, "persona", lambda reply: ListCorrections(reply=reply), JsonAnswer)
     return {
         "recent": len(view.window),
         "facts": await total("facts", "active"),
@@ -94,7 +92,7 @@ async def _live_counts(rt: Any, name: str) -> dict[str, Any]:
 async def characters(request: Request) -> Response:
     """``GET /api/browse/characters``: every character on disk with its counts per layer,
     whether it is active, its last conversation time and any storage trouble."""
-    rt = _rt(request)
+    rt = runtime_of(request)
     names = await asyncio.to_thread(rt.known_characters)
     active = set(rt.registry.active_names())
     pending = rt.services.pending
@@ -164,7 +162,7 @@ def _importance(request: Request, key: str) -> int | None:
 async def facts(request: Request) -> Response:
     """``GET /api/browse/{name}/facts``: facts filtered by status (active, archived, all),
     entity, importance range, absorbed, event time range, text and ids; newest first."""
-    rt = _rt(request)
+    rt = runtime_of(request)
     name = character_name(request)
     offset, limit = _page(request, 50)
     status = request.query_params.get("status", "active")
@@ -187,7 +185,7 @@ async def facts(request: Request) -> Response:
         text=request.query_params.get("q", ""),
         ids=ids,
     )
-    answer = await rt.registry.ask(name, "facts", lambda reply: BrowseFacts(filter=flt, offset=offset, limit=limit, reply=reply))
+    answer = await ask(rt, name, "facts", lambda reply: BrowseFacts(filter=flt, offset=offset, limit=limit, reply=reply), JsonAnswer)
     return JSONResponse(answer)
 
 
@@ -205,7 +203,7 @@ async def corrections(request: Request) -> Response:
     name = character_name(request)
     if not await character_exists(request, name):
         return JSONResponse({"total": 0, "items": [], "inflight": False})
-    return JSONResponse(await _rt(request).registry.ask(name, "persona", lambda reply: ListCorrections(reply=reply)))
+    return JSONResponse(await ask(runtime_of(request), name, "persona", lambda reply: ListCorrections(reply=reply), JsonAnswer))
 
 
 async def suppress(request: Request) -> Response:
@@ -217,13 +215,13 @@ async def suppress(request: Request) -> Response:
         raise ApiError(422, "bad_suppress", "'suppress' must be true or false")
     entry_id = request.path_params["entry_id"]
     return JSONResponse(
-        await _rt(request).registry.ask(name, "persona", lambda reply: SetSuppressed(id=entry_id, suppress=value, reply=reply))
+        await ask(runtime_of(request), name, "persona", lambda reply: SetSuppressed(id=entry_id, suppress=value, reply=reply), JsonAnswer)
     )
 
 
 # -- the review switch -------------------------------------------------------------------
 async def review_get(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     async with _toggle_lock(request):
         try:
             enabled = await asyncio.to_thread(rt.switches.get, REVIEW)
@@ -233,7 +231,7 @@ async def review_get(request: Request) -> Response:
 
 
 async def review_post(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     body = await read_json_object(request)
     enabled = body.get("enabled")
     if not isinstance(enabled, bool):

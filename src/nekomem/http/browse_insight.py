@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -24,6 +25,9 @@ from nekomem.http.conversation import context_language, display_now, master_name
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
 from nekomem.http.recall import _optional_str, checked_time
+from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
+from nekomem.runtime.reply import Reply
+from nekomem.runtime.runtime import Runtime
 from nekomem.stores.layout import CharacterPaths
 
 log = logging.getLogger("nekomem.http.browse")
@@ -33,17 +37,18 @@ NOT_SEARCHABLE = ("denied", "archived", "merged", "promote_blocked")
 CURVE_SAMPLES = 160
 
 
-def _rt(request: Request) -> Any:
-    return request.app.state.runtime
-
-
 # -- recall playground -------------------------------------------------------------------
-async def _excluded_reflections(rt: Any, name: str) -> list[dict[str, str]]:
+def _reflections_page(offset: int, limit: int) -> Callable[[Reply], ListEntries]:
+    """The message that lists one page of reflections (bound now: it is built in a loop)."""
+    return lambda reply: ListEntries(offset=offset, limit=limit, reply=reply)
+
+
+async def _excluded_reflections(rt: Runtime, name: str) -> list[dict[str, str]]:
     """Reflections the shared hard filter keeps out of the index, with the reason."""
     out: list[dict[str, str]] = []
     offset, limit = 0, rt.settings.server.api_page_max
     while True:
-        page = await rt.registry.ask(name, "reflections", lambda reply, offset=offset: ListEntries(offset=offset, limit=limit, reply=reply))
+        page = await ask(rt, name, "reflections", _reflections_page(offset, limit), JsonAnswer)
         for r in page["items"]:
             reason = ""
             if r.get("status") in NOT_SEARCHABLE:
@@ -59,7 +64,7 @@ async def _excluded_reflections(rt: Any, name: str) -> list[dict[str, str]]:
             return out
 
 
-async def _query_vector(rt: Any, query: str, now: datetime) -> list[float] | None:
+async def _query_vector(rt: Runtime, query: str, now: datetime) -> list[float] | None:
     """The query's embedding as /query_memory computes it (after a time hint is cut out,
     blended with the query without names), or None when there is no ready embedding service or it fails."""
     from nekomem.recall.names import blend_query_vectors, query_vector_texts
@@ -79,13 +84,13 @@ async def _query_vector(rt: Any, query: str, now: datetime) -> list[float] | Non
     except Exception as exc:  # noqa: BLE001 - the playground then shows the lexical leg alone
         log.info("playground query embedding failed: %s", type(exc).__name__)
         return None
-    return [float(x) for x in blend_query_vectors(vectors, s.recall_query_unnamed_weight)]
+    return [float(x) for x in blend_query_vectors(list(vectors), s.recall_query_unnamed_weight)]
 
 
 async def recall_explain(request: Request) -> Response:
     """``POST /api/browse/{name}/recall_explain`` with ``{"query"?, "time"?}``: each leg
     with scores, the fused result and what the filters removed (422 when both are empty)."""
-    rt = _rt(request)
+    rt = runtime_of(request)
     name = character_name(request)
     body = await read_json_object(request)
     query = _optional_str(body, "query")
@@ -97,8 +102,12 @@ async def recall_explain(request: Request) -> Response:
     now = display_now(request)
     vector = await _query_vector(rt, query, now)
     excluded = await _excluded_reflections(rt, name) if query else []
-    answer = await rt.registry.ask(
-        name, "recall", lambda reply: ExplainQuery(query=query, time=spec, now=now, vector=vector, excluded=excluded, reply=reply)
+    answer = await ask(
+        rt,
+        name,
+        "recall",
+        lambda reply: ExplainQuery(query=query, time=spec, now=now, vector=vector, excluded=excluded, reply=reply),
+        JsonAnswer,
     )
     return JSONResponse(answer)
 
@@ -146,7 +155,7 @@ def split_sections(text: str, name: str, master: str, language: str = "en") -> l
 async def context_sections(request: Request) -> Response:
     """``GET /api/browse/{name}/context``: the exact /new_dialog text and, per section,
     its text, its tokens and its budget (null where the section has none)."""
-    rt = _rt(request)
+    rt = runtime_of(request)
     name = character_name(request)
     response = await new_dialog(request)  # "" for an unknown character, which it does not create
     text = bytes(response.body).decode("utf-8")
@@ -252,12 +261,12 @@ def _point(snap: _Snap, t: datetime, rein_half: float, disp_half: float) -> dict
 async def evidence_history(request: Request) -> Response:
     """``GET /api/browse/{name}/reflections/{id}/evidence``: the reflection, its journaled
     evidence changes, its decayed curve up to now and the tier thresholds."""
-    rt = _rt(request)
+    rt = runtime_of(request)
     name = character_name(request)
     rid = request.path_params["reflection_id"]
     if not await character_exists(request, name):
         raise ApiError(404, "not_found", f"no character {name}")
-    current = await rt.registry.ask(name, "reflections", lambda reply: GetEntry(id=rid, reply=reply))
+    current = await ask(rt, name, "reflections", lambda reply: GetEntry(id=rid, reply=reply), JsonAnswer)
     paths = rt.character_paths(name)
     snaps, oldest = await asyncio.to_thread(_journal_snapshots, paths, rid)
     now = rt.clock.now()

@@ -1,8 +1,9 @@
 """Read-only looks at a character's files for the memory browser.
 
-time_indexed.db is read through a separate read-only SQLite connection (WAL lets it run
-beside the owning actor's writer); views are read for characters that are not active, so
-listing characters never activates them. Every function here blocks: call it in a thread.
+time_indexed.db is read through :class:`~nekomem.stores.timeindex_read.TimeIndexReader`
+(read-only; WAL lets it run beside the owning actor's writer); views are read for
+characters that are not active, so listing characters never activates them. Every
+function here blocks: call it in a thread.
 """
 
 from __future__ import annotations
@@ -13,13 +14,9 @@ from typing import Any
 
 import msgspec
 
-from nekomem.domain.turns import from_disk
 from nekomem.stores import timeindex_check
 from nekomem.stores.layout import CharacterPaths
-from nekomem.stores.timeindex import to_utc_iso
-
-TABLE = "time_indexed_original"
-_CONTENT = "json_extract(message, '$.data.content')"
+from nekomem.stores.timeindex_read import TimeIndexReader, to_utc_iso
 
 
 class JournalQuery(msgspec.Struct, kw_only=True, frozen=True):
@@ -35,55 +32,28 @@ class JournalQuery(msgspec.Struct, kw_only=True, frozen=True):
     limit: int = 50
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    db = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=5)
-    db.execute("PRAGMA query_only = ON")
-    return db
-
-
-def _where(q: JournalQuery) -> tuple[str, list[Any]]:
-    """The WHERE clause of ``q``; raises ValueError for a bound that is not ISO 8601."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    if q.since:
-        clauses.append("timestamp >= ?")
-        params.append(to_utc_iso(q.since))
-    if q.until:
-        clauses.append("timestamp <= ?")
-        params.append(to_utc_iso(q.until))
-    if q.text.strip():
-        clauses.append(f"instr(lower({_CONTENT}), lower(?)) > 0")
-        params.append(q.text.strip())
-    return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
-
-
 def read_journal(paths: CharacterPaths, q: JournalQuery) -> dict[str, Any]:
     """``{"total", "offset", "items"}`` of the stored turns matching ``q``; an empty page
     when the character has no database. Raises ValueError for a bad bound and
     sqlite3.Error when the file cannot be read."""
-    where, params = _where(q)
+    # A bad bound is refused whether or not the character has a journal yet.
+    for bound in (q.since, q.until):
+        if bound:
+            to_utc_iso(bound)
     if not paths.time_index_db.exists():
         return {"total": 0, "offset": q.offset, "items": []}
-    order = "ASC" if q.order == "asc" else "DESC"
-    db = _connect(paths.time_index_db)
-    try:
-        total = int(db.execute(f"SELECT COUNT(*) FROM {TABLE}{where}", params).fetchone()[0])
-        rows = db.execute(
-            f"SELECT id, session_id, message, timestamp FROM {TABLE}{where} ORDER BY timestamp {order}, id {order} LIMIT ? OFFSET ?",
-            [*params, q.limit, q.offset],
-        ).fetchall()
-    finally:
-        db.close()
+    with TimeIndexReader.read_only(paths.time_index_db) as reader:
+        total, rows = reader.search(
+            since=q.since, until=q.until, text=q.text, newest_first=q.order != "asc", offset=q.offset, limit=q.limit
+        )
     items = []
-    for row_id, session_id, message, timestamp in rows:
-        try:
-            turn = from_disk(msgspec.json.decode(message)) if isinstance(message, (str, bytes)) else None
-        except msgspec.DecodeError:
-            turn = None
-        if turn is None:
-            items.append({"id": row_id, "session_id": session_id, "role": "unreadable", "text": "", "ts": timestamp})
+    for row in rows:
+        if row.turn is None:
+            items.append({"id": row.id, "session_id": row.session_id, "role": "unreadable", "text": "", "ts": row.timestamp})
             continue
-        items.append({"id": row_id, "session_id": session_id, "role": turn.role, "text": turn.text, "ts": timestamp or turn.ts})
+        items.append(
+            {"id": row.id, "session_id": row.session_id, "role": row.turn.role, "text": row.turn.text, "ts": row.timestamp or row.turn.ts}
+        )
     return {"total": total, "offset": q.offset, "items": items}
 
 
@@ -92,20 +62,14 @@ def journal_summary(paths: CharacterPaths) -> tuple[int, str | None]:
     if not paths.time_index_db.exists():
         return 0, None
     try:
-        db = _connect(paths.time_index_db)
-    except sqlite3.Error:
-        return 0, None  # unreadable: storage_trouble says so
-    try:
-        count, last = db.execute(f"SELECT COUNT(*), MAX(timestamp) FROM {TABLE}").fetchone()
+        with TimeIndexReader.read_only(paths.time_index_db) as reader:
+            return reader.summary()
     except sqlite3.OperationalError:
         # Created a moment ago by an activating character whose recent actor has not yet
         # made its tables (it loads on an actor worker, concurrently with this read).
         return 0, None
-    except sqlite3.DatabaseError:
-        return 0, None  # not a database, or malformed: storage_trouble says so
-    finally:
-        db.close()
-    return int(count), last
+    except sqlite3.Error:
+        return 0, None  # unreadable, not a database, or malformed: storage_trouble says so
 
 
 def _length(path: Path) -> int:
@@ -186,11 +150,8 @@ def storage_trouble(paths: CharacterPaths) -> list[str]:
     trouble += [f"time_indexed.db was damaged and kept aside as {name}" for name in timeindex_check.damaged_copies(paths.folder)]
     if paths.time_index_db.exists():
         try:
-            db = _connect(paths.time_index_db)
-            try:
-                db.execute(f"SELECT 1 FROM {TABLE} LIMIT 1").fetchall()
-            finally:
-                db.close()
+            with TimeIndexReader.read_only(paths.time_index_db) as reader:
+                reader.probe()
         except sqlite3.OperationalError:
             pass  # no table yet (an activation is making it)
         except sqlite3.DatabaseError as exc:

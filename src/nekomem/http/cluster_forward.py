@@ -19,8 +19,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 
-from starlette.routing import Match
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nekomem.cluster.node import ClusterNode
@@ -43,7 +44,7 @@ _WAIT_STEP = 0.05
 
 
 class ForwardingMiddleware:
-    def __init__(self, app: ASGIApp, node: ClusterNode, routes: list[object]) -> None:
+    def __init__(self, app: ASGIApp, node: ClusterNode, routes: Sequence[BaseRoute]) -> None:
         self.app = app
         self.node = node
         self.routes = routes
@@ -58,7 +59,7 @@ class ForwardingMiddleware:
         """The canonical character name a request addresses, or None (not a character
         route, or a name the route will refuse itself)."""
         for route in self.routes:
-            match, child = route.matches(scope)  # type: ignore[attr-defined]
+            match, child = route.matches(scope)
             if match is Match.FULL:
                 raw = child.get("path_params", {}).get("name")
                 if not isinstance(raw, str):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import ClassVar
+from typing import ClassVar, TypedDict
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -150,7 +150,14 @@ def guarded_protocol(settings: ServerSettings) -> type[GuardedH11Protocol]:
     )
 
 
-def uvicorn_options(settings: ServerSettings) -> dict[str, object]:
+class UvicornOptions(TypedDict):
+    """The keyword arguments :func:`uvicorn_options` gives ``uvicorn.Config``."""
+
+    http: type[GuardedH11Protocol]
+    timeout_keep_alive: int
+
+
+def uvicorn_options(settings: ServerSettings) -> UvicornOptions:
     """The uvicorn keyword arguments for ``settings``: the guarded protocol and the
     keep-alive timeout (the concurrency bound is :mod:`nekomem.http.backpressure`'s)."""
     return {"http": guarded_protocol(settings), "timeout_keep_alive": settings.keep_alive_seconds}

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from typing import Any
+from datetime import datetime
 
 import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from nekomem.actors.messages import AppendTurns, GetRecent, RecentView
+from nekomem.actors.messages import AppendTurns, GetRecent, RecentView, WriteMode
+from nekomem.config.zones import display_zone
 from nekomem.domain import theater
 from nekomem.domain.context import gap_seconds, render_new_dialog, render_recent_history
 from nekomem.domain.context_locale import normalise_language
@@ -18,6 +19,7 @@ from nekomem.http.bodies import character_name, decode_history, parse_history, r
 from nekomem.http.errors import ApiError
 from nekomem.http.prompt_locale import stored_language
 from nekomem.http.readonly import character_exists
+from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
 from nekomem.http.theater import theater_write
 from nekomem.runtime.clock import iso
 
@@ -30,23 +32,14 @@ def _session_id() -> str:
     return f"{_SESSION_PREFIX}{next(_SESSION_SEQ):016x}"
 
 
-def _runtime(request: Request) -> Any:
-    return request.app.state.runtime
+def display_now(request: Request) -> datetime:
+    rt = runtime_of(request)
+    # None (no zone set): astimezone's local zone at this instant.
+    return rt.clock.now().astimezone(display_zone(rt.settings.server.display_timezone))
 
 
-def display_now(request: Request) -> Any:
-    rt = _runtime(request)
-    tz_name = rt.settings.server.display_timezone
-    now = rt.clock.now()
-    if not tz_name:
-        return now.astimezone()
-    from zoneinfo import ZoneInfo
-
-    return now.astimezone(ZoneInfo(tz_name))
-
-
-async def _write(request: Request, mode: str) -> Response:
-    rt = _runtime(request)
+async def _write(request: Request, mode: WriteMode) -> Response:
+    rt = runtime_of(request)
     name = character_name(request)
     body = await decode_history(request)
     server = rt.settings.server
@@ -59,10 +52,12 @@ async def _write(request: Request, mode: str) -> Response:
         if not key or len(key) > server.idempotency_key_max_length:
             raise ApiError(400, "bad_idempotency_key", f"Idempotency-Key must have 1 to {server.idempotency_key_max_length} characters")
     timeout = server.ask_timeout_seconds if mode == "cache" else server.settle_timeout_seconds
-    result = await rt.registry.ask(
+    result = await ask(
+        rt,
         name,
         "recent",
         lambda reply: AppendTurns(turns=turns, mode=mode, session_id=_session_id(), idempotency_key=key, reply=reply),
+        JsonAnswer,
         timeout=timeout,
     )
     # The actor's answer is a small dict of str/int: msgspec encodes it without json.dumps.
@@ -86,11 +81,13 @@ async def settle(request: Request) -> Response:
 
 
 async def recent_view(request: Request, name: str, *, wait_settle: bool) -> RecentView:
-    rt = _runtime(request)
-    return await rt.registry.ask(
+    rt = runtime_of(request)
+    return await ask(
+        rt,
         name,
         "recent",
         lambda reply: GetRecent(wait_settle=wait_settle, reply=reply),
+        RecentView,
         timeout=rt.settings.server.settle_timeout_seconds,
     )
 
@@ -99,7 +96,7 @@ def context_language(request: Request, name: str | None = None) -> str:
     """The language of a context text: ``language`` (query), else the character's stored
     language (``PUT /prompt-locale/{name}``), else ``render_language`` (query), else the
     ``context_language`` setting (the reference's order)."""
-    default = _runtime(request).settings.server.context_language
+    default = runtime_of(request).settings.server.context_language
     params = request.query_params
     stored = stored_language(request, name) if name and not params.get("language") else None
     return normalise_language(params.get("language") or stored or params.get("render_language"), normalise_language(default))
@@ -108,11 +105,11 @@ def context_language(request: Request, name: str | None = None) -> str:
 def master_name(request: Request) -> str:
     """The master's name: the ``master_name`` query parameter, else the setting."""
     given = (request.query_params.get("master_name") or "").strip()
-    return given[:100] if given else _runtime(request).settings.recent.master_name
+    return given[:100] if given else runtime_of(request).settings.recent.master_name
 
 
 async def new_dialog(request: Request) -> Response:
-    rt = _runtime(request)
+    rt = runtime_of(request)
     name = character_name(request)
     if not await character_exists(request, name):
         return PlainTextResponse("")  # the reference's answer for an unknown character
@@ -147,7 +144,7 @@ async def get_recent_history(request: Request) -> Response:
 
 
 async def last_conversation_gap(request: Request) -> Response:
-    rt = _runtime(request)
+    rt = runtime_of(request)
     name = character_name(request)
     if not await character_exists(request, name):
         return JSONResponse({"gap_seconds": -1})

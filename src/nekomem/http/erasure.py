@@ -27,6 +27,7 @@ from nekomem.actors.messages import ForgetTurns
 from nekomem.http.bodies import character_name
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
+from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
 from nekomem.runtime.registry import CharacterBusy
 
 _REMOVE_ATTEMPTS = 3
@@ -62,7 +63,7 @@ def _remove_folder(folder: Path) -> int:
 
 
 async def delete_character(request: Request) -> Response:
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     name = character_name(request)
     if not await character_exists(request, name):
         raise ApiError(404, "unknown_character", "no character of that name")
@@ -99,7 +100,7 @@ def _row_ids(request: Request) -> list[int]:
 
 
 async def forget_turns(request: Request) -> Response:
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     name = character_name(request)
     ids = _row_ids(request)
     start, end = request.query_params.get("from"), request.query_params.get("to")
@@ -109,5 +110,5 @@ async def forget_turns(request: Request) -> Response:
         raise ApiError(400, "bad_query", "give row ids or a time range, not both")
     if not await character_exists(request, name):
         raise ApiError(404, "unknown_character", "no character of that name")
-    answer = await rt.registry.ask(name, "recent", lambda reply: ForgetTurns(row_ids=ids, start=start, end=end, reply=reply))
+    answer = await ask(rt, name, "recent", lambda reply: ForgetTurns(row_ids=ids, start=start, end=end, reply=reply), JsonAnswer)
     return JSONResponse(answer)

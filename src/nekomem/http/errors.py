@@ -10,6 +10,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from nekomem.http.runtime_access import runtime_of
 from nekomem.runtime.reply import ActorFailure
 from nekomem.stores.faults import FAULT_CODES, classify
 
@@ -33,7 +34,7 @@ async def api_error_handler(request: Request, exc: Exception) -> JSONResponse:
 
 
 def _retry_after(request: Request, response: JSONResponse) -> JSONResponse:
-    seconds = request.app.state.runtime.settings.server.storage_retry_after_seconds
+    seconds = runtime_of(request).settings.server.storage_retry_after_seconds
     response.headers["Retry-After"] = str(seconds)
     return response
 
@@ -56,7 +57,7 @@ async def os_error_handler(request: Request, exc: Exception) -> JSONResponse:
     powerful-memory switch): a storage fault answers 507/503, anything else 500."""
     fault = classify(exc)
     if fault is not None:
-        storage = request.app.state.runtime.services.storage
+        storage = runtime_of(request).services.storage
         if storage is not None:
             storage.count("http", fault)
         return _retry_after(request, error_response(fault.status, fault.code, fault.message))

@@ -19,6 +19,7 @@ is called, so the import cannot fail half-way on a model error.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -29,6 +30,7 @@ from nekomem.actors.messages import ImportCard, ImportFacts
 from nekomem.domain.turns import parse_iso
 from nekomem.http.bodies import decode_body
 from nekomem.http.errors import ApiError
+from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
 from nekomem.http.schemas import Body
 from nekomem.runtime.clock import iso
 from nekomem.stores.layout import InvalidName, validate_name
@@ -62,7 +64,7 @@ def _candidate(raw: Any, index: int, max_chars: int) -> dict[str, Any]:
 
 
 async def import_external_markdown(request: Request) -> Response:
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     body = await decode_body(request, ExternalImportBody)
     limits = rt.settings.importer
     try:
@@ -76,7 +78,7 @@ async def import_external_markdown(request: Request) -> Response:
     candidates = [_candidate(c, i, limits.external_import_max_entry_chars) for i, c in enumerate(body.candidates)]
     imported_at = iso(rt.clock.now())
     persona = [{"entity": c["entity"], "text": c["text"]} for c in candidates if c["target"] == "persona"]
-    facts = []
+    facts: list[Mapping[str, object]] = []
     for c in candidates:
         if c["target"] != "facts":
             continue
@@ -93,15 +95,17 @@ async def import_external_markdown(request: Request) -> Response:
     timeout = rt.settings.server.settle_timeout_seconds
     added_persona = skipped = added_facts = 0
     if persona:
-        done = await rt.registry.ask(
+        done = await ask(
+            rt,
             name,
             "persona",
             lambda reply: ImportCard(entries=persona, source="external_import", protected=False, reply=reply),
+            JsonAnswer,
             timeout=timeout,
         )
         added_persona, skipped = len(done["added"]), int(done["skipped_existing"])
     if facts:
-        done = await rt.registry.ask(name, "facts", lambda reply: ImportFacts(facts=facts, reply=reply), timeout=timeout)
+        done = await ask(rt, name, "facts", lambda reply: ImportFacts(facts=facts, reply=reply), JsonAnswer, timeout=timeout)
         added_facts, skipped = len(done["added"]), skipped + int(done["skipped_duplicates"])
     return JSONResponse(
         {

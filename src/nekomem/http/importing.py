@@ -11,6 +11,7 @@ from starlette.responses import JSONResponse
 
 from nekomem.http.bodies import read_body
 from nekomem.http.errors import ApiError
+from nekomem.http.runtime_access import runtime_of
 from nekomem.importer.neko_source import SourceError
 from nekomem.runtime.importing import ImportRunning
 
@@ -49,7 +50,7 @@ async def import_neko(request: Request) -> JSONResponse:
     source = Path(body.source_dir)
     if not source.is_absolute():
         raise ApiError(400, "source_dir_not_absolute", "source_dir must be an absolute path on the server's machine")
-    runtime = request.app.state.runtime
+    runtime = runtime_of(request)
     root = import_root(runtime.settings.importer.import_root)
     # Resolved (symbolic links and '..' followed) before anything else: whether the path
     # exists is never part of the answer unless it is inside the import root.

@@ -21,18 +21,19 @@ from starlette.responses import JSONResponse, Response
 from nekomem.actors.messages import CancelCorrection
 from nekomem.http.bodies import character_name
 from nekomem.http.readonly import character_exists
+from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
 
 
 async def cancel_correction(request: Request) -> Response:
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     name = character_name(request)
     if not await character_exists(request, name):
         return JSONResponse({"status": "no_task"})
-    return JSONResponse(await rt.registry.ask(name, "recent", lambda reply: CancelCorrection(reply=reply)))
+    return JSONResponse(await ask(rt, name, "recent", lambda reply: CancelCorrection(reply=reply), JsonAnswer))
 
 
 async def reload(request: Request) -> Response:
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     names = rt.registry.active_names()
     for name in names:
         await asyncio.to_thread(rt.registry.release, name)
@@ -40,7 +41,7 @@ async def reload(request: Request) -> Response:
 
 
 async def release_character(request: Request) -> Response:
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     name = character_name(request)
     busy = rt.pool.busy(name)
     await asyncio.to_thread(rt.registry.release, name)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Mapping
 
 import msgspec
 from starlette.requests import Request
@@ -18,6 +18,7 @@ from nekomem.actors.messages import (
     ImportCard,
     ImportFacts,
     ListEntries,
+    RecentView,
     RecordSurfaced,
     ReflectNow,
     RenderContext,
@@ -26,24 +27,24 @@ from nekomem.domain.layers import listings
 from nekomem.http.bodies import bounded_opaque, character_name, decode_body, decode_json, read_body
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
+from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
 from nekomem.http.schemas import CardBody, EntryEdit, FactsBody, FeedbackBody, RecentEdit, RecordSurfacedBody
-
-
-def _rt(request: Request) -> Any:
-    return request.app.state.runtime
+from nekomem.runtime.runtime import Runtime
 
 
 async def render_longterm(request: Request, name: str, language: str = "en", master_name: str = "") -> str:
     """The persona + reflection sections of /new_dialog (used by the conversation routes)."""
-    return await _rt(request).registry.ask(
-        name, "persona", lambda reply: RenderContext(language=language, master_name=master_name, reply=reply)
+    return await ask(
+        runtime_of(request), name, "persona", lambda reply: RenderContext(language=language, master_name=master_name, reply=reply), str
     )
 
 
 async def reflect(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     name = character_name(request)
-    report = await rt.registry.ask(name, "facts", lambda reply: ReflectNow(reply=reply), timeout=rt.settings.server.settle_timeout_seconds)
+    report = await ask(
+        rt, name, "facts", lambda reply: ReflectNow(reply=reply), JsonAnswer, timeout=rt.settings.server.settle_timeout_seconds
+    )
     synthesis = report.get("synthesis") or {}
     reflection = None
     if synthesis.get("status") == "created":
@@ -65,7 +66,7 @@ async def followup_topics(request: Request) -> Response:
     name = character_name(request)
     if not await character_exists(request, name):
         return JSONResponse({"topics": []})
-    return JSONResponse(await _rt(request).registry.ask(name, "reflections", lambda reply: FollowupTopics(reply=reply)))
+    return JSONResponse(await ask(runtime_of(request), name, "reflections", lambda reply: FollowupTopics(reply=reply), JsonAnswer))
 
 
 async def record_surfaced(request: Request) -> Response:
@@ -73,7 +74,7 @@ async def record_surfaced(request: Request) -> Response:
     raw = await read_body(request)
     if raw.strip():
         try:
-            ids = decode_json(raw, RecordSurfacedBody, _rt(request).settings.server.body_max_depth).reflection_ids
+            ids = decode_json(raw, RecordSurfacedBody, runtime_of(request).settings.server.body_max_depth).reflection_ids
         except ApiError as exc:
             if exc.code != "schema_violation":
                 raise
@@ -84,11 +85,11 @@ async def record_surfaced(request: Request) -> Response:
         return JSONResponse({"ok": True, "recorded": 0})  # the reference's no-op
     if not await character_exists(request, name):
         return JSONResponse({"ok": True, "recorded": 0})
-    return JSONResponse(await _rt(request).registry.ask(name, "reflections", lambda reply: RecordSurfaced(ids=ids, reply=reply)))
+    return JSONResponse(await ask(runtime_of(request), name, "reflections", lambda reply: RecordSurfaced(ids=ids, reply=reply), JsonAnswer))
 
 
 async def list_all_characters(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     names = await asyncio.to_thread(rt.known_characters)
     active = set(rt.registry.active_names())
     return JSONResponse({"characters": [{"name": n, "active": n in active} for n in names]})
@@ -108,7 +109,7 @@ def _int_param(request: Request, key: str, default: int, low: int, high: int) ->
 
 
 async def list_layer(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     name = character_name(request)
     layer = request.path_params["layer"]
     if layer not in listings() and layer != "recent":
@@ -116,22 +117,28 @@ async def list_layer(request: Request) -> Response:
     if not await character_exists(request, name):
         raise ApiError(404, "unknown_character", "no character of that name")
     if layer == "recent":
-        view = await rt.registry.ask(name, "recent", lambda reply: GetRecent(reply=reply))
+        view = await ask(rt, name, "recent", lambda reply: GetRecent(reply=reply), RecentView)
         items = [{"index": i, "role": t.role, "text": t.text, "ts": t.ts} for i, t in enumerate(view.window)]
         return JSONResponse({"total": len(items), "offset": 0, "items": items, "stored_total": view.stored_total})
     if layer not in listings():
         raise ApiError(404, "not_found", f"no layer {layer}")
     limit_max = rt.settings.server.api_page_max
-    msg = dict(
-        status=request.query_params.get("status"),
-        entity=request.query_params.get("entity"),
-        offset=_int_param(request, "offset", 0, 0, 10**9),
-        limit=_int_param(request, "limit", min(100, limit_max), 1, limit_max),
+    status = request.query_params.get("status")
+    entity = request.query_params.get("entity")
+    offset = _int_param(request, "offset", 0, 0, 10**9)
+    limit = _int_param(request, "limit", min(100, limit_max), 1, limit_max)
+    return JSONResponse(
+        await ask(
+            rt,
+            name,
+            listings()[layer],
+            lambda reply: ListEntries(status=status, entity=entity, offset=offset, limit=limit, reply=reply),
+            JsonAnswer,
+        )
     )
-    return JSONResponse(await rt.registry.ask(name, listings()[layer], lambda reply: ListEntries(reply=reply, **msg)))
 
 
-def _bounded_text(text: str, rt: Any) -> str:
+def _bounded_text(text: str, rt: Runtime) -> str:
     """``text`` of an edit when within ``message_max_chars`` (the limit of a message, so an
     edit cannot store what /cache would refuse); ApiError 422 ``text_too_long`` otherwise."""
     limit = rt.settings.server.message_max_chars
@@ -141,7 +148,7 @@ def _bounded_text(text: str, rt: Any) -> str:
 
 
 async def edit_entry(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     name = character_name(request)
     layer = request.path_params["layer"]
     entry_id = request.path_params["entry_id"]
@@ -156,45 +163,54 @@ async def edit_entry(request: Request) -> Response:
             text = None
         else:
             text = _bounded_text((await decode_body(request, RecentEdit)).text, rt)
-        view = await rt.registry.ask(name, "recent", lambda reply: EditRecent(index=index, text=text, reply=reply))
+        view = await ask(rt, name, "recent", lambda reply: EditRecent(index=index, text=text, reply=reply), RecentView)
         return JSONResponse({"total": len(view.window)})
     if layer not in listings():
         raise ApiError(404, "not_found", f"no layer {layer}")
     if request.method == "DELETE":
-        return JSONResponse(await rt.registry.ask(name, listings()[layer], lambda reply: DeleteEntry(id=entry_id, reply=reply)))
+        return JSONResponse(await ask(rt, name, listings()[layer], lambda reply: DeleteEntry(id=entry_id, reply=reply), JsonAnswer))
     edit = await decode_body(request, EntryEdit)
     if isinstance(edit.text, str):
         _bounded_text(edit.text, rt)
     changes = {k: v for k, v in msgspec.structs.asdict(edit).items() if v is not msgspec.UNSET}
-    return JSONResponse(await rt.registry.ask(name, listings()[layer], lambda reply: EditEntry(id=entry_id, changes=changes, reply=reply)))
+    return JSONResponse(
+        await ask(rt, name, listings()[layer], lambda reply: EditEntry(id=entry_id, changes=changes, reply=reply), JsonAnswer)
+    )
 
 
 async def feedback(request: Request) -> Response:
     name = character_name(request)
     value = (await decode_body(request, FeedbackBody)).feedback
     rid = request.path_params["reflection_id"]
-    return JSONResponse(await _rt(request).registry.ask(name, "reflections", lambda reply: Feedback(id=rid, feedback=value, reply=reply)))
+    return JSONResponse(
+        await ask(runtime_of(request), name, "reflections", lambda reply: Feedback(id=rid, feedback=value, reply=reply), JsonAnswer)
+    )
 
 
 async def import_card(request: Request) -> Response:
     name = character_name(request)
     body = await decode_body(request, CardBody)
     entries = [{"entity": e.entity, "text": e.text} for e in body.entries]
-    return JSONResponse(await _rt(request).registry.ask(name, "persona", lambda reply: ImportCard(entries=entries, reply=reply)))
+    return JSONResponse(await ask(runtime_of(request), name, "persona", lambda reply: ImportCard(entries=entries, reply=reply), JsonAnswer))
 
 
 async def import_facts(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     name = character_name(request)
     body = await decode_body(request, FactsBody)
-    facts: list[dict[str, Any]] = []
+    facts: list[Mapping[str, object]] = []
     for index, item in enumerate(body.facts):
         fact = {k: v for k, v in msgspec.structs.asdict(item).items() if v is not None}
         if item.source is not None:
             fact["source"] = bounded_opaque(item.source, f"facts[{index}].source", request)
         facts.append(fact)
     return JSONResponse(
-        await rt.registry.ask(
-            name, "facts", lambda reply: ImportFacts(facts=facts, reply=reply), timeout=rt.settings.server.settle_timeout_seconds
+        await ask(
+            rt,
+            name,
+            "facts",
+            lambda reply: ImportFacts(facts=facts, reply=reply),
+            JsonAnswer,
+            timeout=rt.settings.server.settle_timeout_seconds,
         )
     )

@@ -110,10 +110,6 @@ class Metrics:
         self.embedding_texts.labels(kind).inc(texts)
         self.embedding_seconds.labels(kind).observe(seconds)
 
-    def middleware_args(self, app: Starlette) -> dict[str, object]:
-        """Keyword arguments of :class:`RequestMetrics` for ``app``."""
-        return {"stats": self.requests, "labels": RouteLabels(lambda: app.router.routes)}
-
     def exposition(self, accept: str) -> tuple[bytes, str]:
         """(body, content type) of a scrape: the Prometheus text format, or OpenMetrics
         when ``accept`` (the request's Accept header) asks for it. Collects the scrape-time
@@ -224,5 +220,5 @@ def install(app: Starlette, runtime: Runtime) -> Metrics:
     and also counts the requests the guard refuses."""
     metrics = Metrics(runtime)
     app.state.metrics = metrics
-    app.add_middleware(RequestMetrics, **metrics.middleware_args(app))
+    app.add_middleware(RequestMetrics, stats=metrics.requests, labels=RouteLabels(lambda: app.router.routes))
     return metrics

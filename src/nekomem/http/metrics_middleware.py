@@ -134,7 +134,8 @@ class RequestCollector(Collector):
             "Time from a request's arrival until its response was sent, by method and route template",
             labels=["method", "route"],
         )
-        bounds = [*(floatToGoString(b) for b in self.stats.bounds), "+Inf"]
+        # prometheus_client.utils is unannotated; floatToGoString(float) -> str.
+        bounds = [*(floatToGoString(b) for b in self.stats.bounds), "+Inf"]  # type: ignore[no-untyped-call]
         for method, route, statuses, buckets, seconds in self.stats.snapshot():
             for status, count in sorted(statuses.items()):
                 requests.add_metric([method, route, str(status)], count)

@@ -14,14 +14,15 @@ from starlette.responses import JSONResponse, Response
 from nekomem.actors.messages import ListEntries
 from nekomem.http.bodies import character_name
 from nekomem.http.readonly import character_exists
+from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
 
 
 async def get_persona(request: Request) -> Response:
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     name = character_name(request)
     if not await character_exists(request, name):
         return JSONResponse({})
-    page = await rt.registry.ask(name, "persona", lambda reply: ListEntries(status=None, offset=0, limit=10**9, reply=reply))
+    page = await ask(rt, name, "persona", lambda reply: ListEntries(status=None, offset=0, limit=10**9, reply=reply), JsonAnswer)
     sections: dict[str, dict[str, list[Any]]] = {}
     for item in page["items"]:
         entity = item.pop("entity", "master")

@@ -28,6 +28,7 @@ from starlette.responses import JSONResponse, Response
 from nekomem.domain.context_locale import normalise_language
 from nekomem.http.bodies import character_name, decode_body
 from nekomem.http.errors import ApiError
+from nekomem.http.runtime_access import runtime_of
 from nekomem.http.schemas import Body
 from nekomem.stores.atomic import atomic_write_json, read_json
 from nekomem.stores.layout import CharacterPaths
@@ -43,7 +44,7 @@ class PromptLocaleBody(Body):
 
 
 def _paths(request: Request, name: str) -> CharacterPaths:
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     return rt.character_paths(name)
 
 
@@ -73,7 +74,7 @@ async def get_prompt_locale(request: Request) -> Response:
     name = character_name(request)
     state = _read(request, name)
     language = stored_language(request, name)
-    default = full_code(request.app.state.runtime.settings.server.context_language) or "en"
+    default = full_code(runtime_of(request).settings.server.context_language) or "en"
     order = state.get("order") if isinstance(state.get("order"), int) else 0
     return JSONResponse({"success": True, "language": language, "order": order, "effective_language": language or default})
 
@@ -87,7 +88,8 @@ async def put_prompt_locale(request: Request) -> Response:
     async with _locks.setdefault(name, asyncio.Lock()):
         state = _read(request, name)
         previous = stored_language(request, name)
-        order = (state.get("order") if isinstance(state.get("order"), int) else 0) + 1
+        stored_order = state.get("order")
+        order = (stored_order if isinstance(stored_order, int) else 0) + 1
         paths = _paths(request, name)
         await asyncio.to_thread(paths.ensure)
         await asyncio.to_thread(atomic_write_json, paths.folder / FILE_NAME, {"language": language, "order": order})

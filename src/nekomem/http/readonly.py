@@ -17,13 +17,14 @@ from typing import Any
 from starlette.requests import Request
 
 from nekomem.domain.turns import parse_iso
+from nekomem.http.runtime_access import runtime_of
 
 TIME_FIELDS = ("created_at", "event_start_at", "event_end_at", "surfaced_at", "feedback_at", "confirmed_at")
 
 
 async def character_exists(request: Request, name: str) -> bool:
     """True when ``name`` has a folder with at least one known file, or is active now."""
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     if rt.registry.is_active(name):
         return True
     paths = rt.character_paths(name)

@@ -31,12 +31,13 @@ from nekomem.domain.recall_render import (
     recall_tool_schema,
     render_recall_block,
 )
-from nekomem.domain.subjects import SubjectError, subjects_from_request
+from nekomem.domain.subjects import Subject, SubjectError, subjects_from_request
 from nekomem.domain.tokens import get_counter
 from nekomem.http.bodies import character_name, decode_body
 from nekomem.http.conversation import display_now
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists, localise_times
+from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
 from nekomem.http.schemas import QueryBody
 from nekomem.recall.response import empty_response
 from nekomem.recall.timewindow import relation_count
@@ -75,7 +76,7 @@ def checked_time(spec: str, settings: ServerSettings) -> str:
 async def query_memory(request: Request) -> Response:
     name = character_name(request)
     body = await decode_body(request, QueryBody)
-    spec = checked_time((body.time or "").strip(), request.app.state.runtime.settings.server)
+    spec = checked_time((body.time or "").strip(), runtime_of(request).settings.server)
     try:
         subjects = subjects_from_request(body.subjects)
     except SubjectError as exc:
@@ -97,16 +98,16 @@ async def search_for_memory(request: Request) -> Response:
 
 
 async def _recall(
-    request: Request, name: str, query: str, spec: str, subjects: Any, render: str | None, language_raw: str | None
+    request: Request, name: str, query: str, spec: str, subjects: list[Subject] | None, render: str | None, language_raw: str | None
 ) -> dict[str, Any]:
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     now = display_now(request)
     if not query and not spec or not await character_exists(request, name):
         result = empty_response(query)
     else:
         try:
-            result = await rt.registry.ask(
-                name, "recall", lambda reply: QueryMemory(query=query, time=spec, now=now, subjects=subjects, reply=reply)
+            result = await ask(
+                rt, name, "recall", lambda reply: QueryMemory(query=query, time=spec, now=now, subjects=subjects, reply=reply), JsonAnswer
             )
         except (ActorFailure, TimeoutError) as exc:
             log.warning("recall failed for a character: %s", getattr(exc, "code", type(exc).__name__))
@@ -130,6 +131,6 @@ async def _recall(
 
 
 async def recall_tool(request: Request) -> Response:
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     language = normalise_language(request.query_params.get("language"), rt.settings.recall.recall_render_language)
     return JSONResponse(recall_tool_schema(language))

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from typing import Annotated, Any, Literal
+from pathlib import Path
+from typing import Annotated, Literal
 
 from msgspec import Meta
 from starlette.requests import Request
@@ -23,6 +24,7 @@ from starlette.responses import JSONResponse, Response
 
 from nekomem.domain import repetition
 from nekomem.http.bodies import character_name, decode_body
+from nekomem.http.runtime_access import runtime_of
 from nekomem.http.schemas import Body
 from nekomem.stores.timeindex_read import TimeIndexReader
 
@@ -32,7 +34,7 @@ class RepetitionBody(Body):
     assistant_message_limit: Annotated[int, Meta(ge=3, le=100)] = 100
 
 
-def _replies(path: Any, limit: int, scan_max: int) -> tuple[list[str], bool]:
+def _replies(path: Path, limit: int, scan_max: int) -> tuple[list[str], bool]:
     if not path.exists():
         return [], False
     try:
@@ -44,7 +46,7 @@ def _replies(path: Any, limit: int, scan_max: int) -> tuple[list[str], bool]:
 
 
 async def repetition_insights(request: Request) -> Response:
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     name = character_name(request)
     body = await decode_body(request, RepetitionBody)
     s = rt.settings.recent

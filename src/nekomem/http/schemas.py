@@ -168,6 +168,11 @@ class RecallResult(msgspec.Struct):
     created_at: str | None = None
     event_start_at: str | None = None
     event_end_at: str | None = None
+    # The subject the entry belongs to (nekomem.domain.subjects): kind and id are None and
+    # scope is "legacy_private" (LEGACY_PRIVATE_SCOPE) for the owner's private entries.
+    subject_kind: str | None = None
+    subject_id: str | None = None
+    scope: str = "legacy_private"
 
 
 class RecallAnswer(msgspec.Struct):
@@ -177,6 +182,7 @@ class RecallAnswer(msgspec.Struct):
     elapsed_ms: float = 0.0
     markdown: str | None = None
     error_code: str | None = None
+    time: str | None = None  # the time expression of a recall by time alone (``query`` is then "")
 
 
 class CharacterItem(msgspec.Struct):

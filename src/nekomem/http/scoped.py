@@ -23,6 +23,7 @@ subjects, never the owner's private memory. Shapes follow the reference:
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -36,8 +37,9 @@ from nekomem.http import scoped_epochs as ep
 from nekomem.http.bodies import character_name, convert_body, parse_history, read_json_object
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
+from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
 from nekomem.runtime.clock import iso
-from nekomem.runtime.reply import ActorFailure
+from nekomem.runtime.reply import ActorFailure, Reply
 
 MAX_FACTS = 32
 MAX_FACT_CHARS = 2000
@@ -112,26 +114,26 @@ def _subjects(raw: Any) -> list[Subject]:
 
 
 async def _entries(request: Request, name: str, layer: str) -> list[dict[str, Any]]:
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     status = LAYER_STATUS[layer]
-    page = await rt.registry.ask(name, layer, lambda reply: ListEntries(status=status, offset=0, limit=10**9, reply=reply))
+    page = await ask(rt, name, layer, lambda reply: ListEntries(status=status, offset=0, limit=10**9, reply=reply), JsonAnswer)
     return [item for item in page["items"] if isinstance(item, dict)]
 
 
 async def scoped_facts(request: Request) -> Response:
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     name = character_name(request)
     body = convert_body(await read_json_object(request), ScopedFactsBody)
     subject = _subject(body.subject)
     if not 1 <= len(body.facts) <= MAX_FACTS:
         raise ApiError(422, "bad_facts", f"facts must contain 1..{MAX_FACTS} items")
-    items = []
+    items: list[Mapping[str, object]] = []
     for item in body.facts:
         text = item.text.strip()
         if not text or len(text) > MAX_FACT_CHARS:
             raise ApiError(422, "bad_facts", f"each fact text must contain 1..{MAX_FACT_CHARS} characters")
         items.append({"text": text, "importance": item.importance, "entity": "master"})
-    result = await rt.registry.ask(name, "facts", lambda reply: AddScopedFacts(subject=subject, facts=items, reply=reply))
+    result = await ask(rt, name, "facts", lambda reply: AddScopedFacts(subject=subject, facts=items, reply=reply), JsonAnswer)
     return JSONResponse({"status": "stored", "subject": subject.fields(), **result})
 
 
@@ -156,7 +158,7 @@ async def scoped_history(request: Request) -> Response:
 
 
 def _turns(request: Request, history: Any, where: str) -> list[Any]:
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     turns = parse_history({"input_history": history}, iso(rt.clock.now()), rt.settings.server.message_max_chars, MAX_HISTORY_MESSAGES)
     if not turns:
         raise ApiError(422, "bad_history", f"{where}input_history must contain 1..{MAX_HISTORY_MESSAGES} messages")
@@ -171,11 +173,13 @@ def _label(raw: str | None, where: str) -> str:
 
 
 async def _extract(request: Request, name: str, subject: Subject, turns: list[Any], label: str) -> dict[str, Any]:
-    rt = request.app.state.runtime
-    return await rt.registry.ask(
+    rt = runtime_of(request)
+    return await ask(
+        rt,
         name,
         "facts",
         lambda reply: ExtractScoped(subject=subject, turns=turns, speaker_label=label, reply=reply),
+        JsonAnswer,
         timeout=rt.settings.server.settle_timeout_seconds,
     )
 
@@ -220,33 +224,38 @@ def _facts_block(facts: list[dict[str, Any]], subjects: list[Subject], limit: in
 
 
 async def scoped_context(request: Request) -> Response:
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     name = character_name(request)
     body = convert_body(await read_json_object(request), ScopedContextBody)
     subjects = _subjects(body.subjects)
     if not await character_exists(request, name):
         return PlainTextResponse("")
     language = normalise_language(body.language, normalise_language(rt.settings.server.context_language))
-    longterm = await rt.registry.ask(name, "persona", lambda reply: RenderContext(subjects=subjects, language=language, reply=reply))
+    longterm = await ask(rt, name, "persona", lambda reply: RenderContext(subjects=subjects, language=language, reply=reply), str)
     facts = [f for f in await _entries(request, name, "facts") if not f.get("archived_at")]
     parts = [p for p in (longterm, _facts_block(facts, subjects, rt.settings.server.scoped_context_max_facts)) if p]
     return PlainTextResponse("\n\n".join(parts))
 
 
 async def scoped_mentions(request: Request) -> Response:
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     name = character_name(request)
     body = convert_body(await read_json_object(request), ScopedMentionsBody)
     subjects = _subjects(body.subjects)
     if not body.response_text.strip() or not await character_exists(request, name):
         return JSONResponse({"status": "skipped", "mentioned": 0})
     return JSONResponse(
-        await rt.registry.ask(name, "persona", lambda reply: ScopedMentions(subjects=subjects, text=body.response_text, reply=reply))
+        await ask(rt, name, "persona", lambda reply: ScopedMentions(subjects=subjects, text=body.response_text, reply=reply), JsonAnswer)
     )
 
 
+def _delete_entry(entry_id: str) -> Callable[[Reply], DeleteEntry]:
+    """The message that deletes entry ``entry_id`` (bound now: it is built in a loop)."""
+    return lambda reply: DeleteEntry(id=entry_id, reply=reply)
+
+
 async def scoped_forget(request: Request) -> Response:
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     name = character_name(request)
     body = convert_body(await read_json_object(request), ScopedForgetBody)
     subject = _subject(body.subject)
@@ -257,7 +266,7 @@ async def scoped_forget(request: Request) -> Response:
     if await character_exists(request, name):
         for layer in LAYER_STATUS:
             for entry in filter_visible(await _entries(request, name, layer), [subject]):
-                await rt.registry.ask(name, layer, lambda reply, i=entry["id"]: DeleteEntry(id=i, reply=reply))
+                await ask(rt, name, layer, _delete_entry(entry["id"]), JsonAnswer)
                 removed[layer] += 1
     answer: dict[str, Any] = {"status": "forgotten", "subject": subject.fields(), "removed": removed}
     if epoch is not None:

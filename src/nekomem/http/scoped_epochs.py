@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 from nekomem.domain.subjects import Subject
 from nekomem.http.bodies import character_name
 from nekomem.http.errors import ApiError
+from nekomem.http.runtime_access import runtime_of
 from nekomem.runtime.clock import iso
 from nekomem.stores.forget_epochs import ForgetEpochs
 
@@ -29,7 +30,7 @@ _locks: dict[str, asyncio.Lock] = {}
 
 
 def _store(request: Request, name: str) -> ForgetEpochs:
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     return ForgetEpochs(rt.character_paths(name).folder)
 
 
@@ -51,7 +52,7 @@ async def record_forget(request: Request, name: str, subject: Subject, epoch: in
         return None
     if epoch < 0:
         raise ApiError(422, "bad_forget_epoch", "forget_epoch must be a non-negative integer")
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     async with _locks.setdefault(name, asyncio.Lock()):
         rt.character_paths(name).ensure()
         return _store(request, name).raise_to(subject.key, epoch, iso(rt.clock.now()))

@@ -19,13 +19,14 @@ from starlette.responses import Response
 from nekomem.http.bodies import character_name
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
+from nekomem.http.runtime_access import runtime_of
 from nekomem.runtime.registry import CharacterBusy
 from nekomem.stores.atomic import encode_json
 from nekomem.stores.snapshot import read_character
 
 
 async def export_character(request: Request) -> Response:
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     name = character_name(request)
     if not await character_exists(request, name):
         raise ApiError(404, "unknown_character", "no character of that name")

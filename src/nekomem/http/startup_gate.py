@@ -41,6 +41,7 @@ from starlette.routing import BaseRoute, Route
 
 from nekomem.http.bodies import decode_json, read_body
 from nekomem.http.errors import error_response
+from nekomem.http.runtime_access import runtime_of
 from nekomem.http.schemas import StartupGateBody
 
 log = logging.getLogger("nekomem.http.startup")
@@ -51,7 +52,7 @@ async def _reason(request: Request) -> str:
     raw = await read_body(request)
     if not raw.strip() or raw.strip() == b"null":
         return ""
-    body = decode_json(raw, StartupGateBody, request.app.state.runtime.settings.server.body_max_depth)
+    body = decode_json(raw, StartupGateBody, runtime_of(request).settings.server.body_max_depth)
     return (body.reason or "").strip()
 
 
@@ -61,7 +62,7 @@ def _blocked(reason: str) -> JSONResponse:
 
 
 async def continue_startup(request: Request) -> Response:
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     reason = await _reason(request)
     generation = rt.startup_generation
     waited = rt.limited_reason == "runtime_initializing"
@@ -79,7 +80,7 @@ async def continue_startup(request: Request) -> Response:
 
 
 async def activate_startup(request: Request) -> Response:
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     await _reason(request)
     blocking = rt.blocking_reason()
     if blocking is not None:
@@ -88,7 +89,7 @@ async def activate_startup(request: Request) -> Response:
 
 
 async def block_startup(request: Request) -> Response:
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     reason = await _reason(request)
     rt.startup_generation += 1
     rt.startup_block = reason
@@ -97,7 +98,7 @@ async def block_startup(request: Request) -> Response:
 
 
 async def shutdown(request: Request) -> Response:
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     if not rt.settings.server.shutdown_enabled:
         log.warning("shutdown requested but not enabled (shutdown_enabled)")
         return JSONResponse({"status": "shutdown_disabled", "message": "this server does not stop on request (shutdown_enabled is off)"})

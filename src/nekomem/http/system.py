@@ -12,11 +12,13 @@ import nekomem
 from nekomem.actors.messages import ResetConfirmedAt
 from nekomem.http.bodies import decode_body
 from nekomem.http.errors import ApiError
+from nekomem.http.runtime_access import ask, runtime_of
 from nekomem.http.schemas import PowerfulMemoryBody
+from nekomem.runtime.runtime import Runtime
 from nekomem.runtime.switches import POWERFUL, SwitchError
 
 
-def embeddings_status(rt: Any) -> dict[str, Any]:
+def embeddings_status(rt: Runtime) -> dict[str, Any]:
     emb = rt.embeddings
     if emb is None:
         return {"state": "disabled", "model": "", "pending": 0, "reason": "no embedding service configured"}
@@ -32,7 +34,7 @@ def embeddings_status(rt: Any) -> dict[str, Any]:
 
 
 async def health(request: Request) -> Response:
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     llm_status = rt.llm.status() if rt.llm is not None else {}
     llm_available = any(t.get("configured") for t in llm_status.values())
     skipped = [tier for tier, t in llm_status.items() if not t.get("configured")]
@@ -45,6 +47,8 @@ async def health(request: Request) -> Response:
     # server still stores and serves everything) shows in "overall" ("degraded") and in each
     # tier's "state". nekomem's own identity follows in "server".
     blocking = rt.blocking_reason()
+    storage = rt.services.storage
+    assert storage is not None  # Services.__post_init__ creates it
     body = {
         "app": rt.settings.server.health_app_name,
         "service": "memory",
@@ -67,7 +71,7 @@ async def health(request: Request) -> Response:
         "embeddings": embeddings_status(rt),
         "model_jobs": rt.pool.total_busy(),
         "supervision": {"child_restarts": 0, "failed_children": 0, **rt.services.counters.snapshot()},
-        "storage": await asyncio.to_thread(rt.services.storage.snapshot),
+        "storage": await asyncio.to_thread(storage.snapshot),
         "files": rt.files.snapshot(),
         "case_insensitive_root": rt.names.insensitive,
         "fact_backlog": _fact_backlog(rt),
@@ -75,7 +79,7 @@ async def health(request: Request) -> Response:
     return JSONResponse(body)
 
 
-def _fact_backlog(rt: Any) -> dict[str, Any]:
+def _fact_backlog(rt: Runtime) -> dict[str, Any]:
     """The stored turns still waiting for fact extraction because they arrived before a
     model that can extract facts was configured: the setting, the rows remaining in all,
     and per character (those with any left), as each loaded character last published
@@ -94,7 +98,7 @@ def _toggle_lock(request: Request) -> asyncio.Lock:
 
 
 async def powerful_memory_get(request: Request) -> Response:
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     async with _toggle_lock(request):
         try:
             enabled = await asyncio.to_thread(rt.switches.get, POWERFUL)
@@ -104,16 +108,16 @@ async def powerful_memory_get(request: Request) -> Response:
 
 
 async def reset_all_confirmed_at(request: Request) -> int:
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     names = await asyncio.to_thread(rt.known_characters)
     total = 0
     for name in names:
-        total += int(await rt.registry.ask(name, "reflections", lambda reply: ResetConfirmedAt(reply=reply)))
+        total += await ask(rt, name, "reflections", lambda reply: ResetConfirmedAt(reply=reply), int)
     return total
 
 
 async def powerful_memory_post(request: Request) -> Response:
-    rt = request.app.state.runtime
+    rt = runtime_of(request)
     try:
         enabled = (await decode_body(request, PowerfulMemoryBody)).enabled
     except ApiError as exc:

@@ -22,6 +22,7 @@ Semantics (read from the reference's memory server; the rules live in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import msgspec
@@ -36,7 +37,9 @@ from nekomem.domain.turns import Turn
 from nekomem.http.bodies import character_name, decode_body
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
+from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
 from nekomem.http.schemas import Body, HistoryBody
+from nekomem.runtime.reply import Reply
 
 KEY_MAX = 160
 Ident = Annotated[str, Meta(min_length=1, max_length=256)]
@@ -78,14 +81,9 @@ class TheaterRetractAnswer(msgspec.Struct):
     removed_time_index: int
 
 
-def _rt(request: Request) -> Any:
-    return request.app.state.runtime
-
-
-async def _ask(request: Request, name: str, make: Any) -> dict[str, Any]:
-    rt = _rt(request)
-    result: dict[str, Any] = await rt.registry.ask(name, "recent", make, timeout=rt.settings.server.ask_timeout_seconds)
-    return result
+async def _ask(request: Request, name: str, make: Callable[[Reply], object]) -> JsonAnswer:
+    rt = runtime_of(request)
+    return await ask(rt, name, "recent", make, JsonAnswer, timeout=rt.settings.server.ask_timeout_seconds)
 
 
 async def theater_write(request: Request, name: str, turns: list[Turn], body: HistoryBody) -> Response:

@@ -48,8 +48,9 @@ def error_detail(response: httpx.Response, limit: int = 200) -> str:
         return response.text[:limit].strip()
     if isinstance(body, dict):
         error = body.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return error["message"][:limit]
+        message = error.get("message") if isinstance(error, dict) else None
+        if isinstance(message, str):
+            return message[:limit]
         if isinstance(error, str):
             return error[:limit]
     return response.text[:limit].strip()

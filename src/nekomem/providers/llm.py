@@ -480,7 +480,7 @@ class LLMClient:
         shortened by a random share of up to ``llm_backoff_jitter`` so that callers that
         failed together do not retry together; never shorter than a Retry-After."""
         settings = self._settings
-        delay = min(settings.llm_backoff_base_seconds * (2**retry_index), settings.llm_backoff_max_seconds)
+        delay = min(settings.llm_backoff_base_seconds * float(2**retry_index), settings.llm_backoff_max_seconds)
         if settings.llm_backoff_jitter:
             delay *= 1.0 - settings.llm_backoff_jitter * self._rng.random()
         if last is not None and last.retry_after is not None:

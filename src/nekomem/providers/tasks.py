@@ -57,16 +57,16 @@ class _Output(msgspec.Struct, kw_only=True, frozen=True):
 # --- summary / correction of the recent window -------------------------------------------
 
 
-class SummarizeRecentOutput(_Output):
+class SummarizeRecentOutput(_Output, frozen=True):
     summary: str
 
 
-class DialogueTurn(_Output):
+class DialogueTurn(_Output, frozen=True):
     role: str
     content: str
 
 
-class ReviewRecentOutput(_Output):
+class ReviewRecentOutput(_Output, frozen=True):
     explanation: str
     corrected_dialogue: list[DialogueTurn]
 
@@ -74,7 +74,7 @@ class ReviewRecentOutput(_Output):
 # --- facts ----------------------------------------------------------------------------------
 
 
-class ExtractedFact(_Output):
+class ExtractedFact(_Output, frozen=True):
     text: str
     importance: Importance
     entity: Entity
@@ -82,35 +82,35 @@ class ExtractedFact(_Output):
     event_end_at: str | None = None
 
 
-class ExtractFactsOutput(_Output):
+class ExtractFactsOutput(_Output, frozen=True):
     facts: list[ExtractedFact]
 
 
-class EvidenceSignal(_Output):
+class EvidenceSignal(_Output, frozen=True):
     fact_id: str
     target_id: str
     signal: Literal["reinforce", "negate"]
 
 
-class MapEvidenceOutput(_Output):
+class MapEvidenceOutput(_Output, frozen=True):
     signals: list[EvidenceSignal]
 
 
-class DuplicateDecision(_Output):
+class DuplicateDecision(_Output, frozen=True):
     new_id: str
     existing_id: str
     action: Literal["merge", "replace", "keep_both"]
     text: str | None = None
 
 
-class JudgeDuplicatesOutput(_Output):
+class JudgeDuplicatesOutput(_Output, frozen=True):
     decisions: list[DuplicateDecision]
 
 
 # --- reflections ---------------------------------------------------------------------------
 
 
-class ReflectionDraft(_Output):
+class ReflectionDraft(_Output, frozen=True):
     text: str
     entity: str
     time_scope: Literal["pattern", "state", "episode"]
@@ -118,39 +118,39 @@ class ReflectionDraft(_Output):
     event_end_at: str | None = None
 
 
-class SynthesizeReflectionOutput(_Output):
+class SynthesizeReflectionOutput(_Output, frozen=True):
     # Required even though it may be null: `{}` is not an answer, `{"reflection": null}` is.
     reflection: ReflectionDraft | None
 
 
-class FeedbackItem(_Output):
+class FeedbackItem(_Output, frozen=True):
     reflection_id: str
     feedback: Literal["confirmed", "denied", "ignored"]
 
 
-class CheckFeedbackOutput(_Output):
+class CheckFeedbackOutput(_Output, frozen=True):
     feedback: list[FeedbackItem]
 
 
-class DisputedItem(_Output):
+class DisputedItem(_Output, frozen=True):
     reflection_id: str
 
 
-class CheckDisputationOutput(_Output):
+class CheckDisputationOutput(_Output, frozen=True):
     disputed: list[DisputedItem]
 
 
 # --- persona -------------------------------------------------------------------------------
 
 
-class JudgePromotionOutput(_Output):
+class JudgePromotionOutput(_Output, frozen=True):
     action: Literal["promote", "merge", "reject", "contradiction"]
     target_id: str | None = None
     text: str | None = None
     reason: str | None = None
 
 
-class ResolveCorrectionOutput(_Output):
+class ResolveCorrectionOutput(_Output, frozen=True):
     action: Literal["keep_old", "replace", "merge"]
     text: str | None = None
 
@@ -158,17 +158,17 @@ class ResolveCorrectionOutput(_Output):
 # --- recall and maintenance ----------------------------------------------------------------
 
 
-class RerankOutput(_Output):
+class RerankOutput(_Output, frozen=True):
     ids: list[str]
 
 
-class RefineAction(_Output):
+class RefineAction(_Output, frozen=True):
     op: Literal["keep", "modify", "merge", "split", "discard"]
     ids: list[str]
     texts: list[str] = msgspec.field(default_factory=list)
 
 
-class RefineClusterOutput(_Output):
+class RefineClusterOutput(_Output, frozen=True):
     actions: list[RefineAction]
 
 

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from nekomem.config.embeddings import EmbeddingSettings, find_project_root, model_dirs, read_profile, resolve_model_dir
 from nekomem.recall.embedding_backends import Backend, Disable, StringInputBackend, TokenizerBackend
@@ -402,7 +403,7 @@ class EmbeddingService:
 
     # -- inference --------------------------------------------------------------------
 
-    def embed(self, texts: Sequence[str], kind: EmbedKind = "passage") -> np.ndarray:
+    def embed(self, texts: Sequence[str], kind: EmbedKind = "passage") -> npt.NDArray[np.float32]:
         """Embed texts into float32 [len(texts), dim] rows of unit L2 norm (same order).
 
         Texts are cut to embedding_max_text_chars and get the query or passage prefix.
@@ -443,7 +444,7 @@ class EmbeddingService:
             self._disable(f"inference_raised: {type(exc).__name__}: {exc}")
             raise EmbeddingsUnavailable("disabled", self._reason) from exc
         self._observe(kind, len(items), time.monotonic() - started, True)
-        vectors: np.ndarray = np.concatenate(parts, axis=1).astype(np.float32, copy=False)
+        vectors = np.concatenate(parts, axis=1).astype(np.float32, copy=False)
         log.debug("embedded %d texts (%s) in %.1f ms", len(items), kind, (time.monotonic() - started) * 1000)
         return vectors
 
@@ -451,9 +452,9 @@ class EmbeddingService:
         for observer in self._observers:
             observer(kind, texts, seconds, ok)
 
-    def embed_one(self, text: str, kind: EmbedKind = "passage") -> np.ndarray:
+    def embed_one(self, text: str, kind: EmbedKind = "passage") -> npt.NDArray[np.float32]:
         """Embed one text into a float32 [dim] unit vector; raises like embed."""
-        row: np.ndarray = self.embed([text], kind)[0]
+        row: npt.NDArray[np.float32] = self.embed([text], kind)[0]
         return row
 
 

@@ -1,46 +1,19 @@
 """What the recall index holds of one searchable entry, and the rules that decide it.
 
-The owners (facts, reflections) describe their entries as :class:`IndexEntry`; the index
-keeps each one as an :class:`IndexedDoc` with what recall needs precomputed (the text's
-sha256, the event interval as epoch seconds).
+The owners (facts, reflections) describe their entries as
+:class:`~nekomem.domain.index_entry.IndexEntry`; the index keeps each one as an
+:class:`IndexedDoc` with what recall needs precomputed (the text's sha256, the event
+interval as epoch seconds).
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timezone, tzinfo
 
-import msgspec
-
+from nekomem.config.zones import display_zone
+from nekomem.domain.index_entry import IndexEntry
 from nekomem.domain.layers import recall_tiers
 from nekomem.domain.turns import parse_iso
-
-
-class IndexEntry(msgspec.Struct, kw_only=True, frozen=True):
-    """What the recall index needs of one searchable entry.
-
-    ``tier`` is "fact", "reflection" or "fact_archive". ``searchable`` is False for entries
-    the shared hard filter excludes (denied/archived/merged/promote_blocked reflections,
-    suppressed, protected, negative evidence score, empty text); the index drops them.
-    ``vector`` is a cached vector in nekomem.recall.vector_codec form with ``vector_model``
-    and ``text_sha256`` so it is reused only when both still match.
-    """
-
-    id: str
-    tier: str
-    text: str
-    entity: str = ""
-    created_at: str | None = None
-    event_start_at: str | None = None
-    event_end_at: str | None = None
-    importance: int = 0
-    score: float = 0.0
-    searchable: bool = True
-    vector: str | None = None
-    vector_model: str | None = None
-    text_sha256: str | None = None
-    subject_kind: str | None = None
-    subject_id: str | None = None
-    scope: str | None = None
 
 
 class IndexedDoc:
@@ -92,13 +65,10 @@ def indexable(entry: IndexEntry) -> bool:
 
 
 def display_tz(name: str) -> tzinfo:
-    """The named IANA zone; the machine's local zone when the name is empty or unknown."""
-    if name:
-        try:
-            from zoneinfo import ZoneInfo
-
-            return ZoneInfo(name)
-        except Exception:  # noqa: BLE001 - a bad zone name falls back to local time
-            pass
+    """The named IANA zone (:func:`nekomem.config.zones.display_zone`; ValueError for an
+    unknown name, which load_settings refuses); the machine's local zone when it is empty."""
+    zone = display_zone(name)
+    if zone is not None:
+        return zone
     local = datetime.now().astimezone().tzinfo
     return local if local is not None else timezone.utc

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from nekomem.config.recall import RecallSettings
+from nekomem.domain.index_entry import IndexEntry
 from nekomem.domain.turns import Turn
-from nekomem.recall.entry import IndexEntry
 from nekomem.recall.lexical import LexicalIndex
 from nekomem.recall.query_text import LexicalAnalyzer
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
+from nekomem.domain.index_entry import IndexEntry
 from nekomem.domain.layers import vector_tiers
-from nekomem.recall.entry import IndexEntry, indexable
+from nekomem.recall.entry import indexable
 
 
 class PendingCounter:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from nekomem.domain.index_entry import IndexEntry
 from nekomem.domain.subjects import row_fields
-from nekomem.recall.entry import IndexEntry
 
 ERROR_CODE = "hybrid_recall_failed"
 

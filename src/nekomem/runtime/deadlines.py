@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable
+
+import pykka
+
+log = logging.getLogger("nekomem.runtime.deadlines")
 
 
 class Deadlines:
@@ -26,8 +31,8 @@ class Deadlines:
 
     def schedule(self, delay: float, callback: Callable[[], None]) -> None:
         """Run ``callback`` in ``delay`` seconds (the thread starts on first use). An
-        exception from the callback is swallowed: a late timeout to a stopped actor is
-        harmless."""
+        exception from the callback is logged, never raised: a late timeout to a stopped
+        actor is harmless (DEBUG), anything else is a WARNING naming its type."""
         with self._cond:
             heapq.heappush(self._heap, (time.monotonic() + delay, next(self._seq), callback))
             if self._thread is None:
@@ -48,8 +53,10 @@ class Deadlines:
                 heapq.heappop(self._heap)
             try:
                 callback()
-            except Exception:  # noqa: BLE001 - see schedule()
-                pass
+            except pykka.ActorDeadError:
+                log.debug("a deadline came after its actor stopped")
+            except Exception as exc:  # noqa: BLE001 - the one thread serves every character's deadlines: it goes on
+                log.warning("a deadline callback raised %s", type(exc).__name__)
 
 
 # Recall's waits of every character (query embeddings, the owners' first index).

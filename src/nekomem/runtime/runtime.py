@@ -8,7 +8,7 @@ import os
 import threading
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from nekomem.config import Settings
 from nekomem.domain.tokens import get_counter
@@ -29,6 +29,10 @@ from nekomem.stores.neko_cards import CharacterCards
 from nekomem.stores.rootlock import RootLock
 from nekomem.stores.shard_layout import character_root, shards_root
 
+if TYPE_CHECKING:
+    from nekomem.providers.llm import LLMClient
+    from nekomem.recall.embeddings import EmbeddingService
+
 log = logging.getLogger("nekomem.runtime")
 
 
@@ -43,7 +47,13 @@ class Runtime:
     """
 
     def __init__(
-        self, settings: Settings, clock: Clock | None = None, *, actors: ActorLayer, llm: Any = None, embeddings: Any = None
+        self,
+        settings: Settings,
+        clock: Clock | None = None,
+        *,
+        actors: ActorLayer,
+        llm: LLMClient | None = None,
+        embeddings: EmbeddingService | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock or SystemClock()

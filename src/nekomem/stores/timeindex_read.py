@@ -50,6 +50,20 @@ class TimeIndexRow(msgspec.Struct, frozen=True):
     turn: Turn
 
 
+class JournalRow(msgspec.Struct, frozen=True):
+    """A stored row as the memory browser lists it: ``timestamp`` as stored, ``turn`` None
+    when the row's message cannot be read (the browser shows such a row, it does not skip it)."""
+
+    id: int
+    session_id: str | None
+    timestamp: str | None
+    turn: Turn | None
+
+
+# The SQL of a turn's text inside the stored message (what a journal search matches).
+_CONTENT = "json_extract(message, '$.data.content')"
+
+
 class TimeIndexReader:
     """Queries over time_indexed.db. Every method raises sqlite3.Error when the database
     cannot be used (a read-only reader also when the file does not exist)."""
@@ -86,17 +100,23 @@ class TimeIndexReader:
 
     # -- reading -----------------------------------------------------------------------
 
-    def _turn(self, row_id: int, message: object, timestamp: object) -> Turn | None:
+    @staticmethod
+    def _decoded(message: object, timestamp: object) -> Turn | None:
+        """The turn of a stored message (its time the row's ``timestamp`` when set), or None
+        when the message cannot be read."""
         try:
             raw = msgspec.json.decode(message) if isinstance(message, (str, bytes)) else None
         except msgspec.DecodeError:
             raw = None
         turn = from_disk(raw) if raw is not None else None
+        if turn is not None and isinstance(timestamp, str) and timestamp:
+            turn = msgspec.structs.replace(turn, ts=timestamp)
+        return turn
+
+    def _turn(self, row_id: int, message: object, timestamp: object) -> Turn | None:
+        turn = self._decoded(message, timestamp)
         if turn is None:
             log.warning("%s: row %d has no readable message; skipped", self.path.name, row_id)
-            return None
-        if isinstance(timestamp, str) and timestamp:
-            turn = msgspec.structs.replace(turn, ts=timestamp)
         return turn
 
     def _rows(self, sql: str, params: Sequence[object]) -> list[TimeIndexRow]:
@@ -106,6 +126,48 @@ class TimeIndexReader:
             if turn is not None:
                 rows.append(TimeIndexRow(id=row_id, session_id=session_id, turn=turn))
         return rows
+
+    def probe(self) -> None:
+        """Read one row: raises sqlite3.OperationalError while the table does not exist yet
+        and sqlite3.DatabaseError when the file is damaged (or not a database)."""
+        self._conn().execute(f"SELECT 1 FROM {_ORIGINAL} LIMIT 1").fetchall()
+
+    def summary(self) -> tuple[int, str | None]:
+        """(number of stored turns, the newest one's time or None), in one query."""
+        count, last = self._conn().execute(f"SELECT COUNT(*), MAX(timestamp) FROM {_ORIGINAL}").fetchone()
+        return int(count), last
+
+    def search(
+        self, *, since: str | None, until: str | None, text: str, newest_first: bool, offset: int, limit: int
+    ) -> tuple[int, list[JournalRow]]:
+        """(rows matching in all, the page of them from ``offset``): ``since``/``until`` ISO
+        8601 bounds (inclusive; ValueError if unparseable), ``text`` a case-insensitive
+        (ASCII) substring of the turn's text (blank: any), ordered by time then insertion,
+        newest first or oldest first. Unreadable rows are in the page with ``turn`` None."""
+        clauses: list[str] = []
+        params: list[object] = []
+        if since:
+            clauses.append("timestamp >= ?")
+            params.append(to_utc_iso(since))
+        if until:
+            clauses.append("timestamp <= ?")
+            params.append(to_utc_iso(until))
+        if text.strip():
+            clauses.append(f"instr(lower({_CONTENT}), lower(?)) > 0")
+            params.append(text.strip())
+        where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+        order = "DESC" if newest_first else "ASC"
+        db = self._conn()
+        total = int(db.execute(f"SELECT COUNT(*) FROM {_ORIGINAL}{where}", params).fetchone()[0])
+        rows = db.execute(
+            f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL}{where} ORDER BY timestamp {order}, id {order} LIMIT ? OFFSET ?",
+            [*params, limit, offset],
+        ).fetchall()
+        page = [
+            JournalRow(id=row_id, session_id=session_id, timestamp=timestamp, turn=self._decoded(message, timestamp))
+            for row_id, session_id, message, timestamp in rows
+        ]
+        return total, page
 
     def last_timestamp(self) -> str | None:
         """``MAX(timestamp)``: the newest stored turn's time, or None when empty."""

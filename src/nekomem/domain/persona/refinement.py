@@ -12,8 +12,8 @@ import numpy as np
 
 from nekomem.config.longterm import LongTermSettings
 from nekomem.domain import refine as rf
+from nekomem.domain import vector_codec
 from nekomem.domain.records import Persona, PersonaEntry, text_sha256
-from nekomem.recall import vector_codec
 
 
 def refine_candidates(persona: Mapping[str, Sequence[PersonaEntry]], now: datetime, settings: LongTermSettings) -> list[PersonaEntry]:

@@ -17,7 +17,7 @@ from nekomem.domain.records import (
     age_days,
     text_sha256,
 )
-from nekomem.recall.vector_codec import try_decode
+from nekomem.domain.vector_codec import try_decode
 
 _HASH_CHARS = 16
 

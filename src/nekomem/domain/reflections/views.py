@@ -9,8 +9,8 @@ import msgspec
 
 from nekomem.config.longterm import LongTermSettings
 from nekomem.domain.evidence import net_score
+from nekomem.domain.index_entry import IndexEntry
 from nekomem.domain.records import Reflection
-from nekomem.recall.entry import IndexEntry
 
 # Statuses that leave recall and no longer take feedback.
 TERMINAL = ("denied", "archived", "merged", "promote_blocked")
