@@ -72,7 +72,7 @@ class FactStore:
         self.ports = ports
         self.ctx = ports.ctx
         self.s = ports.ctx.settings.longterm
-        self.views = JournaledViews(ports, "facts", self)
+        self.views = JournaledViews(ports, FACTS, self)
         self.facts: dict[str, Fact] = {}
         self.archive: dict[str, Fact] = {}
         self.dedup = DedupIndex(self.s.fact_near_dup_jaccard_threshold, self.s.fact_near_dup_max_candidates)
