@@ -15,12 +15,12 @@ from pathlib import Path
 import pykka
 import pytest
 
-from nekomem.actors.events import EVENT_OWNERS
 from nekomem.actors.fact_extraction import ExtractDone
 from nekomem.actors.facts_layer import FactsLayer
 from nekomem.actors.messages import BacklogMined, Flush, ImportFacts, OpFinished, PostTurn, RunOp
 from nekomem.actors.ports import LayerPorts
 from nekomem.actors.scoped_facts import ScopedDone
+from nekomem.domain.layers import event_owners
 from nekomem.domain.subjects import Subject
 from nekomem.domain.turns import Turn
 from nekomem.providers.llm import LLMClient
@@ -110,7 +110,7 @@ def character(tmp_path: Path, fake_llm: FakeLLM) -> Iterator[Character]:
     paths.root.mkdir(parents=True, exist_ok=True)
     got: queue.Queue[Deliver] = queue.Queue()
     supervisor = Siblings.start(got)
-    journal = SharedJournal(paths.events, paths.events_applied, EVENT_OWNERS)
+    journal = SharedJournal(paths.events, paths.events_applied, event_owners())
     try:
         yield Character(CharacterContext(NAME, paths, services, journal, supervisor), got, [])
     finally:
