@@ -1,0 +1,183 @@
+"""Path A of the fact layer: post-turn records extracted for facts.
+
+Post-turn work arrives from the outbox as RunOp. With powerful memory on, turns are
+buffered and extracted in batches (``fact_extract_every_n_turns`` user turns, or
+``fact_extract_interval_minutes`` since the last check, or idle); the outbox records stay
+open until their turns were extracted, so a crash replays them. Off, each turn batch is
+extracted on its own. Extracted facts are deduplicated by the store before they are
+journaled. A record of the fact backlog (turns stored before a model could mine them)
+tells RecentActor when it is mined, so the next backlog batch is handed out.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+import msgspec
+
+from nekomem.actors.fact_state import FactStore
+from nekomem.actors.messages import BacklogMined, ModelResult, NewFacts, OpFinished, OpParked, RunOp
+from nekomem.actors.ports import LayerPorts
+from nekomem.domain import facts as fl
+from nekomem.domain import prompts_longterm as prompts
+from nekomem.domain.extraction import ExtractionQueue, Op
+from nekomem.domain.gates import task_gate
+from nekomem.domain.layers import OUTBOX, RECENT, REFLECTIONS
+from nekomem.domain.records import Fact
+from nekomem.domain.turns import Turn, from_disk
+from nekomem.stores.fact_backlog import backlog_last_row
+
+Mode = Literal["single", "batch"]
+
+
+class ExtractDone(ModelResult, frozen=True):
+    """An ``extract_facts`` job over the records ``ops`` finished (``batch``: a queued
+    batch taken on ``trigger``; ``single``: one record extracted on its own)."""
+
+    mode: Mode
+    ops: list[Op]
+    trigger: str = ""
+
+    def turns(self) -> list[Turn]:
+        """The turns of every record, in order."""
+        return [t for _op, ts in self.ops for t in ts]
+
+
+class FactExtraction:
+    """The extraction queue (records waiting for a batch), the batch in flight and its
+    gate, and the records that are batches of the fact backlog."""
+
+    def __init__(self, ports: LayerPorts, store: FactStore) -> None:
+        self.ports = ports
+        self.ctx = ports.ctx
+        self.s = ports.ctx.settings.longterm
+        self.store = store
+        self.queue = ExtractionQueue(self.s)  # records waiting for path A
+        self.backlog_ops: dict[str, int] = {}  # op_id -> last row, of fact-backlog batches
+        self.inflight: int | None = None
+        # A failed batch stays parked and is retried after a backoff (as the reference's
+        # cursor stays put): a model outage delays extraction but never dead-letters turns.
+        self.gate = task_gate(self.s)
+
+    def reset(self) -> None:
+        """Forget the queue and the batch in flight (a load: the outbox replays them)."""
+        self.queue = ExtractionQueue(self.s)
+        self.backlog_ops = {}
+        self.inflight = None
+        self.gate = task_gate(self.s)
+
+    def run_op(self, msg: RunOp) -> None:
+        """Take one post-turn record: skip it (no user turn, or no model), queue it for a
+        batch (powerful memory on, or already queued), or extract it at once."""
+        turns = msg.turns
+        if turns is None:
+            raw = msg.payload.get("messages", [])
+            parsed = (from_disk(m) for m in raw) if isinstance(raw, list) else ()
+            turns = [t for t in parsed if t is not None]
+        backlog = backlog_last_row(msg.payload)
+        if backlog is not None:
+            # A batch of the fact backlog (announced when stored): recent hears when it is mined.
+            self.backlog_ops[msg.op_id] = backlog
+        elif msg.attempt == 1 and turns:
+            self.ports.announce_stored_turns(turns)
+        user_turns = [t for t in turns if t.role == "human"]
+        if not user_turns or not self.ports.model_available("extract_facts"):
+            # Nothing a fact can come from, or no summary tier: the step is skipped
+            # (reported by /health) and the record is finished.
+            self.op_done(msg.op_id)
+            return
+        if self.ports.powerful() or msg.op_id in self.queue:
+            self.queue.add(msg.op_id, turns, self.ports.now(), backlog=msg.op_id in self.backlog_ops)
+            # Held for a batch: free the outbox slot so the records behind it arrive.
+            self.ports.send(OUTBOX, OpParked(op_id=msg.op_id))
+            self.maybe_extract()
+        else:
+            self._extract("single", [(msg.op_id, turns)])
+
+    def op_done(self, op_id: str) -> None:
+        """Finish a post-turn record; for a batch of the fact backlog, tell recent it is mined."""
+        self.ports.send(OUTBOX, OpFinished(op_id=op_id, ok=True))
+        self.queue.finished(op_id)
+        row = self.backlog_ops.pop(op_id, None)
+        if row is not None:
+            self.ports.send(RECENT, BacklogMined(row=row))
+
+    def maybe_extract(self) -> None:
+        """Send the queued batch to the model when one is due and the gate is open."""
+        if self.inflight is not None or self.gate.blocked(self.ctx.clock.monotonic()):
+            return
+        trigger = self.queue.due(self.ports.now())
+        if trigger is not None:
+            batch = self.queue.take(trigger)
+            self.ports.log.info("batch extraction (%s): %d records", trigger, len(batch))
+            self._extract("batch", batch, trigger)
+
+    def _extract(self, mode: Mode, ops: list[Op], trigger: str = "") -> None:
+        turns = [t for _op, ts in ops for t in ts]
+        messages = prompts.extract_facts_messages(turns, now=self.ports.now(), **self.ports.names())
+        token = self.ports.ask_model(
+            "extract_facts",
+            messages,
+            lambda token, output, error: ExtractDone(token=token, output=output, error=error, mode=mode, ops=ops, trigger=trigger),
+            timeout=self.s.longterm_extract_timeout_seconds,
+        )
+        if token is None:
+            # Pool full: put the work back; the timer tries again after the retry floor.
+            if mode == "batch":
+                self.queue.put_back(ops, trigger)
+            else:
+                for op_id, _ in ops:
+                    self.ports.send(OUTBOX, OpFinished(op_id=op_id, ok=False, error="model pool full"))
+            return
+        if mode == "batch":
+            self.inflight = token
+            self.gate.start()
+
+    def done(self, msg: ExtractDone) -> bool:
+        """Store the facts of a finished extraction and finish its records, or put a
+        failed batch back (retried after the gate's backoff) / fail a single record (the
+        outbox retries it). True when the turns were extracted. Raises OSError."""
+        ops = msg.ops
+        if msg.mode == "batch":
+            self.inflight = None
+            mono = self.ctx.clock.monotonic()
+            if msg.error is not None:
+                delay = self.gate.failed_at(mono)
+                self.queue.put_back(ops, msg.trigger)
+                self.ports.log.warning("batch fact extraction failed (%d records kept); retried in %.0f s", len(ops), delay)
+                return False
+            self.gate.answered_at(mono)
+        if msg.error is not None:
+            self.ports.log.warning("fact extraction failed; the outbox will retry (%d records)", len(ops))
+            for op_id, _ in ops:
+                self.ports.send(OUTBOX, OpFinished(op_id=op_id, ok=False, error=msg.error))
+            return False
+        now = self.ports.now()
+        new = fl.normalize_extraction(msg.output, now=now, source="user_observation", settings=self.s)
+        new = _with_turn_span(new, msg.turns())
+        added, _skipped = self.store.add_facts(new)
+        if msg.mode == "batch":
+            self.queue.checked(now)
+        for op_id, _ in ops:
+            self.op_done(op_id)
+        if added and self.ports.powerful():
+            self.ports.send(REFLECTIONS, NewFacts(facts=added))
+        return True
+
+    def wait(self, now: datetime) -> float | None:
+        """Seconds until a batch extraction is due and its gate is open (0: now); None
+        when nothing waits, one is in flight, or no model can run it."""
+        if self.inflight is not None or not self.ports.model_available("extract_facts"):
+            return None
+        return self.queue.wait_seconds(now, max(0.0, self.gate.not_before - self.ctx.clock.monotonic()))
+
+
+def _with_turn_span(facts: list[Fact], turns: list[Turn]) -> list[Fact]:
+    """Tag extracted facts with the time span of the turns they came from (the memory
+    browser jumps from a fact to those turns in time_indexed.db)."""
+    stamps = sorted(t.ts for t in turns if t.ts)
+    if not stamps:
+        return facts
+    span = {"kind": "turns", "from": stamps[0], "to": stamps[-1]}
+    return [f if f.source_ref is not None else msgspec.structs.replace(f, source_ref=span) for f in facts]
