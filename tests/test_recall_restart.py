@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from nekomem.actors.recall import RecallActor
+from nekomem.actors.recall import RecallLayer
 from nekomem.recall.embeddings import EmbeddingService
 from tests.support import faults
 from tests.support.live import LiveServer, make_settings
@@ -14,7 +14,7 @@ from tests.support.waiting import wait_for
 
 @pytest.fixture
 def crash_next_query(monkeypatch):
-    return faults.crash_once(monkeypatch, RecallActor, "on_QueryMemory")
+    return faults.crash_once(monkeypatch, RecallLayer, "on_QueryMemory")
 
 
 def found(srv: LiveServer, query: str) -> list[str]:

@@ -1,11 +1,13 @@
-"""The base of every per-character child actor.
+"""The mailbox every per-character child actor is: a ChildActor owns one layer object.
 
-A child owns one layer's files and is the only code that mutates them. It receives
-msgspec message Structs (see :mod:`nekomem.actors.messages`); the handler for ``Foo`` is the
-method marked ``@handles(Foo)`` (see :mod:`nekomem.actors.handlers`). A handler that
-raises :class:`~nekomem.runtime.reply.ActorFailure` answers its caller with that error and
-keeps running; any other exception answers 500, then crashes the actor so that its supervisor restarts it from disk (in-memory state may
-be half-changed, the disk state is not).
+The layer object (see :mod:`nekomem.actors.layer`) holds its layer's state, logic and
+message handlers and is the only code that mutates its files; the actor hands it each
+message, for type ``Foo`` its method marked ``@handles(Foo)`` (see
+:mod:`nekomem.actors.handlers`). A handler that raises
+:class:`~nekomem.runtime.reply.ActorFailure` answers its caller with that error and the
+actor keeps running; a storage fault answers with the fault and reloads the layer from
+disk; any other exception answers 500, then crashes the actor so that its supervisor
+restarts it from disk (in-memory state may be half-changed, the disk state is not).
 """
 
 from __future__ import annotations
@@ -17,15 +19,12 @@ import pykka
 
 from nekomem.actors.handlers import handler_for
 from nekomem.actors.layer import Layer
-from nekomem.actors.messages import IndexUpsert, PostTurn, ReplyMentions
 from nekomem.actors.ports import LayerPorts
-from nekomem.domain.index_entry import IndexEntry
-from nekomem.domain.turns import Turn
 from nekomem.runtime.dispatch import Completion, DispatchedActor, Dispatcher
 from nekomem.runtime.protocol import ChildCrashed, Tick, fail_message
 from nekomem.runtime.reply import ActorFailure
 from nekomem.runtime.services import CharacterContext, Counters, Services
-from nekomem.runtime.timers import TimerHandle, Wakeup
+from nekomem.runtime.timers import Wakeup
 from nekomem.stores.faults import StorageFault, classify
 
 __all__ = ["CharacterContext", "ChildActor", "Counters", "Services", "fail_message"]
@@ -51,18 +50,17 @@ class ChildActor(DispatchedActor):
         floor = ctx.settings.runtime.timer_retry_floor_seconds
         self._wake = Wakeup(ctx.services.timers, self._post_tick, real=False, floor=floor)
         self._wake_real = Wakeup(ctx.services.timers, self._post_tick, real=True, floor=floor)
-        self._timers: set[TimerHandle] = set()
         self._needs_reload = False
         self._fault_reported = False
-        self._model_seq = 0
         self.ports = LayerPorts(ctx, self.child_name, self._tell_self)
         # The layer object this mailbox owns: its state and logic, and the handlers of its
         # messages (see nekomem.actors.layer).
-        self.layer: Layer | None = self.make_layer(self.ports)
+        self.layer: Layer = self.make_layer(self.ports)
 
-    def make_layer(self, ports: LayerPorts) -> Layer | None:
-        """The layer object this actor owns (built once per actor instance)."""
-        return None
+    def make_layer(self, ports: LayerPorts) -> Layer:
+        """The layer object this actor owns (built once per actor instance). Every child
+        actor implements it."""
+        raise NotImplementedError(f"{type(self).__name__} declares no layer")
 
     def _tell_self(self, message: object) -> None:
         try:
@@ -127,8 +125,7 @@ class ChildActor(DispatchedActor):
 
     def load(self) -> None:
         """Read this layer's state from disk. Called at start and after a restart."""
-        if self.layer is not None:
-            self.layer.load()
+        self.layer.load()
 
     def on_release(self) -> Completion | None:
         self._stop_timers()
@@ -146,45 +143,21 @@ class ChildActor(DispatchedActor):
 
     def flush(self) -> None:
         """Write any view that is behind its journal (called on stop and on Flush)."""
-        if self.layer is not None:
-            self.layer.flush()
+        self.layer.flush()
 
     def close(self) -> None:
         """Release files and connections."""
-        if self.layer is not None:
-            self.layer.close()
+        self.layer.close()
 
     # -- timers ----------------------------------------------------------------------
     def due_at(self) -> float | None:
         """When this actor next has periodic or delayed work, on the clock's monotonic
         scale; None when nothing is due. Read after every message."""
-        return None if self.layer is None else self.layer.due_at()
+        return self.layer.due_at()
 
     def real_due_at(self) -> float | None:
         """Like :meth:`due_at` on ``time.monotonic()`` (work paced in real time)."""
-        return None if self.layer is None else self.layer.real_due_at()
-
-    def schedule(self, delay: float, message: object, *, real: bool = False) -> TimerHandle:
-        """Post ``message`` to this actor after ``delay`` seconds (of the injectable clock,
-        or real seconds when ``real``); :meth:`cancel` the handle to take it back."""
-        ref = self.actor_ref
-        box: list[TimerHandle] = []
-
-        def fire() -> None:
-            self._timers.discard(box[0])
-            try:
-                ref.tell(message)
-            except pykka.ActorDeadError:
-                pass
-
-        handle = self.ctx.services.timers.call_later(delay, fire, real=real)
-        box.append(handle)
-        self._timers.add(handle)
-        return handle
-
-    def cancel(self, handle: TimerHandle) -> None:
-        handle.cancel()
-        self._timers.discard(handle)
+        return self.layer.real_due_at()
 
     def is_settled(self) -> bool:
         return not (self._wake.retrying or self._wake_real.retrying)
@@ -208,85 +181,10 @@ class ChildActor(DispatchedActor):
         self._wake.close()
         self._wake_real.close()
         self.ports.cancel_all()
-        for handle in list(self._timers):
-            handle.cancel()
-        self._timers.clear()
-
-    # -- recall feed -----------------------------------------------------------------
-    def index_upsert(self, entries: list[IndexEntry], replace_tier: str | None = None) -> None:
-        """Send ``entries`` to RecallActor. Those still lacking a vector count as pending
-        embeddings from now on (so /health never reports 0 between a write's
-        acknowledgement and RecallActor reading it; see :mod:`nekomem.recall.pending`)."""
-        from nekomem.recall.pending import lacking_vectors
-
-        emb = self.ctx.services.embeddings
-        counted = 0
-        if emb is not None and getattr(emb, "state", "") != "disabled" and self.ctx.settings.recall.recall_legs != "bm25":
-            try:
-                model = emb.model_id
-            except Exception:  # noqa: BLE001 - a broken embedding component must not break the owner
-                model = None
-            counted = lacking_vectors(entries, model)
-            self.ctx.services.pending.sent(self.ctx.name, counted)
-        self.ctx.send("recall", IndexUpsert(entries=entries, replace_tier=replace_tier, counted=counted))
-
-    # -- model calls -----------------------------------------------------------------
-    def model_available(self, task: str) -> bool:
-        llm = self.ctx.services.llm
-        return llm is not None and llm.available(llm.tier_for(task))
-
-    def announce_stored_turns(self, turns: list[Turn]) -> None:
-        """Tell the reflection actor about stored turns (one ``PostTurn``, with the last
-        reply for mention tracking) and the persona actor about that reply."""
-        ai = [t.text for t in turns if t.role == "ai"]
-        reply = ai[-1] if ai else ""
-        self.ctx.send("reflections", PostTurn(turns=turns, reply_text=reply))
-        if reply:
-            self.ctx.send("persona", ReplyMentions(text=reply))
-
-    def ask_model(
-        self,
-        kind: str,
-        task: str,
-        messages: list[dict[str, Any]],
-        *,
-        context: Any = None,
-        timeout: float | None = None,
-    ) -> int | None:
-        """Run LLM ``task`` on the model pool; the outcome returns to this actor as
-        ``ModelDone(kind, token, output, error, context)``. Returns the token, or None when
-        the task's tier has no endpoint or the pool is full (the caller retries later)."""
-        from nekomem.actors.messages import ModelDone
-        from nekomem.runtime.pool import PoolFull
-
-        if not self.model_available(task):
-            return None
-        llm = self.ctx.services.llm
-        self._model_seq += 1
-        token = self._model_seq
-
-        def job() -> Any:
-            return llm.run(task, messages, timeout=timeout)
-
-        def wrap(result: Any, error: BaseException | None) -> Any:
-            return ModelDone(kind=kind, token=token, output=result, error=None if error is None else repr(error), context=context)
-
-        try:
-            self.ctx.submit_model_job(self.child_name, job, wrap)
-        except PoolFull:
-            return None
-        return token
-
-    def on_ModelDone(self, msg: Any) -> None:
-        handler = getattr(self, "done_" + msg.kind, None)
-        if handler is None:
-            self.log.warning("no handler for model result %s", msg.kind)
-            return
-        handler(msg)
 
     # -- dispatch --------------------------------------------------------------------
     def on_receive(self, message: Any) -> Any:
-        handler = handler_for(self if self.layer is None else self.layer, message)
+        handler = handler_for(self.layer, message)
         if handler is None:
             fail_message(message, ActorFailure("unknown_message", f"{self.child_name} cannot handle {type(message).__name__}"))
             return None

@@ -235,17 +235,6 @@ class RefineDone(ModelResult, frozen=True):
     extra: Mapping[str, object]
 
 
-class ModelDone(Message, frozen=True):
-    """A model job finished; ``kind`` says which, ``context`` carries what the owner
-    needs to apply the result (validated again by the owner: results are untrusted)."""
-
-    kind: str
-    token: int
-    output: object
-    error: str | None
-    context: Mapping[str, object] | None = None
-
-
 class ImportFacts(Message, frozen=True):
     facts: list[Mapping[str, object]]
 

@@ -48,6 +48,7 @@ from nekomem.actors.messages import (
     Vectors,
     VectorsComputed,
 )
+from nekomem.actors.ports import LayerPorts
 from nekomem.domain.layers import tier_owners, vector_tiers
 from nekomem.recall.embeddings import EmbeddingService
 from nekomem.recall.entry import display_tz
@@ -80,7 +81,26 @@ def _vectors(result: object) -> Vectors | None:
 
 
 class RecallActor(ChildActor):
+    """The mailbox of a character's recall index (see :class:`RecallLayer`)."""
+
     child_name = "recall"
+
+    def make_layer(self, ports: LayerPorts) -> RecallLayer:
+        return RecallLayer(ports)
+
+
+class RecallLayer:
+    """One character's recall: the index, the vectors it still lacks, and the queries
+    waiting for their embedding or for the owners' first feed."""
+
+    def __init__(self, ports: LayerPorts) -> None:
+        self.ports = ports
+        self.ctx = ports.ctx
+        self.log = ports.log
+        self.child_name = ports.child
+        self.pending_counter = self.ctx.services.pending
+        self.queries: dict[int, tuple[QueryMemory, QueryPlan]] = {}
+        self.held: list[QueryMemory] = []
 
     # -- lifecycle -------------------------------------------------------------------
     def load(self) -> None:
@@ -92,23 +112,22 @@ class RecallActor(ChildActor):
         self.backfill_token: int | None = None
         self.backfill_items: list[tuple[str, str]] = []
         self.backfill_after = 0.0
-        self.queries: dict[int, tuple[QueryMemory, QueryPlan]] = {}
+        self.queries = {}
         # Owners send their complete index from their own start-up, concurrently with the
         # first request: a query that arrives before every owner has is held (bounded by
         # recall_index_wait_seconds), so a just-activated character never answers empty.
         self.fed: set[str] = set()
-        self.held: list[QueryMemory] = []
-        me = self.actor_ref
-        RECALL_DEADLINES.schedule(s.recall_index_wait_seconds, lambda: me.tell(IndexWaitOver()))
+        self.held = []
+        tell = self.ports.tell_self
+        RECALL_DEADLINES.schedule(s.recall_index_wait_seconds, lambda: tell(IndexWaitOver()))
         self.maintenance: dict[int, tuple[MaintenanceRecall, list[str], int, int, list[str]]] = {}
         self._seq = 0
-        self.pending_counter = self.ctx.services.pending
         if self._restarted():
             # What was in flight to the old instance is sent again with the whole index.
             self.pending_counter.forget(self.ctx.name)
             # The index died with the old instance: the owners are asked to send it again.
-            for owner in ("facts", "reflections"):
-                self.ctx.send(owner, RequestIndex())
+            for owner in dict.fromkeys(tier_owners().values()):
+                self.ports.send(owner, RequestIndex())
 
     def _restarted(self) -> bool:
         """True when this is not the first activation on this character's context (the
@@ -130,6 +149,12 @@ class RecallActor(ChildActor):
             if held.reply is not None:
                 held.reply.ok(empty_response((held.query or "").strip(), error=True))
         self.held = []
+
+    def flush(self) -> None:
+        """Nothing to write: the index is rebuilt from its owners at every activation."""
+
+    def due_at(self) -> float | None:
+        return None
 
     def real_due_at(self) -> float | None:
         """While the embedding service loads, or the vector side lags it, or a backfill
@@ -333,8 +358,8 @@ class RecallActor(ChildActor):
 
                 if self._submit_embed(list(plan.vector_texts), wrap, urgent=True):
                     self.queries[token] = (msg, plan)
-                    me = self.actor_ref
-                    RECALL_DEADLINES.schedule(self.s.recall_query_embed_timeout_seconds, lambda: me.tell(QueryExpired(token=token)))
+                    tell = self.ports.tell_self
+                    RECALL_DEADLINES.schedule(self.s.recall_query_embed_timeout_seconds, lambda: tell(QueryExpired(token=token)))
                     return
             self._finish(msg, plan, None)
         except Exception:
