@@ -25,12 +25,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import random
+import re
 import statistics
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import NamedTuple
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -46,6 +51,38 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+class Answer(NamedTuple):
+    status: int
+    retry_after: bool
+
+
+async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> tuple[Answer, bool]:
+    """Send one request on a keep-alive connection and read its answer: (the answer,
+    whether the connection may be reused). Raises OSError / asyncio.IncompleteReadError
+    when the connection breaks."""
+    writer.write(request)
+    head = await reader.readuntil(b"\r\n\r\n")
+    lower = head.lower()
+    status = int(head[9:12])
+    keep = b"\r\nconnection: close" not in lower
+    match = _LENGTH.search(lower)
+    if match is not None:
+        await reader.readexactly(int(match.group(1)))
+    elif b"\r\ntransfer-encoding: chunked" in lower:
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+            await reader.readexactly(size + 2)
+            if size == 0:
+                break
+    else:  # framed by the end of the connection
+        await reader.read()
+        keep = False
+    return Answer(status, b"\r\nretry-after:" in lower), keep
+
+
+_LENGTH = re.compile(rb"\r\ncontent-length: *(\d+)")
+
+
 async def load(
     url: str,
     names: list[str],
@@ -55,7 +92,14 @@ async def load(
     kinds: Counter[str] | None = None,
 ) -> tuple[int, list[float], int]:
     """(acknowledged requests, latencies in seconds, error answers) over ``seconds``;
-    ``kinds`` counts the errors by status (and Retry-After) or exception."""
+    ``kinds`` counts the errors by status (and Retry-After) or exception.
+
+    Each client is one keep-alive HTTP/1.1 connection speaking the protocol itself (the
+    request bytes formatted, the answer framed by its Content-Length): an httpx client
+    spent about as much CPU per request as the node serving it, and on a 2-core machine
+    that CPU is taken from the nodes being measured (the bench prints every process's)."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
     latencies: list[float] = []
     errors = 0
     start = time.monotonic()
@@ -64,32 +108,91 @@ async def load(
     async def one(seed: int) -> None:
         nonlocal errors
         rng = random.Random(seed)
-        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-            i = 0
-            while time.monotonic() < end:
-                name = rng.choice(names)
-                t0 = time.monotonic()
-                kind = ""
-                try:
-                    r = await client.post(f"/cache/{name}", json={"input_history": [{"role": "user", "content": f"b{seed}-{i}"}]})
-                    ok = r.status_code == 200
-                    kind = f"{r.status_code}{' + Retry-After' if r.headers.get('retry-after') else ''}"
-                except httpx.HTTPError as exc:
-                    ok = False
-                    kind = type(exc).__name__
-                if not ok and kinds is not None:
-                    kinds[kind] += 1
-                i += 1
-                second = int(t0 - start)
-                if ok:
-                    latencies.append(time.monotonic() - t0)
-                else:
-                    errors += 1
-                if timeline is not None:
-                    timeline.setdefault(second, [0, 0])[0 if ok else 1] += 1
+        conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        i = 0
+        while time.monotonic() < end:
+            name = rng.choice(names)
+            body = json.dumps({"input_history": [{"role": "user", "content": f"b{seed}-{i}"}]}).encode()
+            request = (
+                f"POST /cache/{name} HTTP/1.1\r\nhost: {parts.netloc}\r\ncontent-type: application/json\r\n"
+                f"content-length: {len(body)}\r\n\r\n"
+            ).encode() + body
+            t0 = time.monotonic()
+            kind = ""
+            try:
+                if conn is None:
+                    conn = await asyncio.open_connection(host, port)
+                answer, keep = await asyncio.wait_for(_exchange(*conn, request), 30)
+                ok = answer.status == 200
+                kind = f"{answer.status}{' + Retry-After' if answer.retry_after else ''}"
+                if not keep:
+                    conn[1].close()
+                    conn = None
+            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ValueError) as exc:
+                ok = False
+                kind = type(exc).__name__
+                if conn is not None:
+                    conn[1].close()
+                    conn = None
+            if not ok and kinds is not None:
+                kinds[kind] += 1
+            i += 1
+            second = int(t0 - start)
+            if ok:
+                latencies.append(time.monotonic() - t0)
+            else:
+                errors += 1
+            if timeline is not None:
+                timeline.setdefault(second, [0, 0])[0 if ok else 1] += 1
+        if conn is not None:
+            conn[1].close()
 
     await asyncio.gather(*(one(s) for s in range(clients)))
     return len(latencies), latencies, errors
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (every thread), from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def busy_seconds() -> float:
+    """CPU seconds the whole machine spent not idle (every core), from /proc/stat."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:8]]
+    return (sum(values) - values[3] - values[4]) / _TICK  # minus idle and iowait
+
+
+class CpuShare:
+    """Where the CPU went during one phase: every process of the cluster and the load
+    generator (this process), and the machine as a whole."""
+
+    def __init__(self, c: Cluster) -> None:
+        self.pids = {n.node_id: n.proc.pid for n in c.nodes if n.proc is not None}
+        if c.proxy.proc is not None:
+            self.pids["haproxy"] = c.proxy.proc.pid
+        if c.etcd.proc is not None:
+            self.pids["etcd"] = c.etcd.proc.pid
+        self.pids["loadgen"] = os.getpid()
+        self.before = {k: cpu_seconds(p) for k, p in self.pids.items()}
+        self.busy = busy_seconds()
+        self.t0 = time.monotonic()
+
+    def report(self, requests: int) -> str:
+        wall = time.monotonic() - self.t0
+        used = {k: cpu_seconds(p) - self.before[k] for k, p in self.pids.items()}
+        busy = busy_seconds() - self.busy
+        per = ", ".join(f"{k} {v / max(requests, 1) * 1000:.2f} ms ({v / wall:.2f} core)" for k, v in used.items())
+        rest = busy - sum(used.values())
+        return (
+            f"    CPU per request: {per}; machine busy {busy / wall:.2f} of {os.cpu_count()} cores "
+            f"(other processes and kernel {rest / wall:.2f})"
+        )
 
 
 def warm(c: Cluster, names: list[str]) -> None:
@@ -153,12 +256,16 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="nekomem-cluster-bench-") as tmp, cluster(Path(tmp), size=size) as c:
             warm(c, names)
             asyncio.run(load(c.proxy.url, names, args.clients, 2.0))  # connections and caches warm
+            share, forwards = CpuShare(c), c.forwards()
             count, latencies, errors = asyncio.run(load(c.proxy.url, names, args.clients, args.seconds))
+            cpu = share.report(count)
+            forwarded = c.forwards() - forwards
             rows[size] = (count / args.seconds, pct(latencies, 0.99), errors)
             print(
                 f"{size} node(s): {count / args.seconds:8.1f} req/s  p50 {pct(latencies, 0.5) * 1000:6.1f} ms  p99 {pct(latencies, 0.99) * 1000:6.1f} ms  errors {errors}",
                 flush=True,
             )
+            print(f"{cpu}\n    forwarded by the first node: {forwarded} of {count}", flush=True)
             if size >= 2 and hop is None:
                 hop = hop_cost(c, names, args.hop_requests)
             if size == max(sizes) and size >= 2:
