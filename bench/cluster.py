@@ -196,33 +196,48 @@ class CpuShare:
 
 
 def warm(c: Cluster, names: list[str]) -> None:
+    """One turn for every character through HAProxy (the proxy learns each owner). A 5xx or
+    an answer with Retry-After (HAProxy still taking the unused slots out, a node's fence not
+    yet renewed on a busy machine) is retried, for up to 30 s."""
     with httpx.Client(base_url=c.proxy.url, timeout=30) as client:
         for name in names:
-            for _attempt in range(5):  # HAProxy may still be taking the unused slots out
+            deadline = time.monotonic() + 30
+            while True:
                 r = client.post(f"/cache/{name}", json={"input_history": [{"role": "user", "content": "warm"}]})
                 if r.status_code == 200:
                     break
+                if (r.status_code < 500 and not r.headers.get("retry-after")) or time.monotonic() > deadline:
+                    raise SystemExit(f"warm-up of {name} failed: {r.status_code} {r.text[:200]}")
                 print(f"warm-up: {r.status_code} {r.text[:120]}", flush=True)
-            else:
-                raise SystemExit(f"warm-up of {name} failed")
+                time.sleep(0.2)
 
 
-def hop_cost(c: Cluster, names: list[str], requests: int) -> tuple[float, float]:
-    """(p50 direct to the owner, p50 through another node) in seconds."""
+def hop_cost(c: Cluster, names: list[str], requests: int) -> dict[str, tuple[float, float]]:
+    """p50 of (direct to the owner, through another node) in seconds, for a warm ``/cache``
+    turn (the request the throughput phases send) and a ``/get_recent_history`` read. The
+    two ways alternate request by request, so that other work on the machine weighs on
+    both alike."""
     members = sorted(n.node_id for n in c.nodes)
     a, b = c.nodes[0], c.nodes[1]
     owned = [n for n in names if owner_of(shard_of(n, SHARDS), members) == a.node_id] or names[:1]
-    result = []
-    for node in (a, b):
-        times = []
-        with httpx.Client(base_url=node.url, timeout=30) as client:
+    result: dict[str, tuple[float, float]] = {}
+    with httpx.Client(base_url=a.url, timeout=30) as direct, httpx.Client(base_url=b.url, timeout=30) as forwarded:
+        for what in ("POST /cache", "GET /get_recent_history"):
+            times: tuple[list[float], list[float]] = ([], [])
             for i in range(requests):
                 name = owned[i % len(owned)]
-                t0 = time.perf_counter()
-                client.get(f"/get_recent_history/{name}")
-                times.append(time.perf_counter() - t0)
-        result.append(statistics.median(times))
-    return result[0], result[1]
+                for way, client in enumerate((direct, forwarded) if i % 2 == 0 else (forwarded, direct)):
+                    t0 = time.perf_counter()
+                    if what == "POST /cache":
+                        r = client.post(f"/cache/{name}", json={"input_history": [{"role": "user", "content": f"hop-{i}-{way}"}]})
+                    else:
+                        r = client.get(f"/get_recent_history/{name}")
+                    elapsed = time.perf_counter() - t0
+                    if r.status_code != 200:
+                        raise SystemExit(f"hop: {what} answered {r.status_code}: {r.text[:200]}")
+                    times[0 if client is direct else 1].append(elapsed)
+            result[what] = (statistics.median(times[0]), statistics.median(times[1]))
+    return result
 
 
 async def failover(
@@ -242,42 +257,50 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--characters", type=int, default=48)
+    parser.add_argument("--rounds", type=int, default=1, help="run the sizes this many times, alternating; ratios are the median")
     parser.add_argument("--hop-requests", type=int, default=300)
     parser.add_argument("--failover-seconds", type=float, default=20.0)
     args = parser.parse_args()
     sizes = [int(n) for n in args.nodes.split(",")]
     names = [f"bench{i:03d}" for i in range(args.characters)]
-    rows: dict[int, tuple[float, float, int]] = {}
-    hop: tuple[float, float] | None = None
+    rows: dict[int, list[tuple[float, float, float, int]]] = {size: [] for size in sizes}  # (req/s, p50, p99, errors)
+    hop: dict[str, tuple[float, float]] = {}
     timeline: dict[int, list[int]] = {}
     kinds: Counter[str] = Counter()
     killed_at = 0.0
-    for size in sizes:
-        with tempfile.TemporaryDirectory(prefix="nekomem-cluster-bench-") as tmp, cluster(Path(tmp), size=size) as c:
-            warm(c, names)
-            asyncio.run(load(c.proxy.url, names, args.clients, 2.0))  # connections and caches warm
-            share, forwards = CpuShare(c), c.forwards()
-            count, latencies, errors = asyncio.run(load(c.proxy.url, names, args.clients, args.seconds))
-            cpu = share.report(count)
-            forwarded = c.forwards() - forwards
-            rows[size] = (count / args.seconds, pct(latencies, 0.99), errors)
-            print(
-                f"{size} node(s): {count / args.seconds:8.1f} req/s  p50 {pct(latencies, 0.5) * 1000:6.1f} ms  p99 {pct(latencies, 0.99) * 1000:6.1f} ms  errors {errors}",
-                flush=True,
-            )
-            print(f"{cpu}\n    forwarded by the first node: {forwarded} of {count}", flush=True)
-            if size >= 2 and hop is None:
-                hop = hop_cost(c, names, args.hop_requests)
-            if size == max(sizes) and size >= 2:
-                killed_at = asyncio.run(failover(c, names, args.clients, args.failover_seconds, timeline, kinds))
+    for round_ in range(1, args.rounds + 1):
+        for size in sizes:
+            with tempfile.TemporaryDirectory(prefix="nekomem-cluster-bench-") as tmp, cluster(Path(tmp), size=size) as c:
+                warm(c, names)
+                asyncio.run(load(c.proxy.url, names, args.clients, 2.0))  # connections and caches warm
+                share, forwards = CpuShare(c), c.forwards()
+                count, latencies, errors = asyncio.run(load(c.proxy.url, names, args.clients, args.seconds))
+                cpu = share.report(count)
+                forwarded = c.forwards() - forwards
+                row = (count / args.seconds, pct(latencies, 0.5), pct(latencies, 0.99), errors)
+                rows[size].append(row)
+                print(
+                    f"round {round_}: {size} node(s): {row[0]:8.1f} req/s  p50 {row[1] * 1000:6.1f} ms  p99 {row[2] * 1000:6.1f} ms  errors {errors}",
+                    flush=True,
+                )
+                print(f"{cpu}\n    forwarded by the first node: {forwarded} of {count}", flush=True)
+                if size >= 2 and not hop:
+                    hop = hop_cost(c, names, args.hop_requests)
+                if round_ == args.rounds and size == max(sizes) and size >= 2 and args.failover_seconds > 0:
+                    killed_at = asyncio.run(failover(c, names, args.clients, args.failover_seconds, timeline, kinds))
     print()
-    print(f"{'nodes':>5} {'req/s':>9} {'p99 ms':>8} {'errors':>7}")
-    for size, (rps, p99, errors) in rows.items():
-        print(f"{size:>5} {rps:>9.1f} {p99 * 1000:>8.1f} {errors:>7}")
-    if hop is not None:
+    print(f"{'nodes':>5} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}   (median of {args.rounds} round(s))")
+    for size, runs in rows.items():
+        rps, p50, p99 = (statistics.median(r[i] for r in runs) for i in range(3))
+        print(f"{size:>5} {rps:>9.1f} {p50 * 1000:>8.1f} {p99 * 1000:>8.1f} {sum(r[3] for r in runs):>7}")
+    for what, (direct, through) in hop.items():
         print(
-            f"\nforwarding hop (GET /get_recent_history, sequential): direct p50 {hop[0] * 1000:.2f} ms, forwarded p50 {hop[1] * 1000:.2f} ms, {hop[1] / hop[0]:.2f}x"
+            f"\nforwarding hop ({what}, sequential, alternating): direct p50 {direct * 1000:.2f} ms, "
+            f"forwarded p50 {through * 1000:.2f} ms, {through / direct:.2f}x",
+            end="",
         )
+    if hop:
+        print()
     if timeline:
         print(f"\nfailover timeline ({max(sizes)} nodes, kill -9 of one at t={killed_at:.0f}s): second  ok/s  errors/s")
         for second in sorted(timeline):
@@ -288,8 +311,11 @@ def main() -> None:
             "  errors by kind (bucketed by the second the request started): "
             + (", ".join(f"{k}: {n}" for k, n in kinds.most_common()) or "none")
         )
-    if 1 in rows and 2 in rows:
-        print(f"2 nodes: {rows[2][0] / rows[1][0]:.2f}x the throughput of 1 node")
+    if rows.get(1) and rows.get(2):
+        ratios = [two[0] / one[0] for one, two in zip(rows[1], rows[2], strict=True)]
+        if len(ratios) > 1:
+            print("per round: " + ", ".join(f"{r:.2f}x" for r in ratios))
+        print(f"2 nodes: {statistics.median(ratios):.2f}x the throughput of 1 node")
 
 
 if __name__ == "__main__":
