@@ -1,24 +1,29 @@
 """nekomem on 1, 2, 3 nodes behind HAProxy on this machine: warm ``/cache`` throughput and
 p99 side by side, the cost of the forwarding hop, and a failover timeline around kill -9.
 
-    python -m bench.cluster [--nodes 1,2] [--seconds 10] [--clients 16] [--characters 48]
+    python -m bench.cluster [--nodes 1,2] [--seconds 10] [--clients 16] [--characters 48] [--rounds 3]
 
 Each cluster is real: etcd (Debian's etcd-server) on a temp data dir, nekomem nodes as
 ``python -m nekomem serve`` processes on one shared memory root (embeddings off, no LLM),
-HAProxy with the shipped deploy/haproxy.cfg (consistent hashing on the character name).
-Every phase: ``--clients`` asyncio clients with one keep-alive connection each post one
-turn per request to a random warm character through HAProxy.
+HAProxy with the shipped deploy/haproxy.cfg (consistent hashing on the character name,
+then the owner learnt from the answers). Every phase: ``--clients`` asyncio clients, each
+one keep-alive HTTP/1.1 connection to HAProxy, post one turn per request to a random warm
+character. ``--rounds N`` runs the sizes N times, alternating, and reports medians.
+
+Under each phase it prints the CPU each process spent per request (every node, HAProxy,
+etcd, and the load generator, which is this process), the cores the whole machine was
+busy, and how many requests the first node forwarded: on a 2-core machine the load
+generator, HAProxy and every node share the same two cores, and any other work on the
+machine shows as "other processes and kernel".
 
 Forwarding hop: one client, sequential requests for characters owned by node A, sent to A
-directly and then to node B (which forwards to A): p50 of each.
+directly and to node B (which forwards to A), alternating request by request: p50 of
+each, for the warm ``/cache`` turn and for a ``/get_recent_history`` read.
 
-Failover timeline (the largest cluster of the run, at least 2 nodes): the load runs through
-HAProxy, one node is killed with SIGKILL after a few seconds, and requests / errors per
+Failover timeline (the largest cluster of the last round, at least 2 nodes): the load runs
+through HAProxy, one node is killed with SIGKILL after 5 s, and requests / errors per
 second are printed (errors: 503 with Retry-After, the only error a client should see).
-
-The load generator runs on the same cores as the nodes: on a 2-core machine shared with
-other work, read the ratios, not the absolute numbers. The last line reads
-``2 nodes: X.XXx the throughput of 1 node``.
+The last line reads ``2 nodes: X.XXx the throughput of 1 node``.
 """
 
 from __future__ import annotations
