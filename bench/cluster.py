@@ -1,36 +1,46 @@
 """nekomem on 1, 2, 3 nodes behind HAProxy on this machine: warm ``/cache`` throughput and
 p99 side by side, the cost of the forwarding hop, and a failover timeline around kill -9.
 
-    python -m bench.cluster [--nodes 1,2] [--seconds 10] [--clients 16] [--characters 48]
+    python -m bench.cluster [--nodes 1,2] [--seconds 10] [--clients 16] [--characters 48] [--rounds 3]
 
 Each cluster is real: etcd (Debian's etcd-server) on a temp data dir, nekomem nodes as
 ``python -m nekomem serve`` processes on one shared memory root (embeddings off, no LLM),
-HAProxy with the shipped deploy/haproxy.cfg (consistent hashing on the character name).
-Every phase: ``--clients`` asyncio clients with one keep-alive connection each post one
-turn per request to a random warm character through HAProxy.
+HAProxy with the shipped deploy/haproxy.cfg (consistent hashing on the character name,
+then the owner learnt from the answers). Every phase: ``--clients`` asyncio clients, each
+one keep-alive HTTP/1.1 connection to HAProxy, post one turn per request to a random warm
+character. ``--rounds N`` runs the sizes N times, alternating, and reports medians.
+
+Under each phase it prints the CPU each process spent per request (every node, HAProxy,
+etcd, and the load generator, which is this process), the cores the whole machine was
+busy, and how many requests the first node forwarded: on a 2-core machine the load
+generator, HAProxy and every node share the same two cores, and any other work on the
+machine shows as "other processes and kernel".
 
 Forwarding hop: one client, sequential requests for characters owned by node A, sent to A
-directly and then to node B (which forwards to A): p50 of each.
+directly and to node B (which forwards to A), alternating request by request: p50 of
+each, for the warm ``/cache`` turn and for a ``/get_recent_history`` read.
 
-Failover timeline (the largest cluster of the run, at least 2 nodes): the load runs through
-HAProxy, one node is killed with SIGKILL after a few seconds, and requests / errors per
+Failover timeline (the largest cluster of the last round, at least 2 nodes): the load runs
+through HAProxy, one node is killed with SIGKILL after 5 s, and requests / errors per
 second are printed (errors: 503 with Retry-After, the only error a client should see).
-
-The load generator runs on the same cores as the nodes: on a 2-core machine shared with
-other work, read the ratios, not the absolute numbers. The last line reads
-``2 nodes: X.XXx the throughput of 1 node``.
+The last line reads ``2 nodes: X.XXx the throughput of 1 node``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import random
+import re
 import statistics
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import NamedTuple
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -46,6 +56,38 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+class Answer(NamedTuple):
+    status: int
+    retry_after: bool
+
+
+async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> tuple[Answer, bool]:
+    """Send one request on a keep-alive connection and read its answer: (the answer,
+    whether the connection may be reused). Raises OSError / asyncio.IncompleteReadError
+    when the connection breaks."""
+    writer.write(request)
+    head = await reader.readuntil(b"\r\n\r\n")
+    lower = head.lower()
+    status = int(head[9:12])
+    keep = b"\r\nconnection: close" not in lower
+    match = _LENGTH.search(lower)
+    if match is not None:
+        await reader.readexactly(int(match.group(1)))
+    elif b"\r\ntransfer-encoding: chunked" in lower:
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+            await reader.readexactly(size + 2)
+            if size == 0:
+                break
+    else:  # framed by the end of the connection
+        await reader.read()
+        keep = False
+    return Answer(status, b"\r\nretry-after:" in lower), keep
+
+
+_LENGTH = re.compile(rb"\r\ncontent-length: *(\d+)")
+
+
 async def load(
     url: str,
     names: list[str],
@@ -55,7 +97,14 @@ async def load(
     kinds: Counter[str] | None = None,
 ) -> tuple[int, list[float], int]:
     """(acknowledged requests, latencies in seconds, error answers) over ``seconds``;
-    ``kinds`` counts the errors by status (and Retry-After) or exception."""
+    ``kinds`` counts the errors by status (and Retry-After) or exception.
+
+    Each client is one keep-alive HTTP/1.1 connection speaking the protocol itself (the
+    request bytes formatted, the answer framed by its Content-Length): an httpx client
+    spent about as much CPU per request as the node serving it, and on a 2-core machine
+    that CPU is taken from the nodes being measured (the bench prints every process's)."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
     latencies: list[float] = []
     errors = 0
     start = time.monotonic()
@@ -64,62 +113,136 @@ async def load(
     async def one(seed: int) -> None:
         nonlocal errors
         rng = random.Random(seed)
-        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-            i = 0
-            while time.monotonic() < end:
-                name = rng.choice(names)
-                t0 = time.monotonic()
-                kind = ""
-                try:
-                    r = await client.post(f"/cache/{name}", json={"input_history": [{"role": "user", "content": f"b{seed}-{i}"}]})
-                    ok = r.status_code == 200
-                    kind = f"{r.status_code}{' + Retry-After' if r.headers.get('retry-after') else ''}"
-                except httpx.HTTPError as exc:
-                    ok = False
-                    kind = type(exc).__name__
-                if not ok and kinds is not None:
-                    kinds[kind] += 1
-                i += 1
-                second = int(t0 - start)
-                if ok:
-                    latencies.append(time.monotonic() - t0)
-                else:
-                    errors += 1
-                if timeline is not None:
-                    timeline.setdefault(second, [0, 0])[0 if ok else 1] += 1
+        conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        i = 0
+        while time.monotonic() < end:
+            name = rng.choice(names)
+            body = json.dumps({"input_history": [{"role": "user", "content": f"b{seed}-{i}"}]}).encode()
+            request = (
+                f"POST /cache/{name} HTTP/1.1\r\nhost: {parts.netloc}\r\ncontent-type: application/json\r\n"
+                f"content-length: {len(body)}\r\n\r\n"
+            ).encode() + body
+            t0 = time.monotonic()
+            kind = ""
+            try:
+                if conn is None:
+                    conn = await asyncio.open_connection(host, port)
+                answer, keep = await asyncio.wait_for(_exchange(*conn, request), 30)
+                ok = answer.status == 200
+                kind = f"{answer.status}{' + Retry-After' if answer.retry_after else ''}"
+                if not keep:
+                    conn[1].close()
+                    conn = None
+            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ValueError) as exc:
+                ok = False
+                kind = type(exc).__name__
+                if conn is not None:
+                    conn[1].close()
+                    conn = None
+            if not ok and kinds is not None:
+                kinds[kind] += 1
+            i += 1
+            second = int(t0 - start)
+            if ok:
+                latencies.append(time.monotonic() - t0)
+            else:
+                errors += 1
+            if timeline is not None:
+                timeline.setdefault(second, [0, 0])[0 if ok else 1] += 1
+        if conn is not None:
+            conn[1].close()
 
     await asyncio.gather(*(one(s) for s in range(clients)))
     return len(latencies), latencies, errors
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (every thread), from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def busy_seconds() -> float:
+    """CPU seconds the whole machine spent not idle (every core), from /proc/stat."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:8]]
+    return (sum(values) - values[3] - values[4]) / _TICK  # minus idle and iowait
+
+
+class CpuShare:
+    """Where the CPU went during one phase: every process of the cluster and the load
+    generator (this process), and the machine as a whole."""
+
+    def __init__(self, c: Cluster) -> None:
+        self.pids = {n.node_id: n.proc.pid for n in c.nodes if n.proc is not None}
+        if c.proxy.proc is not None:
+            self.pids["haproxy"] = c.proxy.proc.pid
+        if c.etcd.proc is not None:
+            self.pids["etcd"] = c.etcd.proc.pid
+        self.pids["loadgen"] = os.getpid()
+        self.before = {k: cpu_seconds(p) for k, p in self.pids.items()}
+        self.busy = busy_seconds()
+        self.t0 = time.monotonic()
+
+    def report(self, requests: int) -> str:
+        wall = time.monotonic() - self.t0
+        used = {k: cpu_seconds(p) - self.before[k] for k, p in self.pids.items()}
+        busy = busy_seconds() - self.busy
+        per = ", ".join(f"{k} {v / max(requests, 1) * 1000:.2f} ms ({v / wall:.2f} core)" for k, v in used.items())
+        rest = busy - sum(used.values())
+        return (
+            f"    CPU per request: {per}; machine busy {busy / wall:.2f} of {os.cpu_count()} cores "
+            f"(other processes and kernel {rest / wall:.2f})"
+        )
+
+
 def warm(c: Cluster, names: list[str]) -> None:
+    """One turn for every character through HAProxy (the proxy learns each owner). A 5xx or
+    an answer with Retry-After (HAProxy still taking the unused slots out, a node's fence not
+    yet renewed on a busy machine) is retried, for up to 30 s."""
     with httpx.Client(base_url=c.proxy.url, timeout=30) as client:
         for name in names:
-            for _attempt in range(5):  # HAProxy may still be taking the unused slots out
+            deadline = time.monotonic() + 30
+            while True:
                 r = client.post(f"/cache/{name}", json={"input_history": [{"role": "user", "content": "warm"}]})
                 if r.status_code == 200:
                     break
+                if (r.status_code < 500 and not r.headers.get("retry-after")) or time.monotonic() > deadline:
+                    raise SystemExit(f"warm-up of {name} failed: {r.status_code} {r.text[:200]}")
                 print(f"warm-up: {r.status_code} {r.text[:120]}", flush=True)
-            else:
-                raise SystemExit(f"warm-up of {name} failed")
+                time.sleep(0.2)
 
 
-def hop_cost(c: Cluster, names: list[str], requests: int) -> tuple[float, float]:
-    """(p50 direct to the owner, p50 through another node) in seconds."""
+def hop_cost(c: Cluster, names: list[str], requests: int) -> dict[str, tuple[float, float]]:
+    """p50 of (direct to the owner, through another node) in seconds, for a warm ``/cache``
+    turn (the request the throughput phases send) and a ``/get_recent_history`` read. The
+    two ways alternate request by request, so that other work on the machine weighs on
+    both alike."""
     members = sorted(n.node_id for n in c.nodes)
     a, b = c.nodes[0], c.nodes[1]
     owned = [n for n in names if owner_of(shard_of(n, SHARDS), members) == a.node_id] or names[:1]
-    result = []
-    for node in (a, b):
-        times = []
-        with httpx.Client(base_url=node.url, timeout=30) as client:
+    result: dict[str, tuple[float, float]] = {}
+    with httpx.Client(base_url=a.url, timeout=30) as direct, httpx.Client(base_url=b.url, timeout=30) as forwarded:
+        for what in ("POST /cache", "GET /get_recent_history"):
+            times: tuple[list[float], list[float]] = ([], [])
             for i in range(requests):
                 name = owned[i % len(owned)]
-                t0 = time.perf_counter()
-                client.get(f"/get_recent_history/{name}")
-                times.append(time.perf_counter() - t0)
-        result.append(statistics.median(times))
-    return result[0], result[1]
+                for way, client in enumerate((direct, forwarded) if i % 2 == 0 else (forwarded, direct)):
+                    t0 = time.perf_counter()
+                    if what == "POST /cache":
+                        r = client.post(f"/cache/{name}", json={"input_history": [{"role": "user", "content": f"hop-{i}-{way}"}]})
+                    else:
+                        r = client.get(f"/get_recent_history/{name}")
+                    elapsed = time.perf_counter() - t0
+                    if r.status_code != 200:
+                        raise SystemExit(f"hop: {what} answered {r.status_code}: {r.text[:200]}")
+                    times[0 if client is direct else 1].append(elapsed)
+            result[what] = (statistics.median(times[0]), statistics.median(times[1]))
+    return result
 
 
 async def failover(
@@ -139,38 +262,50 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--characters", type=int, default=48)
+    parser.add_argument("--rounds", type=int, default=1, help="run the sizes this many times, alternating; ratios are the median")
     parser.add_argument("--hop-requests", type=int, default=300)
     parser.add_argument("--failover-seconds", type=float, default=20.0)
     args = parser.parse_args()
     sizes = [int(n) for n in args.nodes.split(",")]
     names = [f"bench{i:03d}" for i in range(args.characters)]
-    rows: dict[int, tuple[float, float, int]] = {}
-    hop: tuple[float, float] | None = None
+    rows: dict[int, list[tuple[float, float, float, int]]] = {size: [] for size in sizes}  # (req/s, p50, p99, errors)
+    hop: dict[str, tuple[float, float]] = {}
     timeline: dict[int, list[int]] = {}
     kinds: Counter[str] = Counter()
     killed_at = 0.0
-    for size in sizes:
-        with tempfile.TemporaryDirectory(prefix="nekomem-cluster-bench-") as tmp, cluster(Path(tmp), size=size) as c:
-            warm(c, names)
-            asyncio.run(load(c.proxy.url, names, args.clients, 2.0))  # connections and caches warm
-            count, latencies, errors = asyncio.run(load(c.proxy.url, names, args.clients, args.seconds))
-            rows[size] = (count / args.seconds, pct(latencies, 0.99), errors)
-            print(
-                f"{size} node(s): {count / args.seconds:8.1f} req/s  p50 {pct(latencies, 0.5) * 1000:6.1f} ms  p99 {pct(latencies, 0.99) * 1000:6.1f} ms  errors {errors}",
-                flush=True,
-            )
-            if size >= 2 and hop is None:
-                hop = hop_cost(c, names, args.hop_requests)
-            if size == max(sizes) and size >= 2:
-                killed_at = asyncio.run(failover(c, names, args.clients, args.failover_seconds, timeline, kinds))
+    for round_ in range(1, args.rounds + 1):
+        for size in sizes:
+            with tempfile.TemporaryDirectory(prefix="nekomem-cluster-bench-") as tmp, cluster(Path(tmp), size=size) as c:
+                warm(c, names)
+                asyncio.run(load(c.proxy.url, names, args.clients, 2.0))  # connections and caches warm
+                share, forwards = CpuShare(c), c.forwards()
+                count, latencies, errors = asyncio.run(load(c.proxy.url, names, args.clients, args.seconds))
+                cpu = share.report(count)
+                forwarded = c.forwards() - forwards
+                row = (count / args.seconds, pct(latencies, 0.5), pct(latencies, 0.99), errors)
+                rows[size].append(row)
+                print(
+                    f"round {round_}: {size} node(s): {row[0]:8.1f} req/s  p50 {row[1] * 1000:6.1f} ms  p99 {row[2] * 1000:6.1f} ms  errors {errors}",
+                    flush=True,
+                )
+                print(f"{cpu}\n    forwarded by the first node: {forwarded} of {count}", flush=True)
+                if size >= 2 and not hop:
+                    hop = hop_cost(c, names, args.hop_requests)
+                if round_ == args.rounds and size == max(sizes) and size >= 2 and args.failover_seconds > 0:
+                    killed_at = asyncio.run(failover(c, names, args.clients, args.failover_seconds, timeline, kinds))
     print()
-    print(f"{'nodes':>5} {'req/s':>9} {'p99 ms':>8} {'errors':>7}")
-    for size, (rps, p99, errors) in rows.items():
-        print(f"{size:>5} {rps:>9.1f} {p99 * 1000:>8.1f} {errors:>7}")
-    if hop is not None:
+    print(f"{'nodes':>5} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}   (median of {args.rounds} round(s))")
+    for size, runs in rows.items():
+        rps, p50, p99 = (statistics.median(r[i] for r in runs) for i in range(3))
+        print(f"{size:>5} {rps:>9.1f} {p50 * 1000:>8.1f} {p99 * 1000:>8.1f} {sum(r[3] for r in runs):>7}")
+    for what, (direct, through) in hop.items():
         print(
-            f"\nforwarding hop (GET /get_recent_history, sequential): direct p50 {hop[0] * 1000:.2f} ms, forwarded p50 {hop[1] * 1000:.2f} ms, {hop[1] / hop[0]:.2f}x"
+            f"\nforwarding hop ({what}, sequential, alternating): direct p50 {direct * 1000:.2f} ms, "
+            f"forwarded p50 {through * 1000:.2f} ms, {through / direct:.2f}x",
+            end="",
         )
+    if hop:
+        print()
     if timeline:
         print(f"\nfailover timeline ({max(sizes)} nodes, kill -9 of one at t={killed_at:.0f}s): second  ok/s  errors/s")
         for second in sorted(timeline):
@@ -181,8 +316,11 @@ def main() -> None:
             "  errors by kind (bucketed by the second the request started): "
             + (", ".join(f"{k}: {n}" for k, n in kinds.most_common()) or "none")
         )
-    if 1 in rows and 2 in rows:
-        print(f"2 nodes: {rows[2][0] / rows[1][0]:.2f}x the throughput of 1 node")
+    if rows.get(1) and rows.get(2):
+        ratios = [two[0] / one[0] for one, two in zip(rows[1], rows[2], strict=True)]
+        if len(ratios) > 1:
+            print("per round: " + ", ".join(f"{r:.2f}x" for r in ratios))
+        print(f"2 nodes: {statistics.median(ratios):.2f}x the throughput of 1 node")
 
 
 if __name__ == "__main__":

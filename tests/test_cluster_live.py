@@ -16,7 +16,7 @@ import httpx
 
 from nekomem.cluster.ring import owner_of
 from nekomem.stores.shard_layout import shard_of
-from tests.support.cluster import SHARDS, TTL, cluster
+from tests.support.cluster import PROGRESS, SETTLE, SHARDS, TTL, cluster, post_turn
 from tests.support.cluster_load import Load
 from tests.support.waiting import wait_for
 
@@ -48,7 +48,7 @@ def test_characters_through_haproxy_and_any_node_each_written_by_one_node(tmp_pa
             rng = random.Random(i)
             with httpx.Client(timeout=60) as client:
                 for j, url in enumerate(rng.sample(urls, 2)):
-                    r = client.post(f"{url}/cache/{name}", json={"input_history": [{"role": "user", "content": f"{name}-{j}"}]})
+                    r = post_turn(client, url, name, f"{name}-{j}")
                     assert r.status_code == 200, r.text
                     acked.append((name, f"{name}-{j}"))
 
@@ -62,15 +62,23 @@ def test_characters_through_haproxy_and_any_node_each_written_by_one_node(tmp_pa
             assert len({w["node"] for w in writers}) == 1, f"{name} written by {writers}"
             assert sorted(c.stored(name)) == sorted(t for n, t in acked if n == name)
         # HAProxy learns each character's owner from the answers (x-nekomem-slot): once it
-        # has seen one answer for a character, its requests reach the owner first.
-        with httpx.Client(base_url=c.proxy.url, timeout=30) as client:
-            for name in MANY[:40]:
-                assert client.post(f"/cache/{name}", json={"input_history": [{"role": "user", "content": "learn"}]}).status_code == 200
-            forwarded = c.forwards()
-            for name in MANY[:40]:
-                assert client.post(f"/cache/{name}", json={"input_history": [{"role": "user", "content": "direct"}]}).status_code == 200
-            assert c.forwards() == forwarded
-            acked += [(n, t) for n in MANY[:40] for t in ("learn", "direct")]
+        # has seen one answer for a character, its requests reach the owner first. (A pass
+        # is repeated when HAProxy's health check took a node out meanwhile, which on a
+        # loaded machine happens: its characters went elsewhere and were forwarded. Without
+        # the learning, two thirds of every pass are forwarded.)
+        passes: list[int] = []
+        with httpx.Client(timeout=30) as client:
+
+            def learnt() -> bool:
+                for name in MANY[:40]:
+                    assert post_turn(client, c.proxy.url, name, f"learn-{len(passes)}").status_code == 200
+                forwarded = c.forwards()
+                for name in MANY[:40]:
+                    assert post_turn(client, c.proxy.url, name, f"direct-{len(passes)}").status_code == 200
+                passes.append(c.forwards() - forwarded)
+                return passes[-1] == 0
+
+            wait_for(learnt, timeout=PROGRESS, what="every request of a pass to reach the owner first")
         # One owner per shard, and every node's /health says what it owns.
         owners = c.owners()
         assert sum(owners.values()) == SHARDS and set(owners) == {"n1", "n2", "n3"}
@@ -93,13 +101,13 @@ def test_kill_9_under_load_loses_and_duplicates_nothing(tmp_path):
     with cluster(tmp_path) as c:
         load = Load(urls=[c.proxy.url] + [n.url for n in c.nodes], names=NAMES[:60])
         load.start(threads=4)
-        wait_for(lambda: load.count() >= 60, timeout=60, what="load warm")
+        wait_for(lambda: load.count() >= 60, timeout=PROGRESS, what="load warm")
         victim = c.nodes[1]
         victim.kill()
         # The survivors take every shard over (how fast: bench/cluster.py, the failover timeline).
-        wait_for(lambda: c.settled({"n1", "n3"}), timeout=TTL + 5 + 30, what="the survivors to own every shard")
+        wait_for(lambda: c.settled({"n1", "n3"}), timeout=SETTLE, what="the survivors to own every shard")
         after = load.count()
-        wait_for(lambda: load.count() >= after + 40, timeout=60, what="load after failover")
+        wait_for(lambda: load.count() >= after + 40, timeout=PROGRESS, what="load after failover")
         load.finish()
         assert not load.unexpected_errors(), load.unexpected_errors()[:5]
         check_every_turn_once(c, load)
@@ -117,12 +125,8 @@ def test_sigstop_past_the_ttl_writes_nothing_to_lost_shards_then_rejoins(tmp_pat
         queued, quiet = mine[:4], mine[4:12]
         with httpx.Client(timeout=30) as client:
             for name in mine[:12]:  # active on n2, with files n2 has written
-                assert (
-                    client.post(
-                        f"{victim.url}/cache/{name}", json={"input_history": [{"role": "user", "content": f"{name}-warm"}]}
-                    ).status_code
-                    == 200
-                )
+                r = post_turn(client, victim.url, name, f"{name}-warm")
+                assert r.status_code == 200 and r.headers["x-nekomem-node"] == "n2", r.text
         victim.pause()
         answers: list[tuple[str, httpx.Response | None]] = []
 
@@ -141,7 +145,7 @@ def test_sigstop_past_the_ttl_writes_nothing_to_lost_shards_then_rejoins(tmp_pat
         senders = [threading.Thread(target=send, args=(name,)) for name in queued]
         for t in senders:
             t.start()
-        wait_for(lambda: c.settled({"n1", "n3"}), timeout=60, what="the others to take n2's shards")
+        wait_for(lambda: c.settled({"n1", "n3"}), timeout=SETTLE, what="the others to take n2's shards")
         # While it is frozen, n2 is drained, so that after it wakes its old shards stay with
         # their new owners and every change to their files is someone else's.
         assert httpx.post(f"{other.url}/cluster/drain", json={"node": "n2"}, timeout=10).status_code == 200
@@ -149,7 +153,7 @@ def test_sigstop_past_the_ttl_writes_nothing_to_lost_shards_then_rejoins(tmp_pat
         victim.resume()
         for t in senders:
             t.join(120)
-        wait_for(lambda: c.settled({"n1", "n3"}, members), timeout=60, what="n2 to rejoin (drained)")
+        wait_for(lambda: c.settled({"n1", "n3"}, members), timeout=SETTLE, what="n2 to rejoin (drained)")
         # The queued requests were refused (503 with Retry-After, nothing stored) or served
         # by the new owner, never written by n2 itself.
         for name, r in answers:
@@ -167,9 +171,9 @@ def test_sigstop_past_the_ttl_writes_nothing_to_lost_shards_then_rejoins(tmp_pat
             assert all(w["node"] != "n2" for w in c.writers(name)[1:]), c.writers(name)
         # Undrained, it takes its share again and serves.
         assert httpx.post(f"{other.url}/cluster/drain", json={"node": "n2", "undo": True}, timeout=10).status_code == 200
-        wait_for(lambda: c.settled(members), timeout=60, what="n2 to own shards again")
-        r = httpx.post(f"{c.proxy.url}/cache/{quiet[0]}", json={"input_history": [{"role": "user", "content": "back"}]}, timeout=30)
-        assert r.status_code == 200
+        wait_for(lambda: c.settled(members), timeout=SETTLE, what="n2 to own shards again")
+        with httpx.Client(timeout=30) as client:
+            assert post_turn(client, c.proxy.url, quiet[0], "back").status_code == 200
 
 
 # Not compared: the writers side-file (appended by the fence itself), and SQLite's -shm
@@ -192,31 +196,31 @@ def test_a_fourth_node_joins_under_load_then_drain_gives_its_shards_back(tmp_pat
     with cluster(tmp_path) as c:
         load = Load(urls=[c.proxy.url] + [n.url for n in c.nodes], names=NAMES[:60])
         load.start(threads=4)
-        wait_for(lambda: load.count() >= 40, timeout=60, what="load warm")
+        wait_for(lambda: load.count() >= 40, timeout=PROGRESS, what="load warm")
         c.add_node("n4")
         everyone = {"n1", "n2", "n3", "n4"}
-        wait_for(lambda: c.settled(everyone), timeout=90, what="n4 to take its share")
+        wait_for(lambda: c.settled(everyone), timeout=SETTLE, what="n4 to take its share")
         share = c.owners()["n4"]
         # Rendezvous hashing: n4 takes about a quarter, and only n4's shards moved.
         expected = sum(1 for s in range(SHARDS) if owner_of(s, sorted(everyone)) == "n4")
         assert share == expected and 0.1 * SHARDS < share < 0.45 * SHARDS
         mid = load.count()
-        wait_for(lambda: load.count() >= mid + 30, timeout=60, what="load after the join")
+        wait_for(lambda: load.count() >= mid + 30, timeout=PROGRESS, what="load after the join")
         # Drained through the CLI: its shards go back to the three others.
         cli = subprocess.run(
-            [sys.executable, "-m", "nekomem", "cluster", "drain", "n4", "--url", c.nodes[0].url, "--wait", "90"],
+            [sys.executable, "-m", "nekomem", "cluster", "drain", "n4", "--url", c.nodes[0].url, "--wait", str(SETTLE)],
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=SETTLE + 60,
         )
         assert cli.returncode == 0, cli.stderr
-        wait_for(lambda: c.settled({"n1", "n2", "n3"}, everyone), timeout=60, what="the drain")
+        wait_for(lambda: c.settled({"n1", "n2", "n3"}, everyone), timeout=SETTLE, what="the drain")
         status = subprocess.run(
             [sys.executable, "-m", "nekomem", "cluster", "status", "--url", c.nodes[0].url], capture_output=True, text=True, timeout=60
         )
         assert "n4 (draining): 0 shards" in status.stdout, status.stdout
         after = load.count()
-        wait_for(lambda: load.count() >= after + 30, timeout=60, what="load after the drain")
+        wait_for(lambda: load.count() >= after + 30, timeout=PROGRESS, what="load after the drain")
         load.finish()
         assert not load.unexpected_errors(), load.unexpected_errors()[:5]
         check_every_turn_once(c, load)
@@ -227,12 +231,7 @@ def test_etcd_down_fences_writes_keeps_reads_and_resumes_without_restart(tmp_pat
         names, reader = NAMES[:12], NAMES[20]
         with httpx.Client(timeout=30) as client:
             for name in [*names, reader]:
-                assert (
-                    client.post(
-                        f"{c.proxy.url}/cache/{name}", json={"input_history": [{"role": "user", "content": f"{name}-1"}]}
-                    ).status_code
-                    == 200
-                )
+                assert post_turn(client, c.proxy.url, name, f"{name}-1").status_code == 200
             pids = [n.proc.pid for n in c.nodes]
             c.etcd.stop()
 
@@ -251,7 +250,7 @@ def test_etcd_down_fences_writes_keeps_reads_and_resumes_without_restart(tmp_pat
                 return True
 
             # Past the fencing deadline every write is refused with 503 + Retry-After...
-            wait_for(lambda: all([write(name) for name in names]), timeout=30, what="every write to be fenced")
+            wait_for(lambda: all([write(name) for name in names]), timeout=SETTLE, what="every write to be fenced")
             # ... while reads are still served by the owners (of a character with no refused
             # write: one whose write was refused retries it before its next answer).
             r = client.get(f"{c.proxy.url}/get_recent_history/{reader}")
@@ -269,10 +268,14 @@ def test_etcd_down_fences_writes_keeps_reads_and_resumes_without_restart(tmp_pat
                     for name in names
                 )
 
-            wait_for(served, timeout=60, what="writes to resume")
+            wait_for(served, timeout=SETTLE, what="writes to resume")
         assert [n.proc.pid for n in c.nodes] == pids  # no restart
         for name in names:
             stored = c.stored(name)
             assert stored.count(f"{name}-1") == 1
             assert all(stored.count(t) == 1 for n, t in acked if n == name)
-            assert not any(t in stored for n, t in refused_texts if n == name)
+            # (A turn whose COMMIT passed the fence and whose recent.json swap right after it
+            # did not is stored, yet answered 503 "nothing was stored": see
+            # test_a_turn_committed_before_the_fence_closes_is_not_answered_refused.)
+            stored_refused = [t for n, t in refused_texts if n == name and t in stored]
+            assert not stored_refused, f"answered 503 shard_fenced, yet stored: {stored_refused}"

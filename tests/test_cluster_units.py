@@ -4,11 +4,15 @@ etcd (Debian's etcd-server), and single-node mode left as it was."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
+import sqlite3
 import subprocess
 import sys
 import unicodedata
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +21,7 @@ from nekomem.cluster.fencing import WRITERS_FILE, Fence
 from nekomem.cluster.locks import ShardLocks
 from nekomem.cluster.ring import assignment, owner_of
 from nekomem.domain.turns import Turn
+from nekomem.http.cluster_pool import HopPool, Lost, Unreachable
 from nekomem.stores import fence as store_fence
 from nekomem.stores.atomic import atomic_write_json
 from nekomem.stores.faults import classify
@@ -25,7 +30,7 @@ from nekomem.stores.jsonl import NdjsonLog
 from nekomem.stores.shard_layout import character_root, shard_folder, shard_of, shard_of_path
 from nekomem.stores.timeindex import TimeIndex
 from tests.support.cluster import Etcd, require_tools
-from tests.support.live import make_settings
+from tests.support.live import LiveServer, make_settings
 from tests.support.waiting import wait_for
 
 
@@ -163,3 +168,137 @@ def test_single_node_mode_keeps_the_flat_layout_and_needs_no_etcd(tmp_path):
     assert not [p for p in build_document()["paths"] if p.startswith("/cluster")]  # the same documented routes
     clustered = Runtime(make_settings(tmp_path, cluster_etcd_url="http://127.0.0.1:9", cluster_shards=16), actors=ACTORS)
     assert clustered.character_paths("Lan").folder == shard_folder(tmp_path.resolve(), shard_of("Lan", 16)) / "Lan"
+
+
+class _RawOwner:
+    """A stand-in owner on loopback that answers each request on a connection with the next
+    raw answer of its script (bytes, or None: close the connection without answering), and
+    records the requests it read."""
+
+    def __init__(self, answers: list[bytes | None]) -> None:
+        self.answers = list(answers)
+        self.requests: list[bytes] = []
+        self.connections = 0
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while self.answers:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(next(v for k, v in (line.split(b": ", 1) for line in head[:-4].split(b"\r\n")[1:]) if k == b"content-length"))
+                self.requests.append(head + await reader.readexactly(length))
+                answer = self.answers.pop(0)
+                if answer is None:
+                    break
+                writer.write(answer)
+                await writer.drain()
+        except asyncio.IncompleteReadError:
+            pass
+        writer.close()
+
+
+def test_the_hop_client_frames_answers_and_reuses_connections_it_may():
+    async def scenario() -> None:
+        owner = _RawOwner(
+            [
+                b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 9\r\n\r\n{"a": 1}\n',
+                # An interim answer first, then a chunked one with an extension and a trailer.
+                b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n"
+                b"4;x=y\r\nneko\r\n3\r\nmem\r\n0\r\nx-trailer: 1\r\n\r\n",
+                b"HTTP/1.1 204 No Content\r\nx-k: v\r\n\r\n",
+                b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n",  # HEAD: a length, no body
+                b"HTTP/1.1 503 Service Unavailable\r\nretry-after: 2\r\nconnection: close\r\ncontent-length: 2\r\n\r\n{}",
+                b"HTTP/1.1 200 OK\r\n\r\nuntil the end",  # framed by the connection's end
+            ]
+        )
+        server = await asyncio.start_server(owner.serve, "127.0.0.1", 0)
+        base = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        pool = HopPool(max_idle=4, timeout=10)
+        headers = [(b"host", b"front"), (b"idempotency-key", b"k1")]
+        try:
+            assert await pool.request(base, "POST", b"/cache/Lan?x=1", headers, b'{"b": 2}') == (
+                200,
+                [(b"content-type", b"application/json"), (b"content-length", b"9")],
+                b'{"a": 1}\n',
+            )
+            status, answer_headers, body = await pool.request(base, "POST", b"/cache/Lan", headers, b"")
+            assert (status, body, answer_headers) == (201, b"nekomem", [(b"transfer-encoding", b"chunked")])
+            assert (await pool.request(base, "DELETE", b"/x", headers, b""))[::2] == (204, b"")
+            assert (await pool.request(base, "HEAD", b"/x", headers, b""))[::2] == (200, b"")
+            assert owner.connections == 1  # every answer so far kept the connection
+            assert (await pool.request(base, "GET", b"/x", headers, b""))[::2] == (503, b"{}")
+            # "connection: close": the next request opens a new connection.
+            assert (await pool.request(base, "GET", b"/y", [], b""))[::2] == (200, b"until the end")
+            assert owner.connections == 2
+            assert pool._idle[base] == []  # an answer framed by the connection's end closes it
+        finally:
+            await pool.close()
+            server.close()
+        first = owner.requests[0]
+        assert first.startswith(b"POST /cache/Lan?x=1 HTTP/1.1\r\n")
+        assert b"\r\nidempotency-key: k1\r\n" in first and b"\r\nhost: front\r\n" in first
+        assert first.endswith(b'content-length: 8\r\n\r\n{"b": 2}')
+        assert b"\r\nhost: 127.0.0.1:" in owner.requests[-1]  # none given: the owner's address
+
+    asyncio.run(scenario())
+
+
+def test_the_hop_client_retries_a_stale_idle_connection_and_reports_lost_answers():
+    async def scenario() -> None:
+        ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+        # Connection 1 answers once, then closes before answering the next request (as an
+        # owner closing an idle connection does); connection 2 answers; connection 3 closes
+        # mid-answer.
+        owner = _RawOwner([ok, None, ok, b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\npart"])
+        server = await asyncio.start_server(owner.serve, "127.0.0.1", 0)
+        base = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        pool = HopPool(max_idle=4, timeout=10)
+        try:
+            assert (await pool.request(base, "GET", b"/a", [], b""))[2] == b"ok"
+            assert (await pool.request(base, "GET", b"/b", [], b""))[2] == b"ok"  # stale, retried fresh
+            assert owner.connections == 2
+            with pytest.raises(Lost):
+                await pool.request(base, "GET", b"/c", [], b"")  # reused: it had begun answering
+        finally:
+            await pool.close()
+            server.close()
+            await server.wait_closed()
+        with pytest.raises(Unreachable):
+            await pool.request(base, "GET", b"/d", [], b"")
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known race in actors/recent.py (its owners are rewriting actors/): the turn's time_indexed.db COMMIT passes the "
+    "fence, the recent.json swap right after it is refused, and the answer is the storage fault although the turn is "
+    "stored. A client retrying without an Idempotency-Key stores it twice. Remove this mark once fixed.",
+)
+def test_a_turn_committed_before_the_fence_closes_is_not_answered_refused(tmp_path):
+    # The fencing deadline passes between the two writes of one /cache turn: its rows'
+    # COMMIT (allowed) and its recent.json swap (refused). The client must not be told
+    # "nothing was stored" about a stored turn.
+    root = tmp_path / "memory"
+    with LiveServer(make_settings(root, embedding_enabled=False)) as server:
+        assert server.post("/cache/Lan", json={"input_history": [{"role": "user", "content": "one"}]}).status_code == 200
+
+        def closes_after_the_commit(path: Path) -> None:
+            if Path(path).name == "recent.json":
+                raise FencedWrite(path, "fencing deadline passed")
+
+        store_fence.install(closes_after_the_commit)
+        try:
+            r = server.post("/cache/Lan", json={"input_history": [{"role": "user", "content": "two"}]})
+        finally:
+            store_fence.install(None)
+        stored = _stored_texts(root / "Lan" / "time_indexed.db")
+        assert (r.status_code == 200) == ("two" in stored), (r.status_code, r.text, stored)
+
+
+def _stored_texts(db_path: Path) -> list[str]:
+    db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    try:
+        return [json.loads(m)["data"]["content"] for (m,) in db.execute("SELECT message FROM time_indexed_original")]
+    finally:
+        db.close()

@@ -10,6 +10,8 @@ import shutil
 import signal
 import sqlite3
 import subprocess
+import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +28,30 @@ HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 HAPROXY_CFG = ROOT / "deploy" / "haproxy.cfg"
 TTL = 3  # seconds: short, so failover tests stay short
 SHARDS = 64
+# Deadlines of the waits, from the TTL. They only bound a hang (every wait polls a real
+# condition): on a loaded 2-core machine a move, a failover or a burst of load can take many
+# times what it takes on an idle one, so they are generous. SETTLE: every shard owned again
+# after a node joins, leaves or dies (the issue's bound for a failover is TTL + 5 s; the
+# bench measures it). PROGRESS: a load makes some progress.
+SETTLE = 30 * TTL
+PROGRESS = 40 * TTL
+# How long a client retries an answer it is told to retry (503 / 409 with Retry-After): a
+# node whose keepalive was late on a busy machine refuses writes until the next one
+# succeeds, within a tick or two.
+RETRY_WINDOW = 10 * TTL
+
+
+def post_turn(client: httpx.Client, url: str, name: str, text: str, *, key: str | None = None) -> httpx.Response:
+    """POST one /cache turn with an Idempotency-Key, retrying the same key on an answer with
+    Retry-After (503 / 409) for up to RETRY_WINDOW seconds, as a client is told to; the last
+    answer."""
+    headers = {"Idempotency-Key": key or uuid.uuid4().hex}
+    deadline = time.monotonic() + RETRY_WINDOW
+    while True:
+        r = client.post(f"{url}/cache/{name}", json={"input_history": [{"role": "user", "content": text}]}, headers=headers)
+        if r.status_code not in (503, 409) or not r.headers.get("retry-after") or time.monotonic() > deadline:
+            return r
+        time.sleep(0.2)
 
 
 def require_tools() -> None:
@@ -68,7 +94,7 @@ class Etcd:
             stderr=log,
         )
         log.close()
-        wait_for(self._ready, timeout=30, what="etcd")
+        wait_for(self._ready, timeout=20 * TTL, what="etcd")
 
     def _ready(self) -> bool:
         try:
@@ -136,7 +162,7 @@ class HAProxy:
         log = open(self.folder / "haproxy.log", "ab")
         self.proc = subprocess.Popen([HAPROXY, "-db", "-f", str(HAPROXY_CFG)], env=self.env, stdout=log, stderr=log)
         log.close()
-        wait_for(self._ready, timeout=20, what="haproxy")
+        wait_for(self._ready, timeout=20 * TTL, what="haproxy")
 
     def _ready(self) -> bool:
         try:
@@ -237,7 +263,7 @@ def cluster(tmp_path: Path, size: int = 3) -> Iterator[Cluster]:
         proxy = HAProxy(tmp_path, nodes)
         proxy.start()
         c = Cluster(tmp_path, etcd, nodes, proxy)
-        wait_for(lambda: c.settled({n.node_id for n in nodes}), timeout=60, what="every shard owned")
+        wait_for(lambda: c.settled({n.node_id for n in nodes}), timeout=SETTLE, what="every shard owned")
         yield c
     finally:
         if proxy is not None:

@@ -16,6 +16,11 @@ class Keys:
     prefix: str
 
     @property
+    def root(self) -> str:
+        """Every key of the cluster starts with this."""
+        return f"{self.prefix.rstrip('/')}/"
+
+    @property
     def nodes(self) -> str:
         return f"{self.prefix.rstrip('/')}/nodes/"
 

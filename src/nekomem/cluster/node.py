@@ -80,6 +80,7 @@ class ClusterNode:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._etcd_down_since: float | None = None
+        self._renewed_at = 0.0  # monotonic send time of the last acknowledged keepalive
 
     # -- life ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -120,6 +121,7 @@ class ClusterNode:
         self.lease = self.etcd.grant(self.ttl)
         self.etcd.put(self.keys.node(self.node_id), encode_member(Member(self.node_id, self.url)), self.lease)
         self.fence.renewed(sent)
+        self._renewed_at = sent
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -134,8 +136,7 @@ class ClusterNode:
         """Renew the lease, read the cluster, reconcile the shards."""
         sent = time.monotonic()
         try:
-            self.etcd.keepalive(self.lease)
-            self.fence.renewed(sent)
+            self._renew()
             members, draining, owners = self._read_view()
         except LeaseLost:
             self._lease_lost()
@@ -155,24 +156,50 @@ class ClusterNode:
         self.table.set_view(members, draining, owners)
         self._reconcile(members, draining, owners)
 
+    def _renew(self) -> None:
+        """One keepalive; once acknowledged, the fencing deadline runs from when it was
+        sent. Raises LeaseLost or EtcdUnavailable."""
+        sent = time.monotonic()
+        self.etcd.keepalive(self.lease)
+        self.fence.renewed(sent)
+        self._renewed_at = sent
+
+    def _renew_if_due(self) -> bool:
+        """Renew in the middle of a long reconciliation (a tick claiming every shard of a
+        starting cluster is one etcd transaction per shard, which on a busy disk can take
+        longer than the fencing window: the shards claimed first would be READY with the
+        deadline passed). False when the renewal failed: the reconciliation stops and the
+        next tick handles the lost lease or the unreachable etcd."""
+        if time.monotonic() - self._renewed_at < self.period:
+            return True
+        try:
+            self._renew()
+        except EtcdError as exc:
+            log.warning("a keepalive during the reconciliation failed: %s", exc)
+            return False
+        return True
+
     def _read_view(self) -> tuple[dict[str, Member], set[str], dict[int, Member]]:
-        node_kvs, _ = self.etcd.range(self.keys.nodes, prefix=True)
-        drain_kvs, _ = self.etcd.range(self.keys.drain, prefix=True)
-        shard_kvs, _ = self.etcd.range(self.keys.shards, prefix=True)
+        # One range over the whole key space: one call per tick, and one revision for the
+        # members, the drain marks and the owners alike.
+        kvs, _ = self.etcd.range(self.keys.root, prefix=True)
         members: dict[str, Member] = {}
-        for kv in node_kvs:
-            member = decode_member(kv.value)
-            if member is not None:
-                members[member.node] = member
-        draining = {tail(kv.key, self.keys.drain) for kv in drain_kvs}
+        draining: set[str] = set()
         owners: dict[int, Member] = {}
-        for kv in shard_kvs:
-            label = tail(kv.key, self.keys.shards)
-            member = decode_member(kv.value)
-            if label.isdigit() and member is not None:
-                owners[int(label)] = member
-                if member.node == self.node_id and int(label) not in self._tokens:
-                    self._tokens[int(label)] = kv.mod_revision
+        for kv in kvs:
+            if kv.key.startswith(self.keys.nodes):
+                member = decode_member(kv.value)
+                if member is not None:
+                    members[member.node] = member
+            elif kv.key.startswith(self.keys.drain):
+                draining.add(tail(kv.key, self.keys.drain))
+            elif kv.key.startswith(self.keys.shards):
+                label = tail(kv.key, self.keys.shards)
+                member = decode_member(kv.value)
+                if label.isdigit() and member is not None:
+                    owners[int(label)] = member
+                    if member.node == self.node_id and int(label) not in self._tokens:
+                        self._tokens[int(label)] = kv.mod_revision
         return members, draining, owners
 
     def _reconcile(self, members: dict[str, Member], draining: set[str], owners: dict[int, Member]) -> None:
@@ -187,6 +214,8 @@ class ClusterNode:
             elif state is None and mine:
                 self._submit(shard, self.work.give_back)  # a key of ours we do not serve
             elif state is None and owner is None and desired == self.node_id:
+                if not self._renew_if_due():
+                    return
                 self._claim(shard)
             elif state is Local.READY and desired != self.node_id and owner is not None:
                 if self._begin(shard):

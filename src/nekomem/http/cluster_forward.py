@@ -36,11 +36,26 @@ log = logging.getLogger("nekomem.cluster")
 FORWARDED_HEADER = b"x-nekomem-forwarded-by"
 SERVED_BY_HEADER = b"x-nekomem-node"  # on every character answer: the node that served it
 SLOT_HEADER = b"x-nekomem-slot"  # ... and its front-proxy slot (cluster_proxy_slot), when set
-# Hop-by-hop headers (RFC 9110 §7.6.1) and the ones httpx / the server set themselves.
+# Hop-by-hop headers (RFC 9110 §7.6.1) and the framing the hop sets itself; ``expect``
+# too: the forwarding node has read the whole body already, so no 100-continue is awaited.
 _HOP = frozenset(
-    {b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer", b"upgrade", b"content-length", b"proxy-connection"}
+    {
+        b"connection",
+        b"keep-alive",
+        b"transfer-encoding",
+        b"te",
+        b"trailer",
+        b"upgrade",
+        b"content-length",
+        b"proxy-connection",
+        b"expect",
+    }
 )
 _WAIT_STEP = 0.05
+# Requests' (method, path) -> character, remembered: matching a path against every route of
+# the app and validating the name was a tenth of a forwarding node's CPU per request.
+# Bounded: forgotten all at once past this many (a client sending endless distinct paths).
+_CHARACTER_CACHE = 4096
 
 
 class ForwardingMiddleware:
@@ -53,11 +68,24 @@ class ForwardingMiddleware:
         self.max_length = node.settings.server.name_max_length
         self.retry_after = str(max(1, round(node.ttl / 2)))
         self.slot = c.cluster_proxy_slot
+        self._characters: dict[tuple[str, str], str | None] = {}
         self.pool = HopPool(max_idle=c.cluster_forward_connections, timeout=c.cluster_forward_timeout_seconds)
 
     def character(self, scope: Scope) -> str | None:
         """The canonical character name a request addresses, or None (not a character
         route, or a name the route will refuse itself)."""
+        key = (scope["method"], scope["path"])
+        try:
+            return self._characters[key]
+        except KeyError:
+            pass
+        name = self._match(scope)
+        if len(self._characters) >= _CHARACTER_CACHE:
+            self._characters.clear()
+        self._characters[key] = name
+        return name
+
+    def _match(self, scope: Scope) -> str | None:
         for route in self.routes:
             match, child = route.matches(scope)
             if match is Match.FULL:
