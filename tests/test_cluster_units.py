@@ -269,12 +269,6 @@ def test_the_hop_client_retries_a_stale_idle_connection_and_reports_lost_answers
     asyncio.run(scenario())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known race in actors/recent.py (its owners are rewriting actors/): the turn's time_indexed.db COMMIT passes the "
-    "fence, the recent.json swap right after it is refused, and the answer is the storage fault although the turn is "
-    "stored. A client retrying without an Idempotency-Key stores it twice. Remove this mark once fixed.",
-)
 def test_a_turn_committed_before_the_fence_closes_is_not_answered_refused(tmp_path):
     # The fencing deadline passes between the two writes of one /cache turn: its rows'
     # COMMIT (allowed) and its recent.json swap (refused). The client must not be told

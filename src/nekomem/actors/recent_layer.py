@@ -51,6 +51,7 @@ from nekomem.actors.recent_state import RecentStore, answer
 from nekomem.actors.recent_theater import RecentTheater
 from nekomem.actors.recent_upkeep import WindowUpkeep
 from nekomem.runtime.reply import ActorFailure, Reply
+from nekomem.stores.faults import classify
 
 RESULT_STATUS = {"cache": "cached", "process": "processed", "renew": "processed", "settle": "settled"}
 
@@ -151,7 +152,18 @@ class RecentLayer:
             # Without fsync: at load the window is rebuilt as base + rows. A cap that cut a
             # text makes a window that is not that, so it is written durably (a new base).
             cut = store.enforce_cap()
-            store.save_window(durable=cut, looked=msg.mode == "cache")
+            try:
+                store.save_window(durable=cut, looked=msg.mode == "cache")
+            except Exception as exc:
+                if classify(exc) is None:
+                    raise
+                # The rows are committed: the turn is stored, and telling the client
+                # otherwise would make a retry without an Idempotency-Key store it twice.
+                # recent.json is a view of base + rows; the fault still goes to the actor,
+                # which reports it and reloads the layer from disk (rebuilding the window and
+                # re-enqueueing the rows after the post-turn cursor).
+                answer(msg.reply, value)
+                raise
         write = _PendingWrite(reply=msg.reply, value=value, wait_outbox=bool(turns))
         if turns:
             last = store.tindex.last_row_id
