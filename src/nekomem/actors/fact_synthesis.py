@@ -25,7 +25,7 @@ class SynthesisPicker:
         self.ctx = ports.ctx
         self.s = ports.ctx.settings.longterm
         self.store = store
-        self.pending: dict[str, Pending] = {}  # RecallAnswer tag -> the batch asking
+        self.pending: dict[str, Pending] = {}  # RankedIds tag -> the batch asking
         # Tags stay unique over the reloads of one instance (an answer to a batch of
         # before a reload is then dropped, not taken for a newer one).
         self.seq = 0

@@ -31,7 +31,7 @@ from nekomem.actors.messages import (
     ImportFacts,
     IndexRemove,
     ListEntries,
-    RecallAnswer,
+    RankedIds,
     ReflectNow,
     RequestIndex,
     RunOp,
@@ -170,8 +170,8 @@ class FactsLayer:
         self.store.cache_vectors(msg.vectors)
         self.duplicates.vectors_ready(msg.vectors)
 
-    @handles(RecallAnswer)
-    def on_RecallAnswer(self, msg: RecallAnswer) -> None:
+    @handles(RankedIds)
+    def on_RecallAnswer(self, msg: RankedIds) -> None:
         if msg.tag.startswith("dup-"):
             self.duplicates.candidates(msg.tag[4:], msg.ids)
             return

@@ -378,7 +378,7 @@ class RankForStage2(Message, frozen=True):
     ``query_texts``, cut to ``recall_coarse_oversample * budget``. Candidates the index has
     no vector for (persona entries) keep the given order in a reserved quota; pass their
     texts in ``candidate_texts`` to have them embedded too. Without vectors or queries the
-    answer is the given order. Answered with ``RecallAnswer(tag, ids)`` sent to
+    answer is the given order. Answered with ``RankedIds(tag, ids)`` sent to
     ``reply_child`` (and through ``reply`` when set)."""
 
     query_texts: list[str]
@@ -407,7 +407,7 @@ class RelatedFacts(Message, frozen=True):
 MaintenanceRecall = RankForStage2 | RelatedFacts
 
 
-class RecallAnswer(Message, frozen=True):
+class RankedIds(Message, frozen=True):
     """The answer of a maintenance recall: ``ids`` best first, ``tag`` as given."""
 
     tag: str

@@ -10,7 +10,7 @@ their own embedding wait for it.
 
 It answers user recall (:class:`QueryMemory`, the ``/query_memory`` contract) and the
 background maintenance recall of the long-term pipeline (:class:`RankForStage2`,
-:class:`RelatedFacts`, answered with :class:`RecallAnswer` through ``ctx.send``). A query
+:class:`RelatedFacts`, answered with :class:`RankedIds` through ``ctx.send``). A query
 that needs its own embedding submits it to the pool and finishes when the vector comes back
 (or, after ``recall_query_embed_timeout_seconds``, from BM25 alone). Nothing is persisted:
 the index is rebuilt from the owners' stores at every activation.
@@ -40,8 +40,8 @@ from nekomem.actors.messages import (
     QueryExpired,
     QueryMemory,
     QueryVector,
+    RankedIds,
     RankForStage2,
-    RecallAnswer,
     RelatedFacts,
     RequestIndex,
     Tick,
@@ -447,7 +447,7 @@ class RecallLayer:
     # -- maintenance recall ----------------------------------------------------------
     def _answer(self, msg: MaintenanceRecall, ids: list[str]) -> None:
         if msg.reply_child:
-            self.ctx.send(msg.reply_child, RecallAnswer(tag=msg.tag, ids=ids))
+            self.ctx.send(msg.reply_child, RankedIds(tag=msg.tag, ids=ids))
         if msg.reply is not None:
             msg.reply.ok(ids)
 

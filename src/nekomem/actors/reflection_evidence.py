@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import msgspec
 
-from nekomem.actors.messages import EvidencePass, ModelResult, RankForStage2, RecallAnswer
+from nekomem.actors.messages import EvidencePass, ModelResult, RankedIds, RankForStage2
 from nekomem.actors.ports import LayerPorts
 from nekomem.actors.reflection_state import ReflectionState
 from nekomem.domain import evidence as ev
@@ -72,7 +72,7 @@ class ReflectionEvidence:
             ),
         )
 
-    def ranked(self, msg: RecallAnswer) -> None:
+    def ranked(self, msg: RankedIds) -> None:
         """Hand the ranked candidates of a Stage-2 pass to the persona layer, which maps
         the evidence (an answer of no pending pass is dropped)."""
         facts = self.stage2_pending.pop(msg.tag, None)

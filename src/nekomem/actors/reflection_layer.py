@@ -31,7 +31,7 @@ from nekomem.actors.messages import (
     PostTurn,
     PromotionPass,
     PromotionResult,
-    RecallAnswer,
+    RankedIds,
     RecordSurfaced,
     RefineDone,
     RenderWithPersona,
@@ -158,8 +158,8 @@ class ReflectionLayer:
     def on_NewFacts(self, msg: NewFacts) -> None:
         self.evidence.new_facts(msg.facts)
 
-    @handles(RecallAnswer)
-    def on_RecallAnswer(self, msg: RecallAnswer) -> None:
+    @handles(RankedIds)
+    def on_RecallAnswer(self, msg: RankedIds) -> None:
         self.evidence.ranked(msg)
 
     @handles(ApplySignals)
