@@ -512,16 +512,15 @@ class ListCorrections(Message, frozen=True):
 
 
 class ExplainQuery(Message, frozen=True):
-    """Recall playground: run a user recall and answer each leg with scores, the fused
-    result, and what the filters removed. ``vector`` is the query embedding computed by the
-    caller (None: lexical only); ``excluded`` are entries the owners keep out of the index
+    """Recall playground: run a user recall (the plan and query embedding of
+    :class:`QueryMemory`) and answer each leg with scores, the fused result, and what the
+    filters removed. ``excluded`` are entries the owners keep out of the index
     (``{"id", "tier", "text", "reason"}``), scored lexically to show what the hard filter
     removed."""
 
     query: str = ""
     time: str = ""
     now: datetime | None = None
-    vector: list[float] | None = None
     excluded: list[dict[str, str]] = []
 
 

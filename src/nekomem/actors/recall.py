@@ -99,7 +99,8 @@ class RecallLayer:
         self.log = ports.log
         self.child_name = ports.child
         self.pending_counter = self.ctx.services.pending
-        self.queries: dict[int, tuple[QueryMemory, QueryPlan]] = {}
+        # token -> a query (or a playground explain) waiting for its embedding, and its plan
+        self.queries: dict[int, tuple[QueryMemory | ExplainQuery, QueryPlan]] = {}
         self.held: list[QueryMemory] = []
 
     # -- lifecycle -------------------------------------------------------------------
@@ -349,28 +350,43 @@ class RecallLayer:
             if not query:
                 msg.reply.ok(empty_response("") if plan.window is None else self._time_only(plan.window, plan.spec, started, visible))
                 return
-            allowed = plan.allowed
-            if self.s.recall_legs != "bm25" and self.index.vector_count() and (allowed is None or allowed):
-                token = self._next_token()
-
-                def wrap(result: object, error: BaseException | None) -> Message:
-                    return QueryVector(token=token, vectors=_vectors(result), error=None if error is None else repr(error))
-
-                if self._submit_embed(list(plan.vector_texts), wrap, urgent=True):
-                    self.queries[token] = (msg, plan)
-                    tell = self.ports.tell_self
-                    RECALL_DEADLINES.schedule(self.s.recall_query_embed_timeout_seconds, lambda: tell(QueryExpired(token=token)))
-                    return
-            self._finish(msg, plan, None)
+            if not self._embed_query(msg, plan):
+                self._finish(msg, plan, None)
         except Exception:
             self.log.exception("recall query failed")
             msg.reply.ok(empty_response(query, error=True))
 
     @handles(ExplainQuery)
     def on_ExplainQuery(self, msg: ExplainQuery) -> None:
+        """The playground's recall: the plan, embedding and search of /query_memory, over
+        the private corpus, answered with each leg explained."""
+        if msg.reply is None:
+            return
         self._sync_vectors()
-        if msg.reply is not None:
-            msg.reply.ok(explain(self.index, self.s, msg.query, msg.time, msg.now, msg.vector, msg.excluded))
+        query = (msg.query or "").strip()[: self.s.recall_query_max_chars]
+        now = msg.now or datetime.now(self.index.tz)
+        plan = plan_query(query, msg.time or "", now, self.index, self.s, time.perf_counter(), self.index.visible(None))
+        if not (query and self._embed_query(msg, plan)):
+            self._finish(msg, plan, None)
+
+    def _embed_query(self, msg: QueryMemory | ExplainQuery, plan: QueryPlan) -> bool:
+        """Submit the embedding of ``plan``'s query to the pool (the answer finishes when it
+        comes back, or from BM25 alone after recall_query_embed_timeout_seconds); False
+        when vectors are off or empty, the window allows nothing, or the pool is full."""
+        allowed = plan.allowed
+        if self.s.recall_legs == "bm25" or not self.index.vector_count() or (allowed is not None and not allowed):
+            return False
+        token = self._next_token()
+
+        def wrap(result: object, error: BaseException | None) -> Message:
+            return QueryVector(token=token, vectors=_vectors(result), error=None if error is None else repr(error))
+
+        if not self._submit_embed(list(plan.vector_texts), wrap, urgent=True):
+            return False
+        self.queries[token] = (msg, plan)
+        tell = self.ports.tell_self
+        RECALL_DEADLINES.schedule(self.s.recall_query_embed_timeout_seconds, lambda: tell(QueryExpired(token=token)))
+        return True
 
     @handles(QueryVector)
     def on_query_vector(self, msg: QueryVector) -> None:
@@ -407,9 +423,13 @@ class RecallLayer:
         self.log.info("recall query: no long-term entry; journal fallback over %d turns: %d hits", len(turns), len(hits))
         return query_response(hits, pending.query, len(turns), elapsed)
 
-    def _finish(self, msg: QueryMemory, plan: QueryPlan, qvec: Vectors | None) -> None:
+    def _finish(self, msg: QueryMemory | ExplainQuery, plan: QueryPlan, qvec: Vectors | None) -> None:
+        if isinstance(msg, ExplainQuery):
+            if msg.reply is not None:
+                msg.reply.ok(explain(self.index, self.s, plan, qvec, msg.excluded))
+            return
         try:
-            body = self._query_search(plan, qvec)
+            body: object = self._query_search(plan, qvec)
         except Exception:
             self.log.exception("recall query failed")
             body = empty_response(plan.query, error=True)

@@ -64,29 +64,6 @@ async def _excluded_reflections(rt: Runtime, name: str) -> list[dict[str, str]]:
             return out
 
 
-async def _query_vector(rt: Runtime, query: str, now: datetime) -> list[float] | None:
-    """The query's embedding as /query_memory computes it (after a time hint is cut out,
-    blended with the query without names), or None when there is no ready embedding service or it fails."""
-    from nekomem.recall.names import blend_query_vectors, query_vector_texts
-    from nekomem.recall.query_text import query_time_hint
-
-    emb = rt.embeddings
-    if emb is None or not query or getattr(emb, "state", "") != "ready":
-        return None
-    s = rt.settings.recall
-    search = query
-    if s.recall_query_time_hints:
-        hint, rest = query_time_hint(query, now, s.recall_query_time_max_tokens, s.recall_query_time_max_attempts)
-        search = (rest or query) if hint is not None else query
-    texts = query_vector_texts(search[: s.recall_query_max_chars], s.recall_query_unnamed_weight)
-    try:
-        vectors = await asyncio.to_thread(emb.embed, texts, "query")
-    except Exception as exc:  # noqa: BLE001 - the playground then shows the lexical leg alone
-        log.info("playground query embedding failed: %s", type(exc).__name__)
-        return None
-    return [float(x) for x in blend_query_vectors(list(vectors), s.recall_query_unnamed_weight)]
-
-
 async def recall_explain(request: Request) -> Response:
     """``POST /api/browse/{name}/recall_explain`` with ``{"query"?, "time"?}``: each leg
     with scores, the fused result and what the filters removed (422 when both are empty)."""
@@ -100,13 +77,12 @@ async def recall_explain(request: Request) -> Response:
     if not await character_exists(request, name):
         raise ApiError(404, "not_found", f"no character {name}")
     now = display_now(request)
-    vector = await _query_vector(rt, query, now)
     excluded = await _excluded_reflections(rt, name) if query else []
     answer = await ask(
         rt,
         name,
         "recall",
-        lambda reply: ExplainQuery(query=query, time=spec, now=now, vector=vector, excluded=excluded, reply=reply),
+        lambda reply: ExplainQuery(query=query, time=spec, now=now, excluded=excluded, reply=reply),
         JsonAnswer,
     )
     return JSONResponse(answer)

@@ -14,21 +14,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 import numpy as np
 
 from nekomem.config.recall import RecallSettings
-from nekomem.domain.subjects import restrict
 from nekomem.recall.embeddings import VectorLeg
 from nekomem.recall.fusion import rrf
 from nekomem.recall.index import RecallIndex, Vectors
 from nekomem.recall.lexical import LexicalIndex
-from nekomem.recall.query_plan import hinted_ids
-from nekomem.recall.query_text import query_time_hint
+from nekomem.recall.query_plan import QueryPlan
 from nekomem.recall.response import hit_row
-from nekomem.recall.timewindow import TimeWindow, parse_time_window
+from nekomem.recall.timewindow import TimeWindow
 
 # How many hits beyond a leg's budget are shown (with why they were removed).
 WIDEN = 3
@@ -65,7 +62,7 @@ def _annotate(
     return rows
 
 
-def _query_vector(index: RecallIndex, settings: RecallSettings, vector: Sequence[float] | None) -> tuple[Vectors | None, str]:
+def _query_vector(index: RecallIndex, settings: RecallSettings, vector: Vectors | None) -> tuple[Vectors | None, str]:
     if settings.recall_legs == "bm25":
         return None, "vector leg disabled (recall_legs = bm25)"
     if index.vectors is None:
@@ -164,28 +161,26 @@ def _legs_explained(
 def explain(
     index: RecallIndex,
     settings: RecallSettings,
-    query: str,
-    spec: str,
-    now: datetime | None,
-    vector: Sequence[float] | None,
+    plan: QueryPlan,
+    vector: Vectors | None,
     excluded: Sequence[Mapping[str, str]],
 ) -> dict[str, Any]:
-    """The explained recall of ``query`` / time ``spec`` (see the module docstring); never
-    raises for a bad query."""
+    """The explained recall of ``plan`` (made by :func:`~nekomem.recall.query_plan.plan_query`
+    over the private corpus, as /query_memory makes it) with the query vector ``vector``
+    blended from its ``vector_texts`` (None: not embedded); see the module docstring.
+    Never raises for a bad query."""
     started = time.perf_counter()
     s = settings
-    query = (query or "").strip()[: s.recall_query_max_chars]
-    spec = (spec or "").strip()
-    now = now or datetime.now(index.tz)
-    window = parse_time_window(spec, now) if spec else None
+    query, spec, window, search, hint, hinted, allowed = (
+        plan.query,
+        plan.spec,
+        plan.window,
+        plan.search,
+        plan.hint,
+        plan.hinted,
+        plan.allowed,
+    )
     visible = index.visible(None)  # the private corpus, as /query_memory reads it
-    search, hint, hinted = query, None, None
-    if query and window is None and s.recall_query_time_hints:
-        hint, rest = query_time_hint(query, now, s.recall_query_time_max_tokens, s.recall_query_time_max_attempts)
-        if hint is not None:
-            hinted = hinted_ids(query, hint, index, s, visible)
-            search = rest or query
-    allowed = restrict(index.in_window(window) if window is not None else None, visible)
     qvec, vector_state = _query_vector(index, s, vector if query else None)
     body: dict[str, Any] = {
         "query": query,

@@ -28,7 +28,8 @@ class QueryPlan:
     explicit time expression and ``window`` its parse (None when absent or not
     understood), ``allowed`` the ids inside that window (None: no filter), ``hinted`` the
     ids inside a window named by the query itself, ``started`` a perf_counter stamp,
-    ``vector_texts`` the texts whose embeddings blend into the query vector."""
+    ``vector_texts`` the texts whose embeddings blend into the query vector, ``hint`` the
+    time window the query itself names (None: none, or an explicit window was given)."""
 
     query: str
     search: str
@@ -38,6 +39,7 @@ class QueryPlan:
     hinted: set[str] | None
     started: float
     vector_texts: tuple[str, ...] = ()
+    hint: TimeWindow | None = None
 
 
 def hinted_ids(query: str, hint: TimeWindow, index: RecallIndex, settings: RecallSettings, visible: set[str] | None) -> set[str] | None:
@@ -67,7 +69,7 @@ def plan_query(
     ``visible`` (None: everything) is a hard filter on every id the plan allows."""
     spec = spec.strip()
     window = parse_time_window(spec, now) if spec else None
-    search, hinted = query, None
+    search, hint, hinted = query, None, None
     if query and window is None and settings.recall_query_time_hints:
         hint, rest = query_time_hint(query, now, settings.recall_query_time_max_tokens, settings.recall_query_time_max_attempts)
         if hint is not None:
@@ -75,4 +77,4 @@ def plan_query(
             search = rest or query
     allowed = restrict(index.in_window(window) if window is not None else None, visible)
     vector_texts = tuple(query_vector_texts(search, settings.recall_query_unnamed_weight)) if search else ()
-    return QueryPlan(query, search, spec, window, allowed, hinted, started, vector_texts)
+    return QueryPlan(query, search, spec, window, allowed, hinted, started, vector_texts, hint)
