@@ -17,7 +17,7 @@ import pytest
 
 from nekomem.actors.fact_extraction import ExtractDone
 from nekomem.actors.facts_layer import FactsLayer
-from nekomem.actors.messages import BacklogMined, Flush, ImportFacts, OpFinished, PostTurn, RunOp
+from nekomem.actors.messages import BacklogMined, ImportFacts, OpFinished, PostTurn, RunOp
 from nekomem.actors.ports import LayerPorts
 from nekomem.actors.scoped_facts import ScopedDone
 from nekomem.domain.layers import event_owners
@@ -132,10 +132,7 @@ def test_a_backlog_record_is_extracted_through_a_typed_result_and_reported_mined
     done = character.next_for("facts")
     assert isinstance(done, ExtractDone) and done.mode == "single" and done.error is None
     layer.on_ExtractDone(done)
-    flushed = Reply()
-    layer.on_Flush(Flush(reply=flushed))
-
-    assert flushed.result(5) is True
+    layer.flush()  # what the actor does on the supervisor's Flush
     stored = json.loads(character.ctx.paths.facts.read_text(encoding="utf-8"))
     assert [f["text"] for f in stored] == ["Master grows jasmine on the balcony"]
     assert stored[0]["source_ref"] == {"kind": "turns", "from": turns[0].ts, "to": turns[0].ts}

@@ -87,12 +87,6 @@ class NoteLayer:
     def on_tick(self, msg: Tick) -> None:
         self.views.maybe_flush()
 
-    @handles(Flush)
-    def on_flush(self, msg: Flush) -> None:
-        self.views.flush()
-        if msg.reply is not None:
-            msg.reply.ok(True)
-
 
 class NoteActor(ChildActor):
     child_name = "notes"

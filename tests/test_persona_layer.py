@@ -11,7 +11,7 @@ import msgspec
 import pykka
 import pytest
 
-from nekomem.actors.messages import Flush, ImportCard, ListEntries, ScrubTexts
+from nekomem.actors.messages import ImportCard, ListEntries, ScrubTexts
 from nekomem.actors.persona import PersonaLayer
 from nekomem.actors.persona_corrections import CorrectionDone
 from nekomem.actors.ports import LayerPorts
@@ -90,9 +90,7 @@ def test_an_imported_entry_is_journaled_written_at_flush_and_loaded_again(ctx: C
     entry_id = answer["added"][0]
     assert ctx.journal.unapplied_for("persona"), "journaled before any view write"
 
-    done = Reply()
-    layer.on_Flush(Flush(reply=done))
-    assert done.result(5) is True
+    layer.flush()  # what the actor does on the supervisor's Flush
     on_disk, _status = read_json(ctx.paths.persona, default={})
     assert "Mio is a calico" in msgspec.json.encode(on_disk).decode()
     assert ctx.journal.unapplied_for("persona") == []

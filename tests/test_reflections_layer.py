@@ -16,7 +16,7 @@ import msgspec
 import pykka
 import pytest
 
-from nekomem.actors.messages import EditEntry, Flush, IndexUpsert
+from nekomem.actors.messages import EditEntry, IndexUpsert
 from nekomem.actors.ports import LayerPorts
 from nekomem.actors.reflection_evidence import FeedbackDone
 from nekomem.actors.reflection_layer import ReflectionLayer
@@ -119,9 +119,7 @@ def test_an_edit_is_journaled_written_at_flush_indexed_and_read_back(world: Worl
     assert on_disk(paths)["ref_tea"].text == "Master likes tea"  # one change: the view waits for its batch
     assert [e.type for e in world.ctx.journal.all_for("reflections")] == ["reflection.updated"]
 
-    flushed = Reply()
-    layer.on_Flush(Flush(reply=flushed))
-    assert flushed.result(5) is True
+    layer.flush()  # what the actor does on the supervisor's Flush
     assert on_disk(paths)["ref_tea"].text == "Master loves green tea"
     assert world.ctx.journal.unapplied_for("reflections") == []
 

@@ -21,7 +21,7 @@ from nekomem.actors.handlers import handler_for
 from nekomem.actors.layer import Layer
 from nekomem.actors.ports import LayerPorts
 from nekomem.runtime.dispatch import Completion, DispatchedActor, Dispatcher
-from nekomem.runtime.protocol import ChildCrashed, Tick, fail_message
+from nekomem.runtime.protocol import ChildCrashed, Flush, Tick, fail_message
 from nekomem.runtime.reply import ActorFailure
 from nekomem.runtime.services import CharacterContext, Counters, Services
 from nekomem.runtime.timers import Wakeup
@@ -185,6 +185,8 @@ class ChildActor(DispatchedActor):
     # -- dispatch --------------------------------------------------------------------
     def on_receive(self, message: Any) -> Any:
         handler = handler_for(self.layer, message)
+        if handler is None and isinstance(message, Flush):
+            handler = self._on_flush
         if handler is None:
             fail_message(message, ActorFailure("unknown_message", f"{self.child_name} cannot handle {type(message).__name__}"))
             return None
@@ -218,6 +220,13 @@ class ChildActor(DispatchedActor):
         finally:
             if not self.actor_stopped.is_set():
                 self._rearm()
+
+    def _on_flush(self, msg: Flush) -> None:
+        # Every layer answers the supervisor's flush barrier the same way: its views are
+        # written, and every message queued before the Flush has been handled.
+        self.layer.flush()
+        if msg.reply is not None:
+            msg.reply.ok(True)
 
     def on_failure(self, exc_type: Any, exc_value: Any, tb: Any) -> None:
         # pykka has already stopped this actor. Hand the messages still queued to the

@@ -27,7 +27,6 @@ from nekomem.actors.messages import (
     DeleteEntry,
     EditEntry,
     ExtractScoped,
-    Flush,
     ImportFacts,
     IndexRemove,
     ListEntries,
@@ -121,11 +120,6 @@ class FactsLayer:
         self.duplicates.tick(msg.monotonic)
         self.synthesis.tick(msg.monotonic)
         self.store.maybe_archive(self.ports.now())
-
-    @handles(Flush)
-    def on_Flush(self, msg: Flush) -> None:
-        self.flush()
-        _answer(msg.reply, True)
 
     # -- post-turn work and model results --------------------------------------------
     @handles(RunOp)

@@ -35,7 +35,6 @@ from nekomem.actors.handlers import handles
 from nekomem.actors.messages import (
     BacklogMined,
     Enqueue,
-    Flush,
     OpFinished,
     OpParked,
     OutboxAck,
@@ -311,12 +310,6 @@ class OutboxLayer:
                 "dead": self.dead_count,
             }
         )
-
-    @handles(Flush)
-    def on_Flush(self, msg: Flush) -> None:
-        self.flush()
-        if msg.reply is not None:
-            msg.reply.ok(True)
 
 
 def _rows(payload: Mapping[str, object]) -> tuple[int, int] | None:

@@ -24,7 +24,6 @@ from nekomem.actors.messages import (
     DeleteEntry,
     EditEntry,
     EvidencePass,
-    Flush,
     ImportCard,
     ListCorrections,
     ListEntries,
@@ -119,12 +118,6 @@ class PersonaLayer:
             self.store.sweep(self.ports.now())
         self.corrections.tick(msg.monotonic)
         self.refinement.tick(msg.monotonic)
-
-    @handles(Flush)
-    def on_Flush(self, msg: Flush) -> None:
-        self.flush()
-        if msg.reply is not None:
-            msg.reply.ok(True)
 
     # -- character card --------------------------------------------------------------
     def sync_card_file(self) -> None:

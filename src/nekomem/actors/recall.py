@@ -31,7 +31,6 @@ from nekomem.actors.handlers import handles
 from nekomem.actors.messages import (
     BackfillDone,
     ExplainQuery,
-    Flush,
     IndexRemove,
     IndexUpsert,
     IndexWaitOver,
@@ -185,11 +184,6 @@ class RecallLayer:
             self._sync_vectors()
         except Exception:
             self.log.exception("vector index upkeep failed")
-
-    @handles(Flush)
-    def on_Flush(self, msg: Flush) -> None:
-        if msg.reply is not None:
-            msg.reply.ok(True)
 
     # -- feed ------------------------------------------------------------------------
     @handles(IndexUpsert)

@@ -32,7 +32,6 @@ from nekomem.actors.messages import (
     CancelCorrection,
     CompressDone,
     EditRecent,
-    Flush,
     ForgetTurns,
     GetRecent,
     OutboxAck,
@@ -291,9 +290,3 @@ class RecentLayer:
     @handles(Tick)
     def on_Tick(self, msg: Tick) -> None:
         self.upkeep.tick(msg.monotonic)
-
-    @handles(Flush)
-    def on_Flush(self, msg: Flush) -> None:
-        self.flush()
-        if msg.reply is not None:
-            msg.reply.ok(True)

@@ -22,7 +22,6 @@ from nekomem.actors.messages import (
     DeleteEntry,
     EditEntry,
     Feedback,
-    Flush,
     FollowupTopics,
     GetEntry,
     IndexRemove,
@@ -93,12 +92,6 @@ class ReflectionLayer:
     def on_Tick(self, msg: Tick) -> None:
         self.state.views.maybe_flush()
         self.upkeep.tick(msg.monotonic)
-
-    @handles(Flush)
-    def on_Flush(self, msg: Flush) -> None:
-        self.flush()
-        if msg.reply is not None:
-            msg.reply.ok(True)
 
     @handles(RequestIndex)
     def on_RequestIndex(self, msg: RequestIndex) -> None:
