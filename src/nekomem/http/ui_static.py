@@ -7,7 +7,6 @@ The page holds no memory: it reads and changes memory through the API with same-
 
 from __future__ import annotations
 
-import mimetypes
 from pathlib import Path
 
 from starlette.requests import Request
@@ -35,13 +34,27 @@ HEADERS = {
 }
 
 
+def shipped_files() -> dict[str, Path]:
+    """The page's files by their path under ``/ui/``, listed once from the package data.
+
+    A request is looked up here rather than resolved on the disk: a path the page does
+    not ship (too long for the file system, ``..``, a directory) is a 404 without a
+    file-system call that could fail with an ``OSError``.
+    """
+    return {path.relative_to(STATIC).as_posix(): path for path in STATIC.rglob("*") if path.is_file() and path.suffix in TYPES}
+
+
+FILES = shipped_files()
+
+
 async def asset(request: Request) -> Response:
     """A file of the page (``/ui/`` is index.html); 404 for anything else."""
     rel = request.path_params.get("path") or "index.html"
-    target = (STATIC / rel).resolve()
-    if STATIC not in target.parents or not target.is_file() or target.suffix not in TYPES:
-        raise ApiError(404, "not_found", f"no file {rel} in the memory browser")
-    return FileResponse(target, media_type=TYPES.get(target.suffix) or mimetypes.guess_type(target.name)[0], headers=HEADERS)
+    target = FILES.get(rel)
+    if target is None:
+        shown = rel if len(rel) <= 80 else rel[:80] + "…"
+        raise ApiError(404, "not_found", f"no file {shown} in the memory browser")
+    return FileResponse(target, media_type=TYPES[target.suffix], headers=HEADERS)
 
 
 def routes() -> list[BaseRoute]:
