@@ -1,10 +1,11 @@
 """nekomem on 1, 2, 3 nodes behind HAProxy on this machine: warm ``/cache`` throughput and
 p99 side by side, the cost of the forwarding hop, and a failover timeline around kill -9.
 
-    python -m bench.cluster [--nodes 1,2] [--seconds 10] [--clients 16] [--characters 48] [--rounds 3]
+    python -m bench.cluster [--nodes 1,2] [--seconds 10] [--clients 48] [--characters 480] [--rounds 3]
 
 Each cluster is real: etcd (Debian's etcd-server) on a temp data dir, nekomem nodes as
-``python -m nekomem serve`` processes on one shared memory root (embeddings off, no LLM),
+``python -m nekomem serve`` processes on one shared memory root (embeddings off, no LLM,
+``--actor-workers`` threads each: by default the setting's default),
 HAProxy with the shipped deploy/haproxy.cfg (consistent hashing on the character name,
 then the owner learnt from the answers). Every phase: ``--clients`` asyncio clients, each
 one keep-alive HTTP/1.1 connection to HAProxy, post one turn per request to a random warm
@@ -45,6 +46,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from nekomem.cluster.ring import owner_of
+from nekomem.config.server import ServerSettings
 from nekomem.stores.shard_layout import shard_of
 from tests.support.cluster import SHARDS, Cluster, cluster
 
@@ -260,12 +262,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", default="1,2", help="cluster sizes, comma-separated (1 to 3: the shipped HAProxy config names three)")
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--clients", type=int, default=16)
-    parser.add_argument("--characters", type=int, default=48)
+    parser.add_argument(
+        "--clients",
+        type=int,
+        default=48,
+        help="concurrent load-generator connections (default 48: fewer leave a 2-node cluster waiting on latency)",
+    )
+    parser.add_argument(
+        "--characters",
+        type=int,
+        default=480,
+        help="warm characters (default 480: with 48, consistent hashing gave one node a fifth more of the load)",
+    )
     parser.add_argument("--rounds", type=int, default=1, help="run the sizes this many times, alternating; ratios are the median")
+    parser.add_argument(
+        "--actor-workers",
+        type=int,
+        default=ServerSettings().actor_workers,
+        help="each node's actor_workers (default: the setting's default, as a deployed node runs; the test fixture's nodes run 1)",
+    )
     parser.add_argument("--hop-requests", type=int, default=300)
     parser.add_argument("--failover-seconds", type=float, default=20.0)
     args = parser.parse_args()
+    node_env = {"NEKOMEM_ACTOR_WORKERS": str(args.actor_workers)}
     sizes = [int(n) for n in args.nodes.split(",")]
     names = [f"bench{i:03d}" for i in range(args.characters)]
     rows: dict[int, list[tuple[float, float, float, int]]] = {size: [] for size in sizes}  # (req/s, p50, p99, errors)
@@ -275,7 +294,7 @@ def main() -> None:
     killed_at = 0.0
     for round_ in range(1, args.rounds + 1):
         for size in sizes:
-            with tempfile.TemporaryDirectory(prefix="nekomem-cluster-bench-") as tmp, cluster(Path(tmp), size=size) as c:
+            with tempfile.TemporaryDirectory(prefix="nekomem-cluster-bench-") as tmp, cluster(Path(tmp), size=size, **node_env) as c:
                 warm(c, names)
                 asyncio.run(load(c.proxy.url, names, args.clients, 2.0))  # connections and caches warm
                 share, forwards = CpuShare(c), c.forwards()

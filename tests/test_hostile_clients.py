@@ -1,5 +1,5 @@
-"""Slow and hostile clients against a real server (uvicorn with the project's guarded h11
-protocol, over raw sockets): header and body deadlines, the cap on open connections, the
+"""Slow and hostile clients against a real server (uvicorn with the project's guarded
+httptools protocol, over raw sockets): header and body deadlines, the cap on open connections, the
 back-pressure bound, and the bounds on a /query_memory ``time`` expression."""
 
 from __future__ import annotations
@@ -89,6 +89,17 @@ def test_a_keep_alive_connection_gets_a_new_head_deadline(server: LiveServer) ->
         rest = _read_until_closed(sock)
     # The rest of the first answer (its body may come in a second segment), then the 408.
     assert b"HTTP/1.1 408" in rest and b"HTTP/1.1 200" not in rest
+
+
+def test_pipelined_requests_are_each_answered_then_a_head_deadline_applies(server: LiveServer) -> None:
+    # Two whole requests in one write (the second read ahead while the first is answered),
+    # then a head that never ends: both are answered 200, and only then does the head's
+    # deadline close the connection.
+    with _connect(server) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" * 2 + b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        answer = _read_until_closed(sock)
+    assert answer.count(b"HTTP/1.1 200") == 2, answer[:400]
+    assert answer.index(b"HTTP/1.1 408") > answer.rindex(b"HTTP/1.1 200")
 
 
 def test_connections_beyond_the_cap_are_answered_503_at_once(tmp_path: Path) -> None:

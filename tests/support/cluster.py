@@ -247,7 +247,9 @@ class Cluster:
 
 
 @contextmanager
-def cluster(tmp_path: Path, size: int = 3) -> Iterator[Cluster]:
+def cluster(tmp_path: Path, size: int = 3, **node_env: str) -> Iterator[Cluster]:
+    """etcd, ``size`` nodes (each with ``node_env`` added to its environment) and HAProxy,
+    every shard owned; all stopped on exit."""
     require_tools()
     etcd = Etcd(tmp_path)
     nodes: list[Node] = []
@@ -257,7 +259,7 @@ def cluster(tmp_path: Path, size: int = 3) -> Iterator[Cluster]:
         root = tmp_path / "memory"
         root.mkdir()
         # Slot k = server node<k> of the shipped HAProxy config: the proxy learns owners.
-        nodes = [Node(root, etcd, f"n{i}", NEKOMEM_CLUSTER_PROXY_SLOT=str(i)) for i in range(1, size + 1)]
+        nodes = [Node(root, etcd, f"n{i}", NEKOMEM_CLUSTER_PROXY_SLOT=str(i), **node_env) for i in range(1, size + 1)]
         for node in nodes:
             node.start(timeout=120)
         proxy = HAProxy(tmp_path, nodes)

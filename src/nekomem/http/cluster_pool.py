@@ -6,7 +6,7 @@ did h11's per-event state machine and header validation (measured: the forwardin
 spent about as much CPU per request as the owner serving it). The hop therefore frames
 HTTP/1.1 itself, for the one peer it talks to, another nekomem node:
 
-* the request's headers are the ones the forwarding node's own server (uvicorn's h11)
+* the request's headers are the ones the forwarding node's own server (uvicorn's httptools protocol)
   already parsed and validated, so they are written out as they are, with the body's
   ``content-length``;
 * the answer's head is read up to its blank line (at most the stream limit, 64 KiB) and its

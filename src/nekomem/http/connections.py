@@ -1,21 +1,23 @@
 """Slow and hostile connections: header and body deadlines and a cap on open connections.
 
-uvicorn's h11 protocol closes an *idle* keep-alive connection (``timeout_keep_alive``) but
+uvicorn's HTTP protocol closes an *idle* keep-alive connection (``timeout_keep_alive``) but
 has no deadline for a request that is being sent: a client that trickles its headers a
 byte at a time, or sends a body shorter than its Content-Length, keeps its connection (and
-its file descriptor) for as long as it likes. :class:`GuardedH11Protocol` is uvicorn's h11
-protocol with two deadlines, read from h11's own view of the client's side:
+its file descriptor) for as long as it likes. :class:`GuardedHttpProtocol` is uvicorn's
+httptools protocol (the C parser, llhttp: the per-request cost of h11's pure-Python state
+machine was a fifth of a node's CPU per warm turn) with two deadlines, kept from the
+parser's callbacks:
 
-- while the server waits for a request head (h11 ``IDLE``), it must be complete within
-  ``header_timeout_seconds``;
-- once the head is in and a body is due (``SEND_BODY``), the whole body must be in within
+- while the server waits for a request head (after the connection opens, and after each
+  answer on a keep-alive connection), it must be complete within ``header_timeout_seconds``;
+- once the head is in and a body is due, the whole body must be in within
   ``body_timeout_seconds``.
 
 A connection that misses a deadline is answered 408 (the project's JSON error shape) when
 no response has begun, and closed. A connection beyond ``max_connections`` is answered 503
-``server_busy`` with ``Retry-After`` at its first bytes (its request unread) and closed. :func:`uvicorn_options` gives the keyword
-arguments every server of the project (``nekomem serve`` and the tests' live servers)
-passes to uvicorn.
+``server_busy`` with ``Retry-After`` at its first bytes (its request unread) and closed.
+:func:`uvicorn_options` gives the keyword arguments every server of the project
+(``nekomem serve`` and the tests' live servers) passes to uvicorn.
 """
 
 from __future__ import annotations
@@ -25,8 +27,7 @@ import json
 import logging
 from typing import ClassVar, TypedDict
 
-import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from nekomem.config.server import ServerSettings
 
@@ -36,13 +37,29 @@ _HEAD, _BODY = "head", "body"
 
 
 def _timeout_answer(phase: str) -> bytes:
-    """The raw 408 answer (written past h11, which cannot answer a request it has not read)."""
+    """The raw 408 answer (written past the protocol, which cannot answer a request it has not read)."""
     what = "request head (line and headers)" if phase == _HEAD else "request body"
     body = json.dumps(
         {"status": "error", "error_code": "request_timeout", "message": f"the {what} was not received in time; the connection is closed"}
     ).encode()
     head = (
         f"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {len(body)}\r\n\r\n"
+    ).encode()
+    return head + body
+
+
+def _unparsable_answer() -> bytes:
+    """The raw 400 for bytes the parser refused (a malformed request line or header, a
+    method llhttp does not know): uvicorn's own is plain text, not the project's shape."""
+    body = json.dumps(
+        {
+            "status": "error",
+            "error_code": "bad_http_request",
+            "message": "the request is not valid HTTP/1.1 (its request line, a header, or an unknown method); the connection is closed",
+        }
+    ).encode()
+    head = (
+        f"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {len(body)}\r\n\r\n"
     ).encode()
     return head + body
 
@@ -59,9 +76,9 @@ def _busy_answer(retry_after: int) -> bytes:
     return head + body
 
 
-class GuardedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with the deadlines of the module docstring. The limits are
-    class attributes: :func:`guarded_protocol` makes a subclass per settings."""
+class GuardedHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the deadlines of the module docstring. The limits
+    are class attributes: :func:`guarded_protocol` makes a subclass per settings."""
 
     header_timeout: ClassVar[float] = 10.0
     body_timeout: ClassVar[float] = 30.0
@@ -71,6 +88,10 @@ class GuardedH11Protocol(H11Protocol):
     _refused: ClassVar[int] = 0
 
     _refusing = False
+    # What the client is sending: a request head, a body, or nothing (a whole request is
+    # in and its answer is due). Set by the parser's callbacks, read by _watch after each
+    # chunk of bytes and each answer.
+    _reading: str | None = _HEAD
     _phase: str | None = None
     _deadline: asyncio.TimerHandle | None = None
 
@@ -94,8 +115,23 @@ class GuardedH11Protocol(H11Protocol):
         super().data_received(data)
         self._watch()
 
+    def send_400_response(self, msg: str) -> None:
+        self.transport.write(_unparsable_answer())
+        self.transport.close()
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        self._reading = _BODY  # until on_message_complete, often in the same chunk
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._reading = None
+
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        # A request read ahead (pipelined) is still owed its answer: no head is due yet.
+        if self._reading is None and (self.cycle is None or self.cycle.response_complete):
+            self._reading = _HEAD
         self._watch()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -105,8 +141,7 @@ class GuardedH11Protocol(H11Protocol):
     def _watch(self) -> None:
         """Arm the deadline of the phase the client's side is in (a phase keeps the deadline
         it started with: more bytes do not extend it)."""
-        state = self.conn.their_state
-        phase = _HEAD if state is h11.IDLE else _BODY if state is h11.SEND_BODY else None
+        phase = self._reading
         if phase == self._phase or self.transport.is_closing():
             return
         self._cancel()
@@ -136,11 +171,11 @@ class GuardedH11Protocol(H11Protocol):
         self.transport.close()
 
 
-def guarded_protocol(settings: ServerSettings) -> type[GuardedH11Protocol]:
-    """A :class:`GuardedH11Protocol` subclass with the limits of ``settings``."""
+def guarded_protocol(settings: ServerSettings) -> type[GuardedHttpProtocol]:
+    """A :class:`GuardedHttpProtocol` subclass with the limits of ``settings``."""
     return type(
-        "GuardedH11Protocol",
-        (GuardedH11Protocol,),
+        "GuardedHttpProtocol",
+        (GuardedHttpProtocol,),
         {
             "header_timeout": settings.header_timeout_seconds,
             "body_timeout": settings.body_timeout_seconds,
@@ -153,7 +188,7 @@ def guarded_protocol(settings: ServerSettings) -> type[GuardedH11Protocol]:
 class UvicornOptions(TypedDict):
     """The keyword arguments :func:`uvicorn_options` gives ``uvicorn.Config``."""
 
-    http: type[GuardedH11Protocol]
+    http: type[GuardedHttpProtocol]
     timeout_keep_alive: int
 
 
