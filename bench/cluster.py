@@ -46,7 +46,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from nekomem.cluster.ring import owner_of
-from nekomem.config.server import ServerSettings
+from nekomem.config.server import RuntimeSettings
 from nekomem.stores.shard_layout import shard_of
 from tests.support.cluster import SHARDS, Cluster, cluster
 
@@ -278,7 +278,7 @@ def main() -> None:
     parser.add_argument(
         "--actor-workers",
         type=int,
-        default=ServerSettings().actor_workers,
+        default=RuntimeSettings().actor_workers,
         help="each node's actor_workers (default: the setting's default, as a deployed node runs; the test fixture's nodes run 1)",
     )
     parser.add_argument("--hop-requests", type=int, default=300)
