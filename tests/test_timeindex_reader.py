@@ -54,6 +54,12 @@ def test_search_pages_matches_and_keeps_unreadable_rows_in_the_page(tmp_path):
         "INSERT INTO time_indexed_original (session_id, message, timestamp) VALUES ('x', ?, '2026-01-01T13:00:00.000000+00:00')",
         ('{"not": "a turn"}',),
     )
+    # Not JSON at all (a damaged row, a hand edit): a text search passes over it instead of
+    # failing on SQLite's "malformed JSON", and an unfiltered page still lists it.
+    db.execute(
+        "INSERT INTO time_indexed_original (session_id, message, timestamp) VALUES ('x', ?, '2026-01-01T09:00:00.000000+00:00')",
+        ("{kites, not json",),
+    )
     db.commit()
     db.close()
     with TimeIndexReader.read_only(path) as reader:
@@ -62,7 +68,9 @@ def test_search_pages_matches_and_keeps_unreadable_rows_in_the_page(tmp_path):
         total, page = reader.search(since="2026-01-01T10:30:00Z", until=None, text="", newest_first=False, offset=1, limit=1)
         assert total == 3 and page[0].turn is not None and page[0].turn.text == "more kites" and page[0].session_id == "s2"
         total, page = reader.search(since=None, until=None, text="", newest_first=True, offset=0, limit=1)
-        assert total == 4 and page[0].turn is None and page[0].timestamp == "2026-01-01T13:00:00.000000+00:00"
-        assert reader.summary() == (4, "2026-01-01T13:00:00.000000+00:00")
+        assert total == 5 and page[0].turn is None and page[0].timestamp == "2026-01-01T13:00:00.000000+00:00"
+        total, page = reader.search(since=None, until=None, text="", newest_first=False, offset=0, limit=1)
+        assert total == 5 and page[0].turn is None and page[0].timestamp == "2026-01-01T09:00:00.000000+00:00"
+        assert reader.summary() == (5, "2026-01-01T13:00:00.000000+00:00")
         with pytest.raises(ValueError):
             reader.search(since="yesterday-ish", until=None, text="", newest_first=True, offset=0, limit=1)

@@ -61,7 +61,9 @@ class JournalRow(msgspec.Struct, frozen=True):
 
 
 # The SQL of a turn's text inside the stored message (what a journal search matches).
-_CONTENT = "json_extract(message, '$.data.content')"
+# json_extract raises "malformed JSON" on a row that is not JSON (damaged, edited by hand),
+# which would fail the whole search: such a row has no text to match (NULL).
+_CONTENT = "(CASE WHEN json_valid(message) THEN json_extract(message, '$.data.content') END)"
 
 
 class TimeIndexReader:
