@@ -91,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"nekomem: {exc}", file=sys.stderr)
         return 2
+    if args.command == "cluster" and args.cluster_command == "shard-root":  # offline, on the folder
+        return cluster_cli.shard_root(settings, args.dry_run, sys.stdout, sys.stderr)
     if args.command == "cluster":  # a client of a running cluster
         return cluster_cli.run(args, server_url(settings), settings.server.api_token, sys.stdout, sys.stderr)
     from nekomem import cli_data

@@ -1,14 +1,20 @@
 """``nekomem cluster status`` and ``nekomem cluster drain``: operations on a running
-cluster through any of its nodes (``--url``, default: the configured server)."""
+cluster through any of its nodes (``--url``, default: the configured server).
+``nekomem cluster shard-root``: the offline move of a single-node memory root into the
+cluster layout (:mod:`nekomem.stores.shard_migration`), before the first node starts on it."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import time
+from pathlib import Path
 from typing import Any, TextIO
 
 import httpx
+
+from nekomem.config import Settings
+from nekomem.stores import rootlock, shard_migration
 
 
 def add_parser(sub: Any) -> None:
@@ -24,6 +30,34 @@ def add_parser(sub: Any) -> None:
     drain.add_argument("--url", help="any node (default: the configured host and port)")
     drain.add_argument("--undo", action="store_true", help="end the drain")
     drain.add_argument("--wait", type=float, default=120.0, help="seconds to wait for the node's shards to move (0: do not wait)")
+    shard = actions.add_parser(
+        "shard-root",
+        help="move a single-node memory root's characters into cluster mode's shards/<NNNN>/ folders (every server stopped)",
+    )
+    shard.add_argument("--memory-root", help="data folder (default: the serve settings)")
+    shard.add_argument("--dry-run", action="store_true", help="say how many characters would move, move nothing")
+
+
+def shard_root(settings: Settings, dry_run: bool, out: TextIO, err: TextIO) -> int:
+    """Move the configured memory root into the cluster layout for ``cluster_shards``; the
+    exit code (2: refused, nothing moved; 1: an I/O error part-way, run it again)."""
+    root = Path(settings.server.memory_root)
+    shards = settings.cluster.cluster_shards
+    max_length = settings.server.name_max_length
+    try:
+        if dry_run:
+            moves = shard_migration.plan(root, shards, max_length=max_length)
+            print(f"{len(moves)} character(s) of {root} would move into {len({m.shard for m in moves})} of {shards} shards", file=out)
+            return 0
+        moves = shard_migration.move_into_shards(root, shards, max_length=max_length)
+    except (rootlock.RootLocked, shard_migration.ShardMigrationError) as exc:
+        print(f"nekomem cluster shard-root: {exc}; nothing was moved", file=err)
+        return 2
+    except OSError as exc:
+        print(f"nekomem cluster shard-root: {exc}; the characters moved so far stay moved, run it again for the rest", file=err)
+        return 1
+    print(f"moved {len(moves)} character(s) of {root} into {len({m.shard for m in moves})} of {shards} shards", file=out)
+    return 0
 
 
 def _headers(token: str) -> dict[str, str]:

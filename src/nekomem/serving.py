@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 import uvicorn
 from starlette.applications import Starlette
@@ -17,6 +18,7 @@ from starlette.applications import Starlette
 from nekomem.config import Settings
 from nekomem.http.connections import uvicorn_options
 from nekomem.http.guard import bind_refusal
+from nekomem.stores.shard_migration import single_node_characters
 
 
 def build_server(app: Starlette, settings: Settings) -> uvicorn.Server:
@@ -49,10 +51,30 @@ def serve(app: Starlette, settings: Settings, prepare: Callable[[uvicorn.Server]
     server.run()
 
 
+def unsharded_refusal(settings: Settings) -> str | None:
+    """Cluster mode reads characters only from ``shards/<NNNN>/``: started on a root whose
+    characters are still in the single-node layout it would serve none of them (and start
+    new, empty ones under the same names). The server refuses to start instead."""
+    if not settings.cluster.cluster_etcd_url:
+        return None
+    root = Path(settings.server.memory_root)
+    try:
+        left = single_node_characters(root, max_length=settings.server.name_max_length)
+    except OSError:
+        return None  # an unreadable root is reported by the start-up that follows
+    if not left:
+        return None
+    return (
+        f"cluster mode is on, but the memory root {root} holds {len(left)} character(s) in the single-node layout, "
+        "which cluster mode does not read: stop every server on it and run `nekomem cluster shard-root` first"
+    )
+
+
 def startup_refusal(settings: Settings) -> str | None:
     """Why the server must not start with ``settings`` (a bind address off loopback without
-    a token), or None; in that case the process's logging is configured at the set level."""
-    refusal = bind_refusal(settings.server)
+    a token; cluster mode on a root that still holds single-node characters), or None; in
+    that case the process's logging is configured at the set level."""
+    refusal = bind_refusal(settings.server) or unsharded_refusal(settings)
     if refusal is None:
         logging.basicConfig(
             level=getattr(logging, settings.server.log_level.upper(), logging.INFO),

@@ -257,7 +257,7 @@ def cluster(tmp_path: Path, size: int = 3, **node_env: str) -> Iterator[Cluster]
     try:
         etcd.start()
         root = tmp_path / "memory"
-        root.mkdir()
+        root.mkdir(exist_ok=True)  # a test may have written a root for the nodes to take over
         # Slot k = server node<k> of the shipped HAProxy config: the proxy learns owners.
         nodes = [Node(root, etcd, f"n{i}", NEKOMEM_CLUSTER_PROXY_SLOT=str(i), **node_env) for i in range(1, size + 1)]
         for node in nodes:
