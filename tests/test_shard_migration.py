@@ -13,8 +13,9 @@ from pathlib import Path
 
 import httpx
 
+from nekomem.stores.layout import list_characters
 from nekomem.stores.shard_layout import character_root
-from nekomem.stores.shard_migration import ShardMigrationError, move_into_shards, single_node_characters
+from nekomem.stores.shard_migration import ShardMigrationError, move_into_shards
 from tests.support.cluster import SHARDS, cluster
 from tests.support.live import ROOT, LiveServer, make_settings
 from tests.support.waiting import wait_for
@@ -60,16 +61,16 @@ def test_a_moved_root_is_served_by_a_cluster_and_an_unmoved_one_is_refused(tmp_p
     with LiveServer(make_settings(root)):
         busy = _cli("cluster", "shard-root", "--memory-root", str(root))
     assert busy.returncode == 2 and "nothing was moved" in busy.stderr, busy.stderr
-    assert single_node_characters(root) == sorted(NAMES)
+    assert list_characters(root) == sorted(NAMES)
     before = {name: _files(root / name) for name in NAMES}  # that server opened the databases too
 
     dry = _cli("cluster", "shard-root", "--memory-root", str(root), "--dry-run")
     assert dry.returncode == 0 and "3 character(s)" in dry.stdout and "would move" in dry.stdout, dry.stdout + dry.stderr
-    assert single_node_characters(root) == sorted(NAMES)
+    assert list_characters(root) == sorted(NAMES)
 
     moved = _cli("cluster", "shard-root", "--memory-root", str(root))
     assert moved.returncode == 0 and "moved 3 character(s)" in moved.stdout, moved.stdout + moved.stderr
-    assert single_node_characters(root) == []
+    assert list_characters(root) == []
     for name in NAMES:  # every file, byte for byte, in its shard's folder
         assert _files(character_root(root, name, SHARDS) / name) == before[name], name
     again = _cli("cluster", "shard-root", "--memory-root", str(root))
@@ -95,7 +96,7 @@ def test_a_character_in_both_layouts_stops_the_move_before_anything_moves(tmp_pa
         assert "Lan" in str(exc) and "both layouts" in str(exc)
     else:
         raise AssertionError("the move went ahead with two copies of Lan")
-    assert single_node_characters(root) == sorted(NAMES)  # nothing moved, "shards" included
+    assert list_characters(root) == sorted(NAMES)  # nothing moved, "shards" included
 
 
 def test_a_move_stopped_after_parking_the_shards_character_is_finished_by_the_next(tmp_path: Path) -> None:

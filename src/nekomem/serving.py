@@ -18,7 +18,7 @@ from starlette.applications import Starlette
 from nekomem.config import Settings
 from nekomem.http.connections import uvicorn_options
 from nekomem.http.guard import bind_refusal
-from nekomem.stores.shard_migration import single_node_characters
+from nekomem.stores.layout import list_characters
 
 
 def build_server(app: Starlette, settings: Settings) -> uvicorn.Server:
@@ -59,7 +59,7 @@ def unsharded_refusal(settings: Settings) -> str | None:
         return None
     root = Path(settings.server.memory_root)
     try:
-        left = single_node_characters(root, max_length=settings.server.name_max_length)
+        left = list_characters(root, max_length=settings.server.name_max_length)
     except OSError:
         return None  # an unreadable root is reported by the start-up that follows
     if not left:

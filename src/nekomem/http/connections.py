@@ -36,44 +36,40 @@ log = logging.getLogger("nekomem.http.connections")
 _HEAD, _BODY = "head", "body"
 
 
+def _raw_answer(status_line: str, error_code: str, message: str, extra_headers: str = "") -> bytes:
+    """A whole answer in the project's JSON error shape, written straight to the transport
+    (past the protocol, which cannot answer a request it has not read) before closing."""
+    body = json.dumps({"status": "error", "error_code": error_code, "message": message}).encode()
+    head = (
+        f"HTTP/1.1 {status_line}\r\ncontent-type: application/json\r\nconnection: close\r\n"
+        f"{extra_headers}content-length: {len(body)}\r\n\r\n"
+    ).encode()
+    return head + body
+
+
 def _timeout_answer(phase: str) -> bytes:
-    """The raw 408 answer (written past the protocol, which cannot answer a request it has not read)."""
+    """The raw 408 for a head or body not received in time."""
     what = "request head (line and headers)" if phase == _HEAD else "request body"
-    body = json.dumps(
-        {"status": "error", "error_code": "request_timeout", "message": f"the {what} was not received in time; the connection is closed"}
-    ).encode()
-    head = (
-        f"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {len(body)}\r\n\r\n"
-    ).encode()
-    return head + body
+    return _raw_answer("408 Request Timeout", "request_timeout", f"the {what} was not received in time; the connection is closed")
 
 
-def _unparsable_answer() -> bytes:
-    """The raw 400 for bytes the parser refused (a malformed request line or header, a
-    method llhttp does not know): uvicorn's own is plain text, not the project's shape."""
-    body = json.dumps(
-        {
-            "status": "error",
-            "error_code": "bad_http_request",
-            "message": "the request is not valid HTTP/1.1 (its request line, a header, or an unknown method); the connection is closed",
-        }
-    ).encode()
-    head = (
-        f"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {len(body)}\r\n\r\n"
-    ).encode()
-    return head + body
+# The raw 400 for bytes the parser refused (a malformed request line or header, a method
+# llhttp does not know): uvicorn's own is plain text, not the project's shape.
+_UNPARSABLE = _raw_answer(
+    "400 Bad Request",
+    "bad_http_request",
+    "the request is not valid HTTP/1.1 (its request line, a header, or an unknown method); the connection is closed",
+)
 
 
 def _busy_answer(retry_after: int) -> bytes:
     """The raw 503 for a connection beyond ``max_connections`` (its request is not read)."""
-    body = json.dumps(
-        {"status": "error", "error_code": "server_busy", "message": f"too many open connections; retry after {retry_after} s"}
-    ).encode()
-    head = (
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
-        f"retry-after: {retry_after}\r\ncontent-length: {len(body)}\r\n\r\n"
-    ).encode()
-    return head + body
+    return _raw_answer(
+        "503 Service Unavailable",
+        "server_busy",
+        f"too many open connections; retry after {retry_after} s",
+        extra_headers=f"retry-after: {retry_after}\r\n",
+    )
 
 
 class GuardedHttpProtocol(HttpToolsProtocol):
@@ -116,7 +112,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._watch()
 
     def send_400_response(self, msg: str) -> None:
-        self.transport.write(_unparsable_answer())
+        self.transport.write(_UNPARSABLE)
         self.transport.close()
 
     def on_headers_complete(self) -> None:

@@ -3,8 +3,8 @@
 A single node keeps a character in ``<root>/<name>/``; cluster mode reads it from
 ``<root>/shards/<NNNN>/<name>/`` and never looks at the first place. A root that served one
 node must therefore be moved before the first cluster node starts on it, or its characters
-would be invisible to the cluster (:func:`single_node_characters` is what the server's
-start-up checks in cluster mode).
+would be invisible to the cluster (the server's start-up in cluster mode refuses a root
+where :func:`nekomem.stores.layout.list_characters` still finds any).
 
 The move renames each character folder into its shard's folder: the files themselves are
 not rewritten, and a rename within one file system is atomic, so an interrupted move
@@ -15,7 +15,6 @@ rest. It runs under the root's exclusive lock (no server may hold the root meanw
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -41,20 +40,13 @@ class ShardMigrationError(Exception):
     """The move cannot be done as asked; nothing was moved by the call that raised it."""
 
 
-def single_node_characters(root: Path, *, max_length: int = DEFAULT_NAME_MAX_LENGTH) -> list[str]:
-    """The characters still in the single-node layout directly under ``root`` (a folder
-    named like the shards folder counts only when it holds a character's files). Raises
-    OSError when the root cannot be listed."""
-    return list_characters(root, max_length=max_length)
-
-
 def plan(root: Path, shards: int, *, max_length: int = DEFAULT_NAME_MAX_LENGTH) -> list[Move]:
     """The moves that would put every single-node character of ``root`` into its shard
     among ``shards``. Raises :class:`ShardMigrationError` when a character is already in
     the cluster layout too (two copies: the user must choose), OSError on I/O."""
     moves = [
         Move(name, shard_of(name, shards), root / name, character_root(root, name, shards) / name)
-        for name in single_node_characters(root, max_length=max_length)
+        for name in list_characters(root, max_length=max_length)
     ]
     both = [m.name for m in moves if m.target.exists()]
     if both:
@@ -71,10 +63,9 @@ def move_into_shards(
     shards: int,
     *,
     max_length: int = DEFAULT_NAME_MAX_LENGTH,
-    on_move: Callable[[Move], None] | None = None,
 ) -> list[Move]:
     """Move every single-node character of ``root`` into its shard's folder, under the
-    root's exclusive lock; the moves made (``on_move`` sees each once it is durable).
+    root's exclusive lock; the moves made, each durable.
 
     Raises :class:`rootlock.RootLocked` while a server holds the root,
     :class:`ShardMigrationError` as :func:`plan` does (before anything moves), and
@@ -108,6 +99,4 @@ def move_into_shards(
             os.rename(move.source, move.target)
             fsync_dir(move.target.parent)
             fsync_dir(move.source.parent)
-            if on_move is not None:
-                on_move(move)
         return moves
