@@ -5,6 +5,7 @@ back-pressure bound, and the bounds on a /query_memory ``time`` expression."""
 from __future__ import annotations
 
 import socket
+import sys
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -176,3 +177,47 @@ def test_the_parser_stops_at_its_depth_and_length_ceilings() -> None:
     window = parse_time_window("2026年5月7日" + "の前日" * 3, now)
     assert window is not None and window.start.day == 4
     assert relation_count("the day before the week after 9 June") == 2
+
+
+def _data_segments_in(sock: socket.socket) -> int | None:
+    """``tcpi_data_segs_in`` of the socket's TCP_INFO (Linux 4.6+): segments received that
+    carried data; None where the platform does not tell."""
+    if not hasattr(socket, "TCP_INFO"):
+        return None
+    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+    if len(info) < 160:
+        return None
+    return int.from_bytes(info[152:156], sys.byteorder)
+
+
+def _answer_length(answer: bytes) -> int:
+    """The bytes of one whole answer at the start of ``answer``: its head and its
+    Content-Length of body (ValueError when the head is not all there)."""
+    head_end = answer.index(b"\r\n\r\n") + 4
+    for line in answer[:head_end].split(b"\r\n")[1:]:
+        key, _, value = line.partition(b":")
+        if key.strip().lower() == b"content-length":
+            return head_end + int(value)
+    raise ValueError("no content-length")
+
+
+def test_an_answer_leaves_in_one_write_and_a_head_only_answer_is_not_held(server: LiveServer) -> None:
+    with _connect(server) as sock:
+        # The first bytes the client can read are the whole answer, head and body: they
+        # left in one write (a separate head would make a reader wake once for the head
+        # and again for the body, on every hop of a request).
+        before = _data_segments_in(sock)
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        first = sock.recv(65536)
+        while len(first) < _answer_length(first):
+            first += sock.recv(65536)
+        if before is not None:  # Linux: the segments that carried data, counted by the kernel
+            assert _data_segments_in(sock) == before + 1
+        # A HEAD answer has no body to join: its head is sent alone, and in order with the
+        # answer to a request pipelined behind it.
+        sock.sendall(b"HEAD /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        rest = _read_until_closed(sock)  # closed by the head deadline once both are answered
+    head_end = rest.index(b"\r\n\r\n") + 4
+    assert rest.startswith(b"HTTP/1.1 200") and rest[head_end:].startswith(b"HTTP/1.1 200"), rest[:300]
+    second = rest[head_end:]
+    assert len(second) >= _answer_length(second) and b'"status":"ok"' in second

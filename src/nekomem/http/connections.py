@@ -14,7 +14,13 @@ parser's callbacks:
   ``body_timeout_seconds``.
 
 A connection that misses a deadline is answered 408 (the project's JSON error shape) when
-no response has begun, and closed. A connection beyond ``max_connections`` is answered 503
+no response has begun, and closed.
+
+An answer's head and its body leave in one write (:class:`HeadCork`): uvicorn writes the
+status line and headers, then the body, each straight to the socket, so every answer was
+two TCP segments and its reader woke twice. That is paid on every hop of a request (a
+forwarded one crosses two), so the head is held until the body's first bytes, or until the
+end of the event loop's turn for an answer whose body comes later (or never, as for HEAD). A connection beyond ``max_connections`` is answered 503
 ``server_busy`` with ``Retry-After`` at its first bytes (its request unread) and closed.
 :func:`uvicorn_options` gives the keyword arguments every server of the project
 (``nekomem serve`` and the tests' live servers) passes to uvicorn.
@@ -72,6 +78,48 @@ def _busy_answer(retry_after: int) -> bytes:
     )
 
 
+class HeadCork(asyncio.Transport):
+    """One request cycle's view of its connection's transport: the answer's head (the first
+    write that is not an interim ``100 Continue``) is held and sent together with the next
+    write, the body's first bytes. A head still held at the end of the loop's turn is sent
+    alone (a HEAD answer, a body that is slow to come). Closing sends what is held first."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+        self._head_seen = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._held is not None:
+            data = self._held + bytes(data)
+            self._held = None
+        elif not self._head_seen and not bytes(data[:12]) == b"HTTP/1.1 100":
+            self._head_seen = True
+            self._held = bytes(data)
+            self._loop.call_soon(self.flush)
+            return
+        self._transport.write(data)
+
+    def flush(self) -> None:
+        """Send the held head, if any."""
+        if self._held is not None:
+            held, self._held = self._held, None
+            if not self._transport.is_closing():
+                self._transport.write(held)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return self._transport.get_extra_info(name, default)
+
+
 class GuardedHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the deadlines of the module docstring. The limits
     are class attributes: :func:`guarded_protocol` makes a subclass per settings."""
@@ -112,12 +160,30 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._watch()
 
     def send_400_response(self, msg: str) -> None:
+        self._flush_cycle()  # a pipelined request's answer goes out before the refusal
         self.transport.write(_UNPARSABLE)
         self.transport.close()
 
     def on_headers_complete(self) -> None:
         super().on_headers_complete()
         self._reading = _BODY  # until on_message_complete, often in the same chunk
+        # The cycle was just made (its task not yet run): it writes through a cork.
+        self.cycle.transport = HeadCork(self.transport, self.loop)
+
+    def _flush_cycle(self) -> None:
+        """Send a head the current cycle still holds (before the protocol writes or closes
+        past the cycle)."""
+        transport = self.cycle.transport if self.cycle is not None else None
+        if isinstance(transport, HeadCork):
+            transport.flush()
+
+    def shutdown(self) -> None:
+        self._flush_cycle()
+        super().shutdown()
+
+    def timeout_keep_alive_handler(self) -> None:
+        self._flush_cycle()
+        super().timeout_keep_alive_handler()
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -157,6 +223,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         log.info("closed a connection whose %s was not received in time", phase)
+        self._flush_cycle()
         # Waiting for a head, ``self.cycle`` is the previous request's (long answered).
         if phase == _HEAD or self.cycle is None or not self.cycle.response_started:
             self.transport.write(_timeout_answer(phase))
