@@ -12,6 +12,7 @@ import subprocess
 import sys
 import unicodedata
 from collections import Counter
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 
 import pytest
@@ -175,10 +176,11 @@ class _RawOwner:
     raw answer of its script (bytes, or None: close the connection without answering), and
     records the requests it read."""
 
-    def __init__(self, answers: list[bytes | None]) -> None:
+    def __init__(self, answers: list[bytes | None], *, piece: int = 0) -> None:
         self.answers = list(answers)
         self.requests: list[bytes] = []
         self.connections = 0
+        self.piece = piece  # > 0: each answer is written this many bytes at a time
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -190,14 +192,26 @@ class _RawOwner:
                 answer = self.answers.pop(0)
                 if answer is None:
                     break
-                writer.write(answer)
-                await writer.drain()
+                for at in range(0, len(answer), self.piece or len(answer)):
+                    writer.write(answer[at : at + (self.piece or len(answer))])
+                    await writer.drain()
+                    await asyncio.sleep(0)
         except asyncio.IncompleteReadError:
             pass
         writer.close()
 
 
-def test_the_hop_client_frames_answers_and_reuses_connections_it_may():
+@pytest.fixture(params=["asyncio", "uvloop"])
+def loop_run(request: pytest.FixtureRequest) -> Callable[[Coroutine[object, object, None]], None]:
+    """Runs a coroutine on asyncio's own loop, or on uvloop (what a node serves on, whose
+    transports are not asyncio's classes)."""
+    if request.param == "asyncio":
+        return asyncio.run
+    uvloop = pytest.importorskip("uvloop")
+    return uvloop.run
+
+
+def test_the_hop_client_frames_answers_and_reuses_connections_it_may(loop_run):
     async def scenario() -> None:
         owner = _RawOwner(
             [
@@ -240,10 +254,32 @@ def test_the_hop_client_frames_answers_and_reuses_connections_it_may():
         assert first.endswith(b'content-length: 8\r\n\r\n{"b": 2}')
         assert b"\r\nhost: 127.0.0.1:" in owner.requests[-1]  # none given: the owner's address
 
-    asyncio.run(scenario())
+    loop_run(scenario())
 
 
-def test_the_hop_client_retries_a_stale_idle_connection_and_reports_lost_answers():
+def test_the_hop_client_frames_answers_that_arrive_in_pieces(loop_run):
+    async def scenario() -> None:
+        answers = [
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 11\r\nx-a: b\r\n\r\nhello world",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+        ]
+        owner = _RawOwner(answers, piece=3)
+        server = await asyncio.start_server(owner.serve, "127.0.0.1", 0)
+        base = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        pool = HopPool(max_idle=4, timeout=10)
+        try:
+            first = await pool.request(base, "GET", b"/a", [], b"")
+            assert first == (200, [(b"content-length", b"11"), (b"x-a", b"b")], b"hello world")
+            assert (await pool.request(base, "GET", b"/b", [], b""))[2] == b"hello world"
+            assert owner.connections == 1
+        finally:
+            await pool.close()
+            server.close()
+
+    loop_run(scenario())
+
+
+def test_the_hop_client_retries_a_stale_idle_connection_and_reports_lost_answers(loop_run):
     async def scenario() -> None:
         ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
         # Connection 1 answers once, then closes before answering the next request (as an
@@ -266,7 +302,7 @@ def test_the_hop_client_retries_a_stale_idle_connection_and_reports_lost_answers
         with pytest.raises(Unreachable):
             await pool.request(base, "GET", b"/d", [], b"")
 
-    asyncio.run(scenario())
+    loop_run(scenario())
 
 
 def test_a_turn_committed_before_the_fence_closes_is_not_answered_refused(tmp_path):
