@@ -25,6 +25,10 @@ from nekomem.stores.shard_layout import shard_of_path, shards_root
 
 # A character's side-file naming every node that wrote to it, once per ownership (token).
 WRITERS_FILE = ".writers.ndjson"
+# Placements remembered (file path -> its shard and character folder): pathlib's parsing in
+# every guarded write was about a tenth of a node's interpreter time per /cache turn. A
+# character has a handful of files; past this many the memory is dropped all at once.
+_PLACEMENTS = 65536
 
 
 class Fence:
@@ -37,6 +41,9 @@ class Fence:
         self.node_id = node_id
         self._shards_root = shards_root(memory_root)
         self._recorded: set[tuple[str, int]] = set()
+        # str(path) -> (shard, the character's folder or None for a shard's own file), or
+        # None outside every shard. Filled by any thread; a dict assignment is atomic.
+        self._placements: dict[str, tuple[int, Path | None] | None] = {}
         self.window = ttl * fraction
         self._clock = clock
         self._lock = threading.Lock()
@@ -90,25 +97,41 @@ class Fence:
         """The write guard installed in :mod:`nekomem.stores.fence`: raises FencedWrite for a
         file inside a shard this node may not write now. Files outside the shard folders
         (the root's core_config.json) are not fenced."""
-        shard = shard_of_path(self.memory_root, path)
-        if shard is None:
+        placement = self._placement(path)
+        if placement is None:
             return
+        shard, folder = placement
         why = self.may_write(shard)
         if why is not None:
             with self._lock:
                 self.refusals += 1
             raise FencedWrite(path, why)
-        self._record_writer(Path(path), shard)
+        if folder is not None:
+            self._record_writer(folder, shard)
 
-    def _record_writer(self, path: Path, shard: int) -> None:
+    def _placement(self, path: Path) -> tuple[int, Path | None] | None:
+        """(shard, character folder or None) of ``path``, or None outside every shard."""
+        key = os.fspath(path)
+        try:
+            return self._placements[key]
+        except KeyError:
+            pass
+        shard = shard_of_path(self.memory_root, Path(path))
+        placement: tuple[int, Path | None] | None = None
+        if shard is not None:
+            parts = Path(path).relative_to(self._shards_root).parts
+            # A file of the shard folder itself has no character folder.
+            placement = (shard, self._shards_root / parts[0] / parts[1] if len(parts) >= 3 else None)
+        if len(self._placements) >= _PLACEMENTS:
+            self._placements.clear()
+        self._placements[key] = placement
+        return placement
+
+    def _record_writer(self, folder: Path, shard: int) -> None:
         """Append this node's id and token to the character's ``.writers.ndjson`` at its
         first write under each ownership: the audit trail that one character's files are
         written by one owner at a time (a side-file: no view or journal format changes)."""
-        parts = path.relative_to(self._shards_root).parts
-        if len(parts) < 3:  # a file of the shard folder itself
-            return
         token = self._tokens.get(shard, 0)
-        folder = self._shards_root / parts[0] / parts[1]
         key = (str(folder), token)
         if key in self._recorded:
             return
