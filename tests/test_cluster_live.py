@@ -13,6 +13,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from nekomem.cluster.ring import owner_of
 from nekomem.stores.shard_layout import shard_of
@@ -89,12 +90,45 @@ def test_characters_through_haproxy_and_any_node_each_written_by_one_node(tmp_pa
         metrics = httpx.get(c.nodes[0].url + "/metrics?scope=cluster", timeout=10).text
         assert 'nekomem_cluster_forwards_total{node="n1",outcome="ok"}' in metrics
         assert 'node="n3"' in metrics
+        # The first hop applies the request guard before it forwards: a request another
+        # node owns, from a foreign web page or not sent as JSON, is refused by the node
+        # it reached and never forwarded. Forwarded answers count in that node's request
+        # metrics under their route.
+        first = c.nodes[0]
+        theirs = owned_by("n2", {"n1", "n2", "n3"}, MANY)[0]
+        before = _cache_answers(first.url)
+        forwarded = c.forwards()
+        refused = [
+            httpx.post(f"{first.url}/cache/{theirs}", json={"input_history": []}, headers={"Origin": "https://evil.example"}),
+            httpx.post(f"{first.url}/cache/{theirs}", content=b"{}", headers={"Content-Type": "text/plain"}),
+        ]
+        assert [(r.status_code, r.json()["error_code"]) for r in refused] == [(403, "origin_not_allowed"), (415, "unsupported_media_type")]
+        assert c.forwards() == forwarded
+        with httpx.Client(timeout=30) as client:
+            for i in range(3):
+                r = post_turn(client, first.url, theirs, f"counted-{i}")
+                assert r.status_code == 200 and r.headers["x-nekomem-node"] == "n2", r.text
+        assert c.forwards() == forwarded + 3
+        assert _cache_answers(first.url) == before + 3
         # The cluster routes are documented in cluster mode.
         paths = httpx.get(c.nodes[2].url + "/openapi.json", timeout=10).json()["paths"]
         assert "/cluster/status" in paths and "/cluster/drain" in paths
         # A cluster-wide /reload reaches every node.
         r = httpx.post(c.nodes[1].url + "/reload", timeout=30)
         assert r.status_code == 200 and set(r.json()["nodes"]) == {"n1", "n2", "n3"}
+
+
+def _cache_answers(url: str) -> float:
+    """The 200 answers to POST /cache/{name} a node's own /metrics counts."""
+    for family in text_string_to_metric_families(httpx.get(url + "/metrics", timeout=10).text):
+        for sample in family.samples:
+            if sample.name == "nekomem_http_requests_total" and sample.labels == {
+                "method": "POST",
+                "route": "/cache/{name}",
+                "status": "200",
+            }:
+                return sample.value
+    return 0.0
 
 
 def test_kill_9_under_load_loses_and_duplicates_nothing(tmp_path):

@@ -197,6 +197,10 @@ def create_app(
     app.add_middleware(RequestGuard, settings=settings.server)
     # Back-pressure before anything else is done for a request (the metrics still count it).
     app.add_middleware(ConcurrencyLimit, settings=settings.server)
-    # Outermost: it times every request and also counts the ones the guard refuses.
-    metrics.install(app, rt)
+    # It times every request and also counts the ones the guard refuses.
+    measured = metrics.install(app, rt)
+    if cluster is not None:
+        # Outermost in cluster mode: a request for another node's character is forwarded
+        # before the layers above (it does their part for what it answers itself).
+        cluster_http.add_forwarding(app, cluster, measured)
     return app

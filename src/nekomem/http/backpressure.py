@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nekomem.config.server import ServerSettings
@@ -21,6 +22,13 @@ from nekomem.http.errors import error_response
 log = logging.getLogger("nekomem.http.backpressure")
 
 EXEMPT = frozenset({"/health"})
+
+
+def busy_response(limit: int, retry_after: int) -> Response:
+    """The 503 ``server_busy`` answer (with Retry-After) of a request beyond ``limit``."""
+    response = error_response(503, "server_busy", f"the server is answering {limit} requests already; retry after {retry_after} s")
+    response.headers["Retry-After"] = str(retry_after)
+    return response
 
 
 class ConcurrencyLimit:
@@ -41,13 +49,7 @@ class ConcurrencyLimit:
             self.refused += 1
             if self.refused == 1 or self.refused % 1000 == 0:
                 log.warning("server busy: %d requests refused so far (max_concurrent_requests=%d)", self.refused, self.limit)
-            response = error_response(
-                503,
-                "server_busy",
-                f"the server is answering {self.limit} requests already; retry after {self.retry_after} s",
-            )
-            response.headers["Retry-After"] = str(self.retry_after)
-            await response(scope, receive, send)
+            await busy_response(self.limit, self.retry_after)(scope, receive, send)
             return
         self.in_flight += 1
         try:

@@ -42,6 +42,8 @@ from nekomem.http.bodies import convert_body, read_json_object
 from nekomem.http.cluster_forward import FORWARDED_HEADER, ForwardingMiddleware
 from nekomem.http.cluster_schemas import DrainBody
 from nekomem.http.errors import ApiError, error_response
+from nekomem.http.metrics import Metrics
+from nekomem.http.metrics_middleware import RouteLabels
 from nekomem.runtime.runtime import Runtime
 
 _NODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -93,17 +95,23 @@ class ClusterHook:
 
 
 def attach(app: Starlette, runtime: Runtime, settings: Settings) -> ClusterHook:
-    """Cluster mode for ``app``: the node, the forwarding and cluster-wide middlewares, and
-    the /cluster routes. Call between adding the limited-mode middleware and the request
-    guard (the forwarding runs inside the guard)."""
+    """Cluster mode for ``app``: the node, the cluster-wide middleware and the /cluster
+    routes. Call between adding the limited-mode middleware and the request guard, then
+    :func:`add_forwarding` once every other middleware is added."""
     hook = ClusterHook(app, runtime, settings)
     app.router.routes.extend(
         [Route("/cluster/status", cluster_status, methods=["GET"]), Route("/cluster/drain", cluster_drain, methods=["POST"])]
     )
     app.state.cluster = hook
     app.add_middleware(ClusterWideMiddleware, hook=hook)
-    app.add_middleware(ForwardingMiddleware, node=hook.node, routes=app.router.routes)
     return hook
+
+
+def add_forwarding(app: Starlette, hook: ClusterHook, metrics: Metrics) -> None:
+    """The forwarding middleware, outermost of the app's own: call after adding every other
+    middleware (the request metrics included, whose numbers it feeds)."""
+    labels = RouteLabels(lambda: app.router.routes)
+    app.add_middleware(ForwardingMiddleware, node=hook.node, routes=app.router.routes, stats=metrics.requests, labels=labels)
 
 
 def _hook(request: Request) -> ClusterHook:

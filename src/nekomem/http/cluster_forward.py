@@ -1,8 +1,9 @@
 """Cluster mode's front door: every request for a character goes to its shard's owner.
 
-An ASGI middleware (inside the request guard, so a refused request is refused on the first
-hop). It finds the character the way the routes do (the first route of the app that matches
-the path, its ``name`` parameter, validated), then:
+An ASGI middleware, the outermost of the app's own (see :class:`ForwardingMiddleware` for
+what it does in place of the layers inside it; a request the request guard refuses is
+refused on the first hop). It finds the character the way the routes do (the first route of
+the app that matches the path, its ``name`` parameter, validated), then:
 
 * this node owns the shard and it is ready: the request is served here, counted in flight
   on the shard (a hand-over waits for it);
@@ -20,14 +21,19 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
+from typing import NamedTuple
 
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nekomem.cluster.node import ClusterNode
 from nekomem.cluster.table import Route
+from nekomem.http.backpressure import busy_response
 from nekomem.http.cluster_pool import HopPool, Lost, Unreachable
 from nekomem.http.errors import error_response
+from nekomem.http.guard import RequestGuard
+from nekomem.http.metrics_middleware import RequestStats, RouteLabels
 from nekomem.stores.layout import InvalidName, validate_name
 from nekomem.stores.shard_layout import shard_of
 
@@ -52,40 +58,68 @@ _HOP = frozenset(
     }
 )
 _WAIT_STEP = 0.05
-# Requests' (method, path) -> character, remembered: matching a path against every route of
-# the app and validating the name was a tenth of a forwarding node's CPU per request.
+# Requests' (method, path) -> their Target, remembered: matching a path against every
+# route of the app and validating the name was a tenth of a forwarding node's CPU per
+# request, and the shard's hash (NFC, BLAKE2b) a few percent more.
 # Bounded: forgotten all at once past this many (a client sending endless distinct paths).
 _CHARACTER_CACHE = 4096
 
 
+class Target(NamedTuple):
+    """The character a request addresses: its canonical name, shard, and the metrics label
+    of the route it matched."""
+
+    name: str
+    shard: int
+    route: str
+
+
 class ForwardingMiddleware:
-    def __init__(self, app: ASGIApp, node: ClusterNode, routes: Sequence[BaseRoute]) -> None:
+    """The outermost of the app's own middlewares (inside only Starlette's error handler).
+
+    A request this node serves passes on to the rest of the stack (metrics, back-pressure,
+    the request guard, limited mode, the routes). A request it forwards, or answers 503
+    for, is answered here: the stack's per-request layers were a fifth of a forwarding
+    node's CPU per hop, so this middleware does their part itself. It applies the request
+    guard's checks first (a request the guard refuses is passed on, and refused there, on
+    the first hop), counts the answer in the request metrics under the route's label, and
+    bounds the forwards in flight by ``max_concurrent_requests`` (beyond it: 503
+    ``server_busy`` with Retry-After, as the back-pressure answers).
+    """
+
+    def __init__(self, app: ASGIApp, node: ClusterNode, routes: Sequence[BaseRoute], stats: RequestStats, labels: RouteLabels) -> None:
         self.app = app
         self.node = node
         self.routes = routes
-        c = node.settings.cluster
+        self.stats = stats
+        self.labels = labels
+        c, server = node.settings.cluster, node.settings.server
+        self.guard = RequestGuard(app, server)  # its checks only; the stack's own guard answers
+        self.max_forwards = server.max_concurrent_requests
+        self.busy_retry_after = server.busy_retry_after_seconds
+        self.forwarding = 0
         self.wait = c.cluster_owner_wait_seconds
-        self.max_length = node.settings.server.name_max_length
+        self.max_length = server.name_max_length
         self.retry_after = str(max(1, round(node.ttl / 2)))
         self.slot = c.cluster_proxy_slot
-        self._characters: dict[tuple[str, str], str | None] = {}
+        self._targets: dict[tuple[str, str], Target | None] = {}
         self.pool = HopPool(max_idle=c.cluster_forward_connections, timeout=c.cluster_forward_timeout_seconds)
 
-    def character(self, scope: Scope) -> str | None:
-        """The canonical character name a request addresses, or None (not a character
-        route, or a name the route will refuse itself)."""
+    def target(self, scope: Scope) -> Target | None:
+        """The character a request addresses, or None (not a character route, or a name the
+        route will refuse itself)."""
         key = (scope["method"], scope["path"])
         try:
-            return self._characters[key]
+            return self._targets[key]
         except KeyError:
             pass
-        name = self._match(scope)
-        if len(self._characters) >= _CHARACTER_CACHE:
-            self._characters.clear()
-        self._characters[key] = name
-        return name
+        found = self._match(scope)
+        if len(self._targets) >= _CHARACTER_CACHE:
+            self._targets.clear()
+        self._targets[key] = found
+        return found
 
-    def _match(self, scope: Scope) -> str | None:
+    def _match(self, scope: Scope) -> Target | None:
         for route in self.routes:
             match, child = route.matches(scope)
             if match is Match.FULL:
@@ -93,24 +127,27 @@ class ForwardingMiddleware:
                 if not isinstance(raw, str):
                     return None
                 try:
-                    return validate_name(raw, self.max_length)
+                    name = validate_name(raw, self.max_length)
                 except InvalidName:
                     return None
+                return Target(name, shard_of(name, self.node.shards), self.labels.of_route(route))
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        name = self.character(scope)
-        if name is None:
+        target = self.target(scope)
+        if target is None:
             await self.app(scope, receive, send)
             return
-        shard = shard_of(name, self.node.shards)
+        started = time.perf_counter()
+        shard = target.shard
         forwarded = any(key == FORWARDED_HEADER for key, _ in scope["headers"])
         table = self.node.table
         body: bytes | None = None
-        end = time.monotonic() + self.wait
+        checked = False
+        end = started + self.wait
         while True:
             route = table.route(shard, forwarded=forwarded)
             if route.kind == "local" and table.enter(shard):
@@ -119,12 +156,26 @@ class ForwardingMiddleware:
                 finally:
                     table.leave(shard)
                 return
+            if not checked:  # answered here from now on: the guard's checks first
+                checked = True
+                if self.guard.check(scope) is not None:
+                    await self.app(scope, receive, send)  # refused by the stack's guard
+                    return
             if route.kind == "forward":
+                if self.forwarding >= self.max_forwards:
+                    await self._answer(busy_response(self.max_forwards, self.busy_retry_after), scope, send, target, started)
+                    return
                 if body is None:
                     body = await _read_body(receive)
-                if await self._forward(route, scope, body, send):
+                self.forwarding += 1
+                try:
+                    status = await self._forward(route, scope, body, send)
+                finally:
+                    self.forwarding -= 1
+                if status is not None:
+                    self.stats.record(scope["method"], target.route, status, time.perf_counter() - started)
                     return
-            if time.monotonic() >= end:
+            if time.perf_counter() >= end:
                 break
             await asyncio.sleep(_WAIT_STEP)
         self.node.counters.unavailable += 1
@@ -138,7 +189,12 @@ class ForwardingMiddleware:
             shard=shard,
         )
         response.headers["Retry-After"] = self.retry_after
-        await response(scope, receive, send)
+        await self._answer(response, scope, send, target, started)
+
+    async def _answer(self, response: Response, scope: Scope, send: Send, target: Target, started: float) -> None:
+        """Send an answer of this middleware's own, counted in the request metrics."""
+        await response(scope, _no_body, send)
+        self.stats.record(scope["method"], target.route, response.status_code, time.perf_counter() - started)
 
     def _mark(self, send: Send) -> Send:
         """``send`` with the served-by header added to the answer's start."""
@@ -153,9 +209,10 @@ class ForwardingMiddleware:
 
         return marked
 
-    async def _forward(self, route: Route, scope: Scope, body: bytes, send: Send) -> bool:
-        """Send the request to the owner and relay its answer; False when the owner could
-        not be reached (nothing was sent: the caller waits for a new owner)."""
+    async def _forward(self, route: Route, scope: Scope, body: bytes, send: Send) -> int | None:
+        """Send the request to the owner and relay its answer; the status answered, or None
+        when the owner could not be reached (nothing was sent: the caller waits for a new
+        owner)."""
         headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _HOP]
         headers.append((FORWARDED_HEADER, self.node.node_id.encode()))
         target = scope.get("raw_path") or scope["path"].encode()
@@ -166,7 +223,7 @@ class ForwardingMiddleware:
             status, answer_headers, content = await self.pool.request(route.url, scope["method"], target, headers, body)
         except Unreachable:
             self.node.counters.forward("unreachable")
-            return False
+            return None
         except Lost as exc:
             # Sent, then lost: it may have been stored. Only the client can retry safely
             # (with its Idempotency-Key).
@@ -175,13 +232,13 @@ class ForwardingMiddleware:
             response = error_response(503, "forward_failed", "the owner node did not answer; the request may or may not have been stored")
             response.headers["Retry-After"] = self.retry_after
             await response(scope, _no_body, send)
-            return True
+            return response.status_code
         self.node.counters.forward("ok")
         out = [(k.lower(), v) for k, v in answer_headers if k.lower() not in _HOP]
         out.append((b"content-length", str(len(content)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": out})
         await send({"type": "http.response.body", "body": content})
-        return True
+        return status
 
     async def aclose(self) -> None:
         await self.pool.close()

@@ -60,6 +60,10 @@ class RouteLabels:
             route = self._match(scope) if "endpoint" in scope else None
             if route is None:
                 return UNMATCHED
+        return self.of_route(route)
+
+    def of_route(self, route: BaseRoute) -> str:
+        """The label of ``route`` (one of the app's routes, or of a mounted app's)."""
         label = self._labels.get(id(route))
         if label is None:
             label = self._labels[id(route)] = self._label(route)
@@ -112,6 +116,18 @@ class RequestStats:
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds
         self.routes: dict[tuple[str, str], RouteStats] = {}
+
+    def record(self, method: str, route: str, status: int, seconds: float) -> None:
+        """Count one answered request of ``method`` on route template ``route``."""
+        if method not in METHODS:
+            method = OTHER_METHOD
+        key = (method, route)
+        stats = self.routes.get(key)
+        if stats is None:
+            stats = self.routes[key] = RouteStats(len(self.bounds))
+        stats.statuses[status] = stats.statuses.get(status, 0) + 1
+        stats.buckets[bisect.bisect_left(self.bounds, seconds)] += 1
+        stats.seconds += seconds
 
     def snapshot(self) -> list[tuple[str, str, dict[int, int], list[int], float]]:
         """(method, route, count per status, per-bucket counts, seconds) of every route seen."""
@@ -178,13 +194,4 @@ class RequestMetrics:
             self._record(scope, status, time.perf_counter() - started)
 
     def _record(self, scope: Scope, status: int, seconds: float) -> None:
-        method = scope["method"]
-        if method not in METHODS:
-            method = OTHER_METHOD
-        key = (method, self.labels.of(scope))
-        stats = self.stats.routes.get(key)
-        if stats is None:
-            stats = self.stats.routes[key] = RouteStats(len(self.stats.bounds))
-        stats.statuses[status] = stats.statuses.get(status, 0) + 1
-        stats.buckets[bisect.bisect_left(self.stats.bounds, seconds)] += 1
-        stats.seconds += seconds
+        self.stats.record(scope["method"], self.labels.of(scope), status, seconds)
