@@ -1,28 +1,38 @@
 """nekomem on 1, 2, 3 nodes behind HAProxy on this machine: warm ``/cache`` throughput and
 p99 side by side, the cost of the forwarding hop, and a failover timeline around kill -9.
 
-    python -m bench.cluster [--nodes 1,2] [--seconds 10] [--clients 48] [--characters 480] [--rounds 3]
+    python -m bench.cluster [--nodes 1,2] [--seconds 10] [--clients 48] [--characters 480] [--rounds 5]
+                            [--loadgen auto|wrk|python]
 
 Each cluster is real: etcd (Debian's etcd-server) on a temp data dir, nekomem nodes as
 ``python -m nekomem serve`` processes on one shared memory root (embeddings off, no LLM,
 ``--actor-workers`` threads each: by default the setting's default),
 HAProxy with the shipped deploy/haproxy.cfg (consistent hashing on the character name,
-then the owner learnt from the answers). Every phase: ``--clients`` asyncio clients, each
-one keep-alive HTTP/1.1 connection to HAProxy, post one turn per request to a random warm
-character. ``--rounds N`` runs the sizes N times, alternating, and reports medians.
+then the owner learnt from the answers). Every size's cluster is started (and every
+character warmed) before the first phase and runs until the last; the sizes then take
+turns, one phase each, ``--rounds`` times (the order reversed every other round), and the
+ratio is the median of the rounds' ratios: each round compares phases seconds apart on a
+machine whose speed drifts over minutes.
+
+Every phase: ``--clients`` keep-alive HTTP/1.1 connections to HAProxy, each posting one
+turn at a time to a random warm character, for ``--seconds`` after 2 s of the same load.
+The load comes from wrk (Debian's package, one thread, bench/cluster_wrk.lua) when it is
+installed, else from this process (asyncio on uvloop, the protocol written by hand): on 2
+cores the generator's CPU is taken from the nodes being measured, and wrk's is a fraction
+of the Python generator's.
 
 Under each phase it prints the CPU each process spent per request (every node, HAProxy,
-etcd, and the load generator, which is this process), the cores the whole machine was
-busy, and how many requests the first node forwarded: on a 2-core machine the load
-generator, HAProxy and every node share the same two cores, and any other work on the
-machine shows as "other processes and kernel".
+etcd, and the load generator), the cores the whole machine was busy, and how many
+requests the first node forwarded: on a 2-core machine the load generator, HAProxy and
+every node share the same two cores, and any other work on the machine (the idle
+clusters' upkeep included) shows as "other processes and kernel".
 
 Forwarding hop: one client, sequential requests for characters owned by node A, sent to A
 directly and to node B (which forwards to A), alternating request by request: p50 of
 each, for the warm ``/cache`` turn and for a ``/get_recent_history`` read.
 
-Failover timeline (the largest cluster of the last round, at least 2 nodes): the load runs
-through HAProxy, one node is killed with SIGKILL after 5 s, and requests / errors per
+Failover timeline (the largest cluster, at least 2 nodes, after the rounds): this process's
+load (it buckets answers by second and kind) runs through HAProxy, one node is killed with SIGKILL after 5 s, and requests / errors per
 second are printed (errors: 503 with Retry-After, the only error a client should see).
 The last line reads ``2 nodes: X.XXx the throughput of 1 node``.
 """
@@ -31,24 +41,35 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
+import contextlib
 import os
 import random
 import re
+import resource
+import shutil
 import statistics
+import subprocess
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
+
+try:
+    import uvloop
+except ImportError:  # not on Windows
+    uvloop = None  # type: ignore[assignment]
 
 from nekomem.cluster.ring import owner_of
 from nekomem.config.server import RuntimeSettings
 from nekomem.stores.shard_layout import shard_of
 from tests.support.cluster import SHARDS, Cluster, cluster
+
+T = TypeVar("T")
 
 
 def pct(values: list[float], q: float) -> float:
@@ -112,6 +133,14 @@ async def load(
     start = time.monotonic()
     end = start + seconds
 
+    # Each character's request head, formatted once (the body's length filled in per request).
+    heads = {
+        name: (
+            f"POST /cache/{name} HTTP/1.1\r\nhost: {parts.netloc}\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+        ).encode()
+        for name in names
+    }
+
     async def one(seed: int) -> None:
         nonlocal errors
         rng = random.Random(seed)
@@ -119,11 +148,8 @@ async def load(
         i = 0
         while time.monotonic() < end:
             name = rng.choice(names)
-            body = json.dumps({"input_history": [{"role": "user", "content": f"b{seed}-{i}"}]}).encode()
-            request = (
-                f"POST /cache/{name} HTTP/1.1\r\nhost: {parts.netloc}\r\ncontent-type: application/json\r\n"
-                f"content-length: {len(body)}\r\n\r\n"
-            ).encode() + body
+            body = b'{"input_history": [{"role": "user", "content": "b%d-%d"}]}' % (seed, i)
+            request = heads[name] % len(body) + body
             t0 = time.monotonic()
             kind = ""
             try:
@@ -158,6 +184,57 @@ async def load(
     return len(latencies), latencies, errors
 
 
+class Phase(NamedTuple):
+    """One measured load phase: acknowledged requests, p50 and p99 latency in seconds,
+    error answers, and how long it ran."""
+
+    count: int
+    p50: float
+    p99: float
+    errors: int
+    seconds: float
+
+
+WRK = shutil.which("wrk")
+WRK_SCRIPT = Path(__file__).with_name("cluster_wrk.lua")
+
+
+def wrk_load(url: str, names: list[str], clients: int, seconds: float) -> Phase:
+    """The same load as :func:`load` (``clients`` keep-alive connections posting one turn at
+    a time to a random character), generated by wrk (Debian's package) on one thread: it
+    spends a fraction of the CPU per request the Python generator does, CPU that on a
+    2-core machine the nodes being measured would otherwise lose. Raises SystemExit when
+    wrk fails."""
+    with tempfile.NamedTemporaryFile("w", suffix=".txt") as listing:
+        listing.write("\n".join(names) + "\n")
+        listing.flush()
+        command = [WRK or "wrk", "-t1", f"-c{clients}", f"-d{max(1, round(seconds))}s", "--timeout", "30s"]
+        command += ["-s", str(WRK_SCRIPT), url, "--", listing.name]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 60)
+    line = next((x for x in done.stdout.splitlines() if x.startswith("NEKOMEM ")), None)
+    if done.returncode != 0 or line is None:
+        raise SystemExit(f"wrk failed ({done.returncode}): {done.stderr[-500:] or done.stdout[-500:]}")
+    requests, connect, read, write, status, timeouts = (int(v) for v in line.split()[1:7])
+    p50, p99, took = (float(v) / 1e6 for v in line.split()[7:10])
+    errors = connect + read + write + status + timeouts
+    return Phase(requests - status, p50, p99, errors, took)
+
+
+def python_load(url: str, names: list[str], clients: int, seconds: float) -> Phase:
+    """:func:`load` as a :class:`Phase`."""
+    count, latencies, errors = run(load(url, names, clients, seconds))
+    return Phase(count, pct(latencies, 0.5), pct(latencies, 0.99), errors, seconds)
+
+
+def run(main: Coroutine[object, object, T]) -> T:
+    """Run the load generator's coroutine on uvloop where it is installed (it is, with
+    nekomem's server extras): asyncio's own loop spent about twice the CPU per request,
+    taken on a 2-core machine from the nodes being measured."""
+    if uvloop is not None:
+        return uvloop.run(main)
+    return asyncio.run(main)
+
+
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -175,9 +252,15 @@ def busy_seconds() -> float:
     return (sum(values) - values[3] - values[4]) / _TICK  # minus idle and iowait
 
 
+def children_cpu_seconds() -> float:
+    """User + system CPU seconds of this process's finished children (wrk's runs)."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
 class CpuShare:
     """Where the CPU went during one phase: every process of the cluster and the load
-    generator (this process), and the machine as a whole."""
+    generator (this process, or the wrk it ran), and the machine as a whole."""
 
     def __init__(self, c: Cluster) -> None:
         self.pids = {n.node_id: n.proc.pid for n in c.nodes if n.proc is not None}
@@ -187,12 +270,14 @@ class CpuShare:
             self.pids["etcd"] = c.etcd.proc.pid
         self.pids["loadgen"] = os.getpid()
         self.before = {k: cpu_seconds(p) for k, p in self.pids.items()}
+        self.children = children_cpu_seconds()
         self.busy = busy_seconds()
         self.t0 = time.monotonic()
 
     def report(self, requests: int) -> str:
         wall = time.monotonic() - self.t0
         used = {k: cpu_seconds(p) - self.before[k] for k, p in self.pids.items()}
+        used["loadgen"] += children_cpu_seconds() - self.children  # wrk, when it generated the load
         busy = busy_seconds() - self.busy
         per = ", ".join(f"{k} {v / max(requests, 1) * 1000:.2f} ms ({v / wall:.2f} core)" for k, v in used.items())
         rest = busy - sum(used.values())
@@ -274,17 +359,32 @@ def main() -> None:
         default=480,
         help="warm characters (default 480: with 48, consistent hashing gave one node a fifth more of the load)",
     )
-    parser.add_argument("--rounds", type=int, default=1, help="run the sizes this many times, alternating; ratios are the median")
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="phases per size, the sizes taking turns; the ratio is the median of the rounds'"
+    )
     parser.add_argument(
         "--actor-workers",
         type=int,
         default=RuntimeSettings().actor_workers,
         help="each node's actor_workers (default: the setting's default, as a deployed node runs; the test fixture's nodes run 1)",
     )
+    parser.add_argument(
+        "--loadgen",
+        choices=["auto", "wrk", "python"],
+        default="auto",
+        help="what generates the throughput phases' load: wrk (auto: when installed) or this process (asyncio on uvloop); "
+        "the failover timeline is always this process's",
+    )
     parser.add_argument("--hop-requests", type=int, default=300)
     parser.add_argument("--failover-seconds", type=float, default=20.0)
     args = parser.parse_args()
     node_env = {"NEKOMEM_ACTOR_WORKERS": str(args.actor_workers)}
+    if args.loadgen == "wrk" and WRK is None:
+        raise SystemExit("--loadgen wrk: wrk is not installed (apt-get install wrk)")
+    generate = wrk_load if args.loadgen == "wrk" or (args.loadgen == "auto" and WRK is not None) else python_load
+    print(
+        f"load generator: {'wrk' if generate is wrk_load else 'python (asyncio on uvloop)' if uvloop else 'python (asyncio)'}", flush=True
+    )
     sizes = [int(n) for n in args.nodes.split(",")]
     names = [f"bench{i:03d}" for i in range(args.characters)]
     rows: dict[int, list[tuple[float, float, float, int]]] = {size: [] for size in sizes}  # (req/s, p50, p99, errors)
@@ -292,26 +392,36 @@ def main() -> None:
     timeline: dict[int, list[int]] = {}
     kinds: Counter[str] = Counter()
     killed_at = 0.0
-    for round_ in range(1, args.rounds + 1):
+    with contextlib.ExitStack() as stack:
+        # Every size's cluster runs for the whole bench, and the sizes take turns, a phase
+        # each: the ratio compares phases seconds apart, not clusters started minutes apart
+        # on a machine whose speed drifts (the idle cluster's upkeep is small, and shows as
+        # "other processes" in the CPU line).
+        clusters: dict[int, Cluster] = {}
         for size in sizes:
-            with tempfile.TemporaryDirectory(prefix="nekomem-cluster-bench-") as tmp, cluster(Path(tmp), size=size, **node_env) as c:
-                warm(c, names)
-                asyncio.run(load(c.proxy.url, names, args.clients, 2.0))  # connections and caches warm
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="nekomem-cluster-bench-"))
+            clusters[size] = stack.enter_context(cluster(Path(tmp), size=size, **node_env))
+            warm(clusters[size], names)
+        for round_ in range(1, args.rounds + 1):
+            for size in sizes if round_ % 2 else sizes[::-1]:
+                c = clusters[size]
+                generate(c.proxy.url, names, args.clients, 2.0)  # connections and caches warm
                 share, forwards = CpuShare(c), c.forwards()
-                count, latencies, errors = asyncio.run(load(c.proxy.url, names, args.clients, args.seconds))
+                count, p50, p99, errors, took = generate(c.proxy.url, names, args.clients, args.seconds)
                 cpu = share.report(count)
                 forwarded = c.forwards() - forwards
-                row = (count / args.seconds, pct(latencies, 0.5), pct(latencies, 0.99), errors)
+                row = (count / took, p50, p99, errors)
                 rows[size].append(row)
                 print(
                     f"round {round_}: {size} node(s): {row[0]:8.1f} req/s  p50 {row[1] * 1000:6.1f} ms  p99 {row[2] * 1000:6.1f} ms  errors {errors}",
                     flush=True,
                 )
                 print(f"{cpu}\n    forwarded by the first node: {forwarded} of {count}", flush=True)
-                if size >= 2 and not hop:
-                    hop = hop_cost(c, names, args.hop_requests)
-                if round_ == args.rounds and size == max(sizes) and size >= 2 and args.failover_seconds > 0:
-                    killed_at = asyncio.run(failover(c, names, args.clients, args.failover_seconds, timeline, kinds))
+        several = [size for size in sizes if size >= 2]
+        if several:
+            hop = hop_cost(clusters[several[0]], names, args.hop_requests)
+        if several and args.failover_seconds > 0:
+            killed_at = run(failover(clusters[max(sizes)], names, args.clients, args.failover_seconds, timeline, kinds))
     print()
     print(f"{'nodes':>5} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}   (median of {args.rounds} round(s))")
     for size, runs in rows.items():
