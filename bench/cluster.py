@@ -228,8 +228,9 @@ def python_load(url: str, names: list[str], clients: int, seconds: float) -> Pha
 
 def run(main: Coroutine[object, object, T]) -> T:
     """Run the load generator's coroutine on uvloop where it is installed (it is, with
-    nekomem's server extras): asyncio's own loop spent about twice the CPU per request,
-    taken on a 2-core machine from the nodes being measured."""
+    nekomem's server extras): on asyncio's own loop (with each request formatted whole)
+    the generator spent 0.09-0.12 ms of CPU per request, on uvloop 0.06-0.09 ms, taken on
+    a 2-core machine from the nodes being measured."""
     if uvloop is not None:
         return uvloop.run(main)
     return asyncio.run(main)
