@@ -241,9 +241,14 @@ _TICK = os.sysconf("SC_CLK_TCK")
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` (every thread), from /proc."""
+    return sum(cpu_split(pid))
+
+
+def cpu_split(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of process ``pid`` (every thread), from /proc."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
+    return int(fields[11]) / _TICK, int(fields[12]) / _TICK
 
 
 def busy_seconds() -> float:
@@ -265,22 +270,31 @@ class CpuShare:
 
     def __init__(self, c: Cluster) -> None:
         self.pids = {n.node_id: n.proc.pid for n in c.nodes if n.proc is not None}
+        self.nodes = set(self.pids)
         if c.proxy.proc is not None:
             self.pids["haproxy"] = c.proxy.proc.pid
         if c.etcd.proc is not None:
             self.pids["etcd"] = c.etcd.proc.pid
         self.pids["loadgen"] = os.getpid()
-        self.before = {k: cpu_seconds(p) for k, p in self.pids.items()}
+        self.before = {k: cpu_split(p) for k, p in self.pids.items()}
         self.children = children_cpu_seconds()
         self.busy = busy_seconds()
         self.t0 = time.monotonic()
 
     def report(self, requests: int) -> str:
         wall = time.monotonic() - self.t0
-        used = {k: cpu_seconds(p) - self.before[k] for k, p in self.pids.items()}
-        used["loadgen"] += children_cpu_seconds() - self.children  # wrk, when it generated the load
+        split = {k: [now - then for now, then in zip(cpu_split(p), self.before[k], strict=True)] for k, p in self.pids.items()}
+        split["loadgen"][0] += children_cpu_seconds() - self.children  # wrk, when it generated the load
+        used = {k: user + system for k, (user, system) in split.items()}
         busy = busy_seconds() - self.busy
-        per = ", ".join(f"{k} {v / max(requests, 1) * 1000:.2f} ms ({v / wall:.2f} core)" for k, v in used.items())
+
+        def one(k: str, v: float) -> str:
+            # A node's kernel share: the part of its CPU that runs outside the interpreter
+            # lock (fsync, file and socket calls), beside its one core of Python.
+            kernel = f", {split[k][1] / wall:.2f} in the kernel" if k in self.nodes else ""
+            return f"{k} {v / max(requests, 1) * 1000:.2f} ms ({v / wall:.2f} core{kernel})"
+
+        per = ", ".join(one(k, v) for k, v in used.items())
         rest = busy - sum(used.values())
         return (
             f"    CPU per request: {per}; machine busy {busy / wall:.2f} of {os.cpu_count()} cores "
