@@ -12,7 +12,8 @@ then the owner learnt from the answers). Every size's cluster is started (and ev
 character warmed) before the first phase and runs until the last; the sizes then take
 turns, one phase each, ``--rounds`` times (the order reversed every other round), and the
 ratio is the median of the rounds' ratios: each round compares phases seconds apart on a
-machine whose speed drifts over minutes.
+machine whose speed drifts over minutes. Before each phase the bench waits until every
+cluster is idle, so that no phase pays for the work another left behind.
 
 Every phase: ``--clients`` keep-alive HTTP/1.1 connections to HAProxy, each posting one
 turn at a time to a random warm character, for ``--seconds`` after 2 s of the same load.
@@ -302,6 +303,21 @@ class CpuShare:
         )
 
 
+def settle(clusters: list[Cluster], *, below: float = 0.05, window: float = 0.5, limit: float = 20.0) -> float:
+    """Wait until every process of ``clusters`` together uses less than ``below`` core over
+    a ``window`` (at most ``limit`` seconds); the seconds waited. A cluster keeps working
+    for a while after its phase (post-turn records, outbox syncs, checkpoints): measured
+    without this, a phase right after another cluster's ran up to a seventh slower than
+    one after its own."""
+    pids = [p.pid for c in clusters for p in (*(n.proc for n in c.nodes), c.proxy.proc, c.etcd.proc) if p is not None]
+    start = time.monotonic()
+    while True:
+        before = sum(cpu_seconds(pid) for pid in pids)
+        time.sleep(window)
+        if sum(cpu_seconds(pid) for pid in pids) - before < below * window or time.monotonic() - start > limit:
+            return time.monotonic() - start
+
+
 def warm(c: Cluster, names: list[str]) -> None:
     """One turn for every character through HAProxy (the proxy learns each owner). A 5xx or
     an answer with Retry-After (HAProxy still taking the unused slots out, a node's fence not
@@ -420,6 +436,7 @@ def main() -> None:
         for round_ in range(1, args.rounds + 1):
             for size in sizes if round_ % 2 else sizes[::-1]:
                 c = clusters[size]
+                waited = settle(list(clusters.values()))
                 generate(c.proxy.url, names, args.clients, 2.0)  # connections and caches warm
                 share, forwards = CpuShare(c), c.forwards()
                 count, p50, p99, errors, took = generate(c.proxy.url, names, args.clients, args.seconds)
@@ -431,7 +448,10 @@ def main() -> None:
                     f"round {round_}: {size} node(s): {row[0]:8.1f} req/s  p50 {row[1] * 1000:6.1f} ms  p99 {row[2] * 1000:6.1f} ms  errors {errors}",
                     flush=True,
                 )
-                print(f"{cpu}\n    forwarded by the first node: {forwarded} of {count}", flush=True)
+                print(
+                    f"{cpu}\n    forwarded by the first node: {forwarded} of {count}; waited {waited:.1f} s for every cluster to idle",
+                    flush=True,
+                )
         several = [size for size in sizes if size >= 2]
         if several:
             hop = hop_cost(clusters[several[0]], names, args.hop_requests)
