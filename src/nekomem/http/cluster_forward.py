@@ -234,7 +234,7 @@ class ForwardingMiddleware:
             await response(scope, _no_body, send)
             return response.status_code
         self.node.counters.forward("ok")
-        out = [(k.lower(), v) for k, v in answer_headers if k.lower() not in _HOP]
+        out = [(k, v) for k, v in answer_headers if k not in _HOP]  # the pool gives names in lower case
         out.append((b"content-length", str(len(content)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": out})
         await send({"type": "http.response.body", "body": content})

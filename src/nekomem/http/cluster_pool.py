@@ -221,11 +221,8 @@ class HopPool:
             except _Stale:
                 conn.close()
                 continue  # the owner closed an idle connection before reading: a fresh one
-        conn = await self._open(base)
-        try:
-            return self._done(base, conn, await conn.exchange(wire, head_only, self.timeout, reused=False))
-        except _Stale as exc:  # not reused: cannot be
-            raise Lost("the owner closed the connection") from exc
+        conn = await self._open(base)  # a fresh connection fails with Lost, never _Stale
+        return self._done(base, conn, await conn.exchange(wire, head_only, self.timeout, reused=False))
 
     def _done(self, base: str, conn: HopConnection, answer: Answer) -> Answer:
         idle = self._idle[base]

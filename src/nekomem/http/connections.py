@@ -14,14 +14,15 @@ parser's callbacks:
   ``body_timeout_seconds``.
 
 A connection that misses a deadline is answered 408 (the project's JSON error shape) when
-no response has begun, and closed.
+no response has begun, and closed. A connection beyond ``max_connections`` is answered 503
+``server_busy`` with ``Retry-After`` at its first bytes (its request unread) and closed.
 
 An answer's head and its body leave in one write (:class:`HeadCork`): uvicorn writes the
 status line and headers, then the body, each straight to the socket, so every answer was
 two TCP segments and its reader woke twice. That is paid on every hop of a request (a
 forwarded one crosses two), so the head is held until the body's first bytes, or until the
-end of the event loop's turn for an answer whose body comes later (or never, as for HEAD). A connection beyond ``max_connections`` is answered 503
-``server_busy`` with ``Retry-After`` at its first bytes (its request unread) and closed.
+end of the event loop's turn for an answer whose body comes later (or never, as for HEAD).
+
 :func:`uvicorn_options` gives the keyword arguments every server of the project
 (``nekomem serve`` and the tests' live servers) passes to uvicorn.
 """
@@ -95,7 +96,7 @@ class HeadCork(asyncio.Transport):
         if self._held is not None:
             data = self._held + bytes(data)
             self._held = None
-        elif not self._head_seen and not bytes(data[:12]) == b"HTTP/1.1 100":
+        elif not self._head_seen and bytes(data[:12]) != b"HTTP/1.1 100":
             self._head_seen = True
             self._held = bytes(data)
             self._loop.call_soon(self.flush)
