@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nekomem.config import Settings
+from nekomem.domain.speaker_identity import POOL_FILENAME
 from nekomem.domain.tokens import get_counter
 from nekomem.runtime import fdlimit
-from nekomem.runtime.clock import Clock, SystemClock
+from nekomem.runtime.clock import Clock, SystemClock, iso
 from nekomem.runtime.collector import FullCollections
 from nekomem.runtime.dispatch import Dispatcher
 from nekomem.runtime.importing import ImportService
@@ -28,6 +29,7 @@ from nekomem.stores.namefold import CharacterSpellings, probe_case_insensitive
 from nekomem.stores.neko_cards import CharacterCards
 from nekomem.stores.rootlock import RootLock
 from nekomem.stores.shard_layout import character_root, shards_root
+from nekomem.stores.speaker_trust import SpeakerTrustPool
 
 if TYPE_CHECKING:
     from nekomem.providers.llm import LLMClient
@@ -95,6 +97,8 @@ class Runtime:
         self.collector = FullCollections(self.timers, rt.gc_full_collection_seconds) if rt.gc_full_collection_seconds > 0 else None
         self.registry = CharacterRegistry(self.services, actors, on_stopped=self.collector.characters_stopped if self.collector else None)
         self.importing = ImportService(settings, self.registry, root)
+        # The process-wide identity and trust pool (the reference's speaker_trust.json).
+        self.speaker_trust = SpeakerTrustPool(root / POOL_FILENAME, lambda: iso(self.clock.now()))
         self.limited_reason: str | None = "runtime_initializing"
         # Set by POST /internal/storage/startup/block (the chat server could not finish
         # its own start-up): limited mode again, until /continue. None: not blocked.
