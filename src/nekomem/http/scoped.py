@@ -12,7 +12,12 @@ subjects, never the owner's private memory. Shapes follow the reference:
   input_history, speaker_label}] (1..8, 200 messages in all)}`` answers ``{"status":
   "processed", "segments": [{"subject", "status": "ok" | "failed", "created", "dropped",
   "fact_ids", "trust"}]}`` in request order (one extraction per segment here, where the
-  reference makes one call for the batch); 502 only when every segment failed;
+  reference makes one call for the batch); 502 only when every segment failed. With
+  ``idempotency_key`` (and ``client_requested_at``) a completed write is recorded in the
+  character's ``idempotency_keys.json`` (:mod:`nekomem.stores.scoped_keys`): a retry under
+  the key answers the recorded answer with ``duplicate: true`` and extracts nothing; the
+  same key on a different request is 422 ``idempotency_key_reused``; a keyed batch with a
+  failed segment leaves its key open;
 - ``POST scoped_context`` ``{subjects (1..8), language?}`` -> ``text/plain`` context;
 - ``POST scoped_mentions`` ``{response_text, subjects}`` -> ``{"status": "recorded" |
   "skipped"}``;
@@ -23,6 +28,9 @@ subjects, never the owner's private memory. Shapes follow the reference:
 from __future__ import annotations
 
 import asyncio
+import functools
+import hashlib
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -40,12 +48,15 @@ from nekomem.http.readonly import character_exists
 from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
 from nekomem.runtime.clock import iso
 from nekomem.runtime.reply import ActorFailure, Reply
+from nekomem.stores.scoped_keys import KeyStateError, ScopedKeys
 
 MAX_FACTS = 32
 MAX_FACT_CHARS = 2000
 MAX_HISTORY_MESSAGES = 200
 MAX_SEGMENTS = 8
 LAYER_STATUS = {"facts": "all", "reflections": None, "persona": None}
+# One lock per (character, idempotency key), dropped once no request holds or awaits it.
+_key_locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = weakref.WeakValueDictionary()
 NO_TRUST = {"resolved": None, "persisted": None, "signals_applied": 0, "activity_applied": 0, "gated": None, "channel_collision": False}
 
 
@@ -79,6 +90,10 @@ class ScopedHistoryBody(msgspec.Struct, kw_only=True):
     speaker_label: str | None = None
     language: str | None = None
     subject_epochs: Any = None
+    # A keyed write: a retry under the same key is answered from idempotency_keys.json
+    # (``duplicate: true``), never extracted again. client_requested_at is kept with it.
+    idempotency_key: str | None = None
+    client_requested_at: float | None = None
 
 
 class ScopedContextBody(msgspec.Struct, kw_only=True):
@@ -141,6 +156,43 @@ async def scoped_history(request: Request) -> Response:
     name = character_name(request)
     raw = await read_json_object(request)
     body = convert_body(raw, ScopedHistoryBody)
+    if body.idempotency_key is None:
+        return JSONResponse(await _history(request, name, body))
+    key = body.idempotency_key.strip()
+    limit = runtime_of(request).settings.server.idempotency_key_max_length
+    if not key or len(key) > limit:
+        raise ApiError(422, "bad_idempotency_key", f"idempotency_key must have 1 to {limit} characters")
+    # What the keyed request is, without its retry identity: a retry must be this request.
+    fingerprint = hashlib.sha256(
+        msgspec.json.encode({k: v for k, v in raw.items() if k not in ("idempotency_key", "client_requested_at")}, order="sorted")
+    ).hexdigest()
+    rt = runtime_of(request)
+    keys = ScopedKeys(rt.character_paths(name).folder)
+    lock = _key_locks.setdefault((name, key), asyncio.Lock())
+    async with lock:  # a retry arriving while the first attempt runs waits for its outcome
+        try:
+            record = await asyncio.to_thread(keys.get, key)
+        except KeyStateError as exc:
+            raise ApiError(503, "idempotency_state_unreadable", str(exc)) from None
+        if record is not None and record.get("state") == "done":
+            if record.get("request_sha256") not in (None, fingerprint):
+                raise ApiError(422, "idempotency_key_reused", "this idempotency_key was used for a different request")
+            if isinstance(record.get("answer"), dict):
+                return JSONResponse({**record["answer"], "duplicate": True})
+        answer = await _history(request, name, body)
+        if all(row.get("status") == "ok" for row in answer.get("segments", [])):
+            # A keyed batch is done as a whole; with a failed segment the key stays open.
+            done = functools.partial(
+                keys.mark_done, key, fingerprint, answer, rt.clock.now().timestamp(), client_requested_at=body.client_requested_at
+            )
+            try:
+                await asyncio.to_thread(done)
+            except KeyStateError as exc:
+                raise ApiError(503, "idempotency_state_unreadable", str(exc)) from None
+        return JSONResponse(answer)
+
+
+async def _history(request: Request, name: str, body: ScopedHistoryBody) -> dict[str, Any]:
     if body.segments is not None:
         if body.subject is not None or body.input_history is not None or body.speaker_label is not None:
             raise ApiError(422, "bad_history", "segments is exclusive with the single-subject fields")
@@ -154,7 +206,7 @@ async def scoped_history(request: Request) -> Response:
         result = {"created": 0, "fact_ids": [], "dropped": len(turns), "fenced": True}
     else:
         result = await _extract(request, name, subject, turns, label)
-    return JSONResponse({"status": "processed", "subject": subject.fields(), **result, "trust": dict(NO_TRUST), "trust_events": []})
+    return {"status": "processed", "subject": subject.fields(), **result, "trust": dict(NO_TRUST), "trust_events": []}
 
 
 def _turns(request: Request, history: Any, where: str) -> list[Any]:
@@ -184,7 +236,7 @@ async def _extract(request: Request, name: str, subject: Subject, turns: list[An
     )
 
 
-async def _history_segments(request: Request, name: str, segments: list[ScopedSegment], epochs: dict[str, int] | None) -> Response:
+async def _history_segments(request: Request, name: str, segments: list[ScopedSegment], epochs: dict[str, int] | None) -> dict[str, Any]:
     if not 1 <= len(segments) <= MAX_SEGMENTS:
         raise ApiError(422, "bad_history", f"segments must contain 1..{MAX_SEGMENTS} items")
     parsed = []
@@ -211,7 +263,7 @@ async def _history_segments(request: Request, name: str, segments: list[ScopedSe
         ok = not isinstance(outcome, BaseException)
         result = outcome if ok else {"created": 0, "fact_ids": []}
         rows.append({"subject": subject.fields(), "trust": dict(NO_TRUST), "status": "ok" if ok else "failed", "dropped": 0, **result})
-    return JSONResponse({"status": "processed", "segments": rows})
+    return {"status": "processed", "segments": rows}
 
 
 def _facts_block(facts: list[dict[str, Any]], subjects: list[Subject], limit: int) -> str:
