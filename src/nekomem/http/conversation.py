@@ -17,7 +17,7 @@ from nekomem.domain.context import gap_seconds, render_new_dialog, render_recent
 from nekomem.domain.context_locale import normalise_language
 from nekomem.http.bodies import character_name, decode_history, parse_history, raw_header
 from nekomem.http.errors import ApiError
-from nekomem.http.prompt_locale import stored_language
+from nekomem.http.prompt_locale import remember_language, stored_language
 from nekomem.http.readonly import character_exists
 from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
 from nekomem.http.theater import theater_write
@@ -60,6 +60,7 @@ async def _write(request: Request, mode: WriteMode) -> Response:
         JsonAnswer,
         timeout=timeout,
     )
+    await remember_language(request, name, body.language)
     # The actor's answer is a small dict of str/int: msgspec encodes it without json.dumps.
     return Response(msgspec.json.encode(result), media_type="application/json")
 
@@ -113,6 +114,7 @@ async def new_dialog(request: Request) -> Response:
     name = character_name(request)
     if not await character_exists(request, name):
         return PlainTextResponse("")  # the reference's answer for an unknown character
+    await remember_language(request, name, request.query_params.get("language"))
     view = await recent_view(request, name, wait_settle=True)
     longterm = ""
     language, master = context_language(request, name), master_name(request)

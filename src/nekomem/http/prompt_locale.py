@@ -13,7 +13,9 @@ without the route that page answers 503. Shapes (the reference's):
 
 ``order`` numbers the writes of one character. The stored language is what
 ``/new_dialog`` and ``/get_recent_history`` render in when the request names none (as the
-reference's durable locale). It lives in ``prompt_locale.json`` in the character folder,
+reference's durable locale). Besides ``PUT``, a supported ``language`` sent with a write
+(``/cache``, ``/process``, ``/renew``, ``/settle``) or with ``/new_dialog`` becomes the
+stored language (:func:`remember_language`), as the reference records it. It lives in ``prompt_locale.json`` in the character folder,
 written here under one lock per character (a sidecar, like the scoped erase generations).
 """
 
@@ -79,20 +81,39 @@ async def get_prompt_locale(request: Request) -> Response:
     return JSONResponse({"success": True, "language": language, "order": order, "effective_language": language or default})
 
 
+async def _store(request: Request, name: str, language: str) -> tuple[str | None, int, bool]:
+    """Store ``language`` (a full code) as the character's; returns (previous, order,
+    changed). The same language again writes nothing."""
+    async with _locks.setdefault(name, asyncio.Lock()):
+        state = _read(request, name)
+        previous = stored_language(request, name)
+        stored_order = state.get("order")
+        order = stored_order if isinstance(stored_order, int) else 0
+        if previous == language:
+            return previous, order, False
+        order += 1
+        paths = _paths(request, name)
+        await asyncio.to_thread(paths.ensure)
+        await asyncio.to_thread(atomic_write_json, paths.folder / FILE_NAME, {"language": language, "order": order})
+    return previous, order, True
+
+
+async def remember_language(request: Request, name: str, raw: object) -> None:
+    """Keep the ``language`` a write or ``/new_dialog`` names as the character's language,
+    as the reference records an explicit request language durably; a missing or
+    unsupported one changes nothing (only an explicit, known language is evidence)."""
+    language = full_code(raw) if isinstance(raw, str) else None
+    if language is not None:
+        await _store(request, name, language)
+
+
 async def put_prompt_locale(request: Request) -> Response:
     name = character_name(request)
     body = await decode_body(request, PromptLocaleBody)
     language = full_code(body.language)
     if language is None:
         raise ApiError(400, "unsupported_language", f"unsupported language {body.language[:20]!r}")
-    async with _locks.setdefault(name, asyncio.Lock()):
-        state = _read(request, name)
-        previous = stored_language(request, name)
-        stored_order = state.get("order")
-        order = (stored_order if isinstance(stored_order, int) else 0) + 1
-        paths = _paths(request, name)
-        await asyncio.to_thread(paths.ensure)
-        await asyncio.to_thread(atomic_write_json, paths.folder / FILE_NAME, {"language": language, "order": order})
+    previous, order, _changed = await _store(request, name, language)
     return JSONResponse(
         {"success": True, "language": language, "order": order, "previous_language": previous, "changed": previous != language}
     )

@@ -33,8 +33,9 @@ class HistoryBody(Body):
 
     input_history: str | list[Any]
     # The reference's theater (a single theater episode capsule on /cache): the archive
-    # request id, its attempt number and the story's current forget marker. ``language``
-    # and ``render_language`` are accepted and ignored (see README, "Numeric theater").
+    # request id, its attempt number and the story's current forget marker. A supported
+    # ``language`` becomes the character's stored language; ``render_language`` is
+    # accepted and ignored (see README, "Numeric theater").
     idempotency_key: str | None = None
     theater_archive_attempt: Annotated[int, Meta(ge=0)] | None = None
     theater_forget_marker: Annotated[str, Meta(max_length=128)] | None = None

@@ -38,17 +38,27 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from nekomem.actors.messages import AddScopedFacts, DeleteEntry, ExtractScoped, ListEntries, RenderContext, ScopedMentions
+from nekomem.actors.messages import AddScopedFacts, DeleteEntry, ExtractScoped, ListCorrections, ListEntries, RenderContext, ScopedMentions
 from nekomem.domain.context_locale import normalise_language
-from nekomem.domain.subjects import Subject, SubjectError, entry_subject, filter_visible, subject_from_request, subjects_from_request
+from nekomem.domain.subjects import (
+    Subject,
+    SubjectError,
+    entry_subject,
+    filter_visible,
+    make_subject,
+    subject_from_request,
+    subjects_from_request,
+)
 from nekomem.http import scoped_epochs as ep
 from nekomem.http.bodies import character_name, convert_body, parse_history, read_json_object
 from nekomem.http.errors import ApiError
+from nekomem.http.prompt_locale import full_code, stored_language
 from nekomem.http.readonly import character_exists
 from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
 from nekomem.runtime.clock import iso
 from nekomem.runtime.reply import ActorFailure, Reply
 from nekomem.stores.scoped_keys import KeyStateError, ScopedKeys
+from nekomem.stores.scoped_meta import ScopedMeta
 
 MAX_FACTS = 32
 MAX_FACT_CHARS = 2000
@@ -77,14 +87,17 @@ class ScopedSegment(msgspec.Struct, kw_only=True):
     subject: dict[str, Any]
     input_history: Any
     speaker_label: str = ""
+    display_name: str | None = None
 
 
 class ScopedHistoryBody(msgspec.Struct, kw_only=True):
     """The speaker-trust fields of the reference (speaker_tier, speaker_id, speaker_is_owner,
-    speaker_activity_events, speaker_channel, display_name, ...) are accepted and not used
-    (README: "Scoped memory: what is ignored")."""
+    speaker_activity_events, speaker_channel, ...) are accepted and not used (README:
+    "Scoped memory: what is ignored"); ``display_name`` and ``language`` are kept for the
+    subject (:mod:`nekomem.stores.scoped_meta`)."""
 
     subject: dict[str, Any] | None = None
+    display_name: str | None = None
     input_history: Any = None
     segments: list[ScopedSegment] | None = None
     speaker_label: str | None = None
@@ -109,6 +122,31 @@ class ScopedMentionsBody(msgspec.Struct, kw_only=True):
 class ScopedForgetBody(msgspec.Struct, kw_only=True):
     subject: dict[str, Any]
     forget_epoch: int | None = None
+
+
+_meta_locks: dict[str, asyncio.Lock] = {}
+_STRUCTURAL = str.maketrans("", "", "[]|\r\n\t")
+
+
+def _display_name(raw: str | None, where: str) -> str | None:
+    """A subject's display name from a write: at most 64 characters (422 otherwise),
+    structural characters removed (it is shown in a section header); None when empty."""
+    value = (raw or "").strip()
+    if len(value) > 64:
+        raise ApiError(422, "bad_display_name", f"{where}display_name must contain at most 64 characters")
+    value = "".join(ch for ch in value.translate(_STRUCTURAL) if ch.isprintable()).strip()
+    return value or None
+
+
+async def _note_write(request: Request, name: str, subject: Subject, display_name: str | None, language: str | None) -> None:
+    """Record a write to ``subject``: when, and the display name and language it carried."""
+    rt = runtime_of(request)
+    locale = full_code(language) if isinstance(language, str) else None
+    meta = ScopedMeta(rt.character_paths(name).folder)
+    async with _meta_locks.setdefault(name, asyncio.Lock()):
+        await asyncio.to_thread(
+            functools.partial(meta.update, subject.key, iso(rt.clock.now()), display_name=display_name, prompt_locale=locale)
+        )
 
 
 def _subject(raw: Any) -> Subject:
@@ -148,7 +186,9 @@ async def scoped_facts(request: Request) -> Response:
         if not text or len(text) > MAX_FACT_CHARS:
             raise ApiError(422, "bad_facts", f"each fact text must contain 1..{MAX_FACT_CHARS} characters")
         items.append({"text": text, "importance": item.importance, "entity": "master"})
+    display_name = _display_name(body.display_name, "")
     result = await ask(rt, name, "facts", lambda reply: AddScopedFacts(subject=subject, facts=items, reply=reply), JsonAnswer)
+    await _note_write(request, name, subject, display_name, body.language)
     return JSONResponse({"status": "stored", "subject": subject.fields(), **result})
 
 
@@ -196,16 +236,18 @@ async def _history(request: Request, name: str, body: ScopedHistoryBody) -> dict
     if body.segments is not None:
         if body.subject is not None or body.input_history is not None or body.speaker_label is not None:
             raise ApiError(422, "bad_history", "segments is exclusive with the single-subject fields")
-        return await _history_segments(request, name, body.segments, ep.check_epochs(body.subject_epochs))
+        return await _history_segments(request, name, body.segments, ep.check_epochs(body.subject_epochs), body.language)
     if body.subject is None or body.input_history is None:
         raise ApiError(422, "bad_history", "either segments or input_history+subject is required")
     subject = _subject(body.subject)
     turns = _turns(request, body.input_history, "")
     label = _label(body.speaker_label, "")
+    display_name = _display_name(body.display_name, "")
     if await ep.fenced(request, name, [subject], ep.check_epochs(body.subject_epochs)):
         result = {"created": 0, "fact_ids": [], "dropped": len(turns), "fenced": True}
     else:
         result = await _extract(request, name, subject, turns, label)
+        await _note_write(request, name, subject, display_name, body.language)
     return {"status": "processed", "subject": subject.fields(), **result, "trust": dict(NO_TRUST), "trust_events": []}
 
 
@@ -236,14 +278,18 @@ async def _extract(request: Request, name: str, subject: Subject, turns: list[An
     )
 
 
-async def _history_segments(request: Request, name: str, segments: list[ScopedSegment], epochs: dict[str, int] | None) -> dict[str, Any]:
+async def _history_segments(
+    request: Request, name: str, segments: list[ScopedSegment], epochs: dict[str, int] | None, language: str | None
+) -> dict[str, Any]:
     if not 1 <= len(segments) <= MAX_SEGMENTS:
         raise ApiError(422, "bad_history", f"segments must contain 1..{MAX_SEGMENTS} items")
     parsed = []
+    names: list[str | None] = []
     for position, segment in enumerate(segments, start=1):
         where = f"segment {position}: "
         subject = _subject(segment.subject)
         parsed.append((subject, _turns(request, segment.input_history, where), _label(segment.speaker_label, where) or subject.subject_id))
+        names.append(_display_name(segment.display_name, where))
     if sum(len(turns) for _s, turns, _l in parsed) > MAX_HISTORY_MESSAGES:
         raise ApiError(422, "bad_history", f"segments must contain at most {MAX_HISTORY_MESSAGES} messages in total")
     fence = await ep.fenced(request, name, [s for s, _t, _l in parsed], epochs)
@@ -259,8 +305,10 @@ async def _history_segments(request: Request, name: str, segments: list[ScopedSe
     if all(isinstance(o, BaseException) for o in outcomes):
         raise ApiError(502, "extraction_failed", "scoped fact extraction failed; retry later")
     rows = []
-    for (subject, _, _), outcome in zip(parsed, outcomes, strict=True):
+    for (subject, _, _), outcome, display_name in zip(parsed, outcomes, names, strict=True):
         ok = not isinstance(outcome, BaseException)
+        if ok and subject.key not in fence:
+            await _note_write(request, name, subject, display_name, language)
         result = outcome if ok else {"created": 0, "fact_ids": []}
         rows.append({"subject": subject.fields(), "trust": dict(NO_TRUST), "status": "ok" if ok else "failed", "dropped": 0, **result})
     return {"status": "processed", "segments": rows}
@@ -275,6 +323,19 @@ def _facts_block(facts: list[dict[str, Any]], subjects: list[Subject], limit: in
     return "\n\n".join(blocks)
 
 
+async def _context_language(request: Request, name: str, subjects: list[Subject], explicit: str | None) -> str:
+    """The reference's order: the request's language, else the first subject's kept
+    language (from its writes), else the character's stored language, else the setting."""
+    if isinstance(explicit, str) and full_code(explicit):
+        return explicit
+    kept = await asyncio.to_thread(ScopedMeta(runtime_of(request).character_paths(name).folder).read)
+    for subject in subjects:
+        locale = (kept.get(subject.key) or {}).get("prompt_locale")
+        if isinstance(locale, str) and full_code(locale):
+            return locale
+    return stored_language(request, name) or runtime_of(request).settings.server.context_language
+
+
 async def scoped_context(request: Request) -> Response:
     rt = runtime_of(request)
     name = character_name(request)
@@ -282,7 +343,7 @@ async def scoped_context(request: Request) -> Response:
     subjects = _subjects(body.subjects)
     if not await character_exists(request, name):
         return PlainTextResponse("")
-    language = normalise_language(body.language, normalise_language(rt.settings.server.context_language))
+    language = normalise_language(await _context_language(request, name, subjects, body.language), "en")
     longterm = await ask(rt, name, "persona", lambda reply: RenderContext(subjects=subjects, language=language, reply=reply), str)
     facts = [f for f in await _entries(request, name, "facts") if not f.get("archived_at")]
     parts = [p for p in (longterm, _facts_block(facts, subjects, rt.settings.server.scoped_context_max_facts)) if p]
@@ -320,21 +381,92 @@ async def scoped_forget(request: Request) -> Response:
             for entry in filter_visible(await _entries(request, name, layer), [subject]):
                 await ask(rt, name, layer, _delete_entry(entry["id"]), JsonAnswer)
                 removed[layer] += 1
+        async with _meta_locks.setdefault(name, asyncio.Lock()):
+            await asyncio.to_thread(ScopedMeta(rt.character_paths(name).folder).forget, subject.key)
     answer: dict[str, Any] = {"status": "forgotten", "subject": subject.fields(), "removed": removed}
     if epoch is not None:
         answer["forget_epoch"] = epoch
     return JSONResponse(answer)
 
 
+def _stamp(entry: dict[str, Any]) -> str:
+    return max(str(entry.get(k) or "") for k in ("created_at", "updated_at", "archived_at"))
+
+
 async def scoped_subjects(request: Request) -> Response:
+    """``{"subjects": [row]}``, one row per subject with memories (or a kept record) on
+    ``platform``: the subject fields, ``display_name``, the per-layer counts (``facts``
+    active, ``facts_archived``, ``reflections``, ``persona``), ``prompt_locale``,
+    ``corrections`` (persona contradictions about its entries waiting for the model),
+    ``staged`` (always 0: nekomem applies a write in its request and holds nothing
+    staged), ``last_write_at`` and ``archived`` (its facts were all archived and nothing
+    else of it is active)."""
+    rt = runtime_of(request)
     name = character_name(request)
     platform = (request.query_params.get("platform") or "").strip()
     if not await character_exists(request, name):
         return JSONResponse({"subjects": []})
-    seen: dict[tuple[str, str], dict[str, str]] = {}
-    for layer in LAYER_STATUS:
-        for entry in await _entries(request, name, layer):
-            subject = entry_subject(entry)
-            if subject is not None and (not platform or subject.subject_id.split(":", 1)[0] == platform):
-                seen.setdefault(subject.marker, subject.fields())
-    return JSONResponse({"subjects": list(seen.values())})
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    ids: dict[tuple[str, str], set[str]] = {}
+
+    def row_of(subject: Subject) -> dict[str, Any] | None:
+        if platform and subject.subject_id.split(":", 1)[0] != platform:
+            return None
+        ids.setdefault(subject.marker, set())
+        return rows.setdefault(
+            subject.marker,
+            {
+                **subject.fields(),
+                "display_name": None,
+                "facts": 0,
+                "facts_archived": 0,
+                "reflections": 0,
+                "persona": 0,
+                "prompt_locale": None,
+                "corrections": 0,
+                "staged": 0,
+                "last_write_at": None,
+                "archived": False,
+            },
+        )
+
+    layers = (
+        ("facts", "facts", "active"),
+        ("facts_archived", "facts", "archived"),
+        ("reflections", "reflections", None),
+        ("persona", "persona", None),
+    )
+    for count, layer, status in layers:
+        page = await ask(rt, name, layer, lambda reply, st=status: ListEntries(status=st, offset=0, limit=10**9, reply=reply), JsonAnswer)
+        for entry in page["items"]:
+            subject = entry_subject(entry) if isinstance(entry, dict) else None
+            row = row_of(subject) if subject is not None else None
+            if subject is None or row is None:
+                continue
+            row[count] += 1
+            ids[subject.marker].add(str(entry.get("id")))
+            stamp = _stamp(entry)
+            if stamp and stamp > (row["last_write_at"] or ""):
+                row["last_write_at"] = stamp
+    kept = await asyncio.to_thread(ScopedMeta(rt.character_paths(name).folder).read)
+    for key, record in kept.items():
+        kind, _, subject_id = key.partition(":")
+        try:
+            subject = make_subject(kind, subject_id)
+        except SubjectError:
+            continue
+        row = row_of(subject)
+        if row is None:
+            continue
+        row["display_name"] = record.get("display_name") or None
+        row["prompt_locale"] = record.get("prompt_locale") or None
+        written = str(record.get("last_write_at") or "")
+        if written > (row["last_write_at"] or ""):
+            row["last_write_at"] = written
+    corrections = (await ask(rt, name, "persona", lambda reply: ListCorrections(reply=reply), JsonAnswer)).get("items", [])
+    for marker, row in rows.items():
+        row["corrections"] = sum(
+            1 for c in corrections if isinstance(c, dict) and (c.get("old_entry_id") in ids[marker] or c.get("source_id") in ids[marker])
+        )
+        row["archived"] = row["facts_archived"] > 0 and row["facts"] == row["reflections"] == row["persona"] == 0
+    return JSONResponse({"subjects": list(rows.values())})
