@@ -132,11 +132,14 @@ def test_prompt_locale_is_stored_and_used_by_the_context(tmp_path: Path) -> None
         assert r.json() == {"success": True, "language": "ja", "order": 1, "previous_language": None, "changed": True}
         assert srv.get(f"/prompt-locale/{NAME}").json()["language"] == "ja"
         assert "の心の中" in srv.get(f"/new_dialog/{NAME}").text
-        # An explicit request language still wins; render_language does not override the stored one.
-        assert "Inner Thoughts" in srv.get(f"/new_dialog/{NAME}", params={"language": "en"}).text
         assert "の心の中" in srv.get(f"/new_dialog/{NAME}", params={"render_language": "en"}).text
+        # An explicit request language wins, and is kept as the character's (as the
+        # reference keeps it); render_language does not override the stored one.
+        assert "Inner Thoughts" in srv.get(f"/new_dialog/{NAME}", params={"language": "en"}).text
+        assert srv.get(f"/prompt-locale/{NAME}").json()["language"] == "en"
+        assert "Inner Thoughts" in srv.get(f"/new_dialog/{NAME}", params={"render_language": "ja"}).text
         again = srv.client.put(f"/prompt-locale/{NAME}", json={"language": "zh-CN"}).json()  # type: ignore[union-attr]
-        assert again == {"success": True, "language": "zh-CN", "order": 2, "previous_language": "ja", "changed": True}
+        assert again == {"success": True, "language": "zh-CN", "order": 3, "previous_language": "en", "changed": True}
         r = srv.client.put(f"/prompt-locale/{NAME}", json={"language": "fr"})  # type: ignore[union-attr]
         assert r.status_code == 400 and r.json()["error_code"] == "unsupported_language"
         assert srv.get(f"/prompt-locale/{NAME}").json()["language"] == "zh-CN"
