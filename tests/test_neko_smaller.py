@@ -73,3 +73,20 @@ def test_scoped_subjects_rows_carry_the_reference_fields(tmp_path: Path) -> None
         ids = [row["subject_id"] for row in srv.get(f"{url}/scoped_subjects").json()["subjects"]]
         assert ids == ["qq:5550001"]
     assert b"Aki" not in (tmp_path / NAME / "scoped_subjects.json").read_bytes()
+
+
+def test_facts_the_reference_retired_are_kept_but_not_recalled(tmp_path: Path) -> None:
+    facts = [
+        {"text": "Master lives in Osaka near the castle", "source": {"neko": {"superseded_by": "fact_new"}}},
+        {"text": "Master lives in Kyoto near the river"},
+        {"text": "Master lives in Nara near the deer park", "source": {"neko": {"arbitration_archived_at": "2026-11-01T10:00:00"}}},
+        {"text": "Master lives in Kobe near the harbour", "source": {"neko": {"speaker_provenance_mixed": True}}},
+    ]
+    with LiveServer(make_settings(tmp_path)) as srv:
+        assert srv.post(f"/api/characters/{NAME}/facts", json={"facts": facts}).status_code == 200
+        texts = [row["text"] for row in srv.post(f"/query_memory/{NAME}", json={"query": "where does Master live"}).json()["results"]]
+        assert any("Kyoto" in t for t in texts) and any("Kobe" in t for t in texts)  # opaque fields change nothing
+        assert not any("Osaka" in t or "Nara" in t for t in texts)
+        # Still stored (and listed): retired, not erased.
+        stored = [f["text"] for f in srv.get(f"/api/characters/{NAME}/facts", params={"limit": 100}).json()["items"]]
+        assert any("Osaka" in t for t in stored)

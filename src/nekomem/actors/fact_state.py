@@ -21,6 +21,7 @@ from nekomem.domain import facts as fl
 from nekomem.domain.dedup_index import DedupIndex
 from nekomem.domain.index_entry import IndexEntry
 from nekomem.domain.layers import FACTS, OUTBOX
+from nekomem.domain.neko_fields import retired
 from nekomem.domain.opaque import clip_opaque
 from nekomem.domain.records import Fact
 from nekomem.domain.subjects import is_private
@@ -54,7 +55,9 @@ def fact_index_entry(fact: Fact, tier: str) -> IndexEntry:
         event_start_at=fact.event_start_at,
         event_end_at=fact.event_end_at,
         importance=fact.importance,
-        searchable=bool(fact.text.strip()),
+        # A fact the reference retired (superseded, lost an arbitration, stale subject) is
+        # kept but never recalled.
+        searchable=bool(fact.text.strip()) and not retired(fact.source_ref),
         vector=fact.embedding if isinstance(fact.embedding, str) else None,
         vector_model=fact.embedding_model_id,
         text_sha256=fact.embedding_text_sha256,

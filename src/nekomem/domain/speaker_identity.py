@@ -19,6 +19,8 @@ import math
 import re
 from typing import Any
 
+from nekomem.domain.neko_fields import kept
+
 ENTITY_ID_PREFIX = "ent_"
 POOL_VERSION = 2
 POOL_FILENAME = "speaker_trust.json"
@@ -257,11 +259,7 @@ def merge_order(entity: dict[str, Any]) -> tuple[str, str]:
 def row_field(row: dict[str, Any], key: str) -> Any:
     """A reference field of a fact row: top level, or kept under ``source_ref.neko`` by the
     importer (fields nekomem's record type lacks travel there)."""
-    if key in row:
-        return row[key]
-    ref = row.get("source_ref")
-    kept = ref.get("neko") if isinstance(ref, dict) else None
-    return kept.get(key) if isinstance(kept, dict) else None
+    return kept(row, row.get("source_ref"), key)
 
 
 def spoken_by(row: dict[str, Any], accounts: set[str], entities: set[str]) -> bool:

@@ -40,6 +40,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from nekomem.actors.messages import AddScopedFacts, DeleteEntry, ExtractScoped, ListCorrections, ListEntries, RenderContext, ScopedMentions
 from nekomem.domain.context_locale import normalise_language
+from nekomem.domain.neko_fields import retired
 from nekomem.domain.subjects import (
     Subject,
     SubjectError,
@@ -345,7 +346,7 @@ async def scoped_context(request: Request) -> Response:
         return PlainTextResponse("")
     language = normalise_language(await _context_language(request, name, subjects, body.language), "en")
     longterm = await ask(rt, name, "persona", lambda reply: RenderContext(subjects=subjects, language=language, reply=reply), str)
-    facts = [f for f in await _entries(request, name, "facts") if not f.get("archived_at")]
+    facts = [f for f in await _entries(request, name, "facts") if not f.get("archived_at") and not retired(f.get("source_ref"))]
     parts = [p for p in (longterm, _facts_block(facts, subjects, rt.settings.server.scoped_context_max_facts)) if p]
     return PlainTextResponse("\n\n".join(parts))
 
