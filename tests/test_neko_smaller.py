@@ -90,3 +90,24 @@ def test_facts_the_reference_retired_are_kept_but_not_recalled(tmp_path: Path) -
         # Still stored (and listed): retired, not erased.
         stored = [f["text"] for f in srv.get(f"/api/characters/{NAME}/facts", params={"limit": 100}).json()["items"]]
         assert any("Osaka" in t for t in stored)
+
+
+def test_reload_starts_the_characters_it_is_told_to_resume(tmp_path: Path) -> None:
+    with LiveServer(make_settings(tmp_path)) as srv:
+        assert srv.post(f"/cache/{NAME}", json={"input_history": _history("hello")}).status_code == 200
+        body = {
+            "resume_derived_task_names": [NAME, "Gone"],
+            "resume_derived_task_generations": {NAME: 3},
+            "release_derived_task_claims": {NAME: ["claim-1"]},
+        }
+        r = srv.post("/reload", json=body)
+        assert r.status_code == 200 and r.json()["status"] == "success", r.text
+        # The character with a folder is started again at once; the one without is not.
+        assert r.json()["resumed"] == [NAME] and srv.runtime.registry.is_active(NAME)
+        assert not (tmp_path / "Gone").exists()
+        # The reference's plain call (no body) still works; a malformed body is refused.
+        assert srv.post("/reload").json()["resumed"] == []
+        bad = srv.post("/reload", json={"resume_derived_task_names": "Lan"})
+        assert bad.status_code == 422 and bad.json()["error_code"] == "schema_violation"
+        bad = srv.post("/reload", json={"resume_derived_task_names": ["a/b"]})
+        assert bad.status_code == 400 and bad.json()["error_code"] == "invalid_name"

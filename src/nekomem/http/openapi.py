@@ -13,6 +13,7 @@ import nekomem
 from nekomem.domain.layers import listings
 from nekomem.http import external_import as ei
 from nekomem.http import identity as idn
+from nekomem.http import lifecycle as lf
 from nekomem.http import prompt_locale as pl
 from nekomem.http import repetition as rp
 from nekomem.http import schemas as s
@@ -86,7 +87,7 @@ OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] =
     ("/get_persona/{name}", "get", [NAME], None, dict[str, Any], "The persona in the reference's persona.json shape"),
     ("/search_for_memory/{name}/{query}", "get", [NAME, QUERY], None, str, "The recall block for a query, as a JSON string"),
     ("/cancel_correction/{name}", "post", [NAME], None, dict[str, Any], "Cancel pending context corrections"),
-    ("/reload", "post", [], None, dict[str, Any], "Reload every character from disk (cluster mode: on every node)"),
+    ("/reload", "post", [], lf.ReloadBody, dict[str, Any], "Reload every character from disk (cluster mode: on every node; body optional)"),
     ("/release_character/{name}", "post", [NAME], None, dict[str, Any], "Passivate a character"),
     ("/internal/memory/{name}/scoped_facts", "post", [NAME], sc.ScopedFactsBody, dict[str, Any], "Add facts about a scoped subject"),
     ("/internal/memory/{name}/scoped_history", "post", [NAME], sc.ScopedHistoryBody, dict[str, Any], "Store scoped conversation"),
