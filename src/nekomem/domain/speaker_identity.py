@@ -113,17 +113,22 @@ def effective_trust(base: float, adjustment_sum: float, activity_sum: int) -> fl
 
 
 def _float(value: object) -> float:
+    if not isinstance(value, (int, float, str)):
+        return 0.0
     try:
-        number = float(value or 0.0)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):
+        number = float(value)
+    except (ValueError, OverflowError):
         return 0.0
     return number if math.isfinite(number) else 0.0
 
 
-def _count(value: object) -> int:
+def as_count(value: object) -> int:
+    """A non-negative count read tolerantly (anything unreadable is 0)."""
+    if not isinstance(value, (int, float, str)):
+        return 0
     try:
-        return max(0, int(value or 0))  # type: ignore[call-overload]
-    except (TypeError, ValueError, OverflowError):
+        return max(0, int(value))
+    except (ValueError, OverflowError):
         return 0
 
 
@@ -151,7 +156,7 @@ def _channels_seen(raw: object) -> dict[str, dict[str, Any]]:
         result[channel] = {
             "first": str(stats.get("first") or "") or None,
             "last": str(stats.get("last") or "") or None,
-            "count": _count(stats.get("count")),
+            "count": as_count(stats.get("count")),
         }
     return result
 
@@ -161,11 +166,11 @@ def account_record(account_id: str, raw: object = None) -> dict[str, Any]:
     data = raw if isinstance(raw, dict) else {}
     record: dict[str, Any] = {
         "account_id": account_id,
-        "generation": _count(data.get("generation")),
+        "generation": as_count(data.get("generation")),
         "bound_at": str(data.get("bound_at") or "") or None,
         "bound_by": str(data.get("bound_by") or "") or None,
         "adjustment": _float(data.get("adjustment")),
-        "message_count": min(activity_cap(), _count(data.get("message_count"))),
+        "message_count": min(activity_cap(), as_count(data.get("message_count"))),
         "processed_activity_events": clean_event_ids(data.get("processed_activity_events"), keep_last=ACTIVITY_EVENT_HISTORY_LIMIT),
         "processed_signal_events": clean_event_ids(data.get("processed_signal_events")),
         "channels_seen": _channels_seen(data.get("channels_seen")),
@@ -181,7 +186,7 @@ def legacy_profile(raw: object) -> dict[str, Any]:
     data = raw if isinstance(raw, dict) else {}
     return {
         "adjustment": _float(data.get("adjustment")),
-        "message_count": _count(data.get("message_count")),
+        "message_count": as_count(data.get("message_count")),
         "processed_activity_events": clean_event_ids(data.get("processed_activity_events")),
         "processed_signal_events": clean_event_ids(data.get("processed_signal_events")),
     }

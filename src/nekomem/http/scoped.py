@@ -363,6 +363,11 @@ async def scoped_mentions(request: Request) -> Response:
     )
 
 
+def _list_entries(status: str | None) -> Callable[[Reply], ListEntries]:
+    """The message that lists every entry of ``status`` (bound now: it is built in a loop)."""
+    return lambda reply: ListEntries(status=status, offset=0, limit=10**9, reply=reply)
+
+
 def _delete_entry(entry_id: str) -> Callable[[Reply], DeleteEntry]:
     """The message that deletes entry ``entry_id`` (bound now: it is built in a loop)."""
     return lambda reply: DeleteEntry(id=entry_id, reply=reply)
@@ -438,7 +443,7 @@ async def scoped_subjects(request: Request) -> Response:
         ("persona", "persona", None),
     )
     for count, layer, status in layers:
-        page = await ask(rt, name, layer, lambda reply, st=status: ListEntries(status=st, offset=0, limit=10**9, reply=reply), JsonAnswer)
+        page = await ask(rt, name, layer, _list_entries(status), JsonAnswer)
         for entry in page["items"]:
             subject = entry_subject(entry) if isinstance(entry, dict) else None
             row = row_of(subject) if subject is not None else None

@@ -118,9 +118,9 @@ def normalize_pool(data: object, now: str) -> Pool:
                 "status": "cleared" if entry.get("status") == "cleared" else "pending",
                 "seeded_at": entry.get("seeded_at") or merged.get("seeded_at"),
                 "cleared_at": entry.get("cleared_at"),
-                "chunks": ident._count(entry.get("chunks")),
-                "accounts": ident._count(entry.get("accounts")),
-                "skipped": ident._count(entry.get("skipped")),
+                "chunks": ident.as_count(entry.get("chunks")),
+                "accounts": ident.as_count(entry.get("accounts")),
+                "skipped": ident.as_count(entry.get("skipped")),
             }
         )
         if entry.get("waived"):
