@@ -263,3 +263,26 @@ def test_an_unreadable_pool_is_left_alone_and_writes_say_not_persisted(tmp_path)
         assert answer["persisted"] is False and answer["entity_id"] is None
         assert _ok(srv.post("/internal/identity/scope", json=SCOPE))["persisted"] is False
     assert (tmp_path / "speaker_trust.json").read_text(encoding="utf-8") == "{ this is not json"
+
+
+def test_facts_a_speaker_says_in_a_group_go_with_them_when_they_are_forgotten(tmp_path, fake_llm):
+    fake_llm.on(
+        "extract_facts", lambda req: {"facts": [{"text": "Member 9090 breeds axolotls at home", "importance": 7, "entity": "master"}]}
+    )
+    settings = make_settings(tmp_path, llm_base_url=fake_llm.base_url, llm_model="fake")
+    member = {"subject_kind": "group_participant", "subject_id": "qq:31337:9090"}
+    history = json.dumps([{"role": "user", "content": "I breed axolotls"}])
+    with LiveServer(settings) as srv:
+        entity = _ok(srv.post("/internal/identity/accounts/ensure", json={"account_id": "qq:9090"}))["entity_id"]
+        written = srv.post(
+            "/internal/memory/Lan/scoped_history",
+            json={"subject": member, "input_history": history, "speaker_label": "Nine", "speaker_id": "qq:9090"},
+        )
+        assert written.status_code == 200 and written.json()["created"] == 1, written.text
+        fact = srv.get("/api/characters/Lan/facts").json()["items"][0]
+        assert fact["source_ref"] == {"neko": {"speaker_id": "qq:9090", "speaker_label": "Nine", "speaker_entity_id": entity}}
+        bad = srv.post("/internal/memory/Lan/scoped_history", json={"subject": member, "input_history": history, "speaker_id": "not an id"})
+        assert bad.status_code == 422 and bad.json()["error_code"] == "bad_speaker_id"
+        assert _ok(srv.post("/internal/identity/entities/forget", json={"entity_id": entity}))["facts_erased"] == 1
+        assert srv.get("/api/characters/Lan/facts").json()["items"] == []
+    assert b"axolotl" not in _all_bytes(tmp_path)

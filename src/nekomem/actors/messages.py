@@ -470,6 +470,9 @@ class ExtractScoped(Message, frozen=True):
     subject: Subject
     turns: list[Turn]
     speaker_label: str = ""
+    # Who said it, for the reference's identity routes (``speaker_id``, ``speaker_label``,
+    # ``speaker_entity_id``): kept on each stored fact under ``source_ref.neko``.
+    provenance: Mapping[str, str] | None = None
 
 
 class CancelCorrection(Message, frozen=True):

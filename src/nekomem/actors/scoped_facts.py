@@ -29,6 +29,7 @@ class ScopedDone(ModelResult, frozen=True):
 
     subject: Subject
     caller: Reply | None
+    provenance: Mapping[str, str] | None = None
 
 
 def _salt(subject: Subject) -> str:
@@ -47,9 +48,11 @@ class ScopedFacts:
         self.s = ports.ctx.settings.longterm
         self.store = store
 
-    def store_scoped(self, subject: Subject, items: Sequence[object]) -> list[Fact]:
-        """Normalise ``items`` (extract_facts shape), stamp the subject, store the new
-        ones; returns them. Raises OSError (nothing is stored then)."""
+    def store_scoped(self, subject: Subject, items: Sequence[object], provenance: Mapping[str, str] | None = None) -> list[Fact]:
+        """Normalise ``items`` (extract_facts shape), stamp the subject (and the speaker's
+        ``provenance``, kept as the importer keeps reference fields), store the new ones;
+        returns them. Raises OSError (nothing is stored then)."""
+        stamp = {"source_ref": {"neko": dict(provenance)}} if provenance else {}
         now = self.ports.now()
         known = {f.hash for f in self.store.facts.values() if f.subject_kind is not None}
         new: list[Fact] = []
@@ -58,7 +61,7 @@ class ScopedFacts:
             if fact is None or fact.hash in known:
                 continue
             known.add(fact.hash)
-            new.append(msgspec.structs.replace(fact, absorbed=True, signal_processed=True, **subject.fields()))
+            new.append(msgspec.structs.replace(fact, absorbed=True, signal_processed=True, **subject.fields(), **stamp))
         if new:
             self.store.record_many([("fact.added", {"fact": msgspec.to_builtins(f)}) for f in new])
             facts = self.store.facts
@@ -78,11 +81,13 @@ class ScopedFacts:
         names = self.ports.names()
         master = msg.speaker_label or msg.subject.key
         messages = prompts.extract_facts_messages(msg.turns, now=self.ports.now(), master_name=master, ai_name=names["ai_name"])
-        subject, caller = msg.subject, msg.reply
+        subject, caller, provenance = msg.subject, msg.reply, msg.provenance
         token = self.ports.ask_model(
             "extract_facts",
             messages,
-            lambda token, output, error: ScopedDone(token=token, output=output, error=error, subject=subject, caller=caller),
+            lambda token, output, error: ScopedDone(
+                token=token, output=output, error=error, subject=subject, caller=caller, provenance=provenance
+            ),
             timeout=self.s.longterm_extract_timeout_seconds,
         )
         if token is None:
@@ -99,6 +104,6 @@ class ScopedFacts:
             return
         output = msg.output
         items = output if isinstance(output, list) else record_get(output, "facts", None) or []
-        created = self.store_scoped(msg.subject, list(items) if isinstance(items, (list, tuple)) else [])
+        created = self.store_scoped(msg.subject, list(items) if isinstance(items, (list, tuple)) else [], msg.provenance)
         if caller is not None:
             caller.ok(_created(created))

@@ -41,6 +41,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from nekomem.actors.messages import AddScopedFacts, DeleteEntry, ExtractScoped, ListCorrections, ListEntries, RenderContext, ScopedMentions
 from nekomem.domain.context_locale import normalise_language
 from nekomem.domain.neko_fields import retired
+from nekomem.domain.speaker_identity import normalize_account_id
 from nekomem.domain.subjects import (
     Subject,
     SubjectError,
@@ -89,6 +90,7 @@ class ScopedSegment(msgspec.Struct, kw_only=True):
     input_history: Any
     speaker_label: str = ""
     display_name: str | None = None
+    speaker_id: str | None = None
 
 
 class ScopedHistoryBody(msgspec.Struct, kw_only=True):
@@ -99,6 +101,9 @@ class ScopedHistoryBody(msgspec.Struct, kw_only=True):
 
     subject: dict[str, Any] | None = None
     display_name: str | None = None
+    # The speaker's account (``platform:actor``): kept on the facts it yields, with its
+    # entity in the trust pool, so an identity forget finds them.
+    speaker_id: str | None = None
     input_history: Any = None
     segments: list[ScopedSegment] | None = None
     speaker_label: str | None = None
@@ -244,10 +249,11 @@ async def _history(request: Request, name: str, body: ScopedHistoryBody) -> dict
     turns = _turns(request, body.input_history, "")
     label = _label(body.speaker_label, "")
     display_name = _display_name(body.display_name, "")
+    provenance = await _provenance(request, body.speaker_id, label, "")
     if await ep.fenced(request, name, [subject], ep.check_epochs(body.subject_epochs)):
         result = {"created": 0, "fact_ids": [], "dropped": len(turns), "fenced": True}
     else:
-        result = await _extract(request, name, subject, turns, label)
+        result = await _extract(request, name, subject, turns, label, provenance)
         await _note_write(request, name, subject, display_name, body.language)
     return {"status": "processed", "subject": subject.fields(), **result, "trust": dict(NO_TRUST), "trust_events": []}
 
@@ -267,13 +273,32 @@ def _label(raw: str | None, where: str) -> str:
     return label
 
 
-async def _extract(request: Request, name: str, subject: Subject, turns: list[Any], label: str) -> dict[str, Any]:
+async def _provenance(request: Request, raw_id: str | None, label: str, where: str) -> dict[str, str] | None:
+    """Who said a scoped history: its account, label and entity (when the pool knows it);
+    None without a ``speaker_id``. ApiError 422 for a malformed one (as the reference)."""
+    if raw_id is None:
+        return None
+    account = normalize_account_id(raw_id)
+    if account is None:
+        raise ApiError(422, "bad_speaker_id", f"{where}invalid speaker_id (expected platform:actor)")
+    provenance = {"speaker_id": account}
+    if label:
+        provenance["speaker_label"] = label
+    entity = await asyncio.to_thread(runtime_of(request).speaker_trust.entity_for, account)
+    if entity:
+        provenance["speaker_entity_id"] = entity
+    return provenance
+
+
+async def _extract(
+    request: Request, name: str, subject: Subject, turns: list[Any], label: str, provenance: dict[str, str] | None = None
+) -> dict[str, Any]:
     rt = runtime_of(request)
     return await ask(
         rt,
         name,
         "facts",
-        lambda reply: ExtractScoped(subject=subject, turns=turns, speaker_label=label, reply=reply),
+        lambda reply: ExtractScoped(subject=subject, turns=turns, speaker_label=label, provenance=provenance, reply=reply),
         JsonAnswer,
         timeout=rt.settings.server.settle_timeout_seconds,
     )
@@ -286,16 +311,19 @@ async def _history_segments(
         raise ApiError(422, "bad_history", f"segments must contain 1..{MAX_SEGMENTS} items")
     parsed = []
     names: list[str | None] = []
+    speakers: list[dict[str, str] | None] = []
     for position, segment in enumerate(segments, start=1):
         where = f"segment {position}: "
         subject = _subject(segment.subject)
-        parsed.append((subject, _turns(request, segment.input_history, where), _label(segment.speaker_label, where) or subject.subject_id))
+        label = _label(segment.speaker_label, where)
+        parsed.append((subject, _turns(request, segment.input_history, where), label or subject.subject_id))
         names.append(_display_name(segment.display_name, where))
+        speakers.append(await _provenance(request, segment.speaker_id, label, where))
     if sum(len(turns) for _s, turns, _l in parsed) > MAX_HISTORY_MESSAGES:
         raise ApiError(422, "bad_history", f"segments must contain at most {MAX_HISTORY_MESSAGES} messages in total")
     fence = await ep.fenced(request, name, [s for s, _t, _l in parsed], epochs)
-    kept = [(s, t, lbl) for s, t, lbl in parsed if s.key not in fence]
-    done = await asyncio.gather(*(_extract(request, name, s, t, lbl) for s, t, lbl in kept), return_exceptions=True)
+    kept = [(s, t, lbl, who) for (s, t, lbl), who in zip(parsed, speakers, strict=True) if s.key not in fence]
+    done = await asyncio.gather(*(_extract(request, name, s, t, lbl, who) for s, t, lbl, who in kept), return_exceptions=True)
     by_subject = iter(done)
     outcomes: list[Any] = [
         {"created": 0, "fact_ids": [], "dropped": len(t), "fenced": True} if s.key in fence else next(by_subject) for s, t, _l in parsed

@@ -274,6 +274,11 @@ class SpeakerTrustPool:
         """The read-only diagnostic view of one account (never its event rings)."""
         return self.read(lambda pool, loaded: _profile(pool, loaded, account_id))
 
+    def entity_for(self, account_id: str) -> str | None:
+        """The live entity of a normalised account id, or None (unknown, or the pool is
+        unreadable)."""
+        return self.read(lambda pool, loaded: entity_of(pool, account_id) if loaded else None)
+
     def person_of(self, entity_id: object) -> tuple[set[str], set[str]]:
         """The accounts and entity ids (the live one and those merged into it) of the
         person ``entity_id`` names; empty sets for an unknown entity."""
