@@ -286,3 +286,16 @@ def test_facts_a_speaker_says_in_a_group_go_with_them_when_they_are_forgotten(tm
         assert _ok(srv.post("/internal/identity/entities/forget", json={"entity_id": entity}))["facts_erased"] == 1
         assert srv.get("/api/characters/Lan/facts").json()["items"] == []
     assert b"axolotl" not in _all_bytes(tmp_path)
+
+
+def test_in_limited_mode_the_identity_routes_answer_409_never_no_trust(tmp_path):
+    """None of them is on the reference's limited-mode allow-list: a caller must retry a
+    409, never read it as "this person has no trust"."""
+    with LiveServer(make_settings(tmp_path)) as srv:
+        assert srv.post("/internal/storage/startup/block", json={"reason": "test"}).json()["limited_mode"] is True
+        assert srv.get("/internal/trust/profile", params={"account_id": "qq:1"}).status_code == 409
+        refused = srv.post("/internal/identity/scope", json=SCOPE)
+        assert refused.status_code == 409 and refused.json()["error_code"] == "storage_startup_blocked"
+        assert not (tmp_path / "speaker_trust.json").exists()
+        srv.post("/internal/storage/startup/continue", json={})
+        assert _ok(srv.post("/internal/identity/scope", json=SCOPE))["persisted"] is True
