@@ -244,6 +244,7 @@ def test_the_launcher_runs_with_nekomem_as_its_memory_server(tmp_path: Path, sta
     assert [e["status"] for e in neko.events("turn")] == [200]
     assert [e["status"] for e in neko.events("shutdown_turn")] == [200]  # main stopped first
     assert "memory root" in output and str(neko.root) in output and "from N.E.K.O." in output  # serve's banner
+    assert "no model configured" in output and "set the model in N.E.K.O.'s API settings" in output
     assert not port_answers(memory_port)
     [context] = read_back(neko.root, "/new_dialog/Lan")
     assert text in context.text and "said during shutdown" in context.text
@@ -355,3 +356,106 @@ def test_neko_refuses_to_write_into_a_python_package(tmp_path: Path) -> None:
     )
     assert r.returncode == 2 and "Python package" in r.stderr
     assert sorted(p.name for p in (install / "memory").iterdir()) == ["__init__.py"]
+
+
+# -- the model a N.E.K.O. user set in N.E.K.O. ----------------------------------------------
+PROVIDERS = {
+    "assist_api_providers": {
+        "qwen": {"openrouter_url": "", "summary_model": "qwen-plus", "correction_model": "qwen-max", "emotion_model": "qwen-flash"},
+        "free": {
+            "openrouter_url": "https://lanlan.tech/text/v1",
+            "summary_model": "free-model",
+            "correction_model": "free-model",
+            "emotion_model": "free-mini-model",
+            "openrouter_api_key": "free-access",
+        },
+    },
+    "api_key_registry": {"qwen": {"config_field": "assistApiKeyQwen"}},
+}
+
+
+def neko_files(tmp_path: Path, core_config: dict, assist_url: str = "http://127.0.0.1:9/v1") -> tuple[Path, Path]:
+    """(install, data dir) holding the reference's config files: the install's
+    config/api_providers.json and the data directory's config/core_config.json."""
+    install = tmp_path / "N.E.K.O"
+    (install / "config").mkdir(parents=True)
+    providers = json.loads(json.dumps(PROVIDERS))
+    providers["assist_api_providers"]["qwen"]["openrouter_url"] = assist_url
+    (install / "config" / "api_providers.json").write_text(json.dumps(providers), encoding="utf-8")
+    data = tmp_path / "data"
+    (data / "config").mkdir(parents=True)
+    (data / "config" / "core_config.json").write_text(json.dumps(core_config), encoding="utf-8")
+    (data / "config" / "characters.json").write_text(json.dumps({"主人": {"档案名": "Tomo"}}), encoding="utf-8")
+    return install, data
+
+
+def test_the_assist_provider_custom_slots_and_key_fallbacks_are_read_as_neko_reads_them(tmp_path: Path) -> None:
+    from nekomem.config import neko_models
+
+    install, data = neko_files(tmp_path, {"coreApi": "qwen", "assistApi": "qwen", "coreApiKey": "sk-core", "assistApiKeyQwen": "sk-q"})
+    found = neko_models.resolve(data, install)
+    assert {t: (m.base_url, m.model, m.api_key) for t, m in found.tiers.items()} == {
+        "summary": ("http://127.0.0.1:9/v1", "qwen-plus", "sk-q"),
+        "correction": ("http://127.0.0.1:9/v1", "qwen-max", "sk-q"),
+        "emotion": ("http://127.0.0.1:9/v1", "qwen-flash", "sk-q"),
+    }
+    assert "sk-q" not in found.describe() and "sk-q" not in repr(found)
+    # No key of the provider's own: the core key, as get_core_config falls back.
+    install, data = neko_files(tmp_path / "b", {"coreApi": "qwen", "coreApiKey": "sk-core"})
+    assert {m.api_key for m in neko_models.resolve(data, install).tiers.values()} == {"sk-core"}
+    # The free route: its profile's placeholder key; coreApi free makes assist default to free.
+    install, data = neko_files(tmp_path / "c", {"coreApi": "free", "coreApiKey": "free-access"})
+    free = neko_models.resolve(data, install)
+    assert free.tiers["emotion"] == neko_models.TierModel("https://lanlan.tech/text/v1", "free-mini-model", "free-access")
+    # Custom slots (enableCustomApi): a complete slot wins for its tier only.
+    custom = {"assistApi": "qwen", "assistApiKeyQwen": "sk-q", "enableCustomApi": True, "correctionModelProvider": "custom"}
+    custom |= {"correctionModelUrl": "http://127.0.0.1:8/v1", "correctionModelId": "mine", "correctionModelApiKey": "sk-mine"}
+    custom |= {"emotionModelProvider": "follow_assist", "emotionModelId": "qwen-turbo"}
+    install, data = neko_files(tmp_path / "d", custom)
+    tiers = neko_models.resolve(data, install).tiers
+    assert tiers["correction"] == neko_models.TierModel("http://127.0.0.1:8/v1", "mine", "sk-mine")
+    assert tiers["emotion"] == neko_models.TierModel("http://127.0.0.1:9/v1", "qwen-turbo", "sk-q")
+    assert tiers["summary"].model == "qwen-plus"
+    # Without the install's providers file an assist tier cannot be resolved: said, not guessed.
+    missing = neko_models.resolve(data, None)
+    assert "summary" not in missing.tiers and "not found" in missing.missing["summary"]
+
+
+@pytest.mark.parametrize("user_model", [False, True], ids=["from-neko", "nekomem-env-wins"])
+def test_neko_serve_calls_the_model_set_in_neko_unless_nekomem_llm_says_otherwise(tmp_path: Path, fake_llm, user_model: bool) -> None:
+    core = {"coreApi": "qwen", "assistApi": "qwen", "assistApiKeyQwen": "sk-assist-secret", "powerful_memory_enabled": False}
+    core |= {"enableCustomApi": True, "summaryModelProvider": "custom", "summaryModelUrl": fake_llm.base_url}
+    core |= {"summaryModelId": "neko-summary", "summaryModelApiKey": "sk-summary-secret"}
+    install, data = neko_files(tmp_path, core, assist_url=fake_llm.base_url)
+    env = _env(HOME=str(tmp_path), PYTHONPATH=str(ROOT / "src"))
+    if user_model:
+        env.update(NEKOMEM_LLM_BASE_URL=fake_llm.base_url, NEKOMEM_LLM_MODEL="user-model", NEKOMEM_LLM_API_KEY="sk-user-secret")
+    port, log_path = free_port(), tmp_path / "serve.log"
+    cmd = [sys.executable, "-m", "nekomem", "neko-serve", "--port", str(port), "--instance-id", "inst-5"]
+    cmd += ["--neko-source", str(install), "--neko-data-dir", str(data), "--memory-root", str(tmp_path / "mem")]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: port_answers(port), timeout=120, what="neko-serve to listen")
+        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).json()["instance_id"] == "inst-5"
+        assert httpx.post(f"http://127.0.0.1:{port}/internal/storage/startup/continue", json={}, timeout=60).status_code == 200
+        body = {"input_history": [{"role": "user", "content": "I keep my bike in the shed."}, {"role": "assistant", "content": "Ok"}]}
+        assert httpx.post(f"http://127.0.0.1:{port}/cache/Lan", json=body, timeout=30).status_code == 200
+        wait_for(lambda: fake_llm.calls("extract_facts"), timeout=60, what="a fact extraction")
+        call = fake_llm.calls("extract_facts")[0]
+        banner = log_path.read_text(errors="replace")
+        if user_model:
+            assert (call["body"]["model"], call["headers"]["authorization"]) == ("user-model", "Bearer sk-user-secret")
+            assert f"summary: user-model at {fake_llm.base_url}" in banner and "NEKOMEM_LLM_* / the settings file name one" in banner
+        else:
+            assert (call["body"]["model"], call["headers"]["authorization"]) == ("neko-summary", "Bearer sk-summary-secret")
+            assert f"summary: neko-summary at {fake_llm.base_url}" in banner and "correction: qwen-max" in banner
+            assert "from N.E.K.O.   summary: neko-summary (custom API slot, custom, key set)" in banner
+        assert "secret" not in banner  # no key is ever printed
+        assert proc.stdin is not None
+        proc.stdin.close()  # the boot file's process is gone: neko-serve stops by itself
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
