@@ -55,6 +55,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -380,7 +381,26 @@ class LauncherRun:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        self._sweep_group(proc.pid)
         drained.join(timeout=5)
+
+    def _sweep_group(self, pgid: int) -> None:
+        """What the launcher left in its process group (a launcher that relaunched itself
+        past nekomem leaves its next generation there): SIGTERM, then SIGKILL after the grace."""
+        if os.name != "posix":
+            return
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(pgid, sig)
+            except (ProcessLookupError, PermissionError):
+                return
+            deadline = time.monotonic() + (self.grace if sig == signal.SIGTERM else 10)
+            while time.monotonic() < deadline:
+                try:
+                    os.killpg(pgid, 0)
+                except (ProcessLookupError, PermissionError):
+                    return
+                time.sleep(0.1)
 
     def _drain(self, lines: queue.Queue[bytes | None]) -> None:
         while (raw := lines.get()) is not None:

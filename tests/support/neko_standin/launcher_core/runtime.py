@@ -31,7 +31,8 @@ Left out: the single-instance lock, the parent-death guard, cloudsave and storag
 resolution, Windows job objects, internal ports. Test-only switches: ``STANDIN_MP_START``
 (the multiprocessing start method), ``STANDIN_EARLY_TARGETS`` (a variant whose
 ``start_server`` binds its targets at import, so a replaced ``run_memory_server`` is not
-used), ``STANDIN_STORAGE_RESTART`` (main asks for a storage restart once), ``STANDIN_LOG``.
+used), ``STANDIN_STORAGE_RESTART`` (main asks for a storage restart once),
+``STANDIN_IGNORE_OWNER_RELAUNCH`` (a launcher that always relaunches itself), ``STANDIN_LOG``.
 """
 
 from __future__ import annotations
@@ -417,6 +418,7 @@ def _maybe_schedule_storage_restart() -> bool:
     with open(os.environ["STANDIN_STORAGE_RESTART"], "w", encoding="utf-8") as out:
         json.dump({"last_migration_result": "restart_done:standin"}, out)
     owner = os.environ.get("NEKO_OWNER_RELAUNCH", "").strip().lower() in ("1", "true", "yes")
+    owner = owner and not os.environ.get("STANDIN_IGNORE_OWNER_RELAUNCH")  # a launcher without owner relaunch
     emit_frontend_event("storage_migration_restart", {"restart_reason": "rebind_only", "relaunch": "owner" if owner else "self"})
     if not owner:
         subprocess.Popen(_build_launcher_relaunch_command(), cwd=os.getcwd(), env=dict(os.environ), close_fds=True)
