@@ -265,15 +265,15 @@ def test_a_storage_restart_starts_the_next_launcher_through_nekomem(tmp_path: Pa
 
 
 def test_a_launcher_that_relaunches_itself_past_nekomem_is_stopped_with_its_next_generation(tmp_path: Path) -> None:
-    """A launcher that ignores NEKO_OWNER_RELAUNCH runs launcher.py again by itself after a
-    storage restart: that generation would run its own memory server. nekomem neko says so,
-    exits 3 and takes the stray generation down with the launcher's process group."""
+    """A launcher that ignores NEKO_OWNER_RELAUNCH starts its next generation by itself after a
+    storage restart, past nekomem neko's watch: nekomem neko says so, exits 3 and takes that
+    generation down with the launcher's process group."""
     install = install_standin(tmp_path)
     restart = str(tmp_path / "restart.json")
     with NekoRun(tmp_path, install, STANDIN_STORAGE_RESTART=restart, STANDIN_IGNORE_OWNER_RELAUNCH="1") as neko:
         assert neko.proc.wait(timeout=180) == 3, neko.output()[-6000:]
         output = neko.output()
-    assert "restarts itself" in output and "past nekomem" in output
+    assert "restarts itself" in output and "NEKO_OWNER_RELAUNCH" in output
     wait_for(lambda: not any(port_answers(port) for port in neko.ports.values()), timeout=60, what="every N.E.K.O. port closed")
 
 

@@ -13,7 +13,9 @@ nekomem. It:
    :func:`run_memory_server` below, which starts nekomem (the command in
    ``NEKOMEM_NEKO_SERVE``) on the port and instance id the launcher chose, and signals the
    launcher's events as its own memory server does;
-3. calls ``runtime.start_launcher()``, the launcher's own entry, unchanged otherwise.
+3. points ``runtime._build_launcher_relaunch_command`` (when present) at this file, so a
+   launcher that restarts itself after a storage change still comes back through it;
+4. calls ``runtime.start_launcher()``, the launcher's own entry, unchanged otherwise.
 
 Under the ``spawn`` start method (macOS, Windows) the child re-imports this file as
 ``__mp_main__`` and unpickles :func:`run_memory_server` from it; under ``fork`` (Linux) it
@@ -154,6 +156,11 @@ def run_memory_server(ready_event: Any, import_event: Any = None, shutdown_event
             shutdown_complete_event.set()
 
 
+def relaunch_command() -> list[str]:
+    """The command a self-restarting launcher runs for its next generation: this file again."""
+    return [sys.executable, os.path.abspath(__file__), os.getcwd()]
+
+
 REQUIRED = ("apply_port_strategy", "start_server", "run_memory_server", "start_launcher")
 
 
@@ -187,6 +194,9 @@ def main(argv: list[str]) -> int:
     if absent:
         return refuse(f"launcher_core.runtime lacks {', '.join(absent)}: this N.E.K.O. launcher layout is not supported")
     runtime.run_memory_server = run_memory_server
+    if callable(getattr(runtime, "_build_launcher_relaunch_command", None)):
+        # A launcher that restarts itself (no owner relaunch) re-runs this file, not launcher.py.
+        runtime._build_launcher_relaunch_command = relaunch_command
     emit("boot_patched", install=install, python=sys.executable)
     return int(runtime.start_launcher() or 0)
 

@@ -240,9 +240,10 @@ class Watch:
         if event == "storage_migration_restart":
             if payload.get("relaunch") != "owner":
                 raise Bypassed(
-                    "N.E.K.O.'s launcher restarts itself (storage location) by running launcher.py again, past nekomem: "
-                    f"its next generation would run its own memory server. This launcher ignores {OWNER_RELAUNCH_ENV}; "
-                    f"see {DOCS} for the supported N.E.K.O. versions."
+                    "N.E.K.O.'s launcher restarts itself (storage location) instead of leaving the next start to "
+                    f"`nekomem neko` (it ignores {OWNER_RELAUNCH_ENV}: an older launcher). Such a generation runs past "
+                    "nekomem's watch (an older launcher even detaches it), so it is stopped here. Start `nekomem neko` "
+                    f"again to continue; see {DOCS} for the supported N.E.K.O. versions."
                 )
             self.relaunch = True
             return "N.E.K.O. asked for a restart (storage location); it is started again once it exited"
