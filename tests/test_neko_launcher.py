@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -190,10 +191,22 @@ class NekoRun:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.proc.poll() is None:
+        self._log.close()
+        if self.proc.poll() is not None:
+            return
+        # A failed test: stop it as a user would, then harder, and sweep what its launchers
+        # left (each leads its own process group): nothing of it may outlive the test.
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(timeout=30)
-        self._log.close()
+        for launcher in re.findall(r'"event": "boot_patched".*?"pid": (\d+)', self.output()):
+            try:
+                os.killpg(int(launcher), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def default_ports() -> dict[str, int]:

@@ -197,7 +197,7 @@ def main(argv: list[str]) -> int:
     if callable(getattr(runtime, "_build_launcher_relaunch_command", None)):
         # A launcher that restarts itself (no owner relaunch) re-runs this file, not launcher.py.
         runtime._build_launcher_relaunch_command = relaunch_command
-    emit("boot_patched", install=install, python=sys.executable)
+    emit("boot_patched", install=install, python=sys.executable, pid=os.getpid())
     return int(runtime.start_launcher() or 0)
 
 
