@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -275,6 +276,26 @@ def test_a_storage_restart_starts_the_next_launcher_through_nekomem(tmp_path: Pa
     assert neko.events("own_memory_server_started") == []
     assert [e["status"] for e in neko.events("turn")] == [200, 200]
     assert len(neko.events("storage_restart_requested")) == 1
+
+
+def test_a_memory_port_held_by_another_program_moves_and_nekomem_serves_the_new_one(tmp_path: Path) -> None:
+    """Something that is not N.E.K.O. holds the default memory port: the launcher moves that
+    port (reason other_process) and nekomem serves where it moved; the ready line says so."""
+    install = install_standin(tmp_path)
+    ports = default_ports()
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", ports["NEKO_MEMORY_SERVER_PORT"]))
+        squatter.listen()
+        with NekoRun(tmp_path, install, ports) as neko:
+            neko.wait_output(RUNNING)
+            wait_for(lambda: neko.events("turn"), timeout=60, what="the main server's turn")
+            [turn] = neko.events("turn")
+            assert turn["status"] == 200 and turn["memory_port"] != ports["NEKO_MEMORY_SERVER_PORT"]
+            assert httpx.get(f"http://127.0.0.1:{turn['memory_port']}/health", timeout=10).json()["server"] == "nekomem"
+            assert f"MEMORY_SERVER_PORT {ports['NEKO_MEMORY_SERVER_PORT']} -> {turn['memory_port']} (other_process)" in neko.output()
+            assert f"memory server (port {turn['memory_port']})" in neko.output()
+            assert neko.interrupt() == 0
+    assert neko.events("own_memory_server_started") == []
 
 
 def test_a_launcher_that_relaunches_itself_past_nekomem_is_stopped_with_its_next_generation(tmp_path: Path) -> None:
