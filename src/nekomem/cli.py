@@ -83,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         from nekomem.neko_launch import main as neko_main
 
         return neko_main(args)
+    if args.command == "neko-serve":
+        from nekomem.neko_launch import serve_main
+
+        return serve_main(args)
     overrides: dict[str, object] = {"memory_root": getattr(args, "memory_root", None)}
     if args.command == "serve":
         overrides.update(host=args.host, port=args.port, shutdown_enabled=args.enable_shutdown, log_level=args.log_level)

@@ -4,6 +4,7 @@ the model settings (an empty model name, a base URL without a scheme)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -17,8 +18,9 @@ from nekomem.stores.layout import list_characters
 NO_MODEL_NOTE = "no model configured: turns are stored, windowed and recalled, but no facts or reflections are made"
 
 
-def model_lines(settings: Settings) -> tuple[list[str], list[str]]:
-    """(one line per model tier, warnings about the model settings)."""
+def model_lines(settings: Settings, no_model_hint: str = "set NEKOMEM_LLM_BASE_URL and NEKOMEM_LLM_MODEL") -> tuple[list[str], list[str]]:
+    """(one line per model tier, warnings about the model settings); ``no_model_hint`` says
+    how to configure one when no tier has a model."""
     endpoints = resolve_endpoints(settings.llm)
     lines = []
     for tier, endpoint in endpoints.items():
@@ -28,7 +30,7 @@ def model_lines(settings: Settings) -> tuple[list[str], list[str]]:
             lines.append(f"{tier}: {endpoint.model or '(no model name)'} at {public_url(endpoint.base_url)}")
     warnings = endpoint_warnings({t: (e.base_url, e.model) if e else None for t, e in endpoints.items()})
     if all(e is None for e in endpoints.values()):
-        warnings.append(NO_MODEL_NOTE + " (set NEKOMEM_LLM_BASE_URL and NEKOMEM_LLM_MODEL)")
+        warnings.append(f"{NO_MODEL_NOTE} ({no_model_hint})")
     return lines, warnings
 
 
@@ -50,8 +52,16 @@ def url_of(host: str, port: int) -> str:
     return f"http://{host}:{port}"
 
 
-def print_banner(settings: Settings, embedding_state: str | None, out: TextIO) -> list[str]:
-    """Write the banner to ``out`` and return its warnings (the caller logs them too)."""
+def print_banner(
+    settings: Settings,
+    embedding_state: str | None,
+    out: TextIO,
+    notes: Sequence[tuple[str, str]] = (),
+    no_model_hint: str | None = None,
+) -> list[str]:
+    """Write the banner to ``out`` and return its warnings (the caller logs them too).
+    ``notes`` are extra (label, value) rows after the model tiers (``nekomem neko``: what
+    it took from N.E.K.O.); ``no_model_hint`` replaces the hint of the no-model warning."""
     server = settings.server
     url = url_of(server.host, server.port)
     root = Path(server.memory_root).resolve()
@@ -59,13 +69,14 @@ def print_banner(settings: Settings, embedding_state: str | None, out: TextIO) -
         known = len(list_characters(root)) if root.is_dir() else 0
     except OSError:
         known = 0
-    tiers, warnings = model_lines(settings)
+    tiers, warnings = model_lines(settings) if no_model_hint is None else model_lines(settings, no_model_hint)
     rows = [
         ("listening on", f"{url}" + ("  (bearer token required)" if server.api_token else "")),
         ("memory browser", f"{url}/ui"),
         ("memory root", f"{root} ({known} character{'s' if known != 1 else ''})"),
         ("model tiers", tiers[0]),
         *(("", line) for line in tiers[1:]),
+        *notes,
         ("embeddings", embedding_line(settings, embedding_state)),
         ("health", f"{url}/health  (or: nekomem status)"),
     ]

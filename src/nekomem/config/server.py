@@ -179,9 +179,9 @@ class ServerSettings(Section, frozen=True):
     neko_stop_grace_seconds: Annotated[
         float,
         doc(
-            "`nekomem neko COMMAND`: how long the launcher it started gets to shut down (after nekomem forwarded Ctrl+C "
-            "or SIGTERM, or after nekomem stopped) before it is terminated. The reference launcher's own graceful budget "
-            "for its three servers is 40 s.",
+            "`nekomem neko`: how long N.E.K.O.'s launcher gets to shut down once nekomem found N.E.K.O. on another "
+            "memory server and asked it to stop (as Ctrl+C does) before it is terminated. The reference launcher's own "
+            "graceful budget for its three servers is 40 s.",
             gt=0,
         ),
     ] = 60.0
