@@ -68,7 +68,7 @@ class LimitedModeMiddleware:
                 limited_mode=True,
             )
             # Limited mode passes (recovery ends, the chat server continues): say when to retry.
-            response.headers["Retry-After"] = str(self.runtime.settings.server.storage_retry_after_seconds)
+            response.headers["Retry-After"] = str(self.runtime.settings.server.limited_retry_after_seconds)
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)

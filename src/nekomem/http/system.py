@@ -41,18 +41,20 @@ async def health(request: Request) -> Response:
     failing = [tier for tier, t in llm_status.items() if t.get("state") == "failing"]
     llm_state = "unconfigured" if not llm_available else "failing" if failing else "ok"
     # The first four keys are the reference's build_health_response (app, service, status,
-    # instance_id): its launcher takes the port for a N.E.K.O. service when "app" is
-    # "N.E.K.O" and any "status" but "ok" for a dead server, and its status is "ok" even in
-    # limited mode (the state is in limited_mode / blocking_reason). So a failing model (the
-    # server still stores and serves everything) shows in "overall" ("degraded") and in each
-    # tier's "state". nekomem's own identity follows in "server".
+    # instance_id). Its launcher's probe (utils/port_utils.py probe_neko_health) takes the
+    # port for a N.E.K.O. service on "app" alone. "status" is "starting" while the routes
+    # answer 409 storage_startup_blocked (start-up recovery, or a /block of the chat
+    # server), so a script that waits for "ok" can then call them; the reference says "ok"
+    # even then. A failing model (the server still stores and serves everything) shows
+    # only in "overall" ("degraded") and in each tier's "state": "status" stays "ok".
+    # nekomem's own identity follows in "server".
     blocking = rt.blocking_reason()
     storage = rt.services.storage
     assert storage is not None  # Services.__post_init__ creates it
     body = {
         "app": rt.settings.server.health_app_name,
         "service": "memory",
-        "status": "ok",
+        "status": "starting" if blocking is not None else "ok",
         "instance_id": rt.instance_id,
         "server": "nekomem",
         "version": nekomem.__version__,
