@@ -28,10 +28,9 @@ from nekomem.http.errors import ApiError
 from nekomem.http.longterm import _int_param
 from nekomem.http.readonly import character_exists
 from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
-from nekomem.http.system import _toggle_lock
+from nekomem.http.system import _toggle_lock, fact_backlog_of
 from nekomem.runtime.runtime import Runtime
 from nekomem.runtime.switches import REVIEW, SwitchError
-from nekomem.stores.fact_backlog import backlog_remaining
 from nekomem.stores.layout import CharacterPaths
 from nekomem.stores.timeindex import to_utc_iso
 
@@ -119,8 +118,9 @@ async def characters(request: Request) -> Response:
                 "counts": counts,
                 # Stored entries still without a vector (searchable by BM25 only until then).
                 "embeddings_pending": pending.of(name),
-                # Stored turns still waiting for fact extraction (from before a model).
-                "fact_backlog": await asyncio.to_thread(backlog_remaining, paths.time_index_db),
+                # Stored turns still waiting for fact extraction (from before a model):
+                # the count /health shows (one tally, nekomem.http.system.fact_backlog_of).
+                "fact_backlog": await asyncio.to_thread(fact_backlog_of, rt, name),
                 "trouble": trouble,
                 "damaged": store.journal_damaged(trouble),
             }

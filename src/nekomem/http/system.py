@@ -16,6 +16,7 @@ from nekomem.http.runtime_access import ask, runtime_of
 from nekomem.http.schemas import PowerfulMemoryBody
 from nekomem.runtime.runtime import Runtime
 from nekomem.runtime.switches import POWERFUL, SwitchError
+from nekomem.stores.fact_backlog import backlog_remaining
 
 
 def embeddings_status(rt: Runtime) -> dict[str, Any]:
@@ -81,13 +82,27 @@ async def health(request: Request) -> Response:
     return JSONResponse(body)
 
 
+def fact_backlog_of(rt: Runtime, name: str) -> int:
+    """The stored turns of ``name`` still waiting for fact extraction: the count its
+    recent actor published (exact, kept current while it is loaded), else the count read
+    once from its journal and kept (a passive character's backlog cannot change). The
+    memory browser's listing shows this, and /health the same tally (:func:`_fact_backlog`).
+    Blocking (it may open the journal read-only): call it off the event loop."""
+    tally = rt.services.backlog
+    known = tally.known(name)
+    if known is not None:
+        return known
+    return tally.publish_stored(name, backlog_remaining(rt.character_paths(name).time_index_db))
+
+
 def _fact_backlog(rt: Runtime) -> dict[str, Any]:
     """The stored turns still waiting for fact extraction because they arrived before a
     model that can extract facts was configured: the setting, the rows remaining in all,
-    and per character (those with any left), as each loaded character last published
-    them (a backlog is mined by a loaded character; start-up loads those that have one
-    when a model is configured). No journal is opened, so /health stays cheap with
-    thousands of characters; the browser's character listing counts every character's."""
+    and per character (those with any left), from the tally :func:`fact_backlog_of`
+    reads: what each character loaded since the start published, and what the browser's
+    listing read for the others (a backlog is mined by a loaded character; start-up loads
+    those that have one when a model is configured). No journal is opened, so /health
+    stays cheap with thousands of characters."""
     per = rt.services.backlog.snapshot()
     return {"enabled": rt.settings.longterm.fact_backlog_enabled, "rows_remaining": sum(per.values()), "characters": per}
 

@@ -25,10 +25,13 @@ export async function characters(box, ctx) {
       h("td", { class: c.fact_backlog ? "num warn" : "num", "data-test": "fact-backlog" }, c.fact_backlog || 0),
       h("td", {}, refl), h("td", { class: "num" }, c.counts.persona), h("td", { class: "num" }, c.counts.corrections),
       h("td", {}, fmtTime(c.last_conversation_at)),
-      h("td", { class: c.trouble.length ? "warn" : "ok" }, c.trouble.length ? c.trouble.join("; ") : t("no_trouble")),
+      h("td", { class: c.trouble.length ? "trouble warn" : "trouble ok" }, c.trouble.length ? c.trouble.join("; ") : t("no_trouble")),
       h("td", {}, deleteCharacterButton(ctx, c)));
   });
-  box.append(h("table", { "data-test": "characters" }, h("tr", {}, [...head.map((k) => h("th", {}, t(k))), h("th", {})]), rows));
+  // The table scrolls inside its own box: at a narrow width the page itself stays put and
+  // every column is reached by scrolling the box (the name column stays in view).
+  box.append(h("div", { class: "table-scroll", "data-test": "characters-scroll" },
+    h("table", { class: "characters", "data-test": "characters" }, h("tr", {}, [...head.map((k) => h("th", {}, t(k))), h("th", {})]), rows)));
 }
 
 // -- Recent --------------------------------------------------------------------------------
