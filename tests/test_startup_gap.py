@@ -23,9 +23,7 @@ TURNS = [{"role": "user", "content": "I planted tulips"}, {"role": "assistant", 
 def _status(url: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEKOMEM_")}
     env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run(
-        [sys.executable, "-m", "nekomem", "status", "--url", url], env=env, capture_output=True, text=True, timeout=60
-    )
+    return subprocess.run([sys.executable, "-m", "nekomem", "status", "--url", url], env=env, capture_output=True, text=True, timeout=60)
 
 
 def test_health_says_starting_while_routes_refuse(tmp_path):

@@ -77,6 +77,7 @@ class LimitedModeMiddleware:
 def routes() -> list[BaseRoute]:
     from nekomem.http import (
         browse,
+        character_moves,
         erasure,
         external_import,
         importing,
@@ -136,6 +137,7 @@ def routes() -> list[BaseRoute]:
         Route("/api/characters", lt.list_all_characters, methods=["GET"]),
         Route("/api/import/neko", importing.import_neko, methods=["POST"]),
         *erasure.routes(),
+        *character_moves.routes(),
         Route("/api/characters/{name:str}/card", lt.import_card, methods=["POST"]),
         Route("/api/characters/{name:str}/facts", lt.import_facts, methods=["POST"]),
         Route("/api/characters/{name:str}/reflections/{reflection_id:str}/feedback", lt.feedback, methods=["POST"]),

@@ -35,6 +35,7 @@ from nekomem.domain.context_locale import normalise_language
 from nekomem.domain.subjects import Subject, SubjectError, entry_subject, filter_visible, subject_from_request, subjects_from_request
 from nekomem.http import scoped_epochs as ep
 from nekomem.http.bodies import character_name, convert_body, parse_history, read_json_object
+from nekomem.http.character_origin import is_new, note_created
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
 from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
@@ -141,6 +142,14 @@ async def scoped_history(request: Request) -> Response:
     name = character_name(request)
     raw = await read_json_object(request)
     body = convert_body(raw, ScopedHistoryBody)
+    new = await is_new(request, name)
+    answer = await _scoped_history(request, name, body)
+    if new:
+        await note_created(request, name)  # only noted when the extraction activated it
+    return answer
+
+
+async def _scoped_history(request: Request, name: str, body: ScopedHistoryBody) -> Response:
     if body.segments is not None:
         if body.subject is not None or body.input_history is not None or body.speaker_label is not None:
             raise ApiError(422, "bad_history", "segments is exclusive with the single-subject fields")
