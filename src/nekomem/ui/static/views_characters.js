@@ -90,5 +90,5 @@ export function moveButtons(ctx, c, all) {
     try { const r = await api("POST", `/api/characters/${enc(c.name)}/merge`, { into }); await moved(ctx, c.name, r.name, "merged_done"); }
     catch (e) { showError(e); }
   } }, tx("merge"));
-  return [rename, " ", merge];
+  return [rename, merge];
 }

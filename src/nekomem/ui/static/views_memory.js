@@ -28,7 +28,7 @@ export async function characters(box, ctx) {
       h("td", {}, refl), h("td", { class: "num" }, c.counts.persona), h("td", { class: "num" }, c.counts.corrections),
       h("td", {}, fmtTime(c.last_conversation_at)),
       h("td", { class: c.trouble.length ? "trouble warn" : "trouble ok" }, c.trouble.length ? c.trouble.join("; ") : t("no_trouble")),
-      h("td", { class: "actions" }, deleteCharacterButton(ctx, c), " ", ...moveButtons(ctx, c, names)));
+      h("td", { class: "actions" }, ...moveButtons(ctx, c, names), deleteCharacterButton(ctx, c)));
   });
   // The table scrolls inside its own box: at a narrow width the page itself stays put and
   // every column is reached by scrolling the box (the name column stays in view).
