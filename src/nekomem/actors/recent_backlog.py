@@ -64,7 +64,9 @@ class FactBacklog:
         if not self.remaining():
             self.lo = first - 1
             self.rows = 0
-        self.rows += max(0, last - max(first - 1, self.hi))
+        # Row ids are given in order and only an erasure (which recounts) leaves gaps: the
+        # rows newly inside (lo, hi] are the ids after the old end.
+        self.rows += max(0, last - max(self.lo, self.hi))
         self.hi = max(self.hi, last)
         self.dirty = True
         self._publish()

@@ -33,6 +33,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from nekomem.domain.post_turn import POST_TURN_CURSOR
 from nekomem.stores.atomic import TEMP_PREFIX, fsync_dir
 from nekomem.stores.fact_backlog import BACKLOG_FROM, BACKLOG_ROWS_KEY, BACKLOG_TO
@@ -62,19 +64,16 @@ def rename_character(old: Path, new: Path, now: str) -> None:
     the former name. Raises MoveError and OSError."""
     if not old.is_dir():
         raise MoveError("unknown_character", f"no character {old.name}")
-    same = new.exists() and old.exists() and old.samefile(new)
+    same = new.exists() and old.samefile(new)
+    if new.is_dir() and not same and not any(new.iterdir()):
+        new.rmdir()  # an empty folder left behind holds nothing to keep
     if new.exists() and not same:
         raise MoveError("character_exists", f"{new.name} already exists: merge into it instead")
     new.parent.mkdir(parents=True, exist_ok=True)
     old.rename(new)
+    fsync_dir(new.parent)
     origin = read_origin(new) or _unknown_origin()
-    write_origin(new, _with(origin, renamed_from=[*origin.renamed_from, Renamed(name=old.name, at=now)]))
-
-
-def _with(origin: CharacterOrigin, **changes: Any) -> CharacterOrigin:
-    values = {f: getattr(origin, f) for f in origin.__struct_fields__}
-    values.update(changes)
-    return CharacterOrigin(**values)
+    write_origin(new, msgspec.structs.replace(origin, renamed_from=[*origin.renamed_from, Renamed(name=old.name, at=now)]))
 
 
 # -- merging -------------------------------------------------------------------------------
@@ -217,7 +216,7 @@ def merge_characters(source: Path, target: Path, now: str) -> int:
         raise MoveError("same_character", "a character cannot be merged into itself")
     merged = merge_documents(read_character(target), read_character(source), now)
     origin = read_origin(target) or _unknown_origin()
-    noted = _with(origin, merged_from=[*origin.merged_from, Merged(name=source.name, at=now, origin=read_origin(source))])
+    noted = msgspec.structs.replace(origin, merged_from=[*origin.merged_from, Merged(name=source.name, at=now, origin=read_origin(source))])
     aside = target.parent / f"{TEMP_PREFIX}-merge-{uuid.uuid4().hex[:12]}"
     aside.mkdir()
     try:
