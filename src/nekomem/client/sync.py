@@ -64,7 +64,9 @@ class NekomemClient:
     async def _make(
         base_url: str | None, token: str | None, timeout: float, retries: int, wait: float, startup_wait: float
     ) -> AsyncNekomemClient:
-        return AsyncNekomemClient(base_url, token=token, timeout=timeout, retries=retries, max_retry_wait=wait, max_startup_wait=startup_wait)
+        return AsyncNekomemClient(
+            base_url, token=token, timeout=timeout, retries=retries, max_retry_wait=wait, max_startup_wait=startup_wait
+        )
 
     def __enter__(self) -> NekomemClient:
         return self

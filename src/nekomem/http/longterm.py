@@ -41,7 +41,13 @@ async def render_longterm(request: Request, name: str, language: str = "en", mas
 
 
 # What /reflect answers for an unknown character (as for one with no facts), without creating it.
-UNKNOWN_REFLECT: dict[str, object] = {"reflection": None, "synthesis": {"status": "not_enough_facts"}, "confirmed": [], "promotion": [], "auto_transitions": 0}
+UNKNOWN_REFLECT: dict[str, object] = {
+    "reflection": None,
+    "synthesis": {"status": "not_enough_facts"},
+    "confirmed": [],
+    "promotion": [],
+    "auto_transitions": 0,
+}
 
 
 async def reflect(request: Request) -> Response:
@@ -223,7 +229,12 @@ async def import_facts(request: Request) -> Response:
     if new and not facts:
         return JSONResponse({"added": [], "skipped_duplicates": 0})  # nothing to store: nothing created
     answer = await ask(
-        rt, name, "facts", lambda reply: ImportFacts(facts=facts, reply=reply), JsonAnswer, timeout=rt.settings.server.settle_timeout_seconds
+        rt,
+        name,
+        "facts",
+        lambda reply: ImportFacts(facts=facts, reply=reply),
+        JsonAnswer,
+        timeout=rt.settings.server.settle_timeout_seconds,
     )
     if new:
         await note_created(request, name)

@@ -278,4 +278,3 @@ class MergeBody(StrictBody):
     """Body of ``POST /api/characters/{name}/merge``: the character that takes it in."""
 
     into: str
-
