@@ -12,7 +12,7 @@ const LANGS = ["en", "zh", "ja"];
 const TEXT = {
   created: ["created {time} through {route}", "创建于 {time}，经由 {route}", "{time} に {route} で作成"],
   client: ["by {client}", "来自 {client}", "クライアント {client}"],
-  origin_unknown: ["created before origins were recorded", "创建于记录来源之前", "作成元の記録より前に作成"],
+  origin_unknown: ["origin not recorded (made before nekomem kept it, or imported)", "未记录来源（创建早于 nekomem 记录来源，或为导入）", "作成元の記録なし（記録を始める前の作成、またはインポート）"],
   renamed: ["renamed from {name} ({time})", "由 {name} 改名（{time}）", "{name} から改名（{time}）"],
   merged: ["{name} merged in ({time})", "已并入 {name}（{time}）", "{name} を統合（{time}）"],
   rename: ["Rename", "改名", "名前を変更"],
