@@ -16,12 +16,20 @@ from tests.test_ui_browser import open_view, shot
 driver = ui.driver  # the module's headless Chromium fixture
 
 
+# Read in one script each: the list may be rendered anew between two WebDriver calls.
 def row_names(driver: Any) -> list[str]:
-    return sorted(e.get_attribute("data-name") for e in driver.find_elements("css selector", "[data-test=character-row]"))
+    names = driver.execute_script("return [...document.querySelectorAll('[data-test=character-row]')].map((r) => r.dataset.name)")
+    return sorted(names)
 
 
 def origin_text(driver: Any, name: str) -> str:
-    return driver.find_element("css selector", f"[data-test=character-row][data-name='{name}'] [data-test=character-origin]").text
+    return str(
+        driver.execute_script(
+            "const r = [...document.querySelectorAll('[data-test=character-row]')].find((x) => x.dataset.name === arguments[0]);"
+            "const o = r && r.querySelector('[data-test=character-origin]'); return o ? o.innerText : '';",
+            name,
+        )
+    )
 
 
 def in_row(driver: Any, name: str, test: str) -> Any:
