@@ -1,5 +1,6 @@
 """Command line: ``nekomem serve``, ``nekomem settings``, ``nekomem import-neko``, ``nekomem export-neko``,
-``nekomem mcp``, ``nekomem neko`` and ``nekomem status`` (in cli_status.py)."""
+``nekomem mcp``, ``nekomem neko``, ``nekomem status`` (in cli_status.py) and ``nekomem characters``
+(in cli_characters.py)."""
 
 from __future__ import annotations
 
@@ -57,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     from nekomem import cli_data
 
     cli_data.add_parsers(sub)
+    from nekomem import cli_characters
+
+    cli_characters.add_parser(sub)
     return parser
 
 
@@ -103,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command in cli_data.COMMANDS:
         return cli_data.run(args, settings, server_url(settings))
+    if args.command == "characters":
+        from nekomem import cli_characters
+
+        return cli_characters.run(args, settings, server_url(settings))
     import os
 
     if args.command == "status":

@@ -45,6 +45,10 @@ class FactBacklog:
         self.hi = tindex.cursor(BACKLOG_TO) or 0
         self.inflight: int | None = None  # the last row of the batch handed out
         self.dirty = False  # extended since the cursors were last stored
+        # The stored rows in (lo, hi]: counted at load and after a batch or an erasure,
+        # added to by extend (its rows are new and contiguous), so the published count is
+        # exact without a query per stored turn.
+        self.rows = tindex.count_between(self.lo, self.hi)
         self._publish()
 
     def remaining(self) -> bool:
@@ -59,6 +63,10 @@ class FactBacklog:
             return
         if not self.remaining():
             self.lo = first - 1
+            self.rows = 0
+        # Row ids are given in order and only an erasure (which recounts) leaves gaps: the
+        # rows newly inside (lo, hi] are the ids after the old end.
+        self.rows += max(0, last - max(self.lo, self.hi))
         self.hi = max(self.hi, last)
         self.dirty = True
         self._publish()
@@ -96,13 +104,20 @@ class FactBacklog:
         self.lo = max(self.lo, min(row, self.hi))
         self._save()
 
+    def recount(self) -> None:
+        """Count the rows left again, after rows were deleted (an erasure, a theater
+        rebuild): an erased turn no longer waits for extraction."""
+        if self.remaining():
+            self.rows = self.tindex.count_between(self.lo, self.hi)
+            self._publish()
+
     def _save(self) -> None:
         self.dirty = False
         self.tindex.set_cursors({BACKLOG_FROM: self.lo, BACKLOG_TO: self.hi})
+        self.rows = self.tindex.count_between(self.lo, self.hi)
         self._publish()
 
     def _publish(self) -> None:
-        # Row ids since the mined end: an upper bound (an erased row still counts) that
-        # costs no query; the browser's listing counts the stored rows exactly.
+        # The one count /health and the memory browser show (nekomem.http.backlog_counts).
         if self.tally is not None:
-            self.tally.publish(self.name, max(0, self.hi - self.lo))
+            self.tally.publish(self.name, self.rows if self.remaining() else 0)

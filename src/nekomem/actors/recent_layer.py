@@ -272,11 +272,13 @@ class RecentLayer:
     @handles(ForgetTurns)
     def on_ForgetTurns(self, msg: ForgetTurns) -> None:
         forget_turns(self.ports, self.store, msg)
+        self.feed.backlog.recount()
 
     # -- theater ---------------------------------------------------------------------
     @handles(TheaterWrite)
     def on_TheaterWrite(self, msg: TheaterWrite) -> None:
         self.theater.write(msg)
+        self.feed.backlog.recount()  # the rebuild may have deleted theater rows of the backlog
 
     @handles(TheaterForget)
     def on_TheaterForget(self, msg: TheaterForget) -> None:

@@ -46,6 +46,7 @@ class PostTurnFeed:
         ctx = self.ports.ctx
         self.backlog = FactBacklog(self.store.tindex, ctx.settings.longterm, ctx.services.backlog, ctx.name)
         self._replay()
+        self.backlog.recount()  # replayed runs may span rows erased before a crash
         self.feed_backlog()
 
     def _replay(self) -> None:

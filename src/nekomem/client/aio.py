@@ -5,6 +5,11 @@ Every answer is decoded into the msgspec types the server itself declares
 server's JSON error. A 503 (not ready, an actor timeout, a failing disk) is retried up to
 ``retries`` times, waiting what its ``Retry-After`` asks (or a short backoff without one);
 a conversation write carries an ``Idempotency-Key`` so that a retried write is stored once.
+A 409 ``storage_startup_blocked`` (the seconds after a start while recovery runs, or limited
+mode set by the chat server) is asked again after its ``Retry-After`` until
+``max_startup_wait`` seconds of waiting are spent: a script that starts the server, waits
+for ``/health`` and calls the client does not fail in the start-up gap. Nothing was stored
+by a refused call, so asking again is safe.
 """
 
 from __future__ import annotations
@@ -48,6 +53,11 @@ DEFAULT_URL = "http://127.0.0.1:48912"
 DEFAULT_TIMEOUT_SECONDS = 60.0
 DEFAULT_RETRIES = 3
 DEFAULT_MAX_RETRY_WAIT_SECONDS = 30.0
+# The most a call waits, in all, for limited mode (409 storage_startup_blocked) to end.
+DEFAULT_MAX_STARTUP_WAIT_SECONDS = 30.0
+# Limited mode that will not end by waiting: recovery failed (an operator has to act).
+STARTUP_BLOCKED = "storage_startup_blocked"
+STARTUP_FAILED_REASONS = frozenset({"storage_recovery_failed"})
 # Without a Retry-After, the n-th retry waits BACKOFF * 2**n seconds.
 BACKOFF_SECONDS = 0.5
 URL_ENV = "NEKOMEM_URL"
@@ -90,7 +100,8 @@ class AsyncNekomemClient:
     ``$NEKOMEM_API_TOKEN`` (sent as ``Authorization: Bearer``; none when empty);
     ``timeout`` (60 s) bounds each attempt; ``retries`` (3) is how many times a 503 is
     retried; a 503 whose ``Retry-After`` asks for more than ``max_retry_wait`` (30 s) is
-    raised at once. ``transport`` replaces httpx's network transport (for example an
+    raised at once; ``max_startup_wait`` (30 s, 0: never) bounds the total wait for a 409
+    ``storage_startup_blocked`` to pass (see the module). ``transport`` replaces httpx's network transport (for example an
     ``httpx.ASGITransport`` over the app itself, as the in-server MCP mount does).
     """
 
@@ -102,16 +113,20 @@ class AsyncNekomemClient:
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
         retries: int = DEFAULT_RETRIES,
         max_retry_wait: float = DEFAULT_MAX_RETRY_WAIT_SECONDS,
+        max_startup_wait: float = DEFAULT_MAX_STARTUP_WAIT_SECONDS,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if retries < 0:
             raise ValueError("retries must be >= 0")
+        if max_startup_wait < 0:
+            raise ValueError("max_startup_wait must be >= 0")
         url = base_url or os.environ.get(URL_ENV) or DEFAULT_URL
         token = os.environ.get(TOKEN_ENV, "") if token is None else token
         # Bytes: a token with non-ASCII characters is sent as its UTF-8 (httpx would refuse a str).
         headers = {b"Authorization": f"Bearer {token}".encode()} if token else {}
         self.retries = retries
         self.max_retry_wait = max_retry_wait
+        self.max_startup_wait = max_startup_wait
         self._http = httpx.AsyncClient(base_url=url.rstrip("/"), headers=headers, timeout=timeout, transport=transport)
 
     async def __aenter__(self) -> AsyncNekomemClient:
@@ -134,7 +149,8 @@ class AsyncNekomemClient:
         params: Mapping[str, str] | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> httpx.Response:
-        """Send one request, retrying a 503 (see the class); return the 2xx answer.
+        """Send one request, retrying a 503 and waiting out limited mode (see the class);
+        return the 2xx answer.
 
         Raises NekomemError for an error answer, and with status 0 when the server cannot
         be reached (``error_code`` ``unreachable``) or an attempt times out (``timeout``);
@@ -145,6 +161,7 @@ class AsyncNekomemClient:
             send_headers["Content-Type"] = "application/json"
         query = {k: v for k, v in (params or {}).items() if v is not None}
         attempt = 0
+        startup_waited = 0.0
         while True:
             try:
                 response = await self._http.request(method, path, content=content, params=query, headers=send_headers)
@@ -159,15 +176,33 @@ class AsyncNekomemClient:
             if response.status_code < 400:
                 return response
             error = NekomemError.from_answer(response.status_code, response.content, response.reason_phrase)
+            wait = retry_after_seconds(response.headers.get("retry-after"))
+            if response.status_code == 409 and error.error_code == STARTUP_BLOCKED:
+                pause = self._startup_pause(error, wait, startup_waited)
+                if pause is None:
+                    raise error
+                startup_waited += pause
+                await anyio.sleep(pause)
+                continue
             if response.status_code != 503 or attempt >= self.retries:
                 raise error
-            wait = retry_after_seconds(response.headers.get("retry-after"))
             if wait is None:
                 wait = BACKOFF_SECONDS * 2**attempt
             if wait > self.max_retry_wait:
                 raise error
             attempt += 1
             await anyio.sleep(wait)
+
+    def _startup_pause(self, error: NekomemError, retry_after: float | None, waited: float) -> float | None:
+        """How long to wait before asking again after a 409 storage_startup_blocked, or
+        None when the call gives up (recovery failed, or the wait budget is spent)."""
+        if error.body.get("blocking_reason") in STARTUP_FAILED_REASONS:
+            return None
+        pause = BACKOFF_SECONDS if retry_after is None else retry_after
+        left = self.max_startup_wait - waited
+        if left <= 0:
+            return None
+        return min(pause, left)
 
     async def _json(self, cls: type[T], method: str, path: str, **kwargs: Any) -> T:
         response = await self._send(method, path, **kwargs)

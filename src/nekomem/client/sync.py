@@ -14,7 +14,13 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from nekomem.client.aio import DEFAULT_MAX_RETRY_WAIT_SECONDS, DEFAULT_RETRIES, DEFAULT_TIMEOUT_SECONDS, AsyncNekomemClient
+from nekomem.client.aio import (
+    DEFAULT_MAX_RETRY_WAIT_SECONDS,
+    DEFAULT_MAX_STARTUP_WAIT_SECONDS,
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT_SECONDS,
+    AsyncNekomemClient,
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -43,19 +49,24 @@ class NekomemClient:
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
         retries: int = DEFAULT_RETRIES,
         max_retry_wait: float = DEFAULT_MAX_RETRY_WAIT_SECONDS,
+        max_startup_wait: float = DEFAULT_MAX_STARTUP_WAIT_SECONDS,
     ) -> None:
         self._stack = contextlib.ExitStack()
         self._portal: BlockingPortal = self._stack.enter_context(start_blocking_portal())
         try:
             # Built on the portal's loop: the httpx pool belongs to that loop.
-            self._client = self._portal.call(self._make, base_url, token, timeout, retries, max_retry_wait)
+            self._client = self._portal.call(self._make, base_url, token, timeout, retries, max_retry_wait, max_startup_wait)
         except BaseException:
             self._stack.close()
             raise
 
     @staticmethod
-    async def _make(base_url: str | None, token: str | None, timeout: float, retries: int, wait: float) -> AsyncNekomemClient:
-        return AsyncNekomemClient(base_url, token=token, timeout=timeout, retries=retries, max_retry_wait=wait)
+    async def _make(
+        base_url: str | None, token: str | None, timeout: float, retries: int, wait: float, startup_wait: float
+    ) -> AsyncNekomemClient:
+        return AsyncNekomemClient(
+            base_url, token=token, timeout=timeout, retries=retries, max_retry_wait=wait, max_startup_wait=startup_wait
+        )
 
     def __enter__(self) -> NekomemClient:
         return self

@@ -39,6 +39,13 @@ class ServerSettings(Section, frozen=True):
     storage_retry_after_seconds: Annotated[
         int, doc("Retry-After (seconds) of a 507/503 answer caused by a full, read-only or failing disk.", ge=1)
     ] = 10
+    limited_retry_after_seconds: Annotated[
+        int,
+        doc(
+            "Retry-After (seconds) of a 409 storage_startup_blocked answer (start-up recovery, or limited mode set by the chat server); the Python client waits that long before it asks again.",
+            ge=1,
+        ),
+    ] = 1
     idempotency_ttl_seconds: Annotated[float, doc("How long an Idempotency-Key is remembered.", gt=0)] = 7 * 86400.0
     idempotency_purge_seconds: Annotated[float, doc("How often expired Idempotency-Keys are purged.", gt=0)] = 3600.0
     idempotency_key_max_length: Annotated[int, doc("Longest accepted Idempotency-Key header.", ge=1)] = 160

@@ -68,7 +68,7 @@ class LimitedModeMiddleware:
                 limited_mode=True,
             )
             # Limited mode passes (recovery ends, the chat server continues): say when to retry.
-            response.headers["Retry-After"] = str(self.runtime.settings.server.storage_retry_after_seconds)
+            response.headers["Retry-After"] = str(self.runtime.settings.server.limited_retry_after_seconds)
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)
@@ -77,6 +77,7 @@ class LimitedModeMiddleware:
 def routes() -> list[BaseRoute]:
     from nekomem.http import (
         browse,
+        character_moves,
         erasure,
         external_import,
         identity,
@@ -138,6 +139,7 @@ def routes() -> list[BaseRoute]:
         Route("/api/characters", lt.list_all_characters, methods=["GET"]),
         Route("/api/import/neko", importing.import_neko, methods=["POST"]),
         *erasure.routes(),
+        *character_moves.routes(),
         Route("/api/characters/{name:str}/card", lt.import_card, methods=["POST"]),
         Route("/api/characters/{name:str}/facts", lt.import_facts, methods=["POST"]),
         Route("/api/characters/{name:str}/reflections/{reflection_id:str}/feedback", lt.feedback, methods=["POST"]),

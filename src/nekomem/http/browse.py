@@ -15,6 +15,7 @@ import asyncio
 import sqlite3
 from typing import Any
 
+import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -24,15 +25,16 @@ from nekomem.domain.browse import FACT_STATUSES, FactFilter
 from nekomem.http import browse_insight, ui_static
 from nekomem.http import browse_store as store
 from nekomem.http.bodies import character_name, read_json_object
+from nekomem.http.character_origin import require_character
 from nekomem.http.errors import ApiError
 from nekomem.http.longterm import _int_param
 from nekomem.http.readonly import character_exists
 from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
-from nekomem.http.system import _toggle_lock
+from nekomem.http.system import _toggle_lock, fact_backlog_of
 from nekomem.runtime.runtime import Runtime
 from nekomem.runtime.switches import REVIEW, SwitchError
-from nekomem.stores.fact_backlog import backlog_remaining
 from nekomem.stores.layout import CharacterPaths
+from nekomem.stores.origin import read_origin
 from nekomem.stores.timeindex import to_utc_iso
 
 REFLECTION_STATUSES = ("pending", "confirmed", "promoted", "denied", "merged", "promote_blocked")
@@ -89,6 +91,14 @@ async def _live_counts(rt: Runtime, name: str) -> dict[str, Any]:
     }
 
 
+def _origin(paths: CharacterPaths) -> dict[str, Any] | None:
+    try:
+        origin = read_origin(paths.folder)
+    except OSError:
+        return None
+    return None if origin is None else msgspec.to_builtins(origin)
+
+
 async def characters(request: Request) -> Response:
     """``GET /api/browse/characters``: every character on disk with its counts per layer,
     whether it is active, its last conversation time and any storage trouble."""
@@ -119,10 +129,14 @@ async def characters(request: Request) -> Response:
                 "counts": counts,
                 # Stored entries still without a vector (searchable by BM25 only until then).
                 "embeddings_pending": pending.of(name),
-                # Stored turns still waiting for fact extraction (from before a model).
-                "fact_backlog": await asyncio.to_thread(backlog_remaining, paths.time_index_db),
+                # Stored turns still waiting for fact extraction (from before a model):
+                # the count /health shows (one tally, nekomem.http.system.fact_backlog_of).
+                "fact_backlog": await asyncio.to_thread(fact_backlog_of, rt, name),
                 "trouble": trouble,
                 "damaged": store.journal_damaged(trouble),
+                # When and through which route it was created, and renames/merges since
+                # (nekomem.stores.origin); null for a folder from before origins.
+                "origin": await asyncio.to_thread(_origin, paths),
             }
         )
     return JSONResponse({"characters": rows})
@@ -214,6 +228,7 @@ async def suppress(request: Request) -> Response:
     if not isinstance(value, bool):
         raise ApiError(422, "bad_suppress", "'suppress' must be true or false")
     entry_id = request.path_params["entry_id"]
+    await require_character(request, name)
     return JSONResponse(
         await ask(runtime_of(request), name, "persona", lambda reply: SetSuppressed(id=entry_id, suppress=value, reply=reply), JsonAnswer)
     )

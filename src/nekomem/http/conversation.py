@@ -16,6 +16,7 @@ from nekomem.domain import theater
 from nekomem.domain.context import gap_seconds, render_new_dialog, render_recent_history
 from nekomem.domain.context_locale import normalise_language
 from nekomem.http.bodies import character_name, decode_history, parse_history, raw_header
+from nekomem.http.character_origin import is_new, note_created
 from nekomem.http.errors import ApiError
 from nekomem.http.prompt_locale import remember_language, stored_language
 from nekomem.http.readonly import character_exists
@@ -26,6 +27,16 @@ from nekomem.runtime.clock import iso
 # Write-request ids: unique per process start and request, without a random read per request.
 _SESSION_PREFIX = uuid.uuid4().hex[:16]
 _SESSION_SEQ = itertools.count(1)
+
+
+# What each write answers for an empty list (the reference's /cache answer; /process and
+# /renew answer "processed", /settle "settled" whatever they stored).
+EMPTY_WRITE: dict[WriteMode, dict[str, object]] = {
+    "cache": {"status": "cached", "count": 0},
+    "process": {"status": "processed"},
+    "renew": {"status": "processed"},
+    "settle": {"status": "settled"},
+}
 
 
 def _session_id() -> str:
@@ -44,8 +55,15 @@ async def _write(request: Request, mode: WriteMode) -> Response:
     body = await decode_history(request)
     server = rt.settings.server
     turns = parse_history(body, iso(rt.clock.now()), server.message_max_chars, server.batch_max_messages, server.body_max_depth)
+    new = await is_new(request, name)
+    if new and not turns:
+        # An empty write to an unknown character stores nothing, so it creates nothing.
+        return JSONResponse(EMPTY_WRITE[mode])
     if mode == "cache" and (body.idempotency_key is not None or (len(turns) == 1 and theater.is_capsule(turns[0]))):
-        return await theater_write(request, name, turns, body)
+        answer = await theater_write(request, name, turns, body)
+        if new:
+            await note_created(request, name)
+        return answer
     key = raw_header(request, b"idempotency-key")
     if key is not None:
         key = key.strip()
@@ -61,6 +79,8 @@ async def _write(request: Request, mode: WriteMode) -> Response:
         timeout=timeout,
     )
     await remember_language(request, name, body.language)
+    if new:
+        await note_created(request, name)
     # The actor's answer is a small dict of str/int: msgspec encodes it without json.dumps.
     return Response(msgspec.json.encode(result), media_type="application/json")
 

@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse, Response
 from nekomem.actors.messages import ImportCard, ImportFacts
 from nekomem.domain.turns import parse_iso
 from nekomem.http.bodies import decode_body
+from nekomem.http.character_origin import is_new, note_created
 from nekomem.http.errors import ApiError
 from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
 from nekomem.http.schemas import Body
@@ -93,6 +94,7 @@ async def import_external_markdown(request: Request) -> Response:
             fact["event_start_at"] = event.isoformat()
         facts.append(fact)
     timeout = rt.settings.server.settle_timeout_seconds
+    new = await is_new(request, name)
     added_persona = skipped = added_facts = 0
     if persona:
         done = await ask(
@@ -107,6 +109,8 @@ async def import_external_markdown(request: Request) -> Response:
     if facts:
         done = await ask(rt, name, "facts", lambda reply: ImportFacts(facts=facts, reply=reply), JsonAnswer, timeout=timeout)
         added_facts, skipped = len(done["added"]), skipped + int(done["skipped_duplicates"])
+    if new:
+        await note_created(request, name)
     return JSONResponse(
         {
             "status": "success",

@@ -25,6 +25,7 @@ from nekomem.actors.messages import (
 )
 from nekomem.domain.layers import listings
 from nekomem.http.bodies import bounded_opaque, character_name, decode_body, decode_json, read_body
+from nekomem.http.character_origin import is_new, note_created, require_character
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
 from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
@@ -39,9 +40,21 @@ async def render_longterm(request: Request, name: str, language: str = "en", mas
     )
 
 
+# What /reflect answers for an unknown character (as for one with no facts), without creating it.
+UNKNOWN_REFLECT: dict[str, object] = {
+    "reflection": None,
+    "synthesis": {"status": "not_enough_facts"},
+    "confirmed": [],
+    "promotion": [],
+    "auto_transitions": 0,
+}
+
+
 async def reflect(request: Request) -> Response:
     rt = runtime_of(request)
     name = character_name(request)
+    if await is_new(request, name):
+        return JSONResponse(UNKNOWN_REFLECT)
     report = await ask(
         rt, name, "facts", lambda reply: ReflectNow(reply=reply), JsonAnswer, timeout=rt.settings.server.settle_timeout_seconds
     )
@@ -152,6 +165,7 @@ async def edit_entry(request: Request) -> Response:
     name = character_name(request)
     layer = request.path_params["layer"]
     entry_id = request.path_params["entry_id"]
+    await require_character(request, name)
     if layer == "recent":
         from nekomem.actors.messages import EditRecent
 
@@ -182,6 +196,7 @@ async def feedback(request: Request) -> Response:
     name = character_name(request)
     value = (await decode_body(request, FeedbackBody)).feedback
     rid = request.path_params["reflection_id"]
+    await require_character(request, name)
     return JSONResponse(
         await ask(runtime_of(request), name, "reflections", lambda reply: Feedback(id=rid, feedback=value, reply=reply), JsonAnswer)
     )
@@ -191,7 +206,13 @@ async def import_card(request: Request) -> Response:
     name = character_name(request)
     body = await decode_body(request, CardBody)
     entries = [{"entity": e.entity, "text": e.text} for e in body.entries]
-    return JSONResponse(await ask(runtime_of(request), name, "persona", lambda reply: ImportCard(entries=entries, reply=reply), JsonAnswer))
+    new = await is_new(request, name)
+    if new and not entries:
+        return JSONResponse({"added": [], "skipped_existing": 0})  # nothing to store: nothing created
+    answer = await ask(runtime_of(request), name, "persona", lambda reply: ImportCard(entries=entries, reply=reply), JsonAnswer)
+    if new:
+        await note_created(request, name)
+    return JSONResponse(answer)
 
 
 async def import_facts(request: Request) -> Response:
@@ -204,13 +225,17 @@ async def import_facts(request: Request) -> Response:
         if item.source is not None:
             fact["source"] = bounded_opaque(item.source, f"facts[{index}].source", request)
         facts.append(fact)
-    return JSONResponse(
-        await ask(
-            rt,
-            name,
-            "facts",
-            lambda reply: ImportFacts(facts=facts, reply=reply),
-            JsonAnswer,
-            timeout=rt.settings.server.settle_timeout_seconds,
-        )
+    new = await is_new(request, name)
+    if new and not facts:
+        return JSONResponse({"added": [], "skipped_duplicates": 0})  # nothing to store: nothing created
+    answer = await ask(
+        rt,
+        name,
+        "facts",
+        lambda reply: ImportFacts(facts=facts, reply=reply),
+        JsonAnswer,
+        timeout=rt.settings.server.settle_timeout_seconds,
     )
+    if new:
+        await note_created(request, name)
+    return JSONResponse(answer)

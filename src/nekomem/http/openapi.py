@@ -192,6 +192,22 @@ OPERATIONS += [
     ("/api/characters/{name}/turns", "delete", [NAME, *TURNS], None, dict[str, Any], "Forget stored turns (ids or a time range)"),
     ("/api/characters/{name}/turns/{row_id}", "delete", [NAME, ROW], None, dict[str, Any], "Forget one stored turn"),
     ("/api/characters/{name}/export", "get", [NAME], None, dict[str, Any], "The character as a nekomem-character document"),
+    (
+        "/api/characters/{name}/rename",
+        "post",
+        [NAME],
+        s.RenameBody,
+        dict[str, Any],
+        "Rename a character (every layer moves; 409 when the new name exists)",
+    ),
+    (
+        "/api/characters/{name}/merge",
+        "post",
+        [NAME],
+        s.MergeBody,
+        dict[str, Any],
+        "Merge a character into another existing one, then remove it",
+    ),
 ]
 # Served only in cluster mode (cluster_etcd_url set): listed only then.
 CLUSTER_OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] = [

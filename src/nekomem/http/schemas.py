@@ -267,3 +267,15 @@ class HealthAnswer(msgspec.Struct):
     embeddings: EmbeddingsHealth | None = None
     overall: str = "ok"
     blocking_reason: str | None = None
+
+
+class RenameBody(StrictBody):
+    """Body of ``POST /api/characters/{name}/rename``: the new name."""
+
+    to: str
+
+
+class MergeBody(StrictBody):
+    """Body of ``POST /api/characters/{name}/merge``: the character that takes it in."""
+
+    into: str

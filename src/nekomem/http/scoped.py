@@ -53,6 +53,7 @@ from nekomem.domain.subjects import (
 )
 from nekomem.http import scoped_epochs as ep
 from nekomem.http.bodies import character_name, convert_body, parse_history, read_json_object
+from nekomem.http.character_origin import is_new, note_created
 from nekomem.http.errors import ApiError
 from nekomem.http.prompt_locale import full_code, stored_language
 from nekomem.http.readonly import character_exists
@@ -202,6 +203,14 @@ async def scoped_history(request: Request) -> Response:
     name = character_name(request)
     raw = await read_json_object(request)
     body = convert_body(raw, ScopedHistoryBody)
+    new = await is_new(request, name)
+    response = await _keyed_history(request, name, raw, body)
+    if new:
+        await note_created(request, name)  # only noted when the extraction activated it
+    return response
+
+
+async def _keyed_history(request: Request, name: str, raw: dict[str, Any], body: ScopedHistoryBody) -> Response:
     if body.idempotency_key is None:
         return JSONResponse(await _history(request, name, body))
     key = body.idempotency_key.strip()

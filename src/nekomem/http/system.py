@@ -16,6 +16,7 @@ from nekomem.http.runtime_access import ask, runtime_of
 from nekomem.http.schemas import PowerfulMemoryBody
 from nekomem.runtime.runtime import Runtime
 from nekomem.runtime.switches import POWERFUL, SwitchError
+from nekomem.stores.fact_backlog import backlog_remaining
 
 
 def embeddings_status(rt: Runtime) -> dict[str, Any]:
@@ -41,18 +42,20 @@ async def health(request: Request) -> Response:
     failing = [tier for tier, t in llm_status.items() if t.get("state") == "failing"]
     llm_state = "unconfigured" if not llm_available else "failing" if failing else "ok"
     # The first four keys are the reference's build_health_response (app, service, status,
-    # instance_id): its launcher takes the port for a N.E.K.O. service when "app" is
-    # "N.E.K.O" and any "status" but "ok" for a dead server, and its status is "ok" even in
-    # limited mode (the state is in limited_mode / blocking_reason). So a failing model (the
-    # server still stores and serves everything) shows in "overall" ("degraded") and in each
-    # tier's "state". nekomem's own identity follows in "server".
+    # instance_id). Its launcher's probe (utils/port_utils.py probe_neko_health) takes the
+    # port for a N.E.K.O. service on "app" alone. "status" is "starting" while the routes
+    # answer 409 storage_startup_blocked (start-up recovery, or a /block of the chat
+    # server), so a script that waits for "ok" can then call them; the reference says "ok"
+    # even then. A failing model (the server still stores and serves everything) shows
+    # only in "overall" ("degraded") and in each tier's "state": "status" stays "ok".
+    # nekomem's own identity follows in "server".
     blocking = rt.blocking_reason()
     storage = rt.services.storage
     assert storage is not None  # Services.__post_init__ creates it
     body = {
         "app": rt.settings.server.health_app_name,
         "service": "memory",
-        "status": "ok",
+        "status": "starting" if blocking is not None else "ok",
         "instance_id": rt.instance_id,
         "server": "nekomem",
         "version": nekomem.__version__,
@@ -79,13 +82,27 @@ async def health(request: Request) -> Response:
     return JSONResponse(body)
 
 
+def fact_backlog_of(rt: Runtime, name: str) -> int:
+    """The stored turns of ``name`` still waiting for fact extraction: the count its
+    recent actor published (exact, kept current while it is loaded), else the count read
+    once from its journal and kept (a passive character's backlog cannot change). The
+    memory browser's listing shows this, and /health the same tally (:func:`_fact_backlog`).
+    Blocking (it may open the journal read-only): call it off the event loop."""
+    tally = rt.services.backlog
+    known = tally.known(name)
+    if known is not None:
+        return known
+    return tally.publish_stored(name, backlog_remaining(rt.character_paths(name).time_index_db))
+
+
 def _fact_backlog(rt: Runtime) -> dict[str, Any]:
     """The stored turns still waiting for fact extraction because they arrived before a
     model that can extract facts was configured: the setting, the rows remaining in all,
-    and per character (those with any left), as each loaded character last published
-    them (a backlog is mined by a loaded character; start-up loads those that have one
-    when a model is configured). No journal is opened, so /health stays cheap with
-    thousands of characters; the browser's character listing counts every character's."""
+    and per character (those with any left), from the tally :func:`fact_backlog_of`
+    reads: what each character loaded since the start published, and what the browser's
+    listing read for the others (a backlog is mined by a loaded character; start-up loads
+    those that have one when a model is configured). No journal is opened, so /health
+    stays cheap with thousands of characters."""
     per = rt.services.backlog.snapshot()
     return {"enabled": rt.settings.longterm.fact_backlog_enabled, "rows_remaining": sum(per.values()), "characters": per}
 

@@ -213,6 +213,9 @@ class CharacterRegistry:
                 raise CharacterBusy("the character's actors did not stop in time")
             yield
         finally:
+            # The block may have replaced or removed the files: the fact backlog count
+            # published by the stopped actors is read again (from disk, or at the next load).
+            self.services.backlog.forget(name)
             with self._lock:
                 del self._held[name]
             event.set()

@@ -54,20 +54,37 @@ def backlog_remaining(path: Path) -> int:
 
 
 class BacklogTally:
-    """Rows still waiting in each loaded character's backlog, as its RecentActor last
-    published them (thread-safe): /health reads this instead of opening every journal."""
+    """Rows still waiting in each character's backlog (thread-safe): as its RecentActor
+    last published them (exact: at load, on every change), or as read from its journal by
+    the browser's listing for a character not loaded since the start. /health and the
+    browser both read this (``nekomem.http.backlog_counts``), so they never disagree."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._rows: dict[str, int] = {}
+        self._rows: dict[str, int] = {}  # a published 0 is kept: it is known
 
     def publish(self, name: str, rows: int) -> None:
+        """The count of ``name``'s owner (its recent actor), replacing any other."""
         with self._lock:
-            if rows > 0:
-                self._rows[name] = rows
-            else:
-                self._rows.pop(name, None)
+            self._rows[name] = max(0, rows)
+
+    def publish_stored(self, name: str, rows: int) -> int:
+        """A count read from ``name``'s journal while it was not loaded: kept unless its
+        owner published one meanwhile (then that one is returned)."""
+        with self._lock:
+            return self._rows.setdefault(name, max(0, rows))
+
+    def known(self, name: str) -> int | None:
+        """The count of ``name``, or None when none was published or read."""
+        with self._lock:
+            return self._rows.get(name)
+
+    def forget(self, name: str) -> None:
+        """Drop ``name``'s count (its folder was replaced, removed or renamed)."""
+        with self._lock:
+            self._rows.pop(name, None)
 
     def snapshot(self) -> dict[str, int]:
+        """Every character with rows left, and how many."""
         with self._lock:
-            return dict(self._rows)
+            return {name: rows for name, rows in self._rows.items() if rows > 0}

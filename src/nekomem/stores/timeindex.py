@@ -348,6 +348,13 @@ class TimeIndex(TimeIndexReader):
         row = self._conn().execute(f"SELECT MAX(id) FROM {_ORIGINAL}").fetchone()
         return int(row[0]) if row and row[0] is not None else 0
 
+    def count_between(self, after: int, upto: int) -> int:
+        """How many rows have ``after < id <= upto`` (0 when the range is empty)."""
+        if upto <= after:
+            return 0
+        row = self._conn().execute(f"SELECT COUNT(*) FROM {_ORIGINAL} WHERE id > ? AND id <= ?", (int(after), int(upto))).fetchone()
+        return int(row[0]) if row else 0
+
     def rows_after(self, row_id: int, limit: int | None = None) -> list[TimeIndexRow]:
         """Rows with an id above ``row_id``, oldest first (at most ``limit``)."""
         sql = f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} WHERE id > ? ORDER BY id"

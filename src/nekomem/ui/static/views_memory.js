@@ -2,6 +2,7 @@
 import { t } from "./i18n.js";
 import { api, h, qs, fmtTime, localToIso, isoToLocal, pager, field, select, showError, status } from "./core.js";
 import { deleteCharacterButton, forgetEntryButton, forgetRangeButton, forgetTurnButton } from "./views_erase.js";
+import { moveButtons, originNote } from "./views_characters.js";
 
 const enc = encodeURIComponent;
 const PAGE = 50;
@@ -13,11 +14,12 @@ export async function characters(box, ctx) {
   box.append(h("h2", {}, t("view_characters")));
   if (!data.characters.length) { box.append(h("p", { class: "muted" }, t("no_characters"))); return; }
   const head = ["name", "state", "turns", "recent", "facts", "facts_archived", "vectors_pending", "fact_backlog", "reflections", "persona", "corrections", "last_conversation", "storage"];
+  const names = data.characters.map((c) => c.name);
   const rows = data.characters.map((c) => {
     const r = c.counts.reflections || {};
     const refl = Object.entries(r).filter(([, n]) => n).map(([s, n]) => `${t("st_" + s)} ${n}`).join(", ") || "0";
     return h("tr", { "data-test": "character-row", "data-name": c.name },
-      h("td", {}, h("a", { href: "#/facts", onclick: () => { const sel = document.getElementById("character"); sel.value = c.name; localStorage.setItem("nekomem.character", c.name); } }, c.name)),
+      h("td", {}, h("a", { href: "#/facts", onclick: () => { const sel = document.getElementById("character"); sel.value = c.name; localStorage.setItem("nekomem.character", c.name); } }, c.name), originNote(c)),
       h("td", { class: c.active ? "ok" : "muted" }, c.active ? t("active") : t("passive")),
       h("td", { class: "num" }, c.turns), h("td", { class: "num" }, c.counts.recent),
       h("td", { class: "num", "data-test": "fact-count" }, c.counts.facts), h("td", { class: "num" }, c.counts.facts_archived),
@@ -25,10 +27,13 @@ export async function characters(box, ctx) {
       h("td", { class: c.fact_backlog ? "num warn" : "num", "data-test": "fact-backlog" }, c.fact_backlog || 0),
       h("td", {}, refl), h("td", { class: "num" }, c.counts.persona), h("td", { class: "num" }, c.counts.corrections),
       h("td", {}, fmtTime(c.last_conversation_at)),
-      h("td", { class: c.trouble.length ? "warn" : "ok" }, c.trouble.length ? c.trouble.join("; ") : t("no_trouble")),
-      h("td", {}, deleteCharacterButton(ctx, c)));
+      h("td", { class: c.trouble.length ? "trouble warn" : "trouble ok" }, c.trouble.length ? c.trouble.join("; ") : t("no_trouble")),
+      h("td", { class: "actions" }, ...moveButtons(ctx, c, names), deleteCharacterButton(ctx, c)));
   });
-  box.append(h("table", { "data-test": "characters" }, h("tr", {}, [...head.map((k) => h("th", {}, t(k))), h("th", {})]), rows));
+  // The table scrolls inside its own box: at a narrow width the page itself stays put and
+  // every column is reached by scrolling the box (the name column stays in view).
+  box.append(h("div", { class: "table-scroll", "data-test": "characters-scroll" },
+    h("table", { class: "characters", "data-test": "characters" }, h("tr", {}, [...head.map((k) => h("th", {}, t(k))), h("th", {})]), rows)));
 }
 
 // -- Recent --------------------------------------------------------------------------------
