@@ -55,7 +55,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     """Register the ``neko`` subcommand on the CLI's subparsers."""
     neko = sub.add_parser("neko", help="serve as the memory server of a N.E.K.O. install; optionally start its launcher after --")
     neko.add_argument("--port", type=int, help=f"port (default ${PORT_ENV}, else the port setting, 48912)")
-    neko.add_argument("--memory-root", help="data folder (default ./memory, env NEKOMEM_MEMORY_ROOT)")
+    neko.add_argument(
+        "--memory-root",
+        help="memory folder (default: the N.E.K.O. data directory's memory/, served in place; env NEKOMEM_MEMORY_ROOT)",
+    )
     neko.add_argument("--neko-data-dir", help="the N.E.K.O. data directory (default: found where N.E.K.O. keeps it)")
     neko.add_argument("--config", help="TOML settings file (env NEKOMEM_CONFIG)")
     neko.add_argument("launcher", nargs=argparse.REMAINDER, help="-- then the command that starts N.E.K.O. (e.g. python launcher.py)")

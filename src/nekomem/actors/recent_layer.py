@@ -49,6 +49,7 @@ from nekomem.actors.recent_post_turn import PostTurnFeed
 from nekomem.actors.recent_state import RecentStore, answer
 from nekomem.actors.recent_theater import RecentTheater
 from nekomem.actors.recent_upkeep import WindowUpkeep
+from nekomem.importer import neko_folder
 from nekomem.runtime.reply import ActorFailure, Reply
 from nekomem.stores.faults import classify
 
@@ -98,6 +99,11 @@ class RecentLayer:
         if self.store.is_open:
             self.feed.save_cursor()
             self.store.close()
+            paths = self.ports.ctx.paths
+            if paths.neko_folder:
+                # The reference reads its own time_indexed.db: written whole from nekomem's
+                # at every close (passivation, /release_character, /reload, shutdown).
+                neko_folder.mirror_journal(paths, self.ports.ctx.settings.importer.import_source_timezone)
 
     def due_at(self) -> float | None:
         return self.upkeep.due_at()

@@ -5,23 +5,53 @@
   character adopts the file and drops a review in flight. ``{"status": "cancelled"}`` when
   a review was dropped, else ``{"status": "no_task"}``. An unknown character: ``no_task``.
 - ``POST /reload``: every active character is stopped; each one reloads from disk at its
-  next request. ``{"status": "success", "message": ...}``.
-- ``POST /release_character/{name}``: the character's actors stop and every file handle of
+  next request. In a N.E.K.O. memory folder, character folders the main process added
+  (a cloud-save download) or changed are adopted first (:mod:`nekomem.importer.neko_folder`),
+  and a renamed or deleted folder is simply what the next request finds. The body's
+  ``release_derived_task_claims`` (``{name: [token]}``) closes ``/release_character``
+  claims and ``resume_derived_task_names`` / ``resume_derived_task_generations`` open
+  published names again (:mod:`nekomem.runtime.release_claims`); an empty body is
+  allowed. ``{"status": "success", "message": ...}``.
+- ``POST /release_character/{name}?hold_derived_task_admission=&derived_task_claim_token=&derived_task_claim_generation=``:
+  a claim is opened (with the hold, fenced writes to the name answer 409 ``cancelled``
+  and the name is not activated), the character's actors stop and every file handle of
   its folder is closed before the answer, so the chat server may rename or delete the
-  folder. ``{"status": "success", "character_name", "cancelled_derived_tasks": n}``.
+  folder. ``{"status": "success", "character_name", "cancelled_derived_tasks": n,
+  "derived_task_claim_token"}``. Without a token or generation: 400. A token already
+  released: 409 ``{"status": "cancelled"}``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
+import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from nekomem.actors.messages import CancelCorrection
-from nekomem.http.bodies import character_name
+from nekomem.http.bodies import character_name, convert_body, read_json_object
+from nekomem.http.errors import error_response
 from nekomem.http.readonly import character_exists
 from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
+from nekomem.importer import neko_folder
+from nekomem.runtime.runtime import Runtime
+from nekomem.stores.layout import is_neko_folder
+
+log = logging.getLogger("nekomem.lifecycle")
+
+# The query booleans FastAPI (the reference) accepts.
+_TRUE = frozenset({"true", "1", "yes", "on"})
+_FALSE = frozenset({"false", "0", "no", "off"})
+
+
+class ReloadBody(msgspec.Struct, kw_only=True):
+    """``POST /reload``'s body (every field optional), as N.E.K.O.'s main process sends it."""
+
+    resume_derived_task_names: list[str] = msgspec.field(default_factory=list)
+    resume_derived_task_generations: dict[str, int] = msgspec.field(default_factory=dict)
+    release_derived_task_claims: dict[str, list[str]] = msgspec.field(default_factory=dict)
 
 
 async def cancel_correction(request: Request) -> Response:
@@ -34,15 +64,73 @@ async def cancel_correction(request: Request) -> Response:
 
 async def reload(request: Request) -> Response:
     rt = runtime_of(request)
-    names = rt.registry.active_names()
-    for name in names:
-        await asyncio.to_thread(rt.registry.release, name)
-    return JSONResponse({"status": "success", "message": f"reloaded; {len(names)} active characters will read their files again"})
+    body = convert_body(await read_json_object(request, allow_empty=True), ReloadBody)
+    try:
+        names = rt.registry.active_names()
+        for name in names:
+            await asyncio.to_thread(rt.registry.release, name)
+        adopted = await asyncio.to_thread(_adopt_changes, rt, names) if is_neko_folder(rt.memory_root) else None
+    finally:
+        # The end of a release transaction, whether or not the reload itself succeeded
+        # (as in the reference): its claims close, published names open.
+        for name, tokens in body.release_derived_task_claims.items():
+            for token in tokens:
+                rt.release_claims.release(name, token)
+        for name in body.resume_derived_task_names:
+            rt.release_claims.resume(name, body.resume_derived_task_generations.get(name))
+    message = f"reloaded; {len(names)} active characters will read their files again"
+    if adopted:
+        message += f"; {adopted} character folders adopted"
+    return JSONResponse({"status": "success", "message": message})
+
+
+def _adopt_changes(rt: Runtime, released: list[str]) -> int:
+    """Adopt character folders the main process added or changed (their actors are
+    stopped; the serving root lock stays shared), and forget the spellings of released
+    characters whose folder is gone (renamed or deleted). Returns how many folders were
+    adopted or imported again. Raises OSError."""
+    report = neko_folder.adopt(rt.memory_root, rt.settings)
+    known = set(rt.known_characters())
+    for name in released:
+        if name not in known:
+            rt.names.forget(name)
+    for name in rt.services.backlog.snapshot():
+        if name not in known:
+            rt.services.backlog.publish(name, 0)  # /health's backlog drops a deleted or renamed name
+    return len(report.adopted) + len(report.refreshed)
 
 
 async def release_character(request: Request) -> Response:
     rt = runtime_of(request)
     name = character_name(request)
+    query = request.query_params
+    hold_raw = query.get("hold_derived_task_admission", "false").strip().lower()
+    if hold_raw not in _TRUE | _FALSE:
+        return error_response(400, "bad_query", "hold_derived_task_admission must be true or false", character_name=name)
+    token = query.get("derived_task_claim_token", "").strip()
+    generation_raw = query.get("derived_task_claim_generation", "").strip()
+    try:
+        generation = int(generation_raw) if generation_raw else None
+    except ValueError:
+        return error_response(400, "bad_query", "derived_task_claim_generation must be an integer", character_name=name)
+    if not token or generation is None:
+        return error_response(400, "claim_required", "derived task claim token and generation are required", character_name=name)
+    if not rt.release_claims.claim(name, token, generation, hold_raw in _TRUE):
+        return JSONResponse(
+            {"status": "cancelled", "character_name": name, "message": "release claim was already withdrawn"}, status_code=409
+        )
     busy = rt.pool.busy(name)
-    await asyncio.to_thread(rt.registry.release, name)
-    return JSONResponse({"status": "success", "character_name": name, "cancelled_derived_tasks": int(busy)})
+    try:
+        await asyncio.to_thread(rt.registry.release, name)
+    except BaseException:
+        rt.release_claims.release(name, token)
+        raise
+    if not rt.release_claims.active(name, token):
+        # Withdrawn meanwhile (a /reload closed it: the caller gave up and compensated).
+        return JSONResponse(
+            {"status": "cancelled", "character_name": name, "message": "release claim was withdrawn while draining"}, status_code=409
+        )
+    log.info("released a character for the main process (hold=%s)", hold_raw in _TRUE)
+    return JSONResponse(
+        {"status": "success", "character_name": name, "cancelled_derived_tasks": int(busy), "derived_task_claim_token": token}
+    )
