@@ -11,9 +11,9 @@ writes and theater forget/retract. Reads are not fenced (as in the reference).
 
 from __future__ import annotations
 
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from nekomem.http.errors import error_response
 from nekomem.runtime.runtime import Runtime
 from nekomem.stores.layout import InvalidName, validate_name
 
@@ -63,7 +63,9 @@ class ReleaseFence:
         if scope["type"] == "http":
             name = fenced_name(scope.get("path", ""), scope.get("method", ""))
             if name is not None and self.runtime.release_claims.held(self.runtime.names.canonical(name)):
-                response = error_response(409, "character_release_in_progress", "character release in progress", status="cancelled")
+                # The reference's body ({"status": "cancelled", "message"}) with nekomem's error_code.
+                body = {"status": "cancelled", "error_code": "character_release_in_progress", "message": "character release in progress"}
+                response = JSONResponse(body, status_code=409)
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)

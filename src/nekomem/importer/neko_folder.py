@@ -110,7 +110,7 @@ def _changed_outside(home: Path) -> list[str]:
     for name in _mirrored_names(home):
         now = _identity(home / name)
         if now is not None and known.get(name) != now:
-            changed.append(name)
+            changed.append(name)  # written since (or created: recorded as absent, or never seen)
     return changed
 
 
@@ -190,6 +190,9 @@ def _import_one(root: Path, name: str, home: Path, settings: Settings, localizer
     zone = settings.importer.import_source_timezone
     mirror_views(paths, zone, [n for group in OWNER_FILES.values() for n in group])
     mirror_journal(paths, zone)
+    # Every reference file as it now is (also those nekomem keeps no view of, such as a
+    # torn one it could not import): a later change by someone else is what counts.
+    _remember(home, _mirrored_names(home))
     atomic_write_json(state / ADOPTED_FILE, {"source": "reference", "characters_imported": len(imported.characters)})
 
 
