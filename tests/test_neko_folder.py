@@ -165,8 +165,8 @@ def test_the_shared_folder_reads_back_with_the_reference_rules_and_adoption_is_o
     # the reference's memory server would find nekomem's turn in its own journal.
     assert sum(check_reference_files(memory / name) for name in fixture.characters) >= 10
     assert "nekomem wrote this turn about green tea" in journal_texts(memory / MAIN / "time_indexed.db")
-    for _, session, message, stamp in fixture.characters[MAIN].journal:
-        assert ref_message(message)[1] in journal_texts(memory / MAIN / "time_indexed.db")
+    texts = journal_texts(memory / MAIN / "time_indexed.db")
+    assert all(ref_message(message)[1] in texts for _, _, message, _ in fixture.characters[MAIN].journal)
     facts = read(memory / MAIN / "facts.json")
     added = [f for f in facts if f["text"] == "Master loves green tea"]
     assert len(added) == 1 and added[0]["embedding"] is None
