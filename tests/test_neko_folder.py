@@ -33,7 +33,7 @@ from nekomem.config import load_settings
 from nekomem.importer import neko_folder
 from nekomem.stores.layout import NEKO_FOLDER_MARKER, STATE_DIR, forget_neko_folder
 from tests.support import neko_fixture
-from tests.support.live import LiveServer, make_settings
+from tests.support.live import TEST_EMBEDDING_MODEL, LiveServer, make_settings
 from tests.support.waiting import wait_for
 from tests.test_neko_export import ref_journal, ref_json_time, ref_message, ref_times
 
@@ -60,8 +60,13 @@ def data_dir(tmp_path: Path) -> tuple[Path, neko_fixture.NekoFixture]:
 
 
 def neko_settings(data: Path, **overrides: Any) -> Any:
+    """A test server's settings with the memory root left to its default from the data
+    directory (what `nekomem neko` serves)."""
     forget_neko_folder()
-    return make_settings(data / "memory", neko_data_dir=str(data), import_source_timezone=ZONE, **overrides)
+    values = {"port": 0, "embedding_model": TEST_EMBEDDING_MODEL, "gc_full_collection_seconds": 0}
+    settings = load_settings(None, env={}, overrides={**values, "neko_data_dir": str(data), "import_source_timezone": ZONE, **overrides})
+    assert Path(settings.server.memory_root) == data / "memory"
+    return settings
 
 
 def fixture_texts(data: neko_fixture.CharacterData) -> list[str]:
