@@ -373,3 +373,23 @@ def test_a_forgotten_turn_leaves_the_reference_journal_at_once(tmp_path: Path) -
             assert all("4921" not in str(r) for r in db.execute("SELECT message FROM time_indexed_original"))
         finally:
             db.close()
+
+
+def test_export_and_restore_of_a_character_in_the_shared_folder(tmp_path: Path) -> None:
+    from nekomem.stores.snapshot import write_character
+
+    data, _ = data_dir(tmp_path)
+    memory = data / "memory"
+    with LiveServer(neko_settings(data)) as srv:
+        assert srv.post(f"/cache/{MAIN}", json={"input_history": [{"role": "user", "content": "export me"}]}).status_code == 200
+        doc = srv.get(f"/api/characters/{MAIN}/export").json()
+    assert doc["name"] == MAIN
+    assert "export me" in [ref_message(m)[1] for m in doc["files"]["recent.json"]]
+    # Restored into the shared folder: nekomem's files in .nekomem/, recent.json beside the
+    # reference's files, and the next start adopts it (the reference's files appear).
+    write_character(memory, doc, name="Restored")
+    assert (memory / "Restored" / STATE_DIR / "time_indexed.db").is_file() and (memory / "Restored" / "recent.json").is_file()
+    assert not (memory / "Restored" / "time_indexed.db").exists()
+    with LiveServer(neko_settings(data)) as srv:
+        assert "export me" in srv.get("/get_recent_history/Restored").text
+    assert "export me" in journal_texts(memory / "Restored" / "time_indexed.db")
