@@ -393,3 +393,20 @@ def test_export_and_restore_of_a_character_in_the_shared_folder(tmp_path: Path) 
     with LiveServer(neko_settings(data)) as srv:
         assert "export me" in srv.get("/get_recent_history/Restored").text
     assert "export me" in journal_texts(memory / "Restored" / "time_indexed.db")
+
+
+def test_a_character_nekomem_starts_is_not_imported_again(tmp_path: Path) -> None:
+    data, _ = data_dir(tmp_path)
+    memory = data / "memory"
+    with LiveServer(neko_settings(data, view_flush_changes=1)) as srv:
+        turn = {"role": "user", "content": "a brand new character"}
+        assert srv.post("/cache/Fresh", json={"input_history": [turn]}).status_code == 200
+        assert srv.post("/api/characters/Fresh/facts", json={"facts": [{"text": "Fresh likes rain"}]}).status_code < 300
+        wait_for(lambda: (memory / "Fresh" / "facts.json").exists(), what="the mirrored facts.json")
+        assert srv.post("/reload").json()["status"] == "success"
+        assert srv.post("/reload").json()["status"] == "success"
+        rows = srv.get("/api/browse/Fresh/journal", params={"q": "brand new"}).json()["items"]
+        assert len(rows) == 1
+        facts = srv.get("/api/characters/Fresh/facts").json()
+        assert json.dumps(facts).count("Fresh likes rain") == 1
+    assert journal_texts(memory / "Fresh" / "time_indexed.db").count("a brand new character") == 1

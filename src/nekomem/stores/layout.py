@@ -23,7 +23,7 @@ import os
 import unicodedata
 from pathlib import Path
 
-from nekomem.stores.atomic import fsync_dir
+from nekomem.stores.atomic import atomic_write_json, fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,11 @@ CORE_CONFIG_FILE = "core_config.json"
 # STATE_DIR (written by importer.neko_folder.adopt, read here).
 NEKO_FOLDER_MARKER = ".nekomem-neko-folder.json"
 STATE_DIR = ".nekomem"
+# In a character's STATE_DIR once the reference's files of that folder were imported (or
+# when nekomem made the folder: nothing to import).
+ADOPTED_FILE = "adopted.json"
+# The reference's files that make a folder one of its characters (importer.neko_source).
+_REFERENCE_CHARACTER_FILES = ("recent.json", "time_indexed.db", "facts.json", "reflections.json", "persona.json")
 
 # Windows device names are reserved in every folder and with any extension ("nul.txt"). A
 # memory root must stay copyable between operating systems, so they are refused everywhere.
@@ -270,6 +275,10 @@ class CharacterPaths:
             self.home.mkdir(exist_ok=True)
             if self.folder != self.home:
                 self.folder.mkdir(exist_ok=True)
+                if not any((self.home / name).exists() for name in _REFERENCE_CHARACTER_FILES):
+                    # A character nekomem starts itself has nothing of the reference's to
+                    # adopt: marked adopted now, so no later adoption imports its mirror back.
+                    atomic_write_json(self.folder / ADOPTED_FILE, {"source": "nekomem"})
                 fsync_dir(self.home)
             fsync_dir(self.root)
         return self.folder
