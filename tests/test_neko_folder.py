@@ -410,3 +410,21 @@ def test_a_character_nekomem_starts_is_not_imported_again(tmp_path: Path) -> Non
         facts = srv.get("/api/characters/Fresh/facts").json()
         assert json.dumps(facts).count("Fresh likes rain") == 1
     assert journal_texts(memory / "Fresh" / "time_indexed.db").count("a brand new character") == 1
+
+
+def test_an_old_nekomem_memory_root_is_pointed_out_with_the_command_that_brings_it_over(tmp_path: Path, capsys: Any) -> None:
+    from nekomem.neko_launch import legacy_root_notice
+
+    data, _ = data_dir(tmp_path)
+    assert legacy_root_notice(neko_settings(data)) is None
+    old = data / "nekomem-memory"
+    with LiveServer(make_settings(old)) as srv:  # what an earlier `nekomem neko` served
+        assert srv.post("/cache/Lan", json={"input_history": [{"role": "user", "content": "from the old root"}]}).status_code == 200
+    notice = legacy_root_notice(neko_settings(data))
+    assert notice is not None and "nekomem restore" in notice
+    command = notice.split("run: ", 1)[1].split()
+    assert command[:2] == ["nekomem", "restore"]
+    assert cli.main(command[1:]) == 0
+    with LiveServer(neko_settings(data)) as srv:
+        assert "from the old root" in srv.get("/get_recent_history/Lan").text
+    assert "from the old root" in journal_texts(data / "memory" / "Lan" / "time_indexed.db")

@@ -42,7 +42,7 @@ from types import FrameType
 
 import uvicorn
 
-from nekomem.config import SettingsError, load_settings
+from nekomem.config import Settings, SettingsError, load_settings
 
 log = logging.getLogger("nekomem.neko")
 
@@ -153,6 +153,26 @@ class _Child:
                 return proc.wait()
 
 
+LEGACY_ROOT = "nekomem-memory"
+
+
+def legacy_root_notice(settings: Settings) -> str | None:
+    """What to tell a user whose data directory still holds ``nekomem-memory/`` (the memory
+    root before N.E.K.O.'s own ``memory/`` was served in place), or None."""
+    data_dir = settings.server.neko_data_dir.strip()
+    if not data_dir:
+        return None
+    legacy = Path(data_dir).expanduser() / LEGACY_ROOT
+    root = Path(settings.server.memory_root).expanduser()
+    if not legacy.is_dir() or root.resolve() == legacy.resolve():
+        return None
+    return (
+        f"{legacy} (nekomem's memory root before it served N.E.K.O.'s own memory folder) is not read any more; "
+        f"{root} is served in place. To keep what nekomem learned there, stop nekomem and run: "
+        f"nekomem restore {legacy} --memory-root {root} --replace"
+    )
+
+
 def main(args: argparse.Namespace) -> int:
     """Run ``nekomem neko``; the exit status (the launcher's, 0 without one, 2 on bad settings)."""
     from nekomem.cli import make_embeddings
@@ -180,6 +200,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"nekomem: {exc}", file=sys.stderr)
         return 2
     root = Path(settings.server.memory_root).expanduser()
+    notice = legacy_root_notice(settings)
+    if notice is not None:
+        print(f"nekomem: {notice}", file=sys.stderr)
     if (root / "__init__.py").is_file():
         # Run from a N.E.K.O. source folder with no data directory found, ./memory is its
         # Python package: never write characters into it.

@@ -39,12 +39,19 @@ from nekomem.importer.neko_export import ExportError, LocalTimes, reference_file
 from nekomem.importer.neko_source import SourceCharacter, SourceError, TimeLocalizer
 from nekomem.importer.report import ImportReport
 from nekomem.stores.atomic import atomic_write_bytes, atomic_write_json, read_json
-from nekomem.stores.layout import ADOPTED_FILE, NEKO_FOLDER_MARKER, STATE_DIR, CharacterPaths, forget_neko_folder, is_neko_folder
+from nekomem.stores.layout import (
+    ADOPTED_FILE,
+    MIRROR_FILE,
+    NEKO_FOLDER_MARKER,
+    STATE_DIR,
+    CharacterPaths,
+    forget_neko_folder,
+    is_neko_folder,
+)
 
 log = logging.getLogger("nekomem.neko_folder")
 
 BACKUP_DIR = "reference-backup"
-MIRROR_FILE = "mirror.json"
 # The reference's files each owner's view flush rewrites (besides nekomem's own view).
 OWNER_FILES: dict[str, tuple[str, ...]] = {
     FACTS: (src.FACTS, src.FACTS_ARCHIVE),

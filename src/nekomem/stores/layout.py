@@ -39,6 +39,8 @@ STATE_DIR = ".nekomem"
 # In a character's STATE_DIR once the reference's files of that folder were imported (or
 # when nekomem made the folder: nothing to import).
 ADOPTED_FILE = "adopted.json"
+# In a character's STATE_DIR: the identity of each reference file as nekomem last wrote or saw it.
+MIRROR_FILE = "mirror.json"
 # The reference's files that make a folder one of its characters (importer.neko_source).
 _REFERENCE_CHARACTER_FILES = ("recent.json", "time_indexed.db", "facts.json", "reflections.json", "persona.json")
 

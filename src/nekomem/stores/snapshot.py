@@ -33,7 +33,9 @@ import msgspec
 
 from nekomem.stores.atomic import atomic_write_bytes, atomic_write_json, fsync_dir, read_json
 from nekomem.stores.layout import (
+    ADOPTED_FILE,
     EVENTS_FILE,
+    MIRROR_FILE,
     OUTBOX_FILE,
     PERSONA_ARCHIVE_DIR,
     RECENT_FILE,
@@ -56,8 +58,13 @@ class SnapshotError(ValueError):
     """A document that is not a nekomem character, or a folder it cannot be written to."""
 
 
+# A N.E.K.O. memory folder's bookkeeping of its reference files (importer.neko_folder): not
+# memory, and wrong for any other folder (a restored character is adopted afresh).
+_NEKO_FOLDER_FILES = frozenset({ADOPTED_FILE, MIRROR_FILE})
+
+
 def _view_paths(folder: Path) -> list[str]:
-    names = [p.name for p in sorted(folder.glob("*.json")) if ".nkatmp" not in p.name]
+    names = [p.name for p in sorted(folder.glob("*.json")) if ".nkatmp" not in p.name and p.name not in _NEKO_FOLDER_FILES]
     for sub in ARCHIVE_DIRS:
         names += [f"{sub}/{p.name}" for p in sorted((folder / sub).glob("*.json")) if ".nkatmp" not in p.name]
     return names
