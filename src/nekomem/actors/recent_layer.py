@@ -21,6 +21,7 @@ the fact backlog), :class:`WindowUpkeep` (compression, review, the periodic pass
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 
 import msgspec
@@ -102,8 +103,12 @@ class RecentLayer:
             paths = self.ports.ctx.paths
             if paths.neko_folder:
                 # The reference reads its own time_indexed.db: written whole from nekomem's
-                # at every close (passivation, /release_character, /reload, shutdown).
-                neko_folder.mirror_journal(paths, self.ports.ctx.settings.importer.import_source_timezone)
+                # at every close (passivation, /release_character, /reload, shutdown). A
+                # failure leaves the previous copy and must not keep the character open.
+                try:
+                    neko_folder.mirror_journal(paths, self.ports.ctx.settings.importer.import_source_timezone)
+                except (OSError, sqlite3.Error) as exc:
+                    self.ports.log.warning("the reference's time_indexed.db was not rewritten: %s", type(exc).__name__)
 
     def due_at(self) -> float | None:
         return self.upkeep.due_at()

@@ -78,6 +78,8 @@ async def delete_character(request: Request) -> Response:
             removed = _remove_folder(paths.home) if paths.home.exists() else 0
             rt.names.forget(name)
             rt.services.backlog.publish(name, 0)
+            if rt.services.storage is not None:
+                rt.services.storage.forget_character(name)
             return removed
 
     try:

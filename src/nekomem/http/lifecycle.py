@@ -94,9 +94,15 @@ def _adopt_changes(rt: Runtime, released: list[str]) -> int:
     for name in released:
         if name not in known:
             rt.names.forget(name)
+    storage = rt.services.storage
     for name in rt.services.backlog.snapshot():
         if name not in known:
             rt.services.backlog.publish(name, 0)  # /health's backlog drops a deleted or renamed name
+    if storage is not None:
+        reported = storage.snapshot()
+        for item in reported["faults"] + reported["damaged_journals"] + reported["unrebuilt_views"]:
+            if item["character"] not in known:
+                storage.forget_character(str(item["character"]))  # nor its storage troubles
     return len(report.adopted) + len(report.refreshed)
 
 
