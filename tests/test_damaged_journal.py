@@ -23,7 +23,7 @@ def _fill(tmp_path):
         for i in range(0, TURNS, 30):
             batch = [{"role": "user", "content": f"turn {j} " + "x" * 200} for j in range(i, i + 30)]
             assert srv.post("/cache/Lan", json={"input_history": batch}).status_code == 200
-        assert srv.post("/release_character/Lan").status_code == 200
+        assert srv.post("/release_character/Lan?derived_task_claim_token=t&derived_task_claim_generation=0").status_code == 200
     db_path = tmp_path / "Lan" / "time_indexed.db"
     db = sqlite3.connect(db_path)
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")

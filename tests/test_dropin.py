@@ -376,7 +376,7 @@ def test_release_character_frees_every_file_handle(tmp_path: Path) -> None:
         srv.post(f"/api/characters/{NAME}/facts", json={"facts": [{"text": "Master loves green tea"}]})
         folder = tmp_path / NAME
         assert open_paths_under(folder), "the active character holds its database open"
-        r = srv.post(f"/release_character/{NAME}")
+        r = srv.post(f"/release_character/{NAME}?derived_task_claim_token=t&derived_task_claim_generation=0")
         assert r.status_code == 200 and r.json()["status"] == "success" and r.json()["character_name"] == NAME
         assert open_paths_under(folder) == []
         assert NAME not in srv.runtime.registry.active_names()
@@ -433,7 +433,7 @@ def test_no_read_route_creates_anything_on_disk(tmp_path: Path) -> None:
             "/internal/memory/Ghost/scoped_forget": {"subject": GROUP},
             "/record_surfaced/Ghost": {"reflection_ids": ["ref_x"]},
             "/cancel_correction/Ghost": {},
-            "/release_character/Ghost": {},
+            "/release_character/Ghost?derived_task_claim_token=t&derived_task_claim_generation=0": {},
         }
         for url, body in reads.items():
             r = srv.post(url, json=body)

@@ -107,7 +107,7 @@ def test_a_short_load_shows_in_the_expected_series(tmp_path, fake_llm, embedding
         assert one(s, "nekomem_limited_mode") == 0
 
         # Released: one passivation, one active character less; the second scrape is counted.
-        assert srv.post(f"/release_character/{names[0]}").status_code == 200
+        assert srv.post(f"/release_character/{names[0]}?derived_task_claim_token=t&derived_task_claim_generation=0").status_code == 200
         _text, again = scrape(srv)
         assert one(again, "nekomem_character_passivations_total") == 1
         assert one(again, "nekomem_characters_active") == len(names) - 1

@@ -81,9 +81,9 @@ def test_settings_take_master_language_switches_and_cards_from_the_data_dir(tmp_
     assert Path(s.server.core_config_path) == data / "config"
     assert Path(s.server.character_cards_path) == data / "config" / "characters.json"
     assert Path(s.server.memory_root) == tmp_path / "nekomem"  # set explicitly: kept
-    # Unset, the memory root sits beside N.E.K.O.'s own memory folder, never in it.
+    # Unset, the memory root is N.E.K.O.'s own memory folder, served in place (docs/NEKO-FILES.md).
     unset = load_settings(None, env={"HOME": str(home)}, overrides={"neko_data_dir": "auto"})
-    assert Path(unset.server.memory_root) == data / "nekomem-memory"
+    assert Path(unset.server.memory_root) == data / "memory"
     # NEKO_LANGUAGE wins over the locale, as in the reference; a setting you made wins over both.
     assert settings_for(tmp_path, {"HOME": str(home), "LANG": "ja_JP.UTF-8", "NEKO_LANGUAGE": "zh-TW"}).server.context_language == "zh-TW"
     assert settings_for(tmp_path, {"HOME": str(home), "NEKOMEM_MASTER_NAME": "Boss"}).recent.master_name == "Boss"

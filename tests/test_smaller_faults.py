@@ -103,7 +103,7 @@ def test_a_failed_character_answers_at_once_with_a_clear_error(tmp_path: Path) -
     root = tmp_path / "memory"
     with LiveServer(make_settings(root, ask_timeout_seconds=60)) as srv:
         assert srv.post("/cache/Lan", json={"input_history": [{"role": "user", "content": "hi"}]}).status_code == 200
-        srv.post("/release_character/Lan")
+        srv.post("/release_character/Lan?derived_task_claim_token=t&derived_task_claim_generation=0")
         wait_for(lambda: "Lan" not in srv.runtime.registry.active_names(), what="Lan passivated")
         facts = root / "Lan" / "facts.json"
         if facts.exists():

@@ -90,7 +90,7 @@ def test_the_window_after_a_power_loss_is_memo_plus_every_later_row(tmp_path, fa
             assert srv.post("/cache/Lan", json={"input_history": [{"role": "user", "content": f"later {i}"}]}).status_code == 200
         expected = _window(srv, "Lan")
         assert expected == durable + [f"later {i}" for i in range(7)]
-        assert srv.post("/release_character/Lan").status_code == 200
+        assert srv.post("/release_character/Lan?derived_task_claim_token=t&derived_task_claim_generation=0").status_code == 200
     # What a power loss leaves of the view (the journal is durable).
     recent, meta = folder / "recent.json", folder / "recent_meta.json"
     if damage.startswith("old"):
@@ -111,7 +111,7 @@ def test_an_outside_edit_while_stopped_is_kept(tmp_path):
     with LiveServer(settings) as srv:
         for i in range(3):
             srv.post("/cache/Lan", json={"input_history": [{"role": "user", "content": f"m{i}"}]})
-        assert srv.post("/release_character/Lan").status_code == 200
+        assert srv.post("/release_character/Lan?derived_task_claim_token=t&derived_task_claim_generation=0").status_code == 200
     recent = tmp_path / "Lan" / "recent.json"
     edited = json.loads(recent.read_text(encoding="utf-8"))
     edited[1]["data"]["content"] = "m1 (edited by hand)"
@@ -132,7 +132,7 @@ def test_a_repeated_turn_lost_from_an_old_file_comes_back(tmp_path):
         srv.post("/cache/Lan", json={"input_history": [{"role": "user", "content": "hi"}]})
         old = recent.read_bytes()
         srv.post("/cache/Lan", json={"input_history": [{"role": "user", "content": "hi"}]})
-        assert srv.post("/release_character/Lan").status_code == 200
+        assert srv.post("/release_character/Lan?derived_task_claim_token=t&derived_task_claim_generation=0").status_code == 200
     recent.write_bytes(old)
     with LiveServer(settings) as srv:
         assert _window(srv, "Lan") == ["hi", "hi"]
@@ -148,10 +148,10 @@ def test_under_the_hard_cap_an_old_file_is_rebuilt_and_a_current_one_kept(tmp_pa
                 old = recent.read_bytes()
         expected = _window(srv, "Lan")
         assert 3 < len(expected) < 30 and expected[-1] == "message number 59 here"
-        assert srv.post("/release_character/Lan").status_code == 200
+        assert srv.post("/release_character/Lan?derived_task_claim_token=t&derived_task_claim_generation=0").status_code == 200
     with LiveServer(settings) as srv:
         assert _window(srv, "Lan") == expected  # current: kept as it is
-        assert srv.post("/release_character/Lan").status_code == 200
+        assert srv.post("/release_character/Lan?derived_task_claim_token=t&derived_task_claim_generation=0").status_code == 200
     recent.write_bytes(old)  # a power loss brought back an older state
     with LiveServer(settings) as srv:
         assert _window(srv, "Lan") == expected

@@ -29,7 +29,7 @@ import msgspec
 from nekomem.config import Settings
 from nekomem.stores import rootlock
 from nekomem.stores.atomic import atomic_write_bytes
-from nekomem.stores.layout import CORE_CONFIG_FILE, InvalidName, list_characters, validate_name
+from nekomem.stores.layout import CORE_CONFIG_FILE, CharacterPaths, InvalidName, list_characters, validate_name
 from nekomem.stores.snapshot import SnapshotError, check_document, read_character, write_character
 
 COMMANDS = ("delete", "backup", "restore", "export", "import")
@@ -183,7 +183,7 @@ def _delete(args: argparse.Namespace, server: _Server | None, root: Path, out: T
         print(f"deleted {name} ({answer['files_removed']} files)", file=out)
         return 0
     with _quiet_root(root, "delete"):
-        folder = root / name
+        folder = CharacterPaths(root, name).home  # in a N.E.K.O. memory folder: the reference's files too
         if not folder.is_dir():
             raise CommandError(f"no character {name} in {root}", 2)
         shutil.rmtree(folder)
@@ -212,7 +212,8 @@ def _documents(server: _Server | None, root: Path, wanted: list[str] | None) -> 
 def _folder_documents(root: Path, wanted: list[str] | None) -> Iterator[dict[str, Any]]:
     with _quiet_root(root, "backup"):
         for name in _names(list_characters(root), wanted):
-            yield read_character(root / name)
+            paths = CharacterPaths(root, name)
+            yield read_character(paths.folder, paths.recent)
 
 
 def _fresh_dest(dest: Path) -> None:

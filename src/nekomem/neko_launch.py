@@ -102,7 +102,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def _add_settings_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--memory-root", help="data folder (default: from the N.E.K.O. data directory, env NEKOMEM_MEMORY_ROOT)")
+    parser.add_argument(
+        "--memory-root",
+        help="memory folder (default: the N.E.K.O. data directory's memory/, served in place; env NEKOMEM_MEMORY_ROOT)",
+    )
     parser.add_argument("--neko-data-dir", help="the N.E.K.O. data directory (default: found where N.E.K.O. keeps it)")
     parser.add_argument("--config", help="TOML settings file (env NEKOMEM_CONFIG)")
 
@@ -142,6 +145,26 @@ def decide_settings(
     if models.tiers:
         settings = load_settings(args.config, overrides={**overrides, "neko_data_dir": data_dir, **models.overrides()})
     return settings, models
+
+
+LEGACY_ROOT = "nekomem-memory"
+
+
+def legacy_root_notice(settings: Settings) -> str | None:
+    """What to tell a user whose data directory still holds ``nekomem-memory/`` (the memory
+    root before N.E.K.O.'s own ``memory/`` was served in place), or None."""
+    data_dir = settings.server.neko_data_dir.strip()
+    if not data_dir:
+        return None
+    legacy = Path(data_dir).expanduser() / LEGACY_ROOT
+    root = Path(settings.server.memory_root).expanduser()
+    if not legacy.is_dir() or root.resolve() == legacy.resolve():
+        return None
+    return (
+        f"{legacy} (nekomem's memory root before it served N.E.K.O.'s own memory folder) is not read any more; "
+        f"{root} is served in place. To keep what nekomem learned there, stop nekomem and run: "
+        f"nekomem restore {legacy} --memory-root {root} --replace"
+    )
 
 
 def _memory_root_refusal(settings: Settings) -> str | None:
@@ -451,6 +474,9 @@ def main(args: argparse.Namespace) -> int:
     if refusal is not None:
         print(f"nekomem: {refusal}", file=sys.stderr)
         return 2
+    notice = legacy_root_notice(settings)
+    if notice is not None:
+        print(f"nekomem: {notice}", file=sys.stderr)
     serve = [sys.executable, "-m", "nekomem", "neko-serve", "--neko-source", str(install)]
     for flag, value in (("--memory-root", args.memory_root), ("--neko-data-dir", args.neko_data_dir), ("--config", args.config)):
         if value:  # the server runs in the install's folder: relative paths are made absolute here

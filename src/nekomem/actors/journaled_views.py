@@ -23,6 +23,7 @@ from typing import Protocol
 from nekomem.actors.messages import ScrubTexts
 from nekomem.actors.ports import LayerPorts
 from nekomem.domain.layers import OUTBOX, PERSONA
+from nekomem.importer import neko_folder
 from nekomem.runtime.reply import ActorFailure, Reply
 from nekomem.stores.atomic import read_json
 from nekomem.stores.erasure import drop_from_shards
@@ -160,6 +161,8 @@ class JournaledViews:
         self.flush()
         dropped = self.ctx.journal.purge(self.owner, ids, texts)
         shards = drop_from_shards(archive_dir, ids) if archive_dir is not None else 0
+        if shards:
+            self._mirror()  # the reference's copy of the archive drops them too
         self.ports.log.info("erased %d entries: %d journal events and %d archived copies dropped", len(ids), dropped, shards)
         # The persona's contradiction queue may quote the text (a reflection's proposal):
         # the persona actor scrubs it, then passes the message on to the outbox.
@@ -208,6 +211,7 @@ class JournaledViews:
             return
         started = time.monotonic()
         self.state.write_views()
+        self._mirror()
         self._flush_gap = (time.monotonic() - started) / self.ctx.settings.runtime.view_flush_max_duty
         if self._last_event is not None:
             self.ctx.journal.mark(self.owner, self._last_event)
@@ -219,6 +223,13 @@ class JournaledViews:
             if storage is not None:
                 storage.clear(self.ctx.name, self.views_layer)
         self.ctx.journal.compact_if_applied(self.ctx.settings.runtime.events_compact_lines)
+
+    def _mirror(self) -> None:
+        """In a N.E.K.O. memory folder: the reference's copies of this owner's views, in
+        its format (see :mod:`nekomem.importer.neko_folder`). Raises OSError."""
+        files = neko_folder.OWNER_FILES.get(self.owner)
+        if files and self.ctx.paths.neko_folder:
+            neko_folder.mirror_views(self.ctx.paths, self.ctx.settings.importer.import_source_timezone, files)
 
     def real_due_at(self) -> float | None:
         """The next view rewrite, when changes wait (see :meth:`maybe_flush`)."""

@@ -20,6 +20,7 @@ from nekomem.actors.ports import LayerPorts
 from nekomem.actors.recent_state import RecentStore
 from nekomem.domain.layers import FACTS
 from nekomem.domain.turns import Turn
+from nekomem.importer import neko_folder
 from nekomem.runtime.reply import ActorFailure
 from nekomem.stores.erasure import scrub_ndjson_file
 from nekomem.stores.recent_watch import EDITS_FILE
@@ -57,6 +58,9 @@ def forget_turns(ports: LayerPorts, store: RecentStore, msg: ForgetTurns) -> Non
     # WAL now, and the old page goes when the WAL is copied back and truncated.
     tindex.scrub_wal()
     scrub_ndjson_file(ports.ctx.paths.folder / EDITS_FILE, texts)
+    if ports.ctx.paths.neko_folder:
+        # The reference's copy of the journal held the turns too.
+        neko_folder.mirror_journal(ports.ctx.paths, ports.ctx.settings.importer.import_source_timezone)
     ports.log.info("forgot %d stored turns", len(rows))
     answer = {"forgotten": len(rows), "rows": [r.id for r in rows]}
     # Through the fact actor (its extraction queue holds turns), which passes it on to the

@@ -21,6 +21,7 @@ the fact backlog), :class:`WindowUpkeep` (compression, review, the periodic pass
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 
 import msgspec
@@ -49,6 +50,7 @@ from nekomem.actors.recent_post_turn import PostTurnFeed
 from nekomem.actors.recent_state import RecentStore, answer
 from nekomem.actors.recent_theater import RecentTheater
 from nekomem.actors.recent_upkeep import WindowUpkeep
+from nekomem.importer import neko_folder
 from nekomem.runtime.reply import ActorFailure, Reply
 from nekomem.stores.faults import classify
 
@@ -98,6 +100,15 @@ class RecentLayer:
         if self.store.is_open:
             self.feed.save_cursor()
             self.store.close()
+            paths = self.ports.ctx.paths
+            if paths.neko_folder:
+                # The reference reads its own time_indexed.db: written whole from nekomem's
+                # at every close (passivation, /release_character, /reload, shutdown). A
+                # failure leaves the previous copy and must not keep the character open.
+                try:
+                    neko_folder.mirror_journal(paths, self.ports.ctx.settings.importer.import_source_timezone)
+                except (OSError, sqlite3.Error) as exc:
+                    self.ports.log.warning("the reference's time_indexed.db was not rewritten: %s", type(exc).__name__)
 
     def due_at(self) -> float | None:
         return self.upkeep.due_at()

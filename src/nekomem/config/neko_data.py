@@ -18,9 +18,10 @@ What nekomem takes from it, each only when the user did not set it:
   same order without Steam (``NEKO_LANGUAGE``, then ``LC_ALL`` / ``LC_MESSAGES`` / ``LANG``);
 - ``character_cards_path``: ``config/characters.json``, whose cards become protected
   persona entries (see :mod:`nekomem.stores.neko_cards`);
-- ``memory_root``: ``nekomem-memory/`` beside N.E.K.O.'s own ``memory/`` (never that folder:
-  its files stay the reference's; and never ``./memory``, which run from a N.E.K.O. source
-  folder is its Python package).
+- ``memory_root``: N.E.K.O.'s own ``memory/`` folder, served in place: nekomem adopts it at
+  start and keeps the reference's files there in the reference's formats, its own in each
+  character's ``.nekomem/`` (see :mod:`nekomem.importer.neko_folder`, docs/NEKO-FILES.md);
+  never ``./memory``, which run from a N.E.K.O. source folder is its Python package.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ log = logging.getLogger("nekomem.config")
 APP_NAME = "N.E.K.O"
 AUTO = "auto"
 SELECTED_ROOT_ENV = "NEKO_STORAGE_SELECTED_ROOT"
-MEMORY_FOLDER = "nekomem-memory"
+MEMORY_FOLDER = "memory"
 _STEAM_NAMES = {"schinese": "zh", "tchinese": "zh-TW", "english": "en", "japanese": "ja", "koreana": "ko", "korean": "ko"}
 
 

@@ -158,8 +158,8 @@ class ServerSettings(Section, frozen=True):
         str,
         doc(
             "The N.E.K.O. data directory (the folder holding its config/ and memory/), 'auto' to look where N.E.K.O. "
-            "keeps it, empty for none. From it come the defaults of memory_root (<dir>/nekomem-memory), master_name, "
-            "context_language, core_config_path and character_cards_path (a value you set yourself wins). `nekomem neko` uses 'auto' unless set."
+            "keeps it, empty for none. From it come the defaults of memory_root (<dir>/memory: N.E.K.O.'s own memory "
+            "folder, served in place, see docs/NEKO-FILES.md), master_name, context_language, core_config_path and character_cards_path (a value you set yourself wins). `nekomem neko` uses 'auto' unless set."
         ),
     ] = ""
     character_cards_path: Annotated[

@@ -26,6 +26,7 @@ from nekomem.http.errors import (
     os_error_handler,
 )
 from nekomem.http.guard import RequestGuard
+from nekomem.http.release_fence import ReleaseFence
 from nekomem.mcp import mount_if_available
 from nekomem.runtime.clock import Clock
 from nekomem.runtime.reply import ActorFailure
@@ -191,6 +192,7 @@ def create_app(
     mcp = mount_if_available(app, settings.server.api_token) if settings.server.mcp_enabled else None
     app.state.longterm_renderer = longterm.render_longterm
     app.add_middleware(LimitedModeMiddleware, runtime=rt)
+    app.add_middleware(ReleaseFence, runtime=rt)  # /release_character's hold (http/release_fence.py)
     cluster = None
     if settings.cluster.cluster_etcd_url:  # cluster mode (nekomem.http.cluster); off: nothing changes
         from nekomem.http import cluster as cluster_http

@@ -74,9 +74,12 @@ async def delete_character(request: Request) -> Response:
         # Held: no request can activate the character (and so reopen its files) while
         # the folder goes.
         with rt.registry.hold(name, timeout):
-            removed = _remove_folder(paths.folder) if paths.folder.exists() else 0
+            # home: in a N.E.K.O. memory folder, the reference's files go with nekomem's.
+            removed = _remove_folder(paths.home) if paths.home.exists() else 0
             rt.names.forget(name)
             rt.services.backlog.publish(name, 0)
+            if rt.services.storage is not None:
+                rt.services.storage.forget_character(name)
             return removed
 
     try:

@@ -13,7 +13,7 @@ import nekomem
 from nekomem.domain.layers import listings
 from nekomem.http import external_import as ei
 from nekomem.http import identity as idn
-from nekomem.http import lifecycle as lf
+from nekomem.http import lifecycle as lc
 from nekomem.http import prompt_locale as pl
 from nekomem.http import repetition as rp
 from nekomem.http import schemas as s
@@ -58,6 +58,12 @@ def query(*names: str) -> list[dict[str, Any]]:
     return [{"name": n, "in": "query", "required": False, "schema": {"type": "string"}} for n in names]
 
 
+# /release_character's claim (nekomem.runtime.release_claims): token and generation are required.
+RELEASE_CLAIM = [
+    {"name": "hold_derived_task_admission", "in": "query", "required": False, "schema": {"type": "boolean", "default": False}},
+    {"name": "derived_task_claim_token", "in": "query", "required": True, "schema": {"type": "string", "minLength": 1}},
+    {"name": "derived_task_claim_generation", "in": "query", "required": True, "schema": {"type": "integer"}},
+]
 BROWSE_PAGE = [p for p in PAGE if p["name"] in ("offset", "limit")]
 ASSET = {"name": "path", "in": "path", "required": True, "schema": {"type": "string"}}
 
@@ -87,8 +93,8 @@ OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] =
     ("/get_persona/{name}", "get", [NAME], None, dict[str, Any], "The persona in the reference's persona.json shape"),
     ("/search_for_memory/{name}/{query}", "get", [NAME, QUERY], None, str, "The recall block for a query, as a JSON string"),
     ("/cancel_correction/{name}", "post", [NAME], None, dict[str, Any], "Cancel pending context corrections"),
-    ("/reload", "post", [], lf.ReloadBody, dict[str, Any], "Reload every character from disk (cluster mode: on every node; body optional)"),
-    ("/release_character/{name}", "post", [NAME], None, dict[str, Any], "Passivate a character"),
+    ("/reload", "post", [], lc.ReloadBody, dict[str, Any], "Reload every character from disk, closing release claims (body optional)"),
+    ("/release_character/{name}", "post", [NAME, *RELEASE_CLAIM], None, dict[str, Any], "Release a character's files under a claim"),
     ("/internal/memory/{name}/scoped_facts", "post", [NAME], sc.ScopedFactsBody, dict[str, Any], "Add facts about a scoped subject"),
     ("/internal/memory/{name}/scoped_history", "post", [NAME], sc.ScopedHistoryBody, dict[str, Any], "Store scoped conversation"),
     ("/internal/memory/{name}/scoped_context", "post", [NAME], sc.ScopedContextBody, dict[str, Any], "Context of scoped subjects"),

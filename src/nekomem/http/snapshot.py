@@ -34,7 +34,7 @@ async def export_character(request: Request) -> Response:
 
     def run() -> bytes:
         with rt.registry.hold(name, rt.settings.server.character_hold_timeout_seconds):
-            return encode_json(read_character(paths.folder))
+            return encode_json(read_character(paths.folder, paths.recent))
 
     try:
         body = await asyncio.to_thread(run)

@@ -40,7 +40,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from nekomem.domain.turns import parse_iso
 from nekomem.importer import neko_source as names
 from nekomem.stores.atomic import atomic_write_json, read_json
-from nekomem.stores.layout import list_characters
+from nekomem.stores.layout import CharacterPaths, list_characters
 from nekomem.stores.timeindex_read import ORIGINAL_TABLE
 
 _EMBEDDING = ("embedding", "embedding_text_sha256", "embedding_model_id")
@@ -128,6 +128,30 @@ def reference_message(message: Any) -> Any:
         else:
             data.pop("additional_kwargs")
     return {**message, "data": data}
+
+
+def reference_file_records(name: str, raw: Any, times: LocalTimes) -> Any:
+    """The content of reference file ``name`` (facts.json, persona.json, a
+    reflection_archive shard, ...) made from nekomem's content ``raw`` of the same file:
+    times naive local, embeddings dropped, import passthrough restored."""
+    if name == names.PERSONA and isinstance(raw, dict):
+        sections = {}
+        for key, section in raw.items():
+            if isinstance(section, dict) and isinstance(section.get("facts"), list):
+                section = {**section, "facts": [_reference_record(e) for e in section["facts"]]}
+            sections[key] = times.record(section)
+        return sections
+    if not isinstance(raw, list):
+        return times.record(raw)
+    if name == names.REFLECTION_ARCHIVE:
+        return [times.record({k: v for k, v in _reference_record(r).items() if k != "archive_shard_path"}) for r in raw]
+    return [times.record(_reference_record(r)) for r in raw]
+
+
+def write_reference_journal(source: Path, target: Path, times: LocalTimes) -> int:
+    """Write nekomem's time_indexed.db ``source`` as a new reference time_indexed.db at
+    ``target`` (which must not exist); returns the rows written. Raises sqlite3.Error."""
+    return _journal(source, target, times)
 
 
 def _journal(source: Path, target: Path, times: LocalTimes) -> int:
@@ -224,7 +248,8 @@ def export_root(root: Path, target: Path, zone: str, characters: list[str] | Non
         raise ExportError("the target must be outside the memory root")
     report: dict[str, Any] = {"characters": {}}
     for name in wanted:
-        report["characters"][name] = export_character(root / name, target / name, times)
+        # CharacterPaths: in a N.E.K.O. memory folder nekomem's files are in <name>/.nekomem/.
+        report["characters"][name] = export_character(CharacterPaths(root, name).folder, target / name, times)
         progress(name)
     return report
 

@@ -76,6 +76,8 @@ class CharacterRegistry:
         # Told (stopped, still active) when a character's instance has stopped.
         self._on_stopped = on_stopped
         self._start_supervisor = actors.start_supervisor
+        # True for a name /release_character holds: no instance of it is started then.
+        self.released: Callable[[str], bool] | None = None
         self._sweep_timer: TimerHandle | None = None
         self._lock = threading.Lock()  # guards the name -> supervisor map, not domain state
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
@@ -113,6 +115,10 @@ class CharacterRegistry:
             if entry is not None and not entry.ref.is_alive():
                 del self._entries[name]
                 entry = None
+            if entry is None and self.released is not None and self.released(name):
+                # /release_character holds the name: its folder is being renamed or deleted,
+                # and an instance started now would reopen (or recreate) it.
+                raise ActorFailure("character_release_in_progress", "character release in progress", 409)
             if entry is None:
                 # Only the start is posted here; the supervisor opens the character's files
                 # and starts its children on a dispatcher worker, never on the caller.

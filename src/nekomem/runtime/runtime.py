@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from nekomem.config import Settings
 from nekomem.domain.speaker_identity import POOL_FILENAME
 from nekomem.domain.tokens import get_counter
+from nekomem.importer import neko_folder
 from nekomem.runtime import fdlimit
 from nekomem.runtime.clock import Clock, SystemClock, iso
 from nekomem.runtime.collector import FullCollections
@@ -20,6 +21,7 @@ from nekomem.runtime.dispatch import Dispatcher
 from nekomem.runtime.importing import ImportService
 from nekomem.runtime.pool import ModelPool
 from nekomem.runtime.registry import ActorLayer, CharacterRegistry
+from nekomem.runtime.release_claims import ReleaseClaims
 from nekomem.runtime.services import Services
 from nekomem.runtime.switches import Switches, core_config_file
 from nekomem.runtime.timers import Timers
@@ -99,6 +101,8 @@ class Runtime:
         self.importing = ImportService(settings, self.registry, root)
         # The process-wide identity and trust pool (the reference's speaker_trust.json).
         self.speaker_trust = SpeakerTrustPool(root / POOL_FILENAME, lambda: iso(self.clock.now()))
+        self.release_claims = ReleaseClaims()  # /release_character holds (see the module)
+        self.registry.released = self.release_claims.held
         self.limited_reason: str | None = "runtime_initializing"
         # Set by POST /internal/storage/startup/block (the chat server could not finish
         # its own start-up): limited mode again, until /continue. None: not blocked.
@@ -141,6 +145,17 @@ class Runtime:
         self.timers.start()
         if self.collector is not None:
             self.collector.start()
+        if neko_folder.serves_neko_folder(self.settings):
+            # N.E.K.O.'s own memory folder: characters not adopted yet (or changed by the
+            # reference's server since) are imported first, with the root held exclusive.
+            with rootlock.acquire(self.memory_root, "exclusive", "adopt-neko-folder"):
+                adoption = neko_folder.adopt(self.memory_root, self.settings)
+            log.info(
+                "serving N.E.K.O.'s memory folder in place: %d characters adopted, %d imported again, %d problems",
+                len(adoption.adopted),
+                len(adoption.refreshed),
+                len(adoption.problems),
+            )
         # Shared: several servers may share a root as before; an offline import (which
         # takes it exclusive) is refused while any of them runs, and blocks their start.
         self._root_lock = rootlock.acquire(self.memory_root, "shared", "serve")

@@ -158,6 +158,13 @@ class StorageHealth:
         with self._lock:
             self._faults.pop((character, layer), None)
 
+    def forget_character(self, character: str) -> None:
+        """Drop everything reported about ``character`` (its folder was deleted or renamed)."""
+        with self._lock:
+            self._faults = {k: v for k, v in self._faults.items() if k[0] != character}
+            self._unrebuilt = {k: v for k, v in self._unrebuilt.items() if k[0] != character}
+            self._damaged.pop(character, None)
+
     def unrebuilt(self, character: str, view: str, detail: str) -> None:
         """A corrupt view could not be rebuilt completely (``detail`` says what is missing)."""
         with self._lock:

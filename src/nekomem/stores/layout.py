@@ -5,6 +5,13 @@ only character folders plus ``core_config.json`` (process-wide switches such as 
 memory). A character name becomes a folder name, so :func:`validate_name` is the only gate
 between a URL segment and the file system.
 
+A *N.E.K.O. memory folder* (the reference's own ``<data dir>/memory/``, marked by
+:data:`NEKO_FOLDER_MARKER` at its root, see :mod:`nekomem.importer.neko_folder`) is laid
+out for two readers: ``<character>/`` keeps the reference's files in the reference's
+formats, and nekomem's own files of that character live in ``<character>/.nekomem/``, so a
+rename or delete of the character folder by N.E.K.O.'s main process carries them along.
+``recent.json`` is the one file both share (``<character>/recent.json``).
+
 Name rules (SPEC §2, plus the portability decisions documented on :func:`validate_name`).
 """
 
@@ -16,7 +23,7 @@ import os
 import unicodedata
 from pathlib import Path
 
-from nekomem.stores.atomic import fsync_dir
+from nekomem.stores.atomic import atomic_write_json, fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +32,17 @@ DEFAULT_NAME_MAX_LENGTH = 50
 DEFAULT_NAME_MAX_UNITS = 60
 
 CORE_CONFIG_FILE = "core_config.json"
+# At the root of a N.E.K.O. memory folder: nekomem's files of a character live in its
+# STATE_DIR (written by importer.neko_folder.adopt, read here).
+NEKO_FOLDER_MARKER = ".nekomem-neko-folder.json"
+STATE_DIR = ".nekomem"
+# In a character's STATE_DIR once the reference's files of that folder were imported (or
+# when nekomem made the folder: nothing to import).
+ADOPTED_FILE = "adopted.json"
+# In a character's STATE_DIR: the identity of each reference file as nekomem last wrote or saw it.
+MIRROR_FILE = "mirror.json"
+# The reference's files that make a folder one of its characters (importer.neko_source).
+_REFERENCE_CHARACTER_FILES = ("recent.json", "time_indexed.db", "facts.json", "reflections.json", "persona.json")
 
 # Windows device names are reserved in every folder and with any extension ("nul.txt"). A
 # memory root must stay copyable between operating systems, so they are refused everywhere.
@@ -33,7 +51,7 @@ _WINDOWS_DEVICE_NAMES = frozenset(
     {"con", "prn", "aux", "nul", "clock$"} | {f"com{i}" for i in range(1, 10)} | {f"lpt{i}" for i in range(1, 10)}
 )
 # Entries of the root that are not characters: the shared switches file and the root lock.
-_ROOT_RESERVED = frozenset({CORE_CONFIG_FILE.casefold(), ".nekomem.lock"})
+_ROOT_RESERVED = frozenset({CORE_CONFIG_FILE.casefold(), ".nekomem.lock", NEKO_FOLDER_MARKER, STATE_DIR})
 # nekomem's own temp and swap files (stores.atomic) start with this; a character folder of
 # that name could be taken for one of them by the stale-temp sweeper.
 _TEMP_PREFIX = ".nkatmp"
@@ -206,6 +224,22 @@ def validate_name(raw: str, max_length: int = DEFAULT_NAME_MAX_LENGTH, max_units
     return name
 
 
+@functools.lru_cache(maxsize=64)
+def _neko_folder(root: str) -> bool:
+    return os.path.isfile(os.path.join(root, NEKO_FOLDER_MARKER))
+
+
+def is_neko_folder(root: Path) -> bool:
+    """Whether ``root`` is a N.E.K.O. memory folder nekomem serves in place (the marker is
+    there). Cached per root; :func:`forget_neko_folder` drops the cache after adoption."""
+    return _neko_folder(str(root))
+
+
+def forget_neko_folder() -> None:
+    """Drop the cached :func:`is_neko_folder` answers (after a marker was written)."""
+    _neko_folder.cache_clear()
+
+
 def core_config_path(root: Path) -> Path:
     """Path of the root-level ``core_config.json`` (process-wide switches, e.g. powerful memory)."""
     return Path(root) / CORE_CONFIG_FILE
@@ -224,7 +258,11 @@ class CharacterPaths:
     ) -> None:
         self.root = Path(root)
         self.name = validate_name(name, max_length, max_units)
-        self.folder = self.root / self.name
+        # home: the character's folder as N.E.K.O. sees it; folder: where nekomem's own
+        # files are (the same folder, except in a N.E.K.O. memory folder).
+        self.home = self.root / self.name
+        self.neko_folder = is_neko_folder(self.root)
+        self.folder = self.home / STATE_DIR if self.neko_folder else self.home
 
     def __repr__(self) -> str:
         return f"CharacterPaths(root={str(self.root)!r}, name={self.name!r})"
@@ -236,7 +274,14 @@ class CharacterPaths:
         """
         if not self.folder.is_dir():
             self.root.mkdir(parents=True, exist_ok=True)
-            self.folder.mkdir(exist_ok=True)
+            self.home.mkdir(exist_ok=True)
+            if self.folder != self.home:
+                self.folder.mkdir(exist_ok=True)
+                if not any((self.home / name).exists() for name in _REFERENCE_CHARACTER_FILES):
+                    # A character nekomem starts itself has nothing of the reference's to
+                    # adopt: marked adopted now, so no later adoption imports its mirror back.
+                    atomic_write_json(self.folder / ADOPTED_FILE, {"source": "nekomem"})
+                fsync_dir(self.home)
             fsync_dir(self.root)
         return self.folder
 
@@ -246,7 +291,8 @@ class CharacterPaths:
 
     @functools.cached_property
     def recent(self) -> Path:
-        return self.folder / RECENT_FILE
+        """recent.json: in a N.E.K.O. memory folder, the reference's own file (shared)."""
+        return self.home / RECENT_FILE
 
     @functools.cached_property
     def recent_meta(self) -> Path:
@@ -319,6 +365,16 @@ def _has_known_entry(folder: Path) -> bool:
     return any((folder / entry).exists() for entry in KNOWN_ENTRIES)
 
 
+def _is_character(root: Path, name: str) -> bool:
+    """The listing rule for one folder: a known file of nekomem's in it (in a N.E.K.O.
+    memory folder: in its state folder; the reference's files alone make no character of
+    nekomem's until adopted)."""
+    folder = root / name
+    if is_neko_folder(root):
+        return _has_known_entry(folder / STATE_DIR)
+    return _has_known_entry(folder)
+
+
 def list_characters(root: Path, *, max_length: int = DEFAULT_NAME_MAX_LENGTH) -> list[str]:
     """Names of the character folders under ``root``, sorted.
 
@@ -344,6 +400,6 @@ def list_characters(root: Path, *, max_length: int = DEFAULT_NAME_MAX_LENGTH) ->
         if name != entry.name and not folder.is_dir():
             log.warning("skipping a character folder whose name is not in canonical (NFC) form")
             continue
-        if _has_known_entry(folder):
+        if _is_character(root, name):
             names.add(name)
     return sorted(names)

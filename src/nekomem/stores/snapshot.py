@@ -33,11 +33,15 @@ import msgspec
 
 from nekomem.stores.atomic import atomic_write_bytes, atomic_write_json, fsync_dir, read_json
 from nekomem.stores.layout import (
+    ADOPTED_FILE,
     EVENTS_FILE,
+    MIRROR_FILE,
     OUTBOX_FILE,
     PERSONA_ARCHIVE_DIR,
+    RECENT_FILE,
     REFLECTION_ARCHIVE_DIR,
     TIME_INDEX_FILE,
+    CharacterPaths,
     validate_name,
 )
 from nekomem.stores.recent_watch import EDITS_FILE
@@ -54,8 +58,13 @@ class SnapshotError(ValueError):
     """A document that is not a nekomem character, or a folder it cannot be written to."""
 
 
+# A N.E.K.O. memory folder's bookkeeping of its reference files (importer.neko_folder): not
+# memory, and wrong for any other folder (a restored character is adopted afresh).
+_NEKO_FOLDER_FILES = frozenset({ADOPTED_FILE, MIRROR_FILE})
+
+
 def _view_paths(folder: Path) -> list[str]:
-    names = [p.name for p in sorted(folder.glob("*.json")) if ".nkatmp" not in p.name]
+    names = [p.name for p in sorted(folder.glob("*.json")) if ".nkatmp" not in p.name and p.name not in _NEKO_FOLDER_FILES]
     for sub in ARCHIVE_DIRS:
         names += [f"{sub}/{p.name}" for p in sorted((folder / sub).glob("*.json")) if ".nkatmp" not in p.name]
     return names
@@ -107,19 +116,25 @@ def _journal(db_path: Path) -> dict[str, Any]:
     return {"rows": rows, "cursors": cursors, "sequence": int(seq[0]) if seq else 0}
 
 
-def read_character(folder: Path) -> dict[str, Any]:
+def read_character(folder: Path, recent: Path | None = None) -> dict[str, Any]:
     """The document of the character folder ``folder`` (see the module docstring). The
-    folder must be quiet. Raises OSError and sqlite3.Error when it cannot be read."""
+    folder must be quiet. ``recent``: the character's recent.json when it is not in
+    ``folder`` (a N.E.K.O. memory folder: ``folder`` is ``<name>/.nekomem``, the name is
+    its parent's). Raises OSError and sqlite3.Error when it cannot be read."""
     files: dict[str, Any] = {}
     for rel in _view_paths(folder):
         value, status = read_json(folder / rel, default=None)
         if status == "ok":
             files[rel] = value
+    if recent is not None and recent != folder / RECENT_FILE:
+        value, status = read_json(recent, default=None)
+        if status == "ok":
+            files[RECENT_FILE] = value
     logs = {name: _log_lines(folder / name) for name in LOG_FILES if (folder / name).exists()}
     return {
         "format": FORMAT,
         "version": VERSION,
-        "name": folder.name,
+        "name": recent.parent.name if recent is not None else folder.name,
         "files": files,
         "logs": logs,
         "journal": _journal(folder / TIME_INDEX_FILE),
@@ -180,14 +195,17 @@ def write_character(root: Path, doc: dict[str, Any], *, name: str | None = None,
         text = message if isinstance(message, str) else msgspec.json.encode(message).decode("utf-8")
         session, stamp = row.get("session_id"), row.get("timestamp")
         encoded.append((row["id"], session if isinstance(session, str) else None, text, stamp if isinstance(stamp, str) else None))
-    folder = Path(root) / target_name
-    if folder.exists():
+    # In a N.E.K.O. memory folder nekomem's files go to <name>/.nekomem/ and recent.json to
+    # <name>/; the reference's files are written by the next adoption (start or /reload).
+    paths = CharacterPaths(Path(root), target_name)
+    folder = paths.folder
+    if paths.home.exists():
         if not replace:
             raise SnapshotError(f"{target_name}: the character already exists in the target (use --replace)")
-        shutil.rmtree(folder)
+        shutil.rmtree(paths.home)
     folder.mkdir(parents=True)
     for rel, value in files.items():
-        atomic_write_json(folder / rel, value)
+        atomic_write_json(paths.recent if rel == RECENT_FILE else folder / rel, value)
     for rel, data in logs.items():
         atomic_write_bytes(folder / rel, data)
     with TimeIndex(folder / TIME_INDEX_FILE) as db:
