@@ -33,7 +33,9 @@ def supervision(srv: LiveServer) -> dict:
 def test_a_performed_at_the_theater_can_mean_is_converted(tmp_path: Path, performed_at, stored, row_time) -> None:
     root = tmp_path / "memory"
     with LiveServer(make_settings(root)) as srv:
-        r = srv.post(f"/cache/{NAME}", json=archive_body(capsule("rain", "s1", "We sheltered from the rain.", performed_at=performed_at), "a-1"))
+        r = srv.post(
+            f"/cache/{NAME}", json=archive_body(capsule("rain", "s1", "We sheltered from the rain.", performed_at=performed_at), "a-1")
+        )
         assert r.status_code == 200, r.text
         assert r.json() == {"status": "cached", "count": 1}
         assert theater_recent(root)[0]["data"]["metadata"]["performed_at"] == stored
