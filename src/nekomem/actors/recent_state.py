@@ -33,6 +33,7 @@ from nekomem.stores import timeindex_check
 from nekomem.stores.atomic import atomic_write_bytes, atomic_write_json, drop_swap, keep_rejected, read_json, swap_write_bytes
 from nekomem.stores.recent_watch import RecentWatch, journal_adoption
 from nekomem.stores.timeindex import IMPORTED_CURSOR, TimeIndex
+from nekomem.stores.window_sources import WindowSources
 
 _item_encoder = msgspec.json.Encoder()
 
@@ -77,6 +78,8 @@ class RecentStore:
         self.counter: TokenCounter
         self.watch: RecentWatch
         self._tindex: TimeIndex | None = None
+        # The rows each edited window item came from (a forget matches edited items by them).
+        self.sources = WindowSources(ports.ctx.paths.folder)
         self._encoded: ItemCache[bytes] = ItemCache(_encode_item)
         self._encoded_body = b""
         self._shown: ItemCache[str] = ItemCache(context.shown_text)
@@ -106,6 +109,7 @@ class RecentStore:
         paths = self.ctx.paths
         self.settings = self.ctx.settings.recent
         self.counter = get_counter(self.settings.recent_tokenizer_encoding)
+        self.sources.load()
         window, status, unreadable = self._read_window(paths.recent)
         meta_raw, _ = read_json(paths.recent_meta, default={})
         try:
