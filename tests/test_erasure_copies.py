@@ -171,3 +171,32 @@ def test_plaintext_idempotency_keys_of_an_older_file_are_hashed_when_it_opens(tm
         r = srv.post("/cache/Lan", json={"input_history": [turn("hello")]}, headers={"Idempotency-Key": "OLDKEYB4N6"})
         assert r.json() == {"status": "cached", "count": 1}  # answered from the table
         assert holders(root, "OLDKEYB4N6") == []
+
+
+def test_a_forgotten_turn_leaves_the_item_a_review_rewrote(tmp_path: Path, fake_llm) -> None:
+    """The correction tier rewrites window items (the journal keeps what was said): a
+    rewritten item leaves with the row of the slot it took."""
+    turns = []
+    for i in range(5):
+        turns.append(turn(f"question {i}"))
+        turns.append(turn(f"answr {i} REVQ{i}X8 with a typo", role="assistant"))
+
+    def corrected(request: dict) -> dict:
+        dialogue = []
+        for i in range(5):
+            dialogue.append({"role": "user", "content": f"question {i}"})
+            dialogue.append({"role": "assistant", "content": f"answer {i} REVF{i}Y3, fixed"})
+        return {"explanation": "fixed typos", "corrected_dialogue": dialogue}
+
+    fake_llm.on("review_recent", corrected)
+    root = tmp_path / "memory"
+    with LiveServer(make_settings(root, llm_base_url=fake_llm.base_url, llm_model="fake", embedding_enabled=False)) as srv:
+        assert srv.post("/process/Lan", json={"input_history": turns}).status_code == 200
+        wait_for(lambda: "Lan/recent.json" in holders(root, "REVF3Y3") or None, what="the review")
+        quiesce(srv.runtime, "Lan")
+        row = row_of(srv, "Lan", "REVQ3X8")
+        assert srv.delete(f"/api/characters/Lan/turns/{row['id']}").status_code == 200
+        assert holders(root, "REVQ3X8") == [] and holders(root, "REVF3Y3") == []
+        assert "REVF3Y3" not in srv.get("/new_dialog/Lan").text
+        texts = [i["text"] for i in srv.get("/api/characters/Lan/recent").json()["items"]]
+        assert "answer 2 REVF2Y3, fixed" in texts and "answer 4 REVF4Y3, fixed" in texts
