@@ -200,3 +200,18 @@ def test_a_forgotten_turn_leaves_the_item_a_review_rewrote(tmp_path: Path, fake_
         assert "REVF3Y3" not in srv.get("/new_dialog/Lan").text
         texts = [i["text"] for i in srv.get("/api/characters/Lan/recent").json()["items"]]
         assert "answer 2 REVF2Y3, fixed" in texts and "answer 4 REVF4Y3, fixed" in texts
+
+
+def test_a_forgotten_turn_leaves_the_item_the_hard_cap_cut(tmp_path: Path) -> None:
+    """A message longer than the hard cap is kept head and tail in the window: that cut
+    item leaves with its row."""
+    root = tmp_path / "memory"
+    long_text = "CAPHD7Q2 " + " ".join(f"word{i}" for i in range(400)) + " CAPTL4M6"
+    with LiveServer(make_settings(root, recent_hard_cap_tokens=100)) as srv:
+        assert srv.post("/cache/Lan", json={"input_history": [turn("short hello"), turn(long_text)]}).status_code == 200
+        shown = [i["text"] for i in srv.get("/api/characters/Lan/recent").json()["items"]]
+        assert any("CAPHD7Q2" in t and t != long_text for t in shown), shown  # cut, not whole
+        row = row_of(srv, "Lan", "CAPTL4M6")
+        assert srv.delete(f"/api/characters/Lan/turns/{row['id']}").status_code == 200
+        assert holders(root, "CAPHD7Q2") == [] and holders(root, "CAPTL4M6") == []
+        assert "CAPHD7Q2" not in srv.get("/new_dialog/Lan").text
