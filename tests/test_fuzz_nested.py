@@ -235,6 +235,15 @@ SLOTS: dict[str, Callable[[Any], tuple[str, str, Any]]] = {
     "query_memory time": lambda v: ("POST", f"/query_memory/{NAME}", {"time": v}),
     "query_memory query": lambda v: ("POST", f"/query_memory/{NAME}", {"query": v}),
     "recent edit text": lambda v: ("PATCH", f"/api/characters/{NAME}/recent/0", {"text": v}),
+    "card entries[0].text": lambda v: ("POST", f"/api/characters/{NAME}/card", {"entries": [{"entity": "neko", "text": v}]}),
+    "card entries[0].entity": lambda v: ("POST", f"/api/characters/{NAME}/card", {"entries": [{"entity": v, "text": "Lan hums"}]}),
+    "record_surfaced reflection_ids": lambda v: ("POST", f"/record_surfaced/{NAME}", {"reflection_ids": v}),
+    "prompt-locale language": lambda v: ("PUT", f"/prompt-locale/{NAME}", {"language": v}),
+    "repetition_insights assistant_message_limit": lambda v: (
+        "POST",
+        f"{SCOPED}/repetition_insights",
+        {"language": "en", "assistant_message_limit": v},
+    ),
 }
 
 
