@@ -32,5 +32,5 @@ def test_a_restarted_recall_actor_gets_its_index_back(tmp_path, crash_next_query
         crash_next_query["armed"] = True
         r = srv.post("/query_memory/Lan", json={"query": "violin"})
         assert r.status_code == 200 and r.json()["error_code"] == "hybrid_recall_failed"
-        wait_for(lambda: srv.get("/health").json()["supervision"]["child_restarts"] == 1, what="the restart")
+        wait_for(lambda: srv.get("/health").json()["supervision"]["handler_errors"] == 1, what="the renewal")
         assert wait_for(lambda: found(srv, "violin"), what="the index sent again") == ["Master keeps a violin from Cremona"]

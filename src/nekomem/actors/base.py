@@ -7,12 +7,18 @@ message, for type ``Foo`` its method marked ``@handles(Foo)`` (see
 :class:`~nekomem.runtime.reply.ActorFailure` answers its caller with that error and the
 actor keeps running; a storage fault answers with the fault and reloads the layer from
 disk; any other exception answers 500, then crashes the actor so that its supervisor
-restarts it from disk (in-memory state may be half-changed, the disk state is not).
+with that fault and reloads the layer from disk; any other exception answers that request
+500 ``internal_error`` and renews the layer in place: a fresh layer object loaded from disk
+(in-memory state may be half-changed, the disk state is not), without a crash, so no
+restart is counted and the layer keeps serving (``handler_errors`` in /health counts
+these). Only a layer that cannot load its files crashes: its supervisor restarts it, and
+marks it failed once the restart budget is spent (its storage is what failed).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import pykka
@@ -52,7 +58,10 @@ class ChildActor(DispatchedActor):
         self._wake_real = Wakeup(ctx.services.timers, self._post_tick, real=True, floor=floor)
         self._needs_reload = False
         self._fault_reported = False
-        self.ports = LayerPorts(ctx, self.child_name, self._tell_self)
+        # A layer renewed after a handler error gets new ports: timers and model results
+        # of the old generation are dropped, never delivered to the fresh layer.
+        self._generation = 0
+        self.ports = LayerPorts(ctx, self.child_name, self._teller(self._generation))
         # The layer object this mailbox owns: its state and logic, and the handlers of its
         # messages (see nekomem.actors.layer).
         self.layer: Layer = self.make_layer(self.ports)
@@ -62,11 +71,19 @@ class ChildActor(DispatchedActor):
         actor implements it."""
         raise NotImplementedError(f"{type(self).__name__} declares no layer")
 
-    def _tell_self(self, message: object) -> None:
-        try:
-            self.actor_ref.tell(message)
-        except pykka.ActorDeadError:
-            pass  # a timer or a model result that outlived its actor: nobody is left to handle it
+    def _teller(self, generation: int) -> Callable[[object], None]:
+        """A ``tell_self`` for the layer of ``generation``: a message posted through it
+        after the layer was renewed (a late timer or model result) is dropped."""
+
+        def tell(message: object) -> None:
+            if generation != self._generation:
+                return
+            try:
+                self.actor_ref.tell(message)
+            except pykka.ActorDeadError:
+                pass  # a timer or a model result that outlived its actor: nobody is left to handle it
+
+        return tell
 
     def dispatcher(self) -> Dispatcher:
         return self.ctx.services.dispatcher
@@ -213,13 +230,40 @@ class ChildActor(DispatchedActor):
                 fail_message(message, ActorFailure(fault.code, fault.message, fault.status))
                 self._storage_trouble(fault, exc)
                 return None
-            self._stop_timers()
-            self.log.exception("%s crashed on %s for a character", self.child_name, type(message).__name__)
+            # A bug or an input nothing refused on the way in: this request is answered
+            # with the error (its class only, never memory text) and the layer goes on
+            # serving from its files; crashing here would let one request poison a
+            # character (a few of them spend the restart budget and mark it failed).
+            self.log.exception("%s failed on %s for a character; renewing it from disk", self.child_name, type(message).__name__)
             fail_message(message, ActorFailure("internal_error", f"{self.child_name} failed: {type(exc).__name__}", 500))
-            raise
+            self.ctx.services.counters.add("handler_errors")
+            self._renew()
+            return None
         finally:
             if not self.actor_stopped.is_set():
                 self._rearm()
+
+    def _renew(self) -> None:
+        """Replace the layer object with a fresh one loaded from disk (after a handler
+        error). A storage fault while loading takes the storage-trouble path; any other
+        load failure is re-raised, so the actor crashes and its supervisor restarts it
+        (and marks it failed once the restart budget is spent)."""
+        self.ports.cancel_all()
+        try:
+            self.layer.close()
+        except Exception:
+            self.log.debug("close before renewal failed", exc_info=True)
+        self._generation += 1
+        self.ports = LayerPorts(self.ctx, self.child_name, self._teller(self._generation))
+        self.layer = self.make_layer(self.ports)
+        try:
+            self.layer.load()
+        except Exception as exc:
+            fault = classify(exc)
+            if fault is None:
+                self._stop_timers()
+                raise
+            self._storage_trouble(fault, exc)
 
     def _on_flush(self, msg: Flush) -> None:
         # Every layer answers the supervisor's flush barrier the same way: its views are

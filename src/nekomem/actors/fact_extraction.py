@@ -56,6 +56,10 @@ class FactExtraction:
         self.queue = ExtractionQueue(self.s)  # records waiting for path A
         self.backlog_ops: dict[str, int] = {}  # op_id -> last row, of fact-backlog batches
         self.inflight: int | None = None
+        # Texts of turns forgotten while an extraction job had them (a job with the model
+        # cannot be called back): its answer is not used and its turns are not put back.
+        self.jobs = 0
+        self.forgotten: set[str] = set()
         # A failed batch stays parked and is retried after a backoff (as the reference's
         # cursor stays put): a model outage delays extraction but never dead-letters turns.
         self.gate = task_gate(self.s)
@@ -65,7 +69,17 @@ class FactExtraction:
         self.queue = ExtractionQueue(self.s)
         self.backlog_ops = {}
         self.inflight = None
+        self.jobs = 0
+        self.forgotten = set()
         self.gate = task_gate(self.s)
+
+    def drop_texts(self, texts: list[str]) -> int:
+        """An erasure: the turns with these texts leave the waiting queue, and a job that
+        has them now will neither be used nor put back (see :meth:`done`); returns how
+        many waiting turns went."""
+        if self.jobs:
+            self.forgotten.update(t.strip() for t in texts)
+        return self.queue.drop_texts(texts)
 
     def run_op(self, msg: RunOp) -> None:
         """Take one post-turn record: skip it (no user turn, or no model), queue it for a
@@ -130,6 +144,7 @@ class FactExtraction:
                 for op_id, _ in ops:
                     self.ports.send(OUTBOX, OpFinished(op_id=op_id, ok=False, error="model pool full"))
             return
+        self.jobs += 1
         if mode == "batch":
             self.inflight = token
             self.gate.start()
@@ -139,6 +154,28 @@ class FactExtraction:
         failed batch back (retried after the gate's backoff) / fail a single record (the
         outbox retries it). True when the turns were extracted. Raises OSError."""
         ops = msg.ops
+        self.jobs = max(0, self.jobs - 1)
+        forgotten = self.forgotten
+        if not self.jobs:
+            self.forgotten = set()
+        if forgotten and any(t.text.strip() in forgotten for t in msg.turns()):
+            # Some of these turns were forgotten while the model had them: whatever it
+            # answered, the rest is extracted again without them.
+            ops = [(op_id, [t for t in turns if t.text.strip() not in forgotten]) for op_id, turns in ops]
+            self.ports.log.info("an extraction job had forgotten turns; its answer is dropped and the rest extracted again")
+            if msg.mode == "batch":
+                self.inflight = None
+                mono = self.ctx.clock.monotonic()
+                if msg.error is not None:
+                    self.gate.failed_at(mono)
+                else:
+                    self.gate.answered_at(mono)
+                self.queue.put_back(ops, msg.trigger)
+            else:
+                for op_id, _ in ops:
+                    # The outbox retries the record from its payload, scrubbed by the erasure.
+                    self.ports.send(OUTBOX, OpFinished(op_id=op_id, ok=False, error="turns forgotten during extraction"))
+            return False
         if msg.mode == "batch":
             self.inflight = None
             mono = self.ctx.clock.monotonic()

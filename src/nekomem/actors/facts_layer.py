@@ -149,7 +149,7 @@ class FactsLayer:
         """A turn erasure: its text leaves the extraction batch waiting here (a batch
         already with the model cannot be called back), then the outbox scrubs its copies
         and answers."""
-        if self.extraction.queue.drop_texts(msg.texts):
+        if self.extraction.drop_texts(msg.texts):
             self.ports.log.info("erasure: forgotten turns left the extraction queue")
         self.ports.send(OUTBOX, msg)
 

@@ -24,7 +24,7 @@ from nekomem.importer import neko_folder
 from nekomem.runtime.reply import ActorFailure
 from nekomem.stores.erasure import scrub_ndjson_file
 from nekomem.stores.recent_watch import EDITS_FILE
-from nekomem.stores.timeindex_read import to_utc_iso
+from nekomem.stores.window_sources import item_key
 
 # A time range that is not a range of turns is refused, not guessed at.
 _BAD_RANGE = "a time range needs both 'from' and 'to' (ISO 8601), 'from' not after 'to'"
@@ -50,10 +50,14 @@ def forget_turns(ports: LayerPorts, store: RecentStore, msg: ForgetTurns) -> Non
         raise ActorFailure("not_found", "no stored turn matched", 404)
     if not rows:
         raise ActorFailure("not_found", f"no stored turn {ids[0]}" if len(ids) == 1 else "no stored turn matched", 404)
+    row_ids = {r.id for r in rows}
+    # Window items edited from the erased rows go with them, and their edited texts with
+    # the rows' texts (from the review state and the edit history).
+    edited = [t for t in store.window if store.sources.from_rows(t, row_ids)]
     erased = [r.turn for r in rows]
-    texts = sorted({t.text.strip() for t in erased if t.text.strip()})
-    _drop_from_review(store, erased)
-    _drop_from_window(store, erased)  # writes recent_meta.json too
+    texts = sorted({t.text.strip() for t in [*erased, *edited] if t.text.strip()})
+    _drop_from_review(store, [*erased, *edited])
+    _drop_from_window(store, erased, row_ids)  # writes recent_meta.json too
     # The window base in time_indexed.db held the erased turns too: its new value is in the
     # WAL now, and the old page goes when the WAL is copied back and truncated.
     tindex.scrub_wal()
@@ -68,22 +72,18 @@ def forget_turns(ports: LayerPorts, store: RecentStore, msg: ForgetTurns) -> Non
     ports.send(FACTS, ScrubTexts(texts=texts, reply_value=answer, reply=msg.reply))
 
 
-def _key(turn: Turn) -> tuple[str, str, str]:
-    try:
-        ts = to_utc_iso(turn.ts)
-    except ValueError:
-        ts = turn.ts
-    return turn.role, turn.text.strip(), ts
-
-
-def _drop_from_window(store: RecentStore, erased: list[Turn]) -> None:
-    """The window items that are the erased rows (role, text and time)."""
-    gone = {_key(t) for t in erased}
+def _drop_from_window(store: RecentStore, erased: list[Turn], row_ids: set[int]) -> None:
+    """The window items that are the erased rows (role, text and time), and the edited
+    items that came from them (by row id, :mod:`nekomem.stores.window_sources`)."""
+    gone = {item_key(t) for t in erased}
+    sources = store.sources
     # A new list (the window is only extended in place, see RecentStore).
-    window = [t for t in store.window if _key(t) not in gone]
+    window = [t for t in store.window if item_key(t) not in gone and not sources.from_rows(t, row_ids)]
     if len(window) != len(store.window):
         store.window = window
         store.tokens = [store.counter.count(t.text) for t in window]
+    if sources.keep_only(window):
+        sources.save()
     store.save_window(looked=True)  # durable, and the swap file with the old window is dropped
     store.save_meta()
 

@@ -266,13 +266,21 @@ class RecentLayer:
         # A new list, never an edit in place: the window is only ever extended in place
         # (see RecentStore._window_bytes).
         i = msg.index
-        if msg.text is None:
+        old = store.window[i]
+        new = None if msg.text is None else msgspec.structs.replace(old, text=msg.text)
+        if new is None:
             store.window = store.window[:i] + store.window[i + 1 :]
         else:
-            old = store.window[i]
-            store.window = [*store.window[:i], msgspec.structs.replace(old, text=msg.text), *store.window[i + 1 :]]
+            store.window = [*store.window[:i], new, *store.window[i + 1 :]]
+        # The edited item no longer matches its row by text: the rows it came from are
+        # kept beside the window, so forgetting them takes the edited item too. Written
+        # before the window: a crash between them leaves a mapping of an absent item.
+        sources = store.sources
+        sources.edited(old, new, sources.rows_of(old) or store.tindex.row_ids_of(old))
         store.tokens = [store.counter.count(t.text) for t in store.window]
         store.enforce_cap()
+        sources.keep_only(store.window)
+        sources.save()
         store.save_window()
         store.save_meta()  # journal_row with it: the edit must not be undone at load
         answer(

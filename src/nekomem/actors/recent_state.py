@@ -33,6 +33,7 @@ from nekomem.stores import timeindex_check
 from nekomem.stores.atomic import atomic_write_bytes, atomic_write_json, drop_swap, keep_rejected, read_json, swap_write_bytes
 from nekomem.stores.recent_watch import RecentWatch, journal_adoption
 from nekomem.stores.timeindex import IMPORTED_CURSOR, TimeIndex
+from nekomem.stores.window_sources import WindowSources, item_key
 
 _item_encoder = msgspec.json.Encoder()
 
@@ -77,6 +78,8 @@ class RecentStore:
         self.counter: TokenCounter
         self.watch: RecentWatch
         self._tindex: TimeIndex | None = None
+        # The rows each edited window item came from (a forget matches edited items by them).
+        self.sources = WindowSources(ports.ctx.paths.folder)
         self._encoded: ItemCache[bytes] = ItemCache(_encode_item)
         self._encoded_body = b""
         self._shown: ItemCache[str] = ItemCache(context.shown_text)
@@ -106,6 +109,7 @@ class RecentStore:
         paths = self.ctx.paths
         self.settings = self.ctx.settings.recent
         self.counter = get_counter(self.settings.recent_tokenizer_encoding)
+        self.sources.load()
         window, status, unreadable = self._read_window(paths.recent)
         meta_raw, _ = read_json(paths.recent_meta, default={})
         try:
@@ -298,7 +302,28 @@ class RecentStore:
         self.tokens = [self.counter.count(t.text) for t in self.window]
         self.meta.hard_cap_trims += 1
         self.log.info("hard cap trimmed the window to %d items", len(self.window))
-        return not window_rebuild.only_dropped(before, self.window)
+        if window_rebuild.only_dropped(before, self.window):
+            return False
+        self._map_cut_items(before)
+        return True
+
+    def _map_cut_items(self, before: list[Turn]) -> None:
+        """An item the hard cap cut (head and tail kept) no longer matches its row by
+        text: it is mapped to that row (see :mod:`nekomem.stores.window_sources`)."""
+        known = {item_key(t) for t in before}
+        by_slot = {(t.role, t.ts): t for t in before}
+        changed = False
+        for item in self.window:
+            old = by_slot.get((item.role, item.ts))
+            if item_key(item) in known or old is None:
+                continue
+            rows = self.sources.rows_of(old) or self.tindex.row_ids_of(old)
+            if rows:
+                self.sources.edited(old, item, rows)
+                changed = True
+        if changed:
+            self.sources.keep_only(self.window)
+            self.sources.save()
 
     def save_window(self, *, durable: bool = True, looked: bool = False) -> None:
         """Replace recent.json with the window (an outside edit since the last look is

@@ -39,7 +39,7 @@ class RecentTheater:
     def _reindex_theater(self, window: Sequence[Turn]) -> tuple[int, int]:
         """Rebuild the journal's theater rows from ``window``; (rows removed, rows stored)."""
         events = [
-            (session_id, [(turn, theater.metadata(turn).get("performed_at") or None) for turn in turns])
+            (session_id, [(turn, theater.stored_performed_at(turn)) for turn in turns])
             for session_id, turns in theater.journal_events(self.ctx.name, window)
         ]
         return self.store.tindex.reconcile_theater(events, theater.THEATER_SOURCE)

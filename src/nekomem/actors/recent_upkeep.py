@@ -26,6 +26,7 @@ from nekomem.providers.llm import LLMTaskFailed
 from nekomem.providers.tasks import ReviewRecentOutput, SummarizeRecentOutput
 from nekomem.runtime.clock import iso
 from nekomem.runtime.pool import PoolFull
+from nekomem.stores.window_sources import item_key
 
 
 @dataclass
@@ -276,9 +277,12 @@ class WindowUpkeep:
             self.log.info("review answer would have changed a theater capsule; not applied")
             outcome = review.ReviewApply(None, review.STATUS_WHITE)
         if outcome.window is not None:
+            self._note_sources(outcome)
             store.window = outcome.window
             store.tokens = [store.counter.count(t.text) for t in store.window]
             store.enforce_cap()
+            store.sources.keep_only(store.window)
+            store.sources.save()
             store.save_window()
             store.meta.review = review.record_success(store.meta.review, now, outcome.cutoff_fingerprint)
         elif outcome.status == review.STATUS_CLEAN:
@@ -287,6 +291,21 @@ class WindowUpkeep:
             store.meta.review = review.record_white(store.meta.review, now)
         store.save_meta()
         self.log.info("review finished: %s", outcome.status)
+
+    def _note_sources(self, outcome: review.ReviewApply) -> None:
+        """A corrected message no longer matches the row of the item it replaced by text:
+        it is mapped to that item's rows, and to the rows of the items the answer left out
+        (their words may be in any corrected message), so a forget of any of them takes it."""
+        store = self.store
+        sources = store.sources
+
+        def rows(item: Turn) -> list[int]:
+            return sources.rows_of(item) or store.tindex.row_ids_of(item)
+
+        left_out = [r for item in outcome.dropped for r in rows(item)]
+        for old, new in outcome.replaced:
+            if item_key(old) != item_key(new) or left_out:
+                sources.edited(old, new, [*rows(old), *left_out])
 
     # -- periodic --------------------------------------------------------------------
     def due_at(self) -> float | None:

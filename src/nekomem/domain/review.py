@@ -66,6 +66,11 @@ class ReviewApply(msgspec.Struct, frozen=True):
     window: list[Turn] | None
     status: str
     cutoff_fingerprint: list[str] | None = None
+    # Each corrected message with the window item it replaced (its slot), and the slots
+    # the answer left out: the items a corrected message may stand for (erasure matches
+    # a rewritten item by the rows of these, see nekomem.stores.window_sources).
+    replaced: list[tuple[Turn, Turn]] = msgspec.field(default_factory=list)
+    dropped: list[Turn] = msgspec.field(default_factory=list)
 
 
 def new_human_messages(window: Sequence[Turn], fingerprint: Sequence[str] | None) -> int | None:
@@ -228,7 +233,13 @@ def apply_review_detailed(
         used,
         len(after),
     )
-    return ReviewApply(window, STATUS_PATCHED, cutoff)
+    return ReviewApply(
+        window,
+        STATUS_PATCHED,
+        cutoff,
+        replaced=list(zip(tail_slots, patched, strict=True)),
+        dropped=slots[: len(slots) - used],
+    )
 
 
 def apply_review(

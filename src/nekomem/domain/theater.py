@@ -25,17 +25,73 @@ Everything here is pure: the recent actor passes the window in and persists the 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 import msgspec
 
-from nekomem.domain.turns import Turn
+from nekomem.domain.turns import Turn, parse_iso
 
 THEATER_SOURCE = "theater_numeric_v2"
 EPISODE_TIER = "episode_summary"
 PREVIOUS_KEY = "_theater_previous_episode"  # the version a retraction restores
 _STORY_WIDE = ("story_run_count", "ending_titles_seen")  # describe the story, not the episode
+
+
+_SLASH_DATE = re.compile(r"(\d{4})[/.](\d{1,2})[/.](\d{1,2})(?:[ T](\d{1,2}):(\d{2})(?::(\d{2}))?)?")
+_EPOCH_MS = 10**11  # an epoch number beyond this is milliseconds (JavaScript's Date.now())
+
+
+def performed_at_iso(value: object) -> str | None:
+    """A capsule's ``performed_at`` as an ISO 8601 string; None when absent or empty.
+
+    Accepted as the theater and its tools write it: an ISO 8601 string (kept as given), a
+    date written with slashes or dots (``2026/12/06``, ``2026.12.06 21:30``), or an epoch
+    number (seconds, or milliseconds beyond 10^11), also as a string of digits; those are
+    converted (an epoch to UTC, a slash date as a time without offset, read as UTC like
+    any such time). Raises ValueError for anything else (a list, ``true``, a word, a date
+    out of range)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        parsed = parse_iso(text)
+        if parsed is not None:
+            try:
+                parsed.astimezone(timezone.utc)  # the journal stores it in UTC
+            except (ValueError, OverflowError):
+                raise ValueError("performed_at is out of range") from None
+            return text
+        slash = _SLASH_DATE.fullmatch(text)
+        if slash is not None:
+            year, month, day, hour, minute, second = (int(p) if p else 0 for p in slash.groups())
+            try:
+                return datetime(year, month, day, hour, minute, second).isoformat()
+            except ValueError:
+                raise ValueError(f"performed_at {text!r} is not a date") from None
+        if re.fullmatch(r"-?\d+(\.\d+)?", text):
+            value = float(text)
+        else:
+            raise ValueError("performed_at must be an ISO 8601 time, a date like 2026/12/06, or an epoch number")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"performed_at must be a time, not {type(value).__name__}")
+    seconds = value / 1000 if abs(value) >= _EPOCH_MS else value
+    try:
+        return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat()
+    except (ValueError, OverflowError, OSError):
+        raise ValueError("performed_at is an epoch number out of range") from None
+
+
+def stored_performed_at(turn: Turn) -> str | None:
+    """The journal time of a theater message: its ``performed_at`` when readable, else
+    None (a capsule written before the edge checked it, or edited on disk, must not stop
+    every later theater write)."""
+    try:
+        return performed_at_iso(metadata(turn).get("performed_at"))
+    except ValueError:
+        return None
 
 
 def metadata(turn: Turn) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from nekomem.http.errors import ApiError
 from nekomem.http.prompt_locale import remember_language, stored_language
 from nekomem.http.readonly import character_exists
 from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
-from nekomem.http.theater import theater_write
+from nekomem.http.theater import checked_theater_turn, theater_write
 from nekomem.runtime.clock import iso
 
 # Write-request ids: unique per process start and request, without a random read per request.
@@ -55,6 +55,7 @@ async def _write(request: Request, mode: WriteMode) -> Response:
     body = await decode_history(request)
     server = rt.settings.server
     turns = parse_history(body, iso(rt.clock.now()), server.message_max_chars, server.batch_max_messages, server.body_max_depth)
+    turns = [checked_theater_turn(turn, index) for index, turn in enumerate(turns)]
     new = await is_new(request, name)
     if new and not turns:
         # An empty write to an unknown character stores nothing, so it creates nothing.

@@ -73,7 +73,7 @@ async def health(request: Request) -> Response:
         },
         "embeddings": embeddings_status(rt),
         "model_jobs": rt.pool.total_busy(),
-        "supervision": {"child_restarts": 0, "failed_children": 0, **rt.services.counters.snapshot()},
+        "supervision": {"child_restarts": 0, "failed_children": 0, "handler_errors": 0, **rt.services.counters.snapshot()},
         "storage": await asyncio.to_thread(storage.snapshot),
         "files": rt.files.snapshot(),
         "case_insensitive_root": rt.names.insensitive,

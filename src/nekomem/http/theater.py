@@ -45,6 +45,60 @@ KEY_MAX = 160
 Ident = Annotated[str, Meta(min_length=1, max_length=256)]
 
 
+Text = Annotated[str, Meta(max_length=100_000)] | None
+Count = Annotated[int, Meta(ge=0)] | None
+
+
+class TheaterMessageMeta(msgspec.Struct, kw_only=True):
+    """The fields the theater code reads of a theater message's ``metadata`` (any other
+    key is kept as sent). Checked at the edge so that no value can fail the recent
+    actor. ``performed_at`` is taken as liberally as the reference takes it (any value:
+    one that is no time is kept as sent and the capsule is journaled without a time),
+    and an epoch number or a slash date is converted to ISO 8601
+    (:func:`nekomem.domain.theater.performed_at_iso`)."""
+
+    story_id: Annotated[str, Meta(max_length=256)] | int | None = None
+    session_id: Annotated[str, Meta(max_length=256)] | int | None = None
+    story_title: Text = None
+    episode_status: Text = None
+    ending_title: Text = None
+    episode_summary: Text = None
+    ending_summary: Text = None
+    archive_through_revision: Count = None
+    run_index: Count = None
+    story_run_count: Count = None
+    ending_titles_seen: list[Annotated[str, Meta(max_length=10_000)]] | None = None
+    performed_at: Any = None
+
+
+def checked_theater_turn(turn: Turn, index: int) -> Turn:
+    """``turn`` when it is no theater message; else with its metadata checked (ids as
+    strings, a ``performed_at`` that reads as a time as an ISO string, the server's own
+    previous-version key dropped). Raises ApiError 422 ``bad_theater_metadata`` naming
+    the field."""
+    meta = turn.metadata
+    if not meta or meta.get("source") != theater.THEATER_SOURCE:
+        return turn
+    where = f"input_history[{index}].metadata"
+    try:
+        checked = msgspec.convert(meta, TheaterMessageMeta)
+    except msgspec.ValidationError as exc:
+        raise ApiError(422, "bad_theater_metadata", str(exc).replace("`$", f"`{where}")) from None
+    fixed = {k: v for k, v in meta.items() if k != theater.PREVIOUS_KEY}
+    for key in ("story_id", "session_id"):
+        if isinstance(fixed.get(key), int):
+            fixed[key] = str(fixed[key])
+    try:
+        performed_at = theater.performed_at_iso(checked.performed_at)
+    except ValueError:
+        # The reference stores such a capsule with no time (it reads only an ISO string):
+        # kept as sent, journaled without a time (theater.stored_performed_at).
+        performed_at = None
+    if performed_at is not None:
+        fixed["performed_at"] = performed_at
+    return msgspec.structs.replace(turn, metadata=fixed)
+
+
 class TheaterForgetBody(Body):
     story_id: Ident
 

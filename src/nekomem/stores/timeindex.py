@@ -9,7 +9,11 @@ Schema (compatible with the reference implementation's file):
   written;
 - ``idempotency(key TEXT PRIMARY KEY, response BLOB, created_at REAL)``: the answer of a
   write request that carried an ``Idempotency-Key``, stored in the same transaction as its
-  rows, so a retried request is either fully new or fully answered from here;
+  rows, so a retried request is either fully new or fully answered from here. ``key`` is
+  ``sha256:`` and the hex SHA-256 of the header (:func:`idempotency_digest`): a client may
+  put a turn's text in its key, and a key is only ever compared, so its text never reaches
+  the file (nothing to erase when the turn is forgotten). Keys of older files are hashed
+  in place when the file is opened (cursor ``idempotency_hashed`` marks it done);
 - ``cursors(name TEXT PRIMARY KEY, row_id INTEGER)``: how far the owner's derived work
   has got (e.g. the last row whose post-turn work is recorded in the outbox), written in
   the same transaction as the next append, so work derived from rows is rebuilt from here.
@@ -31,6 +35,7 @@ TRUNCATE, which empties the ``-wal`` file that still held the rows' frames. The 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import sqlite3
 import time
@@ -99,6 +104,14 @@ def encode_row(session_id: str, turn: Turn) -> tuple[str, str, str]:
     ts = to_utc_iso(turn.ts)
     stored = msgspec.structs.replace(turn, ts=ts)
     return session_id, _encoder.encode(stored.to_disk()).decode("utf-8"), ts
+
+
+_KEYS_HASHED = "idempotency_hashed"  # a cursors row: the keys of this file are digests
+
+
+def idempotency_digest(key: str) -> str:
+    """What the idempotency table stores for the header value ``key``."""
+    return "sha256:" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class IdempotencyConflict(ValueError):
@@ -199,7 +212,12 @@ class TimeIndex(TimeIndexReader):
                     if "timestamp" not in columns:  # files from before the column existed
                         db.execute(f"ALTER TABLE {table} ADD COLUMN timestamp DATETIME")
                 db.execute(_TIMESTAMP_INDEX)
+                rehashed = _hash_idempotency_keys(db)
                 db.execute("COMMIT")
+                if rehashed:
+                    # The plaintext keys' old page images are in the WAL until it is
+                    # copied back and truncated.
+                    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
@@ -277,7 +295,7 @@ class TimeIndex(TimeIndexReader):
                 try:
                     db.execute(
                         "INSERT INTO idempotency (key, response, created_at) VALUES (?, ?, ?)",
-                        (idempotency_key, response, self._clock()),
+                        (idempotency_digest(idempotency_key), response, self._clock()),
                     )
                 except sqlite3.IntegrityError:
                     raise IdempotencyConflict(idempotency_key) from None
@@ -447,6 +465,17 @@ class TimeIndex(TimeIndexReader):
         self.scrub_wal()
         return erased
 
+    def row_ids_of(self, turn: Turn) -> list[int]:
+        """Ids of the rows that store ``turn`` (same role, text and time; a window item
+        whose time is not readable matches nothing)."""
+        try:
+            ts = to_utc_iso(turn.ts)
+        except ValueError:
+            return []
+        rows = self._rows(f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} WHERE timestamp = ? ORDER BY id", (ts,))
+        text = turn.text.strip()
+        return [r.id for r in rows if r.turn.role == turn.role and r.turn.text.strip() == text]
+
     def row_ids_between(self, start_iso: str, end_iso: str) -> list[int]:
         """Ids of the rows with ``start <= timestamp <= end`` (bounds as in
         :meth:`rows_between`, ValueError when unparseable), unreadable rows included."""
@@ -483,7 +512,7 @@ class TimeIndex(TimeIndexReader):
 
     def idempotent_response(self, key: str, *, newer_than: float | None = None) -> bytes | None:
         """The stored answer for ``key``; None when unknown (or created before ``newer_than``)."""
-        row = self._conn().execute("SELECT response, created_at FROM idempotency WHERE key = ?", (key,)).fetchone()
+        row = self._conn().execute("SELECT response, created_at FROM idempotency WHERE key = ?", (idempotency_digest(key),)).fetchone()
         if row is None:
             return None
         response, created_at = row
@@ -498,4 +527,17 @@ class TimeIndex(TimeIndexReader):
             return cursor.rowcount
 
 
-__all__ = ["DEFAULT_BUSY_TIMEOUT_MS", "IdempotencyConflict", "TimeIndex", "TimeIndexRow", "encode_row", "to_utc_iso"]
+def _hash_idempotency_keys(db: sqlite3.Connection) -> int:
+    """Replace the plaintext keys of a file from before they were hashed by their digests
+    (once: the ``idempotency_hashed`` cursor marks it), inside the caller's transaction;
+    returns how many keys were replaced."""
+    if db.execute("SELECT 1 FROM cursors WHERE name = ?", (_KEYS_HASHED,)).fetchone() is not None:
+        return 0
+    keys = [str(row[0]) for row in db.execute("SELECT key FROM idempotency")]
+    for key in keys:
+        db.execute("UPDATE OR REPLACE idempotency SET key = ? WHERE key = ?", (idempotency_digest(key), key))
+    db.execute("INSERT OR REPLACE INTO cursors (name, row_id) VALUES (?, 1)", (_KEYS_HASHED,))
+    return len(keys)
+
+
+__all__ = ["DEFAULT_BUSY_TIMEOUT_MS", "IdempotencyConflict", "idempotency_digest", "TimeIndex", "TimeIndexRow", "encode_row", "to_utc_iso"]

@@ -91,7 +91,7 @@ const TEXT = {
   tier_state: ["State", "状态", "状態"], last_success: ["Last answer", "最近成功", "最後の応答"], failing_since: ["failing since", "出错自", "失敗開始"],
   recovered: ["recovered from", "已恢复，曾出错", "回復済み（以前のエラー）"],
   ts_ok: ["ok", "正常", "正常"], ts_failing: ["failing", "出错", "失敗中"], ts_untried: ["not used yet", "尚未使用", "未使用"], ts_unconfigured: ["not configured", "未配置", "未設定"],
-  supervision: ["Supervision", "监管", "監視"], sup_child_restarts: ["actor restarts", "actor 重启次数", "アクター再起動"], sup_failed_children: ["failed actors", "失败的 actor", "失敗したアクター"],
+  supervision: ["Supervision", "监管", "監視"], sup_child_restarts: ["actor restarts", "actor 重启次数", "アクター再起動"], sup_failed_children: ["failed actors", "失败的 actor", "失敗したアクター"], sup_handler_errors: ["handler errors (answered 500, layer reloaded)", "处理出错（已答 500，层已重新加载）", "ハンドラーのエラー（500 を返し、層を再読み込み）"],
   powerful_memory: ["Powerful memory", "强力记忆", "強力な記憶"], powerful_switch: ["Powerful memory on", "开启强力记忆", "強力な記憶をオン"],
   powerful_help: ["Batched fact extraction, evidence passes and automatic promotion. Turning it off resets the confirmation time of confirmed reflections.", "批量事实提取、证据评估与自动晋升。关闭时会重置已确认反思的确认时间。", "事実の一括抽出・根拠評価・自動昇格。オフにすると確認済みリフレクションの確認時刻がリセットされます。"],
 };
