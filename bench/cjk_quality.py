@@ -41,6 +41,7 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from bench._common import smoke_option
 from bench.locomo_quality import RankedAnswer, bench_settings, config_names, overrides_of, run_conversation
 from nekomem.recall.embeddings import EmbeddingService
 from nekomem.runtime.clock import ManualClock
@@ -217,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--real-clock", action="store_true", help="ask on the machine's clock instead of the day after each user's last conversation"
     )
+    smoke_option(parser, argv, sets="ja", configs="hybrid")
     args = parser.parse_args(argv)
 
     sets = [load_set(DATA / DATASETS.get(s.strip(), s.strip())) for s in args.sets.split(",") if s.strip()]
