@@ -85,7 +85,9 @@ def test_the_installed_wheel_runs_and_finds_its_browser(dist: Path, tmp_path: Pa
     where, found = proc.stdout.splitlines()
     assert Path(where).is_relative_to(target), where  # the wheel's copy, not the work tree's
     assert found == "True True"
-    version = subprocess.run([sys.executable, "-m", "nekomem", "--version"], capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
+    version = subprocess.run(
+        [sys.executable, "-m", "nekomem", "--version"], capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path
+    )
     assert version.returncode == 0 and version.stdout.strip() == "nekomem 0.1.0", version.stdout + version.stderr
 
 
@@ -97,9 +99,7 @@ def _run_blocked(blocked: str, code: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_nekomem_mcp_without_the_extra_says_what_to_install() -> None:
-    proc = _run_blocked(
-        "mcp", "from nekomem.cli import main\nsys.exit(main(['mcp', '--character', 'Lan', '--url', 'http://127.0.0.1:9']))"
-    )
+    proc = _run_blocked("mcp", "from nekomem.cli import main\nsys.exit(main(['mcp', '--character', 'Lan', '--url', 'http://127.0.0.1:9']))")
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == ""
     assert proc.stderr.splitlines() == [

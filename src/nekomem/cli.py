@@ -67,7 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--config", help="TOML settings file (env NEKOMEM_CONFIG)")
     exp.add_argument("--character", action="extend", nargs="+", metavar="NAME", help="export only these characters")
     exp.add_argument("--timezone", help="IANA zone of the naive local times written (default: import_source_timezone)")
-    mcp = sub.add_parser("mcp", help="serve one character's memory as MCP tools over stdio (needs the mcp extra, pip install '.[mcp]', and a running server)")
+    mcp = sub.add_parser(
+        "mcp", help="serve one character's memory as MCP tools over stdio (needs the mcp extra, pip install '.[mcp]', and a running server)"
+    )
     mcp.add_argument("--character", required=True, help="the character whose memory the tools use")
     mcp.add_argument("--url", help="the running server (default $NEKOMEM_URL, else the serve settings' host and port)")
     mcp.add_argument("--config", help="TOML settings file (env NEKOMEM_CONFIG), for the default URL")
