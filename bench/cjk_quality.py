@@ -4,7 +4,7 @@ Run from the project root::
 
     .venv/bin/python -m bench.cjk_quality [--sets zh,ja] [--configs legs] [--json out.json]
 
-Two labelled sets live under ``bench/data/`` (see bench/README.md and each set's README):
+Two labelled sets live under ``bench/data/`` (see docs/BENCHMARKS.md and each set's README):
 ``memorybank-cn`` (the public MemoryBank-SiliconFriend Chinese evaluation dialogues, 15
 users, 100 probing questions, evidence labelled for this project) and ``companion-ja``
 (Japanese companion dialogues and probing questions written for this project). Each set

@@ -71,7 +71,7 @@ class ScopedSegment(msgspec.Struct, kw_only=True):
 class ScopedHistoryBody(msgspec.Struct, kw_only=True):
     """The speaker-trust fields of the reference (speaker_tier, speaker_id, speaker_is_owner,
     speaker_activity_events, speaker_channel, display_name, ...) are accepted and not used
-    (README: "Scoped memory: what is ignored")."""
+    (docs/NEKO.md: "Scoped memory: forget epochs, and what is ignored")."""
 
     subject: dict[str, Any] | None = None
     input_history: Any = None
