@@ -120,7 +120,7 @@ def link_problems(path: Path, text: str, root: Path = ROOT) -> list[Problem]:
                 continue  # http:, https:, mailto:
             file_part, _, anchor = target.partition("#")
             target_path = (path.parent / file_part).resolve() if file_part else path
-            if not target_path.exists():
+            if file_part and not target_path.exists():
                 problems.append(Problem(name, number, f"link to a missing file: {target}"))
                 continue
             if anchor and target_path.suffix == ".md":
