@@ -8,7 +8,7 @@ What is checked (tests/test_docs.py runs the same checks):
 - every relative link resolves: the file exists and its ``#anchor`` is a heading of it, with
   GitHub's slugs (lowercase, punctuation dropped, spaces to ``-``, ``-1``... for repeats);
 - every table has a header row and a separator (a row after a blank line renders as text);
-- every page of two or more sections has a ``## Contents`` that lists each of its ``##`` sections;
+- every page of two or more sections has a ``## Contents`` that lists each of its sections;
 - every documented ``nekomem`` command, sub-command and ``--flag`` exists in the CLI's parser;
 - every documented ``NEKOMEM_*`` variable, TOML key and named setting exists in the settings.
 
@@ -145,8 +145,13 @@ def table_problems(name: str, text: str) -> list[Problem]:
 
 
 def toc(text: str) -> str:
-    """The ``## Contents`` list of a page: a link to each of its ``##`` sections."""
-    items = [f"- [{title}](#{anchor})" for _line, level, title, anchor in headings(text) if level == 2 and title != "Contents"]
+    """The ``## Contents`` list of a page: a link to each of its ``##`` sections, and under
+    each the ``###`` ones."""
+    items = [
+        f"{'  ' * (level - 2)}- [{title}](#{anchor})"
+        for _line, level, title, anchor in headings(text)
+        if level in (2, 3) and title != "Contents"
+    ]
     return "\n".join(items)
 
 
