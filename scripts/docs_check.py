@@ -1,7 +1,7 @@
 """Checks and regenerates the Markdown documentation (README.md and docs/*.md).
 
     python scripts/docs_check.py            # report every problem, exit 1 when there is one
-    python scripts/docs_check.py --write    # regenerate the tables of contents and the settings
+    python scripts/docs_check.py --write    # regenerate (or add) the tables of contents and the settings
 
 What is checked (tests/test_docs.py runs the same checks):
 
@@ -168,7 +168,15 @@ def toc_problems(name: str, text: str) -> list[Problem]:
 
 
 def with_toc(text: str) -> str:
-    """``text`` with its table of contents regenerated."""
+    """``text`` with its table of contents regenerated; a page of two or more sections
+    without one gets one before its first ``##`` section."""
+    if TOC_START not in text:
+        if not toc(text).count("\n"):
+            return text
+        first = next(line for line, level, _title, _anchor in headings(text) if level == 2)
+        lines = text.splitlines(keepends=True)
+        lines.insert(first - 1, f"## Contents\n\n{TOC_START}\n{TOC_END}\n\n")
+        text = "".join(lines)
     start = text.index(TOC_START) + len(TOC_START)
     end = text.find(TOC_END)
     tail = text[end + len(TOC_END) :] if end >= 0 else "\n" + text[start:].lstrip("\n")
@@ -321,8 +329,7 @@ def main(argv: list[str] | None = None) -> int:
             text = path.read_text(encoding="utf-8")
             if path.name == "CONFIGURATION.md":
                 text = with_settings(text)
-            if TOC_START in text:
-                text = with_toc(text)
+            text = with_toc(text)
             path.write_text(text, encoding="utf-8")
     problems = all_problems()
     for problem in problems:

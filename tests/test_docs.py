@@ -130,6 +130,9 @@ def test_a_missing_or_stale_table_of_contents_is_found() -> None:
     assert "not current" in dc.toc_problems("p.md", stale)[0].message
     assert dc.toc_problems("p.md", dc.with_toc(stale)) == []
     assert dc.toc_problems("p.md", "# P\n\n## Only\n") == []
+    added = dc.with_toc(page)  # a page without one gets one before its first section
+    assert added.startswith("# P\n\n## Contents\n\n<!-- toc -->\n- [One](#one)\n- [Two](#two)\n<!-- /toc -->\n\n## One\n")
+    assert dc.toc_problems("p.md", added) == []
 
 
 def test_an_unknown_command_or_flag_is_found() -> None:
