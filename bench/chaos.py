@@ -85,6 +85,8 @@ def run(kind: str, args: argparse.Namespace, names: list[str]) -> tuple[Any, flo
         if kind == "chaos":
             chaotic(fake, args.seed, args.delay)
         env = {"NEKOMEM_LLM_BASE_URL": fake.base_url, "NEKOMEM_LLM_MODEL": "fake", **SCHEDULES}
+        if args.smoke:  # the model's chaos is what is measured; a smoke run skips loading the embedding models
+            env["NEKOMEM_EMBEDDING_ENABLED"] = "false"
         server, log = start_nekomem(Path(tmp), env=env)
         try:
             assert server.proc is not None
