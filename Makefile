@@ -13,7 +13,7 @@ E5_MODEL ?= models/multilingual-e5-small/model.onnx
 
 # `make serve PORT=9000 MEMORY_ROOT=/data CONFIG=nekomem.toml HOST=... LOG_LEVEL=DEBUG`: each
 # becomes a flag only when given on the make command line, so without them the TOML file
-# (NEKOMEM_CONFIG) and the NEKOMEM_* variables decide, as the README's precedence says (a
+# (NEKOMEM_CONFIG) and the NEKOMEM_* variables decide, as docs/CONFIGURATION.md's precedence says (a
 # PORT or HOST that happens to be in the environment is not taken for one).
 given = $(filter command line,$(origin $(1)))
 SERVE_FLAGS = $(if $(call given,HOST),--host '$(HOST)') $(if $(call given,PORT),--port '$(PORT)') \

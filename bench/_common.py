@@ -7,6 +7,7 @@ the load generator does not share their GIL.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import collections
 import contextlib
@@ -15,13 +16,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from nekomem.config.settings import field_index
 from tests.support.live import ROOT, ServerProcess, free_port
 
 LOOPBACK = "127.0.0.1"
@@ -29,6 +31,20 @@ LOOPBACK = "127.0.0.1"
 BENCH_LOG_LEVEL = "warning"
 STDERR_TAIL_LINES = 200
 READY_POLL_SECONDS = 0.05
+
+
+SMOKE_HELP = "the smallest run that reaches the last line (make test runs every bench so; explicit flags still win)"
+
+
+def smoke_option(parser: argparse.ArgumentParser, argv: Sequence[str] | None, **smallest: Any) -> bool:
+    """Add ``--smoke`` to ``parser``: when it is on the command line (``argv``, else
+    ``sys.argv``), ``smallest`` become the defaults. Returns whether it is."""
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
+    given = sys.argv[1:] if argv is None else list(argv)
+    if "--smoke" not in given:
+        return False
+    parser.set_defaults(**smallest)
+    return True
 
 
 # --- statistics -------------------------------------------------------------------------------
@@ -143,9 +159,24 @@ class _LogTail:
         return "\n".join(lines[-STDERR_TAIL_LINES:])
 
 
+# NEKOMEM_* variables that are not settings but are read by the command line.
+_NON_SETTING_VARIABLES = {"NEKOMEM_CONFIG", "NEKOMEM_URL"}
+
+
+def check_setting_variables(env: Mapping[str, str]) -> None:
+    """Raise ValueError naming every ``NEKOMEM_*`` variable of ``env`` that is no setting: a
+    bench that sets a renamed or removed setting fails instead of measuring the default."""
+    known = {f"NEKOMEM_{name.upper()}" for name in field_index()} | _NON_SETTING_VARIABLES
+    unknown = sorted(k for k in env if k.startswith("NEKOMEM_") and k not in known)
+    if unknown:
+        raise ValueError(f"no such setting: {', '.join(unknown)} (see docs/CONFIGURATION.md)")
+
+
 def start_nekomem(memory_root: Path, env: dict[str, str] | None = None, timeout: float = 60.0) -> tuple[ServerProcess, _LogTail]:
     """``python -m nekomem serve`` on a free loopback port with a quiet log level; waits
-    until start-up recovery is over. Returns the process and its log tail."""
+    until start-up recovery is over. Returns the process and its log tail. Raises
+    ValueError when ``env`` names a ``NEKOMEM_*`` variable that is no setting."""
+    check_setting_variables(env or {})
     values = {"NEKOMEM_LOG_LEVEL": BENCH_LOG_LEVEL.upper(), "NEKOMEM_HOST": LOOPBACK}
     values.update(env or {})
     server = ServerProcess(memory_root, env=values)

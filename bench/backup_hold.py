@@ -26,7 +26,7 @@ from pathlib import Path
 
 import httpx
 
-from bench._common import start_nekomem
+from bench._common import smoke_option, start_nekomem
 from tests.support.live import ROOT
 from tests.support.ui_seed import seed_facts, seed_journal
 
@@ -82,6 +82,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=10_000)
     parser.add_argument("--facts", type=int, default=5_000)
     parser.add_argument("--seconds", type=float, default=4.0)
+    smoke_option(parser, None, turns=200, facts=50, seconds=0.3)
     args = parser.parse_args()
     print(f"cores {os.cpu_count()}, load {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory(prefix="nekomem-backup-bench-") as tmp:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench._common import print_table, ratio, run_load, start_nekomem, turn_pair
+from bench._common import print_table, ratio, run_load, smoke_option, start_nekomem, turn_pair
 from nekomem.config import load_settings
 from tests.support.fake_llm import DEFAULT_HANDLERS, FakeLLM, Reply
 
@@ -26,8 +26,7 @@ ROUTES = ("cache", "new_dialog", "query_memory", "recent")
 # Schedules shortened (same in both phases) so that a one-minute phase reaches the
 # background model work: batch extraction and reflection synthesis, besides compression.
 SCHEDULES = {
-    "NEKOMEM_FACT_EXTRACT_INITIAL_DELAY_SECONDS": "5",
-    "NEKOMEM_FACT_EXTRACT_POLL_SECONDS": "10",
+    "NEKOMEM_FACT_EXTRACT_INTERVAL_MINUTES": "0.25",
     "NEKOMEM_REFLECTION_SYNTHESIS_INITIAL_DELAY_SECONDS": "20",
     "NEKOMEM_REFLECTION_SYNTHESIS_INTERVAL_SECONDS": "30",
     "NEKOMEM_LONGTERM_IDLE_MAINTENANCE_INITIAL_DELAY_SECONDS": "10",
@@ -86,6 +85,8 @@ def run(kind: str, args: argparse.Namespace, names: list[str]) -> tuple[Any, flo
         if kind == "chaos":
             chaotic(fake, args.seed, args.delay)
         env = {"NEKOMEM_LLM_BASE_URL": fake.base_url, "NEKOMEM_LLM_MODEL": "fake", **SCHEDULES}
+        if args.smoke:  # the model's chaos is what is measured; a smoke run skips loading the embedding models
+            env["NEKOMEM_EMBEDDING_ENABLED"] = "false"
         server, log = start_nekomem(Path(tmp), env=env)
         try:
             assert server.proc is not None
@@ -114,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pause", type=float, default=0.05)
     parser.add_argument("--delay", type=float, default=5.0)
     parser.add_argument("--seed", type=int, default=7)
+    smoke_option(parser, argv, seconds=3.0, characters=3, clients=2, delay=0.2)
     args = parser.parse_args(argv)
     names = [f"chaos{i:02d}" for i in range(args.characters)]
     load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
@@ -169,10 +171,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"chaos model calls per character per minute by task: {dict(sorted(per_task.items()))}")
     defaults = load_settings(None, env=SCHEDULES)
     attempts = 1 + defaults.llm.llm_max_retries
-    bound = 60 / defaults.longterm.fact_extract_poll_seconds * attempts
+    every_n, interval = defaults.longterm.fact_extract_every_n_turns, defaults.longterm.fact_extract_interval_minutes
+    cache = chaos.routes.get("cache")
+    cached = cache.summary(chaos.wall_seconds)["count"] if cache is not None else 0
+    turns_per_minute = cached / len(names) / (chaos.wall_seconds / 60) if chaos.wall_seconds > 0 else 0.0
+    bound = (turns_per_minute / every_n + 1 / interval) * attempts
     print(
         f"schedule bound for extract_facts: {bound:.1f} calls per character per minute "
-        f"(one batch per {defaults.longterm.fact_extract_poll_seconds:g} s poll x {attempts} attempts)"
+        f"({turns_per_minute:.1f} user turns per character per minute / {every_n} per batch + one batch per {interval:g} min, "
+        f"x {attempts} attempts)"
     )
     print(f"non-2xx answers (both phases): {fivexx}; 5xx: {fivexx_only}")
     return 0

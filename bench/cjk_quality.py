@@ -4,7 +4,7 @@ Run from the project root::
 
     .venv/bin/python -m bench.cjk_quality [--sets zh,ja] [--configs legs] [--json out.json]
 
-Two labelled sets live under ``bench/data/`` (see bench/README.md and each set's README):
+Two labelled sets live under ``bench/data/`` (see docs/BENCHMARKS.md and each set's README):
 ``memorybank-cn`` (the public MemoryBank-SiliconFriend Chinese evaluation dialogues, 15
 users, 100 probing questions, evidence labelled for this project) and ``companion-ja``
 (Japanese companion dialogues and probing questions written for this project). Each set
@@ -41,6 +41,7 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from bench._common import smoke_option
 from bench.locomo_quality import RankedAnswer, bench_settings, config_names, overrides_of, run_conversation
 from nekomem.recall.embeddings import EmbeddingService
 from nekomem.runtime.clock import ManualClock
@@ -186,6 +187,12 @@ def asking_time(turns: list[Turn]) -> datetime:
     return datetime(last.year, last.month, last.day, 12, tzinfo=timezone.utc)
 
 
+def first_user(recall_set: RecallSet) -> RecallSet:
+    """``recall_set`` cut to its first user and that user's questions (``--smoke``)."""
+    user, turns = next(iter(recall_set.users.items()))
+    return RecallSet(recall_set.name, {user: turns}, [q for q in recall_set.questions if q.user == user])
+
+
 def run_set(
     recall_set: RecallSet, overrides: dict[str, Any], emb: EmbeddingService, root: Path, *, ask_next_day: bool = True
 ) -> tuple[dict[str, float], float]:
@@ -217,9 +224,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--real-clock", action="store_true", help="ask on the machine's clock instead of the day after each user's last conversation"
     )
+    smoke = smoke_option(parser, argv, sets="ja", configs="hybrid")
     args = parser.parse_args(argv)
 
     sets = [load_set(DATA / DATASETS.get(s.strip(), s.strip())) for s in args.sets.split(",") if s.strip()]
+    if smoke:  # each set's first user alone
+        sets = [first_user(s) for s in sets]
     names = config_names(args.configs)
 
     base = bench_settings(Path(tempfile.gettempdir()))

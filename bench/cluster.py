@@ -65,6 +65,7 @@ try:
 except ImportError:  # not on Windows
     uvloop = None  # type: ignore[assignment]
 
+from bench._common import smoke_option
 from nekomem.cluster.ring import owner_of
 from nekomem.config.server import RuntimeSettings
 from nekomem.stores.shard_layout import shard_of
@@ -366,12 +367,14 @@ def hop_cost(c: Cluster, names: list[str], requests: int) -> dict[str, tuple[flo
 async def failover(
     c: Cluster, names: list[str], clients: int, seconds: float, timeline: dict[int, list[int]], kinds: Counter[str]
 ) -> float:
-    """The load through HAProxy with the last node killed (SIGKILL) 5 s in; the kill's second."""
+    """The load through HAProxy with the last node killed (SIGKILL) 5 s in (a quarter of the
+    way through a shorter run); the kill's second."""
+    kill_at = min(5.0, seconds / 4)
     task = asyncio.create_task(load(c.proxy.url, names, clients, seconds, timeline, kinds))
-    await asyncio.sleep(5.0)
+    await asyncio.sleep(kill_at)
     c.nodes[-1].kill()
     await task
-    return 5.0
+    return kill_at
 
 
 def main() -> None:
@@ -408,6 +411,9 @@ def main() -> None:
     )
     parser.add_argument("--hop-requests", type=int, default=300)
     parser.add_argument("--failover-seconds", type=float, default=20.0)
+    smoke_option(
+        parser, None, nodes="1,2", seconds=1.0, clients=4, characters=8, rounds=1, loadgen="python", hop_requests=20, failover_seconds=3.0
+    )
     args = parser.parse_args()
     node_env = {"NEKOMEM_ACTOR_WORKERS": str(args.actor_workers)}
     if args.loadgen == "wrk" and WRK is None:
@@ -437,7 +443,7 @@ def main() -> None:
             for size in sizes if round_ % 2 else sizes[::-1]:
                 c = clusters[size]
                 waited = settle(list(clusters.values()))
-                generate(c.proxy.url, names, args.clients, 2.0)  # connections and caches warm
+                generate(c.proxy.url, names, args.clients, min(2.0, args.seconds))  # connections and caches warm
                 share, forwards = CpuShare(c), c.forwards()
                 count, p50, p99, errors, took = generate(c.proxy.url, names, args.clients, args.seconds)
                 cpu = share.report(count)

@@ -44,6 +44,7 @@ from bench._common import (
     print_table,
     ratio,
     run_load,
+    smoke_option,
     start_nekomem,
     timed_request,
     turn_pair,
@@ -195,7 +196,9 @@ def report(phases: list[Phase]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    smoke_option(parser, argv, active="20", known=50, clients=2, max_seconds=5.0, requests=100)
+    args = parser.parse_args(argv)
     actives = sorted({int(x) for x in args.active.split(",") if x.strip()})
     if not actives or actives[0] <= BASE_ACTIVE or actives[-1] > args.known or args.requests < 1:
         print(f"density: every --active must be > {BASE_ACTIVE} and <= --known; --requests >= 1", file=sys.stderr)

@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench._common import smoke_option
 from bench.recall_latency import SEED, Corpus
 
 SINGLE = 200
@@ -66,6 +67,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", default=["use", "e5", "use+e5"])
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    smoke_option(parser, argv, models=["use"])
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(measure_one(args.child)))

@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench._common import smoke_option
 from nekomem.actors.host import ACTORS
 from nekomem.actors.messages import Flush, ImportFacts
 from nekomem.config import load_settings
@@ -77,6 +78,7 @@ def main() -> None:
     parser.add_argument("--large", type=int, default=100_000)
     parser.add_argument("--samples", type=int, default=300)
     parser.add_argument("--chunk", type=int, default=5000)
+    smoke_option(parser, None, small=10, large=200, samples=20, chunk=100)
     args = parser.parse_args()
     results = {}
     for size in (args.small, args.large):

@@ -23,9 +23,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from bench._common import SMOKE_HELP
 
 HERE = Path(__file__).resolve().parents[1]
 
@@ -61,6 +64,26 @@ class Server:
             self.proc.wait()
 
 
+@dataclass
+class Sizes:
+    """How much each probe does; ``--smoke`` shrinks every one (the rows then say little, but
+    every probe runs to its end)."""
+
+    short_body_cap: float = 180.0
+    trickle_connections: int = 1000
+    trickle_seconds: float = 45.0
+    burst: int = 2000
+    burst_read_after: float = 5.0
+    time_repeats: int = 70_000
+    fd_characters: int = 600
+
+
+SMOKE_SIZES = Sizes(
+    short_body_cap=2.0, trickle_connections=20, trickle_seconds=2.0, burst=40, burst_read_after=0.2, time_repeats=700, fd_characters=20
+)
+SIZES = Sizes()
+
+
 def _sock(srv: Server) -> socket.socket:
     return socket.create_connection(("127.0.0.1", srv.port), timeout=5)
 
@@ -83,12 +106,13 @@ def _held(sock: socket.socket, cap: float) -> float:
 def probe_short_body(srv: Server) -> str:
     sock = _sock(srv)
     sock.sendall(b"POST /query_memory/Lan HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
-    held = _held(sock, 180)
+    held = _held(sock, SIZES.short_body_cap)
     sock.close()
-    return f"connection held {held:.1f} s" + (" (cap)" if held >= 180 else "")
+    return f"connection held {held:.1f} s" + (" (cap)" if held >= SIZES.short_body_cap else "")
 
 
-def probe_trickle(srv: Server, count: int = 1000, seconds: float = 45.0) -> str:
+def probe_trickle(srv: Server) -> str:
+    count, seconds = SIZES.trickle_connections, SIZES.trickle_seconds
     socks = []
     for _ in range(count):
         try:
@@ -136,7 +160,7 @@ async def _burst(srv: Server, count: int) -> str:
         async def read() -> float:
             # From another process (curl), so that this client's own load is not measured;
             # a few seconds in, while the server holds the burst.
-            await asyncio.sleep(5.0)
+            await asyncio.sleep(SIZES.burst_read_after)
             proc = await asyncio.create_subprocess_exec(
                 "curl", "-s", "-o", "/dev/null", "-w", "%{time_total}", srv.url + "/api/characters", stdout=asyncio.subprocess.PIPE
             )
@@ -156,14 +180,14 @@ async def _burst(srv: Server, count: int) -> str:
 
 
 def probe_burst(srv: Server) -> str:
-    return asyncio.run(_burst(srv, 2000))
+    return asyncio.run(_burst(srv, SIZES.burst))
 
 
 async def _long_time(srv: Server) -> str:
     async with httpx.AsyncClient(base_url=srv.url, timeout=120) as client:
         await client.post("/cache/Other", json={"input_history": [{"role": "user", "content": "hi"}]})
         await client.post("/cache/Lan", json={"input_history": [{"role": "user", "content": "I drank tea"}]})
-        spec = "2026年5月7日" + "の前日" * 70_000
+        spec = "2026年5月7日" + "の前日" * SIZES.time_repeats
 
         async def heavy() -> tuple[int, str, float]:
             t = time.monotonic()
@@ -177,7 +201,7 @@ async def _long_time(srv: Server) -> str:
             return r.status_code, time.monotonic() - t
 
         a, b, c = await asyncio.gather(heavy(), heavy(), other())
-    return f"time × 70,000: {a[0]} {a[1] or ''} in {a[2]:.1f} s and {b[0]} in {b[2]:.1f} s; other character's /cache {c[0]} in {c[1]:.2f} s"
+    return f"time × {SIZES.time_repeats:,}: {a[0]} {a[1] or ''} in {a[2]:.1f} s and {b[0]} in {b[2]:.1f} s; other character's /cache {c[0]} in {c[1]:.2f} s"
 
 
 def probe_long_time(srv: Server) -> str:
@@ -199,12 +223,12 @@ def probe_fds(src: Path, root: Path) -> str:
     try:
         codes: dict[str, int] = {}
         with httpx.Client(base_url=srv.url, timeout=60) as client:
-            for i in range(600):
+            for i in range(SIZES.fd_characters):
                 r = client.post(f"/cache/F{i}", json={"input_history": [{"role": "user", "content": "hi"}]})
                 key = "200" if r.status_code == 200 else f"{r.status_code} {r.json().get('error_code')}"
                 codes[key] = codes.get(key, 0) + 1
             health = client.get("/health").json()
-        return f"ulimit -n 1024, 600 characters: {codes}; /health storage {health['storage']['state']}"
+        return f"ulimit -n 1024, {SIZES.fd_characters} characters: {codes}; /health storage {health['storage']['state']}"
     finally:
         srv.stop()
 
@@ -261,14 +285,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--src", type=Path, default=HERE / "src")
     parser.add_argument("--only", nargs="*", default=None)
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = parser.parse_args()
+    global SIZES
+    SIZES = SMOKE_SIZES if args.smoke else Sizes()
     names = args.only or [*SERVED, *OWN]
     work = Path(tempfile.mkdtemp(prefix="nekomem-probes-"))
+    shared: Server | None = None  # --smoke: one server for every served probe (start-up is most of a smoke run)
     try:
         for name in names:
             root = work / name / "memory"
             if name in OWN:
                 row = OWN[name](args.src, root)
+            elif args.smoke:
+                shared = shared or Server(args.src, work / "shared" / "memory")
+                row = SERVED[name](shared)
             else:
                 srv = Server(args.src, root)
                 try:
@@ -277,6 +308,8 @@ def main() -> None:
                     srv.stop()
             print(f"| {name} | {row} |", flush=True)
     finally:
+        if shared is not None:
+            shared.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -47,6 +47,7 @@ from bench._common import (
     print_table,
     ratio,
     run_load,
+    smoke_option,
     start_nekomem,
     turn_pair,
     wait_embeddings_settled,
@@ -180,7 +181,9 @@ def print_report(base: PhaseResult, neko: PhaseResult) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    smoke_option(parser, argv, characters=3, clients=2, seconds=1.0, warmup=0.2, max_requests=200)
+    args = parser.parse_args(argv)
     if args.characters < 1 or args.clients < 1 or args.seconds <= 0 or args.rounds < 1:
         print("http_load: --characters, --clients and --rounds must be >= 1 and --seconds > 0", file=sys.stderr)
         return 2

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench._common import smoke_option
 from nekomem.config import load_settings
 from nekomem.importer.neko import plan, run_import
 from tests.support import neko_fixture as nf
@@ -62,6 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=50_000)
     parser.add_argument("--facts", type=int, default=5_000)
+    smoke_option(parser, None, rows=500, facts=50)
     args = parser.parse_args()
     print(f"cores={os.cpu_count()} load1={os.getloadavg()[0]:.2f} rows={args.rows} facts={args.facts}")
     with tempfile.TemporaryDirectory() as tmp:

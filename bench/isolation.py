@@ -42,6 +42,7 @@ from bench._common import (
     print_table,
     ratio,
     run_load,
+    smoke_option,
     start_nekomem,
     turn_pair,
     wait_embeddings_settled,
@@ -184,7 +185,9 @@ def read_compressions(root: Path) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    smoke_option(parser, argv, others=2, clients=2, slow_clients=1, seconds=1.0, max_requests=200, delay=0.3, batch=3, warmup=0.2)
+    args = parser.parse_args(argv)
     names = other_names(args.others)
     load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(

@@ -31,9 +31,11 @@ CONFIGS (``a+b`` merges two, e.g. ``e5+vector``).
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -44,6 +46,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from bench._common import smoke_option
 from nekomem.config import Settings, load_settings
 from nekomem.config.embeddings import EmbeddingSettings
 from nekomem.recall.embeddings import EmbeddingService
@@ -332,11 +335,39 @@ def conversation_files(folder: Path, wanted: str) -> list[Path]:
 
 
 def resolve_data(value: str) -> Path:
+    """The LoCoMo folder ``value`` names: as given, relative to the project root, to the
+    working directory, or to the project root's parent (a work tree one folder deeper than a
+    clone, whose ``../shared`` is then its parent's sibling)."""
     path = Path(value).expanduser()
-    for candidate in (path, ROOT / path, Path.cwd() / path):
+    for candidate in (path, ROOT / path, Path.cwd() / path, ROOT.parent / path):
         if candidate.is_dir():
             return candidate
-    raise SystemExit(f"no LoCoMo folder at {value} (also tried relative to {ROOT})")
+    raise SystemExit(f"no LoCoMo folder at {value} (also tried relative to {ROOT} and its parent)")
+
+
+SMOKE_SESSIONS = 2
+SMOKE_QUESTIONS = 6
+
+
+def smoke_folder(folder: Path) -> Path:
+    """A temporary LoCoMo folder (removed at exit) holding the first conversation of ``folder`` cut to its
+    first SMOKE_SESSIONS sessions and SMOKE_QUESTIONS questions whose evidence lies in them:
+    the smallest input that runs a LoCoMo bench to its last line (``--smoke``)."""
+    first = sorted(folder.glob("*.json"))[0]
+    data = json.loads(first.read_text(encoding="utf-8"))
+    kept_sessions = {str(n) for n in range(1, SMOKE_SESSIONS + 1)}
+    trimmed: dict[str, Any] = {}
+    for key, value in data.items():
+        match = re.fullmatch(r"(?:events_)?session_(\d+)(?:_\w+)?", key)
+        if match is None or match.group(1) in kept_sessions:
+            trimmed[key] = value
+    prefixes = tuple(f"D{n}:" for n in kept_sessions)
+    questions = [q for q in data["qa"] if q.get("evidence") and all(str(e).startswith(prefixes) for e in q["evidence"])]
+    trimmed["qa"] = questions[:SMOKE_QUESTIONS]
+    dest = Path(tempfile.mkdtemp(prefix="nekomem-locomo-smoke-"))
+    atexit.register(shutil.rmtree, dest, True)
+    (dest / first.name).write_text(json.dumps(trimmed), encoding="utf-8")
+    return dest
 
 
 def config_names(spec: str) -> list[str]:
@@ -361,9 +392,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit-conversations", type=int, default=0)
     parser.add_argument("--conversations", default="", help="comma list of file stems to keep (conv-26,conv-30): a cross-check on a subset")
     parser.add_argument("--json", help="also write the results to this file")
+    smoke = smoke_option(parser, argv, configs="use")
     args = parser.parse_args(argv)
 
     folder = resolve_data(args.data)
+    if smoke:
+        folder = smoke_folder(folder)
     files = conversation_files(folder, args.conversations)
     if args.limit_conversations:
         files = files[: args.limit_conversations]

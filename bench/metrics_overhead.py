@@ -21,6 +21,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route, Router
 from starlette.types import ASGIApp, Message
 
+from bench._common import smoke_option
 from nekomem.http.metrics import REQUEST_BUCKETS
 from nekomem.http.metrics_middleware import RequestMetrics, RequestStats, RouteLabels
 
@@ -85,7 +86,9 @@ async def main_async(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    asyncio.run(main_async(build_parser().parse_args()))
+    parser = build_parser()
+    smoke_option(parser, None, requests=300, rounds=1)
+    asyncio.run(main_async(parser.parse_args()))
 
 
 if __name__ == "__main__":

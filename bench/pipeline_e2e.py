@@ -35,6 +35,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench._common import smoke_option
 from bench.ideal_extractor import IdealExtractor, Observation
 from bench.locomo_quality import (
     CATEGORIES,
@@ -48,6 +49,7 @@ from bench.locomo_quality import (
     resolve_data,
     run_conversation,
     session_time,
+    smoke_folder,
     stored_facts,
     summarise,
     wait_vectors,
@@ -162,9 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conversations", default="", help="comma list of file stems (conv-26,conv-30); default: the whole split")
     parser.add_argument("--modes", default="on,off", help="powerful memory on, off or both (on,off)")
     parser.add_argument("--json", help="also write the results to this file")
+    smoke = smoke_option(parser, argv, modes="on")
     args = parser.parse_args(argv)
 
     folder = resolve_data(args.data)
+    if smoke:
+        folder = smoke_folder(folder)
     files = conversation_files(folder, args.conversations)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if any(m not in MODES for m in modes):

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench._common import smoke_option
 from bench.recall_latency import SEED, Corpus, percentiles
 from nekomem.actors.messages import IndexEntry, IndexUpsert, ListEntries
 from nekomem.config.embeddings import EmbeddingSettings
@@ -99,6 +100,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--models", nargs="*", default=[], help="embedding_model values to compare (default: the configured one)")
     parser.add_argument("--baseline", action="store_true", help="add the first model without the query-side rules")
     parser.add_argument("--no-bm25", action="store_true", help="skip the BM25-only row")
+    smoke_option(parser, argv, sizes=[100])
     args = parser.parse_args(argv)
     gen = Corpus(SEED)
     facts = [gen.fact() for _ in range(max(args.sizes))]

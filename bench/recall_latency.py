@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from rank_bm25 import BM25Okapi
 
+from bench._common import smoke_option
 from nekomem.recall.lexical import LexicalIndex
 from nekomem.recall.tokenize import tokenize
 
@@ -163,6 +164,7 @@ def timed(fn: Callable[[str], object], queries: Sequence[str]) -> list[float]:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=list(SIZES))
+    smoke_option(parser, argv, sizes=[300])
     args = parser.parse_args(argv)
 
     gen = Corpus(SEED)

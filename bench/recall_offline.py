@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from bench._common import smoke_option
 from bench.locomo_quality import (
     CATEGORIES,
     NAME,
@@ -57,6 +58,7 @@ from bench.locomo_quality import (
     load_conversation,
     overrides_of,
     resolve_data,
+    smoke_folder,
     summarise,
 )
 from bench.recall_experiments import EXPERIMENTS, ExperimentIndex
@@ -322,13 +324,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "nekomem-recall-offline"))
     parser.add_argument("--no-cache", action="store_true", help="keep vectors in memory only")
     parser.add_argument("--json", help="also write the rows to this file")
+    smoke = smoke_option(parser, argv, configs="use")
     args = parser.parse_args(argv)
 
     experiments = [e.strip() for e in args.experiments.split(",") if e.strip()]
     unknown = [e for e in experiments if e not in EXPERIMENTS]
     if unknown:
         raise SystemExit(f"unknown experiments: {', '.join(unknown)} (known: {', '.join(EXPERIMENTS)})")
-    files = sorted(resolve_data(args.data).glob("*.json"))
+    folder = resolve_data(args.data)
+    files = sorted((smoke_folder(folder) if smoke else folder).glob("*.json"))
     if args.conversations:
         keep = {c.strip() for c in args.conversations.split(",") if c.strip()}
         files = [f for f in files if f.stem in keep]

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from bench._common import smoke_option
 from bench.recall_latency import SEED, percentiles
 from nekomem.config.recall import RecallSettings
 from nekomem.recall.vectors import VectorIndex
@@ -97,6 +98,7 @@ def timed_ways(ways: Sequence[Leg], queries: np.ndarray, allowed: set[str] | Non
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=list(SIZES))
+    smoke_option(parser, argv, sizes=[500])
     args = parser.parse_args(argv)
     rng = np.random.default_rng(SEED)
     queries = two_model_rows(rng, QUERIES)

@@ -8,7 +8,7 @@ from starlette.routing import Route
 from tests.support.live import LiveServer, make_settings
 
 # Not an OpenAPI operation: MCP streamable HTTP speaks its own protocol on /mcp (see
-# README "MCP server"), so the document leaves it out on purpose.
+# docs/API.md "MCP server"), so the document leaves it out on purpose.
 NOT_OPENAPI = {"/mcp"}
 
 

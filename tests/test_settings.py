@@ -86,5 +86,5 @@ def test_cli_refuses_to_start_on_an_invalid_setting(tmp_path):
 def test_docs_settings_table_is_current():
     from pathlib import Path
 
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "SETTINGS.md").read_text(encoding="utf-8")
-    assert settings_markdown() in doc, "docs/SETTINGS.md is stale: regenerate it with `nekomem settings`"
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "CONFIGURATION.md").read_text(encoding="utf-8")
+    assert settings_markdown() in doc, "docs/CONFIGURATION.md is stale: regenerate it with `python scripts/docs_check.py --write`"

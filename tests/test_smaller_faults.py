@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from nekomem.client.aio import AsyncNekomemClient
 from nekomem.stores.jsonl import NdjsonLog
@@ -141,14 +142,18 @@ def test_a_token_with_non_ascii_characters_matches(tmp_path: Path) -> None:
         assert asyncio.run(through_the_client()) is not None  # an unauthorized answer raises
 
 
-def test_import_neko_stays_inside_the_default_import_root(tmp_path: Path) -> None:
+def test_import_neko_stays_inside_the_default_import_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    for name in ("XDG_DATA_HOME", "XDG_DOCUMENTS_DIR", "NEKO_STORAGE_SELECTED_ROOT"):
+        monkeypatch.delenv(name, raising=False)
     with LiveServer(make_settings(tmp_path / "memory")) as srv:
-        for path in ("/etc", "/root", "/nonexistent-folder", str(tmp_path)):
+        for path in ("/etc", "/root", "/nonexistent-folder", str(tmp_path), str(home / ".local" / "N.E.K.O")):
             answer = srv.post("/api/import/neko", json={"source_dir": path})
             assert answer.status_code == 403, (path, answer.text)
             body = answer.json()
             assert body["error_code"] == "outside_import_root"
-            assert body["import_root"] == str((Path.home() / "Documents" / "N.E.K.O").resolve())
+            assert body["import_roots"] == [str(home / ".local" / "share" / "N.E.K.O"), str(home / "Documents" / "N.E.K.O")]
 
 
 def test_an_edit_of_a_recent_item_is_bounded_like_a_message(tmp_path: Path) -> None:
@@ -164,7 +169,7 @@ def test_an_edit_of_a_recent_item_is_bounded_like_a_message(tmp_path: Path) -> N
 
 
 def test_the_default_import_root_is_resolved(tmp_path: Path) -> None:
-    from nekomem.http.importing import import_root
+    from nekomem.http.importing import import_roots
 
-    assert import_root(str(tmp_path / "a" / ".." / "b")) == (tmp_path / "b").resolve()
-    assert import_root("") == (Path(os.path.expanduser("~")) / "Documents" / "N.E.K.O").resolve()
+    assert import_roots(str(tmp_path / "a" / ".." / "b")) == [(tmp_path / "b").resolve()]
+    assert (Path(os.path.expanduser("~")) / "Documents" / "N.E.K.O").resolve() in import_roots("")

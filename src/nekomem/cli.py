@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import sys
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,23 @@ if TYPE_CHECKING:  # the service's import is optional at run time (make_embeddin
     from nekomem.recall.embeddings import EmbeddingService
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+# What the optional ``mcp`` extra brings (the SDK and the pydantic it builds its tools on).
+MCP_PACKAGES = ("mcp", "pydantic", "pydantic_core")
+
+
+def installed(module: str) -> bool:
+    """Whether ``module`` can be imported, without importing it (one blocked with
+    ``sys.modules[module] = None`` counts as missing)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def missing_extra(extra: str, what: str) -> str:
+    """The one line that says an optional extra is missing and how to install it (nekomem is
+    installed from its folder, not from a package registry)."""
+    return f"{what} needs the optional '{extra}' extra, which is not installed: run pip install '.[{extra}]' in the nekomem folder"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,7 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--config", help="TOML settings file (env NEKOMEM_CONFIG)")
     exp.add_argument("--character", action="extend", nargs="+", metavar="NAME", help="export only these characters")
     exp.add_argument("--timezone", help="IANA zone of the naive local times written (default: import_source_timezone)")
-    mcp = sub.add_parser("mcp", help="serve one character's memory as MCP tools over stdio (needs nekomem[mcp] and a running server)")
+    mcp = sub.add_parser(
+        "mcp", help="serve one character's memory as MCP tools over stdio (needs the mcp extra, pip install '.[mcp]', and a running server)"
+    )
     mcp.add_argument("--character", required=True, help="the character whose memory the tools use")
     mcp.add_argument("--url", help="the running server (default $NEKOMEM_URL, else the serve settings' host and port)")
     mcp.add_argument("--config", help="TOML settings file (env NEKOMEM_CONFIG), for the default URL")
@@ -70,7 +90,10 @@ def server_url(settings) -> str:  # type: ignore[no-untyped-def]
 
 
 def make_embeddings(settings: Settings) -> EmbeddingService | None:
-    """The process-wide embedding service, or None when the optional parts are missing."""
+    """The process-wide embedding service, or None when the optional parts are missing (the
+    ``embeddings`` extra's onnxruntime: the banner then says what to install)."""
+    if not installed("onnxruntime"):
+        return None
     try:
         from nekomem.recall.embeddings import EmbeddingService
     except ImportError:
@@ -117,8 +140,13 @@ def main(argv: list[str] | None = None) -> int:
         url = args.url or os.environ.get("NEKOMEM_URL") or server_url(settings)
         return cli_status.run(url, as_json=args.json, timeout=args.timeout, out=sys.stdout, err=sys.stderr)
     if args.command == "mcp":  # a client of a running server: stdout is the MCP stream
-        from nekomem.mcp.stdio import run
-
+        try:
+            from nekomem.mcp.stdio import run
+        except ImportError as exc:
+            if (exc.name or "").split(".")[0] not in MCP_PACKAGES:
+                raise
+            print(missing_extra("mcp", "nekomem mcp"), file=sys.stderr)
+            return 2
         return run(args.character, args.url or os.environ.get("NEKOMEM_URL") or server_url(settings))
     from nekomem.serving import startup_refusal
 

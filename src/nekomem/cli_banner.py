@@ -40,7 +40,7 @@ def embedding_line(settings: Settings, state: str | None) -> str:
     if not emb.embedding_enabled:
         return "off (embedding_enabled = false): recall uses BM25 only"
     if state is None:
-        return "not installed (pip install 'nekomem[embeddings]'): recall uses BM25 only"
+        return "not installed (pip install '.[embeddings]' in the nekomem folder): recall uses BM25 only"
     model = emb.embedding_model_dir or emb.embedding_model
     return f"{model}, {state}" + (" in the background (recall uses BM25 until it is ready)" if state == "loading" else "")
 

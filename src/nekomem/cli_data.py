@@ -1,5 +1,5 @@
 """``nekomem delete``, ``backup``, ``restore``, ``export`` and ``import``: a person's memory
-data from the command line (README, "Backup, export and restore" and "Forgetting").
+data from the command line (docs/OPERATIONS.md, "Backup, export and restore" and "Forgetting").
 
 With a server running on the memory root, ``delete``, ``backup`` and ``export`` go through
 it (``--url``, default ``$NEKOMEM_URL`` or the serve settings' address; ``--token``

@@ -6,7 +6,7 @@ swap file), the review state (a fingerprint keeps the turn's hash, not its first
 characters), the edit history (recent_edits.ndjson), the fact actor's extraction queue and
 the outbox's post-turn records (told with :class:`ScrubTexts`). What was *learned* from the turn before it was
 forgotten (the summary memo, facts, reflections) stays: those are memories of their own
-with their own ``forget`` (README, "Forgetting").
+with their own ``forget`` (docs/OPERATIONS.md, "Forgetting").
 """
 
 from __future__ import annotations

@@ -36,7 +36,9 @@ class ImportSettings(Section, frozen=True):
         doc(
             "The only folder POST /api/import/neko reads from: its source_dir must be this folder or lie under it (symbolic links "
             "resolved); any other path is answered 403 'outside_import_root' before it is looked at, so the route reveals nothing "
-            "about the server's other folders. Empty: the N.E.K.O. data directory, <home>/Documents/N.E.K.O (where the reference "
-            "keeps its memory folder). The nekomem import-neko command is not restricted."
+            "about the server's other folders. Empty: every place N.E.K.O. keeps its data directory on this platform "
+            "(NEKO_STORAGE_SELECTED_ROOT; Linux $XDG_DATA_HOME/N.E.K.O, ~/.local/share/N.E.K.O, $XDG_DOCUMENTS_DIR/N.E.K.O, "
+            "~/Documents/N.E.K.O; macOS ~/Library/Application Support/N.E.K.O, ~/Documents/N.E.K.O; Windows "
+            "%LOCALAPPDATA%\\N.E.K.O, ~/Documents/N.E.K.O). The nekomem import-neko command is not restricted."
         ),
     ] = ""

@@ -70,6 +70,19 @@ def candidates(env: Mapping[str, str], home: Path, platform: str = sys.platform)
     return unique
 
 
+def home_of(env: Mapping[str, str]) -> Path:
+    """The user's home folder as the environment names it (``HOME``, else ``USERPROFILE``)."""
+    return Path(env.get("HOME") or env.get("USERPROFILE") or Path.home())
+
+
+def import_roots(env: Mapping[str, str], home: Path | None = None, platform: str = sys.platform) -> list[Path]:
+    """The folders ``POST /api/import/neko`` reads from when the ``import_root`` setting is
+    empty: every place the reference keeps (or kept) its data directory on this platform, as
+    :func:`candidates` lists them (its selected root, the platform's application data folder,
+    then the legacy Documents folder)."""
+    return candidates(env, home if home is not None else home_of(env), platform)
+
+
 def is_data_dir(path: Path) -> bool:
     """A folder laid out as the reference's data directory (it has ``config/characters.json``
     or ``config/core_config.json``)."""
@@ -85,7 +98,7 @@ def resolve(value: str, env: Mapping[str, str], home: Path | None = None) -> Pat
         return None
     if value.lower() != AUTO:
         return Path(value).expanduser()
-    home = home if home is not None else Path(env.get("HOME") or env.get("USERPROFILE") or Path.home())
+    home = home if home is not None else home_of(env)
     for path in candidates(env, home):
         if is_data_dir(path):
             return path

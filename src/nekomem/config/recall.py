@@ -167,7 +167,7 @@ class RecallSettings(Section, frozen=True):
     recall_consensus_leg: Annotated[
         bool,
         doc(
-            "Add a consensus leg to a query recall's fusion: the union of every leg's best recall_consensus_pool hits, re-ranked by the sum of each signal's z-score inside that pool (the BM25 score times recall_consensus_bm25_weight, and each embedding model's hubness-corrected cosine), so how far a memory stands above the others counts, not only its rank. Needs vectors; off by default (measured within noise on LoCoMo, see README)."
+            "Add a consensus leg to a query recall's fusion: the union of every leg's best recall_consensus_pool hits, re-ranked by the sum of each signal's z-score inside that pool (the BM25 score times recall_consensus_bm25_weight, and each embedding model's hubness-corrected cosine), so how far a memory stands above the others counts, not only its rank. Needs vectors; off by default (measured within noise on LoCoMo, see docs/BENCHMARKS.md)."
         ),
     ] = False
     recall_consensus_pool: Annotated[int, doc("Hits each leg contributes to the consensus leg's pool (recall_consensus_leg).", ge=1)] = 16

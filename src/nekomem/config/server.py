@@ -61,7 +61,7 @@ class ServerSettings(Section, frozen=True):
         doc(
             "Whether the memory root's file system folds case (Windows, macOS): 'auto' probes it at start-up with a "
             "file; 'yes' or 'no' decide. On such a root every spelling of a name ('Neko', 'neko', 'NEKO') is served as "
-            "one character, under the spelling of its folder (see README: case-insensitive disks)."
+            "one character, under the spelling of its folder (see docs/OPERATIONS.md: case-insensitive disks)."
         ),
     ] = "auto"
     name_max_length: Annotated[
@@ -120,7 +120,7 @@ class ServerSettings(Section, frozen=True):
         int,
         doc(
             "Most client connections open at once; a connection beyond this is answered 503 'server_busy' with Retry-After at "
-            "its first bytes (its request unread) and closed. Each one costs a file descriptor (see open files in the README).",
+            "its first bytes (its request unread) and closed. Each one costs a file descriptor (see open files in docs/OPERATIONS.md).",
             ge=1,
         ),
     ] = 512
@@ -219,7 +219,7 @@ class RuntimeSettings(Section, frozen=True):
     max_active_characters: Annotated[
         int,
         doc(
-            "Most characters whose actors are alive at once; the least recently used idle one is passivated beyond this. Actors cost no thread, so this bounds memory only (see README: about 0.3 MB per active character with a short history).",
+            "Most characters whose actors are alive at once; the least recently used idle one is passivated beyond this. Actors cost no thread, so this bounds memory only (see docs/ARCHITECTURE.md: about 0.3 MB per active character with a short history).",
             ge=1,
         ),
     ] = 1000

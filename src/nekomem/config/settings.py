@@ -181,11 +181,18 @@ def _fill_from_model_profile(tree: dict[str, dict[str, Any]], index: dict[str, t
 
 
 def settings_markdown() -> str:
-    """A Markdown table of every setting, its environment variable and default."""
-    lines = ["| setting | environment variable | default | meaning |", "|---|---|---|---|"]
+    """Every setting as Markdown: one ``### [section]`` heading and table per settings section
+    (its TOML key, environment variable, default and meaning); docs/CONFIGURATION.md holds it."""
     defaults = Settings()
-    for name, (section, _info, annotated) in field_index().items():
-        value = getattr(getattr(defaults, section), name)
-        shown = "(empty)" if value == "" else repr(value) if isinstance(value, str) else str(value)
-        lines.append(f"| `{section}.{name}` | `{ENV_PREFIX}{name.upper()}` | `{shown}` | {describe(annotated)} |")
-    return "\n".join(lines)
+    index = field_index()
+    blocks: list[str] = []
+    for section in _sections():
+        lines = [f"### `[{section}]`", "", "| setting | environment variable | default | meaning |", "|---|---|---|---|"]
+        for name, (owner, _info, annotated) in index.items():
+            if owner != section:
+                continue
+            value = getattr(getattr(defaults, section), name)
+            shown = "(empty)" if value == "" else repr(value) if isinstance(value, str) else str(value)
+            lines.append(f"| `{name}` | `{ENV_PREFIX}{name.upper()}` | `{shown}` | {describe(annotated)} |")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)

@@ -9,7 +9,7 @@
   ``?ids=1,2,3``: several. Both answer ``{"forgotten": n, "rows": [ids]}``.
 
 The forgetting of facts, reflections and persona entries is the ``DELETE`` of
-``/api/characters/{name}/{layer}/{id}``; what each erasure removes is in README,
+``/api/characters/{name}/{layer}/{id}``; what each erasure removes is in docs/OPERATIONS.md,
 "Forgetting".
 """
 

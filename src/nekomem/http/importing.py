@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from nekomem.config import neko_data
 from nekomem.http.bodies import read_body
 from nekomem.http.errors import ApiError
 from nekomem.http.runtime_access import runtime_of
@@ -36,11 +38,14 @@ def _decode(raw: bytes) -> ImportNekoBody:
         raise ApiError(400, "malformed_json", f"the body is not valid JSON: {exc}") from None
 
 
-def import_root(setting: str) -> Path:
-    """The resolved folder imports may read: the ``import_root`` setting, else the N.E.K.O.
-    data directory (<home>/Documents/N.E.K.O)."""
-    root = Path(setting).expanduser() if setting else Path.home() / "Documents" / "N.E.K.O"
-    return root.resolve()
+def import_roots(setting: str) -> list[Path]:
+    """The resolved folders imports may read: the ``import_root`` setting, else every place
+    N.E.K.O. keeps its data directory on this platform (read from the environment on each
+    call: ``NEKO_STORAGE_SELECTED_ROOT``, then e.g. ``$XDG_DATA_HOME/N.E.K.O``,
+    ``~/.local/share/N.E.K.O``, ``~/Documents/N.E.K.O`` on Linux)."""
+    if setting:
+        return [Path(setting).expanduser().resolve()]
+    return [root.resolve() for root in neko_data.import_roots(os.environ)]
 
 
 async def import_neko(request: Request) -> JSONResponse:
@@ -51,12 +56,18 @@ async def import_neko(request: Request) -> JSONResponse:
     if not source.is_absolute():
         raise ApiError(400, "source_dir_not_absolute", "source_dir must be an absolute path on the server's machine")
     runtime = runtime_of(request)
-    root = import_root(runtime.settings.importer.import_root)
+    roots = import_roots(runtime.settings.importer.import_root)
     # Resolved (symbolic links and '..' followed) before anything else: whether the path
-    # exists is never part of the answer unless it is inside the import root.
-    if not source.resolve().is_relative_to(root):
+    # exists is never part of the answer unless it is inside an import root.
+    resolved = source.resolve()
+    if not any(resolved.is_relative_to(root) for root in roots):
+        shown = ", ".join(str(root) for root in roots)
         raise ApiError(
-            403, "outside_import_root", f"source_dir must lie under the import root {root} (setting import_root)", import_root=str(root)
+            403,
+            "outside_import_root",
+            f"source_dir must lie under an import root ({shown}; setting import_root)",
+            import_root=str(roots[0]),
+            import_roots=[str(root) for root in roots],
         )
     try:
         report = await asyncio.to_thread(runtime.importing.import_neko, source, body.characters)

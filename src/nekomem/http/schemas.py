@@ -35,7 +35,7 @@ class HistoryBody(Body):
     # The reference's theater (a single theater episode capsule on /cache): the archive
     # request id, its attempt number and the story's current forget marker. A supported
     # ``language`` becomes the character's stored language; ``render_language`` is
-    # accepted and ignored (see README, "Numeric theater").
+    # accepted and ignored (see docs/NEKO.md, "Numeric theater").
     idempotency_key: str | None = None
     theater_archive_attempt: Annotated[int, Meta(ge=0)] | None = None
     theater_forget_marker: Annotated[str, Meta(max_length=128)] | None = None

@@ -96,9 +96,9 @@ class ScopedSegment(msgspec.Struct, kw_only=True):
 
 class ScopedHistoryBody(msgspec.Struct, kw_only=True):
     """The speaker-trust fields of the reference (speaker_tier, speaker_id, speaker_is_owner,
-    speaker_activity_events, speaker_channel, ...) are accepted and not used (README:
-    "Scoped memory: what is ignored"); ``display_name`` and ``language`` are kept for the
-    subject (:mod:`nekomem.stores.scoped_meta`)."""
+    speaker_activity_events, speaker_channel, ...) are accepted and not used (docs/NEKO.md:
+    "Scoped memory: forget epochs, and what is ignored"); ``display_name`` and ``language``
+    are kept for the subject (:mod:`nekomem.stores.scoped_meta`)."""
 
     subject: dict[str, Any] | None = None
     display_name: str | None = None

@@ -15,7 +15,7 @@ messages, and a journal event about the record is changed (its caller drops it).
 Equality, not containment: erasing the turn "ok" must not touch every text with "ok" in
 it, and only text fields count: a persona entry that reads "master" does not match every
 ``"entity": "master"``. A text that merely quotes the erased one (a summary memo, a fact or
-a reflection learned from it) is a memory of its own (see README, "Forgetting").
+a reflection learned from it) is a memory of its own (see docs/OPERATIONS.md, "Forgetting").
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 :func:`read_character` turns a *quiet* folder (no actor writing it: the server holds the
 character stopped, or no server runs) into one JSON-ready document;
 :func:`write_character` makes a folder from it again. The document (format
-``nekomem-character``, version 1; README, "Backup, export and restore"):
+``nekomem-character``, version 1; docs/OPERATIONS.md, "Backup, export and restore"):
 
 ``{"format", "version", "name", "files": {relative path: JSON value}, "logs": {relative
 path: [one JSON value per line]}, "journal": {"rows": [{"id", "session_id", "timestamp",
