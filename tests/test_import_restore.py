@@ -46,10 +46,7 @@ def test_replace_with_a_bad_document_keeps_the_character(tmp_path: Path, lan: di
     assert "(Lan)" in done.stderr and "row 2 repeats the id" in done.stderr, done.stderr
     assert fingerprint(root / "Lan") == before
     assert sorted(p.name for p in root.iterdir()) == [".nekomem.lock", "Lan"]  # no temporary folder left
-
-
-def test_replace_swaps_a_good_document_in(tmp_path: Path, lan: dict[str, Any]) -> None:
-    root = imported_root(tmp_path, lan)
+    # A good document then replaces it; the old folder is gone once the new one is in place.
     newer = copy.deepcopy(lan)
     newer["files"]["facts.json"] = []
     done = nekomem("import", str(export_file(tmp_path / "newer.json", newer)), "--memory-root", str(root), "--replace")
@@ -84,12 +81,10 @@ def test_a_file_whose_second_character_is_bad_writes_none(tmp_path: Path, lan: d
         (lambda d: d["journal"].update(sequence=2**63 - 1), "sequence"),
         (lambda d: d["files"].update({"facts.json": ["DEEP-5000"]}), "too deeply"),
         (lambda d: d["files"].update({"facts.json": ["DEEP-300"]}), "deeper than 64"),
-        (lambda d: d["journal"]["rows"][0].update(message="DEEP-300"), None),  # a text message, not nested JSON
         (lambda d: d.update(name="L" * 5000), "name_too_long"),
-        (lambda d: d.update(name="Lan\n"), None),  # stripped, as the server does: imports as Lan
     ],
 )
-def test_crafted_ids_depths_and_names_answer_one_line(tmp_path: Path, lan: dict[str, Any], craft: Any, said: str | None) -> None:
+def test_crafted_ids_depths_and_names_answer_one_line(tmp_path: Path, lan: dict[str, Any], craft: Any, said: str) -> None:
     doc = copy.deepcopy(lan)
     craft(doc)
     root = tmp_path / "memory"
@@ -98,9 +93,6 @@ def test_crafted_ids_depths_and_names_answer_one_line(tmp_path: Path, lan: dict[
         source.write_text(source.read_text(encoding="utf-8").replace(f'["DEEP-{depth}"]', "[" + "[" * depth + "]" * depth + "]"))
     done = nekomem("import", str(source), "--memory-root", str(root))
     assert "Traceback" not in done.stderr, done.stderr
-    if said is None:
-        assert done.returncode == 0, done.stderr
-        return
     assert done.returncode == 2 and said in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     assert not any(p.name != ".nekomem.lock" for p in root.iterdir())

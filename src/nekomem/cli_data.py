@@ -382,7 +382,7 @@ def _write_into(args: argparse.Namespace, settings: Settings, root: Path, out: T
                 raise CommandError(f"{source} is not a folder made by nekomem backup", 2)
             folders = _backup_folders(source)
             docs = [read_character(f, untrusted=True, read_timeout_seconds=imp.restore_read_timeout_seconds) for f in folders]
-            wheres = [f"{source}: folder {f.name}" for f in folders]
+            wheres = [str(f) for f in folders]
             core = _core_config(source)
         checked = [
             check_character(

@@ -108,6 +108,7 @@ def _views(folder: Path, label: str, untrusted: bool) -> dict[str, Any]:
             _refuse_or_skip(untrusted, f"{label}/{rel} is a symbolic link; nekomem never makes one, so it is not restored")
             return
         if not entry.is_file(follow_symlinks=False):
+            _refuse_or_skip(untrusted, f"{label}/{rel} is not a regular file")
             return
         try:
             files[rel] = _decode(read_regular(Path(entry.path), f"{label}/{rel}"), f"{label}/{rel}")

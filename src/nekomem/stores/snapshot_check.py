@@ -172,7 +172,7 @@ def _journal(journal: dict[str, Any], where: str, max_depth: int) -> tuple[list[
         if not isinstance(name, str) or not name or len(name) > 200:
             raise SnapshotError(f"{where}: a journal cursor has no usable name")
         if type(value) is not int or not 0 <= value <= last:
-            raise SnapshotError(f"{where}: the journal cursor {name[:40]!r} is {str(value)[:30]}, not an integer in 0..{last} (the sequence)")
+            raise SnapshotError(f"{where}: the journal cursor {name[:40]!r} is {repr(value)[:30]}, not an integer in 0..{last} (the sequence)")
         checked[name] = value
     return encoded, checked, sequence
 
@@ -187,7 +187,8 @@ def check_character(doc: object, *, where: str, max_depth: int, name_max_length:
         name = validate_name(raw_name if isinstance(raw_name, str) else "", name_max_length, name_max_units)
     except InvalidName as exc:
         raise SnapshotError(f"{where}: the name is refused ({exc.code}: {exc.message})") from None
-    where = f"{where} ({name})"
+    if not where.endswith(name):
+        where = f"{where} ({name})"
     files: dict[str, bytes] = {}
     for rel, value in header["files"].items():
         rel = safe_rel(rel, where)
