@@ -175,7 +175,11 @@ def test_restore_follows_no_symbolic_link(tmp_path: Path, lan: dict[str, Any], l
     assert "Traceback" not in done.stderr
     assert_nothing_pulled_in(root)
     assert not (root / "Lan").exists()
-    assert sorted(p.name for p in (tmp_path / "outside").iterdir()) in (["secret.json"], ["journal.db", "secret.json"], ["secret.json", "shards"])
+    assert sorted(p.name for p in (tmp_path / "outside").iterdir()) in (
+        ["secret.json"],
+        ["journal.db", "secret.json"],
+        ["secret.json", "shards"],
+    )
 
 
 def test_restore_reads_the_journal_without_writing_beside_it(tmp_path: Path, lan: dict[str, Any]) -> None:

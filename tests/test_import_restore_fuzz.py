@@ -253,7 +253,10 @@ FOLDERS: dict[str, Callable[[Path, Path], None]] = {
     "link-view": lambda b, s: ((b / "Lan/facts.json").unlink(), (b / "Lan/facts.json").symlink_to(s / "facts.json")),
     "link-new-view": lambda b, s: (b / "Lan/surfaced.json").symlink_to(s / "facts.json"),
     "link-archive-dir": lambda b, s: (b / "Lan/reflection_archive").symlink_to(s, target_is_directory=True),
-    "link-archive-file": lambda b, s: ((b / "Lan/persona_archive").mkdir(), (b / "Lan/persona_archive/x.json").symlink_to(s / "2026-05.json")),
+    "link-archive-file": lambda b, s: (
+        (b / "Lan/persona_archive").mkdir(),
+        (b / "Lan/persona_archive/x.json").symlink_to(s / "2026-05.json"),
+    ),
     "link-character": lambda b, s: (b / "Evil").symlink_to(s, target_is_directory=True),
     "link-character-to-root": lambda b, s: (b / "Evil").symlink_to(b / "Lan", target_is_directory=True),
     "link-core-config": lambda b, s: (b / "core_config.json").symlink_to(s / "config.json"),

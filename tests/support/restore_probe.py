@@ -15,7 +15,9 @@ from typing import Any
 from tests.support.live import ROOT, LiveServer, make_settings
 
 
-def nekomem(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def nekomem(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     """``python -m nekomem args`` as a process (this tree's sources first)."""
     full = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]), **(env or {})}
     for key in [k for k in full if k.startswith("NEKOMEM_") and k not in (env or {})]:

@@ -159,7 +159,9 @@ def _check_tables(db: sqlite3.Connection, what: str) -> bool:
 def _read_rows(db: sqlite3.Connection, what: str) -> dict[str, Any]:
     with_cursors = _check_tables(db, what)
     rows = []
-    for row_id, session_id, message, timestamp in db.execute(f"SELECT id, session_id, message, timestamp FROM {ORIGINAL_TABLE} ORDER BY id"):
+    for row_id, session_id, message, timestamp in db.execute(
+        f"SELECT id, session_id, message, timestamp FROM {ORIGINAL_TABLE} ORDER BY id"
+    ):
         try:
             parsed: Any = msgspec.json.decode(message) if isinstance(message, str) else message
         except (msgspec.DecodeError, RecursionError):

@@ -172,7 +172,9 @@ def _journal(journal: dict[str, Any], where: str, max_depth: int) -> tuple[list[
         if not isinstance(name, str) or not name or len(name) > 200:
             raise SnapshotError(f"{where}: a journal cursor has no usable name")
         if type(value) is not int or not 0 <= value <= last:
-            raise SnapshotError(f"{where}: the journal cursor {name[:40]!r} is {repr(value)[:30]}, not an integer in 0..{last} (the sequence)")
+            raise SnapshotError(
+                f"{where}: the journal cursor {name[:40]!r} is {repr(value)[:30]}, not an integer in 0..{last} (the sequence)"
+            )
         checked[name] = value
     return encoded, checked, sequence
 
