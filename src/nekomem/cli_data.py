@@ -366,7 +366,7 @@ def _write_into(args: argparse.Namespace, settings: Settings, root: Path, out: T
     except rootlock.RootLocked as exc:
         holder = f" ({exc.holder})" if exc.holder else ""
         raise CommandError(
-            f"the memory root {root} is in use by a running nekomem server{holder}; {args.command} replaces whole character "
+            f"the memory root {args.memory_root or root} is in use by a running nekomem server{holder}; {args.command} replaces whole character "
             f"folders, which a running server holds in memory. Stop that server, run `{_rerun_command(args, root, replace=args.replace)}`, "
             "then start the server again (nothing was written)",
             2,
@@ -404,7 +404,7 @@ def _write_into(args: argparse.Namespace, settings: Settings, root: Path, out: T
         clashes = [c.name for c in checked if occupied(parent_of(c.name) / c.name)]
         if clashes and not args.replace:
             raise CommandError(
-                f"already in {root}: {', '.join(clashes)} (nothing was written). To replace them with the copy, run "
+                f"already in {args.memory_root or root}: {', '.join(clashes)} (nothing was written). To replace them with the copy, run "
                 f"`{_rerun_command(args, root, replace=True)}`: each current folder is removed only once its copy is in place",
                 2,
             )
