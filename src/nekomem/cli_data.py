@@ -281,7 +281,8 @@ def read_export(path: Path) -> list[Any]:
     """The character documents of an export file (unchecked: :func:`check_character`
     checks each); raises SnapshotError for anything but an export file."""
     try:
-        document = msgspec.json.decode(read_regular(path, str(path)))
+        # The file the user named is theirs to name through a link (a "latest.json", say).
+        document = msgspec.json.decode(read_regular(path.resolve(), str(path)))
     except OSError as exc:
         raise SnapshotError(f"{path} cannot be read ({exc.strerror or exc})") from None
     except RecursionError:
