@@ -49,6 +49,15 @@ EXPORT_VERSION = 1
 LAYERS = {"fact": "facts", "reflection": "reflections", "persona": "persona"}
 
 
+def _holder(exc: rootlock.RootLocked) -> str:
+    """`` (serve pid 1234)``: who holds the root, as its lock file says, or nothing."""
+    holder: object = exc.holder
+    if not holder:
+        return ""
+    describe = getattr(holder, "describe", None)  # a structured holder names pid, role and port itself
+    return f" ({describe() if callable(describe) else holder})"
+
+
 def _plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
@@ -117,7 +126,7 @@ def run(args: argparse.Namespace, settings: Settings, default_url: str, *, out: 
         print(f"nekomem {args.command}: {exc}", file=err)
         return exc.status
     except rootlock.RootLocked as exc:
-        holder = f" ({exc.holder})" if exc.holder else ""
+        holder = _holder(exc)
         print(
             f"nekomem {args.command}: the memory root {exc.root} is in use by a running nekomem server{holder}: "
             "pass its --url (without --offline), or stop it",
@@ -365,7 +374,7 @@ def _write_into(args: argparse.Namespace, settings: Settings, root: Path, out: T
     try:
         lock = rootlock.acquire(root, "exclusive", args.command)
     except rootlock.RootLocked as exc:
-        holder = f" ({exc.holder})" if exc.holder else ""
+        holder = _holder(exc)
         raise CommandError(
             f"the memory root {args.memory_root or root} is in use by a running nekomem server{holder}; {args.command} replaces whole character "
             f"folders, which a running server holds in memory. Stop that server, run `{_rerun_command(args, root, replace=args.replace)}`, "
