@@ -296,3 +296,21 @@ def test_the_backup_block_with_the_server_running_and_stopped(tmp_path: Path) ->
     with LiveServer(make_settings(root)) as srv:
         items = srv.get("/api/browse/Lan/journal", params={"order": "asc", "limit": 100}).json()["items"]
     assert [i["text"] for i in items] == ["before the backup"]
+
+
+def test_a_failure_while_building_the_second_character_changes_nothing(tmp_path: Path, lan: dict[str, Any]) -> None:
+    """All or none, with the writer itself: the second character cannot be built (its
+    parent is a file), so the first, already built, is not swapped in."""
+    from nekomem.stores.snapshot_check import check_character
+    from nekomem.stores.snapshot_write import write_characters
+
+    root = imported_root(tmp_path, lan)
+    before = fingerprint(root)
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file", encoding="utf-8")
+    newer = copy.deepcopy(lan)
+    newer["files"]["facts.json"] = []
+    checked = [check_character(d, where="test", max_depth=64, name_max_length=50, name_max_units=60) for d in (newer, renamed(lan, "Mika"))]
+    with pytest.raises(OSError):
+        write_characters(checked, lambda name: root if name == "Lan" else blocked / "sub", replace=True)
+    assert fingerprint(root) == before  # Lan as it was, and no temporary folder left
