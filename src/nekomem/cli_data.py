@@ -308,13 +308,13 @@ def read_export(path: Path) -> list[Any]:
     return characters
 
 
-def _backup_folders(source: Path) -> list[Path]:
+def _backup_folders(source: Path, settings: Settings) -> list[Path]:
     """The character folders of a backup, none reached through a symbolic link (a linked
     one is refused: following it would copy files from outside into the memory root)."""
     folders = []
     for entry in sorted(os.scandir(source), key=lambda e: e.name):
         try:
-            validate_name(entry.name)
+            validate_name(entry.name, settings.server.name_max_length, settings.server.name_max_units)
         except InvalidName:
             continue
         if entry.is_symlink():
@@ -390,7 +390,7 @@ def _write_into(args: argparse.Namespace, settings: Settings, root: Path, out: T
         else:
             if not source.is_dir():
                 raise CommandError(f"{source} is not a folder made by nekomem backup", 2)
-            folders = _backup_folders(source)
+            folders = _backup_folders(source, settings)
             docs = [read_character(f, untrusted=True, read_timeout_seconds=imp.restore_read_timeout_seconds) for f in folders]
             wheres = [str(f) for f in folders]
             core = _core_config(source)
