@@ -1,5 +1,5 @@
 """``nekomem delete``, ``backup``, ``restore``, ``export`` and ``import``: a person's memory
-data from the command line (docs/OPERATIONS.md, "Backup, export and restore" and "Forgetting").
+data from the command line (README, "Backup, export and restore" and "Forgetting").
 
 With a server running on the memory root, ``delete``, ``backup`` and ``export`` go through
 it (``--url``, default ``$NEKOMEM_URL`` or the serve settings' address; ``--token``
@@ -8,15 +8,23 @@ memory, and a copy is taken under the server's hold of one character at a time
 (``GET /api/characters/{name}/export``), so it is consistent while other characters keep
 taking writes. With no server, they work on the folder itself under the memory root's
 exclusive lock (a server cannot start meanwhile). ``restore`` and ``import`` write into a
-memory root no server is using.
+memory root no server is using (with one running they refuse and print the command to run
+once it is stopped): they read and check every character of the source first, then write
+them all or none, each built beside its target and renamed into place
+(:mod:`nekomem.stores.snapshot_check`, :mod:`nekomem.stores.snapshot_write`;
+docs/OPERATIONS.md, "Backup and restore").
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
+import shlex
 import shutil
+import sqlite3
 import sys
+import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -29,13 +37,29 @@ import msgspec
 from nekomem.config import Settings
 from nekomem.stores import rootlock
 from nekomem.stores.atomic import atomic_write_bytes
-from nekomem.stores.layout import CORE_CONFIG_FILE, CharacterPaths, InvalidName, list_characters, validate_name
-from nekomem.stores.snapshot import SnapshotError, check_document, read_character, write_character
+from nekomem.stores.layout import CORE_CONFIG_FILE, KNOWN_ENTRIES, CharacterPaths, InvalidName, list_characters, validate_name
+from nekomem.stores.shard_layout import SHARDS_DIR, character_root
+from nekomem.stores.snapshot import read_character, read_regular
+from nekomem.stores.snapshot_check import SnapshotError, check_character
+from nekomem.stores.snapshot_write import occupied, write_characters
 
 COMMANDS = ("delete", "backup", "restore", "export", "import")
 EXPORT_FORMAT = "nekomem-export"
 EXPORT_VERSION = 1
 LAYERS = {"fact": "facts", "reflection": "reflections", "persona": "persona"}
+
+
+def _holder(exc: rootlock.RootLocked) -> str:
+    """`` (serve pid 1234)``: who holds the root, as its lock file says, or nothing."""
+    holder: object = exc.holder
+    if not holder:
+        return ""
+    describe = getattr(holder, "describe", None)  # a structured holder names pid, role and port itself
+    return f" ({describe() if callable(describe) else holder})"
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
 class CommandError(Exception):
@@ -90,23 +114,32 @@ def run(args: argparse.Namespace, settings: Settings, default_url: str, *, out: 
     root = Path(settings.server.memory_root)
     try:
         if args.command in ("restore", "import"):
-            return _write_into(args, root, out)
+            return _write_into(args, settings, root, out)
         server = None if args.offline else _Server.find(args.url or os.environ.get("NEKOMEM_URL") or default_url, args, settings)
         if args.command == "delete":
             return _delete(args, server, root, out)
         docs = _documents(server, root, args.character)
         if args.command == "backup":
-            return _backup(Path(args.dest), docs, server is None, root, out)
+            return _backup(Path(args.dest), docs, server is None, root, settings, out)
         return _export(Path(args.out), docs, out)
     except CommandError as exc:
         print(f"nekomem {args.command}: {exc}", file=err)
         return exc.status
     except rootlock.RootLocked as exc:
-        print(f"nekomem {args.command}: {exc} (a server is using it: pass its --url, or stop it)", file=err)
+        holder = _holder(exc)
+        print(
+            f"nekomem {args.command}: the memory root {exc.root} is in use by a running nekomem server{holder}: "
+            "pass its --url (without --offline), or stop it",
+            file=err,
+        )
         return 2
     except (SnapshotError, InvalidName) as exc:
-        print(f"nekomem {args.command}: {exc}", file=err)
+        nothing = " (nothing was written)" if args.command in ("restore", "import") and "nothing was written" not in str(exc) else ""
+        print(f"nekomem {args.command}: {exc}{nothing}", file=err)
         return 2
+    except (OSError, sqlite3.Error) as exc:
+        print(f"nekomem {args.command}: {type(exc).__name__}: {exc} (no existing character was changed)", file=err)
+        return 1
 
 
 class _Server:
@@ -222,15 +255,22 @@ def _fresh_dest(dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
 
 
-def _backup(dest: Path, docs: Iterator[dict[str, Any]], offline: bool, root: Path, out: TextIO) -> int:
+def _backup(dest: Path, docs: Iterator[dict[str, Any]], offline: bool, root: Path, settings: Settings, out: TextIO) -> int:
     _fresh_dest(dest)
     count = 0
     for doc in docs:
-        write_character(dest, doc)
+        checked = check_character(
+            doc,
+            where="the copy",
+            max_depth=settings.importer.restore_max_depth,
+            name_max_length=settings.server.name_max_length,
+            name_max_units=settings.server.name_max_units,
+        )
+        write_characters([checked], lambda _name: dest, replace=False)
         count += 1
-    if offline and (root / CORE_CONFIG_FILE).exists():
-        shutil.copy2(root / CORE_CONFIG_FILE, dest / CORE_CONFIG_FILE)
-    print(f"backed up {count} characters into {dest}", file=out)
+    if offline and os.path.lexists(root / CORE_CONFIG_FILE):
+        atomic_write_bytes(dest / CORE_CONFIG_FILE, read_regular(root / CORE_CONFIG_FILE, CORE_CONFIG_FILE))
+    print(f"backed up {_plural(count, 'character')} into {dest}", file=out)
     return 0
 
 
@@ -243,43 +283,146 @@ def _export(path: Path, docs: Iterator[dict[str, Any]], out: TextIO) -> int:
         "characters": characters,
     }
     atomic_write_bytes(path, msgspec.json.encode(document) + b"\n")
-    print(f"exported {len(characters)} characters into {path}", file=out)
+    print(f"exported {_plural(len(characters), 'character')} into {path}", file=out)
     return 0
 
 
-def read_export(path: Path) -> list[dict[str, Any]]:
-    """The character documents of an export file; raises SnapshotError for anything else."""
+def read_export(path: Path) -> list[Any]:
+    """The character documents of an export file (unchecked: :func:`check_character`
+    checks each); raises SnapshotError for anything but an export file."""
     try:
-        document = msgspec.json.decode(path.read_bytes())
-    except (OSError, msgspec.DecodeError) as exc:
+        # The file the user named is theirs to name through a link (a "latest.json", say).
+        document = msgspec.json.decode(read_regular(path.resolve(), str(path)))
+    except OSError as exc:
+        raise SnapshotError(f"{path} cannot be read ({exc.strerror or exc})") from None
+    except RecursionError:
+        raise SnapshotError(f"{path} nests too deeply to be read") from None
+    except msgspec.DecodeError as exc:
         raise SnapshotError(f"{path} cannot be read as JSON: {exc}") from None
     if not isinstance(document, dict) or document.get("format") != EXPORT_FORMAT:
         raise SnapshotError(f"{path} is not a {EXPORT_FORMAT} file")
     if document.get("version") != EXPORT_VERSION:
-        raise SnapshotError(f"{EXPORT_FORMAT} version {document.get('version')!r} is not supported")
+        raise SnapshotError(f"{EXPORT_FORMAT} version {str(document.get('version'))[:20]!r} is not supported")
     characters = document.get("characters")
     if not isinstance(characters, list):
         raise SnapshotError(f"{path}: 'characters' is not a list")
-    return [check_document(doc) for doc in characters]
+    return characters
 
 
-def _write_into(args: argparse.Namespace, root: Path, out: TextIO) -> int:
+def _backup_folders(source: Path, settings: Settings) -> list[Path]:
+    """The character folders of a backup, none reached through a symbolic link (a linked
+    one is refused: following it would copy files from outside into the memory root)."""
+    folders = []
+    for entry in sorted(os.scandir(source), key=lambda e: e.name):
+        try:
+            validate_name(entry.name, settings.server.name_max_length, settings.server.name_max_units)
+        except InvalidName:
+            continue
+        if entry.is_symlink():
+            raise SnapshotError(f"{entry.name} in {source} is a symbolic link; nekomem never makes one, so it is not restored")
+        if entry.is_dir(follow_symlinks=False) and any(os.path.lexists(Path(entry.path) / known) for known in KNOWN_ENTRIES):
+            folders.append(Path(entry.path))
+    return folders
+
+
+def _core_config(source: Path) -> bytes | None:
+    """The backup's ``core_config.json`` when it has one (a JSON object, not a link)."""
+    path = source / CORE_CONFIG_FILE
+    if not os.path.lexists(path):
+        return None
+    data = read_regular(path, f"{CORE_CONFIG_FILE} in {source}")
+    try:
+        value = msgspec.json.decode(data)
+    except (msgspec.DecodeError, RecursionError):
+        raise SnapshotError(f"{CORE_CONFIG_FILE} in {source} is not valid JSON") from None
+    if not isinstance(value, dict):
+        raise SnapshotError(f"{CORE_CONFIG_FILE} in {source} is not a JSON object")
+    return data
+
+
+def _parents(root: Path, settings: Settings) -> Callable[[str], Path]:
+    """Where a character's folder goes under ``root``: the root itself, or in a cluster
+    root (``cluster_etcd_url`` set) its shard's folder. A root in the cluster layout
+    without the cluster settings is refused: the shard count is not known."""
+    if settings.cluster.cluster_etcd_url:
+        return functools.partial(character_root, root, shards=settings.cluster.cluster_shards)
+    shards = root / SHARDS_DIR
+    if shards.is_dir() and not any(os.path.lexists(shards / known) for known in KNOWN_ENTRIES):
+        raise CommandError(
+            f"{root} is a cluster memory root (its characters live under {SHARDS_DIR}/): pass the cluster's settings "
+            "(--config with cluster_etcd_url and cluster_shards) so each character goes into its shard; nothing was written",
+            2,
+        )
+    return lambda _name: root
+
+
+def _rerun_command(args: argparse.Namespace, root: Path, *, replace: bool) -> str:
+    words = ["nekomem", args.command, args.source, "--memory-root", args.memory_root or str(root)]
+    if args.config:
+        words += ["--config", args.config]
+    if args.character:
+        words += ["--character", *args.character]
+    if replace:
+        words.append("--replace")
+    return shlex.join(words)
+
+
+def _write_into(args: argparse.Namespace, settings: Settings, root: Path, out: TextIO) -> int:
+    """``restore`` and ``import``: read and check every character of the source, then
+    write them all or none (:mod:`nekomem.stores.snapshot_write`)."""
     source = Path(args.source)
-    load: Callable[[], list[dict[str, Any]]]
-    if args.command == "import":
-        load = lambda: read_export(source)  # noqa: E731
-    else:
-        if not source.is_dir():
-            raise CommandError(f"{source} is not a folder made by nekomem backup", 2)
-        load = lambda: [read_character(source / n) for n in list_characters(source)]  # noqa: E731
-    docs = [d for d in load() if not args.character or d.get("name") in args.character]
-    clashes = [str(d.get("name")) for d in docs if (root / str(d.get("name"))).exists()]
-    if clashes and not args.replace:
-        raise CommandError(f"already in {root}: {', '.join(clashes)} (nothing was written; --replace replaces them)", 2)
-    with _quiet_root(root, args.command):
-        for doc in docs:
-            write_character(root, doc, replace=args.replace)
-        if args.command == "restore" and (source / CORE_CONFIG_FILE).exists() and not (root / CORE_CONFIG_FILE).exists():
-            shutil.copy2(source / CORE_CONFIG_FILE, root / CORE_CONFIG_FILE)
-    print(f"{'restored' if args.command == 'restore' else 'imported'} {len(docs)} characters into {root}", file=out)
+    imp = settings.importer
+    try:
+        lock = rootlock.acquire(root, "exclusive", args.command)
+    except rootlock.RootLocked as exc:
+        holder = _holder(exc)
+        raise CommandError(
+            f"the memory root {args.memory_root or root} is in use by a running nekomem server{holder}; {args.command} replaces whole character "
+            f"folders, which a running server holds in memory. Stop that server, run `{_rerun_command(args, root, replace=args.replace)}`, "
+            "then start the server again (nothing was written)",
+            2,
+        ) from None
+    with lock:
+        core: bytes | None = None
+        if args.command == "import":
+            docs = read_export(source)
+            label = str(source)
+            wheres = [f"{label}: character {i}" for i in range(len(docs))]
+        else:
+            if not source.is_dir():
+                raise CommandError(f"{source} is not a folder made by nekomem backup", 2)
+            folders = _backup_folders(source, settings)
+            docs = [read_character(f, untrusted=True, read_timeout_seconds=imp.restore_read_timeout_seconds) for f in folders]
+            wheres = [str(f) for f in folders]
+            core = _core_config(source)
+        checked = [
+            check_character(
+                doc,
+                where=where,
+                max_depth=imp.restore_max_depth,
+                name_max_length=settings.server.name_max_length,
+                name_max_units=settings.server.name_max_units,
+            )
+            for doc, where in zip(docs, wheres, strict=True)
+        ]
+        if args.character:
+            wanted = {unicodedata.normalize("NFC", n.strip()) for n in args.character}
+            missing = sorted(wanted - {c.name for c in checked})
+            if missing:
+                raise CommandError(f"no character {', '.join(missing)} in {source} (nothing was written)", 2)
+            checked = [c for c in checked if c.name in wanted]
+        parent_of = _parents(root, settings)
+        clashes = [c.name for c in checked if occupied(parent_of(c.name) / c.name)]
+        if clashes and not args.replace:
+            raise CommandError(
+                f"already in {args.memory_root or root}: {', '.join(clashes)} (nothing was written). To replace them with the copy, run "
+                f"`{_rerun_command(args, root, replace=True)}`: each current folder is removed only once its copy is in place",
+                2,
+            )
+        write_characters(checked, parent_of, replace=args.replace)
+        if core is not None and not (root / CORE_CONFIG_FILE).exists():
+            atomic_write_bytes(root / CORE_CONFIG_FILE, core)
+    done = "restored" if args.command == "restore" else "imported"
+    names = ", ".join(c.name for c in checked)
+    print(f"{done} {_plural(len(checked), 'character')} into {root}{': ' + names if names else ''}", file=out)
     return 0

@@ -31,6 +31,24 @@ class ImportSettings(Section, frozen=True):
         int, doc("Longest candidate text POST /internal/memory/import_external_markdown takes (longer: 400).", ge=1)
     ] = 4000
 
+    restore_max_depth: Annotated[
+        int,
+        doc(
+            "Deepest JSON nesting nekomem import and restore accept in a character's views, log lines and stored turns "
+            "(nekomem's own files nest about 6 levels); a deeper document is refused before anything is written.",
+            ge=8,
+            le=500,
+        ),
+    ] = 64
+    restore_read_timeout_seconds: Annotated[
+        float,
+        doc(
+            "Longest time nekomem restore spends reading one character's time_indexed.db from the source folder; "
+            "a journal that takes longer is refused (nothing is written).",
+            gt=0,
+        ),
+    ] = 300.0
+
     import_root: Annotated[
         str,
         doc(

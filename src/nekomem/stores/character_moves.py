@@ -38,14 +38,26 @@ import msgspec
 from nekomem.domain.post_turn import POST_TURN_CURSOR
 from nekomem.stores.atomic import TEMP_PREFIX, fsync_dir
 from nekomem.stores.fact_backlog import BACKLOG_FROM, BACKLOG_ROWS_KEY, BACKLOG_TO
-from nekomem.stores.layout import EVENTS_APPLIED_FILE, EVENTS_FILE, OUTBOX_FILE, PERSONA_FILE, RECENT_FILE, RECENT_META_FILE
+from nekomem.stores.layout import (
+    DEFAULT_NAME_MAX_LENGTH,
+    DEFAULT_NAME_MAX_UNITS,
+    EVENTS_APPLIED_FILE,
+    EVENTS_FILE,
+    OUTBOX_FILE,
+    PERSONA_FILE,
+    RECENT_FILE,
+    RECENT_META_FILE,
+    is_neko_folder,
+)
 from nekomem.stores.origin import ORIGIN_FILE, CharacterOrigin, Merged, Renamed, read_origin, write_origin
-from nekomem.stores.snapshot import read_character, write_character
+from nekomem.stores.snapshot import read_character
+from nekomem.stores.snapshot_check import check_character
+from nekomem.stores.snapshot_write import write_characters
 
 
 class MoveError(ValueError):
     """A rename or merge that cannot be done; ``code`` is the machine-readable reason
-    (``unknown_character``, ``character_exists``, ``same_character``)."""
+    (``unknown_character``, ``character_exists``, ``same_character``, ``neko_folder``)."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -214,13 +226,24 @@ def merge_characters(source: Path, target: Path, now: str) -> int:
         raise MoveError("unknown_character", f"no character {target.name}: rename instead")
     if source.samefile(target):
         raise MoveError("same_character", "a character cannot be merged into itself")
+    if is_neko_folder(target.parent):
+        # There each folder also holds the reference's own files, which N.E.K.O. manages.
+        raise MoveError("neko_folder", "characters in a N.E.K.O. memory folder are renamed and deleted in N.E.K.O.; merging is not offered")
     merged = merge_documents(read_character(target), read_character(source), now)
     origin = read_origin(target) or _unknown_origin()
     noted = msgspec.structs.replace(origin, merged_from=[*origin.merged_from, Merged(name=source.name, at=now, origin=read_origin(source))])
     aside = target.parent / f"{TEMP_PREFIX}-merge-{uuid.uuid4().hex[:12]}"
     aside.mkdir()
     try:
-        folder = write_character(aside / "new", merged, name=target.name)
+        # Own data, checked as an import is (depth bounded generously: the views are shallow).
+        checked = check_character(
+            {**merged, "name": target.name},
+            where=target.name,
+            max_depth=256,
+            name_max_length=DEFAULT_NAME_MAX_LENGTH,
+            name_max_units=DEFAULT_NAME_MAX_UNITS,
+        )
+        (folder,) = write_characters([checked], lambda _name: aside / "new", replace=False)
         write_origin(folder, noted)
         (aside / "old").mkdir()
         target.rename(aside / "old" / target.name)

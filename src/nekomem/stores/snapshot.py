@@ -1,9 +1,12 @@
-"""The portable form of one character folder (``nekomem export`` / ``backup`` / ``import``).
+"""The portable form of one character folder (``nekomem export`` / ``backup`` / ``import``
+/ ``restore``).
 
-:func:`read_character` turns a *quiet* folder (no actor writing it: the server holds the
-character stopped, or no server runs) into one JSON-ready document;
-:func:`write_character` makes a folder from it again. The document (format
-``nekomem-character``, version 1; docs/OPERATIONS.md, "Backup, export and restore"):
+:func:`read_character` turns a character folder into one JSON-ready document: a *quiet*
+folder of the server's own (no actor writing it: the server holds the character stopped,
+or no server runs), or, with ``untrusted=True``, a folder of a backup, which is read as
+something a stranger may have made (see below). :func:`write_characters` makes folders
+from documents again. The document (format ``nekomem-character``, version 1;
+docs/OPERATIONS.md, "Backup and restore"):
 
 ``{"format", "version", "name", "files": {relative path: JSON value}, "logs": {relative
 path: [one JSON value per line]}, "journal": {"rows": [{"id", "session_id", "timestamp",
@@ -20,42 +23,79 @@ path: [one JSON value per line]}, "journal": {"rows": [{"id", "session_id", "tim
 Left out: idempotency answers (a retried request older than the copy is new to it), the
 never-written ``time_indexed_compressed`` table, and files nekomem keeps aside
 (``*.corrupt-*``, temporary and swap files): they are not memory.
+
+An untrusted folder (``nekomem restore``'s source) is read without following any symbolic
+link (a linked view, log, archive folder or journal is refused: nekomem never makes one,
+and following it would pull files from outside into the memory root), every file is
+opened with ``O_NOFOLLOW`` and checked to be a regular file, a view that is not JSON is
+refused rather than dropped, and the journal is opened read-only and ``immutable`` (SQLite
+writes no ``-wal``/``-shm`` beside it; when the backup holds a ``-wal`` of its own, the
+pair is copied into a private temporary folder and read there), reading only real tables
+(a view named like the journal's table is refused: it could recurse forever), under a
+deadline enforced by SQLite's progress handler.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
+import stat
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from nekomem.stores.atomic import atomic_write_bytes, atomic_write_json, fsync_dir, read_json
-from nekomem.stores.layout import (
-    ADOPTED_FILE,
-    EVENTS_FILE,
-    MIRROR_FILE,
-    OUTBOX_FILE,
-    PERSONA_ARCHIVE_DIR,
-    RECENT_FILE,
-    REFLECTION_ARCHIVE_DIR,
-    TIME_INDEX_FILE,
-    CharacterPaths,
-    validate_name,
-)
-from nekomem.stores.recent_watch import EDITS_FILE
-from nekomem.stores.timeindex import TimeIndex
+from nekomem.stores.layout import ADOPTED_FILE, MIRROR_FILE, RECENT_FILE, TIME_INDEX_FILE
+from nekomem.stores.snapshot_check import ARCHIVE_DIRS, FORMAT, LOG_FILES, VERSION, SnapshotError
 from nekomem.stores.timeindex_read import ORIGINAL_TABLE
 
-FORMAT = "nekomem-character"
-VERSION = 1
-LOG_FILES = (EVENTS_FILE, OUTBOX_FILE, EDITS_FILE)
-ARCHIVE_DIRS = (REFLECTION_ARCHIVE_DIR, PERSONA_ARCHIVE_DIR)
+# How far a progress handler lets SQLite run between two looks at the clock.
+_PROGRESS_STEPS = 10_000
 
 
-class SnapshotError(ValueError):
-    """A document that is not a nekomem character, or a folder it cannot be written to."""
+def _refuse_or_skip(untrusted: bool, message: str) -> None:
+    if untrusted:
+        raise SnapshotError(message)
+
+
+def read_regular(path: Path, what: str) -> bytes:
+    """The bytes of ``path``, refused (SnapshotError) unless it is a regular file reached
+    without a symbolic link at its last component. Raises OSError on I/O."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise SnapshotError(f"{what} is a symbolic link; nekomem never makes one, so it is not restored") from None
+        raise exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise SnapshotError(f"{what} is not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return handle.read()
+    finally:
+        os.close(fd)
+
+
+def _decode(data: bytes, what: str) -> Any:
+    try:
+        return msgspec.json.decode(data)
+    except RecursionError:
+        raise SnapshotError(f"{what} nests too deeply to be read") from None
+    except msgspec.DecodeError as exc:
+        raise SnapshotError(f"{what} is not valid JSON ({exc})") from None
+
+
+def _entries(folder: Path) -> list[os.DirEntry[str]]:
+    try:
+        return sorted(os.scandir(folder), key=lambda e: e.name)
+    except FileNotFoundError:
+        return []
 
 
 # A N.E.K.O. memory folder's bookkeeping of its reference files (importer.neko_folder): not
@@ -63,152 +103,197 @@ class SnapshotError(ValueError):
 _NEKO_FOLDER_FILES = frozenset({ADOPTED_FILE, MIRROR_FILE})
 
 
-def _view_paths(folder: Path) -> list[str]:
-    names = [p.name for p in sorted(folder.glob("*.json")) if ".nkatmp" not in p.name and p.name not in _NEKO_FOLDER_FILES]
-    for sub in ARCHIVE_DIRS:
-        names += [f"{sub}/{p.name}" for p in sorted((folder / sub).glob("*.json")) if ".nkatmp" not in p.name]
-    return names
+def _views(folder: Path, label: str, untrusted: bool) -> dict[str, Any]:
+    files: dict[str, Any] = {}
+
+    def take(entry: os.DirEntry[str], rel: str) -> None:
+        if not entry.name.endswith(".json") or ".nkatmp" in entry.name or rel in _NEKO_FOLDER_FILES:
+            return
+        if entry.is_symlink():
+            _refuse_or_skip(untrusted, f"{label}/{rel} is a symbolic link; nekomem never makes one, so it is not restored")
+            return
+        if not entry.is_file(follow_symlinks=False):
+            _refuse_or_skip(untrusted, f"{label}/{rel} is not a regular file")
+            return
+        try:
+            files[rel] = _decode(read_regular(Path(entry.path), f"{label}/{rel}"), f"{label}/{rel}")
+        except SnapshotError:
+            if untrusted:
+                raise
+            # A live view that cannot be read is the server's to recover (it quarantines it).
+
+    for entry in _entries(folder):
+        if entry.name in ARCHIVE_DIRS:
+            if entry.is_symlink():
+                _refuse_or_skip(untrusted, f"{label}/{entry.name} is a symbolic link; nekomem never makes one, so it is not restored")
+            elif entry.is_dir(follow_symlinks=False):
+                for shard in _entries(Path(entry.path)):
+                    take(shard, f"{entry.name}/{shard.name}")
+        else:
+            take(entry, entry.name)
+    return files
 
 
-def _log_lines(path: Path) -> list[Any]:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return []
+def _log_lines(path: Path, what: str, untrusted: bool) -> list[Any] | None:
+    """The parsed lines of a log (None when it is absent, or a link skipped)."""
+    if not os.path.lexists(path):
+        return None
+    if path.is_symlink():
+        _refuse_or_skip(untrusted, f"{what} is a symbolic link; nekomem never makes one, so it is not restored")
+        return None
+    data = read_regular(path, what)
     lines = []
     for raw in data.split(b"\n"):
         if raw.strip():
             try:
                 lines.append(msgspec.json.decode(raw))
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, RecursionError):
                 continue  # a torn last line of an interrupted append: readers skip it too
     return lines
 
 
-def _journal(db_path: Path) -> dict[str, Any]:
-    if not db_path.exists():
+def _check_tables(db: sqlite3.Connection, what: str) -> bool:
+    """Whether ``db`` has the cursors table; SnapshotError unless the journal's table is a
+    real table (a view of that name could be anything, a recursion without end included)."""
+    kinds = dict(db.execute("SELECT name, type FROM sqlite_master WHERE name IN (?, 'cursors', 'sqlite_sequence')", (ORIGINAL_TABLE,)))
+    if kinds.get(ORIGINAL_TABLE) != "table":
+        raise SnapshotError(f"{what} has no {ORIGINAL_TABLE} table (it is not a nekomem journal)")
+    return kinds.get("cursors") == "table" and kinds.get("sqlite_sequence") == "table"
+
+
+def _read_rows(db: sqlite3.Connection, what: str) -> dict[str, Any]:
+    with_cursors = _check_tables(db, what)
+    rows = []
+    for row_id, session_id, message, timestamp in db.execute(
+        f"SELECT id, session_id, message, timestamp FROM {ORIGINAL_TABLE} ORDER BY id"
+    ):
+        try:
+            parsed: Any = msgspec.json.decode(message) if isinstance(message, str) else message
+        except (msgspec.DecodeError, RecursionError):
+            parsed = message
+        rows.append({"id": row_id, "session_id": session_id, "timestamp": timestamp, "message": parsed})
+    cursors: dict[str, Any] = {}
+    seq = None
+    if with_cursors:
+        cursors = {name: row for name, row in db.execute("SELECT name, row_id FROM cursors")}
+        seq = db.execute("SELECT seq FROM sqlite_sequence WHERE name = ?", (ORIGINAL_TABLE,)).fetchone()
+    sequence = seq[0] if seq else 0
+    return {"rows": rows, "cursors": cursors, "sequence": sequence if isinstance(sequence, int) else 0}
+
+
+@contextmanager
+def _deadline(db: sqlite3.Connection, seconds: float) -> Iterator[None]:
+    """SQLite interrupts whatever ``db`` runs once ``seconds`` have passed."""
+    limit = time.monotonic() + seconds
+    db.set_progress_handler(lambda: 1 if time.monotonic() > limit else 0, _PROGRESS_STEPS)
+    try:
+        yield
+    finally:
+        db.set_progress_handler(None, 0)
+
+
+def _live_journal(db_path: Path) -> dict[str, Any]:
+    if not db_path.is_file() or db_path.is_symlink():
         return {"rows": [], "cursors": {}, "sequence": 0}
     # A private copy through SQLite's backup API: one consistent state of the file, WAL
     # included, whatever the source's journal mode.
-    source = sqlite3.connect(f"file:{db_path.resolve()}?mode=ro", uri=True)
+    source = sqlite3.connect(f"{db_path.resolve().as_uri()}?mode=ro", uri=True)
     copy = sqlite3.connect(":memory:")
     try:
         source.backup(copy)
     finally:
         source.close()
     try:
-        rows = []
-        for row_id, session_id, message, timestamp in copy.execute(
-            f"SELECT id, session_id, message, timestamp FROM {ORIGINAL_TABLE} ORDER BY id"
-        ):
-            try:
-                parsed: Any = msgspec.json.decode(message) if isinstance(message, str) else message
-            except msgspec.DecodeError:
-                parsed = message
-            rows.append({"id": row_id, "session_id": session_id, "timestamp": timestamp, "message": parsed})
-        try:
-            cursors = {name: row for name, row in copy.execute("SELECT name, row_id FROM cursors")}
-            seq = copy.execute("SELECT seq FROM sqlite_sequence WHERE name = ?", (ORIGINAL_TABLE,)).fetchone()
-        except sqlite3.OperationalError:  # a file from before those tables
-            cursors, seq = {}, None
+        return _read_rows(copy, str(db_path.name))
     finally:
         copy.close()
-    return {"rows": rows, "cursors": cursors, "sequence": int(seq[0]) if seq else 0}
 
 
-def read_character(folder: Path, recent: Path | None = None) -> dict[str, Any]:
-    """The document of the character folder ``folder`` (see the module docstring). The
-    folder must be quiet. ``recent``: the character's recent.json when it is not in
-    ``folder`` (a N.E.K.O. memory folder: ``folder`` is ``<name>/.nekomem``, the name is
-    its parent's). Raises OSError and sqlite3.Error when it cannot be read."""
-    files: dict[str, Any] = {}
-    for rel in _view_paths(folder):
-        value, status = read_json(folder / rel, default=None)
-        if status == "ok":
-            files[rel] = value
-    if recent is not None and recent != folder / RECENT_FILE:
-        value, status = read_json(recent, default=None)
-        if status == "ok":
-            files[RECENT_FILE] = value
-    logs = {name: _log_lines(folder / name) for name in LOG_FILES if (folder / name).exists()}
+def _copy_regular(source: Path, target: Path, what: str) -> None:
+    """Copy ``source`` (a regular file, not through a link) into a new ``target``."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(source, flags)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise SnapshotError(f"{what} is not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as src, open(target, "xb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+    finally:
+        os.close(fd)
+
+
+def _backup_journal(db_path: Path, what: str, seconds: float) -> dict[str, Any]:
+    """The journal of a backup folder, read without writing beside it (see the module)."""
+    if not os.path.lexists(db_path):
+        return {"rows": [], "cursors": {}, "sequence": 0}
+    wal = db_path.with_name(db_path.name + "-wal")
+    for path, label in ((db_path, what), (wal, what + "-wal")):
+        if path.is_symlink():
+            raise SnapshotError(f"{label} is a symbolic link; nekomem never makes one, so it is not restored")
+    if not db_path.is_file():
+        raise SnapshotError(f"{what} is not a regular file")
+    try:
+        if wal.is_file() and wal.stat().st_size > 0:
+            # Committed turns may live only in the -wal (a copy of a root whose server was
+            # killed): read the pair in a private folder, where SQLite may write its -shm.
+            with tempfile.TemporaryDirectory(prefix="nekomem-restore-") as scratch:
+                copy = Path(scratch) / "journal.db"
+                _copy_regular(db_path, copy, what)
+                _copy_regular(wal, Path(scratch) / "journal.db-wal", what + "-wal")
+                db = sqlite3.connect(copy)
+                try:
+                    with _deadline(db, seconds):
+                        return _read_rows(db, what)
+                finally:
+                    db.close()
+        db = sqlite3.connect(f"{db_path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+        try:
+            with _deadline(db, seconds):
+                return _read_rows(db, what)
+        finally:
+            db.close()
+    except sqlite3.OperationalError as exc:
+        if "interrupted" in str(exc):
+            raise SnapshotError(f"{what}: reading it took longer than {seconds:g} s (setting restore_read_timeout_seconds)") from None
+        raise SnapshotError(f"{what} cannot be read as a nekomem journal ({exc})") from None
+    except sqlite3.Error as exc:
+        raise SnapshotError(f"{what} cannot be read as a nekomem journal ({exc})") from None
+
+
+def read_character(
+    folder: Path, recent: Path | None = None, *, untrusted: bool = False, read_timeout_seconds: float = 300.0
+) -> dict[str, Any]:
+    """The document of the character folder ``folder`` (see the module docstring).
+
+    ``recent``: the character's recent.json when it is not in ``folder`` (a N.E.K.O. memory
+    folder: ``folder`` is ``<name>/.nekomem``, the name is its parent's).
+    A folder of the server's own (``untrusted=False``) must be quiet; links and unreadable
+    views in it are skipped. A backup's folder (``untrusted=True``) is refused with
+    SnapshotError for a link, a file that is not regular, a view that is not JSON, or a
+    journal that is not one (or takes longer than ``read_timeout_seconds`` to read).
+    Raises OSError (and, for a server's own folder, sqlite3.Error) when it cannot be read.
+    """
+    label = folder.name
+    logs: dict[str, list[Any]] = {}
+    for name in LOG_FILES:
+        lines = _log_lines(folder / name, f"{label}/{name}", untrusted)
+        if lines is not None:
+            logs[name] = lines
+    files = _views(folder, label, untrusted)
+    if recent is not None and recent != folder / RECENT_FILE and os.path.lexists(recent):
+        try:
+            files[RECENT_FILE] = _decode(read_regular(recent, f"{recent.parent.name}/{RECENT_FILE}"), RECENT_FILE)
+        except SnapshotError:
+            if untrusted:
+                raise
+    journal_path = folder / TIME_INDEX_FILE
     return {
         "format": FORMAT,
         "version": VERSION,
         "name": recent.parent.name if recent is not None else folder.name,
         "files": files,
         "logs": logs,
-        "journal": _journal(folder / TIME_INDEX_FILE),
+        "journal": _backup_journal(journal_path, f"{label}/{TIME_INDEX_FILE}", read_timeout_seconds)
+        if untrusted
+        else _live_journal(journal_path),
     }
-
-
-def _safe_rel(rel: object) -> str:
-    """A document's relative path, refused unless it is a plain ``name.json`` or
-    ``<archive dir>/name.json`` (a document must not write outside its folder)."""
-    if not isinstance(rel, str):
-        raise SnapshotError("a file name in the document is not a string")
-    parts = rel.split("/")
-    ok = (len(parts) == 1 or (len(parts) == 2 and parts[0] in ARCHIVE_DIRS)) and all(
-        p and p not in (".", "..") and "\\" not in p for p in parts
-    )
-    if not ok or not (rel.endswith(".json") or (len(parts) == 1 and rel in LOG_FILES)):
-        raise SnapshotError(f"the document names a file nekomem does not keep: {rel[:80]!r}")
-    return rel
-
-
-def check_document(doc: object) -> dict[str, Any]:
-    """``doc`` when it is a character document of a known version; raises SnapshotError."""
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise SnapshotError(f"not a {FORMAT} document")
-    if doc.get("version") != VERSION:
-        raise SnapshotError(f"{FORMAT} version {doc.get('version')!r} is not supported (this nekomem reads {VERSION})")
-    for key in ("files", "logs", "journal"):
-        if not isinstance(doc.get(key), dict):
-            raise SnapshotError(f"the document's {key!r} is not an object")
-    return doc
-
-
-def write_character(root: Path, doc: dict[str, Any], *, name: str | None = None, replace: bool = False) -> Path:
-    """Make the folder of the character ``doc`` describes under ``root`` (as ``name`` when
-    given) and return it. The whole document is checked first: a bad one (SnapshotError)
-    or an existing folder without ``replace`` writes nothing. Raises OSError and
-    sqlite3.Error on write failures; a failed write leaves a partial folder, which a second
-    run with ``replace`` rewrites."""
-    check_document(doc)
-    target_name = validate_name(name or str(doc.get("name", "")))
-    files = {_safe_rel(rel): value for rel, value in doc["files"].items()}
-    logs: dict[str, bytes] = {}
-    for rel, lines in doc["logs"].items():
-        if not isinstance(lines, list):
-            raise SnapshotError(f"the document's log {str(rel)[:80]!r} is not a list")
-        logs[_safe_rel(rel)] = b"".join(msgspec.json.encode(v) + b"\n" for v in lines)
-    journal = doc["journal"]
-    rows = journal.get("rows", [])
-    cursors = journal.get("cursors", {})
-    sequence = journal.get("sequence", 0)
-    if not isinstance(rows, list) or not isinstance(cursors, dict) or not isinstance(sequence, int):
-        raise SnapshotError("the document's journal needs 'rows' (a list), 'cursors' (an object) and an integer 'sequence'")
-    encoded: list[tuple[int, str | None, str, str | None]] = []
-    for index, row in enumerate(rows):
-        if not isinstance(row, dict) or not isinstance(row.get("id"), int):
-            raise SnapshotError(f"journal row {index} has no integer id")
-        message = row.get("message")
-        text = message if isinstance(message, str) else msgspec.json.encode(message).decode("utf-8")
-        session, stamp = row.get("session_id"), row.get("timestamp")
-        encoded.append((row["id"], session if isinstance(session, str) else None, text, stamp if isinstance(stamp, str) else None))
-    # In a N.E.K.O. memory folder nekomem's files go to <name>/.nekomem/ and recent.json to
-    # <name>/; the reference's files are written by the next adoption (start or /reload).
-    paths = CharacterPaths(Path(root), target_name)
-    folder = paths.folder
-    if paths.home.exists():
-        if not replace:
-            raise SnapshotError(f"{target_name}: the character already exists in the target (use --replace)")
-        shutil.rmtree(paths.home)
-    folder.mkdir(parents=True)
-    for rel, value in files.items():
-        atomic_write_json(paths.recent if rel == RECENT_FILE else folder / rel, value)
-    for rel, data in logs.items():
-        atomic_write_bytes(folder / rel, data)
-    with TimeIndex(folder / TIME_INDEX_FILE) as db:
-        db.restore_rows(encoded, {str(k): v for k, v in cursors.items() if isinstance(v, int)}, sequence)
-    fsync_dir(folder)
-    return folder
