@@ -384,7 +384,8 @@ def test_a_forgotten_turn_leaves_the_reference_journal_at_once(tmp_path: Path) -
 
 
 def test_export_and_restore_of_a_character_in_the_shared_folder(tmp_path: Path) -> None:
-    from nekomem.stores.snapshot import write_character
+    from nekomem.stores.snapshot_check import check_character
+    from nekomem.stores.snapshot_write import write_characters
 
     data, _ = data_dir(tmp_path)
     memory = data / "memory"
@@ -395,7 +396,8 @@ def test_export_and_restore_of_a_character_in_the_shared_folder(tmp_path: Path) 
     assert "export me" in [ref_message(m)[1] for m in doc["files"]["recent.json"]]
     # Restored into the shared folder: nekomem's files in .nekomem/, recent.json beside the
     # reference's files, and the next start adopts it (the reference's files appear).
-    write_character(memory, doc, name="Restored")
+    checked = check_character({**doc, "name": "Restored"}, where="export", max_depth=64, name_max_length=50, name_max_units=60)
+    write_characters([checked], lambda _name: memory, replace=False)
     assert (memory / "Restored" / STATE_DIR / "time_indexed.db").is_file() and (memory / "Restored" / "recent.json").is_file()
     assert not (memory / "Restored" / "time_indexed.db").exists()
     with LiveServer(neko_settings(data)) as srv:
