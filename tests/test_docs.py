@@ -138,7 +138,8 @@ def test_a_missing_or_stale_table_of_contents_is_found() -> None:
 def test_an_unknown_command_or_flag_is_found() -> None:
     text = (
         "```sh\nnekomem serve --port 1 --memory-root x   # fine\nnekomem serv\nnekomem serve --prot 1\n"
-        ".venv/bin/nekomem cluster drain n1\nnekomem cluster drian n1\nnekomem neko -- python launcher.py --whatever\n```\n"
+        ".venv/bin/nekomem cluster drain n1\nnekomem cluster drian n1\nnekomem neko -- python launcher.py --whatever\n"
+        "nekomem: N.E.K.O. is running with nekomem as its memory server\n  nekomem: indented\nsee nekomem az\n```\n"
         "Run `nekomem status --json` or `nekomem statuz`; `nekomem --version`, `nekomem --verbose`.\n"
     )
     problems = dc.command_problems("x.md", text, TREE)
@@ -146,6 +147,7 @@ def test_an_unknown_command_or_flag_is_found() -> None:
         "no such command: nekomem serv",
         "no such option: nekomem serve --prot",
         "no such command: nekomem cluster drian",
+        "no such command: nekomem az",
         "no such command: nekomem statuz",
         "no such option: nekomem --verbose",
     ]
@@ -154,6 +156,7 @@ def test_an_unknown_command_or_flag_is_found() -> None:
 def test_an_unknown_setting_or_variable_is_found() -> None:
     text = (
         "Set `NEKOMEM_PORT` or `NEKOMEM_PROT`; `NEKOMEM_LLM_<TIER>_MODEL` is a pattern; `NEKOMEM_CONFIG` names the file.\n"
+        "The boot file prints `NEKOMEM_EVENT` lines and reads `NEKOMEM_NEKO_SERVE`; `NEKOMEM_EVENTS` is neither.\n"
         "The setting `import_root` and the setting `import_roots`; the `fact_extract_poll_seconds` setting.\n"
         'Write `embedding_model = "use"` or `embeding_model = "use"`; the client\'s `max_retry_wait=30` is no setting.\n'
         '```toml\nport = 1\n[llm]\nllm_model = "m"\nllm_modle = "m"\n[lmm]\n```\n'
@@ -162,6 +165,7 @@ def test_an_unknown_setting_or_variable_is_found() -> None:
     assert sorted(p.message for p in problems) == sorted(
         [
             "no such setting: NEKOMEM_PROT",
+            "no such setting: NEKOMEM_EVENTS",
             "no such setting: import_roots",
             "no such setting: fact_extract_poll_seconds",
             "no such setting: embeding_model",
