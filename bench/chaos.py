@@ -26,8 +26,8 @@ ROUTES = ("cache", "new_dialog", "query_memory", "recent")
 # Schedules shortened (same in both phases) so that a one-minute phase reaches the
 # background model work: batch extraction and reflection synthesis, besides compression.
 SCHEDULES = {
-    "NEKOMEM_FACT_EXTRACT_INITIAL_DELAY_SECONDS": "5",
-    "NEKOMEM_FACT_EXTRACT_POLL_SECONDS": "10",
+    "NEKOMEM_FACT_EXTRACT_IDLE_SECONDS": "5",
+    "NEKOMEM_FACT_EXTRACT_INTERVAL_MINUTES": "0.1666667",
     "NEKOMEM_REFLECTION_SYNTHESIS_INITIAL_DELAY_SECONDS": "20",
     "NEKOMEM_REFLECTION_SYNTHESIS_INTERVAL_SECONDS": "30",
     "NEKOMEM_LONGTERM_IDLE_MAINTENANCE_INITIAL_DELAY_SECONDS": "10",
@@ -169,10 +169,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"chaos model calls per character per minute by task: {dict(sorted(per_task.items()))}")
     defaults = load_settings(None, env=SCHEDULES)
     attempts = 1 + defaults.llm.llm_max_retries
-    bound = 60 / defaults.longterm.fact_extract_poll_seconds * attempts
+    interval = defaults.longterm.fact_extract_interval_minutes * 60
+    bound = 60 / interval * attempts
     print(
         f"schedule bound for extract_facts: {bound:.1f} calls per character per minute "
-        f"(one batch per {defaults.longterm.fact_extract_poll_seconds:g} s poll x {attempts} attempts)"
+        f"(one batch per {interval:g} s interval x {attempts} attempts)"
     )
     print(f"non-2xx answers (both phases): {fivexx}; 5xx: {fivexx_only}")
     return 0

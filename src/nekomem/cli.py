@@ -123,14 +123,20 @@ def main(argv: list[str] | None = None) -> int:
 
         return import_neko(settings, args.source_dir, args.character, show_progress=args.progress, out=sys.stdout, err=sys.stderr)
     from nekomem.http.app import create_app
-    from nekomem.serving import serve
+    from nekomem.serving import StartupRefused, claim, serve
 
     embeddings = make_embeddings(settings)
     app = create_app(settings, embeddings=embeddings)
+    # The root's lock, then the port: the banner promises only what is already held.
+    try:
+        sock = claim(app, settings)
+    except StartupRefused as exc:
+        print(f"nekomem: {exc}", file=sys.stderr)
+        return 1
     # The banner (and its warnings) goes to stderr, where the log goes too.
     print_banner(settings, embeddings.state if embeddings is not None else None, sys.stderr)
     # What is built by now (modules, settings, the app) lives as long as the process: out
     # of the collector's sight, a full collection no longer walks it on every request burst.
     gc.freeze()
-    serve(app, settings)
+    serve(app, settings, sock)
     return 0

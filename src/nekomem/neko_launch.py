@@ -155,7 +155,7 @@ def main(args: argparse.Namespace) -> int:
     from nekomem.cli import make_embeddings
     from nekomem.http.app import create_app
     from nekomem.http.runtime_access import app_runtime
-    from nekomem.serving import build_server, startup_refusal
+    from nekomem.serving import StartupRefused, build_server, claim, startup_refusal
 
     instance_id = os.environ.get(INSTANCE_ENV, "").strip() or uuid.uuid4().hex
     os.environ[INSTANCE_ENV] = instance_id  # inherited by the launcher and its servers
@@ -187,6 +187,12 @@ def main(args: argparse.Namespace) -> int:
         print(f"nekomem: {refusal}", file=sys.stderr)
         return 2
     app = create_app(settings, embeddings=make_embeddings(settings))
+    app_runtime(app).lock_role = "neko"
+    try:
+        sock = claim(app, settings)  # the root's lock, then the port, before anything starts
+    except StartupRefused as exc:
+        print(f"nekomem: {exc}", file=sys.stderr)
+        return 1
     server = build_server(app, settings)
     child = _Child(command, server, settings.server.neko_stop_grace_seconds) if command else None
     if child is not None:
@@ -203,5 +209,5 @@ def main(args: argparse.Namespace) -> int:
         threading.Thread(target=wait_ready, name="nekomem-neko-ready", daemon=True).start()
         threading.Thread(target=child.start_when_ready, args=(ready,), name="nekomem-neko-launcher", daemon=True).start()
     log.info("starting as the N.E.K.O. memory server on port %d (instance %s)", settings.server.port, instance_id)
-    server.run()
+    server.run(sockets=[sock])
     return child.finish() if child is not None else 0

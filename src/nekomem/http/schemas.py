@@ -266,3 +266,9 @@ class HealthAnswer(msgspec.Struct):
     embeddings: EmbeddingsHealth | None = None
     overall: str = "ok"
     blocking_reason: str | None = None
+    # Only without api_token, or with it given: the server's process and memory root (so
+    # a second `nekomem serve` on the port can say who holds it). Without the token, no
+    # character names either: names_withheld is then true.
+    pid: int | None = None
+    memory_root: str | None = None
+    names_withheld: bool = False

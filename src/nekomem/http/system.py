@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 from starlette.requests import Request
@@ -12,6 +13,7 @@ import nekomem
 from nekomem.actors.messages import ResetConfirmedAt
 from nekomem.http.bodies import decode_body
 from nekomem.http.errors import ApiError
+from nekomem.http.guard import bearer_matches
 from nekomem.http.runtime_access import ask, runtime_of
 from nekomem.http.schemas import PowerfulMemoryBody
 from nekomem.runtime.runtime import Runtime
@@ -76,7 +78,26 @@ async def health(request: Request) -> Response:
         "case_insensitive_root": rt.names.insensitive,
         "fact_backlog": _fact_backlog(rt),
     }
+    token = rt.settings.server.api_token
+    # /health is open (the launcher probes it without a token): with a token set, only
+    # a caller that gives it learns the process, the root and the character names.
+    if not token or bearer_matches(request.headers.get("authorization", ""), token.encode("utf-8")):
+        body["pid"] = os.getpid()
+        body["memory_root"] = str(rt.memory_root.resolve())
+    else:
+        body["names_withheld"] = True
+        body["storage"] = _without_names(body["storage"])
+        body["fact_backlog"]["characters"] = {}
     return JSONResponse(body)
+
+
+def _without_names(storage: dict[str, Any]) -> dict[str, Any]:
+    """The storage state with no character name (nor a detail, which may quote a path):
+    each listed problem keeps its layer, view, code and time."""
+    kept = dict(storage)
+    for key in ("faults", "unrebuilt_views", "damaged_journals"):
+        kept[key] = [{k: v for k, v in entry.items() if k not in ("character", "detail")} for entry in storage.get(key, [])]
+    return kept
 
 
 def _fact_backlog(rt: Runtime) -> dict[str, Any]:
