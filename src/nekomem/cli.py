@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 
 import nekomem
 from nekomem import cli_status, cluster_cli
-from nekomem.cli_banner import print_banner, url_of
+from nekomem.cli_banner import print_banner
 from nekomem.config import Settings, SettingsError, load_settings, settings_markdown
+from nekomem.config.server import url_of
 
 if TYPE_CHECKING:  # the service's import is optional at run time (make_embeddings)
     from nekomem.recall.embeddings import EmbeddingService

@@ -118,7 +118,7 @@ def port_refusal(host: str, port: int, exc: OSError, probe_seconds: float) -> st
 def describe_port_holder(url: str, timeout: float) -> str:
     """Who answers ``GET url/health`` within ``timeout`` seconds, in a few words."""
     try:
-        with urllib.request.urlopen(url + "/health", timeout=timeout) as answer:  # noqa: S310 - loopback URL we built
+        with urllib.request.urlopen(url + "/health", timeout=timeout) as answer:
             body = json.loads(answer.read(1 << 20))
     except urllib.error.HTTPError as exc:
         return f"another program (its /health answered {exc.code})"

@@ -51,6 +51,15 @@ async def health(request: Request) -> Response:
     blocking = rt.blocking_reason()
     storage = rt.services.storage
     assert storage is not None  # Services.__post_init__ creates it
+    stored = await asyncio.to_thread(storage.snapshot)
+    backlog = _fact_backlog(rt)
+    token = rt.settings.server.api_token
+    # /health is open (the launcher probes it without a token): with a token set, only
+    # a caller that gives it learns the process, the root and the character names.
+    shown = not token or bearer_matches(request.headers.get("authorization", ""), token.encode("utf-8"))
+    if not shown:
+        stored = _without_names(stored)
+        backlog["characters"] = {}
     body = {
         "app": rt.settings.server.health_app_name,
         "service": "memory",
@@ -73,21 +82,16 @@ async def health(request: Request) -> Response:
         "embeddings": embeddings_status(rt),
         "model_jobs": rt.pool.total_busy(),
         "supervision": {"child_restarts": 0, "failed_children": 0, **rt.services.counters.snapshot()},
-        "storage": await asyncio.to_thread(storage.snapshot),
+        "storage": stored,
         "files": rt.files.snapshot(),
         "case_insensitive_root": rt.names.insensitive,
-        "fact_backlog": _fact_backlog(rt),
+        "fact_backlog": backlog,
     }
-    token = rt.settings.server.api_token
-    # /health is open (the launcher probes it without a token): with a token set, only
-    # a caller that gives it learns the process, the root and the character names.
-    if not token or bearer_matches(request.headers.get("authorization", ""), token.encode("utf-8")):
+    if shown:
         body["pid"] = os.getpid()
         body["memory_root"] = str(rt.memory_root.resolve())
     else:
         body["names_withheld"] = True
-        body["storage"] = _without_names(body["storage"])
-        body["fact_backlog"]["characters"] = {}
     return JSONResponse(body)
 
 

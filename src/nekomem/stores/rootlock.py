@@ -23,6 +23,7 @@ line into the file; a refused caller reads it to name the holder and say what to
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -148,22 +149,21 @@ class Locker(Protocol):
         ...
 
 
-class FlockLocker:
-    """POSIX ``flock``: shared and exclusive locks of the kernel."""
+if sys.platform != "win32":
+    import fcntl
 
-    def lock(self, fd: int, mode: LockMode) -> bool:
-        import fcntl
+    class FlockLocker:
+        """POSIX ``flock``: shared and exclusive locks of the kernel."""
 
-        try:
-            fcntl.flock(fd, (fcntl.LOCK_EX if mode == "exclusive" else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        return True
+        def lock(self, fd: int, mode: LockMode) -> bool:
+            try:
+                fcntl.flock(fd, (fcntl.LOCK_EX if mode == "exclusive" else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            return True
 
-    def unlock(self, fd: int, mode: LockMode) -> None:
-        import fcntl
-
-        fcntl.flock(fd, fcntl.LOCK_UN)
+        def unlock(self, fd: int, mode: LockMode) -> None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 # Windows locks are mandatory: the locked bytes sit far past the holder line, so reading
@@ -205,49 +205,38 @@ class RangeLocker:
             self._unlock(fd, *held)
 
 
-def platform_locker() -> Locker | None:
-    """The locker of this platform, or None where no file locking exists."""
-    if sys.platform == "win32":
-        import msvcrt
+def platform_locker() -> Locker:
+    """The locker of this platform: ``flock`` on POSIX, byte ranges on Windows."""
+    if sys.platform != "win32":
+        return FlockLocker()
+    import msvcrt
 
-        def try_lock(fd: int, offset: int, length: int) -> bool:
-            os.lseek(fd, offset, os.SEEK_SET)
-            try:
-                msvcrt.locking(fd, msvcrt.LK_NBLCK, length)
-            except PermissionError:  # EACCES: held by another handle
+    def try_lock(fd: int, offset: int, length: int) -> bool:
+        os.lseek(fd, offset, os.SEEK_SET)
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, length)
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EDEADLOCK):  # the CRT's "held elsewhere"
                 return False
-            except OSError as exc:
-                if exc.errno in (13, 36):  # EACCES, EDEADLOCK (the CRT's "locked" codes)
-                    return False
-                raise
-            return True
+            raise
+        return True
 
-        def unlock(fd: int, offset: int, length: int) -> None:
-            os.lseek(fd, offset, os.SEEK_SET)
-            msvcrt.locking(fd, msvcrt.LK_UNLCK, length)
+    def unlock(fd: int, offset: int, length: int) -> None:
+        os.lseek(fd, offset, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, length)
 
-        return RangeLocker(try_lock, unlock)
-    try:
-        import fcntl  # noqa: F401
-    except ImportError:  # pragma: no cover - neither POSIX nor Windows
-        return None
-    return FlockLocker()
+    return RangeLocker(try_lock, unlock)
 
 
 class RootLock:
     """A held lock; :meth:`release` (or leaving the ``with`` block) lets it go."""
 
-    def __init__(self, path: Path, fd: int | None, mode: LockMode, locker: Locker | None, holder: Holder) -> None:
+    def __init__(self, path: Path, fd: int, mode: LockMode, locker: Locker, holder: Holder) -> None:
         self.path = path
         self.mode = mode
         self.holder = holder
-        self._fd = fd
+        self._fd: int | None = fd
         self._locker = locker
-
-    @property
-    def enforced(self) -> bool:
-        """False when the platform has no file locking and nothing is actually held."""
-        return self._fd is not None
 
     def describe(self, port: int | None, url: str) -> None:
         """Rewrite the holder line with the port and URL (once the port is bound)."""
@@ -260,8 +249,7 @@ class RootLock:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             try:
-                if self._locker is not None:
-                    self._locker.unlock(fd, self.mode)
+                self._locker.unlock(fd, self.mode)
             finally:
                 os.close(fd)
 
@@ -306,9 +294,6 @@ def acquire(
         url=url,
         started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )
-    if locker is None:  # pragma: no cover - no file locking on this platform
-        log.warning("file locking is not available on this platform; the memory root is not locked")
-        return RootLock(path, None, mode, None, holder)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o600)
     try:
         taken = locker.lock(fd, mode)
