@@ -38,7 +38,7 @@ def routes() -> list[BaseRoute]:
     from nekomem.http.snapshot import export_character
 
     return [
-        Route("/api/characters/{name:str}/export", export_character, methods=["GET"]),
+        Route("/api/characters/{name:str}/export", export_character, methods=["POST"]),
         Route("/api/characters/{name:str}", delete_character, methods=["DELETE"]),
         Route("/api/characters/{name:str}/turns", forget_turns, methods=["DELETE"]),
         Route("/api/characters/{name:str}/turns/{row_id:str}", forget_turns, methods=["DELETE"]),

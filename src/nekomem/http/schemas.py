@@ -73,6 +73,10 @@ class ReviewConfigBody(Body):
     enabled: bool
 
 
+class ExportRequest(StrictBody):
+    """The body of POST /api/characters/{name}/export: ``{}`` (no option yet)."""
+
+
 class PowerfulMemoryBody(Body):
     enabled: bool
 
