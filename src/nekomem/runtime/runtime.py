@@ -158,7 +158,7 @@ class Runtime:
         """Start serving; raises RootLocked while another server or an offline tool holds
         the memory root (the lock is taken first, so nothing has started then)."""
         self.lock_root()
-        self.memory_root.mkdir(parents=True, exist_ok=True)
+        self.memory_root.mkdir(parents=True, exist_ok=True, mode=0o700)
         choice = self.settings.server.case_insensitive_root
         insensitive = probe_case_insensitive(self.memory_root) if choice == "auto" else choice == "yes"
         self.names = CharacterSpellings(self.memory_root, insensitive)

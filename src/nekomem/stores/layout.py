@@ -17,6 +17,7 @@ import unicodedata
 from pathlib import Path
 
 from nekomem.stores.atomic import fsync_dir
+from nekomem.stores.private import private_folder
 
 log = logging.getLogger(__name__)
 
@@ -235,8 +236,7 @@ class CharacterPaths:
         A newly created folder is made durable by fsyncing the root. Raises OSError.
         """
         if not self.folder.is_dir():
-            self.root.mkdir(parents=True, exist_ok=True)
-            self.folder.mkdir(exist_ok=True)
+            private_folder(self.folder)
             fsync_dir(self.root)
         return self.folder
 

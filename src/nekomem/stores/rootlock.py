@@ -283,7 +283,7 @@ def acquire(
     conflicts and OSError when the root cannot be created or the lock file opened.
     """
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = root / LOCK_FILE
     locker = platform_locker() if locker is None else locker
     holder = Holder(
