@@ -174,7 +174,18 @@ def validate_name(raw: str, max_length: int = DEFAULT_NAME_MAX_LENGTH, max_units
     """
     if not isinstance(raw, str):
         raise InvalidName("name_invalid_chars", "the character name must be a string")
-    name = unicodedata.normalize("NFC", raw.strip())
+    # Spaces around a name are dropped (as the reference does), but not a control
+    # character there: ``Lan\n`` (``Lan%0A`` in a URL) is refused, not taken for ``Lan``.
+    stripped = raw.strip()
+    leading, trailing = raw[: len(raw) - len(raw.lstrip())], raw[len(raw.rstrip()) :]
+    for ch in leading + trailing:
+        if unicodedata.category(ch) != "Zs":
+            raise InvalidName(
+                "name_invalid_chars",
+                f"the character name contains the invisible, control or format character U+{ord(ch):04X}; "
+                "allowed are letters, digits, spaces and _ - ( ) （ ） · ・ • ' ’ .",
+            )
+    name = unicodedata.normalize("NFC", stripped)
     if not name:
         raise InvalidName("name_empty", "the character name is empty")
     if len(name) > max_length:
