@@ -102,7 +102,7 @@ def test_an_unknown_nekomem_variable_is_refused_naming_the_closest_setting(tmp_p
     with pytest.raises(SettingsError, match="NEKOMEM_FACT_EXTRACT_POLL_SECONDS"):  # a removed setting
         load_settings(None, env={"NEKOMEM_FACT_EXTRACT_POLL_SECONDS": "10"})
     # What nekomem reads besides the settings passes; other programs' variables too.
-    load_settings(None, env={"NEKOMEM_URL": "http://127.0.0.1:1", "NEKOMEM_PORT": "1", "NEKO_INSTANCE_ID": "x"})
+    load_settings(None, env={"NEKOMEM_URL": "http://127.0.0.1:1", "NEKOMEM_PORT": "1", "NEKO_INSTANCE_ID": "x", "NEKOMEM_NODE1": "h:1"})
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEKOMEM_")}
     env["NEKOMEM_PROT"] = "48000"
     done = subprocess.run(

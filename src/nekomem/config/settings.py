@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,6 +32,9 @@ ENV_PREFIX = "NEKOMEM_"
 # NEKOMEM_* variables that are not settings: the TOML file's path, and the server the
 # client commands (status, mcp, the Python client) talk to.
 OTHER_VARIABLES = frozenset({ENV_PREFIX + "CONFIG", ENV_PREFIX + "URL"})
+# ... and the node addresses deploy/haproxy.cfg reads (NEKOMEM_NODE1..3), which a shell
+# that starts HAProxy and the nodes may well have exported for both.
+OTHER_PATTERN = re.compile(ENV_PREFIX + r"NODE\d+")
 
 
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
@@ -164,7 +168,7 @@ def _refuse_unknown_variables(env: Mapping[str, str], index: Mapping[str, object
     unknown TOML key: a mistyped (``NEKOMEM_PROT``) or removed setting would otherwise be
     ignored without a word, and the server run with a default the user meant to change."""
     known = {ENV_PREFIX + name.upper() for name in index} | OTHER_VARIABLES
-    unknown = sorted(key for key in env if key.upper().startswith(ENV_PREFIX) and key not in known)
+    unknown = sorted(key for key in env if key.upper().startswith(ENV_PREFIX) and key not in known and not OTHER_PATTERN.fullmatch(key))
     if not unknown:
         return
     parts = []
