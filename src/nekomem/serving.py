@@ -122,8 +122,10 @@ def describe_port_holder(url: str, timeout: float) -> str:
             body = json.loads(answer.read(1 << 20))
     except urllib.error.HTTPError as exc:
         return f"another program (its /health answered {exc.code})"
-    except (OSError, ValueError):
-        return "another program (it did not answer GET /health as nekomem does)"
+    except ValueError:
+        return "another program (its /health is not nekomem's)"
+    except OSError:
+        return f"a program that did not answer GET /health within {timeout:g} s (a nekomem server still starting, or another program)"
     if not isinstance(body, dict):
         return "another program"
     if body.get("server") == "nekomem":

@@ -201,7 +201,7 @@ class ServerSettings(Section, frozen=True):
             gt=0,
             le=30,
         ),
-    ] = 1.0
+    ] = 3.0
     health_app_name: Annotated[
         str,
         doc(
