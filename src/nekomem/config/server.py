@@ -87,7 +87,7 @@ class ServerSettings(Section, frozen=True):
     character_hold_timeout_seconds: Annotated[
         float,
         doc(
-            "How long DELETE /api/characters/{name} and POST /api/characters/{name}/export wait for a busy character to go idle before they answer 409.",
+            "How long DELETE /api/characters/{name} and POST /api/characters/{name}/export wait for a busy character to go idle (and for another import, export or deletion of it to end) before they answer 409.",
             gt=0,
         ),
     ] = 60.0
