@@ -177,9 +177,9 @@ def start_nekomem(args: argparse.Namespace, workdir: Path, llm_url: str) -> tupl
         "CORRECTION",
         "DEDUP",
         "REFINE",
-        "RERANK",
     ):
         env[f"NEKOMEM_LONGTERM_{task}_TIMEOUT_SECONDS"] = timeout
+    env["NEKOMEM_LLM_RERANK_TIMEOUT_SECONDS"] = timeout
     memory = workdir / "memory"
     log_path = workdir / "nekomem.log"
     command = [sys.executable, "-m", "nekomem", "serve", "--host", "127.0.0.1", "--port", str(port), "--memory-root", str(memory)]

@@ -155,7 +155,7 @@ def test_an_unknown_command_or_flag_is_found() -> None:
 
 def test_an_unknown_setting_or_variable_is_found() -> None:
     text = (
-        "Set `NEKOMEM_PORT` or `NEKOMEM_PROT`; `NEKOMEM_LLM_<TIER>_MODEL` is a pattern; `NEKOMEM_CONFIG` names the file.\n"
+        "Set `NEKOMEM_PORT` or `NEKOMEM_PORTT`; `NEKOMEM_LLM_<TIER>_MODEL` is a pattern; `NEKOMEM_CONFIG` names the file.\n"
         "The boot file prints `NEKOMEM_EVENT` lines and reads `NEKOMEM_NEKO_SERVE`; `NEKOMEM_EVENTS` is neither.\n"
         "The setting `import_root` and the setting `import_roots`; the `fact_extract_poll_seconds` setting.\n"
         'Write `embedding_model = "use"` or `embeding_model = "use"`; the client\'s `max_retry_wait=30` is no setting.\n'
@@ -164,7 +164,7 @@ def test_an_unknown_setting_or_variable_is_found() -> None:
     problems = dc.setting_problems("x.md", text, SETTINGS, SECTIONS)
     assert sorted(p.message for p in problems) == sorted(
         [
-            "no such setting: NEKOMEM_PROT",
+            "no such setting: NEKOMEM_PORTT",
             "no such setting: NEKOMEM_EVENTS",
             "no such setting: import_roots",
             "no such setting: fact_extract_poll_seconds",

@@ -189,7 +189,8 @@ def test_requests_wait_for_a_held_character(fixture: neko_fixture.NekoFixture, t
 def test_a_character_that_cannot_be_held_is_reported_and_left_alone(fixture: neko_fixture.NekoFixture, tmp_path: Path) -> None:
     root = tmp_path / "root"
     name = neko_fixture.SECOND
-    with LiveServer(make_settings(root, import_root=str(tmp_path))) as server:
+    # A second hold waits for the first up to the import's timeout: a short one here.
+    with LiveServer(make_settings(root, import_root=str(tmp_path), import_character_timeout_seconds=2)) as server:
         with server.runtime.registry.hold(name, timeout=10):  # e.g. another import of it
             response = post_import(server, {"source_dir": str(fixture.root), "characters": [name, neko_fixture.V1]})
         assert response.status_code == 200, response.text

@@ -391,7 +391,7 @@ def test_export_and_restore_of_a_character_in_the_shared_folder(tmp_path: Path) 
     memory = data / "memory"
     with LiveServer(neko_settings(data)) as srv:
         assert srv.post(f"/cache/{MAIN}", json={"input_history": [{"role": "user", "content": "export me"}]}).status_code == 200
-        doc = srv.get(f"/api/characters/{MAIN}/export").json()
+        doc = srv.post(f"/api/characters/{MAIN}/export", json={}).json()
     assert doc["name"] == MAIN
     assert "export me" in [ref_message(m)[1] for m in doc["files"]["recent.json"]]
     # Restored into the shared folder: nekomem's files in .nekomem/, recent.json beside the

@@ -88,3 +88,39 @@ def test_docs_settings_table_is_current():
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "CONFIGURATION.md").read_text(encoding="utf-8")
     assert settings_markdown() in doc, "docs/CONFIGURATION.md is stale: regenerate it with `python scripts/docs_check.py --write`"
+
+
+def test_an_unknown_nekomem_variable_is_refused_naming_the_closest_setting(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.live import ROOT
+
+    with pytest.raises(SettingsError, match=r"NEKOMEM_PROT \(did you mean NEKOMEM_PORT\?\)"):
+        load_settings(None, env={"NEKOMEM_PROT": "1"})
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_check_examples", ROOT / "scripts" / "docs_check.py")
+    assert spec is not None and spec.loader is not None
+    docs_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(docs_check)
+    for example in docs_check.REFUSED_EXAMPLES:  # the docs quote them as refused: they must stay so
+        with pytest.raises(SettingsError, match=example):
+            load_settings(None, env={example: "1"})
+    with pytest.raises(SettingsError, match="NEKOMEM_FACT_EXTRACT_POLL_SECONDS"):  # a removed setting
+        load_settings(None, env={"NEKOMEM_FACT_EXTRACT_POLL_SECONDS": "10"})
+    # What nekomem reads besides the settings passes; other programs' variables too.
+    load_settings(None, env={"NEKOMEM_URL": "http://127.0.0.1:1", "NEKOMEM_PORT": "1", "NEKO_INSTANCE_ID": "x", "NEKOMEM_NODE1": "h:1"})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEKOMEM_")}
+    env["NEKOMEM_PROT"] = "48000"
+    done = subprocess.run(
+        [sys.executable, "-m", "nekomem", "serve", "--memory-root", str(tmp_path / "m")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "NEKOMEM_PROT (did you mean NEKOMEM_PORT?)" in done.stderr, done.stderr
+    assert "listening on" not in done.stderr and not (tmp_path / "m").exists()

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 
 import nekomem
 from nekomem import cli_status, cluster_cli
-from nekomem.cli_banner import print_banner, url_of
+from nekomem.cli_banner import print_banner
 from nekomem.config import Settings, SettingsError, load_settings, settings_markdown
+from nekomem.config.server import url_of
 
 if TYPE_CHECKING:  # the service's import is optional at run time (make_embeddings)
     from nekomem.recall.embeddings import EmbeddingService
@@ -163,14 +164,20 @@ def main(argv: list[str] | None = None) -> int:
 
         return import_neko(settings, args.source_dir, args.character, show_progress=args.progress, out=sys.stdout, err=sys.stderr)
     from nekomem.http.app import create_app
-    from nekomem.serving import serve
+    from nekomem.serving import StartupRefused, claim, serve
 
     embeddings = make_embeddings(settings)
     app = create_app(settings, embeddings=embeddings)
+    # The root's lock, then the port: the banner promises only what is already held.
+    try:
+        sock = claim(app, settings)
+    except StartupRefused as exc:
+        print(f"nekomem: {exc}", file=sys.stderr)
+        return 1
     # The banner (and its warnings) goes to stderr, where the log goes too.
     print_banner(settings, embeddings.state if embeddings is not None else None, sys.stderr)
     # What is built by now (modules, settings, the app) lives as long as the process: out
     # of the collector's sight, a full collection no longer walks it on every request burst.
     gc.freeze()
-    serve(app, settings)
+    serve(app, settings, sock)
     return 0

@@ -10,6 +10,7 @@ from typing import TextIO
 
 import nekomem
 from nekomem.config import Settings
+from nekomem.config.server import url_of
 from nekomem.providers.llm import resolve_endpoints
 from nekomem.providers.tier_health import endpoint_warnings, public_url
 from nekomem.stores.layout import list_characters
@@ -43,13 +44,6 @@ def embedding_line(settings: Settings, state: str | None) -> str:
         return "not installed (pip install '.[embeddings]' in the nekomem folder): recall uses BM25 only"
     model = emb.embedding_model_dir or emb.embedding_model
     return f"{model}, {state}" + (" in the background (recall uses BM25 until it is ready)" if state == "loading" else "")
-
-
-def url_of(host: str, port: int) -> str:
-    """The URL a browser on this machine reaches ``host:port`` at."""
-    host = "127.0.0.1" if host in ("", "0.0.0.0") else "[::1]" if host == "::" else host
-    host = f"[{host}]" if ":" in host and not host.startswith("[") else host
-    return f"http://{host}:{port}"
 
 
 def print_banner(

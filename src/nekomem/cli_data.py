@@ -5,7 +5,7 @@ With a server running on the memory root, ``delete``, ``backup`` and ``export`` 
 it (``--url``, default ``$NEKOMEM_URL`` or the serve settings' address; ``--token``
 default ``$NEKOMEM_API_TOKEN``): an erasure must reach the actors that hold copies in
 memory, and a copy is taken under the server's hold of one character at a time
-(``GET /api/characters/{name}/export``), so it is consistent while other characters keep
+(``POST /api/characters/{name}/export``), so it is consistent while other characters keep
 taking writes. With no server, they work on the folder itself under the memory root's
 exclusive lock (a server cannot start meanwhile). ``restore`` and ``import`` write into a
 memory root no server is using (with one running they refuse and print the command to run
@@ -239,7 +239,7 @@ def _documents(server: _Server | None, root: Path, wanted: list[str] | None) -> 
     if server is None:
         return _folder_documents(root, wanted)
     listed = [c["name"] for c in server.call("GET", "/api/characters")["characters"]]
-    return (server.call("GET", f"/api/characters/{name}/export") for name in _names(listed, wanted))
+    return (server.call("POST", f"/api/characters/{name}/export", json={}) for name in _names(listed, wanted))
 
 
 def _folder_documents(root: Path, wanted: list[str] | None) -> Iterator[dict[str, Any]]:

@@ -499,7 +499,8 @@ def serve_main(args: argparse.Namespace) -> int:
     from nekomem.cli import make_embeddings
     from nekomem.cli_banner import print_banner
     from nekomem.http.app import create_app
-    from nekomem.serving import build_server, startup_refusal
+    from nekomem.http.runtime_access import app_runtime
+    from nekomem.serving import StartupRefused, build_server, claim, startup_refusal
 
     install = Path(args.neko_source).resolve() if args.neko_source else None
     try:
@@ -513,6 +514,12 @@ def serve_main(args: argparse.Namespace) -> int:
         return 2
     embeddings = make_embeddings(settings)
     app = create_app(settings, embeddings=embeddings)
+    app_runtime(app).lock_role = "neko"
+    try:
+        sock = claim(app, settings)  # the root's lock, then the port, before the banner promises them
+    except StartupRefused as exc:
+        print(f"nekomem: {exc}", file=sys.stderr)
+        return 1
     if models is not None:
         taken = ("from N.E.K.O.", models.describe())
     elif settings.server.neko_data_dir:
@@ -524,7 +531,7 @@ def serve_main(args: argparse.Namespace) -> int:
     server = build_server(app, settings)
     threading.Thread(target=_stop_when_stdin_closes, args=(server,), name="nekomem-neko-parent", daemon=True).start()
     log.info("serving as N.E.K.O.'s memory server on port %d (instance %s)", settings.server.port, args.instance_id)
-    server.run()
+    server.run(sockets=[sock])
     return 0
 
 

@@ -22,7 +22,11 @@ class ImportSettings(Section, frozen=True):
         ),
     ] = 2000
     import_character_timeout_seconds: Annotated[
-        float, doc("How long POST /api/import/neko waits for a busy character to go idle before it answers 409 for that character.", gt=0)
+        float,
+        doc(
+            "How long POST /api/import/neko waits for a busy character to go idle (and for another import, export or deletion of it to end) before it reports that character as not imported.",
+            gt=0,
+        ),
     ] = 60.0
     external_import_max_entries: Annotated[
         int, doc("Most candidates POST /internal/memory/import_external_markdown takes in one request (more: 400, as the reference).", ge=1)

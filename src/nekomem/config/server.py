@@ -94,7 +94,7 @@ class ServerSettings(Section, frozen=True):
     character_hold_timeout_seconds: Annotated[
         float,
         doc(
-            "How long DELETE /api/characters/{name} and GET /api/characters/{name}/export wait for a busy character to go idle before they answer 409.",
+            "How long DELETE /api/characters/{name} and POST /api/characters/{name}/export wait for a busy character to go idle (and for another import, export or deletion of it to end) before they answer 409.",
             gt=0,
         ),
     ] = 60.0
@@ -200,6 +200,15 @@ class ServerSettings(Section, frozen=True):
             gt=0,
         ),
     ] = 50.0
+    health_probe_seconds: Annotated[
+        float,
+        doc(
+            "When the port is in use at start-up, how long `nekomem serve` waits for GET /health on it to say who "
+            "holds it (a nekomem server's pid and memory root).",
+            gt=0,
+            le=30,
+        ),
+    ] = 3.0
     health_app_name: Annotated[
         str,
         doc(
@@ -315,3 +324,10 @@ class RuntimeSettings(Section, frozen=True):
         ),
     ] = 0.1
     view_flush_changes: Annotated[int, doc("A view is rewritten as soon as this many journaled changes are waiting.", ge=1)] = 200
+
+
+def url_of(host: str, port: int) -> str:
+    """The URL a browser on this machine reaches ``host:port`` at."""
+    host = "127.0.0.1" if host in ("", "0.0.0.0") else "[::1]" if host == "::" else host
+    host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"http://{host}:{port}"

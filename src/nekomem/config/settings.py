@@ -7,7 +7,9 @@ The TOML file may be flat (``port = 1``) or sectioned (``[server] port = 1``).
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,6 +29,12 @@ from nekomem.config.server import RuntimeSettings, ServerSettings
 from nekomem.config.zones import display_zone
 
 ENV_PREFIX = "NEKOMEM_"
+# NEKOMEM_* variables that are not settings: the TOML file's path, and the server the
+# client commands (status, mcp, the Python client) talk to.
+OTHER_VARIABLES = frozenset({ENV_PREFIX + "CONFIG", ENV_PREFIX + "URL"})
+# ... and the node addresses deploy/haproxy.cfg reads (NEKOMEM_NODE1..3), which a shell
+# that starts HAProxy and the nodes may well have exported for both.
+OTHER_PATTERN = re.compile(ENV_PREFIX + r"NODE\d+")
 
 
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
@@ -124,6 +132,7 @@ def load_settings(
             else:
                 raise SettingsError(f"unknown setting {key} in {path}")
 
+    _refuse_unknown_variables(env, index)
     for name, (section, _info, annotated) in index.items():
         env_name = ENV_PREFIX + name.upper()
         if env_name in env:
@@ -152,6 +161,24 @@ def load_settings(
     except ValueError as exc:
         raise SettingsError(f"invalid setting display_timezone: {exc}") from None
     return settings
+
+
+def _refuse_unknown_variables(env: Mapping[str, str], index: Mapping[str, object]) -> None:
+    """Raise SettingsError for a ``NEKOMEM_*`` variable that names no setting, as for an
+    unknown TOML key: a mistyped (``NEKOMEM_PROT``) or removed setting would otherwise be
+    ignored without a word, and the server run with a default the user meant to change."""
+    known = {ENV_PREFIX + name.upper() for name in index} | OTHER_VARIABLES
+    unknown = sorted(key for key in env if key.upper().startswith(ENV_PREFIX) and key not in known and not OTHER_PATTERN.fullmatch(key))
+    if not unknown:
+        return
+    parts = []
+    for key in unknown:
+        close = difflib.get_close_matches(key.upper(), known, n=1, cutoff=0.75)
+        parts.append(f"{key} (did you mean {close[0]}?)" if close else key)
+    raise SettingsError(
+        f"unknown environment variable{'s' if len(parts) > 1 else ''} {', '.join(parts)}: "
+        "nekomem reads NEKOMEM_<SETTING> for each setting (`nekomem settings` lists them); unset or rename it"
+    )
 
 
 def _fill_from_neko_data_dir(

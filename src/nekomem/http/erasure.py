@@ -16,7 +16,9 @@ The forgetting of facts, reflections and persona entries is the ``DELETE`` of
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
+from datetime import date, datetime, time, timezone
 from pathlib import Path
 
 from starlette.requests import Request
@@ -29,16 +31,18 @@ from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
 from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
 from nekomem.runtime.registry import CharacterBusy
+from nekomem.stores.timeindex_read import to_utc_iso
 
 _REMOVE_ATTEMPTS = 3
 _MAX_ROW_ID = 2**63 - 1  # SQLite's largest integer
+_DATE_ONLY = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
 def routes() -> list[BaseRoute]:
     from nekomem.http.snapshot import export_character
 
     return [
-        Route("/api/characters/{name:str}/export", export_character, methods=["GET"]),
+        Route("/api/characters/{name:str}/export", export_character, methods=["POST"]),
         Route("/api/characters/{name:str}", delete_character, methods=["DELETE"]),
         Route("/api/characters/{name:str}/turns", forget_turns, methods=["DELETE"]),
         Route("/api/characters/{name:str}/turns/{row_id:str}", forget_turns, methods=["DELETE"]),
@@ -102,6 +106,27 @@ def _row_ids(request: Request) -> list[int]:
     return ids
 
 
+def time_range(start: str | None, end: str | None) -> tuple[str, str]:
+    """The stored (UTC) form of a forget range's bounds. A bound without an offset is UTC;
+    a date-only ``to`` (``2026-12-06``) is the end of that day, so ``from=D&to=D`` forgets
+    the day D. Raises ApiError 400 ``bad_range`` for a missing or unreadable bound and
+    for ``from`` after ``to``."""
+    if start is None or end is None:
+        raise ApiError(400, "bad_range", "a time range needs both 'from' and 'to' (ISO 8601)")
+    try:
+        first = to_utc_iso(start)
+        if _DATE_ONLY.fullmatch(end.strip()):
+            day = date.fromisoformat(end.strip())
+            last = datetime.combine(day, time.max, tzinfo=timezone.utc).isoformat(timespec="microseconds")
+        else:
+            last = to_utc_iso(end)
+    except ValueError as exc:
+        raise ApiError(400, "bad_range", f"{exc}; 'from' and 'to' are ISO 8601 (a date, or a date and time)") from None
+    if first > last:
+        raise ApiError(400, "bad_range", f"'from' ({start}) is after 'to' ({end})")
+    return first, last
+
+
 async def forget_turns(request: Request) -> Response:
     rt = runtime_of(request)
     name = character_name(request)
@@ -111,6 +136,8 @@ async def forget_turns(request: Request) -> Response:
         raise ApiError(400, "bad_query", "name the turns: a row id, ?ids=1,2 or ?from=...&to=... (ISO 8601)")
     if ids and (start is not None or end is not None):
         raise ApiError(400, "bad_query", "give row ids or a time range, not both")
+    if start is not None or end is not None:
+        start, end = time_range(start, end)
     if not await character_exists(request, name):
         raise ApiError(404, "unknown_character", "no character of that name")
     answer = await ask(rt, name, "recent", lambda reply: ForgetTurns(row_ids=ids, start=start, end=end, reply=reply), JsonAnswer)

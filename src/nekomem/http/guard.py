@@ -206,9 +206,14 @@ class RequestGuard:
         return page and scope.get("method") in ("GET", "HEAD")
 
     def _authorized(self, headers: Mapping[str, str]) -> bool:
-        scheme, _, credential = headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer":
-            return False
-        # The header was decoded as latin-1 (byte for byte): encoding it back gives the
-        # bytes the client sent, the UTF-8 of a non-ASCII token included.
-        return hmac.compare_digest(credential.strip().encode("latin-1"), self.token)
+        return bearer_matches(headers.get("authorization", ""), self.token)
+
+
+def bearer_matches(authorization: str, token: bytes) -> bool:
+    """True when an ``Authorization`` header value (decoded as latin-1) carries ``token``."""
+    scheme, _, credential = authorization.partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    # The header was decoded as latin-1 (byte for byte): encoding it back gives the
+    # bytes the client sent, the UTF-8 of a non-ASCII token included.
+    return hmac.compare_digest(credential.strip().encode("latin-1"), token)

@@ -48,10 +48,30 @@ def import_roots(setting: str) -> list[Path]:
     return [root.resolve() for root in neko_data.import_roots(os.environ)]
 
 
+# The longest file name and path most file systems take (NAME_MAX, PATH_MAX on Linux).
+_NAME_MAX = 255
+_PATH_MAX = 4096
+
+
+def _check_path_text(text: str) -> None:
+    """ApiError 400 ``bad_source_dir`` for a path no file system can hold: a NUL or other
+    control character, a name longer than 255 bytes, a path longer than 4096."""
+    bad = next((c for c in text if ord(c) < 0x20 or ord(c) == 0x7F), None)
+    if bad is not None:
+        raise ApiError(400, "bad_source_dir", f"source_dir contains the control character U+{ord(bad):04X}")
+    encoded = text.encode("utf-8", errors="surrogatepass")
+    if len(encoded) > _PATH_MAX:
+        raise ApiError(400, "bad_source_dir", f"source_dir is longer than {_PATH_MAX} bytes")
+    longest = max((len(part.encode("utf-8", errors="surrogatepass")) for part in Path(text).parts), default=0)
+    if longest > _NAME_MAX:
+        raise ApiError(400, "bad_source_dir", f"a folder name in source_dir is longer than {_NAME_MAX} bytes ({longest})")
+
+
 async def import_neko(request: Request) -> JSONResponse:
     """Import the folder and answer the report: counts per character and layer, and what
     could not be read. 400 bad folder, 404 unknown character, 409 an import is running."""
     body = _decode(await read_body(request))
+    _check_path_text(body.source_dir)
     source = Path(body.source_dir)
     if not source.is_absolute():
         raise ApiError(400, "source_dir_not_absolute", "source_dir must be an absolute path on the server's machine")
@@ -59,7 +79,10 @@ async def import_neko(request: Request) -> JSONResponse:
     roots = import_roots(runtime.settings.importer.import_root)
     # Resolved (symbolic links and '..' followed) before anything else: whether the path
     # exists is never part of the answer unless it is inside an import root.
-    resolved = source.resolve()
+    try:
+        resolved = source.resolve()
+    except (OSError, ValueError) as exc:  # a loop of links, a name the system refuses
+        raise ApiError(400, "bad_source_dir", f"source_dir cannot be resolved: {exc}") from None
     if not any(resolved.is_relative_to(root) for root in roots):
         shown = ", ".join(str(root) for root in roots)
         raise ApiError(

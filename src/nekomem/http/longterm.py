@@ -125,6 +125,8 @@ async def list_layer(request: Request) -> Response:
     rt = runtime_of(request)
     name = character_name(request)
     layer = request.path_params["layer"]
+    if layer == "export":  # the export holds the character: never a GET a page can send
+        raise ApiError(405, "method_not_allowed", f"an export is POST /api/characters/{name}/export with the JSON body {{}}")
     if layer not in listings() and layer != "recent":
         raise ApiError(404, "not_found", f"no layer {layer}")
     if not await character_exists(request, name):

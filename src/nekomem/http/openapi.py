@@ -197,7 +197,14 @@ OPERATIONS += [
     ("/api/characters/{name}", "delete", [NAME], None, dict[str, Any], "Delete a character: stop it and remove its folder"),
     ("/api/characters/{name}/turns", "delete", [NAME, *TURNS], None, dict[str, Any], "Forget stored turns (ids or a time range)"),
     ("/api/characters/{name}/turns/{row_id}", "delete", [NAME, ROW], None, dict[str, Any], "Forget one stored turn"),
-    ("/api/characters/{name}/export", "get", [NAME], None, dict[str, Any], "The character as a nekomem-character document"),
+    (
+        "/api/characters/{name}/export",
+        "post",
+        [NAME],
+        s.ExportRequest,
+        dict[str, Any],
+        "The character as a nekomem-character document (holds the character: a POST with a JSON body, never a GET)",
+    ),
     (
         "/api/characters/{name}/rename",
         "post",

@@ -74,6 +74,10 @@ class ReviewConfigBody(Body):
     enabled: bool
 
 
+class ExportRequest(StrictBody):
+    """The body of POST /api/characters/{name}/export: ``{}`` (no option yet)."""
+
+
 class PowerfulMemoryBody(Body):
     enabled: bool
 
@@ -267,6 +271,12 @@ class HealthAnswer(msgspec.Struct):
     embeddings: EmbeddingsHealth | None = None
     overall: str = "ok"
     blocking_reason: str | None = None
+    # Only without api_token, or with it given: the server's process and memory root (so
+    # a second `nekomem serve` on the port can say who holds it). Without the token, no
+    # character names either: names_withheld is then true.
+    pid: int | None = None
+    memory_root: str | None = None
+    names_withheld: bool = False
 
 
 class RenameBody(StrictBody):

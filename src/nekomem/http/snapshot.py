@@ -1,12 +1,18 @@
-"""``GET /api/characters/{name}/export``: one character as a ``nekomem-character``
-document (:mod:`nekomem.stores.snapshot`), the source of ``nekomem backup`` and ``nekomem
-export`` against a running server.
+"""``POST /api/characters/{name}/export`` (body ``{}``, ``Content-Type: application/json``):
+one character as a ``nekomem-character`` document (:mod:`nekomem.stores.snapshot`), the
+source of ``nekomem backup`` and ``nekomem export`` against a running server.
+
+A POST with a JSON body, because the export *holds* the character (its actors stop): a
+web page cannot send such a request to another origin without a CORS preflight, which
+nekomem never grants, while any page could make a browser send a GET (an ``<img>`` tag,
+without an Origin header). ``GET`` on the route answers 405.
 
 The copy is consistent: the character is held (its actors finish what is in flight, write
 their views and stop; requests for it wait) while its folder is read, so the views, the
 logs and the journal are one state, the one after the last acknowledged write. Then the
 hold ends and the next request activates the character again from disk. 404 for an
-unknown character, 409 ``character_busy`` when it does not go idle in time.
+unknown character, 400 for a body that is not a JSON object, 409 ``character_busy``
+when it does not go idle in time (a second export waits for the first).
 """
 
 from __future__ import annotations
@@ -16,10 +22,11 @@ import asyncio
 from starlette.requests import Request
 from starlette.responses import Response
 
-from nekomem.http.bodies import character_name
+from nekomem.http.bodies import character_name, decode_json, read_body
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
 from nekomem.http.runtime_access import runtime_of
+from nekomem.http.schemas import ExportRequest
 from nekomem.runtime.registry import CharacterBusy
 from nekomem.stores.atomic import encode_json
 from nekomem.stores.snapshot import read_character
@@ -28,6 +35,7 @@ from nekomem.stores.snapshot import read_character
 async def export_character(request: Request) -> Response:
     rt = runtime_of(request)
     name = character_name(request)
+    decode_json(await read_body(request), ExportRequest, rt.settings.server.body_max_depth)
     if not await character_exists(request, name):
         raise ApiError(404, "unknown_character", "no character of that name")
     paths = rt.character_paths(name)

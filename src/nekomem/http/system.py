@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 from starlette.requests import Request
@@ -12,6 +13,7 @@ import nekomem
 from nekomem.actors.messages import ResetConfirmedAt
 from nekomem.http.bodies import decode_body
 from nekomem.http.errors import ApiError
+from nekomem.http.guard import bearer_matches
 from nekomem.http.runtime_access import ask, runtime_of
 from nekomem.http.schemas import PowerfulMemoryBody
 from nekomem.runtime.runtime import Runtime
@@ -52,6 +54,15 @@ async def health(request: Request) -> Response:
     blocking = rt.blocking_reason()
     storage = rt.services.storage
     assert storage is not None  # Services.__post_init__ creates it
+    stored = await asyncio.to_thread(storage.snapshot)
+    backlog = _fact_backlog(rt)
+    token = rt.settings.server.api_token
+    # /health is open (the launcher probes it without a token): with a token set, only
+    # a caller that gives it learns the process, the root and the character names.
+    shown = not token or bearer_matches(request.headers.get("authorization", ""), token.encode("utf-8"))
+    if not shown:
+        stored = _without_names(stored)
+        backlog["characters"] = {}
     body = {
         "app": rt.settings.server.health_app_name,
         "service": "memory",
@@ -74,11 +85,16 @@ async def health(request: Request) -> Response:
         "embeddings": embeddings_status(rt),
         "model_jobs": rt.pool.total_busy(),
         "supervision": {"child_restarts": 0, "failed_children": 0, "handler_errors": 0, **rt.services.counters.snapshot()},
-        "storage": await asyncio.to_thread(storage.snapshot),
+        "storage": stored,
         "files": rt.files.snapshot(),
         "case_insensitive_root": rt.names.insensitive,
-        "fact_backlog": _fact_backlog(rt),
+        "fact_backlog": backlog,
     }
+    if shown:
+        body["pid"] = os.getpid()
+        body["memory_root"] = str(rt.memory_root.resolve())
+    else:
+        body["names_withheld"] = True
     return JSONResponse(body)
 
 
@@ -93,6 +109,15 @@ def fact_backlog_of(rt: Runtime, name: str) -> int:
     if known is not None:
         return known
     return tally.publish_stored(name, backlog_remaining(rt.character_paths(name).time_index_db))
+
+
+def _without_names(storage: dict[str, Any]) -> dict[str, Any]:
+    """The storage state with no character name (nor a detail, which may quote a path):
+    each listed problem keeps its layer, view, code and time."""
+    kept = dict(storage)
+    for key in ("faults", "unrebuilt_views", "damaged_journals"):
+        kept[key] = [{k: v for k, v in entry.items() if k not in ("character", "detail")} for entry in storage.get(key, [])]
+    return kept
 
 
 def _fact_backlog(rt: Runtime) -> dict[str, Any]:

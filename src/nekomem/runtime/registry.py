@@ -70,6 +70,10 @@ class _Entry:
         self.ref.tell(Deliver(child=child, message=message))
 
 
+# The error code of a request that met a hold for longer than its ask timeout.
+HELD_CODE = "character_importing"
+
+
 class CharacterRegistry:
     def __init__(self, services: Services, actors: ActorLayer, *, on_stopped: Callable[[int, int], None] | None = None) -> None:
         self.services = services
@@ -86,6 +90,8 @@ class CharacterRegistry:
         self._stopping: dict[str, pykka.ActorRef[Any]] = {}
         # name -> event set when a hold (an import writing the character's files) ends.
         self._held: dict[str, threading.Event] = {}
+        # name -> requests waiting for a hold to end: a new hold lets them in first.
+        self._waiting: dict[str, int] = {}
         self._changed = threading.Condition(self._lock)
         self.activations = 0
         self.passivations = 0
@@ -99,9 +105,7 @@ class CharacterRegistry:
         now = self.services.clock.monotonic()
         with self._lock:
             if name in self._held:
-                raise ActorFailure(
-                    "character_importing", "an import, export or deletion of this character is running; try again shortly", 409
-                )
+                raise ActorFailure(HELD_CODE, "an import, export or deletion of this character is running; try again shortly", 409)
             stopping = self._stopping.get(name)
             if stopping is not None:
                 if not mailbox_of(stopping).terminated:
@@ -189,10 +193,41 @@ class CharacterRegistry:
             entry.last_used = self.services.clock.monotonic()
             self._changed.notify_all()
 
-    async def _await_unheld(self, name: str, timeout: float) -> None:
-        event = self._held.get(name)
-        if event is not None:
-            await asyncio.to_thread(event.wait, timeout)
+    async def _acquire_unheld(self, name: str, timeout: float) -> _Entry:
+        """:meth:`_acquire_async` once no hold of ``name`` runs: a request that meets a hold
+        (an export, import or deletion) waits for it, and for any hold taken before it
+        got in, up to ``timeout`` seconds; past that it answers 409 ``character_importing``.
+        While such a request waits, no new hold starts (see :meth:`hold`)."""
+        if name not in self._held:
+            try:
+                return await self._acquire_async(name)
+            except ActorFailure as exc:
+                if exc.code != HELD_CODE:
+                    raise
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            self._waiting[name] = self._waiting.get(name, 0) + 1
+        try:
+            while True:
+                event = self._held.get(name)
+                left = deadline - time.monotonic()
+                if event is not None and left > 0:
+                    await asyncio.to_thread(event.wait, left)
+                    continue
+                try:
+                    return await self._acquire_async(name)
+                except ActorFailure as exc:
+                    # Held again between the wake-up and the acquire: wait again.
+                    if exc.code != HELD_CODE or time.monotonic() >= deadline:
+                        raise
+        finally:
+            with self._lock:
+                left_waiting = self._waiting[name] - 1
+                if left_waiting:
+                    self._waiting[name] = left_waiting
+                else:
+                    del self._waiting[name]
+                self._changed.notify_all()
 
     @contextlib.contextmanager
     def hold(self, name: str, timeout: float) -> Iterator[None]:
@@ -200,15 +235,21 @@ class CharacterRegistry:
 
         New requests for ``name`` wait for the hold to end (up to their ask timeout; past
         it they answer 409 ``character_importing``). Held by an import, a character
-        deletion and a character export. The actors are stopped once the requests
-        and model jobs in flight have finished, so their views are flushed and their files
-        closed; the next request activates them again from disk. Raises CharacterBusy when
-        ``name`` is not idle within ``timeout`` seconds, or is already held.
+        deletion and a character export. A second hold waits for the first to end, and
+        for the requests that waited for it to get in (so two export loops cannot keep a
+        writer out). The actors are stopped once the requests and model jobs in flight
+        have finished, so their views are flushed and their files closed; the next
+        request activates them again from disk. Raises CharacterBusy when ``name`` is not
+        free and idle within ``timeout`` seconds.
         """
         event = threading.Event()
+        deadline = time.monotonic() + timeout
         with self._lock:
-            if name in self._held:
-                raise CharacterBusy("another import, export or deletion of this character is running")
+            while name in self._held or self._waiting.get(name):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise CharacterBusy(f"another import, export or deletion of this character ran for {timeout:g} s")
+                self._changed.wait(min(left, 0.1))
             self._held[name] = event
         try:
             entry = self._take_idle(name, timeout)
@@ -224,6 +265,7 @@ class CharacterRegistry:
             self.services.backlog.forget(name)
             with self._lock:
                 del self._held[name]
+                self._changed.notify_all()
             event.set()
 
     def _take_idle(self, name: str, timeout: float) -> _Entry | None:
@@ -266,8 +308,7 @@ class CharacterRegistry:
         loop = asyncio.get_running_loop()
         reply = Reply(loop)
         timeout = timeout or self.services.settings.server.ask_timeout_seconds
-        await self._await_unheld(name, timeout)
-        entry = await self._acquire_async(name)
+        entry = await self._acquire_unheld(name, timeout)
         try:
             try:
                 entry.tell(child, make(reply))

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nekomem.config import Settings
+from nekomem.config.server import url_of
 from nekomem.domain.speaker_identity import POOL_FILENAME
 from nekomem.domain.tokens import get_counter
 from nekomem.importer import neko_folder
@@ -29,7 +30,7 @@ from nekomem.stores import rootlock
 from nekomem.stores.layout import CharacterPaths, list_characters
 from nekomem.stores.namefold import CharacterSpellings, probe_case_insensitive
 from nekomem.stores.neko_cards import CharacterCards
-from nekomem.stores.rootlock import RootLock
+from nekomem.stores.rootlock import LockMode, RootLock
 from nekomem.stores.shard_layout import character_root, shards_root
 from nekomem.stores.speaker_trust import SpeakerTrustPool
 
@@ -113,6 +114,9 @@ class Runtime:
         self.recovery_error: str | None = None
         self._recovery: threading.Thread | None = None
         self._root_lock: RootLock | None = None
+        # Who this runtime is in the root's lock file: "serve" unless the command says
+        # otherwise (`nekomem neko`); a cluster node's role names the node.
+        self.lock_role = "serve"
 
     @property
     def memory_root(self) -> Path:
@@ -134,9 +138,35 @@ class Runtime:
             names.update(list_characters(folder))
         return sorted(names)
 
+    @property
+    def root_lock_mode(self) -> LockMode:
+        """Exclusive: one single-node server per root. Cluster nodes share the root, each
+        writing only the shards it owns (the fence)."""
+        return "shared" if self.settings.cluster.cluster_etcd_url else "exclusive"
+
+    def lock_root(self) -> RootLock:
+        """Take the memory root's lock for this server now (before the port is bound and
+        the banner printed), unless already held. Raises RootLocked naming the holder."""
+        if self._root_lock is None:
+            server = self.settings.server
+            role = self.lock_role
+            if self.settings.cluster.cluster_etcd_url:
+                role = f"{rootlock.CLUSTER_ROLE} {self.settings.cluster.cluster_node_id or '?'}".strip()
+            url = url_of(server.host, server.port) if server.port else ""
+            self._root_lock = rootlock.acquire(self.memory_root, self.root_lock_mode, role, port=server.port or None, url=url)
+        return self._root_lock
+
+    def release_root(self) -> None:
+        """Drop the memory root's lock (idempotent); :meth:`stop` does it too."""
+        if self._root_lock is not None:
+            self._root_lock.release()
+            self._root_lock = None
+
     def start(self, *, background: bool = True) -> None:
-        """Start serving; raises RootLocked while an offline import holds the memory root."""
-        self.memory_root.mkdir(parents=True, exist_ok=True)
+        """Start serving; raises RootLocked while another server or an offline tool holds
+        the memory root (the lock is taken first, so nothing has started then)."""
+        self.lock_root()
+        self.memory_root.mkdir(parents=True, exist_ok=True, mode=0o700)
         choice = self.settings.server.case_insensitive_root
         insensitive = probe_case_insensitive(self.memory_root) if choice == "auto" else choice == "yes"
         self.names = CharacterSpellings(self.memory_root, insensitive)
@@ -147,18 +177,15 @@ class Runtime:
             self.collector.start()
         if neko_folder.serves_neko_folder(self.settings):
             # N.E.K.O.'s own memory folder: characters not adopted yet (or changed by the
-            # reference's server since) are imported first, with the root held exclusive.
-            with rootlock.acquire(self.memory_root, "exclusive", "adopt-neko-folder"):
-                adoption = neko_folder.adopt(self.memory_root, self.settings)
+            # reference's server since) are imported first, under the server's own
+            # exclusive hold of the root (taken above, before anything started).
+            adoption = neko_folder.adopt(self.memory_root, self.settings)
             log.info(
                 "serving N.E.K.O.'s memory folder in place: %d characters adopted, %d imported again, %d problems",
                 len(adoption.adopted),
                 len(adoption.refreshed),
                 len(adoption.problems),
             )
-        # Shared: several servers may share a root as before; an offline import (which
-        # takes it exclusive) is refused while any of them runs, and blocks their start.
-        self._root_lock = rootlock.acquire(self.memory_root, "shared", "serve")
         if self.embeddings is not None and hasattr(self.embeddings, "start"):
             self.embeddings.start()
         if background:
@@ -223,9 +250,7 @@ class Runtime:
         if self.collector is not None:
             self.collector.stop()
         self.timers.stop()
-        if self._root_lock is not None:
-            self._root_lock.release()
-            self._root_lock = None
+        self.release_root()
         self.pool.shutdown(wait=False)
         self.dispatcher.shutdown()
         if self.llm is not None and hasattr(self.llm, "close"):

@@ -33,6 +33,7 @@ from typing import Any, Literal, TypeVar
 import msgspec
 
 from nekomem.stores import fence
+from nekomem.stores.private import private_folder
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> os.s
     try:
         fd, temp = _open_temp(folder)
     except FileNotFoundError:  # the folder is missing: create it (not a mkdir per write)
-        folder.mkdir(parents=True, exist_ok=True)
+        private_folder(folder)
         fd, temp = _open_temp(folder)
     try:
         try:

@@ -23,6 +23,7 @@ import msgspec
 from nekomem.domain.turns import parse_timestamp
 from nekomem.stores import fence
 from nekomem.stores.atomic import atomic_write_bytes, fsync_dir
+from nekomem.stores.private import private_folder
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ class NdjsonLog:
         try:
             fd = os.open(self.path, flags, 0o600)
         except FileNotFoundError:  # the folder is missing: create it (once, not per append)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_folder(self.path.parent)
             fd = os.open(self.path, flags, 0o600)
         size: int | None = None
         try:

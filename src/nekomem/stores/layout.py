@@ -24,6 +24,7 @@ import unicodedata
 from pathlib import Path
 
 from nekomem.stores.atomic import atomic_write_json, fsync_dir
+from nekomem.stores.private import private_folder
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +192,18 @@ def validate_name(raw: str, max_length: int = DEFAULT_NAME_MAX_LENGTH, max_units
     """
     if not isinstance(raw, str):
         raise InvalidName("name_invalid_chars", "the character name must be a string")
-    name = unicodedata.normalize("NFC", raw.strip())
+    # Spaces around a name are dropped (as the reference does), but not a control
+    # character there: ``Lan\n`` (``Lan%0A`` in a URL) is refused, not taken for ``Lan``.
+    stripped = raw.strip()
+    leading, trailing = raw[: len(raw) - len(raw.lstrip())], raw[len(raw.rstrip()) :]
+    for ch in leading + trailing:
+        if unicodedata.category(ch) != "Zs":
+            raise InvalidName(
+                "name_invalid_chars",
+                f"the character name contains the invisible, control or format character U+{ord(ch):04X}; "
+                "allowed are letters, digits, spaces and _ - ( ) （ ） · ・ • ' ’ .",
+            )
+    name = unicodedata.normalize("NFC", stripped)
     if not name:
         raise InvalidName("name_empty", "the character name is empty")
     if len(name) > max_length:
@@ -273,10 +285,9 @@ class CharacterPaths:
         A newly created folder is made durable by fsyncing the root. Raises OSError.
         """
         if not self.folder.is_dir():
-            self.root.mkdir(parents=True, exist_ok=True)
-            self.home.mkdir(exist_ok=True)
+            private_folder(self.home)
             if self.folder != self.home:
-                self.folder.mkdir(exist_ok=True)
+                private_folder(self.folder)
                 if not any((self.home / name).exists() for name in _REFERENCE_CHARACTER_FILES):
                     # A character nekomem starts itself has nothing of the reference's to
                     # adopt: marked adopted now, so no later adoption imports its mirror back.

@@ -49,6 +49,7 @@ from nekomem.domain.theater import is_theater
 from nekomem.domain.turns import Turn
 from nekomem.stores import fence
 from nekomem.stores.atomic import fsync_dir
+from nekomem.stores.private import private_database, private_folder
 from nekomem.stores.timeindex_read import (
     DEFAULT_BUSY_TIMEOUT_MS,
     ORIGINAL_TABLE,
@@ -186,8 +187,9 @@ class TimeIndex(TimeIndexReader):
     def _conn(self) -> sqlite3.Connection:
         if self._db is not None:
             return self._db
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_folder(self.path.parent)
         created = not self.path.exists()
+        private_database(self.path)
         db = sqlite3.connect(
             self.path,
             timeout=self.busy_timeout_ms / 1000.0,
