@@ -353,6 +353,7 @@ def test_vectors_make_a_lookup_hybrid(tmp_path: Path, embedding_service: Any) ->
         assert listed["vector_state"] == "complete"
         answer = ask(srv, "high-speed trains in Japan", budget_ms=5000)
         assert answer["retrieval_mode"] == "hybrid" and titles(answer)[0] == "Shinkansen"
+        assert ask(srv, "quantum chromodynamics", budget_ms=5000)["result"] == "miss"  # the vector leg has a threshold
         # Vectors off: keyword-only again.
         srv.post(f"{K}/packs/index-policy", json={"pack_id": "world-notes", "local_embedding_enabled": False})
         assert srv.get(f"{K}/packs").json()["packs"][0]["vector_state"] == "off"

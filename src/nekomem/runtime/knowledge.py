@@ -40,6 +40,7 @@ import numpy.typing as npt
 from nekomem.config.recall import RecallSettings
 from nekomem.domain import knowledge_pack as kp
 from nekomem.domain.knowledge_render import Card, best_excerpt, render_block
+from nekomem.recall.embeddings import VectorLeg
 from nekomem.recall.knowledge_index import SEP, KnowledgeIndex, entry_id
 from nekomem.recall.tokenize import Tokenizer
 from nekomem.stores.knowledge import Job, KnowledgeFileError, KnowledgeFiles, PackRecord, Registry
@@ -61,6 +62,10 @@ ACTIVE = frozenset({"queued", "building"})
 TERMINAL = frozenset({"active", "failed", "cancelled"})
 # Vectors are computed in small batches so that memory's own embedding calls interleave.
 EMBED_BATCH = 16
+# Entries indexed per hold of the lock while a job builds (lookups interleave).
+BUILD_BATCH = 64
+# How long the idle worker waits for a job before it looks for missing vectors again.
+IDLE_SECONDS = 1.0
 # The job's progress reaches jobs.json at most this often while it builds.
 PROGRESS_SAVE_SECONDS = 0.5
 DIAGNOSTICS_KEPT = 20
@@ -74,6 +79,9 @@ class Embedder(Protocol):
 
     @property
     def model_id(self) -> str | None: ...
+
+    @property
+    def legs(self) -> tuple[VectorLeg, ...]: ...
 
     def embed(self, texts: Sequence[str], kind: Any = "passage") -> npt.NDArray[np.float32]: ...
 
@@ -322,11 +330,13 @@ class KnowledgeService:
         job.state, job.reason, job.updated_at = state, reason, self.now()
 
     def _work(self) -> None:
+        vectors_left = False
         while not self._stopping.is_set():
             try:
-                job_id = self._queue.get(timeout=1.0)
+                # Jobs first; between them, and while idle, the missing vectors one batch at a time.
+                job_id = self._queue.get(timeout=0.0 if vectors_left else IDLE_SECONDS)
             except queue.Empty:
-                self._embed_missing()
+                vectors_left = self._embed_missing()
                 continue
             if job_id is None:
                 return
@@ -373,21 +383,15 @@ class KnowledgeService:
             raise _Cancelled
 
     def _build(self, job: Job, pack: kp.Pack, key: str) -> None:
-        """Index the entries under the version key (not served until the commit)."""
-        with self._lock:
-            previous = self._registry.packs.get(pack.pack_id)
-        vectors = previous.local_embedding if previous is not None else True
+        """Index the entries under the version key (not served until the commit). Vectors
+        come afterwards, in the background: an import never waits for the model."""
         saved = time.monotonic()
-        for start in range(0, len(pack.entries), EMBED_BATCH):
+        for start in range(0, len(pack.entries), BUILD_BATCH):
             self._check(job)
-            batch = pack.entries[start : start + EMBED_BATCH]
-            embedded = self._embed([e.search_text() for e in batch]) if vectors else None
             with self._lock:
-                for i, entry in enumerate(batch):
-                    doc_id = self.index.add(key, entry)
-                    if embedded is not None:
-                        self.index.set_vector(doc_id, embedded[i])
-                job.entries_indexed = start + len(batch)
+                for entry in pack.entries[start : start + BUILD_BATCH]:
+                    self.index.add(key, entry)
+                job.entries_indexed = min(start + BUILD_BATCH, len(pack.entries))
                 job.updated_at = self.now()
                 if time.monotonic() - saved >= PROGRESS_SAVE_SECONDS:
                     self._save_jobs()
@@ -452,10 +456,16 @@ class KnowledgeService:
             log.warning("knowledge embedding failed: %s", type(exc).__name__)
             return None
 
-    def _embed_missing(self) -> None:
-        """One batch of entries of vector-enabled packs that have no vector yet."""
+    def _legs(self) -> tuple[VectorLeg, ...]:
+        """The models inside the embedder's vectors (() unless it is ready)."""
+        embedder = self.embedder
+        return embedder.legs if embedder is not None and embedder.state == "ready" else ()
+
+    def _embed_missing(self) -> bool:
+        """Embed one batch of entries of vector-enabled packs that have no vector yet;
+        returns whether there was one (more may be left)."""
         if self.embedder is None or self.embedder.state != "ready" or self._state != "ready":
-            return
+            return False
         with self._lock:
             todo: list[str] = []
             for pack_id, record in self._registry.packs.items():
@@ -468,7 +478,7 @@ class KnowledgeService:
             todo = todo[:EMBED_BATCH]
             texts = [self.index.entries[d].search_text() for d in todo]
         if not todo:
-            return
+            return False
         started = time.monotonic()
         vectors = self._embed(texts)
         with self._lock:
@@ -476,7 +486,7 @@ class KnowledgeService:
                 if vectors is None:
                     self._vector_failed.add(doc_id)
                 elif doc_id in self.index.entries:
-                    self.index.set_vector(doc_id, vectors[i])
+                    self.index.set_vector(doc_id, vectors[i], self._legs())
         self._batches.appendleft(
             {
                 "timestamp": self.now(),
@@ -486,6 +496,7 @@ class KnowledgeService:
                 "elapsed_ms": int((time.monotonic() - started) * 1000),
             }
         )
+        return True
 
     # -- queries -------------------------------------------------------------------
 
@@ -539,7 +550,7 @@ class KnowledgeService:
                     ids = self._sample(text, allowed, limit)
                     retrieval, lex, sem = "sample", len(ids), 0
                 else:
-                    hits, lex, sem = self.index.search(text, limit, allowed, qvec, self._vector_allowed(registry))
+                    hits, lex, sem = self.index.search(text, limit, allowed, qvec, self._vector_allowed(registry), self._legs())
                     ids = [doc_id for doc_id, _ in hits]
                     retrieval = "hybrid" if qvec is not None else "bm25"
                 extra = {"retrieval_mode": retrieval, "lexical_candidates": lex, "semantic_candidates": sem}
