@@ -68,11 +68,11 @@ def import_packs(srv: LiveServer, texts: Sequence[str]) -> float:
 
 def give_vectors(srv: LiveServer, dim: int, rng: np.random.Generator) -> None:
     """Random unit vectors for every knowledge entry, set directly (as the memory side's are)."""
-    service = srv.runtime.knowledge
-    with service._lock:
-        for doc_id in list(service.index.entries):
+    st = srv.runtime.knowledge.st
+    with st.lock:
+        for doc_id in list(st.index.entries):
             vec = rng.standard_normal(dim).astype(np.float32)
-            service.index.set_vector(doc_id, vec / np.linalg.norm(vec), service._legs())
+            st.index.set_vector(doc_id, vec / np.linalg.norm(vec), st.legs())
 
 
 def measure(srv: LiveServer, queries: Sequence[str]) -> tuple[tuple[float, float], tuple[float, float], dict[str, int]]:

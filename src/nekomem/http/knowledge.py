@@ -29,7 +29,8 @@ from starlette.routing import BaseRoute, Route
 from nekomem.domain.knowledge_pack import MATERIAL_TYPES, MAX_PACK_BYTES
 from nekomem.http.errors import error_response
 from nekomem.http.runtime_access import runtime_of
-from nekomem.runtime.knowledge import DEFAULT_QUERY_BUDGET_MS, MAX_QUERY_BUDGET_MS, KnowledgeService, KnowledgeUnavailable
+from nekomem.runtime.knowledge import KnowledgeService, KnowledgeUnavailable
+from nekomem.runtime.knowledge_lookup import DEFAULT_QUERY_BUDGET_MS, MAX_QUERY_BUDGET_MS
 
 log = logging.getLogger("nekomem.http.knowledge")
 
