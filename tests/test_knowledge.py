@@ -358,3 +358,47 @@ def test_vectors_make_a_lookup_hybrid(tmp_path: Path, embedding_service: Any) ->
         srv.post(f"{K}/packs/index-policy", json={"pack_id": "world-notes", "local_embedding_enabled": False})
         assert srv.get(f"{K}/packs").json()["packs"][0]["vector_state"] == "off"
         assert ask(srv, "Shinkansen")["retrieval_mode"] == "bm25"
+
+
+def test_cancel_a_queued_and_a_building_import(tmp_path: Path) -> None:
+    """The service with real files and its real worker thread; holding its lock is the
+    barrier: the worker cannot start (or continue) a job while the test holds it."""
+    from nekomem.runtime.knowledge import KnowledgeService
+    from nekomem.stores.knowledge import KnowledgeFiles
+
+    root = tmp_path / "memory"
+    service = KnowledgeService(KnowledgeFiles(root), lambda: "2026-01-01T00:00:00+00:00")
+    service.start()
+    try:
+        assert service.wait_ready(30)
+        staging = root / ".nekomem-knowledge" / "staging"
+        big = pack("big-pack", [{"title": f"Card {i}", "content": f"Content number {i} of the cancelled pack."} for i in range(5000)])
+        with service.st.lock:  # the worker waits at the job's first step
+            queued = service.import_pack(json.dumps(pack()).encode())
+            assert service.cancel_job(queued["job_id"]) is True
+            assert not (staging / f"{queued['job_id']}.json").exists()
+            building = service.import_pack(json.dumps(big).encode())
+
+        def caught_building() -> bool:
+            with service.st.lock:  # between two batches of the build: cancel before the next one
+                job = next(j for j in service.list_jobs() if j["job_id"] == building["job_id"])
+                assert job["state"] in ("queued", "building"), job
+                if job["state"] != "building":
+                    return False
+                assert job["entries_indexed"] < job["entries_total"]
+                return service.cancel_job(building["job_id"])
+
+        wait_for(caught_building, timeout=60, what="the import building")
+
+        def finished(job_id: str) -> dict[str, Any] | None:
+            job = next(j for j in service.list_jobs() if j["job_id"] == job_id)
+            return job if job["state"] not in ("queued", "building") else None
+
+        assert wait_for(lambda: finished(building["job_id"]), what="the cancel")["state"] == "cancelled"
+        assert finished(queued["job_id"])["state"] == "cancelled"  # type: ignore[index]
+        assert len(service.st.index) == 0 and service.availability()["tool_available"] is False
+        assert list(staging.iterdir()) == [] and list((root / ".nekomem-knowledge" / "packs").iterdir()) == []
+        assert holders(root, "cancelled pack") == []
+        assert service.cancel_job(building["job_id"]) is False and service.discard_job(building["job_id"]) is True
+    finally:
+        service.stop()
