@@ -15,7 +15,11 @@ in the user's own browser. The guard refuses, in this order:
 4. a write (POST, PUT, PATCH, DELETE) that carries a body whose ``Content-Type`` is not
    ``application/json`` (415 ``unsupported_media_type``): the content types a browser may
    send cross-origin without a preflight (text/plain, form encodings, none) never reach a
-   handler. A write without a body (``/reflect``) needs no Content-Type.
+   handler. A write without a body (``/reflect``) needs no Content-Type. The one
+   exception is ``/internal/knowledge/packs/import`` (:data:`FORM_PATHS`), which also
+   takes ``multipart/form-data``: N.E.K.O.'s chat server forwards the browser's pack upload
+   there as it came. The Origin check (2) and the token (3) still apply to it, and a
+   browser sends Origin with every cross-origin form post.
 
 The guard is generic ASGI middleware: every route mounted on the app, now or later (the
 /ui pages), passes through it.
@@ -37,6 +41,9 @@ WILDCARD_BINDS = frozenset({"0.0.0.0", "::", ""})
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 JSON_MEDIA_TYPE = "application/json"
 OPEN_PATHS = frozenset({"/health"})
+# Write routes that also accept a multipart upload (see 4. in the module docstring).
+FORM_PATHS = frozenset({"/internal/knowledge/packs/import"})
+FORM_MEDIA_TYPE = "multipart/form-data"
 # The memory browser's static files hold no memory, and a browser cannot attach a bearer
 # token to a page load: they are served without one (GET only); the page then asks for
 # the token and sends it with every API call.
@@ -137,10 +144,12 @@ def _has_body(headers: Mapping[str, str]) -> bool:
         return True  # malformed: the body reader answers 400
 
 
+def _media_type(value: str | None) -> str:
+    return "" if value is None else value.split(";", 1)[0].strip().lower()
+
+
 def json_content_type(value: str | None) -> bool:
-    if value is None:
-        return False
-    return value.split(";", 1)[0].strip().lower() == JSON_MEDIA_TYPE
+    return _media_type(value) == JSON_MEDIA_TYPE
 
 
 class RequestGuard:
@@ -184,7 +193,9 @@ class RequestGuard:
                 {"WWW-Authenticate": "Bearer"},
             )
         if scope["type"] == "http" and scope["method"] in WRITE_METHODS and _has_body(headers):
-            if not json_content_type(headers.get("content-type")):
+            content_type = headers.get("content-type")
+            form = scope["path"] in FORM_PATHS and _media_type(content_type) == FORM_MEDIA_TYPE
+            if not form and not json_content_type(content_type):
                 return 415, "unsupported_media_type", "a request body must be sent as 'Content-Type: application/json'", {}
         return None
 

@@ -13,6 +13,7 @@ import nekomem
 from nekomem.domain.layers import listings
 from nekomem.http import external_import as ei
 from nekomem.http import identity as idn
+from nekomem.http import knowledge as kn
 from nekomem.http import lifecycle as lc
 from nekomem.http import prompt_locale as pl
 from nekomem.http import repetition as rp
@@ -104,6 +105,7 @@ OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] =
     ("/internal/memory/{name}/forget_epochs", "get", [NAME, SUBJECT_KEYS], None, dict[str, Any], "Erase generations of scoped subjects"),
     *th.OPERATIONS,
     *idn.OPERATIONS,
+    *kn.OPERATIONS,
     ("/prompt-locale/{name}", "get", [NAME], None, dict[str, Any], "A character's context language"),
     ("/prompt-locale/{name}", "put", [NAME], pl.PromptLocaleBody, dict[str, Any], "Set a character's context language"),
     ("/internal/memory/{name}/repetition_insights", "post", [NAME], rp.RepetitionBody, dict[str, Any], "Phrases the character repeats"),

@@ -20,6 +20,7 @@ from nekomem.runtime.clock import Clock, SystemClock, iso
 from nekomem.runtime.collector import FullCollections
 from nekomem.runtime.dispatch import Dispatcher
 from nekomem.runtime.importing import ImportService
+from nekomem.runtime.knowledge import KnowledgeService
 from nekomem.runtime.pool import ModelPool
 from nekomem.runtime.registry import ActorLayer, CharacterRegistry
 from nekomem.runtime.release_claims import ReleaseClaims
@@ -27,6 +28,7 @@ from nekomem.runtime.services import Services
 from nekomem.runtime.switches import Switches, core_config_file
 from nekomem.runtime.timers import Timers
 from nekomem.stores import rootlock
+from nekomem.stores.knowledge import KnowledgeFiles
 from nekomem.stores.layout import CharacterPaths, list_characters
 from nekomem.stores.namefold import CharacterSpellings, probe_case_insensitive
 from nekomem.stores.neko_cards import CharacterCards
@@ -102,6 +104,8 @@ class Runtime:
         self.importing = ImportService(settings, self.registry, root)
         # The process-wide identity and trust pool (the reference's speaker_trust.json).
         self.speaker_trust = SpeakerTrustPool(root / POOL_FILENAME, lambda: iso(self.clock.now()))
+        # The process-wide public knowledge packs (the reference's /internal/knowledge/*).
+        self.knowledge = KnowledgeService(KnowledgeFiles(root), lambda: iso(self.clock.now()), recall=settings.recall, embedder=embeddings)
         self.release_claims = ReleaseClaims()  # /release_character holds (see the module)
         self.registry.released = self.release_claims.held
         self.limited_reason: str | None = "runtime_initializing"
@@ -188,6 +192,7 @@ class Runtime:
             )
         if self.embeddings is not None and hasattr(self.embeddings, "start"):
             self.embeddings.start()
+        self.knowledge.start()
         if background:
             self._recovery = threading.Thread(target=self._recover, name="nekomem-recovery", daemon=True)
             self._recovery.start()
@@ -246,6 +251,7 @@ class Runtime:
         return self.limited_reason is None
 
     def stop(self) -> None:
+        self.knowledge.stop()
         self.registry.stop_all()
         if self.collector is not None:
             self.collector.stop()

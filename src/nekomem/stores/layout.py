@@ -37,6 +37,8 @@ CORE_CONFIG_FILE = "core_config.json"
 # STATE_DIR (written by importer.neko_folder.adopt, read here).
 NEKO_FOLDER_MARKER = ".nekomem-neko-folder.json"
 STATE_DIR = ".nekomem"
+# At the root: the process-wide public knowledge packs (stores.knowledge.KNOWLEDGE_DIR).
+KNOWLEDGE_DIR = ".nekomem-knowledge"
 # In a character's STATE_DIR once the reference's files of that folder were imported (or
 # when nekomem made the folder: nothing to import).
 ADOPTED_FILE = "adopted.json"
@@ -51,8 +53,9 @@ _REFERENCE_CHARACTER_FILES = ("recent.json", "time_indexed.db", "facts.json", "r
 _WINDOWS_DEVICE_NAMES = frozenset(
     {"con", "prn", "aux", "nul", "clock$"} | {f"com{i}" for i in range(1, 10)} | {f"lpt{i}" for i in range(1, 10)}
 )
-# Entries of the root that are not characters: the shared switches file and the root lock.
-_ROOT_RESERVED = frozenset({CORE_CONFIG_FILE.casefold(), ".nekomem.lock", NEKO_FOLDER_MARKER, STATE_DIR})
+# Entries of the root that are not characters: the shared switches file, the root lock, the
+# N.E.K.O. folder marker, nekomem's state folder and the public knowledge packs' folder.
+_ROOT_RESERVED = frozenset({CORE_CONFIG_FILE.casefold(), ".nekomem.lock", NEKO_FOLDER_MARKER, STATE_DIR, KNOWLEDGE_DIR})
 # nekomem's own temp and swap files (stores.atomic) start with this; a character folder of
 # that name could be taken for one of them by the stale-temp sweeper.
 _TEMP_PREFIX = ".nkatmp"
@@ -184,7 +187,8 @@ def validate_name(raw: str, max_length: int = DEFAULT_NAME_MAX_LENGTH, max_units
     - Windows device names (``CON``, ``PRN``, ``AUX``, ``NUL``, ``CLOCK$``, ``COM1``-``9``,
       ``LPT1``-``9``, any case, also followed by an extension such as ``nul.txt``), on
       every OS, so that a memory root can be moved between systems;
-    - names of the root's own entries (``core_config.json``, ``.nekomem.lock``) and of
+    - names of the root's own entries (``core_config.json``, ``.nekomem.lock``, the
+      knowledge packs' ``.nekomem-knowledge``) and of
       nekomem's temp files (``.nkatmp...``).
 
     Case is preserved; on a case-insensitive file system ``Neko`` and ``neko`` share one

@@ -4,6 +4,7 @@ import { api, h, status, showError, getToken, setToken } from "./core.js";
 import * as memory from "./views_memory.js";
 import * as longterm from "./views_longterm.js";
 import * as tools from "./views_tools.js";
+import * as knowledge from "./views_knowledge.js";
 
 const VIEWS = {
   characters: memory.characters,
@@ -14,6 +15,7 @@ const VIEWS = {
   persona: longterm.persona,
   recall: tools.recall,
   context: tools.context,
+  knowledge: knowledge.knowledge,
   server: tools.server,
 };
 const NEEDS_CHARACTER = new Set(["recent", "journal", "facts", "reflections", "persona", "recall", "context"]);
