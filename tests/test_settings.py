@@ -104,6 +104,7 @@ def test_an_unknown_nekomem_variable_is_refused_naming_the_closest_setting(tmp_p
     spec = importlib.util.spec_from_file_location("docs_check_examples", ROOT / "scripts" / "docs_check.py")
     assert spec is not None and spec.loader is not None
     docs_check = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = docs_check  # its dataclasses look their module up there
     spec.loader.exec_module(docs_check)
     for example in docs_check.REFUSED_EXAMPLES:  # the docs quote them as refused: they must stay so
         with pytest.raises(SettingsError, match=example):
@@ -124,3 +125,12 @@ def test_an_unknown_nekomem_variable_is_refused_naming_the_closest_setting(tmp_p
     )
     assert done.returncode == 2 and "NEKOMEM_PROT (did you mean NEKOMEM_PORT?)" in done.stderr, done.stderr
     assert "listening on" not in done.stderr and not (tmp_path / "m").exists()
+
+
+def test_the_neko_boot_variable_is_known_to_the_settings():
+    # neko_boot runs in N.E.K.O.'s own Python (stdlib only), so it names the variable itself.
+    from nekomem import neko_boot
+    from nekomem.config.settings import OTHER_VARIABLES
+
+    assert neko_boot.SERVE_ENV in OTHER_VARIABLES
+    load_settings(None, env={neko_boot.SERVE_ENV: "[]"})

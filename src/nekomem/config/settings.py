@@ -29,9 +29,11 @@ from nekomem.config.server import RuntimeSettings, ServerSettings
 from nekomem.config.zones import display_zone
 
 ENV_PREFIX = "NEKOMEM_"
-# NEKOMEM_* variables that are not settings: the TOML file's path, and the server the
-# client commands (status, mcp, the Python client) talk to.
-OTHER_VARIABLES = frozenset({ENV_PREFIX + "CONFIG", ENV_PREFIX + "URL"})
+# NEKOMEM_* variables that are not settings: the TOML file's path, the server the client
+# commands (status, mcp, the Python client) talk to, and the serve command `nekomem neko`
+# hands its boot file inside N.E.K.O.'s launcher (neko_boot.SERVE_ENV: inherited by the
+# memory server it starts).
+OTHER_VARIABLES = frozenset({ENV_PREFIX + "CONFIG", ENV_PREFIX + "URL", ENV_PREFIX + "NEKO_SERVE"})
 # ... and the node addresses deploy/haproxy.cfg reads (NEKOMEM_NODE1..3), which a shell
 # that starts HAProxy and the nodes may well have exported for both.
 OTHER_PATTERN = re.compile(ENV_PREFIX + r"NODE\d+")
