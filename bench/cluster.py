@@ -514,15 +514,15 @@ def main() -> None:
         print()
     if timeline:
         print(f"\nfailover timeline ({max(sizes)} nodes, kill -9 of one at t={killed_at:.0f}s): second  ok/s  errors/s")
-        for second in sorted(timeline):
-            ok, bad = timeline[second]
+        for second in range(max(timeline) + 1):
+            ok, bad = timeline.get(second, [0, 0])
             mark = "  <- kill -9" if second == int(killed_at) else ""
             print(f"  {second:>3}  {ok:>5}  {bad:>5}{mark}")
         print(
             "  errors by kind (bucketed by the second the request started): "
             + (", ".join(f"{k}: {n}" for k, n in kinds.most_common()) or "none")
         )
-        print("  " + recovery(timeline, int(killed_at), TTL))
+        print("  " + recovery(timeline, killed_at, TTL))
     for size in sorted(s for s in rows if s >= 2):
         if not rows.get(1) or not rows[size]:
             continue
@@ -532,20 +532,24 @@ def main() -> None:
         print(f"{size} nodes: {statistics.median(ratios):.2f}x the throughput of 1 node")
 
 
-def recovery(timeline: dict[int, list[int]], killed: int, ttl: int) -> str:
-    """When the rate came back after the kill at second ``killed``: the first second from
-    the kill on whose acknowledged requests reach 90% of the survivors' rate (the median of
-    the timeline's last half after the kill), beside the bound lease TTL + 2 s."""
-    seconds = sorted(s for s in timeline if s > killed)
+def recovery(timeline: dict[int, list[int]], killed: float, ttl: int) -> str:
+    """When the rate came back after the kill at ``killed`` seconds: the first second after
+    the kill's whose acknowledged requests reach 90% of the survivors' rate (the median of
+    the timeline's last half after the kill; a second in which no request started counts
+    0), beside the bound lease TTL + 2 s, measured from the kill to that second's end."""
+    last = max(timeline, default=0)
+    seconds = list(range(int(killed) + 1, last + 1))
     if len(seconds) < 4:
         return "full rate again: the timeline is too short to tell"
-    before = [timeline[s][0] for s in sorted(timeline) if 0 < s < killed]
-    after = statistics.median(timeline[s][0] for s in seconds[len(seconds) // 2 : -1] or seconds[-1:])
-    back = next((s for s in seconds if timeline[s][0] >= 0.9 * after), seconds[-1])
+    ok = {s: timeline.get(s, [0, 0])[0] for s in range(last + 1)}
+    before = [ok[s] for s in range(1, int(killed))]
+    after = statistics.median(ok[s] for s in seconds[len(seconds) // 2 : -1] or seconds[-1:])
+    back = next((s for s in seconds if ok[s] >= 0.9 * after), seconds[-1])
+    took = back + 1 - killed
     was = f"{statistics.median(before):.0f}/s before the kill, " if before else ""
-    verdict = "within" if back - killed <= ttl + 2 else "NOT within"
+    verdict = "within" if took <= ttl + 2 else "NOT within"
     return (
-        f"full rate again ({was}survivors {after:.0f}/s): from second {back}, {back - killed} s after the kill "
+        f"full rate again ({was}survivors {after:.0f}/s): by the end of second {back}, {took:.1f} s after the kill "
         f"({verdict} the lease TTL {ttl} s + 2 s)"
     )
 
