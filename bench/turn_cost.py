@@ -84,6 +84,7 @@ def main() -> None:
     parser.add_argument("--characters", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=8.0, help="measured seconds per server and round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--actor-workers", type=int, default=0, help="nekomem's actor_workers (0: the setting's default)")
     parser.add_argument("--strace-seconds", type=float, default=4.0, help="traced seconds per server (0: no futex count)")
     smoke_option(parser, None, clients=4, characters=4, seconds=1.0, rounds=1, strace_seconds=1.0)
     args = parser.parse_args()
@@ -91,7 +92,10 @@ def main() -> None:
     baseline = UvicornProcess("bench._baseline_app:app")
     baseline.start("/health")
     with tempfile.TemporaryDirectory(prefix="nekomem-turn-cost-") as tmp:
-        server, _ = start_nekomem(Path(tmp) / "memory", env={"NEKOMEM_EMBEDDING_ENABLED": "false"})
+        env = {"NEKOMEM_EMBEDDING_ENABLED": "false"}
+        if args.actor_workers:
+            env["NEKOMEM_ACTOR_WORKERS"] = str(args.actor_workers)
+        server, _ = start_nekomem(Path(tmp) / "memory", env=env)
         try:
             assert baseline.proc is not None and server.proc is not None
             targets = {"bare route": (baseline.url, baseline.proc.pid), "nekomem": (server.url, server.proc.pid)}
