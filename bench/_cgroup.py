@@ -65,6 +65,21 @@ class CpuQuotas:
             (group / "cpu.shares").write_text(f"{WEIGHT_V1}\n")
         (group / "cgroup.procs").write_text(f"{pid}\n")
 
+    def weigh(self, pid: int, label: str) -> None:
+        """Put process ``pid`` in a group of its own without a quota but with the nodes'
+        weight: on a shared machine the bench's other processes (HAProxy, etcd, the load
+        generator, each a machine of its own in a real deployment) were starved by the
+        machine's other work, and the nodes waited for requests. Processes ``pid`` starts
+        later are in the group too. Raises OSError."""
+        group = self.root / f"nekomem-bench-{os.getpid()}-{label}"
+        group.mkdir(exist_ok=True)
+        self.groups.append(group)
+        if self.version == 2:
+            (group / "cpu.weight").write_text(f"{WEIGHT_V2}\n")
+        else:
+            (group / "cpu.shares").write_text(f"{WEIGHT_V1}\n")
+        (group / "cgroup.procs").write_text(f"{pid}\n")
+
     def throttled(self, label: str) -> float:
         """Seconds the group ``label``'s processes waited for their quota so far (0 when unknown)."""
         group = self.root / f"nekomem-bench-{os.getpid()}-{label}"

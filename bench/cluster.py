@@ -43,8 +43,11 @@ The last lines read ``2 nodes: X.XXx the throughput of 1 node`` (and 3 nodes, wh
 cgroup of its own with a CPU quota of F cores (cgroup v2 ``cpu.max`` or v1
 ``cpu.cfs_quota_us``, whichever is writable here; see bench/_cgroup.py), as a small machine
 of its own would give it, while HAProxy, etcd and the load generator run outside the quotas
-on the rest. Without a writable cgroup it says so and runs as without the flag. Each
-phase's CPU line then also shows how long each node waited for its quota.
+on the rest, in a group of their own without a quota. Every group is weighted like several
+busy processes, so that on a machine shared with other work each node gets its quota, and
+the proxy and the load generator what they need, as machines of their own would. Without
+a writable cgroup it says so and runs as without the flag. Each phase's CPU line then also
+shows how long each node waited for its quota.
 """
 
 from __future__ import annotations
@@ -462,6 +465,7 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         if quotas is not None:
             stack.callback(quotas.close)
+            quotas.weigh(os.getpid(), "rest")  # etcd, HAProxy and wrk start from here: they inherit it
         # Every size's cluster runs for the whole bench, and the sizes take turns, a phase
         # each: the ratio compares phases seconds apart, not clusters started minutes apart
         # on a machine whose speed drifts (the idle cluster's upkeep is small, and shows as
