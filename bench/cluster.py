@@ -2,7 +2,7 @@
 p99 side by side, the cost of the forwarding hop, and a failover timeline around kill -9.
 
     python -m bench.cluster [--nodes 1,2] [--seconds 10] [--clients 48] [--characters 480] [--rounds 5]
-                            [--loadgen auto|wrk|python]
+                            [--loadgen auto|wrk|python] [--cpu-per-node F]
 
 Each cluster is real: etcd (Debian's etcd-server) on a temp data dir, nekomem nodes as
 ``python -m nekomem serve`` processes on one shared memory root (embeddings off, no LLM,
@@ -35,7 +35,19 @@ each, for the warm ``/cache`` turn and for a ``/get_recent_history`` read.
 Failover timeline (the largest cluster, at least 2 nodes, after the rounds): this process's
 load (it buckets answers by second and kind) runs through HAProxy, one node is killed with SIGKILL after 5 s, and requests / errors per
 second are printed (errors: 503 with Retry-After, the only error a client should see).
-The last line reads ``2 nodes: X.XXx the throughput of 1 node``.
+After the kill it prints when the rate came back: the first second whose rate reaches 90% of
+the survivors' (the median of the timeline's last half), against the lease TTL + 2 s.
+The last lines read ``2 nodes: X.XXx the throughput of 1 node`` (and 3 nodes, when run).
+
+``--cpu-per-node F`` measures the cluster as separate machines: each node is put in a
+cgroup of its own with a CPU quota of F cores (cgroup v2 ``cpu.max`` or v1
+``cpu.cfs_quota_us``, whichever is writable here; see bench/_cgroup.py), as a small machine
+of its own would give it, while HAProxy, etcd and the load generator run outside the quotas
+on the rest, in a group of their own without a quota. Every group is weighted like several
+busy processes, so that on a machine shared with other work each node gets its quota, and
+the proxy and the load generator what they need, as machines of their own would. Without
+a writable cgroup it says so and runs as without the flag. Each phase's CPU line then also
+shows how long each node waited for its quota.
 """
 
 from __future__ import annotations
@@ -65,11 +77,12 @@ try:
 except ImportError:  # not on Windows
     uvloop = None  # type: ignore[assignment]
 
+from bench._cgroup import CpuQuotas, open_quotas
 from bench._common import smoke_option
 from nekomem.cluster.ring import owner_of
 from nekomem.config.server import RuntimeSettings
 from nekomem.stores.shard_layout import shard_of
-from tests.support.cluster import SHARDS, Cluster, cluster
+from tests.support.cluster import SHARDS, TTL, Cluster, cluster
 
 T = TypeVar("T")
 
@@ -270,7 +283,8 @@ class CpuShare:
     """Where the CPU went during one phase: every process of the cluster and the load
     generator (this process, or the wrk it ran), and the machine as a whole."""
 
-    def __init__(self, c: Cluster) -> None:
+    def __init__(self, c: Cluster, quotas: CpuQuotas | None = None) -> None:
+        self.quotas = quotas
         self.pids = {n.node_id: n.proc.pid for n in c.nodes if n.proc is not None}
         self.nodes = set(self.pids)
         if c.proxy.proc is not None:
@@ -280,6 +294,8 @@ class CpuShare:
         self.pids["loadgen"] = os.getpid()
         self.before = {k: cpu_split(p) for k, p in self.pids.items()}
         self.children = children_cpu_seconds()
+        self.size = len(c.nodes)
+        self.throttled = {k: quotas.throttled(f"{self.size}-{k}") for k in self.nodes} if quotas is not None else {}
         self.busy = busy_seconds()
         self.t0 = time.monotonic()
 
@@ -294,6 +310,9 @@ class CpuShare:
             # A node's kernel share: the part of its CPU that runs outside the interpreter
             # lock (fsync, file and socket calls), beside its one core of Python.
             kernel = f", {split[k][1] / wall:.2f} in the kernel" if k in self.nodes else ""
+            if k in self.throttled and self.quotas is not None:
+                waited = self.quotas.throttled(f"{self.size}-{k}") - self.throttled[k]
+                kernel += f", throttled {waited / wall:.2f} s/s"
             return f"{k} {v / max(requests, 1) * 1000:.2f} ms ({v / wall:.2f} core{kernel})"
 
         per = ", ".join(one(k, v) for k, v in used.items())
@@ -411,6 +430,12 @@ def main() -> None:
     )
     parser.add_argument("--hop-requests", type=int, default=300)
     parser.add_argument("--failover-seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--cpu-per-node",
+        type=float,
+        default=0.0,
+        help="a CPU quota of this many cores for each node, in a cgroup of its own (0: none): the cluster as separate machines",
+    )
     smoke_option(
         parser, None, nodes="1,2", seconds=1.0, clients=4, characters=8, rounds=1, loadgen="python", hop_requests=20, failover_seconds=3.0
     )
@@ -422,6 +447,14 @@ def main() -> None:
     print(
         f"load generator: {'wrk' if generate is wrk_load else 'python (asyncio on uvloop)' if uvloop else 'python (asyncio)'}", flush=True
     )
+    quotas: CpuQuotas | None = None
+    if args.cpu_per_node > 0:
+        quotas, why = open_quotas()
+        if quotas is None:
+            print(f"--cpu-per-node {args.cpu_per_node}: no writable cgroup here ({why}); running without quotas", flush=True)
+        else:
+            print(f"each node limited to {args.cpu_per_node} core(s): {quotas.describe()}", flush=True)
+    print(f"load average at start: {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} cores", flush=True)
     sizes = [int(n) for n in args.nodes.split(",")]
     names = [f"bench{i:03d}" for i in range(args.characters)]
     rows: dict[int, list[tuple[float, float, float, int]]] = {size: [] for size in sizes}  # (req/s, p50, p99, errors)
@@ -430,6 +463,9 @@ def main() -> None:
     kinds: Counter[str] = Counter()
     killed_at = 0.0
     with contextlib.ExitStack() as stack:
+        if quotas is not None:
+            stack.callback(quotas.close)
+            quotas.weigh(os.getpid(), "rest")  # etcd, HAProxy and wrk start from here: they inherit it
         # Every size's cluster runs for the whole bench, and the sizes take turns, a phase
         # each: the ratio compares phases seconds apart, not clusters started minutes apart
         # on a machine whose speed drifts (the idle cluster's upkeep is small, and shows as
@@ -438,13 +474,17 @@ def main() -> None:
         for size in sizes:
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="nekomem-cluster-bench-"))
             clusters[size] = stack.enter_context(cluster(Path(tmp), size=size, **node_env))
+            if quotas is not None:
+                for node in clusters[size].nodes:
+                    assert node.proc is not None
+                    quotas.confine(node.proc.pid, f"{size}-{node.node_id}", args.cpu_per_node)
             warm(clusters[size], names)
         for round_ in range(1, args.rounds + 1):
             for size in sizes if round_ % 2 else sizes[::-1]:
                 c = clusters[size]
                 waited = settle(list(clusters.values()))
                 generate(c.proxy.url, names, args.clients, min(2.0, args.seconds))  # connections and caches warm
-                share, forwards = CpuShare(c), c.forwards()
+                share, forwards = CpuShare(c, quotas), c.forwards()
                 count, p50, p99, errors, took = generate(c.proxy.url, names, args.clients, args.seconds)
                 cpu = share.report(count)
                 forwarded = c.forwards() - forwards
@@ -478,19 +518,44 @@ def main() -> None:
         print()
     if timeline:
         print(f"\nfailover timeline ({max(sizes)} nodes, kill -9 of one at t={killed_at:.0f}s): second  ok/s  errors/s")
-        for second in sorted(timeline):
-            ok, bad = timeline[second]
+        for second in range(max(timeline) + 1):
+            ok, bad = timeline.get(second, [0, 0])
             mark = "  <- kill -9" if second == int(killed_at) else ""
             print(f"  {second:>3}  {ok:>5}  {bad:>5}{mark}")
         print(
             "  errors by kind (bucketed by the second the request started): "
             + (", ".join(f"{k}: {n}" for k, n in kinds.most_common()) or "none")
         )
-    if rows.get(1) and rows.get(2):
-        ratios = [two[0] / one[0] for one, two in zip(rows[1], rows[2], strict=True)]
+        print("  " + recovery(timeline, killed_at, TTL))
+    for size in sorted(s for s in rows if s >= 2):
+        if not rows.get(1) or not rows[size]:
+            continue
+        ratios = [many[0] / one[0] for one, many in zip(rows[1], rows[size], strict=True)]
         if len(ratios) > 1:
-            print("per round: " + ", ".join(f"{r:.2f}x" for r in ratios))
-        print(f"2 nodes: {statistics.median(ratios):.2f}x the throughput of 1 node")
+            print(f"per round ({size} nodes): " + ", ".join(f"{r:.2f}x" for r in ratios))
+        print(f"{size} nodes: {statistics.median(ratios):.2f}x the throughput of 1 node")
+
+
+def recovery(timeline: dict[int, list[int]], killed: float, ttl: int) -> str:
+    """When the rate came back after the kill at ``killed`` seconds: the first second after
+    the kill's whose acknowledged requests reach 90% of the survivors' rate (the median of
+    the timeline's last half after the kill; a second in which no request started counts
+    0), beside the bound lease TTL + 2 s, measured from the kill to that second's end."""
+    last = max(timeline, default=0)
+    seconds = list(range(int(killed) + 1, last + 1))
+    if len(seconds) < 4:
+        return "full rate again: the timeline is too short to tell"
+    ok = {s: timeline.get(s, [0, 0])[0] for s in range(last + 1)}
+    before = [ok[s] for s in range(1, int(killed))]
+    after = statistics.median(ok[s] for s in seconds[len(seconds) // 2 : -1] or seconds[-1:])
+    back = next((s for s in seconds if ok[s] >= 0.9 * after), seconds[-1])
+    took = back + 1 - killed
+    was = f"{statistics.median(before):.0f}/s before the kill, " if before else ""
+    verdict = "within" if took <= ttl + 2 else "NOT within"
+    return (
+        f"full rate again ({was}survivors {after:.0f}/s): by the end of second {back}, {took:.1f} s after the kill "
+        f"({verdict} the lease TTL {ttl} s + 2 s)"
+    )
 
 
 if __name__ == "__main__":

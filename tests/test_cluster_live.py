@@ -313,3 +313,58 @@ def test_etcd_down_fences_writes_keeps_reads_and_resumes_without_restart(tmp_pat
             # test_a_turn_committed_before_the_fence_closes_is_not_answered_refused.)
             stored_refused = [t for n, t in refused_texts if n == name and t in stored]
             assert not stored_refused, f"answered 503 shard_fenced, yet stored: {stored_refused}"
+
+
+def watch_of(c, node) -> dict:
+    return c.status(node)["nodes"][node.node_id]["watch"]
+
+
+def test_ownership_changes_are_seen_through_the_etcd_watch_not_a_poll(tmp_path):
+    # The full re-read of the key space is set to once an hour: while the watch streams, only
+    # a change it reports makes a node read the owners again. So a dead node's shards can be
+    # taken, and a joining node's handed to it, only through the watch.
+    hour = {"NEKOMEM_CLUSTER_RESYNC_SECONDS": "3600"}
+    with cluster(tmp_path, **hour) as c:
+        wait_for(lambda: all(watch_of(c, n)["up"] for n in c.nodes), timeout=SETTLE, what="every node watching")
+        reads = {n.node_id: watch_of(c, n)["reads"] for n in c.nodes}
+        c.node("n2").kill()  # its lease expires in TTL s; etcd deletes its keys then
+        wait_for(lambda: c.settled({"n1", "n3"}), timeout=SETTLE, what="the survivors to take n2's shards")
+        for node in (c.node("n1"), c.node("n3")):
+            watch = watch_of(c, node)
+            assert watch["up"] and watch["breaks"] == 0, watch  # never fell back to polling
+            assert watch["reads"] > reads[node.node_id], watch
+        # A node joins: the others hand its shards over as soon as they see it, and it
+        # claims each as soon as its key is deleted. Characters whose shard stays where it
+        # is are served throughout, each turn answered at the first try.
+        members = {"n1", "n3", "n4"}
+        staying = [n for n in NAMES if owner_of(shard_of(n, SHARDS), sorted(members)) != "n4"][:8]
+        with httpx.Client(timeout=30) as client:
+            for name in staying:
+                assert post_turn(client, c.proxy.url, name, f"{name}-before").status_code == 200
+            joined = threading.Event()
+            answers: list[str] = []
+
+            def traffic() -> None:
+                with httpx.Client(timeout=30) as other:
+                    i = 0
+                    while not joined.is_set():
+                        name = staying[i % len(staying)]
+                        r = other.post(
+                            f"{c.node('n1').url}/cache/{name}", json={"input_history": [{"role": "user", "content": f"{name}-{i}"}]}
+                        )
+                        answers.append("200" if r.status_code == 200 else f"{r.status_code} {r.json().get('error_code')}")
+                        i += 1
+
+            sender = threading.Thread(target=traffic)
+            sender.start()
+            try:
+                c.add_node("n4", **hour)
+                wait_for(lambda: c.settled(members), timeout=SETTLE, what="n4 to take its share")
+            finally:
+                joined.set()
+                sender.join(60)
+        # (A 503 shard_fenced is the machine, not the join: a keepalive late on a loaded
+        # machine closes the fence until the next one; a paused shard would answer 503
+        # shard_unavailable after waiting for an owner.)
+        assert answers and set(answers) <= {"200", "503 shard_fenced"} and "200" in answers, Counter(answers)
+        assert c.owners()["n4"] == sum(1 for s in range(SHARDS) if owner_of(s, sorted(members)) == "n4")

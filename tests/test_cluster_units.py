@@ -21,6 +21,7 @@ from nekomem.cluster.etcd import EtcdClient, LeaseLost, compare_revision, delete
 from nekomem.cluster.fencing import WRITERS_FILE, Fence
 from nekomem.cluster.locks import ShardLocks
 from nekomem.cluster.ring import assignment, owner_of
+from nekomem.cluster.watch import ChunkedLines, KeyWatch, WatchBroken
 from nekomem.domain.turns import Turn
 from nekomem.http.cluster_pool import HopPool, Lost, Unreachable
 from nekomem.stores import fence as store_fence
@@ -148,6 +149,50 @@ def test_etcd_claims_compare_revisions_and_leases_take_their_keys(tmp_path):
         assert client.txn([compare_revision(key, "MOD", claim.revision)], [delete_op(key)]).succeeded
         assert client.range(key)[0] == []
     finally:
+        client.close()
+        etcd.stop()
+
+
+def test_chunked_watch_lines_survive_any_split():
+    body = b'{"result":{"created":true}}\n{"result":{"events":[{"kv":{}}]}}\n'
+    stream = b"%x\r\n%s\r\n%x;ext=1\r\n%s\r\n0\r\n\r\n" % (10, body[:10], len(body) - 10, body[10:])
+    for step in range(1, len(stream) + 1):
+        lines = ChunkedLines()
+        got = [line for i in range(0, len(stream), step) for line in lines.feed(stream[i : i + step])]
+        assert got == body.split(b"\n")[:2] and lines.ended, step
+    with pytest.raises(WatchBroken):
+        ChunkedLines().feed(b"zz\r\n")
+    with pytest.raises(WatchBroken):
+        ChunkedLines().feed(b"2\r\nabXX")
+
+
+def test_the_key_watch_reports_changes_and_lease_expiries_and_comes_back_after_etcd_restarts(tmp_path):
+    require_tools()
+    etcd = Etcd(tmp_path)
+    etcd.start()
+    client = EtcdClient(etcd.url, timeout=2)
+    changes: list[float] = []
+    watch = KeyWatch(etcd.url, "/w/", lambda: changes.append(1), connect_timeout=2, backoff_max=0.5)
+    watch.start()
+    try:
+        wait_for(lambda: watch.healthy, timeout=30, what="the watch to stream")
+        client.put("/w/nodes/a", b"{}")
+        client.put("/other/key", b"{}")  # outside the prefix: not reported
+        wait_for(lambda: watch.events == 1, timeout=30, what="the put to be reported")
+        lease = client.grant(1)
+        client.put("/w/shards/0001", b"{}", lease)
+        # Nobody renews the lease: etcd deletes its key when it expires, and the watch says so.
+        wait_for(lambda: watch.events == 3, timeout=30, what="the lease's key deletion to be reported")
+        assert client.range("/w/shards/", prefix=True)[0] == []
+        etcd.stop()
+        wait_for(lambda: not watch.healthy and watch.breaks >= 1, timeout=30, what="the watch to notice etcd is gone")
+        etcd.start()
+        wait_for(lambda: watch.healthy, timeout=60, what="the watch to stream again")
+        before = len(changes)
+        client.put("/w/nodes/b", b"{}")
+        wait_for(lambda: len(changes) > before, timeout=30, what="a change after the restart")
+    finally:
+        watch.stop()
         client.close()
         etcd.stop()
 

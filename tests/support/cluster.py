@@ -181,8 +181,8 @@ class Cluster:
         self.folder, self.etcd, self.nodes, self.proxy = folder, etcd, nodes, proxy
         self.root = folder / "memory"
 
-    def add_node(self, node_id: str) -> Node:
-        node = Node(self.root, self.etcd, node_id)
+    def add_node(self, node_id: str, **extra: str) -> Node:
+        node = Node(self.root, self.etcd, node_id, **extra)
         node.start(timeout=120)
         self.nodes.append(node)
         return node

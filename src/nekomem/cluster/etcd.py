@@ -32,7 +32,7 @@ class LeaseLost(EtcdError):
     """A keepalive found the lease gone (expired or revoked)."""
 
 
-def _b64(text: str | bytes) -> str:
+def b64(text: str | bytes) -> str:
     raw = text.encode("utf-8") if isinstance(text, str) else text
     return base64.b64encode(raw).decode("ascii")
 
@@ -45,7 +45,7 @@ def prefix_end(prefix: str) -> str:
     """The range end that selects every key starting with ``prefix`` (its last byte + 1)."""
     raw = bytearray(prefix.encode("utf-8"))
     raw[-1] += 1
-    return _b64(bytes(raw))
+    return b64(bytes(raw))
 
 
 @dataclass(frozen=True)
@@ -77,18 +77,18 @@ def compare_revision(key: str, target: str, revision: int) -> dict[str, Any]:
     """A txn compare: the key's ``target`` ("CREATE" or "MOD") revision equals ``revision``
     (CREATE 0 means: the key does not exist)."""
     field = {"CREATE": "create_revision", "MOD": "mod_revision"}[target]
-    return {"key": _b64(key), "result": "EQUAL", "target": target, field: str(revision)}
+    return {"key": b64(key), "result": "EQUAL", "target": target, field: str(revision)}
 
 
 def put_op(key: str, value: bytes, lease: int = 0) -> dict[str, Any]:
-    body: dict[str, Any] = {"key": _b64(key), "value": _b64(value)}
+    body: dict[str, Any] = {"key": b64(key), "value": b64(value)}
     if lease:
         body["lease"] = str(lease)
     return {"request_put": body}
 
 
 def delete_op(key: str) -> dict[str, Any]:
-    return {"request_delete_range": {"key": _b64(key)}}
+    return {"request_delete_range": {"key": b64(key)}}
 
 
 class EtcdClient:
@@ -139,7 +139,7 @@ class EtcdClient:
     # -- keys ----------------------------------------------------------------------------
     def range(self, key: str, *, prefix: bool = False) -> tuple[list[KeyValue], int]:
         """The key (or every key under the prefix) and the store's revision."""
-        body: dict[str, Any] = {"key": _b64(key)}
+        body: dict[str, Any] = {"key": b64(key)}
         if prefix:
             body["range_end"] = prefix_end(key)
         answer = self._call("/v3/kv/range", body)
@@ -153,7 +153,7 @@ class EtcdClient:
         return int(answer.get("header", {}).get("revision", 0))
 
     def delete(self, key: str) -> None:
-        self._call("/v3/kv/deleterange", {"key": _b64(key)})
+        self._call("/v3/kv/deleterange", {"key": b64(key)})
 
     def txn(self, compare: list[dict[str, Any]], success: list[dict[str, Any]], failure: list[dict[str, Any]] | None = None) -> TxnResult:
         """One transaction: ``success`` runs when every compare holds, else ``failure``."""

@@ -1,8 +1,12 @@
 """One node of a nekomem cluster: its lease, its view of the cluster, and its shards.
 
 A loop thread renews the node's lease every ``cluster_poll_seconds`` (at most a third of
-the TTL), reads the members, the drained nodes and the shard owners from etcd, and
-reconciles: a shard whose rendezvous owner is this node and that has no owner is claimed
+the TTL). It reads the members, the drained nodes and the shard owners from etcd, and
+reconciles, whenever its watch on the cluster's keys (:mod:`nekomem.cluster.watch`) reports
+a change: a member joining, a lease expiring (etcd deletes the dead node's keys then, and
+its shards are claimed at once), a hand-over. A full read also runs every
+``cluster_resync_seconds`` while the watch is up, and every tick while it is down (the
+poll the watch replaced, kept as the fallback). Reconciling: a shard whose rendezvous owner is this node and that has no owner is claimed
 (a txn that succeeds only if the key does not exist, the put attached to this node's lease;
 its revision is the shard's fencing token); a shard this node owns whose rendezvous owner
 is another live node is handed over (see :mod:`nekomem.cluster.shards`); a shard this node
@@ -30,6 +34,7 @@ from nekomem.cluster.locks import ShardLocks
 from nekomem.cluster.ring import owner_of
 from nekomem.cluster.shards import ShardWork
 from nekomem.cluster.table import ClusterTable, Local
+from nekomem.cluster.watch import KeyWatch
 from nekomem.config import Settings
 from nekomem.runtime.runtime import Runtime
 from nekomem.stores import fence as store_fence
@@ -47,6 +52,7 @@ class ClusterCounters:
         self.unavailable = 0  # requests answered 503 for want of an owner
         self.etcd_errors = 0
         self.lease_losses = 0
+        self.view_reads = 0  # full reads of the key space (watch wakes, resyncs, fallback polls)
 
     def forward(self, outcome: str) -> None:
         self.forwards[outcome] = self.forwards.get(outcome, 0) + 1
@@ -65,6 +71,7 @@ class ClusterNode:
         self.shards = c.cluster_shards
         self.ttl = max(1, round(c.cluster_lease_ttl_seconds))
         self.period = min(c.cluster_poll_seconds, self.ttl / 3)
+        self.resync = c.cluster_resync_seconds
         self.keys = Keys(c.cluster_key_prefix)
         self.etcd = EtcdClient(c.cluster_etcd_url, timeout=min(c.cluster_etcd_timeout_seconds, self.ttl / 3))
         self.fence = Fence(runtime.memory_root, self.ttl, c.cluster_fence_fraction, node_id=node_id)
@@ -78,6 +85,14 @@ class ClusterNode:
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="nekomem-shards")
         self.work = ShardWork(self, runtime)
         self._stop = threading.Event()
+        self._wake = threading.Event()  # the watch saw a change: read the view now
+        self.watch = KeyWatch(
+            c.cluster_etcd_url,
+            self.keys.root,
+            self._wake.set,
+            connect_timeout=min(c.cluster_etcd_timeout_seconds, self.ttl / 3),
+            backoff_max=c.cluster_watch_backoff_max_seconds,
+        )
         self._thread: threading.Thread | None = None
         self._etcd_down_since: float | None = None
         self._renewed_at = 0.0  # monotonic send time of the last acknowledged keepalive
@@ -90,12 +105,15 @@ class ClusterNode:
         self._new_lease()
         self._thread = threading.Thread(target=self._run, name="nekomem-cluster", daemon=True)
         self._thread.start()
+        self.watch.start()
         log.info("cluster node %s started (ttl %ds, %d shards)", self.node_id, self.ttl, self.shards)
 
     def stop(self, timeout: float = 20.0) -> None:
         """Hand every owned shard back (finish in-flight, passivate, delete the keys),
         revoke the lease, and remove the write fence."""
         self._stop.set()
+        self._wake.set()
+        self.watch.stop()
         if self._thread is not None:
             self._thread.join(timeout)
         for shard in self.table.owned():
@@ -124,19 +142,37 @@ class ClusterNode:
         self._renewed_at = sent
 
     def _run(self) -> None:
+        read_at = float("-inf")  # when the key space was last read in full
+        renew_at = float("-inf")  # when the last keepalive was sent (acknowledged or not)
         while not self._stop.is_set():
+            woke = self._wake.is_set()
+            self._wake.clear()  # before the read: a change during it wakes the next one
+            now = time.monotonic()
+            read = woke or not self.watch.healthy or now - read_at >= self.resync
+            renew = now - renew_at >= self.period
+            if renew:
+                renew_at = now
+            if read:
+                read_at = now
             try:
-                self.tick()
+                self.tick(renew=renew, read=read)
             except Exception:
                 log.exception("cluster tick failed")
-            self._stop.wait(self.period)
+            # Sleep until the next keepalive is due, or until the watch reports a change.
+            self._wake.wait(max(0.0, renew_at + self.period - time.monotonic()))
 
     # -- one tick ------------------------------------------------------------------------
-    def tick(self) -> None:
-        """Renew the lease, read the cluster, reconcile the shards."""
+    def tick(self, *, renew: bool = True, read: bool = True) -> None:
+        """Renew the lease (``renew``), read the cluster and reconcile the shards (``read``)."""
+        if not read and not renew:
+            return
         sent = time.monotonic()
         try:
-            self._renew()
+            if renew:
+                self._renew()
+            if not read:
+                self._etcd_back(sent)
+                return
             members, draining, owners = self._read_view()
         except LeaseLost:
             self._lease_lost()
@@ -147,14 +183,17 @@ class ClusterNode:
                 self._etcd_down_since = sent
                 log.warning("etcd unreachable (%s); writes stop at the fencing deadline", exc)
             return
-        if self._etcd_down_since is not None:
-            log.info("etcd reachable again after %.1fs", sent - self._etcd_down_since)
-            self._etcd_down_since = None
+        self._etcd_back(sent)
         if self.node_id not in members:  # our key was lost while the lease lived (a manual delete)
             self.etcd.put(self.keys.node(self.node_id), encode_member(Member(self.node_id, self.url)), self.lease)
             members[self.node_id] = Member(self.node_id, self.url)
         self.table.set_view(members, draining, owners)
         self._reconcile(members, draining, owners)
+
+    def _etcd_back(self, sent: float) -> None:
+        if self._etcd_down_since is not None:
+            log.info("etcd reachable again after %.1fs", sent - self._etcd_down_since)
+            self._etcd_down_since = None
 
     def _renew(self) -> None:
         """One keepalive; once acknowledged, the fencing deadline runs from when it was
@@ -183,6 +222,7 @@ class ClusterNode:
         # One range over the whole key space: one call per tick, and one revision for the
         # members, the drain marks and the owners alike.
         kvs, _ = self.etcd.range(self.keys.root, prefix=True)
+        self.counters.view_reads += 1
         members: dict[str, Member] = {}
         draining: set[str] = set()
         owners: dict[int, Member] = {}

@@ -1,8 +1,9 @@
 """The steps of a shard changing hands, run on the node's worker threads.
 
-* take over (a claim etcd accepted): take the folder lock, allow writes, recover the
-  characters with work left over (the journal reconciler and the outbox replay run as after
-  a restart), then serve. Other characters activate on demand.
+* take over (a claim etcd accepted): take the folder lock, allow writes, serve, then
+  recover the characters with work left over (the journal reconciler and the outbox replay
+  run as after a restart, as they do at any character's activation, so a request that
+  activates one first gets the same recovery). Other characters activate on demand.
 * hand over (a node joined, this node is drained or stops): new requests wait (the shard is
   LEAVING), the in-flight ones finish, every active character of the shard is passivated
   (its views flushed and fsync'd, its files closed), writes are refused, the lock is
@@ -51,8 +52,19 @@ class ShardWork:
             node.locks.release(shard)
             return
         node.fence.grant(shard, token)
+        # Serve first, then recover: a character's activation runs its own recovery (the
+        # journal reconciler, the outbox replay) before its first message, whether a
+        # request or this loop activates it. Recovering every character before serving
+        # kept the whole shard waiting for the slowest (on a failover, seconds after the
+        # lease expired).
+        if node.table.state_of(shard) is not Local.CLAIMING:
+            return
+        node.table.set_local(shard, Local.READY)
+        node.counters.move("claimed")
         recovered = 0
         for name in list_characters(folder):
+            if node.table.state_of(shard) is not Local.READY:
+                break  # lost or handed over meanwhile: its characters are someone else's
             try:
                 if self.runtime.actors.has_unfinished(self.runtime.character_paths(name)):
                     self.runtime.registry.activate(name)
@@ -60,9 +72,6 @@ class ShardWork:
                     recovered += 1
             except Exception as exc:  # noqa: BLE001 - retried at the character's next activation
                 log.warning("shard %d: recovery of a character failed: %s", shard, type(exc).__name__)
-        if node.table.state_of(shard) is Local.CLAIMING:
-            node.table.set_local(shard, Local.READY)
-            node.counters.move("claimed")
         log.info("shard %d taken over (token %d, %d characters recovered)", shard, token, recovered)
 
     def hand_over(self, shard: int) -> None:

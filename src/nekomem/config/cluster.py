@@ -46,8 +46,24 @@ class ClusterSettings(Section, frozen=True):
     ] = 0.6
     cluster_poll_seconds: Annotated[
         float,
-        doc("How often a node renews its lease and reads the membership and the shard owners (at most a third of the TTL is used).", gt=0),
+        doc(
+            "How often a node renews its lease (at most a third of the TTL is used). While its watch on etcd's keys is down, it "
+            "also reads the membership and the shard owners this often.",
+            gt=0,
+        ),
     ] = 1.0
+    cluster_resync_seconds: Annotated[
+        float,
+        doc(
+            "While the watch on etcd's keys is up (a change is seen as soon as etcd makes it), how often a node still reads the "
+            "membership and the shard owners in full, as a safety net.",
+            gt=0,
+        ),
+    ] = 30.0
+    cluster_watch_backoff_max_seconds: Annotated[
+        float,
+        doc("Longest wait before a broken watch on etcd is opened again (the wait doubles from 0.1 s up to this).", gt=0),
+    ] = 5.0
     cluster_owner_wait_seconds: Annotated[
         float,
         doc("How long a request for a shard that is moving or has no owner waits for one before answering 503 with Retry-After.", ge=0),

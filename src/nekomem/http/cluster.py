@@ -124,6 +124,8 @@ async def cluster_status(request: Request) -> Response:
     hook = _hook(request)
     own = hook.node.table.snapshot()
     own["owners"] = _owner_counts(hook.node)
+    watch = hook.node.watch
+    own["watch"] = {"up": watch.healthy, "events": watch.events, "breaks": watch.breaks, "reads": hook.node.counters.view_reads}
     nodes: dict[str, Any] = {hook.node.node_id: own}
     if FORWARDED_HEADER.decode() not in request.headers:
         for node, answer in (await hook.others("GET", "/cluster/status")).items():
@@ -270,6 +272,12 @@ class ClusterCollector(Collector):
             "nekomem_cluster_unavailable", "Requests answered 503 for want of a shard owner", value=n.counters.unavailable
         )
         yield CounterMetricFamily("nekomem_cluster_etcd_errors", "etcd calls that failed", value=n.counters.etcd_errors)
+        yield GaugeMetricFamily("nekomem_cluster_watch_up", "1 while the watch on etcd's keys is streaming", value=float(n.watch.healthy))
+        yield CounterMetricFamily("nekomem_cluster_watch_events", "Key changes the etcd watch reported", value=n.watch.events)
+        yield CounterMetricFamily("nekomem_cluster_watch_breaks", "Times the etcd watch stream broke", value=n.watch.breaks)
+        yield CounterMetricFamily(
+            "nekomem_cluster_view_reads", "Full reads of the membership and shard owners from etcd", value=n.counters.view_reads
+        )
         yield CounterMetricFamily(
             "nekomem_cluster_lock_overrides",
             "Shards taken over while a paused previous owner held the folder lock",
