@@ -26,6 +26,7 @@ import msgspec
 
 from nekomem.domain.knowledge_pack import PackSource
 from nekomem.stores.atomic import atomic_write_bytes, encode_json
+from nekomem.stores.private import private_folder
 from nekomem.stores.layout import KNOWLEDGE_DIR
 
 log = logging.getLogger(__name__)
@@ -96,8 +97,9 @@ class KnowledgeFiles:
         self.folder = Path(memory_root) / KNOWLEDGE_DIR
 
     def _make(self) -> None:
-        (self.folder / PACKS_DIR).mkdir(parents=True, exist_ok=True)
-        (self.folder / STAGING_DIR).mkdir(parents=True, exist_ok=True)
+        # Pack text is as private as memory: folders 0700, as the characters' (stores.private).
+        for folder in (self.folder, self.folder / PACKS_DIR, self.folder / STAGING_DIR):
+            private_folder(folder)
 
     # -- registry ------------------------------------------------------------------
 
