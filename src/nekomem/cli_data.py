@@ -35,8 +35,10 @@ import httpx
 import msgspec
 
 from nekomem.config import Settings
+from nekomem.stores import knowledge_backup as kb
 from nekomem.stores import rootlock
 from nekomem.stores.atomic import atomic_write_bytes
+from nekomem.stores.knowledge import KnowledgeFileError, KnowledgeFiles
 from nekomem.stores.layout import CORE_CONFIG_FILE, KNOWN_ENTRIES, CharacterPaths, InvalidName, list_characters, validate_name
 from nekomem.stores.shard_layout import SHARDS_DIR, character_root
 from nekomem.stores.snapshot import read_character, read_regular
@@ -120,7 +122,9 @@ def run(args: argparse.Namespace, settings: Settings, default_url: str, *, out: 
             return _delete(args, server, root, out)
         docs = _documents(server, root, args.character)
         if args.command == "backup":
-            return _backup(Path(args.dest), docs, server is None, root, settings, out)
+            # The packs are process-wide: they go with a whole backup, not with --character.
+            knowledge = None if args.character else _knowledge_copy(server, root, err)
+            return _backup(Path(args.dest), docs, server is None, root, settings, out, knowledge)
         return _export(Path(args.out), docs, out)
     except CommandError as exc:
         print(f"nekomem {args.command}: {exc}", file=err)
@@ -137,6 +141,9 @@ def run(args: argparse.Namespace, settings: Settings, default_url: str, *, out: 
         nothing = " (nothing was written)" if args.command in ("restore", "import") and "nothing was written" not in str(exc) else ""
         print(f"nekomem {args.command}: {exc}{nothing}", file=err)
         return 2
+    except KnowledgeFileError as exc:
+        print(f"nekomem {args.command}: the knowledge folder of {root} cannot be read ({exc}); nothing was written", file=err)
+        return 1
     except (OSError, sqlite3.Error) as exc:
         print(f"nekomem {args.command}: {type(exc).__name__}: {exc} (no existing character was changed)", file=err)
         return 1
@@ -255,7 +262,37 @@ def _fresh_dest(dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
 
 
-def _backup(dest: Path, docs: Iterator[dict[str, Any]], offline: bool, root: Path, settings: Settings, out: TextIO) -> int:
+def _knowledge_copy(server: _Server | None, root: Path, err: TextIO) -> kb.KnowledgeCopy | None:
+    """The knowledge packs' durable state: from the running server (read under its
+    knowledge lock), else from the folder under the root's lock; None when there is
+    nothing to copy. A pack whose file is broken is left out, with a warning."""
+    if server is not None:
+        answer = server.call("POST", "/api/knowledge/export", json={})
+        try:
+            copy = msgspec.convert(answer["copy"], kb.KnowledgeCopy)
+            broken = msgspec.convert(answer["broken"], list[str])
+        except (msgspec.ValidationError, KeyError, TypeError):
+            raise CommandError("the server's knowledge copy is not in the expected shape; nothing was written") from None
+        kb.check_copy(copy, "the server's knowledge copy")
+    else:
+        with _quiet_root(root, "backup"):
+            copy, broken = kb.read_copy(KnowledgeFiles(root))
+    if broken:
+        print(f"nekomem backup: knowledge packs left out (their file is missing or damaged): {', '.join(broken)}", file=err)
+    if not copy.registry.packs and copy.registry.enabled:
+        return None
+    return copy
+
+
+def _backup(
+    dest: Path,
+    docs: Iterator[dict[str, Any]],
+    offline: bool,
+    root: Path,
+    settings: Settings,
+    out: TextIO,
+    knowledge: kb.KnowledgeCopy | None = None,
+) -> int:
     _fresh_dest(dest)
     count = 0
     for doc in docs:
@@ -270,7 +307,9 @@ def _backup(dest: Path, docs: Iterator[dict[str, Any]], offline: bool, root: Pat
         count += 1
     if offline and os.path.lexists(root / CORE_CONFIG_FILE):
         atomic_write_bytes(dest / CORE_CONFIG_FILE, read_regular(root / CORE_CONFIG_FILE, CORE_CONFIG_FILE))
-    print(f"backed up {_plural(count, 'character')} into {dest}", file=out)
+    packs = kb.install(dest, knowledge, replace=False) if knowledge is not None else []
+    also = f" and {_plural(len(packs), 'knowledge pack')}" if packs else ""
+    print(f"backed up {_plural(count, 'character')}{also} into {dest}", file=out)
     return 0
 
 
@@ -384,6 +423,7 @@ def _write_into(args: argparse.Namespace, settings: Settings, root: Path, out: T
         ) from None
     with lock:
         core: bytes | None = None
+        knowledge: kb.KnowledgeCopy | None = None
         if args.command == "import":
             docs = read_export(source)
             label = str(source)
@@ -395,6 +435,8 @@ def _write_into(args: argparse.Namespace, settings: Settings, root: Path, out: T
             docs = [read_character(f, untrusted=True, read_timeout_seconds=imp.restore_read_timeout_seconds) for f in folders]
             wheres = [str(f) for f in folders]
             core = _core_config(source)
+            # The packs are process-wide: a whole restore brings them, --character does not.
+            knowledge = None if args.character else kb.read_backup(source)
         checked = [
             check_character(
                 doc,
@@ -413,6 +455,9 @@ def _write_into(args: argparse.Namespace, settings: Settings, root: Path, out: T
             checked = [c for c in checked if c.name in wanted]
         parent_of = _parents(root, settings)
         clashes = [c.name for c in checked if occupied(parent_of(c.name) / c.name)]
+        if knowledge is not None:
+            present = KnowledgeFiles(root).load_registry().packs
+            clashes += [f"knowledge pack {pack_id}" for pack_id in sorted(knowledge.registry.packs) if pack_id in present]
         if clashes and not args.replace:
             raise CommandError(
                 f"already in {args.memory_root or root}: {', '.join(clashes)} (nothing was written). To replace them with the copy, run "
@@ -420,9 +465,12 @@ def _write_into(args: argparse.Namespace, settings: Settings, root: Path, out: T
                 2,
             )
         write_characters(checked, parent_of, replace=args.replace)
+        packs = kb.install(root, knowledge, replace=args.replace) if knowledge is not None else []
         if core is not None and not (root / CORE_CONFIG_FILE).exists():
             atomic_write_bytes(root / CORE_CONFIG_FILE, core)
     done = "restored" if args.command == "restore" else "imported"
     names = ", ".join(c.name for c in checked)
     print(f"{done} {_plural(len(checked), 'character')} into {root}{': ' + names if names else ''}", file=out)
+    if packs:
+        print(f"{done} {_plural(len(packs), 'knowledge pack')} into {root}: {', '.join(packs)}", file=out)
     return 0

@@ -39,10 +39,11 @@ _DATE_ONLY = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
 def routes() -> list[BaseRoute]:
-    from nekomem.http.snapshot import export_character
+    from nekomem.http.snapshot import export_character, export_knowledge
 
     return [
         Route("/api/characters/{name:str}/export", export_character, methods=["POST"]),
+        Route("/api/knowledge/export", export_knowledge, methods=["POST"]),
         Route("/api/characters/{name:str}", delete_character, methods=["DELETE"]),
         Route("/api/characters/{name:str}/turns", forget_turns, methods=["DELETE"]),
         Route("/api/characters/{name:str}/turns/{row_id:str}", forget_turns, methods=["DELETE"]),

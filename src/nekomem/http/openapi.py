@@ -208,6 +208,14 @@ OPERATIONS += [
         "The character as a nekomem-character document (holds the character: a POST with a JSON body, never a GET)",
     ),
     (
+        "/api/knowledge/export",
+        "post",
+        [],
+        s.ExportRequest,
+        dict[str, Any],
+        "The knowledge packs' registry and pack files, read under the service's lock (the source of nekomem backup)",
+    ),
+    (
         "/api/characters/{name}/rename",
         "post",
         [NAME],

@@ -1,6 +1,9 @@
 """``POST /api/characters/{name}/export`` (body ``{}``, ``Content-Type: application/json``):
 one character as a ``nekomem-character`` document (:mod:`nekomem.stores.snapshot`), the
-source of ``nekomem backup`` and ``nekomem export`` against a running server.
+source of ``nekomem backup`` and ``nekomem export`` against a running server; and
+``POST /api/knowledge/export`` (same body): the knowledge packs' registry and pack files,
+read under the knowledge service's lock (:mod:`nekomem.stores.knowledge_backup`), the
+packs' share of ``nekomem backup``.
 
 A POST with a JSON body, because the export *holds* the character (its actors stop): a
 web page cannot send such a request to another origin without a CORS preflight, which
@@ -29,6 +32,7 @@ from nekomem.http.runtime_access import runtime_of
 from nekomem.http.schemas import ExportRequest
 from nekomem.runtime.registry import CharacterBusy
 from nekomem.stores.atomic import encode_json
+from nekomem.stores.knowledge import KnowledgeFileError
 from nekomem.stores.snapshot import read_character
 
 
@@ -48,4 +52,21 @@ async def export_character(request: Request) -> Response:
         body = await asyncio.to_thread(run)
     except CharacterBusy as exc:
         raise ApiError(409, "character_busy", f"not exported: {exc}") from None
+    return Response(body, media_type="application/json")
+
+
+async def export_knowledge(request: Request) -> Response:
+    """``{"copy": {"registry", "packs"}, "broken": [pack ids left out]}``; 503
+    ``knowledge_unavailable`` when the registry cannot be read."""
+    rt = runtime_of(request)
+    decode_json(await read_body(request), ExportRequest, rt.settings.server.body_max_depth)
+
+    def run() -> bytes:
+        copy, broken = rt.knowledge.backup_copy()
+        return encode_json({"copy": copy, "broken": broken})
+
+    try:
+        body = await asyncio.to_thread(run)
+    except (KnowledgeFileError, OSError) as exc:
+        raise ApiError(503, "knowledge_unavailable", f"the knowledge packs cannot be read: {type(exc).__name__}") from None
     return Response(body, media_type="application/json")

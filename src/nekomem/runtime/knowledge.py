@@ -31,6 +31,7 @@ from nekomem.runtime.knowledge_jobs import KnowledgeJobs
 from nekomem.runtime.knowledge_lookup import KnowledgeLookup
 from nekomem.runtime.knowledge_state import Embedder, KnowledgeState, KnowledgeUnavailable, pack_of_key, version_key
 from nekomem.stores.knowledge import KnowledgeFileError, KnowledgeFiles, PackRecord
+from nekomem.stores.knowledge_backup import KnowledgeCopy, read_copy
 
 log = logging.getLogger("nekomem.knowledge")
 
@@ -111,6 +112,14 @@ class KnowledgeService:
         key = version_key(record.pack_id, record.pack_sha256)
         for entry in pack.entries:
             self.st.index.add(key, entry)
+
+    def backup_copy(self) -> tuple[KnowledgeCopy, list[str]]:
+        """The registry and the pack files it names, read under the lock (so no import,
+        removal or policy change lands between the two), and the ids of packs left out
+        as broken; the source of ``nekomem backup`` with a server running. Raises
+        KnowledgeFileError, OSError."""
+        with self.st.lock:
+            return read_copy(self.st.files)
 
     # -- management ----------------------------------------------------------------
 
