@@ -90,6 +90,7 @@ def test_a_pack_already_installed_needs_replace(made: dict[str, Path], tmp_path:
         ready(srv)
         newer = [{"title": "Onsen", "content": "An onsen is a hot spring."}]
         assert wait_job(srv, post_pack(srv, pack("world-notes", newer))["job_id"])["state"] == "active"
+
     def data() -> dict[str, str]:  # the lock file records its last holder
         return {k: v for k, v in fingerprint(target).items() if k != ".nekomem.lock"}
 

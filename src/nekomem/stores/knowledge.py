@@ -26,8 +26,8 @@ import msgspec
 
 from nekomem.domain.knowledge_pack import PackSource
 from nekomem.stores.atomic import atomic_write_bytes, encode_json
-from nekomem.stores.private import private_folder
 from nekomem.stores.layout import KNOWLEDGE_DIR
+from nekomem.stores.private import private_folder
 
 log = logging.getLogger(__name__)
 
