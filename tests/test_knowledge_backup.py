@@ -19,7 +19,7 @@ import pytest
 from tests.support.live import LiveServer, make_settings
 from tests.support.restore_probe import fingerprint, nekomem
 from tests.test_backup import run_cli
-from tests.test_knowledge import ENTRIES, K, ask, holders, pack, post_pack, ready, titles, wait_job
+from tests.test_knowledge import K, ask, holders, pack, post_pack, ready, titles, wait_job
 
 KDIR = ".nekomem-knowledge"
 SECRET = [{"title": "Zorblax QX7", "summary": "Vemtrik summary", "content": "Plonquist harbour ledger 88421."}]
@@ -165,4 +165,3 @@ def test_a_backup_of_one_character_leaves_the_packs(made: dict[str, Path], tmp_p
     done = nekomem("backup", str(tmp_path / "lan"), "--memory-root", str(made["root"]), "--offline", "--character", "Lan")
     assert done.returncode == 0 and "knowledge" not in done.stdout, done.stderr
     assert not (tmp_path / "lan" / KDIR).exists() and (tmp_path / "lan" / "Lan").is_dir()
-    assert len(ENTRIES) == 6

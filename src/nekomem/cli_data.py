@@ -465,7 +465,13 @@ def _write_into(args: argparse.Namespace, settings: Settings, root: Path, out: T
                 2,
             )
         write_characters(checked, parent_of, replace=args.replace)
-        packs = kb.install(root, knowledge, replace=args.replace) if knowledge is not None else []
+        try:
+            packs = kb.install(root, knowledge, replace=args.replace) if knowledge is not None else []
+        except (OSError, KnowledgeFileError) as exc:
+            raise CommandError(
+                f"the characters were restored, but the knowledge packs could not be written ({type(exc).__name__}: {exc}); "
+                "the packs already installed are as they were. Run the restore again with --replace once that is fixed"
+            ) from None
         if core is not None and not (root / CORE_CONFIG_FILE).exists():
             atomic_write_bytes(root / CORE_CONFIG_FILE, core)
     done = "restored" if args.command == "restore" else "imported"
