@@ -42,6 +42,8 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         assert status == 0 and "backed up 1 character and 2 knowledge packs" in said, said
         # The copy is one a GET cannot take (a POST with a JSON body, as the character export).
         assert srv.get("/api/knowledge/export").status_code == 405
+        plain = srv.post("/api/knowledge/export", content=b"{}", headers={"content-type": "text/plain"})
+        assert plain.status_code == 415 and plain.json()["error_code"] == "unsupported_media_type"
     done = nekomem("backup", str(tmp / "offline"), "--memory-root", str(root), "--offline")
     assert done.returncode == 0 and "and 2 knowledge packs" in done.stdout, done.stderr
     return {"root": root, "online": tmp / "online", "offline": tmp / "offline"}
