@@ -152,9 +152,10 @@ def warm_p50(root: Path, src: str | None, rounds: int) -> float:
         server.stop()
 
 
-def http_import(root: Path, facts: list[dict[str, Any]], batch: int) -> float:
-    """Seconds to import ``facts`` over HTTP into a fresh character of a running server."""
-    server, log = start_nekomem(root, env=_env(None), timeout=120)
+def http_import(root: Path, facts: list[dict[str, Any]], batch: int, src: str | None = None) -> float:
+    """Seconds to import ``facts`` over HTTP into a fresh character of a running server
+    (of the version at ``src`` when given)."""
+    server, log = start_nekomem(root, env=_env(src), timeout=120)
     try:
         with httpx.Client(base_url=server.url, timeout=600) as client:
             started = time.monotonic()
@@ -191,10 +192,10 @@ def measure(count: int, tmp: Path, rounds: int, http: bool, batch: int, baseline
         warm = warm_p50(root, src, rounds)
         rows.append([count, label, query * 1000, query / parse, dialog * 1000, dialog / parse, warm * 1000])
     if http:
-        took = http_import(tmp / f"http-{count}", facts, batch)
-        print(
-            f"{count} facts: HTTP import {took:.2f} s ({count / took:.0f} facts/s, batches of {batch}) vs offline import {imported:.2f} s"
-        )
+        for label, src in versions:
+            took = http_import(tmp / f"http-{count}-{label}", facts, batch, src)
+            rate = f"{count / took:.0f} facts/s, batches of {batch}"
+            print(f"{count} facts, {label}: HTTP import {took:.2f} s ({rate}) vs offline import {imported:.2f} s")
     return rows
 
 

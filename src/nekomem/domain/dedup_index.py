@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection
 
 import msgspec
 
@@ -35,12 +35,14 @@ class DedupIndex:
         self.postings: dict[tuple[str, str], set[str]] = defaultdict(set)  # (entity, kw) -> ids
         self.mark_postings: dict[tuple[str, str], set[str]] = defaultdict(set)  # (entity, mark) -> ids
 
-    def add(self, fact: Fact) -> None:
+    def add(self, fact: Fact, key_of: DedupKey | None = None) -> None:
+        """Index ``fact`` (``key_of``: its key, when the caller has made it already)."""
         self.remove(fact.id)
         if fact.hash and fact.hash not in self.by_hash:
             self.by_hash[fact.hash] = fact
             self.hash_of[fact.id] = fact.hash
-        key_of = dedup_key(fact.text)
+        if key_of is None:
+            key_of = dedup_key(fact.text)
         self.keys[fact.id] = (fact.entity, key_of)
         for key in key_of.words:
             self.postings[(fact.entity, key)].add(fact.id)
@@ -76,7 +78,7 @@ class DedupIndex:
         ranked = sorted(keys, key=lambda k: len(self.postings.get((entity, k), ())))
         prefix = len(keys) - math.ceil(t * len(keys)) + 1
         low, high = t * len(keys), len(keys) / t if t > 0 else math.inf
-        sources: list[Iterable[str]] = [self.postings.get((entity, key), ()) for key in ranked[: max(1, prefix)]]
+        sources: list[Collection[str]] = [self.postings.get((entity, key), ()) for key in ranked[: max(1, prefix)]]
         # A near duplicate agrees on every mark of K (marks_agree): it has the mark too, or
         # the mark's word ("#2": a fact with the number 2). So the facts holding one mark of
         # K or its word are candidates enough, and a number or a name is usually far rarer
@@ -111,12 +113,13 @@ class DedupIndex:
                 if same.source == "ai_disclosure" and fact.source == "user_observation" and same.id not in upgraded:
                     upgraded[same.id] = msgspec.structs.replace(same, source="user_observation", signal_processed=False)
                 continue
-            near = self.near_duplicate(fact.entity, dedup_key(fact.text))
+            key_of = dedup_key(fact.text)
+            near = self.near_duplicate(fact.entity, key_of)
             if near is not None:
                 skipped_near.append((fact.hash, near))
                 continue
             accepted.append(fact)
-            self.add(fact)
+            self.add(fact, key_of)
         for fact in upgraded.values():
             self.by_hash[fact.hash] = fact
             self.hash_of[fact.id] = fact.hash
