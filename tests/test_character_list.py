@@ -89,3 +89,13 @@ def test_counts_follow_writes_and_come_back_when_the_summary_is_deleted(tmp_path
 
         summary.write_text("{not json")  # damaged: rebuilt from the views, never an error
         assert row("Char003")["counts"]["facts"] == 4  # type: ignore[index]
+
+
+def test_a_deleted_character_leaves_the_summary_at_once(tmp_path: Path) -> None:
+    _install(tmp_path, 3)
+    with LiveServer(make_settings(tmp_path)) as srv:
+        assert srv.get("/api/browse/characters").json()["total"] == 3
+        assert "Char001" in (tmp_path / SUMMARY_FILE).read_text()
+        assert srv.delete("/api/characters/Char001").status_code == 200
+        assert "Char001" not in (tmp_path / SUMMARY_FILE).read_text()
+        assert [c["name"] for c in srv.get("/api/browse/characters").json()["characters"]] == ["Char000", "Char002"]

@@ -100,6 +100,20 @@ class CharacterSummary:
                 self._write()
         return names
 
+    def forget(self, name: str) -> None:
+        """Drop ``name`` from the summary now (a deleted character leaves no trace in it).
+        Raises nothing (a summary that cannot be written is logged)."""
+        with self._lock:
+            rows = self._load()
+            if name not in rows and name not in self._names:
+                return
+            rows.pop(name, None)
+            self._names = self._names - {name}
+            if rows or self._names:
+                self._write()
+            else:
+                self.path.unlink(missing_ok=True)
+
     def _write(self) -> None:
         rows = self._rows or {}
         if not rows and not self._names:
