@@ -18,7 +18,6 @@ from nekomem.config.recall import RecallSettings
 from nekomem.recall.timewindow import TimeWindow, parse_time_window
 from nekomem.recall.tokenize import normalise, strip_stop_names
 
-_ASCII_WORD = re.compile(r"[a-z]+")
 _WORD_SPLIT = re.compile(r"[a-z]+|[^a-z]+")
 _VOWEL = re.compile(r"[aeiouy]")
 QUERY_STOPWORDS = frozenset(
