@@ -55,3 +55,21 @@ def test_removed_facts_no_longer_block():
     assert index.dedup([fact]).accepted == []
     index.remove(fact.id)
     assert index.dedup([fact]).accepted == [fact]
+
+
+def test_a_number_picks_the_candidates_so_a_duplicate_behind_many_common_words_is_found() -> None:
+    # 300 facts share every keyword with the new one; only one also has its number. The
+    # keyword route stops at max_candidates; the mark route looks at that one fact.
+    settings = LongTermSettings()
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+    def fact(text: str):  # type: ignore[no-untyped-def]
+        return normalize_fact({"text": text, "entity": "master"}, now=now, source="user_observation", settings=settings)
+
+    index = DedupIndex(0.8, max_candidates=50)
+    for i in range(300):
+        index.add(fact(f"Master walks the dog in the park at dawn with tea number {1000 + i}"))
+    twin = fact("Master walks the dog in the park at dawn with tea number 1299!")
+    assert index.dedup([twin]).skipped_near and not index.dedup([twin]).accepted
+    other = fact("Master walks the dog in the park at dawn with tea number 5000")
+    assert index.dedup([other]).accepted  # another number: another fact

@@ -166,3 +166,29 @@ def test_a_failed_scoped_extraction_answers_its_caller_502(character: Character)
         caller.result(5)
     assert failure.value.status == 502
     assert layer.store.facts == {}
+
+
+def test_a_wake_builds_no_dedup_index_and_the_first_write_still_dedups_against_the_stored_facts(character: Character) -> None:
+    first = character.layer()
+    first.on_ImportFacts(ImportFacts(facts=[{"text": "Master's cat is called Mochi"}, {"text": "Master plays the cello"}], reply=Reply()))
+    first.flush()
+
+    again = character.layer()  # a wake: reads only, so no dedup keys are made
+    assert again.store._dedup is None
+    answer = Reply()
+    again.on_ImportFacts(ImportFacts(facts=[{"text": "Master's cat is called Mochi"}, {"text": "Master lives in Osaka"}], reply=answer))
+    assert answer.result(5)["skipped_duplicates"] == 1
+    assert sorted(f.text for f in again.store.facts.values()) == [
+        "Master lives in Osaka",
+        "Master plays the cello",
+        "Master's cat is called Mochi",
+    ]
+
+
+def test_a_view_with_one_bad_record_is_read_record_by_record_and_the_bad_one_kept_aside(character: Character) -> None:
+    good = {"id": "fact_1", "text": "Master plays the cello", "importance": "7"}  # lax: "7" reads as 7
+    character.ctx.paths.facts.parent.mkdir(parents=True, exist_ok=True)
+    character.ctx.paths.facts.write_text(json.dumps([good, {"id": 3, "text": None}]), encoding="utf-8")
+    layer = character.layer()
+    assert [(f.id, f.importance) for f in layer.store.facts.values()] == [("fact_1", 7)]
+    assert list(character.ctx.paths.facts.parent.glob("facts.json.rejected-*"))

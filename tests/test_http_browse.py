@@ -295,5 +295,5 @@ def test_reads_of_an_unknown_character_create_nothing(tmp_path):
         assert srv.get("/api/browse/Ghost/context").json()["text"] == ""
         assert srv.get("/api/browse/Ghost/reflections/x/evidence").status_code == 404
         assert srv.post("/api/browse/Ghost/recall_explain", json={"query": "kites"}).status_code == 404
-        assert srv.get("/api/browse/characters").json() == {"characters": []}
+        assert srv.get("/api/browse/characters").json() == {"characters": [], "total": 0, "offset": 0, "limit": 1000, "sort": "name"}
         assert not (tmp_path / "Ghost").exists() and srv.runtime.registry.active_names() == []

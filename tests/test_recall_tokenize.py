@@ -135,3 +135,11 @@ def test_ngram_sizes_follow_the_settings() -> None:
     assert bigrams("我喜欢猫") == ["我喜", "喜欢", "欢猫"]
     unigrams = Tokenizer(RecallSettings(recall_cjk_ngram_min=1, recall_cjk_ngram_max=1))
     assert unigrams("猫が") == ["猫", "が"]
+
+
+def test_ascii_text_gives_the_tokens_of_the_general_path() -> None:
+    # The ASCII fast path must cut exactly as the general one (which a CJK character forces).
+    texts = ["Master's 3 cats played at 10:30 in Osaka!", "a bb ccc dddd classes stories boxes", "x_y 42 1st ÿ", "e-mail re-do  tabs\there"]
+    tokenizer = Tokenizer()
+    for text in texts:
+        assert tokenizer(text + " 日") == [*tokenizer(text), "日"]

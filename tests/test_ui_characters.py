@@ -68,3 +68,24 @@ def test_origin_rename_and_merge_from_the_character_list(driver: Any, tmp_path: 
         facts = [f["text"] for f in srv.get("/api/characters/Lan/facts").json()["items"]]
         assert facts == ["Master likes tea"]
         assert "Pixel" in srv.get("/get_recent_history/Lan").text
+
+
+def test_the_character_list_pages_and_searches(driver: Any, tmp_path: Path) -> None:
+    from tests.test_character_list import _install
+
+    names = _install(tmp_path, 120)
+    with LiveServer(make_settings(tmp_path, embedding_enabled=False)) as srv:
+        open_view(driver, srv, "characters")
+        assert row_names(driver) == names[:50]
+        pager = "[data-test=characters-pager] "
+        assert driver.find_element("css selector", pager + "[data-test=range]").text == "1–50 / 120"
+        driver.find_element("css selector", pager + "[data-test=next]").click()
+        wait_for(lambda: row_names(driver) == names[50:100], what="the second page")
+
+        search = driver.find_element("css selector", "[data-test=characters-q]")
+        search.send_keys("char11\n")
+        wait_for(lambda: row_names(driver) == names[110:120], what="the characters whose name holds the search")
+        shot(driver, "characters_paged_and_searched")
+        # The picker holds every name of its page, not only those the table shows.
+        options = driver.execute_script("return document.getElementById('character').options.length")
+        assert options == 120

@@ -35,7 +35,13 @@ def fact_from(obj: object, max_depth: int = 8, max_bytes: int = 4096) -> Fact:
     """A Fact from its stored form. An opaque field over the bounds (a record poisoned
     before the bounds existed) is dropped, so one record cannot break every read. Raises
     msgspec.ValidationError when ``obj`` is no fact."""
-    fact = msgspec.convert(obj, Fact, strict=False)
+    return clipped_fact(msgspec.convert(obj, Fact, strict=False), max_depth, max_bytes)
+
+
+def clipped_fact(fact: Fact, max_depth: int = 8, max_bytes: int = 4096) -> Fact:
+    """``fact`` with an opaque field over the bounds dropped (see :func:`fact_from`)."""
+    if fact.source_ref is None and fact.event_when_raw is None:
+        return fact
     source_ref, clipped_source = clip_opaque(fact.source_ref, max_depth=max_depth, max_bytes=max_bytes)
     when_raw, clipped_when = clip_opaque(fact.event_when_raw, max_depth=max_depth, max_bytes=max_bytes)
     if clipped_source or clipped_when:
@@ -78,7 +84,7 @@ class FactStore:
         self.views = JournaledViews(ports, FACTS, self)
         self.facts: dict[str, Fact] = {}
         self.archive: dict[str, Fact] = {}
-        self.dedup = DedupIndex(self.s.fact_near_dup_jaccard_threshold, self.s.fact_near_dup_max_candidates)
+        self._dedup: DedupIndex | None = None
         # New facts to check for paraphrases once RecallActor has computed their vectors.
         self.awaiting_vectors: set[str] = set()
         self.last_archive_at: datetime | None = None
@@ -90,13 +96,18 @@ class FactStore:
         self.facts = {}
         self.archive = {}
         for path, target in ((self.ctx.paths.facts, self.facts), (self.ctx.paths.facts_archive, self.archive)):
-            facts, rejected = read_records(path, self.fact_from, "facts", on_corrupt=self.views.note_corrupt)
+            facts, rejected = read_records(path, self.fact_from, "facts", on_corrupt=self.views.note_corrupt, fast=(Fact, self.clipped))
             for fact in facts:
                 target[fact.id] = fact
             self.views.changed(rejected)  # rewrite the view once, without what was kept aside
-        self.dedup = DedupIndex(self.s.fact_near_dup_jaccard_threshold, self.s.fact_near_dup_max_candidates)
+        self._dedup = None
         self.awaiting_vectors = set()
         self.last_archive_at = None
+
+    def clipped(self, fact: Fact) -> Fact:
+        """``fact`` within the server's opaque-field bounds."""
+        server = self.ctx.settings.server
+        return clipped_fact(fact, server.opaque_max_depth, server.opaque_max_bytes)
 
     def fact_from(self, obj: object) -> Fact:
         """A Fact from its stored form, within the server's opaque-field bounds."""
@@ -105,15 +116,26 @@ class FactStore:
 
     def after_load(self) -> None:
         """Once the views are loaded and the journal replayed: reclaim the records parked
-        by a lost instance, index the private corpus for dedup, feed recall."""
+        by a lost instance, feed recall (the dedup index is built on first use)."""
         # Records parked in a previous instance's batch were lost with it.
         self.ports.send(OUTBOX, ReclaimParked(child=FACTS))
-        # Only the private corpus dedups private extraction: a group's fact must not hide
-        # the owner's own (scoped facts dedup within their subject, see scoped_facts).
-        for fact in list(self.facts.values()) + list(self.archive.values()):
-            if is_private(fact):
-                self.dedup.add(fact)
         self.send_index()
+
+    @property
+    def dedup(self) -> DedupIndex:
+        """The dedup index of the stored facts, built on first use: a wake that only reads
+        (the first /query_memory or /new_dialog of a long memory) does not pay for it, the
+        first write that dedups does (its keys are most of a wake's CPU at 50,000 facts).
+        Built from the facts as they are then, so the changes applied before it are in it."""
+        if self._dedup is None:
+            index = DedupIndex(self.s.fact_near_dup_jaccard_threshold, self.s.fact_near_dup_max_candidates)
+            # Only the private corpus dedups private extraction: a group's fact must not hide
+            # the owner's own (scoped facts dedup within their subject, see scoped_facts).
+            for fact in list(self.facts.values()) + list(self.archive.values()):
+                if is_private(fact):
+                    index.add(fact)
+            self._dedup = index
+        return self._dedup
 
     def write_views(self) -> None:
         """Write both views atomically. Raises OSError."""

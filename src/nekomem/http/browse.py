@@ -33,6 +33,7 @@ from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
 from nekomem.http.system import _toggle_lock, fact_backlog_of
 from nekomem.runtime.runtime import Runtime
 from nekomem.runtime.switches import REVIEW, SwitchError
+from nekomem.stores.character_summary import CharacterRow, summary_of
 from nekomem.stores.layout import CharacterPaths
 from nekomem.stores.origin import read_origin
 from nekomem.stores.timeindex import to_utc_iso
@@ -99,47 +100,101 @@ def _origin(paths: CharacterPaths) -> dict[str, Any] | None:
     return None if origin is None else msgspec.to_builtins(origin)
 
 
+CHARACTER_SORTS = ("name", "last_conversation")
+
+
+def _summary_read(paths: CharacterPaths) -> tuple[int, str | None, dict[str, Any]]:
+    turns, last = store.journal_summary(paths)
+    return turns, last, store.disk_counts(paths)
+
+
+def _character_rows(
+    rt: Runtime, names: list[str], everyone: list[str], *, sort: str, offset: int, limit: int
+) -> tuple[list[str], dict[str, CharacterRow]]:
+    """The page of ``names`` in ``sort`` order and the summary rows of its names. Sorted by
+    name only the page's characters are looked at; by last conversation every name's
+    stamp is (a few ``stat`` calls each, no file read while the summary holds)."""
+    summary = summary_of(rt.memory_root)
+    known = set(everyone)
+    if sort == "name":
+        page = names[offset : offset + limit]
+        return page, summary.rows(page, rt.character_paths, _summary_read, known)
+    rows = summary.rows(names, rt.character_paths, _summary_read, known)
+    # Newest conversation first; characters without one last, by name.
+    ordered = sorted(names, key=lambda n: rows[n].last_conversation_at or "", reverse=True)
+    page = ordered[offset : offset + limit]
+    return page, {n: rows[n] for n in page}
+
+
 async def characters(request: Request) -> Response:
-    """``GET /api/browse/characters``: every character on disk with its counts per layer,
-    whether it is active, its last conversation time and any storage trouble."""
+    """``GET /api/browse/characters?offset=&limit=&sort=name|last_conversation&q=&brief=``:
+    a page of the characters on disk (``q``: a part of the name, any case) with their
+    counts per layer, whether each is active, its last conversation time and any storage
+    trouble; ``total`` counts the characters the filter keeps. The counts of a passive
+    character come from the per-root summary (:mod:`nekomem.stores.character_summary`),
+    so a page costs the same with 50 or 5,000 characters on disk; an active character's
+    are asked of its actors. ``brief=true`` leaves out what needs more than the summary
+    (trouble, backlog, origin, live counts): the browser's character picker."""
     rt = runtime_of(request)
-    names = await asyncio.to_thread(rt.known_characters)
+    offset, limit = _page(request, rt.settings.server.api_page_max)
+    sort = request.query_params.get("sort") or "name"
+    if sort not in CHARACTER_SORTS:
+        raise ApiError(400, "bad_query", f"sort must be one of {', '.join(CHARACTER_SORTS)}")
+    brief = bool(_bool_param(request, "brief"))
+    needle = (request.query_params.get("q") or "").strip().casefold()
+    if rt.services.character_root is None:
+        # One root: its listing is kept by the summary (a directory read, no look inside).
+        everyone = await asyncio.to_thread(summary_of(rt.memory_root).names, rt.settings.server.name_max_length)
+    else:
+        everyone = await asyncio.to_thread(rt.known_characters)
+    names = [n for n in everyone if needle in n.casefold()] if needle else everyone
+    page, summary = await asyncio.to_thread(_character_rows, rt, names, everyone, sort=sort, offset=offset, limit=limit)
     active = set(rt.registry.active_names())
-    pending = rt.services.pending
     rows = []
-    for name in names:
-        paths = _paths(request, name)
-        turns, last = await asyncio.to_thread(store.journal_summary, paths)
-        trouble = await asyncio.to_thread(store.storage_trouble, paths)
-        if name in active:
-            counts = await _live_counts(rt, name)
-            archived = await asyncio.to_thread(store.archived_reflections, paths)
-            counts["reflections"]["archived"] = len(archived)
-            described = await asyncio.to_thread(rt.registry.describe, name)
-            failed = (described or {}).get("failed", {})
-            trouble += [f"{child} layer failed: {error}" for child, error in failed.items()]
-        else:
-            counts = await asyncio.to_thread(store.disk_counts, paths)
-        rows.append(
-            {
-                "name": name,
-                "active": name in active,
-                "turns": turns,
-                "last_conversation_at": last,
-                "counts": counts,
-                # Stored entries still without a vector (searchable by BM25 only until then).
-                "embeddings_pending": pending.of(name),
-                # Stored turns still waiting for fact extraction (from before a model):
-                # the count /health shows (one tally, nekomem.http.system.fact_backlog_of).
-                "fact_backlog": await asyncio.to_thread(fact_backlog_of, rt, name),
-                "trouble": trouble,
-                "damaged": store.journal_damaged(trouble),
-                # When and through which route it was created, and renames/merges since
-                # (nekomem.stores.origin); null for a folder from before origins.
-                "origin": await asyncio.to_thread(_origin, paths),
-            }
-        )
-    return JSONResponse({"characters": rows})
+    for name in page:
+        kept = summary[name]
+        row: dict[str, Any] = {
+            "name": name,
+            "active": name in active,
+            "turns": kept.turns,
+            "last_conversation_at": kept.last_conversation_at,
+            "counts": dict(kept.counts),
+        }
+        if not brief:
+            row.update(await _row_details(request, rt, name, name in active))
+        rows.append(row)
+    return JSONResponse({"characters": rows, "total": len(names), "offset": offset, "limit": limit, "sort": sort})
+
+
+async def _row_details(request: Request, rt: Runtime, name: str, active: bool) -> dict[str, Any]:
+    """What a full row adds to the summary's: live counts of an active character, storage
+    trouble, pending vectors, the fact backlog and the origin."""
+    paths = _paths(request, name)
+    trouble = await asyncio.to_thread(store.storage_trouble, paths)
+    details: dict[str, Any] = {}
+    if active:
+        counts = await _live_counts(rt, name)
+        archived = await asyncio.to_thread(store.archived_reflections, paths)
+        counts["reflections"]["archived"] = len(archived)
+        details["counts"] = counts
+        described = await asyncio.to_thread(rt.registry.describe, name)
+        failed = (described or {}).get("failed", {})
+        trouble += [f"{child} layer failed: {error}" for child, error in failed.items()]
+    details.update(
+        {
+            # Stored entries still without a vector (searchable by BM25 only until then).
+            "embeddings_pending": rt.services.pending.of(name),
+            # Stored turns still waiting for fact extraction (from before a model):
+            # the count /health shows (one tally, nekomem.http.system.fact_backlog_of).
+            "fact_backlog": await asyncio.to_thread(fact_backlog_of, rt, name),
+            "trouble": trouble,
+            "damaged": store.journal_damaged(trouble),
+            # When and through which route it was created, and renames/merges since
+            # (nekomem.stores.origin); null for a folder from before origins.
+            "origin": await asyncio.to_thread(_origin, paths),
+        }
+    )
+    return details
 
 
 # -- journal -----------------------------------------------------------------------------

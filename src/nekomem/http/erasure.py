@@ -31,6 +31,7 @@ from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
 from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
 from nekomem.runtime.registry import CharacterBusy
+from nekomem.stores.character_summary import summary_of
 from nekomem.stores.timeindex_read import to_utc_iso
 
 _REMOVE_ATTEMPTS = 3
@@ -82,6 +83,7 @@ async def delete_character(request: Request) -> Response:
             # home: in a N.E.K.O. memory folder, the reference's files go with nekomem's.
             removed = _remove_folder(paths.home) if paths.home.exists() else 0
             rt.names.forget(name)
+            summary_of(rt.memory_root).forget(name)  # the character list's summary
             rt.services.backlog.publish(name, 0)
             if rt.services.storage is not None:
                 rt.services.storage.forget_character(name)

@@ -27,8 +27,8 @@ word-like pieces, and an unseen piece weighs like an unseen word): 1.0 means "ev
 corpus size the way raw BM25 does, so one threshold (``recall_bm25_threshold``) fits a
 3-fact and a 100k-fact memory alike. Documents scoring 0 are never returned.
 
-Postings of a term are plain Python lists while the term is rare, numpy arrays (doubling)
-once it has ``recall_bm25_list_postings_max`` postings or a query reads it. A query adds
+New postings of a term wait in plain Python lists and move into numpy arrays (doubling)
+in one assignment once ``recall_bm25_list_postings_max`` wait or a query reads the term. A query adds
 each term's contributions into a scratch row indexed by document slot and reads back only
 the touched slots; top-k is an argpartition (ties broken by id).
 
@@ -56,9 +56,10 @@ Allowed = Callable[[str], bool] | Collection[str] | None
 class _Postings:
     """The documents containing one term.
 
-    A rare term keeps its postings in two plain lists (cheap per term); once it is read by
-    a query or reaches ``list_max`` postings they move to numpy arrays that double when full,
-    so a query never converts more than ``list_max`` postings per term.
+    New postings go to two plain lists (cheap per posting); they are moved into numpy
+    arrays (doubling when full) in one slice assignment once ``list_max`` are waiting or a
+    query reads the term, so a query never converts more than ``list_max`` postings per
+    term and a wake that indexes 50,000 documents does no numpy work per posting.
     """
 
     __slots__ = ("term", "slots", "tfs", "n", "tail_slots", "tail_tfs", "dead")
@@ -68,50 +69,48 @@ class _Postings:
         self.slots: np.ndarray | None = None
         self.tfs: np.ndarray | None = None
         self.n = 0  # postings held in the arrays
-        self.tail_slots: list[int] | None = []
-        self.tail_tfs: list[int] | None = []
+        self.tail_slots: list[int] = []  # postings not yet in the arrays
+        self.tail_tfs: list[int] = []
         self.dead = 0  # postings whose document was removed
 
     @property
     def size(self) -> int:
         """Postings held, dead ones included."""
-        return self.n if self.tail_slots is None else len(self.tail_slots)
+        return self.n + len(self.tail_slots)
 
     @property
     def live(self) -> int:
         return self.size - self.dead
 
     def append(self, slot: int, tf: int, list_max: int) -> None:
-        if self.tail_slots is not None:
-            assert self.tail_tfs is not None
-            self.tail_slots.append(slot)
-            self.tail_tfs.append(tf)
-            if len(self.tail_slots) >= list_max:
-                self._materialise()
-            return
-        assert self.slots is not None and self.tfs is not None
-        if self.n == self.slots.shape[0]:
-            self.slots = np.concatenate((self.slots, np.empty_like(self.slots)))
-            self.tfs = np.concatenate((self.tfs, np.empty_like(self.tfs)))
-        self.slots[self.n] = slot
-        self.tfs[self.n] = tf
-        self.n += 1
+        self.tail_slots.append(slot)
+        self.tail_tfs.append(tf)
+        if len(self.tail_slots) >= list_max:
+            self._flush()
 
-    def _materialise(self) -> None:
-        assert self.tail_slots is not None and self.tail_tfs is not None
+    def _flush(self) -> None:
+        """Move the waiting postings into the arrays (made or grown as needed)."""
         count = len(self.tail_slots)
-        capacity = max(2 * count, 1)
-        self.slots = np.empty(capacity, dtype=np.int32)
-        self.tfs = np.empty(capacity, dtype=np.float64)
-        self.slots[:count] = self.tail_slots
-        self.tfs[:count] = self.tail_tfs
-        self.n = count
-        self.tail_slots = self.tail_tfs = None
+        need = self.n + count
+        if self.slots is None or self.tfs is None or need > self.slots.shape[0]:
+            capacity = max(2 * need, 1)
+            slots = np.empty(capacity, dtype=np.int32)
+            tfs = np.empty(capacity, dtype=np.float64)
+            if self.slots is not None and self.tfs is not None:
+                slots[: self.n] = self.slots[: self.n]
+                tfs[: self.n] = self.tfs[: self.n]
+            self.slots, self.tfs = slots, tfs
+        if count:
+            self.slots[self.n : need] = self.tail_slots
+            self.tfs[self.n : need] = self.tail_tfs
+            self.n = need
+            self.tail_slots = []
+            self.tail_tfs = []
 
     def arrays(self, alive: np.ndarray, dead_ratio: float) -> tuple[np.ndarray, np.ndarray]:
         """Slots and term frequencies of the live postings (compacting dead ones lazily)."""
-        if self.tail_slots is not None:
-            self._materialise()
+        if self.tail_slots or self.slots is None:
+            self._flush()
         assert self.slots is not None and self.tfs is not None
         slots, tfs = self.slots[: self.n], self.tfs[: self.n]
         if not self.dead:
@@ -127,19 +126,14 @@ class _Postings:
 
     def remap(self, alive: np.ndarray, remap: np.ndarray) -> None:
         """Keep the live postings only, renumbered through ``remap`` (old slot -> new slot)."""
-        if self.tail_slots is not None:
-            assert self.tail_tfs is not None
-            pairs = [(int(remap[s]), tf) for s, tf in zip(self.tail_slots, self.tail_tfs, strict=False) if alive[s]]
-            self.tail_slots = [s for s, _ in pairs]
-            self.tail_tfs = [tf for _, tf in pairs]
-        else:
-            assert self.slots is not None and self.tfs is not None
-            slots, tfs = self.slots[: self.n], self.tfs[: self.n]
-            mask = alive[slots]
-            count = int(mask.sum())
-            self.slots[:count] = remap[slots[mask]]
-            self.tfs[:count] = tfs[mask]
-            self.n = count
+        self._flush()
+        assert self.slots is not None and self.tfs is not None
+        slots, tfs = self.slots[: self.n], self.tfs[: self.n]
+        mask = alive[slots]
+        count = int(mask.sum())
+        self.slots[:count] = remap[slots[mask]]
+        self.tfs[:count] = tfs[mask]
+        self.n = count
         self.dead = 0
 
 
@@ -331,11 +325,10 @@ class LexicalIndex:
             if p is None:
                 p = postings[term] = _Postings(term)
             tail = p.tail_slots
-            if tail is not None and len(tail) + 1 < list_max:
-                tail.append(slot)  # the common case, inlined: a rare term's plain lists
-                p.tail_tfs.append(tf)  # type: ignore[union-attr]
-            else:
-                p.append(slot, tf, list_max)
+            tail.append(slot)  # Postings.append, inlined (the hot loop of a wake)
+            p.tail_tfs.append(tf)
+            if len(tail) >= list_max:
+                p._flush()
             posts.append(p)
         self._id_slot[doc_id] = slot
         self._slot_ids.append(doc_id)

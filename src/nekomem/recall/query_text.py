@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from functools import lru_cache
 
 from nekomem.config.recall import RecallSettings
 from nekomem.recall.timewindow import TimeWindow, parse_time_window
 from nekomem.recall.tokenize import normalise, strip_stop_names
 
-_ASCII_WORD = re.compile(r"[a-z]+")
 _WORD_SPLIT = re.compile(r"[a-z]+|[^a-z]+")
 _VOWEL = re.compile(r"[aeiouy]")
 QUERY_STOPWORDS = frozenset(
@@ -31,6 +31,11 @@ theirs not no so than too very just also only both each any all some such more m
 )
 
 
+# Memoised: a long memory repeats the same few thousand words, and a wake stems them all.
+_WORD_CACHE_SIZE = 1 << 16
+
+
+@lru_cache(maxsize=_WORD_CACHE_SIZE)
 def light_stem(word: str) -> str:
     """A light English stem of a lowercase ASCII word (plural, -ed, -ing, -ly, final e).
 
@@ -67,7 +72,7 @@ def lexical_text(text: str, stop_names: tuple[str, ...], min_name_chars: int, *,
         return norm
     out: list[str] = []
     for piece in _WORD_SPLIT.findall(norm):
-        if not _ASCII_WORD.fullmatch(piece):
+        if not "a" <= piece[0] <= "z":  # _WORD_SPLIT: a piece is all [a-z] or has none
             out.append(piece)
         elif query_stopwords and piece in QUERY_STOPWORDS:
             out.append(" ")

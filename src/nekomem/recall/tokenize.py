@@ -51,6 +51,8 @@ _WORD_CLASS = f"[^\\W_{_CJK_RANGES}{_HANGUL_RANGES}]"
 _RUN_RE = re.compile(f"(?P<cjk>[{_CJK_RANGES}]+)|(?P<hangul>[{_HANGUL_RANGES}]+)|(?P<word>{_WORD_CLASS}+)")
 _HAS_SPACELESS_RE = re.compile(f"[{_CJK_RANGES}{_HANGUL_RANGES}]")
 _ASCII_WORD_RE = re.compile(r"[a-z]+")
+# _WORD_CLASS within ASCII after case folding: letters and digits.
+_ASCII_RUN_RE = re.compile(r"[a-z0-9]+")
 # A CJK run cut where the script changes: hiragana, katakana (ー included), everything else
 # (ideographs and the iteration marks).
 _HIRAGANA = "\u3041-\u3096\u309d-\u309f"
@@ -66,6 +68,7 @@ def normalise(text: str) -> str:
     return unicodedata.normalize("NFKC", text).casefold()
 
 
+@lru_cache(maxsize=1 << 16)  # a wake folds the same few thousand words many times
 def fold_english(word: str) -> str:
     """Fold a plain English plural or possessive to its stem; other words are returned as is.
 
@@ -131,6 +134,11 @@ class Tokenizer:
         norm = normalise(text)
         if stop_names:
             norm = strip_stop_names(norm, stop_names, self._stop_min)
+        if norm.isascii():
+            # Every run is a word (no CJK, no Hangul): one findall, the same tokens.
+            word_min = self._word_min
+            words = [w for w in _ASCII_RUN_RE.findall(norm) if len(w) >= word_min or w.isdigit()]
+            return [fold_english(w) for w in words] if self._fold else words
         tokens: list[str] = []
         lo, hi = self._ngram_min, self._ngram_max
         for match in _RUN_RE.finditer(norm):

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping, Sized
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import msgspec
 
@@ -298,6 +298,25 @@ def read_json(path: Path, *, type: Any = None, default: Any = None) -> tuple[Any
     return value, "ok"
 
 
+def _read_typed(path: Path, record_type: type[T]) -> list[T] | None:
+    """The view ``path`` decoded as ``list[record_type]``, or None when it is missing or
+    any part of it does not decode so (the slow path then sorts it out)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    decoder = _TYPED_DECODERS.get(record_type)
+    if decoder is None:
+        decoder = _TYPED_DECODERS[record_type] = msgspec.json.Decoder(list[record_type], strict=False)  # type: ignore[valid-type]
+    try:
+        return cast("list[T]", decoder.decode(raw))
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+
+
+_TYPED_DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {}
+
+
 def keep_rejected(path: Path, rejected: list[Any], what: str) -> Path:
     """Write the raw ``rejected`` records of view ``path`` to ``<name>.rejected-<UTC
     timestamp>`` (atomically, next to the view) and log a WARNING with their count only.
@@ -313,7 +332,12 @@ def keep_rejected(path: Path, rejected: list[Any], what: str) -> Path:
 
 
 def read_records(
-    path: Path, convert: Callable[[Any], T], what: str, on_corrupt: Callable[[Path], None] | None = None
+    path: Path,
+    convert: Callable[[Any], T],
+    what: str,
+    on_corrupt: Callable[[Path], None] | None = None,
+    *,
+    fast: tuple[type[T], Callable[[T], T]] | None = None,
 ) -> tuple[list[T], int]:
     """The records of the JSON list view ``path``, each passed through ``convert``, and how
     many were set aside (the caller should rewrite the view, so they are kept only once).
@@ -324,7 +348,16 @@ def read_records(
     left out of the result. Raises OSError when the file or the rejected records cannot be
     read or written. ``on_corrupt(path)`` is called when the file was undecodable (so the
     caller can rebuild it from elsewhere).
+
+    ``fast = (record type, check)``: the view is first decoded straight into a list of that
+    msgspec Struct (lax, as ``msgspec.convert(strict=False)``) and each record passed
+    through ``check`` only, which skips building a dict per record (most of a long view's
+    load); when any record does not decode so, the view is read record by record as above.
     """
+    if fast is not None:
+        typed = _read_typed(path, fast[0])
+        if typed is not None:
+            return [fast[1](record) for record in typed], 0
     raw, status = read_json(path, default=[])
     if status == "corrupt" and on_corrupt is not None:
         on_corrupt(path)

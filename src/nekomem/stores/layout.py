@@ -21,6 +21,7 @@ import functools
 import logging
 import os
 import unicodedata
+from collections.abc import Collection
 from pathlib import Path
 
 from nekomem.stores.atomic import atomic_write_json, fsync_dir
@@ -390,12 +391,15 @@ def _is_character(root: Path, name: str) -> bool:
     return _has_known_entry(folder)
 
 
-def list_characters(root: Path, *, max_length: int = DEFAULT_NAME_MAX_LENGTH) -> list[str]:
+def list_characters(root: Path, *, max_length: int = DEFAULT_NAME_MAX_LENGTH, settled: Collection[str] = ()) -> list[str]:
     """Names of the character folders under ``root``, sorted.
 
     A folder counts when its name is valid, its canonical form names the same folder
     (an NFD folder name on a normalising file system lists in NFC), and it holds at least
-    one known file. A missing root lists nothing; other OSErrors propagate.
+    one known file. A folder named in ``settled`` (the names of an earlier listing of this
+    root) counts while it is there, unchecked: so a repeated listing costs a directory
+    read, not a look into every folder. A missing root lists nothing; other OSErrors
+    propagate.
     """
     root = Path(root)
     try:
@@ -404,6 +408,9 @@ def list_characters(root: Path, *, max_length: int = DEFAULT_NAME_MAX_LENGTH) ->
         return []
     names: set[str] = set()
     for entry in entries:
+        if entry.name in settled and entry.is_dir():
+            names.add(entry.name)
+            continue
         if not entry.is_dir():
             continue
         try:

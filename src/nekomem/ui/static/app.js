@@ -41,10 +41,14 @@ let charactersError = null;
 async function loadCharacters() {
   const sel = document.getElementById("character");
   try {
-    const data = await api("GET", "/api/browse/characters");
+    // The picker: names only (brief rows from the summary), the first page by name; a
+    // kept name beyond it is added, so a deep link still finds its character.
+    const data = await api("GET", "/api/browse/characters?brief=true&limit=1000");
     const keep = sel.value || localStorage.getItem(CHAR_KEY) || "";
-    sel.replaceChildren(...data.characters.map((c) => h("option", { value: c.name }, c.name)));
-    if (data.characters.some((c) => c.name === keep)) sel.value = keep;
+    const names = data.characters.map((c) => c.name);
+    if (keep && !names.includes(keep) && data.total > names.length) names.push(keep);
+    sel.replaceChildren(...names.map((n) => h("option", { value: n }, n)));
+    if (names.includes(keep)) sel.value = keep;
     charactersError = null;
     return data;
   } catch (e) { charactersError = e; showError(e); return null; }

@@ -8,13 +8,28 @@ const enc = encodeURIComponent;
 const PAGE = 50;
 
 // -- Characters ----------------------------------------------------------------------------
+// One page of the characters (offset/limit, sorted by name or last conversation, a name
+// filter): the server counts a page from its per-root summary, so a big install lists fast.
 export async function characters(box, ctx) {
-  const data = await ctx.reloadCharacters();
-  if (!data) return;
+  const picker = await ctx.reloadCharacters();
+  if (!picker) return;
+  const p = ctx.params;
+  const offset = Number(p.get("offset") || 0);
+  const query = { q: p.get("q") || "", sort: p.get("sort") || "name" };
+  const data = await api("GET", "/api/browse/characters" + qs({ ...query, offset, limit: PAGE }));
   box.append(h("h2", {}, t("view_characters")));
-  if (!data.characters.length) { box.append(h("p", { class: "muted" }, t("no_characters"))); return; }
+  const keep = (extra) => ctx.go("characters", Object.fromEntries(Object.entries({ ...query, ...extra }).filter(([k, v]) => v && !(k === "sort" && v === "name"))));
+  const text = h("input", { type: "search", value: query.q, "data-test": "characters-q" });
+  text.addEventListener("keydown", (e) => { if (e.key === "Enter") keep({ q: text.value }); });
+  const sort = select("sort", [["name", t("name")], ["last_conversation", t("last_conversation")]], query.sort);
+  sort.setAttribute("data-test", "characters-sort");
+  box.append(h("div", { class: "filters" }, field(t("text_filter"), text), field(t("order"), sort),
+    h("button", { type: "button", "data-test": "characters-apply", onclick: () => keep({ q: text.value, sort: sort.value }) }, t("apply")),
+    h("button", { type: "button", onclick: () => ctx.go("characters") }, t("clear"))));
+  if (!data.total) { box.append(h("p", { class: "muted" }, t(query.q ? "nothing" : "no_characters"))); return; }
+  box.append(pager(data.total, offset, PAGE, (o) => keep({ offset: o }), "characters-pager"));
   const head = ["name", "state", "turns", "recent", "facts", "facts_archived", "vectors_pending", "fact_backlog", "reflections", "persona", "corrections", "last_conversation", "storage"];
-  const names = data.characters.map((c) => c.name);
+  const names = picker.characters.map((c) => c.name);
   const rows = data.characters.map((c) => {
     const r = c.counts.reflections || {};
     const refl = Object.entries(r).filter(([, n]) => n).map(([s, n]) => `${t("st_" + s)} ${n}`).join(", ") || "0";
