@@ -119,6 +119,8 @@ class KnowledgeFiles:
         return registry
 
     def save_registry(self, registry: Registry) -> None:
+        if registry == Registry() and not self.folder.exists():
+            return  # nothing to keep: the folder appears with the first pack or setting
         self._make()
         atomic_write_bytes(self.folder / REGISTRY_FILE, encode_json(msgspec.to_builtins(registry)))
 
@@ -136,6 +138,10 @@ class KnowledgeFiles:
             raise KnowledgeFileError(f"jobs.json: {exc}") from None
 
     def save_jobs(self, jobs: list[Job]) -> None:
+        # No folder until there is something to keep: a root without packs stays as it was
+        # (in a N.E.K.O. memory folder the main process lists every folder of the root).
+        if not jobs and not self.folder.exists():
+            return
         self._make()
         atomic_write_bytes(self.folder / JOBS_FILE, encode_json(msgspec.to_builtins(JobsFile(jobs))))
 
