@@ -424,7 +424,11 @@ def test_no_read_route_creates_anything_on_disk(tmp_path: Path) -> None:
         assert "/new_dialog/{name:str}" in gets and "/internal/memory/{name:str}/scoped_subjects" in gets
         for path in gets:
             url = path.replace("{name:str}", "Ghost").replace("{layer:str}", "facts")
-            r = srv.get(url, params={"account_id": "qq:1"} if path == "/internal/trust/profile" else None)
+            params = {
+                "/internal/trust/profile": {"account_id": "qq:1"},
+                "/internal/knowledge/entry": {"pack_id": "ghost-pack", "title": "Ghost"},
+            }.get(path)
+            r = srv.get(url, params=params)
             assert r.status_code in (200, 404), (url, r.status_code, r.text)
         reads = {
             "/query_memory/Ghost": {"query": "tea"},
