@@ -143,3 +143,14 @@ def test_ascii_text_gives_the_tokens_of_the_general_path() -> None:
     tokenizer = Tokenizer()
     for text in texts:
         assert tokenizer(text + " 日") == [*tokenizer(text), "日"]
+
+
+def test_the_memoised_words_are_dropped_when_entries_leave_an_index():
+    from nekomem.recall.query_text import light_stem
+    from nekomem.recall.tokenize import fold_english, forget_memoised_words
+
+    fold_english("kites")
+    light_stem("walking")
+    assert fold_english.cache_info().currsize > 0 and light_stem.cache_info().currsize > 0
+    forget_memoised_words()
+    assert fold_english.cache_info().currsize == 0 and light_stem.cache_info().currsize == 0

@@ -64,6 +64,7 @@ from nekomem.recall.response import (
     time_response,
 )
 from nekomem.recall.timewindow import TimeWindow
+from nekomem.recall.tokenize import forget_memoised_words
 from nekomem.runtime.deadlines import RECALL_DEADLINES
 from nekomem.runtime.pool import PoolFull
 from nekomem.runtime.protocol import Message
@@ -211,6 +212,7 @@ class RecallLayer:
     @handles(IndexRemove)
     def on_IndexRemove(self, msg: IndexRemove) -> None:
         self.index.remove(msg.ids)
+        forget_memoised_words()
         self._publish_pending()
 
     # -- vectors ---------------------------------------------------------------------
