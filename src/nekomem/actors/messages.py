@@ -524,6 +524,14 @@ class ExplainQuery(Message, frozen=True):
     excluded: list[dict[str, str]] = []
 
 
+class TurnsMined(Message, frozen=True):
+    """Sent by FactActor to RecentActor when an extraction of facts over journal rows
+    finished: the inclusive row ranges ``ranges`` are covered
+    (:mod:`nekomem.stores.turn_coverage`)."""
+
+    ranges: list[tuple[int, int]]
+
+
 class BacklogMined(Message, frozen=True):
     """Sent by FactActor to RecentActor once the extraction of a fact-backlog batch
     finished: rows up to ``row`` are mined."""

@@ -52,6 +52,7 @@ from nekomem.domain.layers import tier_owners, vector_tiers
 from nekomem.recall.embeddings import EmbeddingService
 from nekomem.recall.entry import display_tz
 from nekomem.recall.explain import explain
+from nekomem.recall.fusion import rrf
 from nekomem.recall.index import RecallIndex
 from nekomem.recall.journal_fallback import journal_hits
 from nekomem.recall.names import blend_query_vectors
@@ -64,6 +65,7 @@ from nekomem.recall.response import (
     time_response,
 )
 from nekomem.recall.timewindow import TimeWindow
+from nekomem.recall.turn_leg import TURN_TIER, TurnCorpus
 from nekomem.runtime.deadlines import RECALL_DEADLINES
 from nekomem.runtime.pool import PoolFull
 from nekomem.runtime.protocol import Message
@@ -101,6 +103,8 @@ class RecallLayer:
         # token -> a query (or a playground explain) waiting for its embedding, and its plan
         self.queries: dict[int, tuple[QueryMemory | ExplainQuery, QueryPlan]] = {}
         self.held: list[QueryMemory] = []
+        # The uncovered journal turns, indexed (rebuilt when the journal or its coverage changed).
+        self.turns: TurnCorpus | None = None
 
     # -- lifecycle -------------------------------------------------------------------
     def load(self) -> None:
@@ -109,6 +113,7 @@ class RecallLayer:
         names = [self.ctx.settings.recent.master_name, self.ctx.name, *s.recall_extra_stop_names]
         analyzer = LexicalAnalyzer(s, stop_names_for(names))
         self.index = RecallIndex(s, display_tz(self.ctx.settings.server.display_timezone), analyzer)
+        self.turns = None
         self.backfill_token: int | None = None
         self.backfill_items: list[tuple[str, str]] = []
         self.backfill_after = 0.0
@@ -338,7 +343,7 @@ class RecallLayer:
             # Subject scoping is a hard filter applied before any scoring (fail closed).
             visible = self.index.visible(msg.subjects)
             now = msg.now or datetime.now(self.index.tz)
-            plan = plan_query(query, msg.time or "", now, self.index, self.s, started, visible)
+            plan = plan_query(query, msg.time or "", now, self.index, self.s, started, visible, scoped=msg.subjects is not None)
             if plan.window is None and plan.spec:
                 self.log.info("recall: time expression not understood; ignored")
             if not query:
@@ -405,17 +410,54 @@ class RecallLayer:
         """No long-term entry yet: the newest journal turns ranked by BM25 (read-only;
         RecentActor is the journal's writer). See :mod:`nekomem.recall.journal_fallback`."""
         path = self.ctx.paths.time_index_db
-        turns = []
+        rows = []
         if path.exists():
             try:
                 with TimeIndexReader.read_only(path) as journal:
-                    turns = journal.tail(self.s.recall_journal_fallback_rows)
+                    rows = journal.tail_rows(self.s.recall_journal_fallback_rows)
             except sqlite3.Error:  # not created yet, or unreadable: nothing to search
-                turns = []
-        hits = journal_hits(turns, pending.search, self.index.analyzer, self.s)
+                rows = []
+        hits, sessions = journal_hits(rows, pending.search, self.index.analyzer, self.s)
         elapsed = round((time.perf_counter() - pending.started) * 1000, 1)
-        self.log.info("recall query: no long-term entry; journal fallback over %d turns: %d hits", len(turns), len(hits))
-        return query_response(hits, pending.query, len(turns), elapsed)
+        self.log.info("recall query: no long-term entry; journal fallback over %d turns: %d hits", len(rows), len(hits))
+        return query_response(hits, pending.query, len(rows), elapsed, sessions)
+
+    def _uncovered_turns(self) -> TurnCorpus | None:
+        """The newest recall_uncovered_turns journal turns no long-term memory covers
+        (:mod:`nekomem.stores.turn_coverage`), indexed; kept while the journal's rows and
+        coverage are unchanged. None when off, or when the journal does not track coverage."""
+        limit = self.s.recall_uncovered_turns
+        path = self.ctx.paths.time_index_db
+        if limit <= 0 or not path.exists():
+            self.turns = None
+            return None
+        try:
+            with TimeIndexReader.read_only(path) as journal:
+                mined = journal.mined_ranges()
+                if mined is None:
+                    self.turns = None
+                    return None
+                top, count = journal.shape()
+                key = (top, count, tuple(mined))
+                if self.turns is None or self.turns.key != key:
+                    rows = journal.uncovered_rows(mined, top, limit)
+                    self.turns = TurnCorpus(rows, TURN_TIER, self.index.analyzer, self.s, key)
+        except sqlite3.Error:  # not created yet, or unreadable: no turn leg
+            self.turns = None
+        return self.turns
+
+    def _turn_leg(self, pending: QueryPlan) -> tuple[TurnCorpus | None, list[str]]:
+        """The ranking of the uncovered turns for ``pending`` (ids, best first): none for a
+        scoped query (the journal is the owner's private conversation); an explicit time
+        window keeps the turns inside it."""
+        if pending.scoped or self.s.recall_legs == "vector":
+            return None, []
+        corpus = self._uncovered_turns()
+        if corpus is None or not len(corpus):
+            return corpus, []
+        allowed = corpus.inside(pending.window) if pending.window is not None else None
+        hits = corpus.leg(pending.search, self.s.recall_budget_each, allowed)
+        return corpus, [doc_id for doc_id, _ in hits]
 
     def _finish(self, msg: QueryMemory | ExplainQuery, plan: QueryPlan, qvec: Vectors | None) -> None:
         if isinstance(msg, ExplainQuery):
@@ -432,17 +474,34 @@ class RecallLayer:
 
     def _query_search(self, pending: QueryPlan, qvec: Vectors | None) -> RecallBody:
         index = self.index
-        if not index.docs and pending.allowed is None and self.s.recall_journal_fallback_rows > 0:
+        if not index.docs and pending.allowed is None and not pending.scoped and self.s.recall_journal_fallback_rows > 0:
             return self._journal_search(pending)
         pool_size = len(index.docs) if pending.allowed is None else len(pending.allowed)
         hits, legs = index.search(pending.search, qvec, pending.allowed, pending.hinted)
+        corpus, turn_leg = self._turn_leg(pending)
+        sessions: dict[str, str] = {}
+        if corpus is not None and turn_leg:
+            # The uncovered turns are one more leg of the fusion, as the index fuses its own.
+            fused = rrf([*legs, turn_leg], self.s.recall_rrf_k, self.s.recall_budget_total)
+            entries = {entry.id: entry for entry, _ in hits}
+            hits = []
+            for doc_id, score in fused:
+                entry = entries.get(doc_id) or corpus.entries.get(doc_id)
+                if entry is None and doc_id in index.docs:
+                    entry = index.docs[doc_id].entry
+                if entry is not None:
+                    hits.append((entry, round(score, 6)))
+                    if doc_id in corpus.sessions:
+                        sessions[doc_id] = corpus.sessions[doc_id]
+            pool_size += len(corpus)
         elapsed = round((time.perf_counter() - pending.started) * 1000, 1)
         self.log.info(
-            "recall query: pool=%d vectors=%d bm25=%d cosine=%d fused=%d window=%s time_hint=%s embedding=%s elapsed_ms=%.1f",
+            "recall query: pool=%d vectors=%d bm25=%d cosine=%d turns=%d fused=%d window=%s time_hint=%s embedding=%s elapsed_ms=%.1f",
             pool_size,
             index.vector_count(),
             len(legs[0]),
             len(legs[1]),
+            len(turn_leg),
             len(hits),
             pending.window is not None,
             pending.hinted is not None,
@@ -450,7 +509,7 @@ class RecallLayer:
             elapsed,
         )
         self.log.debug("recall query %r -> %s", pending.query, [entry.id for entry, _ in hits])
-        return query_response(hits, pending.query, pool_size, elapsed)
+        return query_response(hits, pending.query, pool_size, elapsed, sessions)
 
     def _time_only(self, window: TimeWindow, spec: str, started: float, visible: set[str] | None) -> RecallBody:
         entries, dated, inside = self.index.nearest_in_time(window, self.s.recall_time_budget, visible)

@@ -110,6 +110,13 @@ class RecallSettings(Section, frozen=True):
             ge=0,
         ),
     ] = 2000
+    recall_uncovered_turns: Annotated[
+        int,
+        doc(
+            "Beyond the reference: a query recall also searches this many of the newest raw-journal turns that no long-term memory covers yet (not mined for facts yet, their extraction failed or is backed off, or no model is configured) by BM25, fused with the long-term entries as one more leg; such rows are of tier turn and name their session_id. A turn counts as covered once an extraction over it finished. A query scoped to subjects never sees them. 0 turns it off.",
+            ge=0,
+        ),
+    ] = 2000
     recall_query_max_chars: Annotated[int, doc("A query longer than this many characters is cut before searching.", ge=1)] = 2000
     recall_stem_english: Annotated[
         bool, doc("Cut plain English words to a light stem (plurals, -ed, -ing, -ly, final e) in documents and queries of the lexical leg.")
