@@ -439,9 +439,11 @@ class RecallLayer:
                     return None
                 top, count = journal.shape()
                 key = (top, count, tuple(mined))
-                if self.turns is None or self.turns.key != key:
-                    rows = journal.uncovered_rows(mined, top, limit)
-                    self.turns = TurnCorpus(rows, TURN_TIER, self.index.analyzer, self.s, key)
+                if self.turns is None:
+                    self.turns = TurnCorpus([], TURN_TIER, self.index.analyzer, self.s)
+                if self.turns.key != key:
+                    # Only the rows new to the corpus are read and indexed.
+                    self.turns.sync(journal.uncovered_ids(mined, top, limit), journal.rows_by_id, key)
         except sqlite3.Error:  # not created yet, or unreadable: no turn leg
             self.turns = None
         return self.turns

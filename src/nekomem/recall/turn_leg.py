@@ -16,7 +16,7 @@ character) and the write request that stored it as ``session_id``. Its id is
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from nekomem.config.recall import RecallSettings
 from nekomem.domain.index_entry import IndexEntry
@@ -34,11 +34,10 @@ TURN_TIERS = frozenset({TURN_TIER, JOURNAL_TIER})
 
 class TurnCorpus:
     """BM25 over journal rows, as entries of ``tier``; system and theater rows and empty
-    turns are left out. ``key`` is what the rows were read for (the caller's cache key)."""
+    turns are left out. ``key`` is what the rows were read for (the caller's cache key);
+    :meth:`sync` brings the corpus to another set of rows, indexing only the new ones."""
 
-    def __init__(
-        self, rows: Sequence[TimeIndexRow], tier: str, analyzer: LexicalAnalyzer, settings: RecallSettings, key: object = None
-    ) -> None:
+    def __init__(self, rows: Sequence[TimeIndexRow], tier: str, analyzer: LexicalAnalyzer, settings: RecallSettings, key: object = None) -> None:
         self.key = key
         self.tier = tier
         self.s = settings
@@ -46,21 +45,43 @@ class TurnCorpus:
         self.lexical = LexicalIndex(settings)
         self.entries: dict[str, IndexEntry] = {}
         self.sessions: dict[str, str] = {}
+        self.row_ids: set[int] = set()  # every row taken, indexed or left out
+        self._add(rows)
+
+    def _add(self, rows: Sequence[TimeIndexRow]) -> None:
         for row in rows:
+            self.row_ids.add(row.id)
             turn = row.turn
             if turn.role == "system" or not turn.text.strip() or is_theater(turn):
                 continue
-            doc_id = f"{tier}_{row.id}"
+            doc_id = f"{self.tier}_{row.id}"
             self.entries[doc_id] = IndexEntry(
                 id=doc_id,
-                tier=tier,
+                tier=self.tier,
                 text=turn.text,
                 entity="master" if turn.role == "human" else "neko",
                 created_at=turn.ts or None,
                 event_start_at=turn.ts or None,
             )
             self.sessions[doc_id] = row.session_id or ""
-            self.lexical.add(doc_id, analyzer.document(turn.text))
+            self.lexical.add(doc_id, self.analyzer.document(turn.text))
+
+    def sync(self, ids: Sequence[int], fetch: Callable[[list[int]], Sequence[TimeIndexRow]], key: object) -> None:
+        """Hold exactly the rows ``ids``: rows no longer among them (covered, erased, or
+        pushed out by newer ones) are dropped, the new ones read through ``fetch`` and
+        indexed. Raises what ``fetch`` raises (then the corpus is unchanged but for drops)."""
+        wanted = set(ids)
+        for row_id in self.row_ids - wanted:
+            doc_id = f"{self.tier}_{row_id}"
+            self.lexical.remove(doc_id)
+            self.entries.pop(doc_id, None)
+            self.sessions.pop(doc_id, None)
+        self.row_ids &= wanted
+        new = sorted(wanted - self.row_ids)
+        if new:
+            self._add(fetch(new))
+            self.row_ids |= set(new)  # unreadable rows too: not fetched again
+        self.key = key
 
     def __len__(self) -> int:
         return len(self.entries)

@@ -195,18 +195,29 @@ class TimeIndexReader:
         row = self._conn().execute(f"SELECT MAX(id), COUNT(*) FROM {_ORIGINAL}").fetchone()
         return (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
 
-    def uncovered_rows(self, mined: Sequence[tuple[int, int]], top: int, limit: int) -> list[TimeIndexRow]:
-        """The newest ``limit`` rows up to id ``top`` outside the ranges ``mined``, oldest
-        first (one query per gap between the ranges, newest gap first)."""
-        out: list[TimeIndexRow] = []
+    def uncovered_ids(self, mined: Sequence[tuple[int, int]], top: int, limit: int) -> list[int]:
+        """The ids of the newest ``limit`` rows up to id ``top`` outside the ranges
+        ``mined``, ascending (one index-only query per gap between the ranges, newest gap
+        first)."""
+        out: list[int] = []
         for first, last in uncovered_spans(mined, top):
             if len(out) >= limit:
                 break
-            out += self._rows(
-                f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} WHERE id >= ? AND id <= ? ORDER BY id DESC LIMIT ?",
-                (first, last, limit - len(out)),
+            found = self._conn().execute(
+                f"SELECT id FROM {_ORIGINAL} WHERE id >= ? AND id <= ? ORDER BY id DESC LIMIT ?", (first, last, limit - len(out))
             )
+            out += [int(r[0]) for r in found]
         out.reverse()
+        return out
+
+    def rows_by_id(self, ids: Sequence[int]) -> list[TimeIndexRow]:
+        """The rows with these ids (those that exist and can be read), ascending."""
+        out: list[TimeIndexRow] = []
+        wanted = sorted(set(ids))
+        for start in range(0, len(wanted), _ITER_BATCH_ROWS):
+            chunk = wanted[start : start + _ITER_BATCH_ROWS]
+            marks = ",".join("?" * len(chunk))
+            out += self._rows(f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} WHERE id IN ({marks}) ORDER BY id", chunk)
         return out
 
     def tail_rows(self, n: int) -> list[TimeIndexRow]:
