@@ -30,6 +30,9 @@ def embeddings_status(rt: Runtime) -> dict[str, Any]:
     reason = getattr(emb, "reason", None)
     if reason:
         status["reason"] = reason
+    error = getattr(emb, "error", None)
+    if error:
+        status["error"] = error  # a remote endpoint failing now: recall uses its other legs
     return status
 
 
