@@ -437,6 +437,21 @@ class QueryExpired(Message, frozen=True):
     token: int
 
 
+class Reranked(Message, frozen=True):
+    """A query's re-rank request came back: the candidates' indexes best first (None with
+    ``error``)."""
+
+    token: int
+    order: list[int] | None = None
+    error: str | None = None
+
+
+class RerankExpired(Message, frozen=True):
+    """A query's re-ranker did not answer in time: answer in the fused order."""
+
+    token: int
+
+
 class BackfillDone(Message, frozen=True):
     """A backfill batch came back: ``items`` are (id, text sha256) in batch order."""
 

@@ -43,11 +43,14 @@ from nekomem.actors.messages import (
     RankForStage2,
     RelatedFacts,
     RequestIndex,
+    Reranked,
+    RerankExpired,
     Tick,
     Vectors,
     VectorsComputed,
 )
 from nekomem.actors.ports import LayerPorts
+from nekomem.domain.index_entry import IndexEntry
 from nekomem.domain.layers import tier_owners, vector_tiers
 from nekomem.recall.embeddings import EmbeddingService
 from nekomem.recall.entry import display_tz
@@ -103,6 +106,8 @@ class RecallLayer:
         # token -> a query (or a playground explain) waiting for its embedding, and its plan
         self.queries: dict[int, tuple[QueryMemory | ExplainQuery, QueryPlan]] = {}
         self.held: list[QueryMemory] = []
+        # token -> a query waiting for the re-ranker, and its fused hits
+        self.reranks: dict[int, tuple[QueryMemory, _Fused]] = {}
         # The uncovered journal turns, indexed (rebuilt when the journal or its coverage changed).
         self.turns: TurnCorpus | None = None
 
@@ -150,6 +155,10 @@ class RecallLayer:
             if msg.reply is not None:
                 msg.reply.ok(empty_response(plan.query, error=True))
         self.queries.clear()
+        for query, found in self.reranks.values():
+            if query.reply is not None:
+                query.reply.ok(found.body())
+        self.reranks.clear()
         for held in self.held:
             if held.reply is not None:
                 held.reply.ok(empty_response((held.query or "").strip(), error=True))
@@ -467,36 +476,43 @@ class RecallLayer:
                 msg.reply.ok(explain(self.index, self.s, plan, qvec, msg.excluded))
             return
         try:
-            body: object = self._query_search(plan, qvec)
+            found = self._query_search(plan, qvec)
+            if isinstance(found, _Fused) and self._rerank(msg, found):
+                return  # answered when the re-ranker answers, or at its deadline
+            body: object = found.body() if isinstance(found, _Fused) else found
         except Exception:
             self.log.exception("recall query failed")
             body = empty_response(plan.query, error=True)
         if msg.reply is not None:
             msg.reply.ok(body)
 
-    def _query_search(self, pending: QueryPlan, qvec: Vectors | None) -> RecallBody:
+    def _query_search(self, pending: QueryPlan, qvec: Vectors | None) -> RecallBody | _Fused:
+        """The fused hits of ``pending`` (the index's legs and the uncovered turns' leg),
+        deep enough for the re-ranker when one is configured; the journal fallback's body
+        for a character without any long-term entry."""
         index = self.index
         if not index.docs and pending.allowed is None and not pending.scoped and self.s.recall_journal_fallback_rows > 0:
             return self._journal_search(pending)
         pool_size = len(index.docs) if pending.allowed is None else len(pending.allowed)
         hits, legs = index.search(pending.search, qvec, pending.allowed, pending.hinted)
         corpus, turn_leg = self._turn_leg(pending)
+        reranking = self.ctx.services.reranker is not None and bool(pending.search)
+        depth = max(self.s.recall_rerank_top_n, self.s.recall_budget_total) if reranking else self.s.recall_budget_total
         sessions: dict[str, str] = {}
-        if corpus is not None and turn_leg:
+        if (corpus is not None and turn_leg) or depth > self.s.recall_budget_total:
             # The uncovered turns are one more leg of the fusion, as the index fuses its own.
-            fused = rrf([*legs, turn_leg], self.s.recall_rrf_k, self.s.recall_budget_total)
-            entries = {entry.id: entry for entry, _ in hits}
+            turns = corpus.entries if corpus is not None else {}
+            fused = rrf([*legs, turn_leg], self.s.recall_rrf_k, depth)
             hits = []
             for doc_id, score in fused:
-                entry = entries.get(doc_id) or corpus.entries.get(doc_id)
+                entry = turns.get(doc_id)
                 if entry is None and doc_id in index.docs:
                     entry = index.docs[doc_id].entry
                 if entry is not None:
                     hits.append((entry, round(score, 6)))
-                    if doc_id in corpus.sessions:
+                    if corpus is not None and doc_id in corpus.sessions:
                         sessions[doc_id] = corpus.sessions[doc_id]
-            pool_size += len(corpus)
-        elapsed = round((time.perf_counter() - pending.started) * 1000, 1)
+            pool_size += len(corpus) if corpus is not None else 0
         self.log.info(
             "recall query: pool=%d vectors=%d bm25=%d cosine=%d turns=%d fused=%d window=%s time_hint=%s embedding=%s elapsed_ms=%.1f",
             pool_size,
@@ -508,10 +524,61 @@ class RecallLayer:
             pending.window is not None,
             pending.hinted is not None,
             "used" if qvec is not None else "none",
-            elapsed,
+            (time.perf_counter() - pending.started) * 1000,
         )
         self.log.debug("recall query %r -> %s", pending.query, [entry.id for entry, _ in hits])
-        return query_response(hits, pending.query, pool_size, elapsed, sessions)
+        return _Fused(pending, hits, sessions, pool_size, self.s.recall_budget_total)
+
+    # -- re-ranking ------------------------------------------------------------------
+    def _rerank(self, msg: QueryMemory, found: _Fused) -> bool:
+        """Hand ``found``'s candidates to the re-ranker on the model pool; False (answer
+        now, in the fused order) when none is configured, there is nothing to re-order or
+        the pool is full."""
+        reranker = self.ctx.services.reranker
+        if reranker is None or len(found.hits) < 2 or msg.reply is None:
+            return False
+        token = self._next_token()
+        query = found.plan.search
+        texts = [entry.text for entry, _ in found.hits]
+
+        def job() -> object:
+            return reranker.rank(query, texts)
+
+        def wrap(result: object, error: BaseException | None) -> Message:
+            order = [int(i) for i in result] if isinstance(result, list) else None
+            return Reranked(token=token, order=order, error=None if error is None else f"{type(error).__name__}: {error}")
+
+        ctx = self.ctx
+        try:
+            ctx.services.pool.submit(f"{ctx.name}\x00rerank", job, lambda result, error: ctx.send(self.child_name, wrap(result, error)))
+        except PoolFull:
+            return False
+        self.reranks[token] = (msg, found)
+        tell = self.ports.tell_self
+        RECALL_DEADLINES.schedule(self.s.recall_rerank_timeout_seconds, lambda: tell(RerankExpired(token=token)))
+        return True
+
+    @handles(Reranked)
+    def on_reranked(self, msg: Reranked) -> None:
+        pending = self.reranks.pop(msg.token, None)
+        if pending is None:
+            return  # answered already (its deadline passed)
+        query, found = pending
+        if msg.order is None:
+            self.log.info("recall: re-ranker failed (%s); answering in the fused order", msg.error)
+        else:
+            found = found.reordered(msg.order)
+        if query.reply is not None:
+            query.reply.ok(found.body())
+
+    @handles(RerankExpired)
+    def on_rerank_expired(self, msg: RerankExpired) -> None:
+        pending = self.reranks.pop(msg.token, None)
+        if pending is not None:
+            self.log.info("recall: re-ranker too slow; answering in the fused order")
+            query, found = pending
+            if query.reply is not None:
+                query.reply.ok(found.body())
 
     def _time_only(self, window: TimeWindow, spec: str, started: float, visible: set[str] | None) -> RecallBody:
         entries, dated, inside = self.index.nearest_in_time(window, self.s.recall_time_budget, visible)
@@ -578,3 +645,32 @@ class RecallLayer:
             self._answer(request, [])
         else:
             self._answer(request, self.index.related(vectors, request.per_query_k, request.cap, request.tiers, request.exclude_ids))
+
+
+class _Fused:
+    """The fused hits of one query recall, best first (deeper than the budget while a
+    re-ranker is to see them), and how to answer with them."""
+
+    def __init__(
+        self, plan: QueryPlan, hits: list[tuple[IndexEntry, float]], sessions: dict[str, str], pool_size: int, budget: int
+    ) -> None:
+        self.plan = plan
+        self.hits = hits
+        self.sessions = sessions
+        self.pool_size = pool_size
+        self.budget = budget
+
+    def reordered(self, order: list[int]) -> _Fused:
+        """The hits in the re-ranker's ``order`` (indexes into them; any left out follow
+        in their fused order). Position i keeps the i-th best fused score, so scores still
+        descend down the rows."""
+        seen = [i for i in dict.fromkeys(order) if 0 <= i < len(self.hits)]
+        seen += [i for i in range(len(self.hits)) if i not in seen]
+        scores = [score for _, score in self.hits]
+        hits = [(self.hits[i][0], scores[rank]) for rank, i in enumerate(seen)]
+        return _Fused(self.plan, hits, self.sessions, self.pool_size, self.budget)
+
+    def body(self) -> RecallBody:
+        """The answer: the first ``budget`` hits."""
+        elapsed = round((time.perf_counter() - self.plan.started) * 1000, 1)
+        return query_response(self.hits[: self.budget], self.plan.query, self.pool_size, elapsed, self.sessions)

@@ -72,6 +72,7 @@ async def health(request: Request) -> Response:
             "config_warnings": rt.llm.config_warnings() if rt.llm is not None else [],
         },
         "embeddings": embeddings_status(rt),
+        "reranker": rt.services.reranker.status() if rt.services.reranker is not None else {"state": "unconfigured"},
         "model_jobs": rt.pool.total_busy(),
         "supervision": {"child_restarts": 0, "failed_children": 0, **rt.services.counters.snapshot()},
         "storage": await asyncio.to_thread(storage.snapshot),

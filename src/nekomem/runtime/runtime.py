@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from nekomem.config import Settings
 from nekomem.domain.tokens import get_counter
+from nekomem.recall.rerank import Reranker
 from nekomem.runtime import fdlimit
 from nekomem.runtime.clock import Clock, SystemClock
 from nekomem.runtime.collector import FullCollections
@@ -86,6 +87,7 @@ class Runtime:
             timers=self.timers,
             llm=llm,
             embeddings=embeddings,
+            reranker=Reranker(settings.recall) if settings.recall.recall_rerank_base_url.strip() else None,
             switches=self.switches,
             cards=CharacterCards(Path(settings.server.character_cards_path).expanduser()) if settings.server.character_cards_path else None,
         )
@@ -211,3 +213,5 @@ class Runtime:
         self.dispatcher.shutdown()
         if self.llm is not None and hasattr(self.llm, "close"):
             self.llm.close()
+        if self.services.reranker is not None:
+            self.services.reranker.close()
