@@ -4,7 +4,7 @@ Run from the project root::
 
     .venv/bin/python -m bench.locomo_quality [--data ../shared/data/locomo-dev]
         [--configs defaults] [--prefix none|speaker] [--limit-conversations N]
-        [--conversations conv-26,conv-30] [--unmined-last K] [--json out.json]
+        [--conversations conv-26,conv-30] [--unmined-last K [--unmined-only]] [--json out.json]
 
 For every configuration and every conversation a fresh in-process server (uvicorn in a
 thread, real HTTP on 127.0.0.1) runs on a temporary memory root. The conversation's
@@ -95,6 +95,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # The journal turns no memory covers as candidates (issue 36): off.
     "no-turns": {"recall_uncovered_turns": 0},
 }
+for _weight in (1.5, 2.0, 3.0):
+    CONFIGS[f"tw{_weight}"] = {"recall_turn_leg_weight": _weight}
 for _each in (4, 6, 8, 12):
     CONFIGS[f"each{_each}"] = {"recall_budget_each": _each}
 for _cos in (0.0, 0.05, 0.1, 0.15, 0.2, 0.3):
@@ -437,6 +439,7 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="also measure each config with the last K sessions unmined (their turns posted, no facts)",
     )
+    parser.add_argument("--unmined-only", action="store_true", help="with --unmined-last: skip the fully mined runs")
     args = parser.parse_args(argv)
 
     folder = resolve_data(args.data)
@@ -461,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     ceil = summarise(ceiling(facts_by_conv, questions_by_conv))
     print(" | ".join([f"{'(ceiling)':<28}"] + [f"{ceil.get(c, float('nan')):>11.3f}" for c in list(CATEGORIES.values()) + ["overall"]]))
     unmined = [unmined_sessions(f, args.unmined_last) for f in files] if args.unmined_last > 0 else []
-    modes: list[str] = ["mined"] + (["unmined"] if unmined else [])
+    modes: list[str] = ([] if args.unmined_only and unmined else ["mined"]) + (["unmined"] if unmined else [])
     for name in names:
         for mode in modes:
             started = time.monotonic()

@@ -502,7 +502,8 @@ class RecallLayer:
         if (corpus is not None and turn_leg) or depth > self.s.recall_budget_total:
             # The uncovered turns are one more leg of the fusion, as the index fuses its own.
             turns = corpus.entries if corpus is not None else {}
-            fused = rrf([*legs, turn_leg], self.s.recall_rrf_k, depth)
+            weights = [1.0] * len(legs) + [self.s.recall_turn_leg_weight]
+            fused = rrf([*legs, turn_leg], self.s.recall_rrf_k, depth, weights)
             hits = []
             for doc_id, score in fused:
                 entry = turns.get(doc_id)

@@ -117,6 +117,13 @@ class RecallSettings(Section, frozen=True):
             ge=0,
         ),
     ] = 2000
+    recall_turn_leg_weight: Annotated[
+        float,
+        doc(
+            "Weight of the uncovered turns' leg in the Reciprocal Rank Fusion (each of the index's legs weighs 1): a turn at rank r adds weight / (recall_rrf_k + r).",
+            gt=0,
+        ),
+    ] = 1.0
     recall_rerank_base_url: Annotated[
         str,
         doc(
