@@ -4,7 +4,8 @@ Run from the project root::
 
     .venv/bin/python -m bench.locomo_quality [--data ../shared/data/locomo-dev]
         [--configs defaults] [--prefix none|speaker] [--limit-conversations N]
-        [--conversations conv-26,conv-30] [--unmined-last K [--unmined-only]] [--json out.json]
+        [--conversations conv-26,conv-30] [--unmined-last K [--unmined-only]] [--stand-in]
+        [--json out.json]
 
 For every configuration and every conversation a fresh in-process server (uvicorn in a
 thread, real HTTP on 127.0.0.1) runs on a temporary memory root. The conversation's
@@ -24,6 +25,11 @@ configured, so no fact covers them) and a returned turn row cites its own dia_id
 scores of the questions whose evidence lies in those sessions are printed apart. ``turns``
 in a configuration name's place keeps the default; ``no-turns`` sets
 ``recall_uncovered_turns`` to 0 (recall as it was before uncovered turns were candidates).
+
+With ``--stand-in`` a local OpenAI-compatible embedding server (:mod:`bench.embedding_server`,
+the bundled e5 without its prefixes) runs beside, and the configuration ``remote`` embeds
+through it (``embedding_model = "remote"``, e5's prefixes and threshold): compare it with
+``e5``; the server's request latencies are printed at the end.
 
 Configuration sets (``--configs``): ``legs`` (BM25 only, vector only, hybrid with the
 current defaults), ``defaults`` (legs + the reference's numbers), ``ablation`` (hybrid
@@ -440,7 +446,16 @@ def main(argv: list[str] | None = None) -> int:
         help="also measure each config with the last K sessions unmined (their turns posted, no facts)",
     )
     parser.add_argument("--unmined-only", action="store_true", help="with --unmined-last: skip the fully mined runs")
+    parser.add_argument(
+        "--stand-in", action="store_true", help="serve e5 from bench.embedding_server and add the config remote (embedding_model=remote)"
+    )
     args = parser.parse_args(argv)
+    stand_in = None
+    if args.stand_in:
+        from bench.embedding_server import REMOTE_E5, StandInServer
+
+        stand_in = StandInServer().start()
+        CONFIGS["remote"] = {**REMOTE_E5, "embedding_remote_base_url": stand_in.base_url}
 
     folder = resolve_data(args.data)
     files = conversation_files(folder, args.conversations)
@@ -499,6 +514,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"ceiling": ceil, "configs": results}, indent=2), encoding="utf-8")
     services.close()
+    if stand_in is not None:
+        print(f"stand-in embedding server: {stand_in.latency_summary()} (server side, batches of the backfill and queries)")
+        stand_in.close()
     return 0
 
 
