@@ -311,6 +311,9 @@ def run_conversation(
         r.raise_for_status()
         for request in unmined.requests if unmined is not None else ():
             srv.post(f"/cache/{name}", json={"input_history": request}).raise_for_status()
+        if unmined is not None:
+            # A first query indexes the uncovered turns; their vectors then count as pending.
+            srv.post(f"/query_memory/{name}", json={"query": "warm-up"}).raise_for_status()
         refs = {fid: item.get("source_ref") for fid, item in stored_facts(srv, name).items()}
         cites = {fid: set(ref.get("dia_ids", [])) if isinstance(ref, dict) else set() for fid, ref in refs.items()}
         wait_vectors(srv, name=name)

@@ -179,6 +179,8 @@ def run_pipeline(
         for obs in observations:
             by_text.setdefault(obs.text, set()).update(obs.dia_ids)
         cites = {fid: by_text.get(item["text"], set()) for fid, item in items.items()}
+        # A first query indexes the uncovered turns; their vectors then count as pending.
+        srv.post(f"/query_memory/{NAME}", json={"query": "warm-up"}).raise_for_status()
         wait_vectors(srv, name=NAME)
         scores, _latencies = ask_questions(srv, NAME, questions, cites, turn_cites=turn_cites)
     texts = {item["text"] for item in items.values()}

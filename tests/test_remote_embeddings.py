@@ -107,3 +107,17 @@ def test_remote_needs_an_endpoint_and_a_model(tmp_path):
 
     with pytest.raises(SettingsError, match="embedding_remote_base_url"):
         make_settings(tmp_path, embedding_model="remote")
+
+
+def test_uncovered_turns_get_a_vector_leg(tmp_path):
+    with FakeEmbeddings(dim=16) as fake:
+        settings = remote_settings(tmp_path, fake)
+        with LiveServer(settings, embeddings=EmbeddingService(settings.embeddings)) as srv:
+            history = [{"role": "user", "content": "Yesterday I adopted a tiny kitten from the shelter"}]
+            srv.post(f"/cache/{NAME}", json={"input_history": history}).raise_for_status()
+            srv.post(f"/api/characters/{NAME}/facts", json={"facts": [{"text": FACTS[1]}]}).raise_for_status()
+            recall(srv, "warm-up")  # the first query indexes the uncovered turns; their vectors follow
+            srv.wait_vectors(NAME)
+            assert history[0]["content"] in embedded_texts(fake, "fake-embed")
+            body = srv.post(f"/query_memory/{NAME}", json={"query": "feline"}).json()
+            assert [(r["tier"], r["text"]) for r in body["results"]][:1] == [("turn", history[0]["content"])]

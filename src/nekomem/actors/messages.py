@@ -446,6 +446,17 @@ class Reranked(Message, frozen=True):
     error: str | None = None
 
 
+class TurnVectorsDone(Message, frozen=True):
+    """An embedding job over uncovered journal turns came back: ``ids`` in batch order,
+    embedded by ``model``; ``vectors`` None with ``error``."""
+
+    token: int
+    ids: list[str]
+    model: str
+    vectors: Vectors | None = None
+    error: str | None = None
+
+
 class RerankExpired(Message, frozen=True):
     """A query's re-ranker did not answer in time: answer in the fused order."""
 

@@ -46,6 +46,7 @@ from nekomem.actors.messages import (
     Reranked,
     RerankExpired,
     Tick,
+    TurnVectorsDone,
     Vectors,
     VectorsComputed,
 )
@@ -119,6 +120,8 @@ class RecallLayer:
         analyzer = LexicalAnalyzer(s, stop_names_for(names))
         self.index = RecallIndex(s, display_tz(self.ctx.settings.server.display_timezone), analyzer)
         self.turns = None
+        self.turn_token: int | None = None  # the embedding job over uncovered turns in flight
+        self.turn_after = 0.0  # no turn embedding job before this (monotonic; after a failure)
         self.backfill_token: int | None = None
         self.backfill_items: list[tuple[str, str]] = []
         self.backfill_after = 0.0
@@ -186,6 +189,8 @@ class RecallLayer:
             return now
         if self.index.need and self.backfill_token is None:
             return self.backfill_after
+        if self.turns is not None and self.turn_token is None and self.s.recall_turn_vectors and self.index.docs and self.turns.missing():
+            return max(now, self.turn_after)
         return None
 
     @handles(Tick)
@@ -196,6 +201,7 @@ class RecallLayer:
         # The vector side is optional: a failure there is logged, never a crash loop.
         try:
             self._sync_vectors()
+            self._pump_turn_vectors()
         except Exception:
             self.log.exception("vector index upkeep failed")
 
@@ -209,6 +215,8 @@ class RecallLayer:
         self.pending_counter.indexed(self.ctx.name, self._waiting(), msg.counted)
         if self.held and self.fed >= set(tier_owners().values()):
             self._release_held()
+        if self.turns is None and self.index.docs and self.fed >= set(tier_owners().values()) and self.s.recall_turn_vectors:
+            self._uncovered_turns()  # indexed (and embedded in the background) before the first query
 
     @handles(IndexWaitOver)
     def on_index_wait_over(self, msg: IndexWaitOver) -> None:
@@ -311,7 +319,10 @@ class RecallLayer:
                 return 0
             return sum(1 for doc in self.index.docs.values() if doc.entry.tier in vector_tiers() and doc.entry.vector is None)
         inflight = len(self.backfill_items) if self.backfill_token is not None else 0
-        return len(self.index.need) + inflight
+        turns = 0
+        if self.turns is not None and self.s.recall_turn_vectors and self.index.docs:
+            turns = len(self.turns.missing()) + len(self.turns.embedding)
+        return len(self.index.need) + inflight + turns
 
     def _submit_embed(self, texts: list[str], wrap: Wrap, *, urgent: bool = False) -> bool:
         """Embed ``texts`` as queries on the model pool; False when that is not possible.
@@ -453,22 +464,77 @@ class RecallLayer:
                 if self.turns.key != key:
                     # Only the rows new to the corpus are read and indexed.
                     self.turns.sync(journal.uncovered_ids(mined, top, limit), journal.rows_by_id, key)
+                    self._pump_turn_vectors()
         except sqlite3.Error:  # not created yet, or unreadable: no turn leg
             self.turns = None
         return self.turns
 
-    def _turn_leg(self, pending: QueryPlan) -> tuple[TurnCorpus | None, list[str]]:
-        """The ranking of the uncovered turns for ``pending`` (ids, best first): none for a
-        scoped query (the journal is the owner's private conversation); an explicit time
-        window keeps the turns inside it."""
-        if pending.scoped or self.s.recall_legs == "vector":
+    def _turn_leg(self, pending: QueryPlan, qvec: Vectors | None) -> tuple[TurnCorpus | None, list[list[str]]]:
+        """The rankings of the uncovered turns for ``pending`` (ids, best first): BM25, then
+        one per embedding model when the turns have vectors; none for a scoped query (the
+        journal is the owner's private conversation). An explicit time window keeps the
+        turns inside it."""
+        if pending.scoped:
             return None, []
         corpus = self._uncovered_turns()
         if corpus is None or not len(corpus):
             return corpus, []
         allowed = corpus.inside(pending.window) if pending.window is not None else None
-        hits = corpus.leg(pending.search, self.s.recall_budget_each, allowed)
-        return corpus, [doc_id for doc_id, _ in hits]
+        depth = self.s.recall_budget_each
+        legs: list[list[str]] = []
+        if self.s.recall_legs != "vector":
+            legs.append([doc_id for doc_id, _ in corpus.leg(pending.search, depth, allowed)])
+        emb = self._service()
+        if qvec is not None and emb is not None and corpus.vector_model == emb.model_id and self.s.recall_turn_vectors:
+            legs += corpus.vector_legs(
+                qvec, getattr(emb, "legs", ()) if len(getattr(emb, "legs", ())) > 1 else (), self.s.recall_cosine_threshold, depth, allowed
+            )
+        return corpus, [leg for leg in legs if leg]
+
+    def _pump_turn_vectors(self) -> None:
+        """Embed the next batch of uncovered turns without a vector on the model pool (the
+        character's own key: background work), one batch at a time."""
+        corpus = self.turns
+        if corpus is None or not self.s.recall_turn_vectors or self.turn_token is not None or not self.index.docs:
+            return  # (without any entry the journal fallback answers, by BM25)
+        emb = self._service()
+        corpus.use_model(emb.model_id if emb is not None else None)
+        if emb is None or time.monotonic() < self.turn_after:
+            return
+        ids = corpus.missing()[: self.s.recall_embed_batch_size]
+        if not ids:
+            return
+        texts = [corpus.entries[doc_id].text for doc_id in ids]
+        model = str(emb.model_id)
+        token = self._next_token()
+
+        def job() -> object:
+            return emb.embed(texts, "passage")
+
+        def wrap(result: object, error: BaseException | None) -> Message:
+            return TurnVectorsDone(
+                token=token, ids=ids, model=model, vectors=_vectors(result), error=None if error is None else repr(error)
+            )
+
+        try:
+            self.ctx.submit_model_job(self.child_name, job, wrap)
+        except PoolFull:
+            self.turn_after = time.monotonic() + self.s.recall_backfill_retry_seconds
+            return
+        corpus.embedding.update(ids)
+        self.turn_token = token
+
+    @handles(TurnVectorsDone)
+    def on_turn_vectors(self, msg: TurnVectorsDone) -> None:
+        if msg.token != self.turn_token:
+            return
+        self.turn_token = None
+        if self.turns is not None:
+            self.turns.store(msg.model, msg.ids, None if msg.error is not None else msg.vectors)
+        if msg.error is not None or msg.vectors is None:
+            self.turn_after = time.monotonic() + self.s.recall_backfill_retry_seconds
+        self._publish_pending()
+        self._pump_turn_vectors()
 
     def _finish(self, msg: QueryMemory | ExplainQuery, plan: QueryPlan, qvec: Vectors | None) -> None:
         if isinstance(msg, ExplainQuery):
@@ -495,15 +561,15 @@ class RecallLayer:
             return self._journal_search(pending)
         pool_size = len(index.docs) if pending.allowed is None else len(pending.allowed)
         hits, legs = index.search(pending.search, qvec, pending.allowed, pending.hinted)
-        corpus, turn_leg = self._turn_leg(pending)
+        corpus, turn_legs = self._turn_leg(pending, qvec)
         reranking = self.ctx.services.reranker is not None and bool(pending.search)
         depth = max(self.s.recall_rerank_top_n, self.s.recall_budget_total) if reranking else self.s.recall_budget_total
         sessions: dict[str, str] = {}
-        if (corpus is not None and turn_leg) or depth > self.s.recall_budget_total:
+        if (corpus is not None and turn_legs) or depth > self.s.recall_budget_total:
             # The uncovered turns are one more leg of the fusion, as the index fuses its own.
             turns = corpus.entries if corpus is not None else {}
-            weights = [1.0] * len(legs) + [self.s.recall_turn_leg_weight]
-            fused = rrf([*legs, turn_leg], self.s.recall_rrf_k, depth, weights)
+            weights = [1.0] * len(legs) + [self.s.recall_turn_leg_weight] * len(turn_legs)
+            fused = rrf([*legs, *turn_legs], self.s.recall_rrf_k, depth, weights)
             hits = []
             for doc_id, score in fused:
                 entry = turns.get(doc_id)
@@ -520,7 +586,7 @@ class RecallLayer:
             index.vector_count(),
             len(legs[0]),
             len(legs[1]),
-            len(turn_leg),
+            sum(len(leg) for leg in turn_legs),
             len(hits),
             pending.window is not None,
             pending.hinted is not None,

@@ -117,6 +117,12 @@ class RecallSettings(Section, frozen=True):
             ge=0,
         ),
     ] = 2000
+    recall_turn_vectors: Annotated[
+        bool,
+        doc(
+            "Embed the uncovered turns (recall_uncovered_turns) in the background, in memory only, so that they also get a vector leg per embedding model in the fusion; false: BM25 only for them."
+        ),
+    ] = True
     recall_turn_leg_weight: Annotated[
         float,
         doc(

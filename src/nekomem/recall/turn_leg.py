@@ -12,16 +12,23 @@ A turn row is a result row like a fact's, with the turn's time as ``created_at``
 ``event_start_at``, the speaker as ``entity`` (``master`` for the user, ``neko`` for the
 character) and the write request that stored it as ``session_id``. Its id is
 ``turn_<row id>`` (``journal_<row id>``).
+
+With ``recall_turn_vectors`` the uncovered turns are embedded in the background (in memory
+only, recomputed at each activation) and get one vector leg per embedding model beside
+their BM25 leg, fused like the index's legs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from nekomem.config.recall import RecallSettings
 from nekomem.domain.index_entry import IndexEntry
 from nekomem.domain.theater import is_theater
 from nekomem.domain.turns import parse_timestamp
+from nekomem.recall.embeddings import VectorLeg
 from nekomem.recall.lexical import LexicalIndex
 from nekomem.recall.query_text import LexicalAnalyzer
 from nekomem.recall.timewindow import TimeWindow
@@ -37,7 +44,9 @@ class TurnCorpus:
     turns are left out. ``key`` is what the rows were read for (the caller's cache key);
     :meth:`sync` brings the corpus to another set of rows, indexing only the new ones."""
 
-    def __init__(self, rows: Sequence[TimeIndexRow], tier: str, analyzer: LexicalAnalyzer, settings: RecallSettings, key: object = None) -> None:
+    def __init__(
+        self, rows: Sequence[TimeIndexRow], tier: str, analyzer: LexicalAnalyzer, settings: RecallSettings, key: object = None
+    ) -> None:
         self.key = key
         self.tier = tier
         self.s = settings
@@ -46,6 +55,10 @@ class TurnCorpus:
         self.entries: dict[str, IndexEntry] = {}
         self.sessions: dict[str, str] = {}
         self.row_ids: set[int] = set()  # every row taken, indexed or left out
+        # Vectors of the turns under the embedding model ``vector_model`` (kept in memory only).
+        self.vectors: dict[str, np.ndarray] = {}
+        self.vector_model: str | None = None
+        self.embedding: set[str] = set()  # ids handed to an embedding job not back yet
         self._add(rows)
 
     def _add(self, rows: Sequence[TimeIndexRow]) -> None:
@@ -76,12 +89,56 @@ class TurnCorpus:
             self.lexical.remove(doc_id)
             self.entries.pop(doc_id, None)
             self.sessions.pop(doc_id, None)
+            self.vectors.pop(doc_id, None)
         self.row_ids &= wanted
         new = sorted(wanted - self.row_ids)
         if new:
             self._add(fetch(new))
             self.row_ids |= set(new)  # unreadable rows too: not fetched again
         self.key = key
+
+    # -- vectors ---------------------------------------------------------------------
+    def use_model(self, model: str | None) -> None:
+        """Keep vectors of ``model`` only (None: none); another model drops them all."""
+        if model != self.vector_model:
+            self.vectors.clear()
+            self.embedding.clear()
+            self.vector_model = model
+
+    def missing(self) -> list[str]:
+        """The ids of the turns without a vector and not being embedded, oldest row first."""
+        return [doc_id for doc_id in self.entries if doc_id not in self.vectors and doc_id not in self.embedding]
+
+    def store(self, model: str, ids: Sequence[str], vectors: np.ndarray | None) -> None:
+        """Vectors of ``ids`` (rows of ``vectors``, None: the job failed) came back for ``model``."""
+        self.embedding.difference_update(ids)
+        if vectors is None or model != self.vector_model or len(vectors) != len(ids):
+            return
+        for doc_id, row in zip(ids, vectors, strict=True):
+            if doc_id in self.entries:
+                self.vectors[doc_id] = np.asarray(row, dtype=np.float32)
+
+    def vector_legs(
+        self, qvec: np.ndarray, legs: Sequence[VectorLeg], threshold: float, depth: int, allowed: set[str] | None = None
+    ) -> list[list[str]]:
+        """One ranking per model (``legs``: the models' columns, none for a single model)
+        of the turns that have a vector, by cosine to ``qvec``, each cut to ``depth`` hits
+        scoring at least the model's threshold (``threshold`` when it has none of its own)."""
+        ids = [d for d in self.vectors if allowed is None or d in allowed]
+        if not ids or depth <= 0:
+            return []
+        matrix = np.stack([self.vectors[d] for d in ids])
+        spans = [(leg.start, leg.stop, threshold if leg.recall_threshold is None else leg.recall_threshold) for leg in legs]
+        if not spans:
+            spans = [(0, matrix.shape[1], threshold)]
+        out: list[list[str]] = []
+        for start, stop, floor in spans:
+            part, query = matrix[:, start:stop], np.asarray(qvec, dtype=np.float32)[start:stop]
+            norms = np.linalg.norm(part, axis=1) * max(float(np.linalg.norm(query)), 1e-12)
+            cosines = (part @ query) / np.maximum(norms, 1e-12)
+            order = np.argsort(-cosines, kind="stable")[:depth]
+            out.append([ids[i] for i in order.tolist() if cosines[i] >= floor])
+        return out
 
     def __len__(self) -> int:
         return len(self.entries)
