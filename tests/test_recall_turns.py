@@ -94,3 +94,15 @@ def test_mined_turns_leave_recall_and_an_unmined_one_stays_across_a_restart(tmp_
         rows = recall(srv, "cat Pixel")
         assert all(r["text"] != "I just adopted a cat named Pixel" for r in rows if r["tier"] == "turn")
         assert ("turn", "Pixel the cat sleeps on my red kite") in {(r["tier"], r["text"]) for r in rows}
+
+
+def test_a_forgotten_turn_leaves_recall(tmp_path):
+    with LiveServer(make_settings(tmp_path, embedding_enabled=False)) as srv:
+        say(srv, "the secret kite code is KITE42")
+        srv.post(f"/api/characters/{NAME}/facts", json={"facts": [{"text": "Master plays the cello"}]}).raise_for_status()
+        [row] = recall(srv, "KITE42")
+        assert row["tier"] == "turn"
+        row_id = row["id"].removeprefix("turn_")
+        r = srv.delete(f"/api/characters/{NAME}/turns/{row_id}")
+        assert r.status_code == 200, r.text
+        assert recall(srv, "KITE42") == []
