@@ -101,8 +101,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # The journal turns no memory covers as candidates (issue 36): off.
     "no-turns": {"recall_uncovered_turns": 0},
 }
-for _weight in (1.5, 2.0, 3.0):
+for _weight in (0.5, 0.75, 1.5, 2.0, 3.0):
     CONFIGS[f"tw{_weight}"] = {"recall_turn_leg_weight": _weight}
+CONFIGS["turn-bm25"] = {"recall_turn_vectors": False}  # the uncovered turns by BM25 alone
 for _each in (4, 6, 8, 12):
     CONFIGS[f"each{_each}"] = {"recall_budget_each": _each}
 for _cos in (0.0, 0.05, 0.1, 0.15, 0.2, 0.3):
