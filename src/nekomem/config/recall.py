@@ -126,10 +126,10 @@ class RecallSettings(Section, frozen=True):
     recall_turn_leg_weight: Annotated[
         float,
         doc(
-            "Weight of the uncovered turns' leg in the Reciprocal Rank Fusion (each of the index's legs weighs 1): a turn at rank r adds weight / (recall_rrf_k + r).",
+            "Weight of each of the uncovered turns' legs (BM25, and a vector leg per embedding model) in the Reciprocal Rank Fusion, where each of the index's legs weighs 1: a turn at rank r adds weight / (recall_rrf_k + r). 0.5 gave the best LoCoMo dev recall@8 with the last session unmined (bench/README.md); higher weights find more of that session's turns and push out more facts.",
             gt=0,
         ),
-    ] = 1.0
+    ] = 0.5
     recall_rerank_base_url: Annotated[
         str,
         doc(
