@@ -10,7 +10,8 @@ by its cooperative defaults) with two tasks scripted:
   that cite a turn found in the prompt.
 
 A turn is found when a conversation line of the prompt (``speaker | text``) carries exactly
-that turn's text; only the current conversation's turns are known. Every observation
+that turn's text; only the current conversation's turns are known. Turns can be made to
+fail: a prompt that holds one is answered with HTTP 500, so its turns stay unmined. Every observation
 offered is remembered (:attr:`IdealExtractor.offered`), so a bench can tell which gold
 observations the pipeline never showed to the model.
 """
@@ -52,6 +53,7 @@ class IdealExtractor:
         self._by_dia: dict[str, list[Observation]] = defaultdict(list)
         self.observations: list[Observation] = []
         self.offered: set[int] = set()
+        self.failing: frozenset[str] = frozenset()  # dia_ids whose extraction fails (HTTP 500)
         self._baseline: dict[str, int] = {}
         self.fake.on("extract_facts", lambda req: self._answer(req, "a"))
         self.fake.on("extract_self_disclosure", lambda req: self._answer(req, "b"))
@@ -67,10 +69,13 @@ class IdealExtractor:
     def base_url(self) -> str:
         return self.fake.base_url
 
-    def load(self, turns: list[tuple[str, str]], observations: list[Observation]) -> None:
+    def load(self, turns: list[tuple[str, str]], observations: list[Observation], failing: frozenset[str] = frozenset()) -> None:
         """Answer for one conversation from now on: its ``(dia_id, text)`` turns and its
-        gold observations. The offered set and the call tally start again."""
+        gold observations; a prompt that holds a turn of ``failing`` is answered with HTTP
+        500 (an extraction that fails, so its turns stay unmined). The offered set and the
+        call tally start again."""
         with self._lock:
+            self.failing = frozenset(failing)
             self._turns = defaultdict(set)
             for dia_id, text in turns:
                 self._turns[_flat(text)].add(dia_id)
@@ -94,6 +99,8 @@ class IdealExtractor:
                 _speaker, sep, text = line.partition(" | ")
                 if sep:
                     found |= self._turns.get(_flat(text), set())
+            if found & self.failing:
+                raise RuntimeError("scripted extraction failure")  # FakeLLM answers 500
             chosen: dict[int, Observation] = {}
             for dia_id in found:
                 for obs in self._by_dia.get(dia_id, ()):

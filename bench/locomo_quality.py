@@ -4,7 +4,8 @@ Run from the project root::
 
     .venv/bin/python -m bench.locomo_quality [--data ../shared/data/locomo-dev]
         [--configs defaults] [--prefix none|speaker] [--limit-conversations N]
-        [--conversations conv-26,conv-30]
+        [--conversations conv-26,conv-30] [--unmined-last K [--unmined-only]] [--stand-in]
+        [--json out.json]
 
 For every configuration and every conversation a fresh in-process server (uvicorn in a
 thread, real HTTP on 127.0.0.1) runs on a temporary memory root. The conversation's
@@ -16,6 +17,19 @@ the returned facts (fact id -> dia_ids through ``GET /api/characters/{name}/fact
 Printed: recall@8 per category (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop) and
 overall (micro-average over questions) for each configuration, plus the ceiling (evidence
 cited by any observation at all).
+
+With ``--unmined-last K`` every configuration is measured twice: fully mined (as above), and
+with the last K sessions of each conversation left unmined: their observations are not
+imported, their turns are posted through ``/cache`` instead (speaker A as the user, no model
+configured, so no fact covers them) and a returned turn row cites its own dia_id. The
+scores of the questions whose evidence lies in those sessions are printed apart. ``turns``
+in a configuration name's place keeps the default; ``no-turns`` sets
+``recall_uncovered_turns`` to 0 (recall as it was before uncovered turns were candidates).
+
+With ``--stand-in`` a local OpenAI-compatible embedding server (:mod:`bench.embedding_server`,
+the bundled e5 without its prefixes) runs beside, and the configuration ``remote`` embeds
+through it (``embedding_model = "remote"``, e5's prefixes and threshold): compare it with
+``e5``; the server's request latencies are printed at the end.
 
 Configuration sets (``--configs``): ``legs`` (BM25 only, vector only, hybrid with the
 current defaults), ``defaults`` (legs + the reference's numbers), ``ablation`` (hybrid
@@ -42,7 +56,7 @@ import tempfile
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +101,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "no-lookback": {"recall_query_time_year_lookback": 0},
     # Today's main before this branch's query-side additions.
     "before": {"recall_vector_hub_weight": 0.0, "recall_query_unnamed_weight": 0.0, "recall_query_time_year_lookback": 0},
+    # The journal turns no memory covers as candidates (issue 36): off.
+    "no-turns": {"recall_uncovered_turns": 0},
 }
+for _weight in (0.5, 0.75, 1.5, 2.0, 3.0):
+    CONFIGS[f"tw{_weight}"] = {"recall_turn_leg_weight": _weight}
+CONFIGS["turn-bm25"] = {"recall_turn_vectors": False}  # the uncovered turns by BM25 alone
 for _each in (4, 6, 8, 12):
     CONFIGS[f"each{_each}"] = {"recall_budget_each": _each}
 for _cos in (0.0, 0.05, 0.1, 0.15, 0.2, 0.3):
@@ -171,6 +190,52 @@ def load_conversation(path: Path, prefix: str) -> tuple[list[dict[str, Any]], li
     return facts, questions
 
 
+@dataclass(frozen=True)
+class Unmined:
+    """The last sessions of a conversation left unmined: their first session number, the
+    requests to post (each speaker-A turn with the speaker-B turns after it, as
+    ``input_history`` items with the session's time) and the dia_ids of each turn text."""
+
+    first_session: int
+    requests: list[list[dict[str, str]]]
+    cites: dict[str, set[str]]
+
+    def holds(self, dia_id: str) -> bool:
+        """Whether ``dia_id`` ("D12:3") is a turn of these sessions."""
+        head = dia_id.split(":", 1)[0]
+        return head.startswith("D") and head[1:].isdigit() and int(head[1:]) >= self.first_session
+
+
+def unmined_sessions(path: Path, last: int) -> Unmined:
+    """The last ``last`` sessions (with turns and a date) of the conversation at ``path``."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    numbered = []
+    n = 1
+    while f"session_{n}_date_time" in data:
+        when = session_time(data[f"session_{n}_date_time"])
+        if when is not None and data.get(f"session_{n}"):
+            numbered.append((n, when, data[f"session_{n}"]))
+        n += 1
+    chosen = numbered[-last:] if last > 0 else []
+    requests: list[list[dict[str, str]]] = []
+    cites: dict[str, set[str]] = defaultdict(set)
+    for _n, when, turns in chosen:
+        start = datetime.fromisoformat(when)
+        for i, turn in enumerate(turns):
+            role = "user" if turn["speaker"] == data["speaker_a"] else "assistant"
+            if role == "user" or not requests:
+                requests.append([])
+            stamp = (start + timedelta(seconds=30 * i)).isoformat()
+            requests[-1].append({"role": role, "content": turn["text"], "timestamp": stamp})
+            cites[" ".join(turn["text"].split())].add(turn["dia_id"])
+    return Unmined(chosen[0][0] if chosen else 10**9, requests, dict(cites))
+
+
+def without_unmined(facts: list[dict[str, Any]], unmined: Unmined) -> list[dict[str, Any]]:
+    """``facts`` without the observations that cite only turns of the unmined sessions."""
+    return [f for f in facts if not all(unmined.holds(d) for d in f["source"]["dia_ids"])]
+
+
 def bench_settings(memory_root: Path, **overrides: Any) -> Settings:
     """Settings of one bench server: the NEKOMEM_* environment (so the embedding model and any
     other setting can be chosen as for ``nekomem serve``), this memory root, port 0, then the
@@ -232,23 +297,32 @@ def run_conversation(
     name: str = NAME,
     clock: Clock | None = None,
     ranked: list[RankedAnswer] | None = None,
+    unmined: Unmined | None = None,
 ) -> tuple[list[tuple[int, float]], float]:
     """Import ``facts`` as character ``name`` of a fresh server (on ``clock``, the real one by
     default), ask every question; returns (category, share of the evidence ids cited by the
     results) per question and the p50 ms. With ``ranked``, a :class:`RankedAnswer` per
-    question is appended to it (for rank measures such as recall@1)."""
+    question is appended to it (for rank measures such as recall@1). With ``unmined``, the
+    facts of those sessions are left out and their turns posted through ``/cache`` instead
+    (no model: nothing covers them)."""
     settings = bench_settings(root, **overrides)
     if isinstance(emb, Services):
         service = emb.get(settings.embeddings)  # the configuration's own model
     else:
         service = emb if settings.embeddings.embedding_enabled else EmbeddingService(settings.embeddings)
     with LiveServer(settings, embeddings=service, clock=clock) as srv:
-        r = srv.post(f"/api/characters/{name}/facts", json={"facts": facts})
+        r = srv.post(f"/api/characters/{name}/facts", json={"facts": facts if unmined is None else without_unmined(facts, unmined)})
         r.raise_for_status()
+        for request in unmined.requests if unmined is not None else ():
+            srv.post(f"/cache/{name}", json={"input_history": request}).raise_for_status()
+        if unmined is not None:
+            # A first query indexes the uncovered turns; their vectors then count as pending.
+            srv.post(f"/query_memory/{name}", json={"query": "warm-up"}).raise_for_status()
         refs = {fid: item.get("source_ref") for fid, item in stored_facts(srv, name).items()}
         cites = {fid: set(ref.get("dia_ids", [])) if isinstance(ref, dict) else set() for fid, ref in refs.items()}
         wait_vectors(srv, name=name)
-        scores, latencies = ask_questions(srv, name, questions, cites, ranked)
+        turn_cites = unmined.cites if unmined is not None else None
+        scores, latencies = ask_questions(srv, name, questions, cites, ranked, turn_cites)
     return scores, statistics.median(latencies) * 1000 if latencies else 0.0
 
 
@@ -272,10 +346,18 @@ def ask_questions(
     questions: list[dict[str, Any]],
     cites: dict[str, set[str]],
     ranked: list[RankedAnswer] | None = None,
+    turn_cites: dict[str, set[str]] | None = None,
 ) -> tuple[list[tuple[int, float]], list[float]]:
     """Ask every question through ``POST /query_memory/{name}``; returns (category, share of
-    the evidence ids cited by the results, through ``cites``: fact id -> dia_ids) per
+    the evidence ids cited by the results, through ``cites``: fact id -> dia_ids, and for a
+    journal turn's row ``turn_cites``: its whitespace-flattened text -> dia_ids) per
     question and the latencies in seconds. Raises RuntimeError when a recall fails."""
+
+    def cited_by(row: dict[str, Any]) -> set[str]:
+        if turn_cites is not None and row.get("tier") in ("turn", "journal"):
+            return turn_cites.get(" ".join(str(row["text"]).split()), set())
+        return cites.get(row["id"], set())
+
     scores: list[tuple[int, float]] = []
     latencies: list[float] = []
     for q in questions:
@@ -286,11 +368,11 @@ def ask_questions(
             raise RuntimeError(f"recall failed: {body}")
         cited: set[str] = set()
         for row in body["results"]:
-            cited |= cites.get(row["id"], set())
+            cited |= cited_by(row)
         evidence = set(q["evidence"])
         scores.append((q["category"], len(evidence & cited) / len(evidence)))
         if ranked is not None:
-            per_row = tuple(frozenset(cites.get(row["id"], set()) & evidence) for row in body["results"])
+            per_row = tuple(frozenset(cited_by(row) & evidence) for row in body["results"])
             ranked.append(RankedAnswer(frozenset(evidence), per_row, tuple(row["text"] for row in body["results"])))
     return scores, latencies
 
@@ -392,8 +474,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit-conversations", type=int, default=0)
     parser.add_argument("--conversations", default="", help="comma list of file stems to keep (conv-26,conv-30): a cross-check on a subset")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument(
+        "--unmined-last",
+        type=int,
+        default=0,
+        help="also measure each config with the last K sessions unmined (their turns posted, no facts)",
+    )
+    parser.add_argument("--unmined-only", action="store_true", help="with --unmined-last: skip the fully mined runs")
+    parser.add_argument(
+        "--stand-in", action="store_true", help="serve e5 from bench.embedding_server and add the config remote (embedding_model=remote)"
+    )
     smoke = smoke_option(parser, argv, configs="use")
     args = parser.parse_args(argv)
+    stand_in = None
+    if args.stand_in:
+        from bench.embedding_server import REMOTE_E5, StandInServer
+
+        stand_in = StandInServer().start()
+        CONFIGS["remote"] = {**REMOTE_E5, "embedding_remote_base_url": stand_in.base_url}
 
     folder = resolve_data(args.data)
     if smoke:
@@ -418,23 +516,45 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict[str, float]] = {}
     ceil = summarise(ceiling(facts_by_conv, questions_by_conv))
     print(" | ".join([f"{'(ceiling)':<28}"] + [f"{ceil.get(c, float('nan')):>11.3f}" for c in list(CATEGORIES.values()) + ["overall"]]))
+    unmined = [unmined_sessions(f, args.unmined_last) for f in files] if args.unmined_last > 0 else []
+    modes: list[str] = ([] if args.unmined_only and unmined else ["mined"]) + (["unmined"] if unmined else [])
     for name in names:
-        started = time.monotonic()
-        scores: list[tuple[int, float]] = []
-        p50s: list[float] = []
-        with tempfile.TemporaryDirectory(prefix="nekomem-locomo-") as tmp:
-            for index, (facts, questions) in enumerate(loaded):
-                conv_scores, p50 = run_conversation(Path(tmp) / f"c{index}", overrides_of(name), services, facts, questions)
-                scores += conv_scores
-                p50s.append(p50)
-        row = summarise(scores)
-        row["p50_ms"] = statistics.median(p50s)
-        results[name] = row
-        cells = [f"{row.get(c, float('nan')):>11.3f}" for c in list(CATEGORIES.values()) + ["overall"]]
-        print(" | ".join([f"{name:<28}"] + cells + [f"{row['p50_ms']:>11.1f}", f"{time.monotonic() - started:>11.1f}"]), flush=True)
+        for mode in modes:
+            started = time.monotonic()
+            scores: list[tuple[int, float]] = []
+            late: list[tuple[int, float]] = []  # the questions whose evidence is in the unmined sessions
+            p50s: list[float] = []
+            with tempfile.TemporaryDirectory(prefix="nekomem-locomo-") as tmp:
+                for index, (facts, questions) in enumerate(loaded):
+                    left = unmined[index] if mode == "unmined" else None
+                    conv_scores, p50 = run_conversation(
+                        Path(tmp) / f"c{index}", overrides_of(name), services, facts, questions, unmined=left
+                    )
+                    scores += conv_scores
+                    if unmined:
+                        late += [
+                            sc for sc, q in zip(conv_scores, questions, strict=True) if any(unmined[index].holds(e) for e in q["evidence"])
+                        ]
+                    p50s.append(p50)
+            row = summarise(scores)
+            row["p50_ms"] = statistics.median(p50s)
+            label = name if mode == "mined" else f"{name} (last {args.unmined_last} unmined)"
+            if unmined:
+                row["late_questions"] = len(late)
+                row["late_overall"] = statistics.fmean(v for _, v in late) if late else float("nan")
+            results[label] = row
+            cells = [f"{row.get(c, float('nan')):>11.3f}" for c in list(CATEGORIES.values()) + ["overall"]]
+            extra = f" | late {row['late_overall']:.3f} over {len(late)} questions" if unmined else ""
+            print(
+                " | ".join([f"{label:<28}"] + cells + [f"{row['p50_ms']:>11.1f}", f"{time.monotonic() - started:>11.1f}"]) + extra,
+                flush=True,
+            )
     if args.json:
         Path(args.json).write_text(json.dumps({"ceiling": ceil, "configs": results}, indent=2), encoding="utf-8")
     services.close()
+    if stand_in is not None:
+        print(f"stand-in embedding server: {stand_in.latency_summary()} (server side, batches of the backfill and queries)")
+        stand_in.close()
     return 0
 
 

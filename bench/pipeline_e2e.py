@@ -4,7 +4,7 @@ turns a chat server posted, beside recall@8 of the gold observations imported di
 Run from the project root::
 
     .venv/bin/python -m bench.pipeline_e2e [--data ../shared/data/locomo-dev]
-        [--conversations conv-26,conv-30] [--modes on,off] [--json out.json]
+        [--conversations conv-26,conv-30] [--modes on,off] [--unmined-last K] [--json out.json]
 
 For each LoCoMo dev conversation, a fresh in-process server (real HTTP on 127.0.0.1, on a
 manual clock so that days between sessions pass at once) talks to the *ideal extractor*
@@ -17,6 +17,11 @@ background synthesis would in the days between sessions. Then every question of 
 1-4 is asked through ``/query_memory`` and scored as in :mod:`bench.locomo_quality` (a fact
 cites the dia_ids of the gold observation whose text it carries).
 
+With ``--unmined-last K`` the model fails (HTTP 500) every extraction whose prompt holds a
+turn of the last K sessions of each conversation, so those turns stay unmined (as after a
+model outage) and reach recall only as turn rows; a returned turn row cites its own
+dia_id. The scores of the questions whose evidence lies in those sessions are printed apart.
+
 Printed per mode (powerful memory on / off): recall@8 per category and overall, for the
 pipeline and for the gold import, the "kept" ratio (pipeline / gold), how many gold
 observations about each speaker were offered to the model and reached facts.json, and the
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -43,9 +49,11 @@ from bench.locomo_quality import (
     Services,
     ask_questions,
     bench_settings,
+    config_names,
     conversation_files,
     dia_ids,
     load_conversation,
+    overrides_of,
     resolve_data,
     run_conversation,
     session_time,
@@ -60,6 +68,21 @@ from tests.support.waiting import quiesce
 
 TURN_SECONDS = 30  # between two turns of a session
 MODES = {"on": True, "off": False}
+
+
+def parse_mode(spec: str) -> tuple[bool, bool, str]:
+    """``on``/``off``, then ``:unmined`` and ``:<config>`` flags (locomo_quality CONFIGS
+    names, e.g. ``on:unmined:no-turns``): (powerful, last sessions unmined, config name).
+    Raises SystemExit on an unknown part."""
+    parts = spec.split(":")
+    if parts[0] not in MODES:
+        raise SystemExit(f"mode {spec!r}: starts with on or off")
+    unmined = "unmined" in parts[1:]
+    configs = [p for p in parts[1:] if p != "unmined"]
+    name = "+".join(configs)
+    if name:
+        config_names(name)  # SystemExit naming an unknown config
+    return MODES[parts[0]], unmined, name
 
 
 def sessions_of(data: dict[str, Any]) -> list[tuple[datetime, list[dict[str, Any]]]]:
@@ -126,15 +149,30 @@ def post_conversation(srv: LiveServer, clock: ManualClock, data: dict[str, Any],
 
 
 def run_pipeline(
-    root: Path, data: dict[str, Any], ideal: IdealExtractor, services: Services, questions: list[dict[str, Any]], powerful: bool
+    root: Path,
+    data: dict[str, Any],
+    ideal: IdealExtractor,
+    services: Services,
+    questions: list[dict[str, Any]],
+    powerful: bool,
+    unmined_last: int = 0,
+    overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One conversation through the pipeline; scores, what reached facts.json, model calls."""
+    """One conversation through the pipeline (the last ``unmined_last`` sessions' extraction
+    failing); scores, what reached facts.json, model calls."""
     observations = observations_of(data)
-    turns = [(t["dia_id"], t["text"]) for _start, ts in sessions_of(data) for t in ts]
-    ideal.load(turns, observations)
+    sessions = sessions_of(data)
+    turns = [(t["dia_id"], t["text"]) for _start, ts in sessions for t in ts]
+    failing = (
+        frozenset(t["dia_id"] for _start, ts in sessions[len(sessions) - unmined_last :] for t in ts) if unmined_last > 0 else frozenset()
+    )
+    ideal.load(turns, observations, failing)
+    turn_cites: dict[str, set[str]] = {}
+    for dia_id, text in turns:
+        turn_cites.setdefault(" ".join(text.split()), set()).add(dia_id)
     first = sessions_of(data)[0][0]
     clock = ManualClock(first - timedelta(minutes=1))
-    settings = bench_settings(root, llm_base_url=ideal.base_url, llm_model="ideal-extractor")
+    settings = bench_settings(root, llm_base_url=ideal.base_url, llm_model="ideal-extractor", **(overrides or {}))
     service = services.get(settings.embeddings)
     with LiveServer(settings, embeddings=service, clock=clock) as srv:
         post_conversation(srv, clock, data, powerful)
@@ -143,8 +181,10 @@ def run_pipeline(
         for obs in observations:
             by_text.setdefault(obs.text, set()).update(obs.dia_ids)
         cites = {fid: by_text.get(item["text"], set()) for fid, item in items.items()}
+        # A first query indexes the uncovered turns; their vectors then count as pending.
+        srv.post(f"/query_memory/{NAME}", json={"query": "warm-up"}).raise_for_status()
         wait_vectors(srv, name=NAME)
-        scores, _latencies = ask_questions(srv, NAME, questions, cites)
+        scores, _latencies = ask_questions(srv, NAME, questions, cites, turn_cites=turn_cites)
     texts = {item["text"] for item in items.values()}
     reached = Counter(o.who for o in observations if o.text in texts)
     offered = Counter(observations[i].who for i in ideal.offered)
@@ -162,7 +202,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default="../shared/data/locomo-dev")
     parser.add_argument("--conversations", default="", help="comma list of file stems (conv-26,conv-30); default: the whole split")
-    parser.add_argument("--modes", default="on,off", help="powerful memory on, off or both (on,off)")
+    parser.add_argument(
+        "--modes",
+        default="on,off",
+        help="comma list: powerful memory on or off, each with optional :unmined (the last --unmined-last sessions fail) and :<config> flags",
+    )
+    parser.add_argument("--unmined-last", type=int, default=1, help="sessions left unmined by an :unmined mode")
     parser.add_argument("--json", help="also write the results to this file")
     smoke = smoke_option(parser, argv, modes="on")
     args = parser.parse_args(argv)
@@ -172,8 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         folder = smoke_folder(folder)
     files = conversation_files(folder, args.conversations)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if any(m not in MODES for m in modes):
-        raise SystemExit("--modes takes on, off or on,off")
+    parsed = {m: parse_mode(m) for m in modes}
+    late: dict[str, list[tuple[int, float]]] = {m: [] for m in modes}
 
     services = Services()
     results: dict[str, Any] = {"gold": [], **{m: [] for m in modes}, "per_conversation": {}}
@@ -185,9 +230,25 @@ def main(argv: list[str] | None = None) -> int:
             gold_scores, _p50 = run_conversation(Path(tmp) / f"gold{index}", {}, services, facts, questions)
             results["gold"] += gold_scores
             row: dict[str, Any] = {"gold": summarise(gold_scores)["overall"]}
+            # The questions about the last --unmined-last sessions, scored apart in every mode.
+            last_dias = (
+                {t["dia_id"] for _start, ts in sessions_of(data)[-args.unmined_last :] for t in ts} if args.unmined_last > 0 else set()
+            )
             for mode in modes:
-                run = run_pipeline(Path(tmp) / f"{mode}{index}", data, ideal, services, questions, MODES[mode])
+                powerful, unmined, config = parsed[mode]
+                overrides = overrides_of(config) if config else {}
+                run = run_pipeline(
+                    Path(tmp) / f"m{len(row)}-{index}",
+                    data,
+                    ideal,
+                    services,
+                    questions,
+                    powerful,
+                    args.unmined_last if unmined else 0,
+                    overrides,
+                )
                 results[mode] += run["scores"]
+                late[mode] += [sc for sc, q in zip(run["scores"], questions, strict=True) if last_dias & set(q["evidence"])]
                 row[mode] = {k: v for k, v in run.items() if k != "scores"} | {"overall": summarise(run["scores"])["overall"]}
             results["per_conversation"][path.stem] = row
             print(f"{path.stem}: {json.dumps(row)} ({time.monotonic() - started:.0f} s)", flush=True)
@@ -202,7 +263,9 @@ def main(argv: list[str] | None = None) -> int:
         got = summarise(results[mode])
         kept = got["overall"] / gold["overall"] if gold["overall"] else float("nan")
         label = f"raw turns, powerful {mode}"
-        print(" | ".join([f"{label:<28}"] + [f"{got.get(c, float('nan')):>11.3f}" for c in cats] + [f"{kept:>6.2f}"]))
+        where = late[mode]
+        tail = f" | late {statistics.fmean(v for _, v in where):.3f} over {len(where)} questions" if where else ""
+        print(" | ".join([f"{label:<28}"] + [f"{got.get(c, float('nan')):>11.3f}" for c in cats] + [f"{kept:>6.2f}"]) + tail)
     print(
         "\nper conversation: gold observations about A (user) / B (character): offered to the model, reached facts.json; model calls per task"
     )

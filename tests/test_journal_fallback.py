@@ -27,12 +27,14 @@ def test_without_long_term_entries_recall_finds_the_turns_and_stops_once_a_fact_
         assert all("grey" not in row["text"] for row in answer["results"])
 
         assert srv.post(f"/api/characters/{NAME}/facts", json={"facts": [{"text": "Master likes tea"}]}).status_code == 200
+        # From the first fact on, the turn no memory covers is a row of tier "turn" (issue 36).
         rows = srv.post(f"/query_memory/{NAME}", json={"query": "the cat I adopted"}).json()["results"]
         assert all(row["tier"] != "journal" for row in rows)
+        assert [row["tier"] for row in rows if "Pixel" in row["text"]] == ["turn"]
 
 
 def test_the_fallback_can_be_turned_off(tmp_path):
-    settings = make_settings(tmp_path, embedding_enabled=False, recall_journal_fallback_rows=0)
+    settings = make_settings(tmp_path, embedding_enabled=False, recall_journal_fallback_rows=0, recall_uncovered_turns=0)
     with LiveServer(settings) as srv:
         body = {"input_history": [{"role": "user", "content": "I just adopted a cat named Pixel"}]}
         assert srv.post(f"/cache/{NAME}", json=body).status_code == 200

@@ -276,6 +276,12 @@ def test_rrf_matches_hand_computed_values() -> None:
         assert score == pytest.approx(expected[doc_id], abs=1e-15)
 
 
+def test_rrf_weights_scale_each_list() -> None:
+    fused = dict(rrf([["a", "b"], ["b", "t"]], k=60, limit=10, weights=[1.0, 2.0]))
+    assert fused["t"] == pytest.approx(2 / 62) and fused["b"] == pytest.approx(1 / 62 + 2 / 61)
+    assert fused["a"] == pytest.approx(1 / 61)
+
+
 def test_rrf_dedup_skips_empty_ids_and_caps() -> None:
     [(doc_id, score)] = rrf([["x"], ["x"]], k=60, limit=8)
     assert doc_id == "x" and round(score, 6) == 0.032787  # 2/61

@@ -6,18 +6,22 @@ buffered and extracted in batches (``fact_extract_every_n_turns`` user turns, or
 open until their turns were extracted, so a crash replays them. Off, each turn batch is
 extracted on its own. Extracted facts are deduplicated by the store before they are
 journaled. A record of the fact backlog (turns stored before a model could mine them)
-tells RecentActor when it is mined, so the next backlog batch is handed out.
+tells RecentActor when it is mined, so the next backlog batch is handed out. Every
+extraction that finished tells RecentActor which journal rows it covered (``TurnsMined``):
+recall stops offering those turns as rows of their own
+(:mod:`nekomem.stores.turn_coverage`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Literal
 
 import msgspec
 
 from nekomem.actors.fact_state import FactStore
-from nekomem.actors.messages import BacklogMined, ModelResult, NewFacts, OpFinished, OpParked, RunOp
+from nekomem.actors.messages import BacklogMined, ModelResult, NewFacts, OpFinished, OpParked, RunOp, TurnsMined
 from nekomem.actors.ports import LayerPorts
 from nekomem.domain import facts as fl
 from nekomem.domain import prompts_longterm as prompts
@@ -26,7 +30,7 @@ from nekomem.domain.gates import task_gate
 from nekomem.domain.layers import OUTBOX, RECENT, REFLECTIONS
 from nekomem.domain.records import Fact
 from nekomem.domain.turns import Turn, from_disk
-from nekomem.stores.fact_backlog import backlog_last_row
+from nekomem.stores.fact_backlog import BACKLOG_ROWS_KEY, backlog_last_row
 
 Mode = Literal["single", "batch"]
 
@@ -55,6 +59,7 @@ class FactExtraction:
         self.store = store
         self.queue = ExtractionQueue(self.s)  # records waiting for path A
         self.backlog_ops: dict[str, int] = {}  # op_id -> last row, of fact-backlog batches
+        self.op_rows: dict[str, tuple[int, int]] = {}  # op_id -> the journal rows it holds
         self.inflight: int | None = None
         # Texts of turns forgotten while an extraction job had them (a job with the model
         # cannot be called back): its answer is not used and its turns are not put back.
@@ -68,6 +73,7 @@ class FactExtraction:
         """Forget the queue and the batch in flight (a load: the outbox replays them)."""
         self.queue = ExtractionQueue(self.s)
         self.backlog_ops = {}
+        self.op_rows = {}
         self.inflight = None
         self.jobs = 0
         self.forgotten = set()
@@ -90,6 +96,9 @@ class FactExtraction:
             parsed = (from_disk(m) for m in raw) if isinstance(raw, list) else ()
             turns = [t for t in parsed if t is not None]
         backlog = backlog_last_row(msg.payload)
+        rows = _row_range(msg.payload)
+        if rows is not None:
+            self.op_rows[msg.op_id] = rows
         if backlog is not None:
             # A batch of the fact backlog (announced when stored): recent hears when it is mined.
             self.backlog_ops[msg.op_id] = backlog
@@ -98,7 +107,8 @@ class FactExtraction:
         user_turns = [t for t in turns if t.role == "human"]
         if not user_turns or not self.ports.model_available("extract_facts"):
             # Nothing a fact can come from, or no summary tier: the step is skipped
-            # (reported by /health) and the record is finished.
+            # (reported by /health) and the record is finished; its turns stay uncovered.
+            self.op_rows.pop(msg.op_id, None)
             self.op_done(msg.op_id)
             return
         if self.ports.powerful() or msg.op_id in self.queue:
@@ -188,6 +198,7 @@ class FactExtraction:
         if msg.error is not None:
             self.ports.log.warning("fact extraction failed; the outbox will retry (%d records)", len(ops))
             for op_id, _ in ops:
+                self.op_rows.pop(op_id, None)  # the outbox's retry brings them again
                 self.ports.send(OUTBOX, OpFinished(op_id=op_id, ok=False, error=msg.error))
             return False
         now = self.ports.now()
@@ -196,6 +207,9 @@ class FactExtraction:
         added, _skipped = self.store.add_facts(new)
         if msg.mode == "batch":
             self.queue.checked(now)
+        mined = [rows for rows in (self.op_rows.pop(op_id, None) for op_id, _ in ops) if rows is not None]
+        if mined:
+            self.ports.send(RECENT, TurnsMined(ranges=mined))
         for op_id, _ in ops:
             self.op_done(op_id)
         if added and self.ports.powerful():
@@ -208,6 +222,16 @@ class FactExtraction:
         if self.inflight is not None or not self.ports.model_available("extract_facts"):
             return None
         return self.queue.wait_seconds(now, max(0.0, self.gate.not_before - self.ctx.clock.monotonic()))
+
+
+def _row_range(payload: Mapping[str, object]) -> tuple[int, int] | None:
+    """The journal rows ``(first, last)`` a post-turn record holds (``rows``, or
+    ``backlog_rows`` for a batch of the fact backlog); None when it names none."""
+    for key in ("rows", BACKLOG_ROWS_KEY):
+        value = payload.get(key)
+        if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return (int(value[0]), int(value[1]))
+    return None
 
 
 def _with_turn_span(facts: list[Fact], turns: list[Turn]) -> list[Fact]:

@@ -437,6 +437,32 @@ class QueryExpired(Message, frozen=True):
     token: int
 
 
+class Reranked(Message, frozen=True):
+    """A query's re-rank request came back: the candidates' indexes best first (None with
+    ``error``)."""
+
+    token: int
+    order: list[int] | None = None
+    error: str | None = None
+
+
+class TurnVectorsDone(Message, frozen=True):
+    """An embedding job over uncovered journal turns came back: ``ids`` in batch order,
+    embedded by ``model``; ``vectors`` None with ``error``."""
+
+    token: int
+    ids: list[str]
+    model: str
+    vectors: Vectors | None = None
+    error: str | None = None
+
+
+class RerankExpired(Message, frozen=True):
+    """A query's re-ranker did not answer in time: answer in the fused order."""
+
+    token: int
+
+
 class BackfillDone(Message, frozen=True):
     """A backfill batch came back: ``items`` are (id, text sha256) in batch order."""
 
@@ -525,6 +551,14 @@ class ExplainQuery(Message, frozen=True):
     time: str = ""
     now: datetime | None = None
     excluded: list[dict[str, str]] = []
+
+
+class TurnsMined(Message, frozen=True):
+    """Sent by FactActor to RecentActor when an extraction of facts over journal rows
+    finished: the inclusive row ranges ``ranges`` are covered
+    (:mod:`nekomem.stores.turn_coverage`)."""
+
+    ranges: list[tuple[int, int]]
 
 
 class BacklogMined(Message, frozen=True):

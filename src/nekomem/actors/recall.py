@@ -43,15 +43,20 @@ from nekomem.actors.messages import (
     RankForStage2,
     RelatedFacts,
     RequestIndex,
+    Reranked,
+    RerankExpired,
     Tick,
+    TurnVectorsDone,
     Vectors,
     VectorsComputed,
 )
 from nekomem.actors.ports import LayerPorts
+from nekomem.domain.index_entry import IndexEntry
 from nekomem.domain.layers import tier_owners, vector_tiers
 from nekomem.recall.embeddings import EmbeddingService
 from nekomem.recall.entry import display_tz
 from nekomem.recall.explain import explain
+from nekomem.recall.fusion import rrf
 from nekomem.recall.index import RecallIndex
 from nekomem.recall.journal_fallback import journal_hits
 from nekomem.recall.names import blend_query_vectors
@@ -65,6 +70,7 @@ from nekomem.recall.response import (
 )
 from nekomem.recall.timewindow import TimeWindow
 from nekomem.recall.tokenize import forget_memoised_words
+from nekomem.recall.turn_leg import TURN_TIER, TurnCorpus
 from nekomem.runtime.deadlines import RECALL_DEADLINES
 from nekomem.runtime.pool import PoolFull
 from nekomem.runtime.protocol import Message
@@ -102,6 +108,10 @@ class RecallLayer:
         # token -> a query (or a playground explain) waiting for its embedding, and its plan
         self.queries: dict[int, tuple[QueryMemory | ExplainQuery, QueryPlan]] = {}
         self.held: list[QueryMemory] = []
+        # token -> a query waiting for the re-ranker, and its fused hits
+        self.reranks: dict[int, tuple[QueryMemory, _Fused]] = {}
+        # The uncovered journal turns, indexed (rebuilt when the journal or its coverage changed).
+        self.turns: TurnCorpus | None = None
 
     # -- lifecycle -------------------------------------------------------------------
     def load(self) -> None:
@@ -110,6 +120,9 @@ class RecallLayer:
         names = [self.ctx.settings.recent.master_name, self.ctx.name, *s.recall_extra_stop_names]
         analyzer = LexicalAnalyzer(s, stop_names_for(names))
         self.index = RecallIndex(s, display_tz(self.ctx.settings.server.display_timezone), analyzer)
+        self.turns = None
+        self.turn_token: int | None = None  # the embedding job over uncovered turns in flight
+        self.turn_after = 0.0  # no turn embedding job before this (monotonic; after a failure)
         self.backfill_token: int | None = None
         self.backfill_items: list[tuple[str, str]] = []
         self.backfill_after = 0.0
@@ -146,6 +159,10 @@ class RecallLayer:
             if msg.reply is not None:
                 msg.reply.ok(empty_response(plan.query, error=True))
         self.queries.clear()
+        for query, found in self.reranks.values():
+            if query.reply is not None:
+                query.reply.ok(found.body())
+        self.reranks.clear()
         for held in self.held:
             if held.reply is not None:
                 held.reply.ok(empty_response((held.query or "").strip(), error=True))
@@ -173,6 +190,8 @@ class RecallLayer:
             return now
         if self.index.need and self.backfill_token is None:
             return self.backfill_after
+        if self.turns is not None and self.turn_token is None and self.s.recall_turn_vectors and self.index.docs and self.turns.missing():
+            return max(now, self.turn_after)
         return None
 
     @handles(Tick)
@@ -183,6 +202,7 @@ class RecallLayer:
         # The vector side is optional: a failure there is logged, never a crash loop.
         try:
             self._sync_vectors()
+            self._pump_turn_vectors()
         except Exception:
             self.log.exception("vector index upkeep failed")
 
@@ -196,6 +216,8 @@ class RecallLayer:
         self.pending_counter.indexed(self.ctx.name, self._waiting(), msg.counted)
         if self.held and self.fed >= set(tier_owners().values()):
             self._release_held()
+        if self.turns is None and self.index.docs and self.fed >= set(tier_owners().values()) and self.s.recall_turn_vectors:
+            self._uncovered_turns()  # indexed (and embedded in the background) before the first query
 
     @handles(IndexWaitOver)
     def on_index_wait_over(self, msg: IndexWaitOver) -> None:
@@ -299,7 +321,10 @@ class RecallLayer:
                 return 0
             return sum(1 for doc in self.index.docs.values() if doc.entry.tier in vector_tiers() and doc.entry.vector is None)
         inflight = len(self.backfill_items) if self.backfill_token is not None else 0
-        return len(self.index.need) + inflight
+        turns = 0
+        if self.turns is not None and self.s.recall_turn_vectors and self.index.docs:
+            turns = len(self.turns.missing()) + len(self.turns.embedding)
+        return len(self.index.need) + inflight + turns
 
     def _submit_embed(self, texts: list[str], wrap: Wrap, *, urgent: bool = False) -> bool:
         """Embed ``texts`` as queries on the model pool; False when that is not possible.
@@ -340,7 +365,7 @@ class RecallLayer:
             # Subject scoping is a hard filter applied before any scoring (fail closed).
             visible = self.index.visible(msg.subjects)
             now = msg.now or datetime.now(self.index.tz)
-            plan = plan_query(query, msg.time or "", now, self.index, self.s, started, visible)
+            plan = plan_query(query, msg.time or "", now, self.index, self.s, started, visible, scoped=msg.subjects is not None)
             if plan.window is None and plan.spec:
                 self.log.info("recall: time expression not understood; ignored")
             if not query:
@@ -407,17 +432,111 @@ class RecallLayer:
         """No long-term entry yet: the newest journal turns ranked by BM25 (read-only;
         RecentActor is the journal's writer). See :mod:`nekomem.recall.journal_fallback`."""
         path = self.ctx.paths.time_index_db
-        turns = []
+        rows = []
         if path.exists():
             try:
                 with TimeIndexReader.read_only(path) as journal:
-                    turns = journal.tail(self.s.recall_journal_fallback_rows)
+                    rows = journal.tail_rows(self.s.recall_journal_fallback_rows)
             except sqlite3.Error:  # not created yet, or unreadable: nothing to search
-                turns = []
-        hits = journal_hits(turns, pending.search, self.index.analyzer, self.s)
+                rows = []
+        hits, sessions = journal_hits(rows, pending.search, self.index.analyzer, self.s)
         elapsed = round((time.perf_counter() - pending.started) * 1000, 1)
-        self.log.info("recall query: no long-term entry; journal fallback over %d turns: %d hits", len(turns), len(hits))
-        return query_response(hits, pending.query, len(turns), elapsed)
+        self.log.info("recall query: no long-term entry; journal fallback over %d turns: %d hits", len(rows), len(hits))
+        return query_response(hits, pending.query, len(rows), elapsed, sessions)
+
+    def _uncovered_turns(self) -> TurnCorpus | None:
+        """The newest recall_uncovered_turns journal turns no long-term memory covers
+        (:mod:`nekomem.stores.turn_coverage`), indexed; kept while the journal's rows and
+        coverage are unchanged. None when off, or when the journal does not track coverage."""
+        limit = self.s.recall_uncovered_turns
+        path = self.ctx.paths.time_index_db
+        if limit <= 0 or not path.exists():
+            self.turns = None
+            return None
+        try:
+            with TimeIndexReader.read_only(path) as journal:
+                mined = journal.mined_ranges()
+                if mined is None:
+                    self.turns = None
+                    return None
+                top, count = journal.shape()
+                key = (top, count, tuple(mined))
+                if self.turns is None:
+                    self.turns = TurnCorpus([], TURN_TIER, self.index.analyzer, self.s)
+                if self.turns.key != key:
+                    # Only the rows new to the corpus are read and indexed.
+                    self.turns.sync(journal.uncovered_ids(mined, top, limit), journal.rows_by_id, key)
+                    self._pump_turn_vectors()
+        except sqlite3.Error:  # not created yet, or unreadable: no turn leg
+            self.turns = None
+        return self.turns
+
+    def _turn_leg(self, pending: QueryPlan, qvec: Vectors | None) -> tuple[TurnCorpus | None, list[list[str]]]:
+        """The rankings of the uncovered turns for ``pending`` (ids, best first): BM25, then
+        one per embedding model when the turns have vectors; none for a scoped query (the
+        journal is the owner's private conversation). An explicit time window keeps the
+        turns inside it."""
+        if pending.scoped:
+            return None, []
+        corpus = self._uncovered_turns()
+        if corpus is None or not len(corpus):
+            return corpus, []
+        allowed = corpus.inside(pending.window) if pending.window is not None else None
+        depth = self.s.recall_budget_each
+        legs: list[list[str]] = []
+        if self.s.recall_legs != "vector":
+            legs.append([doc_id for doc_id, _ in corpus.leg(pending.search, depth, allowed)])
+        emb = self._service()
+        if qvec is not None and emb is not None and corpus.vector_model == emb.model_id and self.s.recall_turn_vectors:
+            legs += corpus.vector_legs(
+                qvec, getattr(emb, "legs", ()) if len(getattr(emb, "legs", ())) > 1 else (), self.s.recall_cosine_threshold, depth, allowed
+            )
+        return corpus, [leg for leg in legs if leg]
+
+    def _pump_turn_vectors(self) -> None:
+        """Embed the next batch of uncovered turns without a vector on the model pool (the
+        character's own key: background work), one batch at a time."""
+        corpus = self.turns
+        if corpus is None or not self.s.recall_turn_vectors or self.turn_token is not None or not self.index.docs:
+            return  # (without any entry the journal fallback answers, by BM25)
+        emb = self._service()
+        corpus.use_model(emb.model_id if emb is not None else None)
+        if emb is None or time.monotonic() < self.turn_after:
+            return
+        ids = corpus.missing()[: self.s.recall_embed_batch_size]
+        if not ids:
+            return
+        texts = [corpus.entries[doc_id].text for doc_id in ids]
+        model = str(emb.model_id)
+        token = self._next_token()
+
+        def job() -> object:
+            return emb.embed(texts, "passage")
+
+        def wrap(result: object, error: BaseException | None) -> Message:
+            return TurnVectorsDone(
+                token=token, ids=ids, model=model, vectors=_vectors(result), error=None if error is None else repr(error)
+            )
+
+        try:
+            self.ctx.submit_model_job(self.child_name, job, wrap)
+        except PoolFull:
+            self.turn_after = time.monotonic() + self.s.recall_backfill_retry_seconds
+            return
+        corpus.embedding.update(ids)
+        self.turn_token = token
+
+    @handles(TurnVectorsDone)
+    def on_turn_vectors(self, msg: TurnVectorsDone) -> None:
+        if msg.token != self.turn_token:
+            return
+        self.turn_token = None
+        if self.turns is not None:
+            self.turns.store(msg.model, msg.ids, None if msg.error is not None else msg.vectors)
+        if msg.error is not None or msg.vectors is None:
+            self.turn_after = time.monotonic() + self.s.recall_backfill_retry_seconds
+        self._publish_pending()
+        self._pump_turn_vectors()
 
     def _finish(self, msg: QueryMemory | ExplainQuery, plan: QueryPlan, qvec: Vectors | None) -> None:
         if isinstance(msg, ExplainQuery):
@@ -425,34 +544,110 @@ class RecallLayer:
                 msg.reply.ok(explain(self.index, self.s, plan, qvec, msg.excluded))
             return
         try:
-            body: object = self._query_search(plan, qvec)
+            found = self._query_search(plan, qvec)
+            if isinstance(found, _Fused) and self._rerank(msg, found):
+                return  # answered when the re-ranker answers, or at its deadline
+            body: object = found.body() if isinstance(found, _Fused) else found
         except Exception:
             self.log.exception("recall query failed")
             body = empty_response(plan.query, error=True)
         if msg.reply is not None:
             msg.reply.ok(body)
 
-    def _query_search(self, pending: QueryPlan, qvec: Vectors | None) -> RecallBody:
+    def _query_search(self, pending: QueryPlan, qvec: Vectors | None) -> RecallBody | _Fused:
+        """The fused hits of ``pending`` (the index's legs and the uncovered turns' leg),
+        deep enough for the re-ranker when one is configured; the journal fallback's body
+        for a character without any long-term entry."""
         index = self.index
-        if not index.docs and pending.allowed is None and self.s.recall_journal_fallback_rows > 0:
+        if not index.docs and pending.allowed is None and not pending.scoped and self.s.recall_journal_fallback_rows > 0:
             return self._journal_search(pending)
         pool_size = len(index.docs) if pending.allowed is None else len(pending.allowed)
         hits, legs = index.search(pending.search, qvec, pending.allowed, pending.hinted)
-        elapsed = round((time.perf_counter() - pending.started) * 1000, 1)
+        corpus, turn_legs = self._turn_leg(pending, qvec)
+        reranking = self.ctx.services.reranker is not None and bool(pending.search)
+        depth = max(self.s.recall_rerank_top_n, self.s.recall_budget_total) if reranking else self.s.recall_budget_total
+        sessions: dict[str, str] = {}
+        if (corpus is not None and turn_legs) or depth > self.s.recall_budget_total:
+            # The uncovered turns are one more leg of the fusion, as the index fuses its own.
+            turns = corpus.entries if corpus is not None else {}
+            weights = [1.0] * len(legs) + [self.s.recall_turn_leg_weight] * len(turn_legs)
+            fused = rrf([*legs, *turn_legs], self.s.recall_rrf_k, depth, weights)
+            hits = []
+            for doc_id, score in fused:
+                entry = turns.get(doc_id)
+                if entry is None and doc_id in index.docs:
+                    entry = index.docs[doc_id].entry
+                if entry is not None:
+                    hits.append((entry, round(score, 6)))
+                    if corpus is not None and doc_id in corpus.sessions:
+                        sessions[doc_id] = corpus.sessions[doc_id]
+            pool_size += len(corpus) if corpus is not None else 0
         self.log.info(
-            "recall query: pool=%d vectors=%d bm25=%d cosine=%d fused=%d window=%s time_hint=%s embedding=%s elapsed_ms=%.1f",
+            "recall query: pool=%d vectors=%d bm25=%d cosine=%d turns=%d fused=%d window=%s time_hint=%s embedding=%s elapsed_ms=%.1f",
             pool_size,
             index.vector_count(),
             len(legs[0]),
             len(legs[1]),
+            sum(len(leg) for leg in turn_legs),
             len(hits),
             pending.window is not None,
             pending.hinted is not None,
             "used" if qvec is not None else "none",
-            elapsed,
+            (time.perf_counter() - pending.started) * 1000,
         )
         self.log.debug("recall query %r -> %s", pending.query, [entry.id for entry, _ in hits])
-        return query_response(hits, pending.query, pool_size, elapsed)
+        return _Fused(pending, hits, sessions, pool_size, self.s.recall_budget_total)
+
+    # -- re-ranking ------------------------------------------------------------------
+    def _rerank(self, msg: QueryMemory, found: _Fused) -> bool:
+        """Hand ``found``'s candidates to the re-ranker on the model pool; False (answer
+        now, in the fused order) when none is configured, there is nothing to re-order or
+        the pool is full."""
+        reranker = self.ctx.services.reranker
+        if reranker is None or len(found.hits) < 2 or msg.reply is None:
+            return False
+        token = self._next_token()
+        query = found.plan.search
+        texts = [entry.text for entry, _ in found.hits]
+
+        def job() -> object:
+            return reranker.rank(query, texts)
+
+        def wrap(result: object, error: BaseException | None) -> Message:
+            order = [int(i) for i in result] if isinstance(result, list) else None
+            return Reranked(token=token, order=order, error=None if error is None else f"{type(error).__name__}: {error}")
+
+        ctx = self.ctx
+        try:
+            ctx.services.pool.submit(f"{ctx.name}\x00rerank", job, lambda result, error: ctx.send(self.child_name, wrap(result, error)))
+        except PoolFull:
+            return False
+        self.reranks[token] = (msg, found)
+        tell = self.ports.tell_self
+        RECALL_DEADLINES.schedule(self.s.recall_rerank_timeout_seconds, lambda: tell(RerankExpired(token=token)))
+        return True
+
+    @handles(Reranked)
+    def on_reranked(self, msg: Reranked) -> None:
+        pending = self.reranks.pop(msg.token, None)
+        if pending is None:
+            return  # answered already (its deadline passed)
+        query, found = pending
+        if msg.order is None:
+            self.log.info("recall: re-ranker failed (%s); answering in the fused order", msg.error)
+        else:
+            found = found.reordered(msg.order)
+        if query.reply is not None:
+            query.reply.ok(found.body())
+
+    @handles(RerankExpired)
+    def on_rerank_expired(self, msg: RerankExpired) -> None:
+        pending = self.reranks.pop(msg.token, None)
+        if pending is not None:
+            self.log.info("recall: re-ranker too slow; answering in the fused order")
+            query, found = pending
+            if query.reply is not None:
+                query.reply.ok(found.body())
 
     def _time_only(self, window: TimeWindow, spec: str, started: float, visible: set[str] | None) -> RecallBody:
         entries, dated, inside = self.index.nearest_in_time(window, self.s.recall_time_budget, visible)
@@ -519,3 +714,32 @@ class RecallLayer:
             self._answer(request, [])
         else:
             self._answer(request, self.index.related(vectors, request.per_query_k, request.cap, request.tiers, request.exclude_ids))
+
+
+class _Fused:
+    """The fused hits of one query recall, best first (deeper than the budget while a
+    re-ranker is to see them), and how to answer with them."""
+
+    def __init__(
+        self, plan: QueryPlan, hits: list[tuple[IndexEntry, float]], sessions: dict[str, str], pool_size: int, budget: int
+    ) -> None:
+        self.plan = plan
+        self.hits = hits
+        self.sessions = sessions
+        self.pool_size = pool_size
+        self.budget = budget
+
+    def reordered(self, order: list[int]) -> _Fused:
+        """The hits in the re-ranker's ``order`` (indexes into them; any left out follow
+        in their fused order). Position i keeps the i-th best fused score, so scores still
+        descend down the rows."""
+        seen = [i for i in dict.fromkeys(order) if 0 <= i < len(self.hits)]
+        seen += [i for i in range(len(self.hits)) if i not in seen]
+        scores = [score for _, score in self.hits]
+        hits = [(self.hits[i][0], scores[rank]) for rank, i in enumerate(seen)]
+        return _Fused(self.plan, hits, self.sessions, self.pool_size, self.budget)
+
+    def body(self) -> RecallBody:
+        """The answer: the first ``budget`` hits."""
+        elapsed = round((time.perf_counter() - self.plan.started) * 1000, 1)
+        return query_response(self.hits[: self.budget], self.plan.query, self.pool_size, elapsed, self.sessions)

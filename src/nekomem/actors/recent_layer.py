@@ -43,6 +43,7 @@ from nekomem.actors.messages import (
     TheaterRetract,
     TheaterWrite,
     Tick,
+    TurnsMined,
 )
 from nekomem.actors.ports import LayerPorts
 from nekomem.actors.recent_erase import forget_turns
@@ -198,6 +199,14 @@ class RecentLayer:
     def on_OutboxAcks(self, msg: OutboxAcks) -> None:
         for ack in msg.acks:
             self.on_OutboxAck(ack)
+
+    @handles(TurnsMined)
+    def on_TurnsMined(self, msg: TurnsMined) -> None:
+        try:
+            self.store.tindex.mark_mined(msg.ranges)
+        except sqlite3.Error as exc:
+            # The safe side: the turns stay uncovered (recall keeps offering them).
+            self.log.warning("mined rows not recorded (%s): %d ranges stay uncovered", type(exc).__name__, len(msg.ranges))
 
     @handles(BacklogMined)
     def on_BacklogMined(self, msg: BacklogMined) -> None:

@@ -20,6 +20,7 @@ from nekomem.domain.layers import OUTBOX, RECENT
 from nekomem.domain.post_turn import POST_TURN_CURSOR, PostTurnCursor, session_runs
 from nekomem.domain.turns import Turn
 from nekomem.stores.fact_backlog import BACKLOG_ROWS_KEY
+from nekomem.stores.turn_coverage import seed_ranges
 
 OP_POST_TURN = "extract_facts"  # wire value of the reference's OP_POST_TURN_SIGNALS
 
@@ -61,6 +62,8 @@ class PostTurnFeed:
             saved = top
         self.cursor = PostTurnCursor(saved)
         self._loaded = True
+        if not tindex.coverage_started():
+            tindex.start_coverage(seed_ranges(saved, self.backlog.lo, self.backlog.hi))
         if top <= saved:
             return
         rows = [row for row in tindex.rows_after(saved) if not theater.is_theater(row.turn)]  # no post-turn work

@@ -14,7 +14,8 @@ EMBEDDING_MODEL_KINDS = ("auto", "use-string-input", "hf-tokenizer")
 EMBEDDING_POOLINGS = ("mean", "cls", "last")
 # The models scripts/fetch_model.py installs, by name -> folder (relative to the project).
 BUILTIN_MODELS = {"use": "models/use-multilingual-v3", "e5": "models/multilingual-e5-small"}
-EMBEDDING_MODELS = ("use", "e5", "use+e5")
+EMBEDDING_MODELS = ("use", "e5", "use+e5", "remote")
+REMOTE_MODEL = "remote"  # an OpenAI-compatible /v1/embeddings endpoint (embedding_remote_*)
 PROFILE_FILE = "profile.json"
 # Settings a model profile may set (when the user did not): cosines are model-specific.
 PROFILE_SETTINGS = ("recall_cosine_threshold", "fact_dedup_cosine_threshold", "longterm_refine_cosine_threshold")
@@ -25,7 +26,7 @@ class EmbeddingSettings(Section, frozen=True):
     embedding_model: Annotated[
         str,
         doc(
-            "Which installed model embeds: e5 (multilingual-e5-small, 4-bit), use (Universal Sentence Encoder multilingual v3), or use+e5 (both; recall then runs one vector leg per model, fused by RRF). The model's profile.json supplies its prefixes and its cosine thresholds unless those are set explicitly. Ignored when embedding_model_dir is set."
+            "Which model embeds: e5 (multilingual-e5-small, 4-bit), use (Universal Sentence Encoder multilingual v3), use+e5 (both; recall then runs one vector leg per model, fused by RRF), or remote (your own OpenAI-compatible /v1/embeddings endpoint, the embedding_remote_* settings; see docs/RECALL.md). An installed model's profile.json supplies its prefixes and its cosine thresholds unless those are set explicitly. Ignored when embedding_model_dir is set."
         ),
     ] = "use+e5"
     embedding_model_dir: Annotated[
@@ -67,7 +68,44 @@ class EmbeddingSettings(Section, frozen=True):
     embedding_passage_prefix: Annotated[str, doc("Prepended to every text embedded as a passage.")] = ""
     embedding_output_name: Annotated[str, doc("Model output that holds the embeddings; empty means the first output.")] = ""
 
+    # Your own embedding model behind an OpenAI-compatible endpoint (embedding_model = remote).
+    embedding_remote_base_url: Annotated[
+        str,
+        doc(
+            "embedding_model remote: the endpoint's base URL, up to and including /v1 (texts go to POST {base_url}/embeddings), e.g. http://127.0.0.1:11434/v1 for Ollama."
+        ),
+    ] = ""
+    embedding_remote_model: Annotated[
+        str, doc("embedding_model remote: the model name sent with every request (e.g. nomic-embed-text).")
+    ] = ""
+    embedding_remote_api_key: Annotated[str, doc("embedding_model remote: sent as a Bearer token when set (cloud APIs; never logged).")] = (
+        ""
+    )
+    embedding_remote_dimensions: Annotated[
+        int,
+        doc(
+            "embedding_model remote: ask the endpoint for vectors this wide (the OpenAI dimensions field, for models that can shorten theirs); 0 sends nothing and takes the width of the first answer.",
+            ge=0,
+        ),
+    ] = 0
+    embedding_remote_batch_size: Annotated[int, doc("embedding_model remote: most texts in one request.", ge=1)] = 64
+    embedding_remote_concurrency: Annotated[int, doc("embedding_model remote: most requests in flight to the endpoint at once.", ge=1)] = 2
+    embedding_remote_timeout_seconds: Annotated[
+        float,
+        doc(
+            "embedding_model remote: one request's timeout. A failed or timed-out request fails that embedding only (a query answers from its other legs, a backfill is retried); the endpoint is never given up.",
+            gt=0,
+        ),
+    ] = 20.0
+    embedding_remote_retry_seconds: Annotated[
+        float,
+        doc("embedding_model remote: while the endpoint cannot be reached at start, how often to try again to learn its width.", gt=0),
+    ] = 30.0
+
     def __post_init__(self) -> None:
+        if self.embedding_model == REMOTE_MODEL and not self.embedding_model_dir:
+            if not self.embedding_remote_base_url.strip() or not self.embedding_remote_model.strip():
+                raise ValueError("embedding_model remote needs embedding_remote_base_url and embedding_remote_model")
         if self.embedding_model not in EMBEDDING_MODELS:
             raise ValueError(f"embedding_model must be one of {', '.join(EMBEDDING_MODELS)}")
         if self.embedding_model_kind not in EMBEDDING_MODEL_KINDS:
@@ -106,9 +144,11 @@ def resolve_model_dir(value: str, project_root: Path | None = None) -> Path:
 
 def model_dirs(model: str, model_dir: str, project_root: Path | None = None) -> list[Path]:
     """The folder(s) of the configured model: the custom ``model_dir`` when set, else the
-    built-in folder of each name in ``model`` ("use", "e5" or "use+e5")."""
+    built-in folder of each name in ``model`` ("use", "e5" or "use+e5"); none for "remote"."""
     if model_dir:
         return [resolve_model_dir(model_dir, project_root)]
+    if model == REMOTE_MODEL:
+        return []  # no folder: the remote endpoint
     return [resolve_model_dir(BUILTIN_MODELS[name], project_root) for name in model.split("+")]
 
 

@@ -110,6 +110,46 @@ class RecallSettings(Section, frozen=True):
             ge=0,
         ),
     ] = 2000
+    recall_uncovered_turns: Annotated[
+        int,
+        doc(
+            "Beyond the reference: a query recall also searches this many of the newest raw-journal turns that no long-term memory covers yet (not mined for facts yet, their extraction failed or is backed off, or no model is configured) by BM25, fused with the long-term entries as one more leg; such rows are of tier turn and name their session_id. A turn counts as covered once an extraction over it finished. A query scoped to subjects never sees them. 0 turns it off.",
+            ge=0,
+        ),
+    ] = 2000
+    recall_turn_vectors: Annotated[
+        bool,
+        doc(
+            "Embed the uncovered turns (recall_uncovered_turns) in the background, in memory only, so that they also get a vector leg per embedding model in the fusion; false: BM25 only for them."
+        ),
+    ] = True
+    recall_turn_leg_weight: Annotated[
+        float,
+        doc(
+            "Weight of each of the uncovered turns' legs (BM25, and a vector leg per embedding model) in the Reciprocal Rank Fusion, where each of the index's legs weighs 1: a turn at rank r adds weight / (recall_rrf_k + r). 0.5 gave the best LoCoMo dev recall@8 with the last session unmined (bench/README.md); higher weights find more of that session's turns and push out more facts.",
+            gt=0,
+        ),
+    ] = 0.5
+    recall_rerank_base_url: Annotated[
+        str,
+        doc(
+            "Beyond the reference: your own re-ranker. When set, a query recall's fused top recall_rerank_top_n rows are re-ordered by POST {base_url}/rerank (llama.cpp, vLLM, TEI, Infinity, Jina/Cohere-style APIs) before the recall_budget_total cut; a failure or a late answer keeps the fused order. Include /v1 when the server serves it there. See docs/RECALL.md."
+        ),
+    ] = ""
+    recall_rerank_model: Annotated[str, doc("The re-ranker's model name, sent as model when set.")] = ""
+    recall_rerank_api_key: Annotated[str, doc("Sent to the re-ranker as a Bearer token when set (never logged).")] = ""
+    recall_rerank_field: Annotated[
+        str, doc("The request field that carries the candidates: documents (llama.cpp, vLLM, Jina, Cohere, Infinity) or texts (TEI).")
+    ] = "documents"
+    recall_rerank_top_n: Annotated[int, doc("How many fused candidates the re-ranker re-orders.", ge=2)] = 20
+    recall_rerank_timeout_seconds: Annotated[
+        float,
+        doc(
+            "How long a query recall waits for the re-ranker before answering in the fused order (the request itself is cut at the same time).",
+            gt=0,
+        ),
+    ] = 3.0
+    recall_rerank_concurrency: Annotated[int, doc("Most re-rank requests in flight at once, over every character.", ge=1)] = 2
     recall_query_max_chars: Annotated[int, doc("A query longer than this many characters is cut before searching.", ge=1)] = 2000
     recall_stem_english: Annotated[
         bool, doc("Cut plain English words to a light stem (plurals, -ed, -ing, -ly, final e) in documents and queries of the lexical leg.")
@@ -213,6 +253,8 @@ class RecallSettings(Section, frozen=True):
     ] = 2204
 
     def __post_init__(self) -> None:
+        if self.recall_rerank_field not in ("documents", "texts"):
+            raise ValueError("recall_rerank_field must be documents or texts")
         if self.recall_legs not in RECALL_LEGS:
             raise ValueError(f"recall_legs must be one of {', '.join(RECALL_LEGS)}")
         if self.recall_render_language not in RECALL_RENDER_LANGUAGES:

@@ -33,6 +33,9 @@ def embeddings_status(rt: Runtime) -> dict[str, Any]:
     reason = getattr(emb, "reason", None)
     if reason:
         status["reason"] = reason
+    error = getattr(emb, "error", None)
+    if error:
+        status["error"] = error  # a remote endpoint failing now: recall uses its other legs
     return status
 
 
@@ -83,6 +86,7 @@ async def health(request: Request) -> Response:
             "config_warnings": rt.llm.config_warnings() if rt.llm is not None else [],
         },
         "embeddings": embeddings_status(rt),
+        "reranker": rt.services.reranker.status() if rt.services.reranker is not None else {"state": "unconfigured"},
         "model_jobs": rt.pool.total_busy(),
         "supervision": {"child_restarts": 0, "failed_children": 0, "handler_errors": 0, **rt.services.counters.snapshot()},
         "storage": stored,

@@ -23,6 +23,13 @@ L2-normalised and scaled by ``1/sqrt(2)``, concatenated: one unit vector whose d
 is the mean of the two models' cosines (what dedup and refinement use), and whose halves
 :attr:`EmbeddingService.legs` names so recall can search each model on its own.
 
+With ``embedding_model = "remote"`` the model is the user's own OpenAI-compatible
+``/v1/embeddings`` endpoint (:mod:`nekomem.recall.embedding_remote`): its width is learnt
+from a first request (tried again every ``embedding_remote_retry_seconds`` while the
+endpoint cannot be reached; the service stays "loading" meanwhile), and a failed request
+fails that one embedding only: the service stays ready and shows the failure as ``error``
+until a request succeeds again.
+
 Vectors come back as float32 ``[N, dim]`` rows with unit L2 norm. The model id names the
 model, its dimension and a sha256 prefix of the files (and of the settings that change the
 vectors), so caches on entries notice when the model changed.
@@ -44,8 +51,9 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from nekomem.config.embeddings import EmbeddingSettings, find_project_root, model_dirs, read_profile, resolve_model_dir
+from nekomem.config.embeddings import REMOTE_MODEL, EmbeddingSettings, find_project_root, model_dirs, read_profile, resolve_model_dir
 from nekomem.recall.embedding_backends import Backend, Disable, StringInputBackend, TokenizerBackend
+from nekomem.recall.embedding_remote import RemoteEmbeddingBackend, RemoteEmbeddingError
 
 __all__ = [
     "EmbeddingService",
@@ -74,6 +82,10 @@ _DIGEST_CHARS = 12
 _PROBE_TEXT = "probe"
 _MODEL_ID_DIM = re.compile(r"-(\d+)d(?=-|$)")
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class _TryAgain(Exception):
+    """Internal: a remote endpoint could not be reached while loading; try again later."""
 
 
 class EmbeddingsUnavailable(RuntimeError):
@@ -150,6 +162,8 @@ class EmbeddingService:
         self._model_id: str | None = None
         self._dim: int | None = None
         self._observers: tuple[BatchObserver, ...] = ()
+        self._error: str | None = None  # the last failure of a remote endpoint (cleared by a success)
+        self._stopped = threading.Event()
         if not settings.embedding_enabled:
             self._state = "disabled"
             self._reason = "disabled by configuration"
@@ -186,8 +200,14 @@ class EmbeddingService:
         """The models inside the vectors, in column order (one for a single model); () unless ready."""
         return tuple(slot.leg for slot in self._slots) if self._state == "ready" else ()
 
+    @property
+    def error(self) -> str | None:
+        """The last failure of a remote endpoint while it lasts (the next success clears
+        it); None for a local model, which is disabled by a failure instead."""
+        return self._error
+
     def status(self) -> dict[str, Any]:
-        """Metadata for health output: state, model_id, dim, reason."""
+        """Metadata for health output: state, model_id, dim, reason, error."""
         with self._lock:
             ready = self._state == "ready"
             return {
@@ -195,6 +215,7 @@ class EmbeddingService:
                 "model_id": self._model_id if ready else None,
                 "dim": self._dim if ready else None,
                 "reason": self._reason,
+                "error": self._error,
             }
 
     def add_observer(self, observer: BatchObserver) -> None:
@@ -239,9 +260,14 @@ class EmbeddingService:
             if self._state != "disabled":
                 self._state = "disabled"
                 self._reason = "closed"
-            self._slots = ()
+            slots, self._slots = self._slots, ()
+        self._stopped.set()
         self._wake.set()
         self._settled.set()
+        for slot in slots:
+            closer = getattr(slot.backend, "close", None)
+            if closer is not None:
+                closer()
 
     def _load_after_delay(self) -> None:
         self._wake.wait(self._settings.embedding_load_delay_seconds)
@@ -249,7 +275,17 @@ class EmbeddingService:
             return
         started = time.monotonic()
         try:
-            slots = self._load()
+            while True:
+                try:
+                    slots = self._load()
+                    break
+                except _TryAgain as exc:
+                    self._error = str(exc)
+                    log.warning(
+                        "embedding endpoint not reachable (%s); trying again in %.0f s", exc, self._settings.embedding_remote_retry_seconds
+                    )
+                    if self._stopped.wait(self._settings.embedding_remote_retry_seconds):
+                        return
         except Disable as exc:
             self._disable(exc.reason)
             return
@@ -283,6 +319,8 @@ class EmbeddingService:
     def _load(self) -> tuple[_Slot, ...]:
         """Load every configured model; raises Disable (or anything a loader raises)."""
         s = self._settings
+        if s.embedding_model == REMOTE_MODEL and not s.embedding_model_dir:
+            return (self._load_remote(),)
         folders = model_dirs(s.embedding_model, s.embedding_model_dir, self._project_root)
         weight = 1.0 / float(np.sqrt(len(folders)))
         slots: list[_Slot] = []
@@ -295,6 +333,24 @@ class EmbeddingService:
             slots.append(_Slot(backend, model_id, dim, prefixes[0], prefixes[1], leg))
             start += dim
         return tuple(slots)
+
+    def _load_remote(self) -> _Slot:
+        """The remote endpoint's slot, its width learnt from one request; raises _TryAgain
+        while the endpoint cannot answer."""
+        s = self._settings
+        backend = RemoteEmbeddingBackend(s)
+        try:
+            probe = backend.infer([s.embedding_passage_prefix + _PROBE_TEXT])
+        except RemoteEmbeddingError as exc:
+            backend.close()
+            raise _TryAgain(f"{backend.describe()}: {exc}") from None
+        if not np.isfinite(probe).all():
+            backend.close()
+            raise Disable("unsupported_model", "the endpoint's probe vector is not finite")
+        dim = int(probe.shape[1])
+        prefixes = (s.embedding_query_prefix, s.embedding_passage_prefix)
+        self._error = None
+        return _Slot(backend, backend.model_id(dim, prefixes), dim, prefixes[0], prefixes[1], VectorLeg("remote", 0, dim, 1.0, None))
 
     @staticmethod
     def _combined_id(slots: Sequence[_Slot]) -> str:
@@ -431,18 +487,28 @@ class EmbeddingService:
         try:
             for slot in slots:
                 prefix = slot.query_prefix if kind == "query" else slot.passage_prefix
-                with self._run_lock:
-                    raw = slot.backend.infer([prefix + item for item in cut])
+                if getattr(slot.backend, "transient", False):
+                    raw = slot.backend.infer([prefix + item for item in cut])  # bounded by its own concurrency
+                else:
+                    with self._run_lock:
+                        raw = slot.backend.infer([prefix + item for item in cut])
                 if raw.shape != (len(items), slot.dim):
                     raise ValueError(f"embeddings have shape {raw.shape}, expected {(len(items), slot.dim)}")
                 if not np.isfinite(raw).all():
                     raise ValueError("model produced non-finite values")
                 norms = np.linalg.norm(raw, axis=1, keepdims=True)
                 parts.append(raw / np.maximum(norms, np.finfo(np.float32).tiny) * slot.leg.weight)
+        except RemoteEmbeddingError as exc:
+            # The user's endpoint failed this call: the service stays ready and tries again.
+            self._observe(kind, len(items), time.monotonic() - started, False)
+            self._error = f"remote_failed: {exc}"
+            raise EmbeddingsUnavailable("ready", self._error) from exc
         except Exception as exc:
             self._observe(kind, len(items), time.monotonic() - started, False)
             self._disable(f"inference_raised: {type(exc).__name__}: {exc}")
             raise EmbeddingsUnavailable("disabled", self._reason) from exc
+        if self._error is not None:
+            self._error = None
         self._observe(kind, len(items), time.monotonic() - started, True)
         vectors = np.concatenate(parts, axis=1).astype(np.float32, copy=False)
         log.debug("embedded %d texts (%s) in %.1f ms", len(items), kind, (time.monotonic() - started) * 1000)

@@ -16,10 +16,11 @@ import numpy as np
 from nekomem.config.recall import RecallSettings
 
 
-def rrf(rankings: Sequence[Sequence[str]], k: int, limit: int) -> list[tuple[str, float]]:
+def rrf(rankings: Sequence[Sequence[str]], k: int, limit: int, weights: Sequence[float] | None = None) -> list[tuple[str, float]]:
     """Fuse ranked id lists; returns at most ``limit`` ``(id, score)`` pairs, best first.
 
-    The score of an id is the sum over lists of ``1 / (k + rank)``. Empty ids (``""`` or
+    The score of an id is the sum over lists of ``weight / (k + rank)`` (``weights``: one per
+    list, 1 when not given). Empty ids (``""`` or
     ``None``) are skipped. Equal scores keep the order of first appearance (list order,
     then rank), so the result is deterministic. Raises ValueError if ``k`` is negative.
     """
@@ -28,7 +29,8 @@ def rrf(rankings: Sequence[Sequence[str]], k: int, limit: int) -> list[tuple[str
     if limit <= 0:
         return []
     scores: dict[str, float] = {}
-    for ranking in rankings:
+    for position, ranking in enumerate(rankings):
+        weight = 1.0 if weights is None or position >= len(weights) else float(weights[position])
         seen: set[str] = set()
         rank = 0
         for doc_id in ranking:
@@ -36,7 +38,7 @@ def rrf(rankings: Sequence[Sequence[str]], k: int, limit: int) -> list[tuple[str
                 continue
             seen.add(doc_id)
             rank += 1
-            scores[doc_id] = scores.get(doc_id, 0.0) + 1.0 / (k + rank)
+            scores[doc_id] = scores.get(doc_id, 0.0) + weight / (k + rank)
     # sorted() is stable, so ties keep first-appearance (dict insertion) order.
     return sorted(scores.items(), key=lambda item: -item[1])[:limit]
 

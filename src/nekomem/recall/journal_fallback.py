@@ -4,8 +4,8 @@ entry yet (no model ever extracted a fact, or none was configured).
 The reference's recall never reads the raw journal, so without a model ``/query_memory`` is
 always empty although everything that was said is stored. This module ranks the newest
 turns of the journal by BM25 (the same lexical analysis as the index) and returns them as
-rows of tier ``journal``; once the character has any long-term entry, recall is the
-reference's again.
+rows of tier ``journal``. Once the character has any long-term entry, only the turns no
+memory covers stay candidates, beside the entries (tier ``turn``, :mod:`nekomem.recall.turn_leg`).
 """
 
 from __future__ import annotations
@@ -14,30 +14,18 @@ from collections.abc import Sequence
 
 from nekomem.config.recall import RecallSettings
 from nekomem.domain.index_entry import IndexEntry
-from nekomem.domain.turns import Turn
-from nekomem.recall.lexical import LexicalIndex
 from nekomem.recall.query_text import LexicalAnalyzer
+from nekomem.recall.turn_leg import JOURNAL_TIER, TurnCorpus
+from nekomem.stores.timeindex_read import TimeIndexRow
 
-JOURNAL_TIER = "journal"
+__all__ = ["JOURNAL_TIER", "journal_hits"]
 
 
-def journal_hits(turns: Sequence[Turn], query: str, analyzer: LexicalAnalyzer, settings: RecallSettings) -> list[tuple[IndexEntry, float]]:
-    """The best ``recall_budget_total`` turns of ``turns`` for ``query`` as (entry, score),
-    best first; empty when nothing matches. Never raises on text."""
-    lexical = LexicalIndex(settings)
-    entries: dict[str, IndexEntry] = {}
-    for n, turn in enumerate(turns):
-        if turn.role == "system" or not turn.text.strip():
-            continue
-        doc_id = f"journal_{n}"
-        entries[doc_id] = IndexEntry(
-            id=doc_id,
-            tier=JOURNAL_TIER,
-            text=turn.text,
-            entity="master" if turn.role == "human" else "neko",
-            created_at=turn.ts or None,
-            event_start_at=turn.ts or None,
-        )
-        lexical.add(doc_id, analyzer.document(turn.text))
-    hits = lexical.search(analyzer.query(query), settings.recall_budget_total, min_score=settings.recall_bm25_threshold)
-    return [(entries[doc_id], score) for doc_id, score in hits]
+def journal_hits(
+    rows: Sequence[TimeIndexRow], query: str, analyzer: LexicalAnalyzer, settings: RecallSettings
+) -> tuple[list[tuple[IndexEntry, float]], dict[str, str]]:
+    """The best ``recall_budget_total`` turns of ``rows`` for ``query`` as (entry, score),
+    best first (empty when nothing matches), and the session of each row. Never raises on text."""
+    corpus = TurnCorpus(rows, JOURNAL_TIER, analyzer, settings)
+    hits = corpus.leg(query, settings.recall_budget_total)
+    return [(corpus.entries[doc_id], score) for doc_id, score in hits], corpus.sessions

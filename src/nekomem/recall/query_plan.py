@@ -29,7 +29,9 @@ class QueryPlan:
     understood), ``allowed`` the ids inside that window (None: no filter), ``hinted`` the
     ids inside a window named by the query itself, ``started`` a perf_counter stamp,
     ``vector_texts`` the texts whose embeddings blend into the query vector, ``hint`` the
-    time window the query itself names (None: none, or an explicit window was given)."""
+    time window the query itself names (None: none, or an explicit window was given),
+    ``scoped`` whether a subject scope restricts what the query may see (then the owner's
+    private journal turns are never candidates)."""
 
     query: str
     search: str
@@ -40,6 +42,7 @@ class QueryPlan:
     started: float
     vector_texts: tuple[str, ...] = ()
     hint: TimeWindow | None = None
+    scoped: bool = False
 
 
 def hinted_ids(query: str, hint: TimeWindow, index: RecallIndex, settings: RecallSettings, visible: set[str] | None) -> set[str] | None:
@@ -64,9 +67,12 @@ def plan_query(
     settings: RecallSettings,
     started: float,
     visible: set[str] | None = None,
+    *,
+    scoped: bool = False,
 ) -> QueryPlan:
     """The plan of recall ``query`` with time expression ``spec`` resolved against ``now``;
-    ``visible`` (None: everything) is a hard filter on every id the plan allows."""
+    ``visible`` (None: everything) is a hard filter on every id the plan allows; ``scoped``:
+    the query names subjects (a group chat), so it is not the owner's private read."""
     spec = spec.strip()
     window = parse_time_window(spec, now) if spec else None
     search, hint, hinted = query, None, None
@@ -77,4 +83,4 @@ def plan_query(
             search = rest or query
     allowed = restrict(index.in_window(window) if window is not None else None, visible)
     vector_texts = tuple(query_vector_texts(search, settings.recall_query_unnamed_weight)) if search else ()
-    return QueryPlan(query, search, spec, window, allowed, hinted, started, vector_texts, hint)
+    return QueryPlan(query, search, spec, window, allowed, hinted, started, vector_texts, hint, scoped)

@@ -3,12 +3,14 @@
 ``{"results": [row...], "query": str, "candidates_total": int, "elapsed_ms": float}``, plus
 ``"time"`` for a time-only recall and ``"error_code": "hybrid_recall_failed"`` when recall
 failed (then ``results`` is empty). A row is the entry's id, text, tier, entity, score
-(None for a time-only recall), created_at, event_start_at and event_end_at.
+(None for a time-only recall), created_at, event_start_at and event_end_at. A row of a
+journal turn (tier ``turn`` or ``journal``, :mod:`nekomem.recall.turn_leg`) also names the
+write request that stored it, ``session_id``; its time is ``created_at``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nekomem.domain.index_entry import IndexEntry
@@ -20,9 +22,9 @@ ERROR_CODE = "hybrid_recall_failed"
 RecallBody = dict[str, Any]
 
 
-def hit_row(entry: IndexEntry, score: float | None) -> dict[str, object]:
-    """One result row."""
-    return {
+def hit_row(entry: IndexEntry, score: float | None, session: str | None = None) -> dict[str, object]:
+    """One result row; ``session`` (not None for a journal turn) is added as ``session_id``."""
+    row: dict[str, object] = {
         "id": entry.id,
         "text": entry.text,
         "tier": entry.tier,
@@ -33,6 +35,9 @@ def hit_row(entry: IndexEntry, score: float | None) -> dict[str, object]:
         "event_end_at": entry.event_end_at,
         **row_fields(entry),
     }
+    if session is not None:
+        row["session_id"] = session
+    return row
 
 
 def empty_response(query: str, *, error: bool = False) -> RecallBody:
@@ -43,9 +48,17 @@ def empty_response(query: str, *, error: bool = False) -> RecallBody:
     return body
 
 
-def query_response(hits: Iterable[tuple[IndexEntry, float]], query: str, candidates_total: int, elapsed_ms: float) -> RecallBody:
-    """The body of a recall by query text."""
-    results = [hit_row(entry, score) for entry, score in hits]
+def query_response(
+    hits: Iterable[tuple[IndexEntry, float]],
+    query: str,
+    candidates_total: int,
+    elapsed_ms: float,
+    sessions: Mapping[str, str] | None = None,
+) -> RecallBody:
+    """The body of a recall by query text; ``sessions`` maps the id of a journal turn's row
+    to its session."""
+    known = sessions or {}
+    results = [hit_row(entry, score, known.get(entry.id)) for entry, score in hits]
     return {"results": results, "query": query, "candidates_total": candidates_total, "elapsed_ms": elapsed_ms}
 
 

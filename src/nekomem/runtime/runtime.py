@@ -15,6 +15,7 @@ from nekomem.config.server import url_of
 from nekomem.domain.speaker_identity import POOL_FILENAME
 from nekomem.domain.tokens import get_counter
 from nekomem.importer import neko_folder
+from nekomem.recall.rerank import Reranker
 from nekomem.runtime import fdlimit
 from nekomem.runtime.clock import Clock, SystemClock, iso
 from nekomem.runtime.collector import FullCollections
@@ -93,6 +94,7 @@ class Runtime:
             timers=self.timers,
             llm=llm,
             embeddings=embeddings,
+            reranker=Reranker(settings.recall) if settings.recall.recall_rerank_base_url.strip() else None,
             switches=self.switches,
             cards=CharacterCards(Path(settings.server.character_cards_path).expanduser()) if settings.server.character_cards_path else None,
         )
@@ -261,3 +263,5 @@ class Runtime:
         self.dispatcher.shutdown()
         if self.llm is not None and hasattr(self.llm, "close"):
             self.llm.close()
+        if self.services.reranker is not None:
+            self.services.reranker.close()

@@ -33,6 +33,7 @@ from nekomem.stores.neko_cards import CharacterCards
 if TYPE_CHECKING:
     from nekomem.providers.llm import LLMClient
     from nekomem.recall.embeddings import EmbeddingService
+    from nekomem.recall.rerank import Reranker
 
 
 class Counters:
@@ -90,6 +91,7 @@ class Services:
     timers: Timers
     llm: LLMClient | None = None
     embeddings: EmbeddingService | None = None
+    reranker: Reranker | None = None  # the user's own /rerank endpoint (recall_rerank_base_url)
     switches: Switches | None = None
     cards: CharacterCards | None = None  # the chat server's characters.json (card sync)
     # Entries waiting for a vector (owners count what they send, recall what it indexes)

@@ -16,7 +16,9 @@ Schema (compatible with the reference implementation's file):
   in place when the file is opened (cursor ``idempotency_hashed`` marks it done);
 - ``cursors(name TEXT PRIMARY KEY, row_id INTEGER)``: how far the owner's derived work
   has got (e.g. the last row whose post-turn work is recorded in the outbox), written in
-  the same transaction as the next append, so work derived from rows is rebuilt from here.
+  the same transaction as the next append, so work derived from rows is rebuilt from here;
+- ``mined_rows(first INTEGER PRIMARY KEY, last INTEGER)``: nekomem's own, the row ranges
+  a fact extraction has covered (:mod:`nekomem.stores.turn_coverage`).
 
 **Timestamps.** Every ``timestamp`` this module writes is UTC in one fixed-width form,
 ``YYYY-MM-DDTHH:MM:SS.ffffff+00:00`` (see :func:`to_utc_iso`); inputs with another offset
@@ -57,6 +59,7 @@ from nekomem.stores.timeindex_read import (
     TimeIndexRow,
     to_utc_iso,
 )
+from nekomem.stores.turn_coverage import MINED_SCHEMA, MINED_TABLE, merge_ranges
 
 log = logging.getLogger(__name__)
 
@@ -351,6 +354,32 @@ class TimeIndex(TimeIndexReader):
         character keeps its connection, and those pages would stay with it)."""
         if self._db is not None:
             self._db.execute("PRAGMA shrink_memory")
+
+    def coverage_started(self) -> bool:
+        """Whether the journal tracks which rows a memory covers (the ``mined_rows`` table,
+        :mod:`nekomem.stores.turn_coverage`)."""
+        row = self._conn().execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (MINED_TABLE,)).fetchone()
+        return row is not None
+
+    def start_coverage(self, seed: Sequence[tuple[int, int]]) -> None:
+        """Create the ``mined_rows`` table with the ranges ``seed`` taken as covered (a
+        journal from before coverage was tracked). Raises sqlite3.Error."""
+        with self._transaction() as db:
+            db.execute(MINED_SCHEMA)
+            db.executemany(f"INSERT OR REPLACE INTO {MINED_TABLE} (first, last) VALUES (?, ?)", merge_ranges(seed))
+
+    def mark_mined(self, ranges: Sequence[tuple[int, int]]) -> None:
+        """Add the inclusive row ranges ``ranges`` to the covered rows (merged with those
+        stored, so the table stays small). Raises sqlite3.Error."""
+        if not ranges:
+            return
+        with self._transaction() as db:
+            db.execute(MINED_SCHEMA)
+            stored = [(int(a), int(b)) for a, b in db.execute(f"SELECT first, last FROM {MINED_TABLE}")]
+            merged = merge_ranges([*stored, *ranges])
+            if merged != stored:
+                db.execute(f"DELETE FROM {MINED_TABLE}")
+                db.executemany(f"INSERT INTO {MINED_TABLE} (first, last) VALUES (?, ?)", merged)
 
     def window_base(self) -> tuple[int, bytes] | None:
         """The stored window base ``(last row covered, recent.json bytes)``, or None when none

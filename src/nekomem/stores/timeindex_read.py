@@ -19,6 +19,7 @@ from pathlib import Path
 import msgspec
 
 from nekomem.domain.turns import Turn, from_disk, parse_timestamp
+from nekomem.stores.turn_coverage import MINED_TABLE, uncovered_spans
 
 log = logging.getLogger("nekomem.stores.timeindex")
 
@@ -179,6 +180,53 @@ class TimeIndexReader:
     def count(self) -> int:
         """Number of stored turns."""
         return int(self._conn().execute(f"SELECT COUNT(*) FROM {_ORIGINAL}").fetchone()[0])
+
+    def mined_ranges(self) -> list[tuple[int, int]] | None:
+        """The covered row ranges (:mod:`nekomem.stores.turn_coverage`), ordered; None when
+        the journal does not track coverage (yet)."""
+        try:
+            found = self._conn().execute(f"SELECT first, last FROM {MINED_TABLE} ORDER BY first").fetchall()
+        except sqlite3.OperationalError:
+            return None
+        return [(int(a), int(b)) for a, b in found]
+
+    def shape(self) -> tuple[int, int]:
+        """``(newest row id, number of rows)``: changes with every append and erasure."""
+        row = self._conn().execute(f"SELECT MAX(id), COUNT(*) FROM {_ORIGINAL}").fetchone()
+        return (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
+
+    def uncovered_ids(self, mined: Sequence[tuple[int, int]], top: int, limit: int) -> list[int]:
+        """The ids of the newest ``limit`` rows up to id ``top`` outside the ranges
+        ``mined``, ascending (one index-only query per gap between the ranges, newest gap
+        first)."""
+        out: list[int] = []
+        for first, last in uncovered_spans(mined, top):
+            if len(out) >= limit:
+                break
+            found = self._conn().execute(
+                f"SELECT id FROM {_ORIGINAL} WHERE id >= ? AND id <= ? ORDER BY id DESC LIMIT ?", (first, last, limit - len(out))
+            )
+            out += [int(r[0]) for r in found]
+        out.reverse()
+        return out
+
+    def rows_by_id(self, ids: Sequence[int]) -> list[TimeIndexRow]:
+        """The rows with these ids (those that exist and can be read), ascending."""
+        out: list[TimeIndexRow] = []
+        wanted = sorted(set(ids))
+        for start in range(0, len(wanted), _ITER_BATCH_ROWS):
+            chunk = wanted[start : start + _ITER_BATCH_ROWS]
+            marks = ",".join("?" * len(chunk))
+            out += self._rows(f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} WHERE id IN ({marks}) ORDER BY id", chunk)
+        return out
+
+    def tail_rows(self, n: int) -> list[TimeIndexRow]:
+        """The newest ``n`` rows, oldest first."""
+        if n <= 0:
+            return []
+        rows = self._rows(f"SELECT id, session_id, message, timestamp FROM {_ORIGINAL} ORDER BY id DESC LIMIT ?", (n,))
+        rows.reverse()
+        return rows
 
     def tail(self, n: int) -> list[Turn]:
         """The newest ``n`` turns, oldest first (insertion order)."""
