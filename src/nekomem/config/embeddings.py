@@ -43,8 +43,40 @@ class EmbeddingSettings(Section, frozen=True):
     embedding_load_delay_seconds: Annotated[
         float, doc("After start, wait this long before loading the model in the background (load_now cuts the wait short).", ge=0)
     ] = 0.0
-    embedding_intra_op_threads: Annotated[int, doc("onnxruntime intra-op threads of the embedding session.", ge=1)] = 2
-    embedding_max_batch_size: Annotated[int, doc("Most texts in one inference call.", ge=1)] = 32
+    embedding_intra_op_threads: Annotated[
+        int,
+        doc(
+            "onnxruntime intra-op threads of each embedding model session; 0 = the physical cores this process may run on. Only one model call runs at a time (every inference runs on one thread), so this is the CPU inference may use.",
+            ge=0,
+        ),
+    ] = 0
+    embedding_max_batch_size: Annotated[
+        int,
+        doc(
+            "Most texts in one inference call, and in one micro-batch: the queries of concurrent requests that arrive while a batch runs are embedded together in the next, up to this many texts.",
+            ge=1,
+        ),
+    ] = 32
+    embedding_passage_chunk_texts: Annotated[
+        int,
+        doc(
+            "Passages (the vector backfill, refinement) are embedded in requests of at most this many texts; a user's query waits for one such chunk at most, then goes first.",
+            ge=1,
+        ),
+    ] = 8
+    embedding_cpu_mem_arena: Annotated[
+        bool,
+        doc(
+            "Keep onnxruntime's CPU memory arena: the tensors of the largest batch seen stay reserved for the process's life. Off, they return to the allocator after each call.",
+        ),
+    ] = False
+    embedding_trim_memory_seconds: Annotated[
+        float,
+        doc(
+            "After an inference batch, when no other request waits, give the heap memory inference freed back to the OS (glibc malloc_trim), at most once per this many seconds; 0 never does.",
+            ge=0,
+        ),
+    ] = 1.0
     embedding_batch_char_budget: Annotated[
         int,
         doc(

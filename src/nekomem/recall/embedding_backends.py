@@ -51,6 +51,9 @@ def plan_batches(lengths: Sequence[int], max_batch: int, budget: int, padded: bo
 
 class Backend(Protocol):
     kind: str
+    batch_invariant: bool
+    """True when a text's vector does not depend on the other texts of its call (beyond
+    float noise), so the texts of several callers may share one model call."""
 
     def infer(self, texts: list[str]) -> np.ndarray:
         """Raw (unnormalised) float32 [len(texts), dim] embeddings; raises on failure."""
@@ -61,6 +64,10 @@ class StringInputBackend:
     """A graph with one string tensor input that tokenises inside (custom ops)."""
 
     kind = "use-string-input"
+    # The bundled USE graph is dynamically quantised: each call scales its activations by
+    # the whole batch's range, so a text's vector moves with its batch-mates (by up to 0.016
+    # per coordinate). Each caller's texts therefore run as a call of their own.
+    batch_invariant = False
 
     def __init__(self, session: Any, input_name: str, output_name: str, settings: EmbeddingSettings) -> None:
         self._session = session
@@ -85,6 +92,9 @@ class TokenizerBackend:
     """model.onnx fed by a HuggingFace tokenizer, with pooling of token outputs."""
 
     kind = "hf-tokenizer"
+    # Padding is masked out of attention and pooling, and the e5 graph quantises per row:
+    # a text's vector is the same alone or in any batch (tests/test_embedding_batching.py).
+    batch_invariant = True
 
     def __init__(self, session: Any, tokenizer: Any, output_name: str, settings: EmbeddingSettings, pooling: str | None = None) -> None:
         self._session = session

@@ -1,0 +1,151 @@
+"""The micro-batcher of the embedding service: one inference thread, concurrent callers'
+texts merged into bounded batches.
+
+Every caller of :meth:`MicroBatcher.submit` hands over a request (a list of items) and waits
+for its rows. One worker thread runs the batches: requests that arrive while a batch runs
+wait, and the next batch takes as many of them as fit in ``max_items`` (a request is never
+split, so a request larger than that runs alone). Requests of a lower ``priority`` number
+go first (a user's query before a backfill of passages); within a priority, first come,
+first served.
+
+Why one thread: the model call is CPU-bound and already uses the intra-op threads of its
+session, so two calls at once only oversubscribe the cores; one batch of eight queries
+costs far less than eight calls one after the other; and memory that the allocator and
+onnxruntime hand out per calling thread (glibc malloc arenas, per-thread scratch) exists
+once instead of once per model-pool worker.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+__all__ = ["BatcherClosed", "MicroBatcher", "Pending"]
+
+Item = TypeVar("Item")
+Answer = TypeVar("Answer")
+
+
+class BatcherClosed(RuntimeError):
+    """The batcher was closed before this request ran."""
+
+
+@dataclass(eq=False)
+class Pending(Generic[Item, Answer]):
+    """One caller's request: its items, then (once its batch ran) its answer or the error."""
+
+    items: list[Item]
+    priority: int
+    seq: int
+    done: threading.Event = field(default_factory=threading.Event)
+    answer: Answer | None = None
+    error: BaseException | None = None
+
+    def wait(self) -> Answer:
+        """Block until the request's batch ran; its answer. Raises what the batch raised."""
+        self.done.wait()
+        if self.error is not None:
+            raise self.error
+        return self.answer  # type: ignore[return-value]  # set whenever error is None
+
+
+BatchRun = Callable[[list[Pending[Item, Answer]]], list[Answer]]
+"""Runs one batch: the requests in order, answered with one answer per request."""
+BatchEnd = Callable[[int, int], None]
+"""Told after each batch ``(requests, items)`` on the worker thread (e.g. to trim memory)."""
+
+
+class MicroBatcher(Generic[Item, Answer]):
+    """One worker thread running ``run`` on batches of waiting requests; thread-safe.
+
+    The thread starts with the first request; :meth:`close` ends it."""
+
+    def __init__(self, run: BatchRun[Item, Answer], max_items: int, name: str, on_batch_end: BatchEnd | None = None) -> None:
+        if max_items < 1:
+            raise ValueError("max_items must be >= 1")
+        self._run = run
+        self._max_items = max_items
+        self._name = name
+        self._on_batch_end = on_batch_end
+        self._cond = threading.Condition()
+        self._queue: list[Pending[Item, Answer]] = []
+        self._seq = 0
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self.batches = 0  # batches run so far (for tests and diagnostics)
+
+    def submit(self, items: Sequence[Item], priority: int = 0) -> Pending[Item, Answer]:
+        """Queue a request and return at once; ``.wait()`` on the result gives its answer.
+
+        Raises BatcherClosed after :meth:`close`.
+        """
+        with self._cond:
+            if self._closed:
+                raise BatcherClosed(f"{self._name} is closed")
+            self._seq += 1
+            pending: Pending[Item, Answer] = Pending(list(items), priority, self._seq)
+            self._queue.append(pending)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name=self._name, daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return pending
+
+    def call(self, items: Sequence[Item], priority: int = 0) -> Answer:
+        """Submit and wait: the request's answer; raises what its batch raised."""
+        return self.submit(items, priority).wait()
+
+    def waiting(self) -> int:
+        """Requests queued and not yet taken into a batch."""
+        with self._cond:
+            return len(self._queue)
+
+    def close(self) -> None:
+        """Refuse new requests and fail the queued ones with BatcherClosed; a running batch ends normally."""
+        with self._cond:
+            self._closed = True
+            dropped, self._queue = self._queue, []
+            self._cond.notify_all()
+        for pending in dropped:
+            pending.error = BatcherClosed(f"{self._name} closed before the request ran")
+            pending.done.set()
+
+    def _take(self) -> list[Pending[Item, Answer]] | None:
+        """The next batch (lowest priority number first, then arrival), or None once closed."""
+        with self._cond:
+            while not self._queue and not self._closed:
+                self._cond.wait()
+            if self._closed:
+                return None
+            self._queue.sort(key=lambda p: (p.priority, p.seq))
+            batch = [self._queue[0]]
+            size = len(batch[0].items)
+            for pending in self._queue[1:]:
+                if size + len(pending.items) > self._max_items:
+                    break
+                batch.append(pending)
+                size += len(pending.items)
+            del self._queue[: len(batch)]
+            return batch
+
+    def _work(self) -> None:
+        while (batch := self._take()) is not None:
+            try:
+                answers = self._run(batch)
+                if len(answers) != len(batch):
+                    raise RuntimeError(f"batch run answered {len(answers)} of {len(batch)} requests")
+                for pending, answer in zip(batch, answers, strict=True):
+                    pending.answer = answer
+            except BaseException as exc:  # noqa: BLE001 - every failure goes back to its callers
+                for pending in batch:
+                    pending.error = exc
+            self.batches += 1
+            for pending in batch:
+                pending.done.set()
+            if self._on_batch_end is not None:
+                try:
+                    self._on_batch_end(len(batch), sum(len(p.items) for p in batch))
+                except Exception:  # noqa: BLE001 - a hook must never stop the worker
+                    pass
