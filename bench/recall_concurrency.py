@@ -135,6 +135,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--facts", type=int, default=50)
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--env", action="append", default=[], help="extra NEKOMEM_X=value for the model servers (repeatable)")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="one more model server, LABEL:MODEL:NEKOMEM_X=v,NEKOMEM_Y=w (settings compared side by side; repeatable)",
+    )
     parser.add_argument("--smoke", action="store_true", help="the smallest run that reaches the last line")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -151,9 +157,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="nekomem-conc-") as tmp:
         try:
-            for label in [OFF, *args.models]:
+            setups: list[tuple[str, dict[str, str]]] = [(OFF, {"NEKOMEM_EMBEDDING_ENABLED": "false"})]
+            setups += [(model, {"NEKOMEM_EMBEDDING_MODEL": model, **extra}) for model in args.models]
+            for variant in args.variant:
+                label, model, pairs = (variant.split(":", 2) + ["", ""])[:3]
+                setups.append((label, {"NEKOMEM_EMBEDDING_MODEL": model, **extra, **dict(p.split("=", 1) for p in pairs.split(",") if p)}))
+            for label, env in setups:
                 root = Path(tmp) / label.replace("+", "_")
-                env = {"NEKOMEM_EMBEDDING_ENABLED": "false"} if label == OFF else {"NEKOMEM_EMBEDDING_MODEL": label, **extra}
                 server, _ = start_nekomem(root, env)
                 servers[label] = server
                 seed_facts(server.url, args.characters, args.facts, Corpus(args.seed + 1))

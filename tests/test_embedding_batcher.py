@@ -6,10 +6,11 @@ failed batch and the worker goes on. Timing is controlled with events, never sle
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
-from nekomem.recall.embedding_batcher import BatcherClosed, MicroBatcher, Pending
+from nekomem.recall.embedding_batcher import BatcherClosed, MicroBatcher, Pending, RequestExpired
 
 WAIT = 30.0
 
@@ -134,4 +135,33 @@ def test_the_end_of_batch_hook_is_told_and_cannot_stop_the_worker() -> None:
     assert batcher.call([1, 2]) == [1, 2]
     assert batcher.call([3]) == [3]
     assert told == [(1, 2), (1, 1)]
+    batcher.close()
+
+
+def test_a_request_that_expired_while_queued_is_dropped_not_run() -> None:
+    run = GatedRun()
+    batcher: MicroBatcher[int, list[int]] = MicroBatcher(run, max_items=8, name="test-batcher")
+    start_blocked(batcher, run)
+    stale = batcher.submit([1], expires=time.monotonic() - 1)  # its caller already gave up
+    fresh = batcher.submit([2], expires=time.monotonic() + 3600)
+    run.release.set()
+    with pytest.raises(RequestExpired):
+        stale.wait()
+    assert fresh.wait() == [20]
+    assert [1] not in [items for batch in run.batches for items in batch]
+    assert batcher.expired == 1
+    batcher.close()
+
+
+def test_two_workers_run_two_batches_at_once() -> None:
+    both_running = threading.Barrier(3)
+
+    def run(batch: list[Pending[int, list[int]]]) -> list[list[int]]:
+        both_running.wait(WAIT)  # passes only when two batches run at the same time
+        return [p.items for p in batch]
+
+    batcher: MicroBatcher[int, list[int]] = MicroBatcher(run, max_items=1, name="test-batcher", workers=2)
+    first, second = batcher.submit([1]), batcher.submit([2])
+    both_running.wait(WAIT)
+    assert first.wait() == [1] and second.wait() == [2]
     batcher.close()

@@ -50,6 +50,13 @@ class EmbeddingSettings(Section, frozen=True):
             ge=0,
         ),
     ] = 0
+    embedding_inference_threads: Annotated[
+        int,
+        doc(
+            "Model calls that may run at once (each on its own thread, each using embedding_intra_op_threads); 0 = the physical cores divided by the intra-op threads. All of them share the sessions, so a second one costs scratch memory, not a second model.",
+            ge=0,
+        ),
+    ] = 0
     embedding_max_batch_size: Annotated[
         int,
         doc(
@@ -90,6 +97,13 @@ class EmbeddingSettings(Section, frozen=True):
             ge=1,
         ),
     ] = 16_384
+    embedding_batch_padding_ratio: Annotated[
+        float,
+        doc(
+            "Tokenizer models: a batch (texts sorted by length) is cut before padding it to its longest text would make it more than this many times its real tokens; the model's time follows the padded size. 0 = no such cut.",
+            ge=0,
+        ),
+    ] = 1.25
     embedding_max_text_chars: Annotated[int, doc("Texts are cut to this many characters before embedding.", ge=1)] = 4_000
     embedding_max_length: Annotated[int, doc("Tokenizer models: sequences are truncated to this many tokens.", ge=2)] = 512
     embedding_pooling: Annotated[

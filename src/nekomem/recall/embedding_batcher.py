@@ -17,12 +17,16 @@ once instead of once per model-pool worker.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-__all__ = ["BatcherClosed", "MicroBatcher", "Pending"]
+__all__ = ["BatcherClosed", "MicroBatcher", "Pending", "RequestExpired"]
+
+log = logging.getLogger(__name__)
 
 Item = TypeVar("Item")
 Answer = TypeVar("Answer")
@@ -32,6 +36,10 @@ class BatcherClosed(RuntimeError):
     """The batcher was closed before this request ran."""
 
 
+class RequestExpired(RuntimeError):
+    """The request's expiry passed while it was queued; it was not run."""
+
+
 @dataclass(eq=False)
 class Pending(Generic[Item, Answer]):
     """One caller's request: its items, then (once its batch ran) its answer or the error."""
@@ -39,9 +47,21 @@ class Pending(Generic[Item, Answer]):
     items: list[Item]
     priority: int
     seq: int
+    expires: float | None = None
+    callback: Callable[[Pending[Item, Answer]], None] | None = None
     done: threading.Event = field(default_factory=threading.Event)
     answer: Answer | None = None
     error: BaseException | None = None
+
+    def finish(self) -> None:
+        """Mark the request done and tell its callback (errors of which are swallowed: it
+        runs on a worker or closing thread that must go on)."""
+        self.done.set()
+        if self.callback is not None:
+            try:
+                self.callback(self)
+            except Exception:
+                log.exception("a micro-batch callback raised")
 
     def wait(self) -> Answer:
         """Block until the request's batch ran; its answer. Raises what the batch raised."""
@@ -58,13 +78,16 @@ BatchEnd = Callable[[int, int], None]
 
 
 class MicroBatcher(Generic[Item, Answer]):
-    """One worker thread running ``run`` on batches of waiting requests; thread-safe.
+    """``workers`` threads running ``run`` on batches of waiting requests; thread-safe.
 
-    The thread starts with the first request; :meth:`close` ends it."""
+    The threads start with the first requests; :meth:`close` ends them."""
 
-    def __init__(self, run: BatchRun[Item, Answer], max_items: int, name: str, on_batch_end: BatchEnd | None = None) -> None:
-        if max_items < 1:
-            raise ValueError("max_items must be >= 1")
+    def __init__(
+        self, run: BatchRun[Item, Answer], max_items: int, name: str, on_batch_end: BatchEnd | None = None, workers: int = 1
+    ) -> None:
+        if max_items < 1 or workers < 1:
+            raise ValueError("max_items and workers must be >= 1")
+        self._workers = workers
         self._run = run
         self._max_items = max_items
         self._name = name
@@ -73,29 +96,41 @@ class MicroBatcher(Generic[Item, Answer]):
         self._queue: list[Pending[Item, Answer]] = []
         self._seq = 0
         self._closed = False
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self.batches = 0  # batches run so far (for tests and diagnostics)
+        self.expired = 0  # requests dropped because they expired while queued
 
-    def submit(self, items: Sequence[Item], priority: int = 0) -> Pending[Item, Answer]:
+    def submit(
+        self,
+        items: Sequence[Item],
+        priority: int = 0,
+        expires: float | None = None,
+        callback: Callable[[Pending[Item, Answer]], None] | None = None,
+    ) -> Pending[Item, Answer]:
         """Queue a request and return at once; ``.wait()`` on the result gives its answer.
 
+        ``expires`` (a ``time.monotonic()`` value): a request still queued then is dropped
+        (its wait raises RequestExpired) instead of run: whoever asked has moved on.
+        ``callback`` is called with the request once it is done (answered, failed, expired
+        or dropped by close), on the thread that finished it: it must be quick.
         Raises BatcherClosed after :meth:`close`.
         """
         with self._cond:
             if self._closed:
                 raise BatcherClosed(f"{self._name} is closed")
             self._seq += 1
-            pending: Pending[Item, Answer] = Pending(list(items), priority, self._seq)
+            pending: Pending[Item, Answer] = Pending(list(items), priority, self._seq, expires, callback)
             self._queue.append(pending)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._work, name=self._name, daemon=True)
-                self._thread.start()
+            if len(self._threads) < self._workers:
+                thread = threading.Thread(target=self._work, name=f"{self._name}-{len(self._threads)}", daemon=True)
+                self._threads.append(thread)
+                thread.start()
             self._cond.notify()
         return pending
 
-    def call(self, items: Sequence[Item], priority: int = 0) -> Answer:
+    def call(self, items: Sequence[Item], priority: int = 0, expires: float | None = None) -> Answer:
         """Submit and wait: the request's answer; raises what its batch raised."""
-        return self.submit(items, priority).wait()
+        return self.submit(items, priority, expires).wait()
 
     def waiting(self) -> int:
         """Requests queued and not yet taken into a batch."""
@@ -110,15 +145,24 @@ class MicroBatcher(Generic[Item, Answer]):
             self._cond.notify_all()
         for pending in dropped:
             pending.error = BatcherClosed(f"{self._name} closed before the request ran")
-            pending.done.set()
+            pending.finish()
 
-    def _take(self) -> list[Pending[Item, Answer]] | None:
-        """The next batch (lowest priority number first, then arrival), or None once closed."""
+    def _take(self) -> tuple[list[Pending[Item, Answer]], list[Pending[Item, Answer]]] | None:
+        """The next batch (lowest priority number first, then arrival) and the requests
+        that expired meanwhile (not yet finished: the caller does that outside the lock),
+        or None once closed."""
         with self._cond:
             while not self._queue and not self._closed:
                 self._cond.wait()
             if self._closed:
                 return None
+            now = time.monotonic()
+            expired = [p for p in self._queue if p.expires is not None and p.expires <= now]
+            if expired:
+                self._queue = [p for p in self._queue if p.expires is None or p.expires > now]
+                self.expired += len(expired)
+                if not self._queue:
+                    return [], expired
             self._queue.sort(key=lambda p: (p.priority, p.seq))
             batch = [self._queue[0]]
             size = len(batch[0].items)
@@ -128,10 +172,16 @@ class MicroBatcher(Generic[Item, Answer]):
                 batch.append(pending)
                 size += len(pending.items)
             del self._queue[: len(batch)]
-            return batch
+            return batch, expired
 
     def _work(self) -> None:
-        while (batch := self._take()) is not None:
+        while (taken := self._take()) is not None:
+            batch, expired = taken
+            for pending in expired:
+                pending.error = RequestExpired(f"{self._name}: the request expired before it ran")
+                pending.finish()
+            if not batch:
+                continue
             try:
                 answers = self._run(batch)
                 if len(answers) != len(batch):
@@ -143,7 +193,7 @@ class MicroBatcher(Generic[Item, Answer]):
                     pending.error = exc
             self.batches += 1
             for pending in batch:
-                pending.done.set()
+                pending.finish()
             if self._on_batch_end is not None:
                 try:
                     self._on_batch_end(len(batch), sum(len(p.items) for p in batch))

@@ -49,11 +49,12 @@ import numpy.typing as npt
 
 from nekomem.config.embeddings import EmbeddingSettings, find_project_root, model_dirs, read_profile, resolve_model_dir
 from nekomem.recall.embedding_backends import Backend, Disable, StringInputBackend, TokenizerBackend
-from nekomem.recall.embedding_batcher import BatcherClosed, MicroBatcher, Pending
+from nekomem.recall.embedding_batcher import BatcherClosed, MicroBatcher, Pending, RequestExpired
 
 __all__ = [
     "EmbeddingService",
     "EmbeddingsUnavailable",
+    "RequestExpired",
     "VectorLeg",
     "find_project_root",
     "parse_model_dim",
@@ -65,6 +66,8 @@ log = logging.getLogger(__name__)
 
 EmbedKind = Literal["query", "passage"]
 State = Literal["loading", "ready", "disabled"]
+QueryDone = Callable[[npt.NDArray[np.float32] | None, BaseException | None], None]
+"""Told the outcome of :meth:`EmbeddingService.embed_for_user`: ``(vectors, None)`` or ``(None, error)``."""
 BatchObserver = Callable[[str, int, float, bool], None]
 """Told of every inference batch of :meth:`EmbeddingService.embed` as ``(kind, texts,
 seconds, ok)``; called on the embedding thread, it must be quick and must not raise."""
@@ -157,7 +160,11 @@ class EmbeddingService:
         self._dim: int | None = None
         self._observers: tuple[BatchObserver, ...] = ()
         self._batcher: MicroBatcher[_Item, npt.NDArray[np.float32]] = MicroBatcher(
-            self._run_batch, settings.embedding_max_batch_size, "nekomem-embed", self._after_batch
+            self._run_batch,
+            settings.embedding_max_batch_size,
+            "nekomem-embed",
+            self._after_batch,
+            workers=inference_workers(settings.embedding_inference_threads, settings.embedding_intra_op_threads),
         )
         self._trim = _heap_trimmer() if settings.embedding_trim_memory_seconds > 0 else None
         self._trimmed_at = 0.0
@@ -419,14 +426,74 @@ class EmbeddingService:
 
     # -- inference --------------------------------------------------------------------
 
-    def embed(self, texts: Sequence[str], kind: EmbedKind = "passage") -> npt.NDArray[np.float32]:
+    def embed(self, texts: Sequence[str], kind: EmbedKind = "passage", expires: float | None = None) -> npt.NDArray[np.float32]:
         """Embed texts into float32 [len(texts), dim] rows of unit L2 norm (same order).
 
-        Texts are cut to embedding_max_text_chars and get the query or passage prefix.
+        Texts are cut to embedding_max_text_chars and get the query or passage prefix. The
+        call waits for the inference thread, where it goes after any user query
+        (:meth:`embed_for_user`) and, for passages, after background queries too.
         Raises EmbeddingsUnavailable when the service is not ready, and also when inference
-        fails (which disables the service for the process). Raises TypeError for a non-str
-        item and ValueError for an unknown kind.
+        fails (which disables the service for the process). ``expires`` (``time.monotonic()``):
+        texts still waiting for the model then are not embedded and RequestExpired is raised
+        (the service stays ready). Raises TypeError for a non-str item and ValueError for an
+        unknown kind.
         """
+        cut, dim = self._prepare(texts, kind)
+        if not cut:
+            return np.zeros((0, dim), dtype=np.float32)
+        started = time.monotonic()
+        try:
+            if kind == "query":
+                vectors = self._batcher.call(cut, _BACKGROUND_QUERIES, expires)
+            else:
+                # Passages go in chunks, each its own request: a query that arrives meanwhile
+                # waits for one chunk at most, not for a whole backfill batch.
+                step = self._settings.embedding_passage_chunk_texts
+                chunks = [self._batcher.submit(cut[lo : lo + step], _PASSAGES, expires) for lo in range(0, len(cut), step)]
+                vectors = np.concatenate([chunk.wait() for chunk in chunks], axis=0)
+        except RequestExpired:
+            log.debug("embedding of %d texts (%s) expired in the queue", len(cut), kind)
+            raise
+        except (EmbeddingsUnavailable, BatcherClosed) as exc:
+            self._observe(kind, len(cut), time.monotonic() - started, False)
+            raise EmbeddingsUnavailable("disabled", self._reason) from exc
+        self._observe(kind, len(cut), time.monotonic() - started, True)
+        log.debug("embedded %d texts (%s) in %.1f ms", len(cut), kind, (time.monotonic() - started) * 1000)
+        return vectors
+
+    def embed_for_user(self, texts: Sequence[str], on_done: QueryDone, expires: float | None = None) -> None:
+        """Embed a user's query texts ahead of all other work, without holding a thread.
+
+        Returns at once; ``on_done(vectors, None)`` or ``on_done(None, error)`` is called
+        once, on the inference thread (it must be quick), with vectors as :meth:`embed`
+        gives them for kind "query". ``expires``: as for :meth:`embed` (the error is then
+        RequestExpired). Raises EmbeddingsUnavailable (when not ready) and TypeError at once.
+        """
+        cut, dim = self._prepare(texts, "query")
+        if not cut:
+            on_done(np.zeros((0, dim), dtype=np.float32), None)
+            return
+        started = time.monotonic()
+
+        def finished(pending: Pending[_Item, npt.NDArray[np.float32]]) -> None:
+            error = pending.error
+            if error is None:
+                self._observe("query", len(cut), time.monotonic() - started, True)
+                on_done(pending.answer, None)
+                return
+            if not isinstance(error, RequestExpired):
+                self._observe("query", len(cut), time.monotonic() - started, False)
+                error = EmbeddingsUnavailable("disabled", self._reason)
+            on_done(None, error)
+
+        try:
+            self._batcher.submit(cut, _USER_QUERIES, expires, finished)
+        except BatcherClosed as exc:
+            raise EmbeddingsUnavailable("disabled", self._reason) from exc
+
+    def _prepare(self, texts: Sequence[str], kind: str) -> tuple[list[_Item], int]:
+        """The texts as batch items (cut to embedding_max_text_chars) and the dimension;
+        raises ValueError, TypeError or EmbeddingsUnavailable as :meth:`embed` documents."""
         if kind not in ("query", "passage"):
             raise ValueError(f"kind must be 'query' or 'passage', got {kind!r}")
         if isinstance(texts, str):
@@ -439,25 +506,8 @@ class EmbeddingService:
             slots, dim = self._slots, self._dim
             if self._state != "ready" or not slots or dim is None:
                 raise EmbeddingsUnavailable(self._state, self._reason)
-        if not items:
-            return np.zeros((0, dim), dtype=np.float32)
-        cut: list[_Item] = [(kind, item[: self._settings.embedding_max_text_chars]) for item in items]
-        started = time.monotonic()
-        try:
-            if kind == "query":
-                vectors = self._batcher.call(cut, _QUERY_FIRST)
-            else:
-                # Passages go in chunks, each its own request: a query that arrives meanwhile
-                # waits for one chunk at most, not for a whole backfill batch.
-                step = self._settings.embedding_passage_chunk_texts
-                chunks = [self._batcher.submit(cut[lo : lo + step], _PASSAGES_AFTER) for lo in range(0, len(cut), step)]
-                vectors = np.concatenate([chunk.wait() for chunk in chunks], axis=0)
-        except (EmbeddingsUnavailable, BatcherClosed) as exc:
-            self._observe(kind, len(items), time.monotonic() - started, False)
-            raise EmbeddingsUnavailable("disabled", self._reason) from exc
-        self._observe(kind, len(items), time.monotonic() - started, True)
-        log.debug("embedded %d texts (%s) in %.1f ms", len(items), kind, (time.monotonic() - started) * 1000)
-        return vectors
+        limit = self._settings.embedding_max_text_chars
+        return [("query" if kind == "query" else "passage", item[:limit]) for item in items], dim
 
     def _run_batch(self, batch: list[Pending[_Item, npt.NDArray[np.float32]]]) -> list[npt.NDArray[np.float32]]:
         """Embed the requests of one micro-batch (on the inference thread): one [n, dim]
@@ -469,6 +519,7 @@ class EmbeddingService:
         if not slots:
             raise EmbeddingsUnavailable(self._state, self._reason)
         parts: list[list[np.ndarray]] = [[] for _ in batch]
+        started = time.monotonic()
         try:
             for slot in slots:
                 texts = [[(slot.query_prefix if kind == "query" else slot.passage_prefix) + text for kind, text in p.items] for p in batch]
@@ -491,6 +542,12 @@ class EmbeddingService:
         except Exception as exc:
             self._disable(f"inference_raised: {type(exc).__name__}: {exc}")
             raise EmbeddingsUnavailable("disabled", self._reason) from exc
+        log.debug(
+            "inference batch: %d requests, %d texts in %.1f ms",
+            len(batch),
+            sum(len(p.items) for p in batch),
+            (time.monotonic() - started) * 1000,
+        )
         return [np.concatenate(part, axis=1).astype(np.float32, copy=False) for part in parts]
 
     def _after_batch(self, requests: int, texts: int) -> None:
@@ -514,8 +571,11 @@ class EmbeddingService:
 
 
 _Item = tuple[EmbedKind, str]
-_QUERY_FIRST = 0
-_PASSAGES_AFTER = 1
+# Micro-batch priorities: a user waiting, then background queries (dedup, refinement),
+# then passages (the vector backfill).
+_USER_QUERIES = 0
+_BACKGROUND_QUERIES = 1
+_PASSAGES = 2
 
 
 def inference_threads(setting: int) -> int:
@@ -536,6 +596,14 @@ def inference_threads(setting: int) -> int:
             siblings = str(cpu)
         cores.add(siblings)
     return max(1, len(cores))
+
+
+def inference_workers(setting: int, intra_op: int) -> int:
+    """Threads that run model calls at once: ``setting`` when positive, else as many as the
+    physical cores hold with each call's ``intra_op`` threads (at least one)."""
+    if setting > 0:
+        return setting
+    return max(1, inference_threads(0) // max(1, inference_threads(intra_op)))
 
 
 def _heap_trimmer() -> Callable[[], object] | None:
