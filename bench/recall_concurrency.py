@@ -71,18 +71,28 @@ def seed_facts(url: str, characters: int, facts: int, corpus: Corpus) -> None:
 
 
 def wait_vectors(url: str, characters: int, timeout: float) -> dict[str, Any]:
-    """Wait until the model has loaded and no fact waits for its vector (the backfill burns
-    CPU that would land inside a measurement); one query per character activates its recall."""
+    """Wait until the model has loaded, no fact waits for its vector and the model pool is
+    idle (the backfill and the duplicate checks burn CPU that would land inside a
+    measurement); one query per character activates its recall."""
     deadline = time.monotonic() + timeout
     with httpx.Client(base_url=url, timeout=60) as client:
         for i in range(characters):
             client.post(f"/query_memory/{character(i)}", json={"query": "warm up"}).raise_for_status()
         while time.monotonic() < deadline:
             emb = client.get("/health").json()["embeddings"]
-            if emb["state"] != "loading" and not emb.get("pending"):
+            if emb["state"] != "loading" and not emb.get("pending") and model_jobs(client) == 0:
                 return dict(emb)
             time.sleep(0.2)
     raise RuntimeError(f"vectors not settled after {timeout:.0f} s")
+
+
+def model_jobs(client: httpx.Client) -> float:
+    """The model pool's queued and running jobs (the facts' duplicate checks after an import
+    embed their texts there), from /metrics."""
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith("nekomem_model_jobs "):
+            return float(line.split()[1])
+    return 0.0
 
 
 def make_plan(characters: int, queries: Sequence[str], seed: int) -> Any:

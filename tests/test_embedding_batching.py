@@ -18,7 +18,7 @@ import pytest
 
 from nekomem.config.embeddings import BUILTIN_MODELS, EmbeddingSettings
 from nekomem.recall.embedding_batcher import Pending
-from nekomem.recall.embeddings import EmbeddingService, find_project_root
+from nekomem.recall.embeddings import EmbeddingService, RequestExpired, find_project_root
 from tests.support.live import LiveServer, make_settings
 
 ROOT = find_project_root(Path(__file__))
@@ -88,6 +88,23 @@ def test_concurrent_callers_get_their_own_vectors(service: EmbeddingService) -> 
         t.join(WAIT)
     np.testing.assert_allclose(np.stack([got[i] for i in range(len(QUERIES))]), alone, atol=1e-5)
     np.testing.assert_allclose(got[-1], passages, atol=1e-5)
+
+
+def test_a_user_query_is_called_back_and_dropped_once_past_its_deadline(service: EmbeddingService) -> None:
+    outcomes: list[tuple[object, BaseException | None]] = []
+    done = threading.Semaphore(0)
+
+    def on_done(vectors: object, error: BaseException | None) -> None:
+        outcomes.append((vectors, error))
+        done.release()
+
+    service.embed_for_user([QUERIES[1]], on_done, expires=time.monotonic() + 3600)
+    service.embed_for_user([QUERIES[1]], on_done, expires=time.monotonic() - 1)  # the answer already went out
+    assert done.acquire(timeout=WAIT) and done.acquire(timeout=WAIT)
+    answered = next(v for v, e in outcomes if e is None)
+    np.testing.assert_allclose(answered, service.embed([QUERIES[1]], "query"), atol=1e-5)  # type: ignore[arg-type]
+    assert [type(e) for v, e in outcomes if e is not None] == [RequestExpired]
+    assert service.is_ready
 
 
 # -- a real server ------------------------------------------------------------------------
