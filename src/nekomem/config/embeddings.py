@@ -67,7 +67,7 @@ class EmbeddingSettings(Section, frozen=True):
     embedding_passage_chunk_texts: Annotated[
         int,
         doc(
-            "Passages (the vector backfill, refinement) are embedded in requests of at most this many texts; a user's query waits for one such chunk at most, then goes first.",
+            "Passages (the vector backfill, refinement) are embedded in requests of at most this many texts; a user's query waits for one such chunk at most, then goes first. Only when every model's vectors are independent of their batch-mates (e5); with use a call's passages stay one request, so their vectors come out as they always did.",
             ge=1,
         ),
     ] = 8

@@ -447,8 +447,11 @@ class EmbeddingService:
                 vectors = self._batcher.call(cut, _BACKGROUND_QUERIES, expires)
             else:
                 # Passages go in chunks, each its own request: a query that arrives meanwhile
-                # waits for one chunk at most, not for a whole backfill batch.
-                step = self._settings.embedding_passage_chunk_texts
+                # waits for one chunk at most, not for a whole backfill batch. Not with a model
+                # whose vectors depend on their batch-mates (use): there the call stays one
+                # request, so its texts are batched (and their vectors come out) as before.
+                invariant = all(slot.backend.batch_invariant for slot in self._slots)
+                step = self._settings.embedding_passage_chunk_texts if invariant else max(1, len(cut))
                 chunks = [self._batcher.submit(cut[lo : lo + step], _PASSAGES, expires) for lo in range(0, len(cut), step)]
                 vectors = np.concatenate([chunk.wait() for chunk in chunks], axis=0)
         except RequestExpired:
