@@ -1,18 +1,18 @@
-"""The micro-batcher of the embedding service: one inference thread, concurrent callers'
-texts merged into bounded batches.
+"""The micro-batcher of the embedding service: inference threads (one by default),
+concurrent callers' texts merged into bounded batches.
 
 Every caller of :meth:`MicroBatcher.submit` hands over a request (a list of items) and waits
-for its rows. One worker thread runs the batches: requests that arrive while a batch runs
-wait, and the next batch takes as many of them as fit in ``max_items`` (a request is never
-split, so a request larger than that runs alone). Requests of a lower ``priority`` number
-go first (a user's query before a backfill of passages); within a priority, first come,
-first served.
+for its answer (or is called back). The worker threads run the batches: requests that
+arrive while a batch runs wait, and the next batch takes as many of them as fit in
+``max_items`` (a request is never split, so a request larger than that runs alone).
+Requests of a lower ``priority`` number go first (a user's query before background work);
+within a priority, first come, first served. A request whose expiry passed while queued is
+dropped, not run.
 
-Why one thread: the model call is CPU-bound and already uses the intra-op threads of its
-session, so two calls at once only oversubscribe the cores; one batch of eight queries
-costs far less than eight calls one after the other; and memory that the allocator and
-onnxruntime hand out per calling thread (glibc malloc arenas, per-thread scratch) exists
-once instead of once per model-pool worker.
+Why so few threads: the model call is CPU-bound and already uses the intra-op threads of
+its session, so more calls at once only oversubscribe the cores; the order of the queue,
+not of a lock, decides who waits; and memory that the allocator hands out per calling
+thread (glibc malloc arenas) exists once instead of once per model-pool worker.
 """
 
 from __future__ import annotations

@@ -139,7 +139,7 @@ class EmbeddingService:
 
     Lifecycle: state "loading" from construction until the background load finishes (or
     until start has been called and the delay has passed), then "ready" or "disabled".
-    "disabled" is final. Every inference runs on one thread (``nekomem-embed``, a
+    "disabled" is final. Every inference runs on the inference thread(s) (``nekomem-embed-N``, a
     :class:`~nekomem.recall.embedding_batcher.MicroBatcher`): the texts of callers that
     arrive while a batch runs are embedded together in the next one, queries before
     passages; each model call uses the session's intra-op threads, and two calls at once
