@@ -355,6 +355,16 @@ def test_plan_batches_covers_every_item_within_limits() -> None:
     assert plan_batches([], 4, 10, padded=True) == []
 
 
+def test_plan_batches_cuts_where_padding_would_cost_too_much() -> None:
+    lengths = [10, 10, 11, 12, 30, 31, 90]
+    batches = plan_batches(lengths, max_batch=32, budget=10_000, padded=True, padding_ratio=1.25)
+    assert batches == [[0, 1, 2, 3], [4, 5], [6]]
+    for batch in batches:
+        assert len(batch) * max(lengths[i] for i in batch) <= 1.25 * sum(lengths[i] for i in batch)
+    # Without the ratio the budget alone decides: one batch.
+    assert plan_batches(lengths, max_batch=32, budget=10_000, padded=True) == [[0, 1, 2, 3, 4, 5, 6]]
+
+
 def test_codec_random_vectors_and_size() -> None:
     rng = np.random.default_rng(7)
     for dim in (4, 512, 768):

@@ -67,6 +67,19 @@ class Spy:
             self.embedded[kind] += len(texts)
         return self.inner.embed(texts, kind)
 
+    def embed_for_user(self, texts: list[str], on_done: Any, expires: float | None = None) -> None:
+        """The user-query path: counted, delayed like embed (on a thread of its own, as the
+        real call does not hold its caller), then the real service's."""
+
+        def run() -> None:
+            if self.query_delay:
+                time.sleep(self.query_delay)
+            with self.lock:
+                self.embedded["query"] += len(texts)
+            self.inner.embed_for_user(texts, on_done, expires=expires)
+
+        threading.Thread(target=run, daemon=True).start()
+
 
 def start_runtime(tmp_path: Path, embeddings: Any = None, **overrides: Any) -> Runtime:
     rt = Runtime(make_settings(tmp_path, **overrides), actors=ACTORS, embeddings=embeddings)

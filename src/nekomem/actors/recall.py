@@ -53,7 +53,7 @@ from nekomem.actors.messages import (
 from nekomem.actors.ports import LayerPorts
 from nekomem.domain.index_entry import IndexEntry
 from nekomem.domain.layers import tier_owners, vector_tiers
-from nekomem.recall.embeddings import EmbeddingService
+from nekomem.recall.embeddings import EmbeddingService, EmbeddingsUnavailable
 from nekomem.recall.entry import display_tz
 from nekomem.recall.explain import explain
 from nekomem.recall.fusion import rrf
@@ -327,25 +327,32 @@ class RecallLayer:
         return len(self.index.need) + inflight + turns
 
     def _submit_embed(self, texts: list[str], wrap: Wrap, *, urgent: bool = False) -> bool:
-        """Embed ``texts`` as queries on the model pool; False when that is not possible.
+        """Embed ``texts`` as queries; False when that is not possible.
 
-        ``urgent`` (a user waiting) uses a pool key of its own, so that it never queues
-        behind this character's (possibly slow) LLM jobs or its backfill batch; background
-        work uses the character's key, which also keeps the character active meanwhile.
+        ``urgent`` (a user waiting) goes straight to the embedding service, ahead of every
+        other text there and without taking a model-pool worker (those may all be busy
+        with this or other characters' background work); it is dropped there once
+        recall_query_embed_timeout_seconds have passed, when the answer has gone out from
+        BM25 alone. Background work goes through the model pool under the character's key,
+        which also keeps the character active meanwhile.
         """
         emb = self._service()
         if emb is None or self.index.vectors is None:
             return False
+        ctx = self.ctx
+        if urgent:
+            expires = time.monotonic() + self.s.recall_query_embed_timeout_seconds
+            try:
+                emb.embed_for_user(texts, lambda result, error: ctx.send(self.child_name, wrap(result, error)), expires=expires)
+            except EmbeddingsUnavailable:
+                return False
+            return True
 
         def job() -> object:
             return emb.embed(texts, "query")
 
-        ctx = self.ctx
         try:
-            if urgent:
-                ctx.services.pool.submit(f"{ctx.name}\x00recall", job, lambda result, error: ctx.send(self.child_name, wrap(result, error)))
-            else:
-                ctx.submit_model_job(self.child_name, job, wrap)
+            ctx.submit_model_job(self.child_name, job, wrap)
         except PoolFull:
             return False
         return True

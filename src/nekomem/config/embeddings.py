@@ -44,8 +44,47 @@ class EmbeddingSettings(Section, frozen=True):
     embedding_load_delay_seconds: Annotated[
         float, doc("After start, wait this long before loading the model in the background (load_now cuts the wait short).", ge=0)
     ] = 0.0
-    embedding_intra_op_threads: Annotated[int, doc("onnxruntime intra-op threads of the embedding session.", ge=1)] = 2
-    embedding_max_batch_size: Annotated[int, doc("Most texts in one inference call.", ge=1)] = 32
+    embedding_intra_op_threads: Annotated[
+        int,
+        doc(
+            "onnxruntime intra-op threads of each embedding model session; 0 = the physical cores this process may run on. One thread spends the least CPU per text (a second one saves little time on short queries and costs ~10-20% more CPU), and leaves the other cores to the server under load.",
+            ge=0,
+        ),
+    ] = 1
+    embedding_inference_threads: Annotated[
+        int,
+        doc(
+            "Model calls that may run at once (each on its own thread, each using embedding_intra_op_threads); 0 = the physical cores divided by the intra-op threads. All of them share the sessions, so a second one costs scratch memory, not a second model; one leaves the other cores to the server (measured best on 2 cores).",
+            ge=0,
+        ),
+    ] = 1
+    embedding_max_batch_size: Annotated[
+        int,
+        doc(
+            "Most texts in one inference call, and in one micro-batch: the queries of concurrent requests that arrive while a batch runs are embedded together in the next, up to this many texts.",
+            ge=1,
+        ),
+    ] = 32
+    embedding_passage_chunk_texts: Annotated[
+        int,
+        doc(
+            "Passages (the vector backfill, refinement) are embedded in requests of at most this many texts; a user's query waits for one such chunk at most, then goes first. Only when every model's vectors are independent of their batch-mates (e5); with use a call's passages stay one request, so their vectors come out as they always did.",
+            ge=1,
+        ),
+    ] = 8
+    embedding_cpu_mem_arena: Annotated[
+        bool,
+        doc(
+            "Keep onnxruntime's CPU memory arena: the tensors of the largest batch seen stay reserved for the process's life. Off, they return to the allocator after each call.",
+        ),
+    ] = False
+    embedding_trim_memory_seconds: Annotated[
+        float,
+        doc(
+            "After an inference batch, when no other request waits, give the heap memory inference freed back to the OS (glibc malloc_trim), at most once per this many seconds; 0 never does.",
+            ge=0,
+        ),
+    ] = 1.0
     embedding_batch_char_budget: Annotated[
         int,
         doc(
@@ -59,6 +98,13 @@ class EmbeddingSettings(Section, frozen=True):
             ge=1,
         ),
     ] = 16_384
+    embedding_batch_padding_ratio: Annotated[
+        float,
+        doc(
+            "Tokenizer models: a batch (texts sorted by length) is cut before padding it to its longest text would make it more than this many times its real tokens; the model's time follows the padded size. 0 = no such cut.",
+            ge=0,
+        ),
+    ] = 1.25
     embedding_max_text_chars: Annotated[int, doc("Texts are cut to this many characters before embedding.", ge=1)] = 4_000
     embedding_max_length: Annotated[int, doc("Tokenizer models: sequences are truncated to this many tokens.", ge=2)] = 512
     embedding_pooling: Annotated[

@@ -23,12 +23,14 @@ class Disable(Exception):
         self.reason = f"{code}: {detail}"
 
 
-def plan_batches(lengths: Sequence[int], max_batch: int, budget: int, padded: bool) -> list[list[int]]:
+def plan_batches(lengths: Sequence[int], max_batch: int, budget: int, padded: bool, padding_ratio: float = 0.0) -> list[list[int]]:
     """Group item indices into inference batches, shortest first.
 
     ``padded`` True: a batch costs count x longest length (token models pad to the longest);
     False: it costs the sum of lengths (string-input models). A batch never exceeds
-    max_batch items, nor budget unless it holds a single item.
+    max_batch items, nor budget unless it holds a single item. ``padding_ratio`` (> 0, padded
+    only): a batch is also cut before its padded size would pass this many times its real
+    tokens (the model's time grows with the padded size, so padding is paid in full).
     """
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     batches: list[list[int]] = []
@@ -39,7 +41,8 @@ def plan_batches(lengths: Sequence[int], max_batch: int, budget: int, padded: bo
         if current:
             # Sorted ascending, so this item is the batch's longest one.
             cost = (len(current) + 1) * length if padded else cost_sum + length
-            if len(current) >= max_batch or cost > budget:
+            wasteful = padded and padding_ratio > 0 and cost > padding_ratio * (cost_sum + length)
+            if len(current) >= max_batch or cost > budget or wasteful:
                 batches.append(current)
                 current, cost_sum = [], 0
         current.append(index)
@@ -51,6 +54,9 @@ def plan_batches(lengths: Sequence[int], max_batch: int, budget: int, padded: bo
 
 class Backend(Protocol):
     kind: str
+    batch_invariant: bool
+    """True when a text's vector does not depend on the other texts of its call (beyond
+    float noise), so the texts of several callers may share one model call."""
 
     def infer(self, texts: list[str]) -> np.ndarray:
         """Raw (unnormalised) float32 [len(texts), dim] embeddings; raises on failure."""
@@ -61,6 +67,10 @@ class StringInputBackend:
     """A graph with one string tensor input that tokenises inside (custom ops)."""
 
     kind = "use-string-input"
+    # The bundled USE graph is dynamically quantised: each call scales its activations by
+    # the whole batch's range, so a text's vector moves with its batch-mates (by up to 0.016
+    # per coordinate). Each caller's texts therefore run as a call of their own.
+    batch_invariant = False
 
     def __init__(self, session: Any, input_name: str, output_name: str, settings: EmbeddingSettings) -> None:
         self._session = session
@@ -85,6 +95,9 @@ class TokenizerBackend:
     """model.onnx fed by a HuggingFace tokenizer, with pooling of token outputs."""
 
     kind = "hf-tokenizer"
+    # Padding is masked out of attention and pooling, and the e5 graph quantises per row:
+    # a text's vector is the same alone or in any batch (tests/test_embedding_batching.py).
+    batch_invariant = True
 
     def __init__(self, session: Any, tokenizer: Any, output_name: str, settings: EmbeddingSettings, pooling: str | None = None) -> None:
         self._session = session
@@ -120,7 +133,10 @@ class TokenizerBackend:
         encodings = self._tokenizer.encode_batch(texts)
         ids = [enc.ids or [self._pad_id] for enc in encodings]
         rows: list[np.ndarray | None] = [None] * len(texts)
-        for batch in plan_batches([len(x) for x in ids], s.embedding_max_batch_size, s.embedding_batch_token_budget, padded=True):
+        lengths = [len(x) for x in ids]
+        for batch in plan_batches(
+            lengths, s.embedding_max_batch_size, s.embedding_batch_token_budget, True, s.embedding_batch_padding_ratio
+        ):
             width = max(len(ids[i]) for i in batch)
             input_ids = np.full((len(batch), width), self._pad_id, dtype=np.int64)
             mask = np.zeros((len(batch), width), dtype=np.int64)

@@ -42,7 +42,10 @@ class RemoteEmbeddingBackend:
     """Embeds through the configured endpoint (thread-safe; see the module docstring)."""
 
     kind = "openai-remote"
-    transient = True  # a failure fails one call, never the service
+    # An endpoint embeds each input on its own: one request carries every caller's texts
+    # of a micro-batch (recall.embedding_batcher). A failure fails that batch only
+    # (RemoteEmbeddingError), never the service.
+    batch_invariant = True
 
     def __init__(self, settings: EmbeddingSettings, transport: httpx.BaseTransport | None = None) -> None:
         self._s = settings

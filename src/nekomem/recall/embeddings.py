@@ -37,9 +37,12 @@ vectors), so caches on entries notice when the model changed.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import hashlib
 import json
 import logging
+import os
 import re
 import threading
 import time
@@ -54,10 +57,12 @@ import numpy.typing as npt
 from nekomem.config.embeddings import REMOTE_MODEL, EmbeddingSettings, find_project_root, model_dirs, read_profile, resolve_model_dir
 from nekomem.recall.embedding_backends import Backend, Disable, StringInputBackend, TokenizerBackend
 from nekomem.recall.embedding_remote import RemoteEmbeddingBackend, RemoteEmbeddingError
+from nekomem.recall.embedding_batcher import BatcherClosed, MicroBatcher, Pending, RequestExpired
 
 __all__ = [
     "EmbeddingService",
     "EmbeddingsUnavailable",
+    "RequestExpired",
     "VectorLeg",
     "find_project_root",
     "parse_model_dim",
@@ -69,6 +74,8 @@ log = logging.getLogger(__name__)
 
 EmbedKind = Literal["query", "passage"]
 State = Literal["loading", "ready", "disabled"]
+QueryDone = Callable[[npt.NDArray[np.float32] | None, BaseException | None], None]
+"""Told the outcome of :meth:`EmbeddingService.embed_for_user`: ``(vectors, None)`` or ``(None, error)``."""
 BatchObserver = Callable[[str, int, float, bool], None]
 """Told of every inference batch of :meth:`EmbeddingService.embed` as ``(kind, texts,
 seconds, ok)``; called on the embedding thread, it must be quick and must not raise."""
@@ -144,15 +151,17 @@ class EmbeddingService:
 
     Lifecycle: state "loading" from construction until the background load finishes (or
     until start has been called and the delay has passed), then "ready" or "disabled".
-    "disabled" is final. Inference calls are serialised: each uses the configured
-    intra-op threads, and concurrent runs would only oversubscribe the CPU.
+    "disabled" is final. Every inference runs on the inference thread(s) (``nekomem-embed-N``, a
+    :class:`~nekomem.recall.embedding_batcher.MicroBatcher`): the texts of callers that
+    arrive while a batch runs are embedded together in the next one, queries before
+    passages; each model call uses the session's intra-op threads, and two calls at once
+    would only oversubscribe the CPU.
     """
 
     def __init__(self, settings: EmbeddingSettings, project_root: Path | None = None) -> None:
         self._settings = settings
         self._project_root = project_root
         self._lock = threading.Lock()
-        self._run_lock = threading.Lock()
         self._settled = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -164,6 +173,15 @@ class EmbeddingService:
         self._observers: tuple[BatchObserver, ...] = ()
         self._error: str | None = None  # the last failure of a remote endpoint (cleared by a success)
         self._stopped = threading.Event()
+        self._batcher: MicroBatcher[_Item, npt.NDArray[np.float32]] = MicroBatcher(
+            self._run_batch,
+            settings.embedding_max_batch_size,
+            "nekomem-embed",
+            self._after_batch,
+            workers=inference_workers(settings.embedding_inference_threads, settings.embedding_intra_op_threads),
+        )
+        self._trim = _heap_trimmer() if settings.embedding_trim_memory_seconds > 0 else None
+        self._trimmed_at = 0.0
         if not settings.embedding_enabled:
             self._state = "disabled"
             self._reason = "disabled by configuration"
@@ -262,6 +280,7 @@ class EmbeddingService:
                 self._reason = "closed"
             slots, self._slots = self._slots, ()
         self._stopped.set()
+        self._batcher.close()
         self._wake.set()
         self._settled.set()
         for slot in slots:
@@ -377,8 +396,12 @@ class EmbeddingService:
             kind = "hf-tokenizer" if (folder / TOKENIZER_FILE).is_file() else "use-string-input"
 
         options = ort.SessionOptions()
-        options.intra_op_num_threads = s.embedding_intra_op_threads
+        options.intra_op_num_threads = inference_threads(s.embedding_intra_op_threads)
         options.inter_op_num_threads = 1
+        # The CPU arena keeps the largest batch's tensors for the life of the session (and
+        # by default grows in powers of two); without it they go back to malloc after each
+        # call, where malloc_trim (embedding_trim_memory_seconds) can return them to the OS.
+        options.enable_cpu_mem_arena = s.embedding_cpu_mem_arena
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         # Idle worker threads must not spin: the service mostly waits between small batches.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -459,14 +482,77 @@ class EmbeddingService:
 
     # -- inference --------------------------------------------------------------------
 
-    def embed(self, texts: Sequence[str], kind: EmbedKind = "passage") -> npt.NDArray[np.float32]:
+    def embed(self, texts: Sequence[str], kind: EmbedKind = "passage", expires: float | None = None) -> npt.NDArray[np.float32]:
         """Embed texts into float32 [len(texts), dim] rows of unit L2 norm (same order).
 
-        Texts are cut to embedding_max_text_chars and get the query or passage prefix.
+        Texts are cut to embedding_max_text_chars and get the query or passage prefix. The
+        call waits for the inference thread, where it goes after any user query
+        (:meth:`embed_for_user`) and, for passages, after background queries too.
         Raises EmbeddingsUnavailable when the service is not ready, and also when inference
-        fails (which disables the service for the process). Raises TypeError for a non-str
-        item and ValueError for an unknown kind.
+        fails (which disables the service for the process). ``expires`` (``time.monotonic()``):
+        texts still waiting for the model then are not embedded and RequestExpired is raised
+        (the service stays ready). Raises TypeError for a non-str item and ValueError for an
+        unknown kind.
         """
+        cut, dim = self._prepare(texts, kind)
+        if not cut:
+            return np.zeros((0, dim), dtype=np.float32)
+        started = time.monotonic()
+        try:
+            if kind == "query":
+                vectors = self._batcher.call(cut, _BACKGROUND_QUERIES, expires)
+            else:
+                # Passages go in chunks, each its own request: a query that arrives meanwhile
+                # waits for one chunk at most, not for a whole backfill batch. Not with a model
+                # whose vectors depend on their batch-mates (use): there the call stays one
+                # request, so its texts are batched (and their vectors come out) as before.
+                invariant = all(slot.backend.batch_invariant for slot in self._slots)
+                step = self._settings.embedding_passage_chunk_texts if invariant else max(1, len(cut))
+                chunks = [self._batcher.submit(cut[lo : lo + step], _PASSAGES, expires) for lo in range(0, len(cut), step)]
+                vectors = np.concatenate([chunk.wait() for chunk in chunks], axis=0)
+        except RequestExpired:
+            log.debug("embedding of %d texts (%s) expired in the queue", len(cut), kind)
+            raise
+        except (EmbeddingsUnavailable, BatcherClosed) as exc:
+            self._observe(kind, len(cut), time.monotonic() - started, False)
+            raise EmbeddingsUnavailable("disabled", self._reason) from exc
+        self._observe(kind, len(cut), time.monotonic() - started, True)
+        log.debug("embedded %d texts (%s) in %.1f ms", len(cut), kind, (time.monotonic() - started) * 1000)
+        return vectors
+
+    def embed_for_user(self, texts: Sequence[str], on_done: QueryDone, expires: float | None = None) -> None:
+        """Embed a user's query texts ahead of all other work, without holding a thread.
+
+        Returns at once; ``on_done(vectors, None)`` or ``on_done(None, error)`` is called
+        once, on the inference thread (it must be quick), with vectors as :meth:`embed`
+        gives them for kind "query". ``expires``: as for :meth:`embed` (the error is then
+        RequestExpired). Raises EmbeddingsUnavailable (when not ready) and TypeError at once.
+        """
+        cut, dim = self._prepare(texts, "query")
+        if not cut:
+            on_done(np.zeros((0, dim), dtype=np.float32), None)
+            return
+        started = time.monotonic()
+
+        def finished(pending: Pending[_Item, npt.NDArray[np.float32]]) -> None:
+            error = pending.error
+            if error is None:
+                self._observe("query", len(cut), time.monotonic() - started, True)
+                on_done(pending.answer, None)
+                return
+            if not isinstance(error, RequestExpired):
+                self._observe("query", len(cut), time.monotonic() - started, False)
+                error = EmbeddingsUnavailable("disabled", self._reason)
+            on_done(None, error)
+
+        try:
+            self._batcher.submit(cut, _USER_QUERIES, expires, finished)
+        except BatcherClosed as exc:
+            raise EmbeddingsUnavailable("disabled", self._reason) from exc
+
+    def _prepare(self, texts: Sequence[str], kind: str) -> tuple[list[_Item], int]:
+        """The texts as batch items (cut to embedding_max_text_chars) and the dimension;
+        raises ValueError, TypeError or EmbeddingsUnavailable as :meth:`embed` documents."""
         if kind not in ("query", "passage"):
             raise ValueError(f"kind must be 'query' or 'passage', got {kind!r}")
         if isinstance(texts, str):
@@ -479,40 +565,65 @@ class EmbeddingService:
             slots, dim = self._slots, self._dim
             if self._state != "ready" or not slots or dim is None:
                 raise EmbeddingsUnavailable(self._state, self._reason)
-        if not items:
-            return np.zeros((0, dim), dtype=np.float32)
-        cut = [item[: self._settings.embedding_max_text_chars] for item in items]
+        limit = self._settings.embedding_max_text_chars
+        return [("query" if kind == "query" else "passage", item[:limit]) for item in items], dim
+
+    def _run_batch(self, batch: list[Pending[_Item, npt.NDArray[np.float32]]]) -> list[npt.NDArray[np.float32]]:
+        """Embed the requests of one micro-batch (on the inference thread): one [n, dim]
+        array per request. A model whose vectors do not depend on their batch-mates
+        (``Backend.batch_invariant``) embeds all the requests' texts in one call; any other
+        runs each request's texts on their own, as that request alone would have. A failure
+        disables the service and raises EmbeddingsUnavailable."""
+        slots = self._slots
+        if not slots:
+            raise EmbeddingsUnavailable(self._state, self._reason)
+        parts: list[list[np.ndarray]] = [[] for _ in batch]
         started = time.monotonic()
-        parts: list[np.ndarray] = []
         try:
             for slot in slots:
-                prefix = slot.query_prefix if kind == "query" else slot.passage_prefix
-                if getattr(slot.backend, "transient", False):
-                    raw = slot.backend.infer([prefix + item for item in cut])  # bounded by its own concurrency
+                texts = [[(slot.query_prefix if kind == "query" else slot.passage_prefix) + text for kind, text in p.items] for p in batch]
+                if slot.backend.batch_invariant:
+                    flat = [text for request in texts for text in request]
+                    raw_all = slot.backend.infer(flat)
+                    if raw_all.shape != (len(flat), slot.dim):
+                        raise ValueError(f"embeddings have shape {raw_all.shape}, expected {(len(flat), slot.dim)}")
+                    bounds = np.cumsum([0, *(len(request) for request in texts)])
+                    raws = [raw_all[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
                 else:
-                    with self._run_lock:
-                        raw = slot.backend.infer([prefix + item for item in cut])
-                if raw.shape != (len(items), slot.dim):
-                    raise ValueError(f"embeddings have shape {raw.shape}, expected {(len(items), slot.dim)}")
-                if not np.isfinite(raw).all():
-                    raise ValueError("model produced non-finite values")
-                norms = np.linalg.norm(raw, axis=1, keepdims=True)
-                parts.append(raw / np.maximum(norms, np.finfo(np.float32).tiny) * slot.leg.weight)
+                    raws = [slot.backend.infer(request) for request in texts]
+                for part, raw, request in zip(parts, raws, texts, strict=True):
+                    if raw.shape != (len(request), slot.dim):
+                        raise ValueError(f"embeddings have shape {raw.shape}, expected {(len(request), slot.dim)}")
+                    if not np.isfinite(raw).all():
+                        raise ValueError("model produced non-finite values")
+                    norms = np.linalg.norm(raw, axis=1, keepdims=True)
+                    part.append(raw / np.maximum(norms, np.finfo(np.float32).tiny) * slot.leg.weight)
         except RemoteEmbeddingError as exc:
             # The user's endpoint failed this call: the service stays ready and tries again.
-            self._observe(kind, len(items), time.monotonic() - started, False)
             self._error = f"remote_failed: {exc}"
             raise EmbeddingsUnavailable("ready", self._error) from exc
         except Exception as exc:
-            self._observe(kind, len(items), time.monotonic() - started, False)
             self._disable(f"inference_raised: {type(exc).__name__}: {exc}")
             raise EmbeddingsUnavailable("disabled", self._reason) from exc
         if self._error is not None:
-            self._error = None
-        self._observe(kind, len(items), time.monotonic() - started, True)
-        vectors = np.concatenate(parts, axis=1).astype(np.float32, copy=False)
-        log.debug("embedded %d texts (%s) in %.1f ms", len(items), kind, (time.monotonic() - started) * 1000)
-        return vectors
+            self._error = None  # the endpoint answers again
+        log.debug(
+            "inference batch: %d requests, %d texts in %.1f ms",
+            len(batch),
+            sum(len(p.items) for p in batch),
+            (time.monotonic() - started) * 1000,
+        )
+        return [np.concatenate(part, axis=1).astype(np.float32, copy=False) for part in parts]
+
+    def _after_batch(self, requests: int, texts: int) -> None:
+        """On the inference thread after each batch: when nothing else waits, give the heap
+        memory the batch freed back to the OS (at most once per embedding_trim_memory_seconds)."""
+        if self._trim is None or self._batcher.waiting():
+            return
+        now = time.monotonic()
+        if now - self._trimmed_at >= self._settings.embedding_trim_memory_seconds:
+            self._trimmed_at = now
+            self._trim()
 
     def _observe(self, kind: str, texts: int, seconds: float, ok: bool) -> None:
         for observer in self._observers:
@@ -522,6 +633,58 @@ class EmbeddingService:
         """Embed one text into a float32 [dim] unit vector; raises like embed."""
         row: npt.NDArray[np.float32] = self.embed([text], kind)[0]
         return row
+
+
+_Item = tuple[EmbedKind, str]
+# Micro-batch priorities: a user waiting, then background queries (dedup, refinement),
+# then passages (the vector backfill).
+_USER_QUERIES = 0
+_BACKGROUND_QUERIES = 1
+_PASSAGES = 2
+
+
+def inference_threads(setting: int) -> int:
+    """Intra-op threads for a model session: ``setting`` when it is positive, else the
+    physical cores this process may run on (hyper-threads share a core's vector units, so
+    a second thread per core adds contention, not speed)."""
+    if setting > 0:
+        return setting
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+    cores: set[str] = set()
+    for cpu in allowed:
+        try:
+            siblings = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text().strip()
+        except OSError:
+            siblings = str(cpu)
+        cores.add(siblings)
+    return max(1, len(cores))
+
+
+def inference_workers(setting: int, intra_op: int) -> int:
+    """Threads that run model calls at once: ``setting`` when positive, else as many as the
+    physical cores hold with each call's ``intra_op`` threads (at least one)."""
+    if setting > 0:
+        return setting
+    return max(1, inference_threads(0) // max(1, inference_threads(intra_op)))
+
+
+def _heap_trimmer() -> Callable[[], object] | None:
+    """glibc's ``malloc_trim(0)`` (returns free heap pages of every malloc arena to the OS),
+    or None where the C library has none."""
+    name = ctypes.util.find_library("c")
+    if not name:
+        return None
+    try:
+        libc = ctypes.CDLL(name)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return lambda: trim(0)
 
 
 @dataclass(frozen=True)
