@@ -56,8 +56,8 @@ import numpy.typing as npt
 
 from nekomem.config.embeddings import REMOTE_MODEL, EmbeddingSettings, find_project_root, model_dirs, read_profile, resolve_model_dir
 from nekomem.recall.embedding_backends import Backend, Disable, StringInputBackend, TokenizerBackend
-from nekomem.recall.embedding_remote import RemoteEmbeddingBackend, RemoteEmbeddingError
 from nekomem.recall.embedding_batcher import BatcherClosed, MicroBatcher, Pending, RequestExpired
+from nekomem.recall.embedding_remote import RemoteEmbeddingBackend, RemoteEmbeddingError
 
 __all__ = [
     "EmbeddingService",
