@@ -372,7 +372,13 @@ def test_cancel_a_queued_and_a_building_import(tmp_path: Path) -> None:
     try:
         assert service.wait_ready(30)
         staging = root / ".nekomem-knowledge" / "staging"
-        big = pack("big-pack", [{"title": f"Card {i}", "content": f"Content number {i} of the cancelled pack."} for i in range(5000)])
+        # Long entries (about 4 MB in all) keep the build busy for many batches, so the
+        # poll below finds it building even on a fast, quiet machine.
+        filler = " ".join(f"word{k}" for k in range(120))
+        big = pack(
+            "big-pack",
+            [{"title": f"Card {i}", "content": f"Content number {i} of the cancelled pack. {filler}"} for i in range(5000)],
+        )
         with service.st.lock:  # the worker waits at the job's first step
             queued = service.import_pack(json.dumps(pack()).encode())
             assert service.cancel_job(queued["job_id"]) is True
