@@ -25,10 +25,12 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from bench._common import smoke_option
 from nekomem.config.embeddings import EmbeddingSettings, resolve_model_dir
 from nekomem.recall.embeddings import EmbeddingService
 
@@ -131,7 +133,20 @@ class StandInServer:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--port", type=int, default=8090)
+    smoke = smoke_option(parser, argv, port=0)
     args = parser.parse_args(argv)
+    if smoke:
+        # Serve on an ephemeral port, embed one text through HTTP as nekomem would, stop.
+        with StandInServer(args.port) as server:
+            request = urllib.request.Request(
+                server.base_url + "/embeddings",
+                data=json.dumps({"model": "e5-standin", "input": ["passage: a kite called Number 3"]}).encode(),
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(request, timeout=60) as resp:
+                answer = json.loads(resp.read())
+            print(f"smoke: {len(answer['data'])} embedding of {len(answer['data'][0]['embedding'])} dimensions from {server.base_url}")
+        return 0
     with StandInServer(args.port) as server:
         print(f"serving {server.base_url}/embeddings (Ctrl+C stops)", flush=True)
         try:
