@@ -145,6 +145,12 @@ def master_name(characters_json: Path) -> str | None:
 def read_characters(path: Path) -> dict[str, Any] | None:
     """``characters.json`` decoded, or None when it is missing or not a JSON object (an
     unreadable file is logged, not fatal: the defaults stay)."""
+    return read_json_object(path)
+
+
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """A JSON file of N.E.K.O.'s decoded, or None when it is missing or not a JSON object
+    (an unreadable file is logged with its error's class, never its content)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

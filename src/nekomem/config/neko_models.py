@@ -28,7 +28,6 @@ unknown provider) is left unset and named in :attr:`NekoModels.missing`.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from typing import Any
 import msgspec
 
 from nekomem.config.llm import TIERS
+from nekomem.config.neko_data import read_json_object
 
 log = logging.getLogger("nekomem.config")
 
@@ -81,14 +81,7 @@ class NekoModels(msgspec.Struct, frozen=True):
 
 
 def _read_object(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        log.warning("%s cannot be read: %s", path, type(exc).__name__)
-        return None
-    return data if isinstance(data, dict) else None
+    return read_json_object(path)
 
 
 def _text(mapping: dict[str, Any], key: str) -> str:
