@@ -43,7 +43,7 @@ from typing import Any
 
 from bench._common import smoke_option
 from bench.locomo_quality import RankedAnswer, bench_settings, config_names, overrides_of, run_conversation
-from nekomem.recall.embeddings import EmbeddingService
+from nekomem.models.embeddings import EmbeddingService
 from nekomem.runtime.clock import ManualClock
 from tests.support.live import ROOT
 

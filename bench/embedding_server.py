@@ -32,7 +32,7 @@ from typing import Any
 
 from bench._common import smoke_option
 from nekomem.config.embeddings import EmbeddingSettings, resolve_model_dir
-from nekomem.recall.embeddings import EmbeddingService
+from nekomem.models.embeddings import EmbeddingService
 
 E5_FOLDER = "models/multilingual-e5-small"
 # What nekomem needs to embed through the stand-in as it embeds with the bundled e5.

@@ -30,7 +30,7 @@ BATCHED = 512
 
 def measure_one(model: str) -> dict[str, float]:
     """Load ``model`` here and time it; returns the numbers (runs in the child)."""
-    from nekomem.recall.embeddings import EmbeddingService
+    from nekomem.models.embeddings import EmbeddingService
     from tests.support.live import make_settings
 
     gen = Corpus(SEED)

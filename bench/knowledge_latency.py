@@ -28,7 +28,7 @@ from bench._common import smoke_option
 from bench.recall_http_latency import NAME, build
 from bench.recall_latency import SEED, Corpus, percentiles
 from nekomem.config.embeddings import EmbeddingSettings
-from nekomem.recall.embeddings import EmbeddingService
+from nekomem.models.embeddings import EmbeddingService
 from tests.support.live import LiveServer, make_settings
 
 SIZES = (10_000,)

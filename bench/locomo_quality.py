@@ -63,7 +63,7 @@ from typing import Any
 from bench._common import smoke_option
 from nekomem.config import Settings, load_settings
 from nekomem.config.embeddings import EmbeddingSettings
-from nekomem.recall.embeddings import EmbeddingService
+from nekomem.models.embeddings import EmbeddingService
 from nekomem.runtime.clock import Clock
 from tests.support.live import ROOT, LiveServer
 

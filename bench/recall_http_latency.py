@@ -34,7 +34,7 @@ from bench.recall_latency import SEED, Corpus, percentiles
 from nekomem.actors.messages import IndexEntry, IndexUpsert, ListEntries
 from nekomem.config.embeddings import EmbeddingSettings
 from nekomem.domain import vector_codec
-from nekomem.recall.embeddings import EmbeddingService, text_sha256
+from nekomem.models.embeddings import EmbeddingService, text_sha256
 from tests.support.live import LiveServer, make_settings
 
 SIZES = (1_000, 10_000, 100_000)

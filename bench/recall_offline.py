@@ -62,11 +62,11 @@ from bench.locomo_quality import (
     summarise,
 )
 from bench.recall_experiments import EXPERIMENTS, ExperimentIndex
-from nekomem.actors.fact_state import fact_index_entry
 from nekomem.config import Settings
 from nekomem.domain.dedup_index import DedupIndex
 from nekomem.domain.facts import normalize_fact
-from nekomem.recall.embeddings import EmbeddingService, EmbedKind
+from nekomem.layers.facts.state import fact_index_entry
+from nekomem.models.embeddings import EmbeddingService, EmbedKind
 from nekomem.recall.entry import display_tz
 from nekomem.recall.index import RecallIndex
 from nekomem.recall.names import blend_query_vectors

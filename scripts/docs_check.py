@@ -195,7 +195,7 @@ def with_toc(text: str) -> str:
 def cli_tree() -> dict[str, tuple[set[str], dict[str, set[str]]]]:
     """Each sub-command: its options, and its own sub-commands with their options ('' holds
     the top level's options)."""
-    from nekomem.cli import build_parser
+    from nekomem.cli.main import build_parser
 
     parser = build_parser()
     tree: dict[str, tuple[set[str], dict[str, set[str]]]] = {"": (set(parser._option_string_actions), {})}
@@ -282,7 +282,7 @@ def protocol_names() -> set[str]:
     """The ``NEKOMEM_*`` names of the protocol between ``nekomem neko`` and the boot file it
     runs in N.E.K.O.'s launcher (the event prefix on the launcher's stdout, the variable that
     carries the serve command): documented, but no settings."""
-    from nekomem.neko_boot import EVENT_PREFIX, SERVE_ENV
+    from nekomem.cli.neko_boot import EVENT_PREFIX, SERVE_ENV
 
     return {EVENT_PREFIX, SERVE_ENV}
 

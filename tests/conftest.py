@@ -25,7 +25,7 @@ def embedding_service(tmp_path_factory):
     model is not installed: `make test` installs it)."""
     from pathlib import Path
 
-    from nekomem.recall.embeddings import EmbeddingService
+    from nekomem.models.embeddings import EmbeddingService
     from tests.support.live import make_settings
 
     model = Path(__file__).resolve().parents[1] / "models" / "use-multilingual-v3" / "model.onnx"

@@ -12,7 +12,7 @@ import pytest
 
 from bench.cjk_quality import DATA, DATASETS, RecallSet, facts_of, load_set, rank_measures, run_set
 from bench.locomo_quality import RankedAnswer, bench_settings
-from nekomem.recall.embeddings import EmbeddingService
+from nekomem.models.embeddings import EmbeddingService
 from tests.support.live import make_settings
 
 

@@ -12,7 +12,7 @@ from bench.locomo_quality import RankedAnswer, bench_settings, load_conversation
 from bench.recall_experiments import EXPERIMENTS, ExperimentIndex
 from bench.recall_offline import Answer, VectorCache, cache_path, depth_rows
 from bench.recall_offline import run_conversation as run_offline
-from nekomem.recall.embeddings import EmbeddingService, EmbeddingsUnavailable
+from nekomem.models.embeddings import EmbeddingService, EmbeddingsUnavailable
 
 SESSIONS = [
     (

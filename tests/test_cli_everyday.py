@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from nekomem import __version__
-from nekomem.cli import build_parser
+from nekomem.cli.main import build_parser
 from tests.support.live import ROOT, free_port
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")

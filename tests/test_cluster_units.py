@@ -19,11 +19,11 @@ import pytest
 
 from nekomem.cluster.etcd import EtcdClient, LeaseLost, compare_revision, delete_op, put_op
 from nekomem.cluster.fencing import WRITERS_FILE, Fence
+from nekomem.cluster.hop_pool import HopPool, Lost, Unreachable
 from nekomem.cluster.locks import ShardLocks
 from nekomem.cluster.ring import assignment, owner_of
 from nekomem.cluster.watch import ChunkedLines, KeyWatch, WatchBroken
 from nekomem.domain.turns import Turn
-from nekomem.http.cluster_pool import HopPool, Lost, Unreachable
 from nekomem.stores import fence as store_fence
 from nekomem.stores.atomic import atomic_write_json
 from nekomem.stores.faults import classify
@@ -199,9 +199,9 @@ def test_the_key_watch_reports_changes_and_lease_expiries_and_comes_back_after_e
 
 def test_single_node_mode_keeps_the_flat_layout_and_needs_no_etcd(tmp_path):
     from nekomem.actors.host import ACTORS
-    from nekomem.http.app import create_app
-    from nekomem.http.openapi import build_document
     from nekomem.runtime.runtime import Runtime
+    from nekomem.server.app import create_app
+    from nekomem.server.openapi import build_document
 
     settings = make_settings(tmp_path)
     assert settings.cluster.cluster_etcd_url == "" and settings.cluster.cluster_shards == 256

@@ -451,7 +451,7 @@ def test_no_read_route_creates_anything_on_disk(tmp_path: Path) -> None:
 def test_long_term_labels_follow_the_language() -> None:
     from datetime import timedelta
 
-    from nekomem.domain.context_locale import format_elapsed, normalise_language
+    from nekomem.domain.locale.context import format_elapsed, normalise_language
     from nekomem.domain.render_longterm import past_block_open, relative_label
 
     now = datetime(2026, 5, 20, 12, 0)

@@ -22,7 +22,7 @@ from nekomem.config.embeddings import EmbeddingSettings, profile_settings
 from nekomem.config.settings import SettingsError, load_settings
 from nekomem.domain import vector_codec
 from nekomem.domain.index_entry import IndexEntry
-from nekomem.recall.embeddings import EmbeddingService, VectorLeg, find_project_root, text_sha256
+from nekomem.models.embeddings import EmbeddingService, VectorLeg, find_project_root, text_sha256
 from nekomem.recall.index import RecallIndex
 from nekomem.recall.query_text import LexicalAnalyzer, stop_names_for
 

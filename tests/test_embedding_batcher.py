@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from nekomem.recall.embedding_batcher import BatcherClosed, MicroBatcher, Pending, RequestExpired
+from nekomem.models.embedding_batcher import BatcherClosed, MicroBatcher, Pending, RequestExpired
 
 WAIT = 30.0
 

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from nekomem.config.embeddings import BUILTIN_MODELS, EmbeddingSettings
-from nekomem.recall.embedding_batcher import Pending
-from nekomem.recall.embeddings import EmbeddingService, RequestExpired, find_project_root
+from nekomem.models.embedding_batcher import Pending
+from nekomem.models.embeddings import EmbeddingService, RequestExpired, find_project_root
 from tests.support.live import LiveServer, make_settings
 
 ROOT = find_project_root(Path(__file__))

@@ -21,8 +21,8 @@ import pytest
 
 from nekomem.config.embeddings import EmbeddingSettings
 from nekomem.domain import vector_codec
-from nekomem.recall.embedding_backends import plan_batches
-from nekomem.recall.embeddings import (
+from nekomem.models.embedding_backends import plan_batches
+from nekomem.models.embeddings import (
     EmbeddingService,
     EmbeddingsUnavailable,
     find_project_root,

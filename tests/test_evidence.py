@@ -24,7 +24,7 @@ from nekomem.domain.evidence import (
     snapshot,
     track_below_zero,
 )
-from nekomem.domain.prompts_longterm import cap_observations, map_evidence_messages
+from nekomem.domain.prompts.longterm import cap_observations, map_evidence_messages
 from nekomem.domain.records import Fact, Observation, PersonaEntry, Reflection, assign_shards, shard_name, to_iso
 
 S = LongTermSettings()

@@ -15,15 +15,15 @@ from pathlib import Path
 import pykka
 import pytest
 
-from nekomem.actors.fact_extraction import ExtractDone
-from nekomem.actors.facts_layer import FactsLayer
 from nekomem.actors.messages import BacklogMined, ImportFacts, OpFinished, PostTurn, RunOp
 from nekomem.actors.ports import LayerPorts
-from nekomem.actors.scoped_facts import ScopedDone
 from nekomem.domain.layers import event_owners
 from nekomem.domain.subjects import Subject
 from nekomem.domain.turns import Turn
-from nekomem.providers.llm import LLMClient
+from nekomem.layers.facts.extraction import ExtractDone
+from nekomem.layers.facts.layer import FactsLayer
+from nekomem.layers.facts.scoped import ScopedDone
+from nekomem.models.llm import LLMClient
 from nekomem.runtime.clock import ManualClock
 from nekomem.runtime.dispatch import Dispatcher
 from nekomem.runtime.pool import ModelPool

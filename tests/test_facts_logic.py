@@ -25,7 +25,7 @@ from nekomem.domain.facts import (
     text_keywords,
     trim_to_user_span,
 )
-from nekomem.domain.prompts_longterm import extract_facts_messages, judge_duplicates_messages
+from nekomem.domain.prompts.longterm import extract_facts_messages, judge_duplicates_messages
 from nekomem.domain.records import Fact, fact_hash, fact_id, to_iso
 from nekomem.domain.turns import Turn
 

@@ -1,5 +1,5 @@
 """Rules of the house that a reader should not have to check by hand: actors compose
-rather than inherit, nothing in actors/ silences the type checker, and no attribute is
+rather than inherit, nothing in actors/ or layers/ silences the type checker, and no attribute is
 read with a default that __init__ should have set."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import nekomem
 import nekomem.actors
+import nekomem.layers
 from nekomem.actors.base import ChildActor
 
 SRC = Path(nekomem.__file__).parent
@@ -21,10 +22,12 @@ FRAMEWORK = ("pykka", "abc", "builtins", "typing", "msgspec")
 
 
 def actor_classes() -> list[type]:
+    """Every class defined in the actor plumbing (actors/) and in the layers' folders (layers/)."""
     found = []
-    for info in pkgutil.iter_modules(nekomem.actors.__path__):
-        module = importlib.import_module(f"nekomem.actors.{info.name}")
-        found += [c for _, c in inspect.getmembers(module, inspect.isclass) if c.__module__ == module.__name__]
+    for package in (nekomem.actors, nekomem.layers):
+        for info in pkgutil.walk_packages(package.__path__, prefix=f"{package.__name__}."):
+            module = importlib.import_module(info.name)
+            found += [c for _, c in inspect.getmembers(module, inspect.isclass) if c.__module__ == module.__name__]
     return found
 
 
@@ -51,8 +54,8 @@ def test_every_child_actor_is_a_mailbox_over_a_layer_object() -> None:
 
 def test_actors_do_not_silence_the_type_checker() -> None:
     hits = [
-        f"{p.name}:{n}"
-        for p in (SRC / "actors").glob("*.py")
+        f"{p.relative_to(SRC)}:{n}"
+        for p in [*(SRC / "actors").glob("*.py"), *(SRC / "layers").rglob("*.py")]
         for n, line in enumerate(p.read_text().splitlines(), 1)
         if "type: ignore" in line
     ]

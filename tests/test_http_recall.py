@@ -15,7 +15,7 @@ import pytest
 
 from nekomem.domain.subjects import LEGACY_PRIVATE_SCOPE
 from nekomem.http.schemas import RecallAnswer, RecallResult
-from nekomem.recall.embeddings import EmbeddingService
+from nekomem.models.embeddings import EmbeddingService
 from nekomem.runtime.clock import ManualClock
 from tests.support.live import ROOT, LiveServer, make_settings
 

@@ -18,8 +18,8 @@ from zoneinfo import ZoneInfo
 import msgspec
 import pytest
 
-from nekomem import cli
 from nekomem.actors.host import ACTORS
+from nekomem.cli.main import main as cli
 from nekomem.domain.records import Fact, PersonaEntry, Reflection
 from nekomem.domain.turns import from_disk
 from nekomem.runtime.runtime import Runtime

@@ -1,7 +1,7 @@
 """The import direction of the house: http -> actors -> runtime -> stores / domain / recall /
 providers -> config. Every module under src/nekomem is parsed (ast, nothing imported) and
 each of its imports of another nekomem package must point down (or inside its own layer).
-Top-level modules (cli, __main__) sit above every layer."""
+Top-level modules (__main__) sit above every layer."""
 
 from __future__ import annotations
 
@@ -16,15 +16,24 @@ LAYERS: dict[str, int] = {
     "stores": 1,
     "domain": 1,
     "recall": 1,
-    "providers": 1,
+    "models": 1,  # the user's and the bundled models: the LLM client, embeddings, the re-ranker
     "importer": 1,  # reads a reference memory folder, writes through stores/
     "runtime": 2,
     "cluster": 2,  # shard ownership in etcd, fencing, moves: beside the runtime it drives
-    "actors": 3,
+    "actors": 3,  # the actor plumbing every layer shares
+    "layers": 3,  # one folder per layer: its actor, layer object and parts
     "http": 4,
     "ui": 4,  # the memory browser's static page, served by http/
     "client": 4,  # the Python client: a leaf over the wire types (see LEAVES)
-    "mcp": 4,  # the MCP tools over the client, mounted by http/
+    "mcp": 4,  # the MCP tools over the client, mounted by the app
+    "server": 5,  # the roof: the app's assembly, OpenAPI, binding and start-up
+    "cli": 5,  # the commands
+    # The cluster is one room holding code of several layers; each module says its own.
+    "cluster.routes": 4,
+    "cluster.forward": 4,
+    "cluster.hop_pool": 4,
+    "cluster.schemas": 4,
+    "cluster.cli": 5,
 }
 # Packages that may import only these nekomem modules (and themselves): the client is
 # usable without the server's layers, and the MCP tools reach the server only through it.
@@ -35,7 +44,7 @@ LEAVES: dict[str, tuple[str, ...]] = {
 # Packages of one layer that a package must not import: recall reads the domain, never the
 # other way (what both need, IndexEntry and vector_codec, lives in domain).
 BESIDE: dict[str, tuple[str, ...]] = {"domain": ("recall",)}
-TOP = 5  # cli.py and __main__.py: may import anything
+TOP = 5  # __main__.py and anything undeclared: may import anything
 ROOT = 0  # nekomem/__init__.py (the version): importable from everywhere, imports nothing
 
 
@@ -50,7 +59,12 @@ def layer_of(module: str) -> int:
     parts = module.split(".")
     if len(parts) < 2:
         return ROOT
-    return LAYERS.get(parts[1], TOP)
+    # The longest declared name that the module is, or lies under, decides.
+    for end in range(len(parts), 1, -1):
+        layer = LAYERS.get(".".join(parts[1:end]))
+        if layer is not None:
+            return layer
+    return TOP
 
 
 def imports_of(path: Path, src: Path = SRC) -> list[tuple[int, str]]:
@@ -140,11 +154,11 @@ def test_a_leaf_reaching_into_the_server_is_caught(tmp_path):
         (fake / package / "__init__.py").write_text("")
     (fake / "client" / "aio.py").write_text("from nekomem.http.schemas import WriteAnswer\nfrom nekomem.runtime.reply import Reply\n")
     (fake / "mcp" / "tools.py").write_text(
-        "from nekomem import __version__\nfrom nekomem.client import X\nfrom nekomem.http.app import create_app\n"
+        "from nekomem import __version__\nfrom nekomem.client import X\nfrom nekomem.server.app import create_app\n"
     )
     assert leaf_violations(fake) == [
         "nekomem/client/aio.py:2: nekomem.client.aio imports nekomem.runtime.reply",
-        "nekomem/mcp/tools.py:3: nekomem.mcp.tools imports nekomem.http.app",
+        "nekomem/mcp/tools.py:3: nekomem.mcp.tools imports nekomem.server.app",
     ]
 
 
@@ -164,10 +178,10 @@ def test_a_wrong_import_is_caught(tmp_path):
     for package in ("domain", "stores", "actors"):
         (fake / package).mkdir(parents=True)
         (fake / package / "__init__.py").write_text("")
-    (fake / "domain" / "bad.py").write_text("from nekomem.actors.recall import RecallActor\n")
+    (fake / "domain" / "bad.py").write_text("from nekomem.layers.recall.layer import RecallActor\n")
     (fake / "stores" / "late.py").write_text("def f():\n    from nekomem.runtime import pool\n")
     (fake / "actors" / "fine.py").write_text("from nekomem.domain import bad\nfrom . import fine\n")
     assert violations(fake) == [
-        "nekomem/domain/bad.py:1: nekomem.domain.bad imports nekomem.actors.recall (layer 3 > 1)",
+        "nekomem/domain/bad.py:1: nekomem.domain.bad imports nekomem.layers.recall.layer (layer 3 > 1)",
         "nekomem/stores/late.py:2: nekomem.stores.late imports nekomem.runtime (layer 2 > 1)",
     ]

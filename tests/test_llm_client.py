@@ -12,8 +12,8 @@ import pytest
 
 from nekomem.config import load_settings
 from nekomem.config.llm import LLMSettings
-from nekomem.providers.jsonparse import ModelOutputError, extract_json_object
-from nekomem.providers.llm import (
+from nekomem.models.jsonparse import ModelOutputError, extract_json_object
+from nekomem.models.llm import (
     Endpoint,
     LLMClient,
     LLMError,
@@ -21,7 +21,7 @@ from nekomem.providers.llm import (
     LLMTaskFailed,
     resolve_endpoints,
 )
-from nekomem.providers.tasks import (
+from nekomem.models.tasks import (
     TASKS,
     ExtractFactsOutput,
     SummarizeRecentOutput,

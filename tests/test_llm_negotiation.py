@@ -11,9 +11,9 @@ import threading
 import pytest
 
 from nekomem.config.llm import LLMSettings
-from nekomem.providers.jsonparse import ModelOutputError, extract_json_object, salvage_truncated_object
-from nekomem.providers.llm import LLMClient, LLMTaskFailed
-from nekomem.providers.tasks import TASKS
+from nekomem.models.jsonparse import ModelOutputError, extract_json_object, salvage_truncated_object
+from nekomem.models.llm import LLMClient, LLMTaskFailed
+from nekomem.models.tasks import TASKS
 from tests.support.fake_llm import FakeLLM, Reply, request_features
 from tests.support.live import LiveServer, make_settings
 from tests.support.waiting import wait_for

@@ -165,7 +165,7 @@ def test_without_the_extra_the_server_starts_without_mcp(tmp_path):
     code = (
         "import sys\n"
         "sys.modules['mcp'] = None  # as if the optional package were not installed\n"
-        "from nekomem.http.app import create_app\n"
+        "from nekomem.server.app import create_app\n"
         "from tests.support.live import make_settings\n"
         f"app = create_app(make_settings({str(tmp_path)!r}))\n"
         "print(sorted(r.path for r in app.routes if r.path.startswith('/mcp')), app.state.runtime is not None)\n"
@@ -178,7 +178,7 @@ def test_the_sdk_is_not_imported_until_mcp_is_used(tmp_path):
     """Importing the SDK takes seconds: a server start without MCP traffic never pays it."""
     code = (
         "import sys\n"
-        "from nekomem.http.app import create_app\n"
+        "from nekomem.server.app import create_app\n"
         "from tests.support.live import make_settings\n"
         f"app = create_app(make_settings({str(tmp_path)!r}))\n"
         "print([r.path for r in app.routes if r.path == '/mcp'], 'mcp' in sys.modules)\n"

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from nekomem.actors.messages import OutboxState
-from nekomem.recall.embeddings import EmbeddingService
+from nekomem.models.embeddings import EmbeddingService
 from tests.support.live import LiveServer, make_settings
 from tests.support.scrape import Samples, matching, one, scrape
 from tests.support.waiting import quiesce

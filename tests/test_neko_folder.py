@@ -28,7 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from nekomem import cli
+from nekomem.cli.main import main as cli
 from nekomem.config import load_settings
 from nekomem.importer import neko_folder
 from nekomem.stores.layout import NEKO_FOLDER_MARKER, STATE_DIR, forget_neko_folder
@@ -423,7 +423,7 @@ def test_a_character_nekomem_starts_is_not_imported_again(tmp_path: Path) -> Non
 
 
 def test_an_old_nekomem_memory_root_is_pointed_out_with_the_command_that_brings_it_over(tmp_path: Path, capsys: Any) -> None:
-    from nekomem.neko_launch import legacy_root_notice
+    from nekomem.cli.neko_launch import legacy_root_notice
 
     data, _ = data_dir(tmp_path)
     assert legacy_root_notice(neko_settings(data)) is None

@@ -1,5 +1,5 @@
 """``/openapi.json`` describes exactly the routes the app serves: every Starlette route of
-``http/app.py`` (the browser's and the MCP mount's included) and nothing else."""
+``server/app.py`` (the browser's and the MCP mount's included) and nothing else."""
 
 from __future__ import annotations
 

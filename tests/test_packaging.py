@@ -62,7 +62,7 @@ def test_the_wheel_carries_every_source_file_the_browser_and_py_typed(dist: Path
     assert "nekomem/py.typed" in expected and "nekomem/ui/static/index.html" in expected
     assert expected - names == set()
     entry_points = zipfile.ZipFile(_wheel(dist)).read("nekomem-0.1.0.dist-info/entry_points.txt").decode()
-    assert "nekomem = nekomem.cli:main" in entry_points
+    assert "nekomem = nekomem.cli.main:main" in entry_points
 
 
 def test_the_installed_wheel_runs_and_finds_its_browser(dist: Path, tmp_path: Path) -> None:
@@ -99,7 +99,9 @@ def _run_blocked(blocked: str, code: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_nekomem_mcp_without_the_extra_says_what_to_install() -> None:
-    proc = _run_blocked("mcp", "from nekomem.cli import main\nsys.exit(main(['mcp', '--character', 'Lan', '--url', 'http://127.0.0.1:9']))")
+    proc = _run_blocked(
+        "mcp", "from nekomem.cli.main import main\nsys.exit(main(['mcp', '--character', 'Lan', '--url', 'http://127.0.0.1:9']))"
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == ""
     assert proc.stderr.splitlines() == [
@@ -110,8 +112,8 @@ def test_nekomem_mcp_without_the_extra_says_what_to_install() -> None:
 def test_serving_without_the_embeddings_extra_says_what_to_install() -> None:
     code = (
         "import io\n"
-        "from nekomem.cli import make_embeddings\n"
-        "from nekomem.cli_banner import print_banner\n"
+        "from nekomem.server.model_services import make_embeddings\n"
+        "from nekomem.cli.banner import print_banner\n"
         "from nekomem.config import load_settings\n"
         "settings = load_settings(None, env={})\n"
         "service = make_embeddings(settings)\n"

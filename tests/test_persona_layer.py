@@ -12,12 +12,12 @@ import pykka
 import pytest
 
 from nekomem.actors.messages import ImportCard, ListEntries, ScrubTexts
-from nekomem.actors.persona import PersonaLayer
-from nekomem.actors.persona_corrections import CorrectionDone
 from nekomem.actors.ports import LayerPorts
 from nekomem.domain import persona as pl
 from nekomem.domain.layers import event_owners
 from nekomem.domain.records import Correction
+from nekomem.layers.persona.corrections import CorrectionDone
+from nekomem.layers.persona.layer import PersonaLayer
 from nekomem.runtime.clock import ManualClock
 from nekomem.runtime.dispatch import Dispatcher
 from nekomem.runtime.pool import ModelPool

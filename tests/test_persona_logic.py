@@ -28,7 +28,7 @@ from nekomem.domain.persona import (
     sync_card,
     time_driven_promotion,
 )
-from nekomem.domain.prompts_longterm import judge_promotion_messages, resolve_correction_messages
+from nekomem.domain.prompts.longterm import judge_promotion_messages, resolve_correction_messages
 from nekomem.domain.records import Correction, PersonaEntry, Reflection, persona_from_disk, persona_to_disk, to_iso
 
 S = LongTermSettings()

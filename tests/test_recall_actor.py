@@ -15,7 +15,7 @@ import pytest
 from nekomem.actors.host import ACTORS
 from nekomem.actors.messages import IndexEntry, IndexRemove, IndexUpsert, ListEntries, QueryMemory, RankForStage2, RelatedFacts
 from nekomem.domain import vector_codec
-from nekomem.recall.embeddings import EmbeddingService, text_sha256
+from nekomem.models.embeddings import EmbeddingService, text_sha256
 from nekomem.recall.names import blend_query_vectors, query_vector_texts
 from nekomem.recall.query_text import lexical_text, light_stem, query_time_hint
 from nekomem.runtime.runtime import Runtime

@@ -13,8 +13,8 @@ import pytest
 from nekomem.config.settings import load_settings
 from nekomem.domain import vector_codec
 from nekomem.domain.index_entry import IndexEntry
+from nekomem.models.embeddings import EmbeddingService, text_sha256
 from nekomem.recall.consensus import consensus_ranking, pool_of, zscores
-from nekomem.recall.embeddings import EmbeddingService, text_sha256
 from nekomem.recall.fusion import rrf
 from nekomem.recall.index import RecallIndex
 from nekomem.recall.query_text import LexicalAnalyzer, stop_names_for

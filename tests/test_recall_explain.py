@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from nekomem.config.embeddings import EmbeddingSettings
-from nekomem.recall.embeddings import EmbeddingService, find_project_root
+from nekomem.models.embeddings import EmbeddingService, find_project_root
 from nekomem.recall.names import blend_query_vectors, query_vector_texts
 from nekomem.recall.vectors import VectorIndex
 from tests.support.live import LiveServer, make_settings

@@ -12,7 +12,7 @@ import pytest
 from nekomem.config.settings import load_settings
 from nekomem.domain import vector_codec
 from nekomem.domain.index_entry import IndexEntry
-from nekomem.recall.embeddings import text_sha256
+from nekomem.models.embeddings import text_sha256
 from nekomem.recall.index import RecallIndex
 from nekomem.recall.query_plan import plan_query
 from nekomem.recall.query_text import LexicalAnalyzer, stop_names_for

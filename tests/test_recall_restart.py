@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from nekomem.actors.recall import RecallLayer
-from nekomem.recall.embeddings import EmbeddingService
+from nekomem.layers.recall.layer import RecallLayer
+from nekomem.models.embeddings import EmbeddingService
 from tests.support import faults
 from tests.support.live import LiveServer, make_settings
 from tests.support.waiting import wait_for

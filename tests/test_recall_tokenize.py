@@ -146,8 +146,8 @@ def test_ascii_text_gives_the_tokens_of_the_general_path() -> None:
 
 
 def test_the_memoised_words_are_dropped_when_entries_leave_an_index():
-    from nekomem.recall.query_text import light_stem
-    from nekomem.recall.tokenize import fold_english, forget_memoised_words
+    from nekomem.recall.query_text import forget_memoised_words, light_stem
+    from nekomem.recall.tokenize import fold_english
 
     fold_english("kites")
     light_stem("walking")

@@ -15,10 +15,10 @@ import pytest
 
 from nekomem.actors.messages import AppendTurns, CompressDone, Deliver, GetRecent, OutboxAck, PostTurn, RecentView
 from nekomem.actors.ports import LayerPorts
-from nekomem.actors.recent_layer import RecentLayer
 from nekomem.domain.layers import event_owners
 from nekomem.domain.turns import Role, Turn
-from nekomem.providers.llm import LLMClient
+from nekomem.layers.recent.layer import RecentLayer
+from nekomem.models.llm import LLMClient
 from nekomem.runtime.clock import ManualClock
 from nekomem.runtime.dispatch import Dispatcher
 from nekomem.runtime.pool import ModelPool

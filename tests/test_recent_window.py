@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from nekomem.config.recent import RecentSettings
-from nekomem.domain import prompts_recent
+from nekomem.domain.prompts import recent as prompts_recent
 from nekomem.domain.recent_window import (
     CompressResult,
     compress,

@@ -200,7 +200,7 @@ def test_discarding_every_member_is_refused():
 
 
 def test_parse_accepts_validated_structs():
-    from nekomem.providers.tasks import RefineAction, RefineClusterOutput
+    from nekomem.models.tasks import RefineAction, RefineClusterOutput
 
     out = RefineClusterOutput(actions=[RefineAction(op="split", ids=["a"], texts=["x", "y", "x"])])
     assert rf.parse_actions(out, ["a", "b"]) == [rf.RefineOp("split", ("a",), ("x", "y"))]

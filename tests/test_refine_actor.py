@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from nekomem.recall.embeddings import EmbeddingService
+from nekomem.models.embeddings import EmbeddingService
 from nekomem.runtime.clock import ManualClock
 from tests.support.fake_llm import Reply, last_user_text
 from tests.support.live import ROOT, LiveServer, make_settings

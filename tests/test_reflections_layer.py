@@ -18,10 +18,10 @@ import pytest
 
 from nekomem.actors.messages import EditEntry, IndexUpsert
 from nekomem.actors.ports import LayerPorts
-from nekomem.actors.reflection_evidence import FeedbackDone
-from nekomem.actors.reflection_layer import ReflectionLayer
 from nekomem.domain.layers import event_owners
 from nekomem.domain.records import Reflection, SurfacedEntry, to_iso
+from nekomem.layers.reflections.evidence import FeedbackDone
+from nekomem.layers.reflections.layer import ReflectionLayer
 from nekomem.runtime.clock import ManualClock
 from nekomem.runtime.dispatch import Dispatcher
 from nekomem.runtime.pool import ModelPool

@@ -10,7 +10,7 @@ import pytest
 
 from nekomem.config.longterm import LongTermSettings
 from nekomem.domain.evidence import ResolvedSignal, net_score
-from nekomem.domain.prompts_longterm import check_feedback_messages, synthesize_reflection_messages
+from nekomem.domain.prompts.longterm import check_feedback_messages, synthesize_reflection_messages
 from nekomem.domain.records import Fact, Reflection, SurfacedEntry, reflection_id, to_iso
 from nekomem.domain.reflections import (
     TransitionError,

@@ -6,7 +6,7 @@ stopped or hanging endpoint degrades recall to BM25 (shown in /health) and recov
 
 from __future__ import annotations
 
-from nekomem.recall.embeddings import EmbeddingService
+from nekomem.models.embeddings import EmbeddingService
 from tests.support.fake_embeddings import FakeEmbeddings
 from tests.support.live import LiveServer, make_settings
 from tests.support.waiting import wait_for

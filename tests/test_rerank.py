@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from nekomem.recall.rerank import RerankError, parse_ranking
+from nekomem.models.rerank import RerankError, parse_ranking
 from tests.support.fake_embeddings import FakeEmbeddings
 from tests.support.live import LiveServer, make_settings
 

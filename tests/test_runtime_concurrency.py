@@ -90,7 +90,7 @@ def test_a_passivated_character_leaves_nothing_in_memory(tmp_path):
     alive until the character's next activation."""
     import gc
 
-    from nekomem.actors.recent import RecentActor
+    from nekomem.layers.recent.actor import RecentActor
 
     limit = 4
     with LiveServer(make_settings(tmp_path, max_active_characters=limit)) as srv:

@@ -129,7 +129,7 @@ def test_an_unknown_nekomem_variable_is_refused_naming_the_closest_setting(tmp_p
 
 def test_the_neko_boot_variable_is_known_to_the_settings():
     # neko_boot runs in N.E.K.O.'s own Python (stdlib only), so it names the variable itself.
-    from nekomem import neko_boot
+    from nekomem.cli import neko_boot
     from nekomem.config.settings import OTHER_VARIABLES
 
     assert neko_boot.SERVE_ENV in OTHER_VARIABLES

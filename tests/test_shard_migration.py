@@ -13,9 +13,9 @@ from pathlib import Path
 
 import httpx
 
+from nekomem.cluster.migration import ShardMigrationError, move_into_shards
 from nekomem.stores.layout import list_characters
 from nekomem.stores.shard_layout import character_root
-from nekomem.stores.shard_migration import ShardMigrationError, move_into_shards
 from tests.support.cluster import SHARDS, cluster
 from tests.support.live import ROOT, LiveServer, make_settings
 from tests.support.waiting import wait_for

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nekomem.actors.recent_layer import RecentLayer
+from nekomem.layers.recent.layer import RecentLayer
 from tests.support import faults
 from tests.support.live import LiveServer, make_settings
 from tests.support.waiting import wait_for

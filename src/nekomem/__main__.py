@@ -1,3 +1,3 @@
-from nekomem.cli import main
+from nekomem.cli.main import main
 
 raise SystemExit(main())

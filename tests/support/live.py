@@ -17,8 +17,8 @@ import httpx
 import uvicorn
 
 from nekomem.config import Settings, load_settings
-from nekomem.http.app import create_app
 from nekomem.http.connections import uvicorn_options
+from nekomem.server.app import create_app
 from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from nekomem.actors.messages import RefineDone
 from nekomem.actors.ports import LayerPorts
-from nekomem.domain import prompts_longterm as prompts
+from nekomem.domain.prompts import longterm as prompts
 
 
 def send_refine_clusters(ports: LayerPorts, clusters: list[tuple[dict[str, str], Mapping[str, object]]], what: str) -> int:

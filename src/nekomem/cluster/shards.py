@@ -15,21 +15,41 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from nekomem.cluster.table import Local
+from nekomem.cluster.fencing import Fence
+from nekomem.cluster.locks import ShardLocks
+from nekomem.cluster.table import ClusterTable, Local
 from nekomem.runtime.runtime import Runtime
 from nekomem.stores.layout import list_characters
 from nekomem.stores.shard_layout import shard_folder, shard_of
 
-if TYPE_CHECKING:
-    from nekomem.cluster.node import ClusterNode
-
 log = logging.getLogger("nekomem.cluster")
 
 
+class ShardHolder(Protocol):
+    """What a shard's hand-over needs of the node that holds it (the node's own keys in
+    etcd, its table, locks and fence), so this module does not import the node."""
+
+    shards: int
+    table: ClusterTable
+    locks: ShardLocks
+    fence: Fence
+
+    @property
+    def counters(self) -> ShardCounters: ...
+
+    def token(self, shard: int) -> int | None: ...
+    def delete_key(self, shard: int) -> bool: ...
+    def forget_token(self, shard: int) -> None: ...
+
+
+class ShardCounters(Protocol):
+    def move(self, kind: str) -> None: ...
+
+
 class ShardWork:
-    def __init__(self, node: ClusterNode, runtime: Runtime) -> None:
+    def __init__(self, node: ShardHolder, runtime: Runtime) -> None:
         self.node = node
         self.runtime = runtime
 

@@ -11,9 +11,9 @@ import functools
 import re
 from datetime import datetime
 
-from nekomem.domain import context_locale as loc
 from nekomem.domain import theater
-from nekomem.domain.theater_locale import capsule_text
+from nekomem.domain.locale import context as loc
+from nekomem.domain.locale.theater import capsule_text
 from nekomem.domain.turns import Turn, parse_timestamp
 
 # Bracketed asides (timestamps the chat client prefixes, emotion tags) are not context.

@@ -42,11 +42,11 @@ class LayerSpec:
 _LAYERS: list[LayerSpec] = [
     # Start order matters: recall first so the owners can feed it while loading; outbox
     # last so that replayed work finds every handler alive.
-    LayerSpec(RECALL, "nekomem.actors.recall:RecallActor"),
-    LayerSpec(RECENT, "nekomem.actors.recent:RecentActor"),
+    LayerSpec(RECALL, "nekomem.layers.recall.layer:RecallActor"),
+    LayerSpec(RECENT, "nekomem.layers.recent.actor:RecentActor"),
     LayerSpec(
         FACTS,
-        "nekomem.actors.facts:FactActor",
+        "nekomem.layers.facts.actor:FactActor",
         events=("fact.added", "fact.absorbed", "fact.archived", "fact.updated", "fact.deleted"),
         tiers=("fact", "fact_archive"),
         vector_tiers=("fact",),
@@ -55,7 +55,7 @@ _LAYERS: list[LayerSpec] = [
     ),
     LayerSpec(
         REFLECTIONS,
-        "nekomem.actors.reflections:ReflectionActor",
+        "nekomem.layers.reflections.actor:ReflectionActor",
         events=(
             "reflection.synthesized",
             "reflection.state_changed",
@@ -71,7 +71,7 @@ _LAYERS: list[LayerSpec] = [
     ),
     LayerSpec(
         PERSONA,
-        "nekomem.actors.persona:PersonaActor",
+        "nekomem.layers.persona.layer:PersonaActor",
         events=(
             "persona.fact_added",
             "persona.fact_mentioned",
@@ -84,7 +84,7 @@ _LAYERS: list[LayerSpec] = [
         ),
         listing="persona",
     ),
-    LayerSpec(OUTBOX, "nekomem.actors.outbox:OutboxActor"),
+    LayerSpec(OUTBOX, "nekomem.layers.outbox.layer:OutboxActor"),
 ]
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 import msgspec
 
 from nekomem.config.recent import RecentSettings
-from nekomem.domain import prompts_recent
+from nekomem.domain.prompts import recent as prompts_recent
 from nekomem.domain.tokens import TokenCounter
 from nekomem.domain.turns import Turn
 

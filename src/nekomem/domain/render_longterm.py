@@ -16,8 +16,8 @@ from datetime import datetime
 import msgspec
 
 from nekomem.config.longterm import LongTermSettings
-from nekomem.domain import longterm_locale as loc
 from nekomem.domain.evidence import net_score
+from nekomem.domain.locale import longterm as loc
 from nekomem.domain.records import PersonaEntry, Reflection
 from nekomem.domain.reflections import anchor_time, is_past_for_render, is_suppressed
 
@@ -271,7 +271,7 @@ def render_longterm(
 ) -> str:
     """The whole long-term block of /new_dialog: persona, pending, confirmed, past, and the
     'do not bring up' list, separated by blank lines ("" when everything is empty), with
-    headings in ``language`` (nekomem.domain.longterm_locale)."""
+    headings in ``language`` (nekomem.domain.locale.longterm)."""
     suppressed_persona = [e.text for entries in persona.values() for e in entries if not e.protected and is_suppressed(e, now, settings)]
     parts = [
         render_persona(

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from nekomem.config.recent import RecentSettings
-from nekomem.domain import prompts_recent
+from nekomem.domain.prompts import recent as prompts_recent
 from nekomem.domain.recent_window import locate_fingerprint, tail_fingerprint, window_tokens
 from nekomem.domain.tokens import TokenCounter
 from nekomem.domain.turns import Role, Turn, content_text

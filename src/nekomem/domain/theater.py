@@ -297,7 +297,7 @@ def rendered_lines(window: Sequence[Turn], render: Any) -> dict[int, str | None]
 
     Each (story, session) is shown once, at its first position, from its latest metadata;
     only a story's latest run carries the story-wide count and endings. ``render`` is
-    :func:`nekomem.domain.theater_locale.capsule_text` with language and names bound.
+    :func:`nekomem.domain.locale.theater.capsule_text` with language and names bound.
     """
     by_episode, latest = _latest(window)
     out: dict[int, str | None] = {}

@@ -15,9 +15,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from nekomem.actors.messages import ExplainQuery, GetEntry, ListEntries
-from nekomem.domain import context_locale as loc
 from nekomem.domain import render_longterm as rlt
 from nekomem.domain.evidence import decayed
+from nekomem.domain.locale import context as loc
 from nekomem.domain.tokens import get_counter
 from nekomem.domain.turns import parse_timestamp
 from nekomem.http.bodies import character_name, read_json_object

@@ -10,17 +10,17 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from nekomem.actors.messages import AppendTurns, GetRecent, RecentView, WriteMode
+from nekomem.actors.messages import AppendTurns, WriteMode
 from nekomem.config.zones import display_zone
 from nekomem.domain import theater
 from nekomem.domain.context import gap_seconds, render_new_dialog, render_recent_history
-from nekomem.domain.context_locale import normalise_language
+from nekomem.domain.locale.context import normalise_language
 from nekomem.http.bodies import character_name, decode_history, parse_history, raw_header
 from nekomem.http.character_origin import is_new, note_created
 from nekomem.http.errors import ApiError
 from nekomem.http.prompt_locale import remember_language, stored_language
 from nekomem.http.readonly import character_exists
-from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
+from nekomem.http.runtime_access import JsonAnswer, ask, recent_view, runtime_of
 from nekomem.http.theater import checked_theater_turn, theater_write
 from nekomem.runtime.clock import iso
 
@@ -100,18 +100,6 @@ async def renew(request: Request) -> Response:
 
 async def settle(request: Request) -> Response:
     return await _write(request, "settle")
-
-
-async def recent_view(request: Request, name: str, *, wait_settle: bool) -> RecentView:
-    rt = runtime_of(request)
-    return await ask(
-        rt,
-        name,
-        "recent",
-        lambda reply: GetRecent(wait_settle=wait_settle, reply=reply),
-        RecentView,
-        timeout=rt.settings.server.settle_timeout_seconds,
-    )
 
 
 def context_language(request: Request, name: str | None = None) -> str:

@@ -7,8 +7,8 @@ default), so several servers in one process keep apart. Three sources of series:
 * HTTP requests, counted by :mod:`nekomem.http.metrics_middleware` in plain numbers on
   the event loop and turned into series at scrape time;
 * counted as they happen with prometheus_client's instruments: model calls (an observer
-  on :class:`~nekomem.providers.llm.LLMClient`) and embedding batches (an observer on
-  :class:`~nekomem.recall.embeddings.EmbeddingService`), both far rarer than requests;
+  on :class:`~nekomem.models.llm.LLMClient`) and embedding batches (an observer on
+  :class:`~nekomem.models.embeddings.EmbeddingService`), both far rarer than requests;
 * read at scrape time by :class:`RuntimeCollector` from counters and state the runtime
   keeps anyway (characters, mailboxes, model jobs, outbox, storage errors): nothing is
   added to the per-message path.
@@ -34,8 +34,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from nekomem.http.metrics_middleware import RequestCollector, RequestMetrics, RequestStats, RouteLabels
-from nekomem.providers.llm import LLMClient
-from nekomem.recall.embeddings import EmbeddingService
+from nekomem.models.embeddings import EmbeddingService
+from nekomem.models.llm import LLMClient
 from nekomem.runtime.runtime import Runtime
 
 log = logging.getLogger("nekomem.metrics")

@@ -27,7 +27,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from nekomem.domain.context_locale import normalise_language
+from nekomem.domain.locale.context import normalise_language
 from nekomem.http.bodies import character_name, decode_body
 from nekomem.http.errors import ApiError
 from nekomem.http.runtime_access import runtime_of

@@ -14,6 +14,7 @@ from typing import Any, TypeVar, cast
 from starlette.applications import Starlette
 from starlette.requests import Request
 
+from nekomem.actors.messages import GetRecent, RecentView
 from nekomem.runtime.reply import Reply
 from nekomem.runtime.runtime import Runtime
 
@@ -56,3 +57,15 @@ async def ask(
     # The registry is untyped (a Reply carries any value): this is the one place an
     # answer gets the type its message's handler answers with, as the caller states it.
     return cast(T, value)
+
+
+async def recent_view(request: Request, name: str, *, wait_settle: bool) -> RecentView:
+    rt = runtime_of(request)
+    return await ask(
+        rt,
+        name,
+        "recent",
+        lambda reply: GetRecent(wait_settle=wait_settle, reply=reply),
+        RecentView,
+        timeout=rt.settings.server.settle_timeout_seconds,
+    )

@@ -2,7 +2,7 @@
 
 Each route decodes its body with :func:`nekomem.http.bodies.decode_body` into one of the
 request types here, so the checks that used to be written by hand per route are the types'
-constraints, and ``GET /openapi.json`` (:mod:`nekomem.http.openapi`) is generated from the
+constraints, and ``GET /openapi.json`` (:mod:`nekomem.server.openapi`) is generated from the
 same types. Semantic checks a type cannot express (a message's role, a fact's time) stay
 in the domain code.
 """

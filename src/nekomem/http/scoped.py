@@ -39,7 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from nekomem.actors.messages import AddScopedFacts, DeleteEntry, ExtractScoped, ListCorrections, ListEntries, RenderContext, ScopedMentions
-from nekomem.domain.context_locale import normalise_language
+from nekomem.domain.locale.context import normalise_language
 from nekomem.domain.neko_fields import retired
 from nekomem.domain.speaker_identity import normalize_account_id
 from nekomem.domain.subjects import (

@@ -2,7 +2,7 @@
 ``/internal/memory/{name}/theater/{stories,forget,retract}``.
 
 Semantics (read from the reference's memory server; the rules live in
-:mod:`nekomem.domain.theater`, the writes in :mod:`nekomem.actors.recent_theater`):
+:mod:`nekomem.domain.theater`, the writes in :mod:`nekomem.layers.recent.theater`):
 
 - ``POST /cache/{name}`` with exactly one theater episode capsule (message
   ``metadata.source=theater_numeric_v2``, ``memory_tier=episode_summary``) upserts it by
@@ -170,7 +170,7 @@ async def theater_write(request: Request, name: str, turns: list[Turn], body: Hi
 
 
 async def stories(request: Request) -> Response:
-    from nekomem.http.conversation import recent_view
+    from nekomem.http.runtime_access import recent_view
 
     name = character_name(request)
     if not await character_exists(request, name):
@@ -218,7 +218,7 @@ def routes() -> list[BaseRoute]:
 
 
 _NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
-# Rows for nekomem.http.openapi.OPERATIONS.
+# Rows for nekomem.server.openapi.OPERATIONS.
 OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] = [
     ("/internal/memory/{name}/theater/stories", "get", [_NAME], None, TheaterStoriesAnswer, "Theater stories kept in memory"),
     ("/internal/memory/{name}/theater/forget", "post", [_NAME], TheaterForgetBody, TheaterForgetAnswer, "Forget a theater story"),

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from nekomem.config.recall import RecallSettings
-from nekomem.recall.embeddings import VectorLeg
+from nekomem.models.embeddings import VectorLeg
 from nekomem.recall.fusion import rrf
 from nekomem.recall.index import RecallIndex, Vectors
 from nekomem.recall.lexical import LexicalIndex

@@ -22,7 +22,7 @@ import numpy as np
 
 from nekomem.config.recall import RecallSettings
 from nekomem.domain.knowledge_pack import PackEntry
-from nekomem.recall.embeddings import VectorLeg
+from nekomem.models.embeddings import VectorLeg
 from nekomem.recall.fusion import leg_top, rrf
 from nekomem.recall.lexical import LexicalIndex
 from nekomem.recall.vectors import VectorIndex

@@ -16,7 +16,7 @@ from functools import lru_cache
 
 from nekomem.config.recall import RecallSettings
 from nekomem.recall.timewindow import TimeWindow, parse_time_window
-from nekomem.recall.tokenize import normalise, strip_stop_names
+from nekomem.recall.tokenize import fold_english, normalise, strip_stop_names
 
 _WORD_SPLIT = re.compile(r"[a-z]+|[^a-z]+")
 _VOWEL = re.compile(r"[aeiouy]")
@@ -200,3 +200,11 @@ class LexicalAnalyzer:
 def stop_names_for(names: list[str]) -> tuple[str, ...]:
     """The normalised, deduplicated, sorted stop names of a character (empties dropped)."""
     return tuple(sorted({normalise(n).strip() for n in names if n and n.strip()}))
+
+
+def forget_memoised_words() -> None:
+    """Drop the memoised word folds and stems (they hold single words of memory text, in
+    RAM only): called when entries leave an index, so an erased memory's words do not stay
+    in the process until evicted."""
+    fold_english.cache_clear()
+    light_stem.cache_clear()

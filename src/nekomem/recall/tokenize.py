@@ -187,13 +187,3 @@ _DEFAULT_TOKENIZER = Tokenizer()
 def tokenize(text: str, stop_names: Iterable[str] = ()) -> list[str]:
     """Tokens of ``text`` with the default settings, stop names removed (see the module docstring)."""
     return _DEFAULT_TOKENIZER(text, stop_names)
-
-
-def forget_memoised_words() -> None:
-    """Drop the memoised word folds and stems (they hold single words of memory text, in
-    RAM only): called when entries leave an index, so an erased memory's words do not stay
-    in the process until evicted."""
-    from nekomem.recall.query_text import light_stem
-
-    fold_english.cache_clear()
-    light_stem.cache_clear()

@@ -28,7 +28,7 @@ from nekomem.config.recall import RecallSettings
 from nekomem.domain.index_entry import IndexEntry
 from nekomem.domain.theater import is_theater
 from nekomem.domain.turns import parse_timestamp
-from nekomem.recall.embeddings import VectorLeg
+from nekomem.models.embeddings import VectorLeg
 from nekomem.recall.lexical import LexicalIndex
 from nekomem.recall.query_text import LexicalAnalyzer
 from nekomem.recall.timewindow import TimeWindow

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from nekomem.config.recall import RecallSettings
-from nekomem.recall.embeddings import VectorLeg
+from nekomem.models.embeddings import VectorLeg
 from nekomem.recall.knowledge_index import KnowledgeIndex
 from nekomem.stores.knowledge import KnowledgeFiles, PackRecord, Registry
 
@@ -30,7 +30,7 @@ DIAGNOSTICS_KEPT = 20
 
 
 class Embedder(Protocol):
-    """What the service needs of :class:`nekomem.recall.embeddings.EmbeddingService`."""
+    """What the service needs of :class:`nekomem.models.embeddings.EmbeddingService`."""
 
     @property
     def state(self) -> str: ...

@@ -15,7 +15,7 @@ from nekomem.config.server import url_of
 from nekomem.domain.speaker_identity import POOL_FILENAME
 from nekomem.domain.tokens import get_counter
 from nekomem.importer import neko_folder
-from nekomem.recall.rerank import Reranker
+from nekomem.models.rerank import Reranker
 from nekomem.runtime import fdlimit
 from nekomem.runtime.clock import Clock, SystemClock, iso
 from nekomem.runtime.collector import FullCollections
@@ -38,8 +38,8 @@ from nekomem.stores.shard_layout import character_root, shards_root
 from nekomem.stores.speaker_trust import SpeakerTrustPool
 
 if TYPE_CHECKING:
-    from nekomem.providers.llm import LLMClient
-    from nekomem.recall.embeddings import EmbeddingService
+    from nekomem.models.embeddings import EmbeddingService
+    from nekomem.models.llm import LLMClient
 
 log = logging.getLogger("nekomem.runtime")
 
@@ -71,7 +71,7 @@ class Runtime:
         self.dispatcher = Dispatcher(rt.actor_workers, rt.actor_batch)
         self.timers = Timers(self.clock)
         if llm is None:
-            from nekomem.providers.llm import LLMClient
+            from nekomem.models.llm import LLMClient
 
             llm = LLMClient(settings.llm)
         self.llm = llm

@@ -31,9 +31,9 @@ from nekomem.stores.layout import CharacterPaths
 from nekomem.stores.neko_cards import CharacterCards
 
 if TYPE_CHECKING:
-    from nekomem.providers.llm import LLMClient
-    from nekomem.recall.embeddings import EmbeddingService
-    from nekomem.recall.rerank import Reranker
+    from nekomem.models.embeddings import EmbeddingService
+    from nekomem.models.llm import LLMClient
+    from nekomem.models.rerank import Reranker
 
 
 class Counters:

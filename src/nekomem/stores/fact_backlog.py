@@ -5,7 +5,7 @@ when they arrived.
 The backlog is the row range ``(fact_backlog_from, fact_backlog_to]``. Turns stored
 without such a model extend it; once a model is configured, RecentActor hands it to the
 fact actor in bounded batches and moves ``fact_backlog_from`` over each batch once its
-extraction finished (see :mod:`nekomem.actors.recent_backlog`).
+extraction finished (see :mod:`nekomem.layers.recent.backlog`).
 """
 
 from __future__ import annotations
