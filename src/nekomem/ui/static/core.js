@@ -124,3 +124,23 @@ export function field(label, input) { return h("label", {}, label, input); }
 export function select(name, options, value) {
   return h("select", { name }, options.map(([v, label]) => h("option", { value: v, selected: v === value }, label)));
 }
+
+// A modal dialog: ``body`` (nodes) above a confirm and a cancel button. Resolves to
+// ``confirmed()`` on confirm and to ``cancelled`` on cancel or Escape; ``test`` prefixes the
+// data-test names of the dialog and its buttons.
+export function modal(test, body, action, cancelLabel, confirmed, cancelled, focus) {
+  return new Promise((resolve) => {
+    const dialog = h("dialog", { class: "erase", "data-test": test + "-dialog" });
+    const close = (answer) => { dialog.close(); dialog.remove(); resolve(answer); };
+    dialog.append(
+      ...body,
+      h("div", { class: "actions" },
+        h("button", { type: "button", class: "danger", "data-test": test + "-confirm", onclick: () => close(confirmed()) }, action),
+        " ",
+        h("button", { type: "button", "data-test": test + "-cancel", onclick: () => close(cancelled) }, cancelLabel)));
+    dialog.addEventListener("cancel", () => close(cancelled));
+    document.body.append(dialog);
+    dialog.showModal();
+    if (focus) focus.focus();
+  });
+}

@@ -3,7 +3,7 @@
 // "Rename" and "Merge into" (POST /api/characters/{name}/rename | merge). README/docs:
 // docs/CHARACTERS.md.
 import { currentLang } from "./i18n.js";
-import { api, h, fmtTime, showError, status } from "./core.js";
+import { api, h, fmtTime, modal, showError, status } from "./core.js";
 
 const enc = encodeURIComponent;
 const LANGS = ["en", "zh", "ja"];
@@ -50,20 +50,8 @@ export function originNote(c) {
 
 // A modal dialog with one field; resolves to its value, or null when cancelled.
 function ask(title, help, label, input, action) {
-  return new Promise((resolve) => {
-    const dialog = h("dialog", { class: "erase", "data-test": "move-dialog" });
-    const close = (answer) => { dialog.close(); dialog.remove(); resolve(answer); };
-    dialog.append(
-      h("h3", {}, title), h("p", { class: "muted" }, help),
-      h("p", {}, h("label", {}, label, " ", input)),
-      h("div", { class: "actions" },
-        h("button", { type: "button", class: "danger", "data-test": "move-confirm", onclick: () => close(input.value.trim() || null) }, action),
-        " ", h("button", { type: "button", "data-test": "move-cancel", onclick: () => close(null) }, tx("cancel"))));
-    dialog.addEventListener("cancel", () => close(null));
-    document.body.append(dialog);
-    dialog.showModal();
-    input.focus();
-  });
+  const body = [h("h3", {}, title), h("p", { class: "muted" }, help), h("p", {}, h("label", {}, label, " ", input))];
+  return modal("move", body, action, tx("cancel"), () => input.value.trim() || null, null, input);
 }
 
 async function moved(ctx, old, name, key) {

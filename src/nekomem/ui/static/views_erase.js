@@ -2,7 +2,7 @@
 // a stored turn, a range of stored turns) and "delete this character". Each asks first in a
 // dialog that names what goes; the server then removes every copy (README, "Forgetting").
 import { currentLang } from "./i18n.js";
-import { api, h, fmtTime, showError, status } from "./core.js";
+import { api, h, fmtTime, modal, showError, status } from "./core.js";
 
 const enc = encodeURIComponent;
 const LANGS = ["en", "zh", "ja"];
@@ -49,22 +49,13 @@ export function tx(key, vars = {}) {
 
 // A modal dialog naming what goes; resolves true when confirmed.
 export function confirmErase(title, items, note, action) {
-  return new Promise((resolve) => {
-    const dialog = h("dialog", { class: "erase", "data-test": "erase-dialog" });
-    const close = (answer) => { dialog.close(); dialog.remove(); resolve(answer); };
-    dialog.append(
-      h("h3", { "data-test": "erase-title" }, title),
-      h("p", {}, tx("goes")),
-      h("ul", { "data-test": "erase-items" }, items.map((x) => h("li", {}, x))),
-      h("p", { class: "muted", "data-test": "erase-note" }, note),
-      h("div", { class: "actions" },
-        h("button", { type: "button", class: "danger", "data-test": "erase-confirm", onclick: () => close(true) }, action),
-        " ",
-        h("button", { type: "button", "data-test": "erase-cancel", onclick: () => close(false) }, tx("cancel"))));
-    dialog.addEventListener("cancel", () => close(false));
-    document.body.append(dialog);
-    dialog.showModal();
-  });
+  const body = [
+    h("h3", { "data-test": "erase-title" }, title),
+    h("p", {}, tx("goes")),
+    h("ul", { "data-test": "erase-items" }, items.map((x) => h("li", {}, x))),
+    h("p", { class: "muted", "data-test": "erase-note" }, note),
+  ];
+  return modal("erase", body, action, tx("cancel"), () => true, false);
 }
 
 const LAYER = { fact: "facts", reflection: "reflections", persona: "persona" };
