@@ -16,7 +16,7 @@ import pykka
 import pytest
 
 from nekomem.actors.messages import BacklogMined, ImportFacts, OpFinished, PostTurn, RunOp
-from nekomem.actors.ports import LayerPorts
+from nekomem.actors.ports import ActorPorts
 from nekomem.domain.layers import event_owners
 from nekomem.domain.subjects import Subject
 from nekomem.domain.turns import Turn
@@ -61,7 +61,7 @@ class Character:
 
     def layer(self) -> FactsLayer:
         """A fresh layer over this character's folder, loaded as its actor would."""
-        layer = FactsLayer(LayerPorts(self.ctx, "facts", self.told_self.append))
+        layer = FactsLayer(ActorPorts(self.ctx, "facts", self.told_self.append))
         layer.load()
         return layer
 

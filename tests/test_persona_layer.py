@@ -12,7 +12,7 @@ import pykka
 import pytest
 
 from nekomem.actors.messages import ImportCard, ListEntries, ScrubTexts
-from nekomem.actors.ports import LayerPorts
+from nekomem.actors.ports import ActorPorts
 from nekomem.domain import persona as pl
 from nekomem.domain.layers import event_owners
 from nekomem.domain.records import Correction
@@ -70,7 +70,7 @@ def ctx(tmp_path: Path) -> Iterator[CharacterContext]:
 def loaded(ctx: CharacterContext) -> tuple[PersonaLayer, list[object]]:
     """A loaded layer over fresh ports, and what it posted to its own mailbox."""
     posted: list[object] = []
-    layer = PersonaLayer(LayerPorts(ctx, "persona", posted.append))
+    layer = PersonaLayer(ActorPorts(ctx, "persona", posted.append))
     layer.load()
     return layer, posted
 

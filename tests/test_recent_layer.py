@@ -14,7 +14,7 @@ from typing import TypeVar
 import pytest
 
 from nekomem.actors.messages import AppendTurns, CompressDone, Deliver, GetRecent, OutboxAck, PostTurn, RecentView
-from nekomem.actors.ports import LayerPorts
+from nekomem.actors.ports import ActorPorts
 from nekomem.domain.layers import event_owners
 from nekomem.domain.turns import Role, Turn
 from nekomem.layers.recent.layer import RecentLayer
@@ -74,7 +74,7 @@ def world(tmp_path: Path) -> Iterator[tuple[CharacterContext, queue.Queue[object
 
 
 def layer_of(ctx: CharacterContext) -> RecentLayer:
-    layer = RecentLayer(LayerPorts(ctx, "recent", lambda message: None))
+    layer = RecentLayer(ActorPorts(ctx, "recent", lambda message: None))
     layer.load()
     return layer
 

@@ -17,7 +17,7 @@ import pykka
 import pytest
 
 from nekomem.actors.messages import EditEntry, IndexUpsert
-from nekomem.actors.ports import LayerPorts
+from nekomem.actors.ports import ActorPorts
 from nekomem.domain.layers import event_owners
 from nekomem.domain.records import Reflection, SurfacedEntry, to_iso
 from nekomem.layers.reflections.evidence import FeedbackDone
@@ -57,7 +57,7 @@ class World:
 
     def layer(self) -> ReflectionLayer:
         """A fresh layer over these files, loaded (as a restarted actor would be)."""
-        layer = ReflectionLayer(LayerPorts(self.ctx, "reflections", self.told.append))
+        layer = ReflectionLayer(ActorPorts(self.ctx, "reflections", self.told.append))
         layer.load()
         return layer
 

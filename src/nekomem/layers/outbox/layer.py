@@ -70,13 +70,12 @@ class OutboxLayer:
 
     def __init__(self, ports: LayerPorts) -> None:
         self.ports = ports
-        self.ctx = ports.ctx
         self.log = ports.log
         self._reset()
 
     def _reset(self) -> None:
-        self.settings = self.ctx.settings.runtime
-        self.outbox = Outbox(self.ctx.paths.outbox)
+        self.settings = self.ports.settings.runtime
+        self.outbox = Outbox(self.ports.paths.outbox)
         # op_id -> (type, payload, attempts)
         self.pending: dict[str, tuple[str, Mapping[str, object], int]] = {}
         self.running: set[str] = set()
@@ -124,7 +123,7 @@ class OutboxLayer:
             # A record enqueued again at load (replay) is written at once, unsynced: recovery
             # is over only once the file covers every stored row again.
             held = lazy and not msg.replay
-            op_id = self.outbox.add(msg.op_type, msg.payload, iso(self.ctx.clock.now()), durable=not lazy, defer=held)
+            op_id = self.outbox.add(msg.op_type, msg.payload, iso(self.ports.clock.now()), durable=not lazy, defer=held)
             self.pending[op_id] = (msg.op_type, msg.payload, 0)
             if msg.turns is not None:
                 self.fresh_turns[op_id] = msg.turns
@@ -162,7 +161,7 @@ class OutboxLayer:
             self.ports.send(RECENT, OutboxAcks(acks=acks))
 
     def _dispatch_ready(self) -> None:
-        now = self.ctx.clock.monotonic()
+        now = self.ports.clock.monotonic()
         for op_id, (op_type, payload, attempts) in list(self.pending.items()):
             if op_id in self.running or op_id in self.parked or self.retry_at.get(op_id, 0.0) > now:
                 continue
@@ -178,11 +177,11 @@ class OutboxLayer:
             self.running.add(op_id)
             turns = self.fresh_turns.pop(op_id, None)
             self.ports.send(child, RunOp(op_id=op_id, op_type=op_type, payload=payload, attempt=attempts + 1, turns=turns))
-        self.ctx.services.outbox.set_pending(self.ctx.name, len(self.pending))
+        self.ports.outbox_tally.set_pending(self.ports.character, len(self.pending))
 
     def close(self) -> None:
         # A stopped character's pending records wait on disk; the gauge counts live ones.
-        self.ctx.services.outbox.set_pending(self.ctx.name, 0)
+        self.ports.outbox_tally.set_pending(self.ports.character, 0)
         if self.outbox.held:
             # Reached without a flush only after a crash: keep what can be kept.
             try:
@@ -197,13 +196,13 @@ class OutboxLayer:
             # A fact-backlog batch given up: recent hands out the next one (else it waits
             # for this one until the next start).
             self.ports.send(RECENT, BacklogMined(row=backlog))
-        self.outbox.done(op_id, iso(self.ctx.clock.now()), dead=True)
+        self.outbox.done(op_id, iso(self.ports.clock.now()), dead=True)
         self.fresh_turns.pop(op_id, None)
         self.held_ops.discard(op_id)
         self.pending.pop(op_id, None)
         self.retry_at.pop(op_id, None)
         self.dead_count += 1
-        self.ctx.services.outbox.dead_lettered()
+        self.ports.outbox_tally.dead_lettered()
         self.log.warning("outbox record dead-lettered: %s", why)
 
     @handles(OpParked)
@@ -231,7 +230,7 @@ class OutboxLayer:
         if msg.ok:
             self._finish(msg.op_id)
         else:
-            now_iso = iso(self.ctx.clock.now())
+            now_iso = iso(self.ports.clock.now())
             op_type, payload, attempts = entry
             self.outbox.attempt(msg.op_id, msg.error[:500], now_iso)
             attempts += 1
@@ -240,7 +239,7 @@ class OutboxLayer:
             else:
                 self.pending[msg.op_id] = (op_type, payload, attempts)
                 delay = backoff_delay(self.settings.outbox_retry_delay_seconds, attempts, self.settings.outbox_retry_max_delay_seconds)
-                self.retry_at[msg.op_id] = self.ctx.clock.monotonic() + delay
+                self.retry_at[msg.op_id] = self.ports.clock.monotonic() + delay
         self._dispatch_ready()
 
     def _finish(self, op_id: str) -> None:
@@ -251,7 +250,7 @@ class OutboxLayer:
         loss costs one more run; the done line of a held record joins the next group write."""
         held = op_id in self.held_ops
         if not (held and self.outbox.drop_held(op_id)):
-            self.outbox.done(op_id, iso(self.ctx.clock.now()), durable=False, defer=held)
+            self.outbox.done(op_id, iso(self.ports.clock.now()), durable=False, defer=held)
             if held:
                 self._sync_later()
         self.pending.pop(op_id, None)

@@ -10,7 +10,7 @@ their own embedding wait for it.
 
 It answers user recall (:class:`QueryMemory`, the ``/query_memory`` contract) and the
 background maintenance recall of the long-term pipeline (:class:`RankForStage2`,
-:class:`RelatedFacts`, answered with :class:`RankedIds` through ``ctx.send``). A query
+:class:`RelatedFacts`, answered with :class:`RankedIds` through ``ports.send``). A query
 that needs its own embedding submits it to the pool and finishes when the vector comes back
 (or, after ``recall_query_embed_timeout_seconds``, from BM25 alone). Nothing is persisted:
 the index is rebuilt from the owners' stores at every activation.
@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import sqlite3
 import time
-import weakref
-from collections.abc import Callable
 from datetime import datetime
 
 import numpy as np
@@ -50,9 +48,9 @@ from nekomem.actors.messages import (
     Vectors,
     VectorsComputed,
 )
-from nekomem.actors.ports import LayerPorts
+from nekomem.actors.ports import LayerPorts, Wrap
 from nekomem.domain.index_entry import IndexEntry
-from nekomem.domain.layers import tier_owners, vector_tiers
+from nekomem.domain.layers import Address, tier_owners, vector_tiers
 from nekomem.models.embeddings import EmbeddingService, EmbeddingsUnavailable
 from nekomem.recall.entry import display_tz
 from nekomem.recall.explain import explain
@@ -70,15 +68,8 @@ from nekomem.recall.response import (
 )
 from nekomem.recall.timewindow import TimeWindow
 from nekomem.recall.turn_leg import TURN_TIER, TurnCorpus
-from nekomem.runtime.deadlines import RECALL_DEADLINES
-from nekomem.runtime.pool import PoolFull
 from nekomem.runtime.protocol import Message
 from nekomem.stores.timeindex_read import TimeIndexReader
-
-_LOADS: dict[int, int] = {}  # id(CharacterContext) -> activations of RecallActor on it
-
-# A function that turns a pool job's outcome into the message that reports it.
-Wrap = Callable[[object, BaseException | None], Message]
 
 
 def _vectors(result: object) -> Vectors | None:
@@ -100,10 +91,8 @@ class RecallLayer:
 
     def __init__(self, ports: LayerPorts) -> None:
         self.ports = ports
-        self.ctx = ports.ctx
         self.log = ports.log
-        self.child_name = ports.child
-        self.pending_counter = self.ctx.services.pending
+        self.pending_counter = self.ports.pending
         # token -> a query (or a playground explain) waiting for its embedding, and its plan
         self.queries: dict[int, tuple[QueryMemory | ExplainQuery, QueryPlan]] = {}
         self.held: list[QueryMemory] = []
@@ -114,11 +103,11 @@ class RecallLayer:
 
     # -- lifecycle -------------------------------------------------------------------
     def load(self) -> None:
-        s = self.ctx.settings.recall
+        s = self.ports.settings.recall
         self.s = s
-        names = [self.ctx.settings.recent.master_name, self.ctx.name, *s.recall_extra_stop_names]
+        names = [self.ports.settings.recent.master_name, self.ports.character, *s.recall_extra_stop_names]
         analyzer = LexicalAnalyzer(s, stop_names_for(names))
-        self.index = RecallIndex(s, display_tz(self.ctx.settings.server.display_timezone), analyzer)
+        self.index = RecallIndex(s, display_tz(self.ports.settings.server.display_timezone), analyzer)
         self.turns = None
         self.turn_token: int | None = None  # the embedding job over uncovered turns in flight
         self.turn_after = 0.0  # no turn embedding job before this (monotonic; after a failure)
@@ -131,29 +120,18 @@ class RecallLayer:
         # recall_index_wait_seconds), so a just-activated character never answers empty.
         self.fed: set[str] = set()
         self.held = []
-        tell = self.ports.tell_self
-        RECALL_DEADLINES.schedule(s.recall_index_wait_seconds, lambda: tell(IndexWaitOver()))
+        self.ports.deadline(s.recall_index_wait_seconds, IndexWaitOver())
         self.maintenance: dict[int, tuple[MaintenanceRecall, list[str], int, int, list[str]]] = {}
         self._seq = 0
-        if self._restarted():
+        if not self.ports.first_load():
             # What was in flight to the old instance is sent again with the whole index.
-            self.pending_counter.forget(self.ctx.name)
+            self.pending_counter.forget(self.ports.character)
             # The index died with the old instance: the owners are asked to send it again.
             for owner in dict.fromkeys(tier_owners().values()):
                 self.ports.send(owner, RequestIndex())
 
-    def _restarted(self) -> bool:
-        """True when this is not the first activation on this character's context (the
-        context outlives a crash of this actor; a second load is a restart)."""
-        key = id(self.ctx)
-        loads = _LOADS.get(key, 0)
-        if not loads:
-            weakref.finalize(self.ctx, _LOADS.pop, key, None)
-        _LOADS[key] = loads + 1
-        return loads > 0
-
     def close(self) -> None:
-        self.pending_counter.forget(self.ctx.name)
+        self.pending_counter.forget(self.ports.character)
         for msg, plan in self.queries.values():
             if msg.reply is not None:
                 msg.reply.ok(empty_response(plan.query, error=True))
@@ -176,7 +154,7 @@ class RecallLayer:
     def real_due_at(self) -> float | None:
         """While the embedding service loads, or the vector side lags it, or a backfill
         waits: when to look again (real time: this waits on a model, not on domain time)."""
-        emb = self.ctx.services.embeddings
+        emb = self.ports.embeddings
         if emb is None or self.s.recall_legs == "bm25":
             return None
         now = time.monotonic()
@@ -184,7 +162,7 @@ class RecallLayer:
             return now if self.index.vectors is not None else None
         ready = self._service()
         if ready is None:
-            return now + self.ctx.settings.runtime.timer_retry_floor_seconds  # still loading
+            return now + self.ports.settings.runtime.timer_retry_floor_seconds  # still loading
         if self.index.vectors is None or self.index.vector_model != ready.model_id:
             return now
         if self.index.need and self.backfill_token is None:
@@ -212,7 +190,7 @@ class RecallLayer:
             self.fed.add(tier_owners().get(msg.replace_tier, msg.replace_tier))
         self.index.upsert(msg.entries, msg.replace_tier)
         self._safe_sync()
-        self.pending_counter.indexed(self.ctx.name, self._waiting(), msg.counted)
+        self.pending_counter.indexed(self.ports.character, self._waiting(), msg.counted)
         if self.held and self.fed >= set(tier_owners().values()):
             self._release_held()
         if self.turns is None and self.index.docs and self.fed >= set(tier_owners().values()) and self.s.recall_turn_vectors:
@@ -239,7 +217,7 @@ class RecallLayer:
     # -- vectors ---------------------------------------------------------------------
     def _service(self) -> EmbeddingService | None:
         """The process embedding service when it is ready and recall uses vectors."""
-        emb = self.ctx.services.embeddings
+        emb = self.ports.embeddings
         if emb is None or self.s.recall_legs == "bm25":
             return None
         return emb if getattr(emb, "is_ready", False) else None
@@ -249,7 +227,7 @@ class RecallLayer:
         emb = self._service()
         model = emb.model_id if emb is not None else None
         if model is None:
-            service = self.ctx.services.embeddings
+            service = self.ports.embeddings
             if self.index.vectors is not None and (service is None or getattr(service, "state", "") == "disabled"):
                 self.index.detach_model()
                 self._publish_pending()
@@ -280,9 +258,7 @@ class RecallLayer:
         def wrap(result: object, error: BaseException | None) -> Message:
             return BackfillDone(token=token, items=items, vectors=_vectors(result), error=None if error is None else repr(error))
 
-        try:
-            self.ctx.submit_model_job(self.child_name, job, wrap)
-        except PoolFull:
+        if not self.ports.run_job(job, wrap):
             self.backfill_after = time.monotonic() + self.s.recall_backfill_retry_seconds
             return
         self.index.commit_backfill(items)
@@ -304,18 +280,18 @@ class RecallLayer:
             self._publish_pending()
             return
         for owner, vectors in self.index.store_backfill(msg.items, msg.vectors).items():
-            self.ctx.send(owner, VectorsComputed(vectors=vectors))
+            self.ports.send(Address(owner), VectorsComputed(vectors=vectors))
         self._publish_pending()
         self._pump_backfill()
 
     def _publish_pending(self) -> None:
-        self.pending_counter.set(self.ctx.name, self._waiting())
+        self.pending_counter.set(self.ports.character, self._waiting())
 
     def _waiting(self) -> int:
         """Indexed entries without a vector: listed for the backfill or in its batch; while
         the model still loads, every vector-tier entry without a stored vector."""
         if self.index.vectors is None:
-            emb = self.ctx.services.embeddings
+            emb = self.ports.embeddings
             if emb is None or self.s.recall_legs == "bm25" or getattr(emb, "state", "") != "loading":
                 return 0
             return sum(1 for doc in self.index.docs.values() if doc.entry.tier in vector_tiers() and doc.entry.vector is None)
@@ -338,11 +314,10 @@ class RecallLayer:
         emb = self._service()
         if emb is None or self.index.vectors is None:
             return False
-        ctx = self.ctx
         if urgent:
             expires = time.monotonic() + self.s.recall_query_embed_timeout_seconds
             try:
-                emb.embed_for_user(texts, lambda result, error: ctx.send(self.child_name, wrap(result, error)), expires=expires)
+                emb.embed_for_user(texts, self.ports.result_sender(wrap), expires=expires)
             except EmbeddingsUnavailable:
                 return False
             return True
@@ -350,11 +325,7 @@ class RecallLayer:
         def job() -> object:
             return emb.embed(texts, "query")
 
-        try:
-            ctx.submit_model_job(self.child_name, job, wrap)
-        except PoolFull:
-            return False
-        return True
+        return self.ports.run_job(job, wrap)
 
     # -- user recall -----------------------------------------------------------------
     @handles(QueryMemory)
@@ -411,8 +382,7 @@ class RecallLayer:
         if not self._submit_embed(list(plan.vector_texts), wrap, urgent=True):
             return False
         self.queries[token] = (msg, plan)
-        tell = self.ports.tell_self
-        RECALL_DEADLINES.schedule(self.s.recall_query_embed_timeout_seconds, lambda: tell(QueryExpired(token=token)))
+        self.ports.deadline(self.s.recall_query_embed_timeout_seconds, QueryExpired(token=token))
         return True
 
     @handles(QueryVector)
@@ -437,7 +407,7 @@ class RecallLayer:
     def _journal_search(self, pending: QueryPlan) -> RecallBody:
         """No long-term entry yet: the newest journal turns ranked by BM25 (read-only;
         RecentActor is the journal's writer). See :mod:`nekomem.recall.journal_fallback`."""
-        path = self.ctx.paths.time_index_db
+        path = self.ports.paths.time_index_db
         rows = []
         if path.exists():
             try:
@@ -455,7 +425,7 @@ class RecallLayer:
         (:mod:`nekomem.stores.turn_coverage`), indexed; kept while the journal's rows and
         coverage are unchanged. None when off, or when the journal does not track coverage."""
         limit = self.s.recall_uncovered_turns
-        path = self.ctx.paths.time_index_db
+        path = self.ports.paths.time_index_db
         if limit <= 0 or not path.exists():
             self.turns = None
             return None
@@ -524,9 +494,7 @@ class RecallLayer:
                 token=token, ids=ids, model=model, vectors=_vectors(result), error=None if error is None else repr(error)
             )
 
-        try:
-            self.ctx.submit_model_job(self.child_name, job, wrap)
-        except PoolFull:
+        if not self.ports.run_job(job, wrap):
             self.turn_after = time.monotonic() + self.s.recall_backfill_retry_seconds
             return
         corpus.embedding.update(ids)
@@ -570,7 +538,7 @@ class RecallLayer:
         pool_size = len(index.docs) if pending.allowed is None else len(pending.allowed)
         hits, legs = index.search(pending.search, qvec, pending.allowed, pending.hinted)
         corpus, turn_legs = self._turn_leg(pending, qvec)
-        reranking = self.ctx.services.reranker is not None and bool(pending.search)
+        reranking = self.ports.reranker is not None and bool(pending.search)
         depth = max(self.s.recall_rerank_top_n, self.s.recall_budget_total) if reranking else self.s.recall_budget_total
         sessions: dict[str, str] = {}
         if (corpus is not None and turn_legs) or depth > self.s.recall_budget_total:
@@ -609,7 +577,7 @@ class RecallLayer:
         """Hand ``found``'s candidates to the re-ranker on the model pool; False (answer
         now, in the fused order) when none is configured, there is nothing to re-order or
         the pool is full."""
-        reranker = self.ctx.services.reranker
+        reranker = self.ports.reranker
         if reranker is None or len(found.hits) < 2 or msg.reply is None:
             return False
         token = self._next_token()
@@ -623,14 +591,10 @@ class RecallLayer:
             order = [int(i) for i in result] if isinstance(result, list) else None
             return Reranked(token=token, order=order, error=None if error is None else f"{type(error).__name__}: {error}")
 
-        ctx = self.ctx
-        try:
-            ctx.services.pool.submit(f"{ctx.name}\x00rerank", job, lambda result, error: ctx.send(self.child_name, wrap(result, error)))
-        except PoolFull:
+        if not self.ports.run_job(job, wrap, lane="rerank"):
             return False
         self.reranks[token] = (msg, found)
-        tell = self.ports.tell_self
-        RECALL_DEADLINES.schedule(self.s.recall_rerank_timeout_seconds, lambda: tell(RerankExpired(token=token)))
+        self.ports.deadline(self.s.recall_rerank_timeout_seconds, RerankExpired(token=token))
         return True
 
     @handles(Reranked)
@@ -664,7 +628,7 @@ class RecallLayer:
     # -- maintenance recall ----------------------------------------------------------
     def _answer(self, msg: MaintenanceRecall, ids: list[str]) -> None:
         if msg.reply_child:
-            self.ctx.send(msg.reply_child, RankedIds(tag=msg.tag, ids=ids))
+            self.ports.send(Address(msg.reply_child), RankedIds(tag=msg.tag, ids=ids))
         if msg.reply is not None:
             msg.reply.ok(ids)
 
