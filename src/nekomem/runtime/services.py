@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pykka
 
@@ -19,7 +19,7 @@ from nekomem.config import Settings
 from nekomem.recall.pending import PendingCounter
 from nekomem.runtime.clock import Clock
 from nekomem.runtime.deadlines import Deadlines
-from nekomem.runtime.dispatch import Dispatcher
+from nekomem.runtime.dispatch import ActorRef, Dispatcher
 from nekomem.runtime.pool import ModelPool
 from nekomem.runtime.protocol import Deliver, fail_message
 from nekomem.runtime.reply import ActorFailure
@@ -137,7 +137,7 @@ class LoadCount:
 
 
 class Teller(Protocol):
-    """Anything a message can be posted to without waiting (a pykka ActorRef)."""
+    """Anything a message can be posted to without waiting (an ActorRef)."""
 
     def tell(self, message: object) -> None: ...
 
@@ -151,9 +151,9 @@ class Routes:
     """
 
     def __init__(self) -> None:
-        self.children: dict[str, pykka.ActorRef[pykka.Actor]] = {}
+        self.children: dict[str, ActorRef[Any]] = {}
 
-    def live(self, child: str) -> pykka.ActorRef[pykka.Actor] | None:
+    def live(self, child: str) -> ActorRef[Any] | None:
         ref = self.children.get(child)
         return ref if ref is not None and ref.is_alive() else None
 
