@@ -35,7 +35,7 @@ class NoteLayer:
 
     def __init__(self, ports: LayerPorts) -> None:
         self.ports = ports
-        self.path = ports.ctx.paths.folder / "notes.json"
+        self.path = ports.paths.folder / "notes.json"
         self.notes: dict[str, str] = {}
         self.views = JournaledViews(ports, "notes", self)
 

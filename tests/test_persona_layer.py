@@ -1,101 +1,84 @@
-"""The persona layer without actors: a PersonaLayer over LayerPorts of a real
-CharacterContext, driven by calling its handlers. Siblings are reached through the
-context's supervisor, here a small actor that records what it is handed."""
+"""The persona layer without actors nor a runtime: a PersonaLayer over FakePorts (a real
+character folder and journal), driven by calling its handlers; what it sends its siblings
+is read from the ports."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
-import pykka
 import pytest
 
 from nekomem.actors.messages import ImportCard, ListEntries, ScrubTexts
-from nekomem.actors.ports import LayerPorts
+from nekomem.config import Settings
 from nekomem.domain import persona as pl
 from nekomem.domain.layers import event_owners
 from nekomem.domain.records import Correction
 from nekomem.layers.persona.corrections import CorrectionDone
 from nekomem.layers.persona.layer import PersonaLayer
 from nekomem.runtime.clock import ManualClock
-from nekomem.runtime.dispatch import Dispatcher
-from nekomem.runtime.pool import ModelPool
-from nekomem.runtime.protocol import Deliver
 from nekomem.runtime.reply import Reply
-from nekomem.runtime.services import CharacterContext, Services
-from nekomem.runtime.timers import Timers
 from nekomem.stores.applied import SharedJournal
 from nekomem.stores.atomic import read_json
 from nekomem.stores.layout import CharacterPaths
+from tests.support.fake_ports import FakePorts
 from tests.support.live import make_settings
 
 NAME = "Mio"
 
 
-class Recorder(pykka.ThreadingActor):
-    """Stands in for the character's supervisor: keeps every message it is told; asked
-    "got", answers them (after every earlier tell, as a mailbox is in order)."""
+@dataclass
+class Character:
+    """One character's folder, journal and clock; every layer built over it keeps its ports."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.got: list[object] = []
+    settings: Settings
+    root: Path
+    clock: ManualClock = field(default_factory=ManualClock)
+    ports: list[FakePorts] = field(default_factory=list)
 
-    def on_receive(self, message: object) -> object:
-        if message == "got":
-            return list(self.got)
-        self.got.append(message)
-        return None
+    def __post_init__(self) -> None:
+        self.paths = CharacterPaths(self.root, NAME)
+        self.paths.ensure()
+        self.journal = SharedJournal(self.paths.events, self.paths.events_applied, event_owners())
 
 
 @pytest.fixture
-def ctx(tmp_path: Path) -> Iterator[CharacterContext]:
-    settings = make_settings(tmp_path)
-    clock = ManualClock()
-    dispatcher = Dispatcher(1, 1)
-    pool = ModelPool(1, 4, 1)
-    services = Services(settings=settings, clock=clock, pool=pool, memory_root=tmp_path, dispatcher=dispatcher, timers=Timers(clock))
-    paths = CharacterPaths(tmp_path, NAME)
-    paths.ensure()
-    journal = SharedJournal(paths.events, paths.events_applied, event_owners())
-    supervisor = Recorder.start()
-    try:
-        yield CharacterContext(name=NAME, paths=paths, services=services, journal=journal, supervisor=supervisor)
-    finally:
-        supervisor.stop()
-        pool.shutdown()
-        dispatcher.shutdown()
+def mio(tmp_path: Path) -> Character:
+    # The views are written only on Flush here (a first load that reads the tokenizer can
+    # take longer than view_flush_seconds), so what a load finds shows the journal.
+    return Character(make_settings(tmp_path, view_flush_changes=10_000, view_flush_seconds=3_600), tmp_path)
 
 
-def loaded(ctx: CharacterContext) -> tuple[PersonaLayer, list[object]]:
+def loaded(mio: Character) -> tuple[PersonaLayer, list[object]]:
     """A loaded layer over fresh ports, and what it posted to its own mailbox."""
-    posted: list[object] = []
-    layer = PersonaLayer(LayerPorts(ctx, "persona", posted.append))
+    ports = FakePorts(mio.settings, mio.root, "persona", character=NAME, clock=mio.clock, journal=mio.journal)
+    mio.ports.append(ports)
+    layer = PersonaLayer(ports)
     layer.load()
-    return layer, posted
+    return layer, ports.told
 
 
-def delivered(ctx: CharacterContext) -> list[Deliver]:
-    got = ctx.supervisor.ask("got")
-    assert isinstance(got, list)
-    return [m for m in got if isinstance(m, Deliver)]
+def delivered(mio: Character) -> list[tuple[str, object]]:
+    """Everything the layers of ``mio`` sent their siblings, in order."""
+    return [item for ports in mio.ports for item in ports.sent]
 
 
-def test_an_imported_entry_is_journaled_written_at_flush_and_loaded_again(ctx: CharacterContext) -> None:
-    layer, _posted = loaded(ctx)
+def test_an_imported_entry_is_journaled_written_at_flush_and_loaded_again(mio: Character) -> None:
+    layer, _posted = loaded(mio)
     reply = Reply()
     layer.on_ImportCard(ImportCard(entries=[{"entity": "neko", "text": "  Mio is a calico  "}], reply=reply))
     answer = reply.result(5)
     assert answer["skipped_existing"] == 0 and len(answer["added"]) == 1
     entry_id = answer["added"][0]
-    assert ctx.journal.unapplied_for("persona"), "journaled before any view write"
+    assert mio.journal.unapplied_for("persona"), "journaled before any view write"
 
     layer.flush()  # what the actor does on the supervisor's Flush
-    on_disk, _status = read_json(ctx.paths.persona, default={})
+    on_disk, _status = read_json(mio.paths.persona, default={})
     assert "Mio is a calico" in msgspec.json.encode(on_disk).decode()
-    assert ctx.journal.unapplied_for("persona") == []
+    assert mio.journal.unapplied_for("persona") == []
 
-    again, _ = loaded(ctx)
+    again, _ = loaded(mio)
     found = again.store.find(entry_id)
     assert found is not None and found[0] == "neko" and found[1].protected and found[1].text == "Mio is a calico"
     listing = Reply()
@@ -103,8 +86,8 @@ def test_an_imported_entry_is_journaled_written_at_flush_and_loaded_again(ctx: C
     assert [item["id"] for item in listing.result(5)["items"]] == [entry_id]
 
 
-def test_a_failed_correction_counts_an_attempt_backs_off_and_survives_a_reload(ctx: CharacterContext) -> None:
-    layer, _posted = loaded(ctx)
+def test_a_failed_correction_counts_an_attempt_backs_off_and_survives_a_reload(mio: Character) -> None:
+    layer, _posted = loaded(mio)
     item = Correction(old_text="Mio dislikes fish", new_text="Mio loves fish", entity="neko", created_at="2026-01-01T00:00:00+00:00")
     layer.store.commit(pl.copy_persona(layer.store.persona), [item])
     assert layer.corrections.due_at() is not None
@@ -112,14 +95,14 @@ def test_a_failed_correction_counts_an_attempt_backs_off_and_survives_a_reload(c
     layer.on_CorrectionDone(CorrectionDone(token=1, output=None, error="TimeoutError()", item=item))
 
     assert [c.resolve_attempts for c in layer.store.corrections] == [1]
-    assert layer.corrections.gate.blocked(ctx.clock.monotonic()) == "backoff"
+    assert layer.corrections.gate.blocked(mio.clock.monotonic()) == "backoff"
     # Not flushed: the journal alone brings the count back.
-    again, _ = loaded(ctx)
+    again, _ = loaded(mio)
     assert [c.resolve_attempts for c in again.store.corrections] == [1]
 
 
-def test_scrub_texts_drops_a_quoting_correction_then_passes_the_erasure_to_the_outbox(ctx: CharacterContext) -> None:
-    layer, _posted = loaded(ctx)
+def test_scrub_texts_drops_a_quoting_correction_then_passes_the_erasure_to_the_outbox(mio: Character) -> None:
+    layer, _posted = loaded(mio)
     quoting = Correction(old_text="Mio lives at 5 Elm St", new_text="Mio moved", entity="neko", created_at="2026-01-02T00:00:00+00:00")
     other = Correction(old_text="Mio is shy", new_text="Mio is bold", entity="neko", created_at="2026-01-03T00:00:00+00:00")
     layer.store.commit(pl.copy_persona(layer.store.persona), [quoting, other])
@@ -127,16 +110,16 @@ def test_scrub_texts_drops_a_quoting_correction_then_passes_the_erasure_to_the_o
 
     layer.on_ScrubTexts(ScrubTexts(texts=["Mio lives at 5 Elm St"], reply_value={"deleted": "f1"}, reply=reply))
 
-    on_disk, _status = read_json(ctx.paths.persona_corrections, default=[])
+    on_disk, _status = read_json(mio.paths.persona_corrections, default=[])
     assert [c["old_text"] for c in on_disk] == ["Mio is shy"]  # written at once: an erasure does not wait
-    assert "5 Elm St" not in ctx.paths.events.read_text(encoding="utf-8")
-    passed = delivered(ctx)
-    assert [d.child for d in passed] == ["outbox"]
-    scrub = passed[0].message
+    assert "5 Elm St" not in mio.paths.events.read_text(encoding="utf-8")
+    passed = delivered(mio)
+    assert [child for child, _ in passed] == ["outbox"]
+    scrub = passed[0][1]
     assert isinstance(scrub, ScrubTexts) and scrub.texts == ["Mio lives at 5 Elm St"] and scrub.reply is reply
     assert scrub.reply_value == {"deleted": "f1"}
     assert not reply.done, "the outbox answers, once it is scrubbed too"
 
     untouched = ScrubTexts(texts=["nothing queued says this"], reply=Reply())
     layer.on_ScrubTexts(untouched)
-    assert [d.message for d in delivered(ctx)][1:] == [untouched]
+    assert [message for _, message in delivered(mio)][1:] == [untouched]

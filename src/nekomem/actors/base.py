@@ -25,7 +25,7 @@ import pykka
 
 from nekomem.actors.handlers import handler_for
 from nekomem.actors.layer import Layer
-from nekomem.actors.ports import LayerPorts
+from nekomem.actors.ports import ActorPorts, LayerPorts
 from nekomem.runtime.dispatch import Completion, DispatchedActor, Dispatcher
 from nekomem.runtime.protocol import ChildCrashed, Flush, Tick, fail_message
 from nekomem.runtime.reply import ActorFailure
@@ -61,7 +61,7 @@ class ChildActor(DispatchedActor):
         # A layer renewed after a handler error gets new ports: timers and model results
         # of the old generation are dropped, never delivered to the fresh layer.
         self._generation = 0
-        self.ports = LayerPorts(ctx, self.child_name, self._teller(self._generation))
+        self.ports = ActorPorts(ctx, self.child_name, self._teller(self._generation))
         # The layer object this mailbox owns: its state and logic, and the handlers of its
         # messages (see nekomem.actors.layer).
         self.layer: Layer = self.make_layer(self.ports)
@@ -254,7 +254,7 @@ class ChildActor(DispatchedActor):
         except Exception:
             self.log.debug("close before renewal failed", exc_info=True)
         self._generation += 1
-        self.ports = LayerPorts(self.ctx, self.child_name, self._teller(self._generation))
+        self.ports = ActorPorts(self.ctx, self.child_name, self._teller(self._generation))
         self.layer = self.make_layer(self.ports)
         try:
             self.layer.load()

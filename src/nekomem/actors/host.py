@@ -4,11 +4,10 @@ work left over from a crash. The runtime never imports this package; the app han
 
 from __future__ import annotations
 
-import pykka
-
 from nekomem.actors.supervisor import CharacterSupervisor, child_classes
 from nekomem.domain.layers import event_owners
 from nekomem.domain.post_turn import POST_TURN_CURSOR
+from nekomem.runtime.dispatch import ActorRef
 from nekomem.runtime.services import Routes, Services
 from nekomem.stores.applied import SharedJournal
 from nekomem.stores.fact_backlog import backlog_remaining
@@ -23,7 +22,7 @@ class CharacterActors:
         # for it on an actor worker while requests wait.
         child_classes()
 
-    def start_supervisor(self, name: str, services: Services, routes: Routes) -> pykka.ActorRef[CharacterSupervisor]:
+    def start_supervisor(self, name: str, services: Services, routes: Routes) -> ActorRef[CharacterSupervisor]:
         """Post the start of ``name``'s supervisor (its files open on a dispatcher worker)."""
         return CharacterSupervisor.start(name, services, routes)
 

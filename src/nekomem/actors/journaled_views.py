@@ -50,7 +50,6 @@ class JournaledViews:
 
     def __init__(self, ports: LayerPorts, owner: str, state: ViewState) -> None:
         self.ports = ports
-        self.ctx = ports.ctx
         self.owner = owner
         self.state = state
         self.dirty = 0
@@ -98,10 +97,10 @@ class JournaledViews:
             # Every event of this owner still in the journal, not just those after the
             # applied mark: handlers are idempotent, so replaying what the lost view
             # already held is safe.
-            replay = self.ctx.journal.all_for(self.owner)
+            replay = self.ports.journal.all_for(self.owner)
             self._report_rebuild(len(replay))
         else:
-            replay = self.ctx.journal.unapplied_for(self.owner)
+            replay = self.ports.journal.unapplied_for(self.owner)
         for event in replay:
             self.state.apply_event(event)
         if replay:
@@ -111,17 +110,17 @@ class JournaledViews:
             self.flush()
 
     def _report_rebuild(self, events: int) -> None:
-        compacted_at = self.ctx.journal.compacted_at
+        compacted_at = self.ports.journal.compacted_at
         views = ", ".join(self._corrupt_views)
         if compacted_at is None:
             self.ports.log.warning("rebuilt corrupt view(s) %s from %d journaled events", views, events)
             return
         self.ports.log.warning("corrupt view(s) %s rebuilt only from events since the journal compaction", views)
-        storage = self.ctx.services.storage
+        storage = self.ports.storage
         if storage is not None:
             for view in self._corrupt_views:
                 storage.unrebuilt(
-                    self.ctx.name,
+                    self.ports.character,
                     view,
                     f"rebuilt from the journal since its compaction at {compacted_at}; older entries of this view are lost "
                     "(the corrupt file was kept beside it as .corrupt-*)",
@@ -131,7 +130,7 @@ class JournaledViews:
     def record(self, type: str, payload: Mapping[str, object]) -> Event:
         """Journal one transition, apply it, and schedule the view write. Raises OSError
         (nothing is applied then)."""
-        event = self.ctx.journal.append(type, payload, self.ports.now_iso())
+        event = self.ports.journal.append(type, payload, self.ports.now_iso())
         self.state.apply_event(event)
         self._note(event)
         return event
@@ -143,7 +142,7 @@ class JournaledViews:
         batch = [(t, p, ts) for t, p in items]
         if not batch:
             return []
-        events = self.ctx.journal.append_many(batch)
+        events = self.ports.journal.append_many(batch)
         for event in events:
             self.state.apply_event(event)
         self.dirty += len(events) - 1
@@ -159,7 +158,7 @@ class JournaledViews:
         (never a journal that would bring an erased entry back). Raises OSError."""
         self.dirty = max(self.dirty, 1)
         self.flush()
-        dropped = self.ctx.journal.purge(self.owner, ids, texts)
+        dropped = self.ports.journal.purge(self.owner, ids, texts)
         shards = drop_from_shards(archive_dir, ids) if archive_dir is not None else 0
         if shards:
             self._mirror()  # the reference's copy of the archive drops them too
@@ -178,7 +177,7 @@ class JournaledViews:
     def maybe_flush(self) -> None:
         """Rewrite the views when enough changes or time have gathered. A storage fault
         here is reported and retried at the next due time: the journal holds the changes."""
-        rt = self.ctx.settings.runtime
+        rt = self.ports.settings.runtime
         if not self.dirty:
             return
         since = time.monotonic() - self._last_flush
@@ -199,9 +198,9 @@ class JournaledViews:
                 # rewritten at the next due time, and /health shows the fault until then.
                 self._last_flush = time.monotonic()
                 self.ports.log.warning("%s: views not rewritten (%s); the journal holds the changes", self.ports.child, fault.code)
-                storage = self.ctx.services.storage
+                storage = self.ports.storage
                 if storage is not None:
-                    storage.report(self.ctx.name, self.views_layer, fault)
+                    storage.report(self.ports.character, self.views_layer, fault)
                 self._views_behind = True
 
     def flush(self) -> None:
@@ -212,30 +211,30 @@ class JournaledViews:
         started = time.monotonic()
         self.state.write_views()
         self._mirror()
-        self._flush_gap = (time.monotonic() - started) / self.ctx.settings.runtime.view_flush_max_duty
+        self._flush_gap = (time.monotonic() - started) / self.ports.settings.runtime.view_flush_max_duty
         if self._last_event is not None:
-            self.ctx.journal.mark(self.owner, self._last_event)
+            self.ports.journal.mark(self.owner, self._last_event)
         self.dirty = 0
         self._last_flush = time.monotonic()
         if self._views_behind:
             self._views_behind = False
-            storage = self.ctx.services.storage
+            storage = self.ports.storage
             if storage is not None:
-                storage.clear(self.ctx.name, self.views_layer)
-        self.ctx.journal.compact_if_applied(self.ctx.settings.runtime.events_compact_lines)
+                storage.clear(self.ports.character, self.views_layer)
+        self.ports.journal.compact_if_applied(self.ports.settings.runtime.events_compact_lines)
 
     def _mirror(self) -> None:
         """In a N.E.K.O. memory folder: the reference's copies of this owner's views, in
         its format (see :mod:`nekomem.importer.neko_folder`). Raises OSError."""
         files = neko_folder.OWNER_FILES.get(self.owner)
-        if files and self.ctx.paths.neko_folder:
-            neko_folder.mirror_views(self.ctx.paths, self.ctx.settings.importer.import_source_timezone, files)
+        if files and self.ports.paths.neko_folder:
+            neko_folder.mirror_views(self.ports.paths, self.ports.settings.importer.import_source_timezone, files)
 
     def real_due_at(self) -> float | None:
         """The next view rewrite, when changes wait (see :meth:`maybe_flush`)."""
         if not self.dirty:
             return None
-        return self._last_flush + max(self._flush_gap, self.ctx.settings.runtime.view_flush_seconds)
+        return self._last_flush + max(self._flush_gap, self.ports.settings.runtime.view_flush_seconds)
 
 
 def edited_text(changes: Mapping[str, object]) -> str:

@@ -15,7 +15,7 @@ def send_refine_clusters(ports: LayerPorts, clusters: list[tuple[dict[str, str],
     refuses; each answer comes back to the layer as a :class:`RefineDone`. Returns how many
     were sent (the caller counts them as in flight)."""
     sent = 0
-    timeout = ports.ctx.settings.longterm.longterm_refine_timeout_seconds
+    timeout = ports.settings.longterm.longterm_refine_timeout_seconds
     for members, extra in clusters:
         messages = prompts.refine_cluster_messages(list(members.items()), **ports.names())
 

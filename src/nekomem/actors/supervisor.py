@@ -13,7 +13,7 @@ import pykka
 
 from nekomem.actors.base import ChildActor
 from nekomem.domain.layers import OUTBOX, Address, event_owners, layers
-from nekomem.runtime.dispatch import Completion, DispatchedActor, Dispatcher, mailbox_of
+from nekomem.runtime.dispatch import ActorRef, Completion, DispatchedActor, Dispatcher, mailbox_of
 from nekomem.runtime.protocol import ChildCrashed, Deliver, Describe, Flush, fail_message
 from nekomem.runtime.reply import ActorFailure, Reply
 from nekomem.runtime.services import CharacterContext, Routes, Services
@@ -54,7 +54,7 @@ class CharacterSupervisor(DispatchedActor):
         self.name = name
         self.services = services
         self.routes = routes if routes is not None else Routes()
-        self.children: dict[str, pykka.ActorRef[Any]] = self.routes.children
+        self.children: dict[str, ActorRef[Any]] = self.routes.children
         self.failed: dict[str, str] = {}
         self.restarts: dict[str, collections.deque[float]] = collections.defaultdict(collections.deque)
         self.restart_total = 0
@@ -107,7 +107,7 @@ class CharacterSupervisor(DispatchedActor):
             while order:
                 ref = order.pop(0)
                 try:
-                    ref.stop(block=False)
+                    ref.stop_later()
                 except pykka.ActorDeadError:
                     pass
                 mailbox = mailbox_of(ref)
@@ -122,7 +122,7 @@ class CharacterSupervisor(DispatchedActor):
     def on_failure(self, exc_type: Any, exc_value: Any, tb: Any) -> None:
         for ref in self.children.values():
             try:
-                ref.stop(block=False)
+                ref.stop_later()
             except pykka.ActorDeadError:
                 pass
 

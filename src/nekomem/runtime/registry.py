@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import pykka
 
-from nekomem.runtime.dispatch import mailbox_of
+from nekomem.runtime.dispatch import ActorRef, mailbox_of
 from nekomem.runtime.protocol import Deliver, Describe, Flush
 from nekomem.runtime.reply import ActorFailure, AskTimeout, Reply
 from nekomem.runtime.services import Routes, Services
@@ -37,7 +37,7 @@ class CharacterBusy(RuntimeError):
 class ActorLayer(Protocol):
     """What the runtime needs of the actors layer (which it never imports)."""
 
-    def start_supervisor(self, name: str, services: Services, routes: Routes) -> pykka.ActorRef[Any]:
+    def start_supervisor(self, name: str, services: Services, routes: Routes) -> ActorRef[Any]:
         """Post the start of character ``name``'s supervisor, which keeps ``routes`` up to
         date with its live children."""
         ...
@@ -51,7 +51,7 @@ class ActorLayer(Protocol):
 class _Entry:
     __slots__ = ("ref", "routes", "last_used", "inflight")
 
-    def __init__(self, ref: pykka.ActorRef[Any], routes: Routes, now: float) -> None:
+    def __init__(self, ref: ActorRef[Any], routes: Routes, now: float) -> None:
         self.ref = ref
         self.routes = routes
         self.last_used = now
@@ -87,7 +87,7 @@ class CharacterRegistry:
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         # name -> the supervisor of a stopping instance. A character is not activated
         # again until its previous instance has flushed and released its files.
-        self._stopping: dict[str, pykka.ActorRef[Any]] = {}
+        self._stopping: dict[str, ActorRef[Any]] = {}
         # name -> event set when a hold (an import writing the character's files) ends.
         self._held: dict[str, threading.Event] = {}
         # name -> requests waiting for a hold to end: a new hold lets them in first.
@@ -141,7 +141,7 @@ class CharacterRegistry:
         self._arm_sweep()
         return entry
 
-    def _forget_when_stopped(self, name: str, ref: pykka.ActorRef[Any]) -> None:
+    def _forget_when_stopped(self, name: str, ref: ActorRef[Any]) -> None:
         """Once the stopping instance has released its files, drop it from the stopping
         map: it holds the instance's whole state, which would otherwise stay in memory
         until the character's next activation."""
@@ -413,7 +413,7 @@ class CharacterRegistry:
         name, entry = victim
         try:
             # Non-blocking: the stop is queued behind the character's pending messages.
-            entry.ref.stop(block=False)
+            entry.ref.stop_later()
             with self._lock:
                 self._stopping[name] = entry.ref
             self._forget_when_stopped(name, entry.ref)
@@ -507,7 +507,7 @@ class CharacterRegistry:
             last = handled + len(self._children_of(name))  # the next barrier's own Flushes
         raise AskTimeout("the character to become quiet", timeout)
 
-    def _children_of(self, name: str) -> list[pykka.ActorRef[Any]]:
+    def _children_of(self, name: str) -> list[ActorRef[Any]]:
         with self._lock:
             entry = self._entries.get(name)
         return [] if entry is None else list(entry.routes.children.values())
@@ -523,7 +523,7 @@ class CharacterRegistry:
             if entry is not None:
                 # Registered as stopping first, so that a request arriving meanwhile waits
                 # for the old instance to close its files before a new one opens them.
-                entry.ref.stop(block=False)
+                entry.ref.stop_later()
                 self._stopping[name] = entry.ref
         if entry is not None:
             self._forget_when_stopped(name, entry.ref)
@@ -540,7 +540,7 @@ class CharacterRegistry:
             self._entries.clear()
         # Every character stops at once (the pool runs their flushes); then wait for all,
         # and for instances that were already stopping.
-        futures = [entry.ref.stop(block=False) for _name, entry in entries]
+        futures = [entry.ref.stop_later() for _name, entry in entries]
         with self._lock:
             stopping = list(self._stopping.values())
         deadline = time.monotonic() + timeout

@@ -258,6 +258,7 @@ class Runtime:
         if self.collector is not None:
             self.collector.stop()
         self.timers.stop()
+        self.services.deadlines.stop()
         self.release_root()
         self.pool.shutdown(wait=False)
         self.dispatcher.shutdown()

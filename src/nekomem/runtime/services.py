@@ -11,14 +11,15 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pykka
 
 from nekomem.config import Settings
 from nekomem.recall.pending import PendingCounter
 from nekomem.runtime.clock import Clock
-from nekomem.runtime.dispatch import Dispatcher
+from nekomem.runtime.deadlines import Deadlines
+from nekomem.runtime.dispatch import ActorRef, Dispatcher
 from nekomem.runtime.pool import ModelPool
 from nekomem.runtime.protocol import Deliver, fail_message
 from nekomem.runtime.reply import ActorFailure
@@ -101,6 +102,9 @@ class Services:
     counters: Counters = field(default_factory=Counters)
     storage: StorageHealth | None = None
     outbox: OutboxTally = field(default_factory=OutboxTally)
+    # Real-time deadlines of every character's waits on a model (a query's embedding, the
+    # re-ranker, the owners' first index): one thread, started on first use.
+    deadlines: Deadlines = field(default_factory=lambda: Deadlines("nekomem-recall-deadlines"))
     # The active-set bound after the open-file limit (runtime.fdlimit); 0: the setting's.
     max_active: int = 0
     # Cluster mode: the root under which a character's folder lives (its shard's folder).
@@ -116,8 +120,24 @@ class Services:
         return self.memory_root if self.character_root is None else self.character_root(name)
 
 
+class LoadCount:
+    """How many times each child layer of one activation has loaded (the context outlives
+    a crash or a renewal of a child: a second load is a restart)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loads: dict[str, int] = {}
+
+    def count(self, child: str) -> int:
+        """Count one more load of ``child``; returns how many there have been, this one included."""
+        with self._lock:
+            loads = self._loads.get(child, 0) + 1
+            self._loads[child] = loads
+            return loads
+
+
 class Teller(Protocol):
-    """Anything a message can be posted to without waiting (a pykka ActorRef)."""
+    """Anything a message can be posted to without waiting (an ActorRef)."""
 
     def tell(self, message: object) -> None: ...
 
@@ -131,9 +151,9 @@ class Routes:
     """
 
     def __init__(self) -> None:
-        self.children: dict[str, pykka.ActorRef[pykka.Actor]] = {}
+        self.children: dict[str, ActorRef[Any]] = {}
 
-    def live(self, child: str) -> pykka.ActorRef[pykka.Actor] | None:
+    def live(self, child: str) -> ActorRef[Any] | None:
         ref = self.children.get(child)
         return ref if ref is not None and ref.is_alive() else None
 
@@ -148,6 +168,7 @@ class CharacterContext:
     journal: SharedJournal
     supervisor: Teller  # the supervisor: a child's crash report and messages for a dead child go there
     routes: Routes = field(default_factory=Routes)
+    loads: LoadCount = field(default_factory=LoadCount)
 
     @property
     def settings(self) -> Settings:
@@ -171,10 +192,3 @@ class CharacterContext:
             self.supervisor.tell(Deliver(child=child, message=message))
         except pykka.ActorDeadError:
             fail_message(message, ActorFailure("character_stopped", "the character was stopped", 503))
-
-    def submit_model_job(self, child: str, job: Callable[[], object], wrap: Callable[[object, BaseException | None], object]) -> None:
-        """Run ``job`` on the model pool; its outcome comes back to ``child`` as ``wrap(result, error)``.
-
-        Raises nekomem.runtime.pool.PoolFull when the pool queue is at its limit.
-        """
-        self.services.pool.submit(self.name, job, lambda result, error: self.send(child, wrap(result, error)))

@@ -34,8 +34,7 @@ class DuplicateJudge:
 
     def __init__(self, ports: LayerPorts, store: FactStore) -> None:
         self.ports = ports
-        self.ctx = ports.ctx
-        self.s = ports.ctx.settings.longterm
+        self.s = ports.settings.longterm
         self.store = store
         self.queue: list[DedupPair] = []
         self.inflight = False
@@ -77,7 +76,7 @@ class DuplicateJudge:
         their cached vectors, same corpus and model only)."""
         facts = self.store.facts
         fact = facts.get(fid)
-        embeddings = self.ctx.services.embeddings
+        embeddings = self.ports.embeddings
         dim = embeddings.dim if embeddings is not None else None
         if fact is None or not isinstance(fact.embedding, str) or not dim:
             return
@@ -122,7 +121,7 @@ class DuplicateJudge:
         if self.inflight or not self.queue or not self.ports.powerful():
             return
         batch = fd.dedup_batch(self.queue, self.s)
-        if not batch or self.gate.blocked(self.ctx.clock.monotonic()):
+        if not batch or self.gate.blocked(self.ports.clock.monotonic()):
             return
         messages = prompts.judge_duplicates_messages(batch, **self.ports.names())
         token = self.ports.ask_model(
@@ -144,14 +143,14 @@ class DuplicateJudge:
         store = self.store
         if msg.error is not None:
             self.queue, _dropped = fd.record_dedup_failure(self.queue, batch, self.s)
-            self.gate.failed_at(self.ctx.clock.monotonic())
+            self.gate.failed_at(self.ports.clock.monotonic())
             return
         result = fd.apply_duplicate_decisions(list(store.facts.values()), self.queue, batch, msg.output, self.s)
         self.queue = list(result.queue)
         if result.decided:
-            self.gate.answered_at(self.ctx.clock.monotonic())
+            self.gate.answered_at(self.ports.clock.monotonic())
         else:  # no usable decision: counted as a failure of the batch
-            self.gate.failed_at(self.ctx.clock.monotonic())
+            self.gate.failed_at(self.ports.clock.monotonic())
         by_id = {f.id: f for f in result.facts}
         items: list[tuple[str, Mapping[str, object]]] = [("fact.deleted", {"id": i}) for i in result.removed_ids]
         items += [("fact.updated", {"fact": msgspec.to_builtins(by_id[i])}) for i in result.changed_ids if i in by_id]

@@ -54,8 +54,7 @@ class FactExtraction:
 
     def __init__(self, ports: LayerPorts, store: FactStore) -> None:
         self.ports = ports
-        self.ctx = ports.ctx
-        self.s = ports.ctx.settings.longterm
+        self.s = ports.settings.longterm
         self.store = store
         self.queue = ExtractionQueue(self.s)  # records waiting for path A
         self.backlog_ops: dict[str, int] = {}  # op_id -> last row, of fact-backlog batches
@@ -129,7 +128,7 @@ class FactExtraction:
 
     def maybe_extract(self) -> None:
         """Send the queued batch to the model when one is due and the gate is open."""
-        if self.inflight is not None or self.gate.blocked(self.ctx.clock.monotonic()):
+        if self.inflight is not None or self.gate.blocked(self.ports.clock.monotonic()):
             return
         trigger = self.queue.due(self.ports.now())
         if trigger is not None:
@@ -175,7 +174,7 @@ class FactExtraction:
             self.ports.log.info("an extraction job had forgotten turns; its answer is dropped and the rest extracted again")
             if msg.mode == "batch":
                 self.inflight = None
-                mono = self.ctx.clock.monotonic()
+                mono = self.ports.clock.monotonic()
                 if msg.error is not None:
                     self.gate.failed_at(mono)
                 else:
@@ -188,7 +187,7 @@ class FactExtraction:
             return False
         if msg.mode == "batch":
             self.inflight = None
-            mono = self.ctx.clock.monotonic()
+            mono = self.ports.clock.monotonic()
             if msg.error is not None:
                 delay = self.gate.failed_at(mono)
                 self.queue.put_back(ops, msg.trigger)
@@ -221,7 +220,7 @@ class FactExtraction:
         when nothing waits, one is in flight, or no model can run it."""
         if self.inflight is not None or not self.ports.model_available("extract_facts"):
             return None
-        return self.queue.wait_seconds(now, max(0.0, self.gate.not_before - self.ctx.clock.monotonic()))
+        return self.queue.wait_seconds(now, max(0.0, self.gate.not_before - self.ports.clock.monotonic()))
 
 
 def _row_range(payload: Mapping[str, object]) -> tuple[int, int] | None:

@@ -63,7 +63,7 @@ class FactsLayer:
 
     def __init__(self, ports: LayerPorts) -> None:
         self.ports = ports
-        self.s = ports.ctx.settings.longterm
+        self.s = ports.settings.longterm
         self.store = FactStore(ports)
         self.extraction = FactExtraction(ports, self.store)
         self.disclosure = SelfDisclosure(ports, self.store, self.extraction)
@@ -94,7 +94,7 @@ class FactsLayer:
         """Synthesis, the fact archive move, batch extraction when its trigger comes, the
         self-disclosure pass and duplicate judgments (at once for new pairs, else per
         idle-maintenance interval)."""
-        mono = self.ports.ctx.clock.monotonic()
+        mono = self.ports.clock.monotonic()
         now = self.ports.now()
         due = [self.synthesis.next_at, self.store.archive_due(mono, now)]
         wait = self.extraction.wait(now)

@@ -45,7 +45,7 @@ class ScopedFacts:
 
     def __init__(self, ports: LayerPorts, store: FactStore) -> None:
         self.ports = ports
-        self.s = ports.ctx.settings.longterm
+        self.s = ports.settings.longterm
         self.store = store
 
     def store_scoped(self, subject: Subject, items: Sequence[object], provenance: Mapping[str, str] | None = None) -> list[Fact]:

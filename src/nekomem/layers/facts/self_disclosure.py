@@ -46,8 +46,7 @@ class SelfDisclosure:
 
     def __init__(self, ports: LayerPorts, store: FactStore, extraction: FactExtraction) -> None:
         self.ports = ports
-        self.ctx = ports.ctx
-        self.s = ports.ctx.settings.longterm
+        self.s = ports.settings.longterm
         self.store = store
         self.extraction = extraction
         self.cursor = dl.DisclosureCursor()
@@ -61,7 +60,7 @@ class SelfDisclosure:
         """Read the persisted path-B cursor (a corrupt file is moved aside and read as
         empty: the next pass starts with the cold-start lookback); the pass state starts
         afresh. Raises OSError."""
-        raw, _status = read_json(self.ctx.paths.self_disclosure, type=dl.DisclosureCursor, default=None)
+        raw, _status = read_json(self.ports.paths.self_disclosure, type=dl.DisclosureCursor, default=None)
         self.cursor = raw if isinstance(raw, dl.DisclosureCursor) else dl.DisclosureCursor()
         self.wanted = False
         self.inflight = None
@@ -71,7 +70,7 @@ class SelfDisclosure:
 
     def _save(self, cursor: dl.DisclosureCursor) -> None:
         if cursor != self.cursor:
-            atomic_write_json(self.ctx.paths.self_disclosure, msgspec.to_builtins(cursor))
+            atomic_write_json(self.ports.paths.self_disclosure, msgspec.to_builtins(cursor))
             self.cursor = cursor
 
     def path_a_done(self, turns: list[Turn], batch: bool) -> None:
@@ -112,7 +111,7 @@ class SelfDisclosure:
 
     def maybe_disclose(self) -> None:
         """Start a pass when one is due and its gate is open. Raises OSError."""
-        mono = self.ctx.clock.monotonic()
+        mono = self.ports.clock.monotonic()
         wait = self.wait(self.ports.now(), mono)
         if wait is None or wait > mono or self.gate.blocked(mono):
             return
@@ -149,7 +148,7 @@ class SelfDisclosure:
         cursor = self.cursor
         if not dl.lagging(cursor) or cursor.seen_until is None:
             return None
-        path = self.ctx.paths.time_index_db
+        path = self.ports.paths.time_index_db
         if not path.exists():
             return None
         start, after_row = dl.window_start(cursor, self.s)
@@ -163,7 +162,7 @@ class SelfDisclosure:
         back off (giving the window up after too many failures). Raises OSError."""
         self.inflight = None
         window = msg.window
-        mono = self.ctx.clock.monotonic()
+        mono = self.ports.clock.monotonic()
         if msg.error is not None:
             delay = self.gate.failed_at(mono)
             failures = self.cursor.failures + 1

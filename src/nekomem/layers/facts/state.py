@@ -79,8 +79,7 @@ class FactStore:
 
     def __init__(self, ports: LayerPorts) -> None:
         self.ports = ports
-        self.ctx = ports.ctx
-        self.s = ports.ctx.settings.longterm
+        self.s = ports.settings.longterm
         self.views = JournaledViews(ports, FACTS, self)
         self.facts: dict[str, Fact] = {}
         self.archive: dict[str, Fact] = {}
@@ -95,7 +94,7 @@ class FactStore:
         aside and the view is rewritten once without them). Raises OSError."""
         self.facts = {}
         self.archive = {}
-        for path, target in ((self.ctx.paths.facts, self.facts), (self.ctx.paths.facts_archive, self.archive)):
+        for path, target in ((self.ports.paths.facts, self.facts), (self.ports.paths.facts_archive, self.archive)):
             facts, rejected = read_records(path, self.fact_from, "facts", on_corrupt=self.views.note_corrupt, fast=(Fact, self.clipped))
             for fact in facts:
                 target[fact.id] = fact
@@ -106,12 +105,12 @@ class FactStore:
 
     def clipped(self, fact: Fact) -> Fact:
         """``fact`` within the server's opaque-field bounds."""
-        server = self.ctx.settings.server
+        server = self.ports.settings.server
         return clipped_fact(fact, server.opaque_max_depth, server.opaque_max_bytes)
 
     def fact_from(self, obj: object) -> Fact:
         """A Fact from its stored form, within the server's opaque-field bounds."""
-        server = self.ctx.settings.server
+        server = self.ports.settings.server
         return fact_from(obj, server.opaque_max_depth, server.opaque_max_bytes)
 
     def after_load(self) -> None:
@@ -139,8 +138,8 @@ class FactStore:
 
     def write_views(self) -> None:
         """Write both views atomically. Raises OSError."""
-        atomic_write_json(self.ctx.paths.facts, list(self.facts.values()))
-        atomic_write_json(self.ctx.paths.facts_archive, list(self.archive.values()))
+        atomic_write_json(self.ports.paths.facts, list(self.facts.values()))
+        atomic_write_json(self.ports.paths.facts_archive, list(self.archive.values()))
 
     def apply_event(self, event: Event) -> None:
         """Apply one ``fact.*`` event (idempotent)."""
@@ -183,7 +182,7 @@ class FactStore:
         items += [("fact.updated", {"fact": msgspec.to_builtins(f)}) for f in outcome.upgraded]
         self.record_many(items)
         changed = outcome.accepted + outcome.upgraded
-        embeddings = self.ctx.services.embeddings
+        embeddings = self.ports.embeddings
         if embeddings is not None and embeddings.state != "disabled":
             # Checked for paraphrases once RecallActor has computed their vectors.
             self.awaiting_vectors.update(f.id for f in outcome.accepted)

@@ -22,19 +22,18 @@ class SynthesisPicker:
 
     def __init__(self, ports: LayerPorts, store: FactStore) -> None:
         self.ports = ports
-        self.ctx = ports.ctx
-        self.s = ports.ctx.settings.longterm
+        self.s = ports.settings.longterm
         self.store = store
         self.pending: dict[str, Pending] = {}  # RankedIds tag -> the batch asking
         # Tags stay unique over the reloads of one instance (an answer to a batch of
         # before a reload is then dropped, not taken for a newer one).
         self.seq = 0
-        self.next_at = self.ctx.clock.monotonic() + self.s.reflection_synthesis_initial_delay_seconds
+        self.next_at = self.ports.clock.monotonic() + self.s.reflection_synthesis_initial_delay_seconds
 
     def reset(self) -> None:
         """Forget the waiting batches; the first periodic pass waits the initial delay."""
         self.pending = {}
-        self.next_at = self.ctx.clock.monotonic() + self.s.reflection_synthesis_initial_delay_seconds
+        self.next_at = self.ports.clock.monotonic() + self.s.reflection_synthesis_initial_delay_seconds
 
     def tick(self, monotonic: float) -> None:
         """Start the periodic pass when its time has come."""

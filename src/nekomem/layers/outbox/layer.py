@@ -70,44 +70,29 @@ class OutboxLayer:
 
     def __init__(self, ports: LayerPorts) -> None:
         self.ports = ports
-        self.ctx = ports.ctx
         self.log = ports.log
         self._reset()
 
     def _reset(self) -> None:
-        self.settings = self.ctx.settings.runtime
-        self.outbox = Outbox(self.ctx.paths.outbox)
-        # op_id -> (type, payload, attempts)
-        self.pending: dict[str, tuple[str, Mapping[str, object], int]] = {}
-        self.running: set[str] = set()
-        self.parked: set[str] = set()  # pending, held in a handler's batch
-        self.retry_at: dict[str, float] = {}
-        self.done_count = 0
-        self.dead_count = 0
-        # The time-index row ranges of the post-turn records in the file (finished ones
-        # too): RecentActor re-enqueues the rows after its cursor at load, and a range
-        # already recorded must not run twice. Compaction drops finished records, so
-        # everything up to the highest row seen is then taken as recorded.
-        self.rows_known: set[tuple[int, int]] = set()
-        self.rows_floor = 0
-        self.unsynced: list[OutboxAck] = []  # acknowledgements waiting for the group fsync
-        self.held_ops: set[str] = set()  # unfinished records whose pending line was held
-        self.sync_due: float | None = None  # time.monotonic() of that fsync
-        self.fresh_turns: dict[str, list[Turn]] = {}  # op_id -> Enqueue.turns, until its first run
+        self.settings = self.ports.settings.runtime
+        self.outbox = Outbox(self.ports.paths.outbox)
+        self.records = OutboxRecords()
+        self.rows = RecordedRows()
+        self.group = GroupCommit(self.ports, self.outbox, self.settings.outbox_sync_seconds)
 
     def load(self) -> None:
         self._reset()
         for record in self.outbox.records():
             rows = _rows(record.payload)
             if rows is not None:
-                self.rows_known.add(rows)
+                self.rows.known.add(rows)
         if self.outbox.line_count >= self.settings.outbox_compact_lines and not self.outbox.pending():
-            self.rows_floor = max((last for _first, last in self.rows_known), default=0)
+            self.rows.floor = max((last for _first, last in self.rows.known), default=0)
             self.outbox.compact()
         for record in self.outbox.pending():
-            self.pending[record.op_id] = (record.type, record.payload, record.attempts)
-        if self.pending:
-            self.log.info("replaying %d pending outbox records", len(self.pending))
+            self.records.pending[record.op_id] = (record.type, record.payload, record.attempts)
+        if self.records.pending:
+            self.log.info("replaying %d pending outbox records", len(self.records.pending))
         self._dispatch_ready()
 
     @handles(Enqueue)
@@ -116,57 +101,40 @@ class OutboxLayer:
         ack = msg.reply_value if isinstance(msg.reply_value, OutboxAck) else None
         # Nobody waits for a /cache turn's record (write_id 0): it joins the group fsync.
         lazy = msg.reply is None and ack is not None and ack.write_id == 0 and self.settings.outbox_sync_seconds > 0
-        if msg.replay and rows is not None and (rows in self.rows_known or rows[1] <= self.rows_floor):
+        if msg.replay and rows is not None and (rows in self.rows.known or rows[1] <= self.rows.floor):
             self.log.info("outbox already holds a record of these rows; not added again")
             if not lazy:
-                self._sync()
+                self.group.sync()
         else:
             # A record enqueued again at load (replay) is written at once, unsynced: recovery
             # is over only once the file covers every stored row again.
             held = lazy and not msg.replay
-            op_id = self.outbox.add(msg.op_type, msg.payload, iso(self.ctx.clock.now()), durable=not lazy, defer=held)
-            self.pending[op_id] = (msg.op_type, msg.payload, 0)
+            op_id = self.outbox.add(msg.op_type, msg.payload, iso(self.ports.clock.now()), durable=not lazy, defer=held)
+            self.records.pending[op_id] = (msg.op_type, msg.payload, 0)
             if msg.turns is not None:
-                self.fresh_turns[op_id] = msg.turns
+                self.records.fresh_turns[op_id] = msg.turns
             if held:
-                self.held_ops.add(op_id)
+                self.group.held_ops.add(op_id)
             if rows is not None:
-                self.rows_known.add(rows)
+                self.rows.known.add(rows)
             if not lazy:
-                self._release_synced()  # that fsync covered the lines appended before it
+                self.group.release()  # that fsync covered the lines appended before it
         if msg.reply is not None:
             msg.reply.ok(msg.reply_value)
         elif ack is not None and lazy:
-            self.unsynced.append(ack)
-            self._sync_later()
+            self.group.unsynced.append(ack)
+            self.group.later()
         elif ack is not None:
             # An acknowledgement message for the sender (process/renew/settle barrier).
             self.ports.send(RECENT, ack)
         self._dispatch_ready()
 
-    def _sync_later(self) -> None:
-        if self.sync_due is None:
-            self.sync_due = time.monotonic() + self.settings.outbox_sync_seconds
-
-    def _sync(self) -> None:
-        """Write the held lines and fsync outbox.ndjson when lines wait for it, then
-        acknowledge their records."""
-        if self.unsynced or self.sync_due is not None or self.outbox.held:
-            self.outbox.sync()
-            self._release_synced()
-
-    def _release_synced(self) -> None:
-        """Every appended line is durable: acknowledge the records that waited for it."""
-        acks, self.unsynced, self.sync_due = self.unsynced, [], None
-        if acks:
-            self.ports.send(RECENT, OutboxAcks(acks=acks))
-
     def _dispatch_ready(self) -> None:
-        now = self.ctx.clock.monotonic()
-        for op_id, (op_type, payload, attempts) in list(self.pending.items()):
-            if op_id in self.running or op_id in self.parked or self.retry_at.get(op_id, 0.0) > now:
+        now = self.ports.clock.monotonic()
+        for op_id, (op_type, payload, attempts) in list(self.records.pending.items()):
+            if op_id in self.records.running or op_id in self.records.parked or self.records.retry_at.get(op_id, 0.0) > now:
                 continue
-            if len(self.running) >= self.settings.replay_concurrency:
+            if len(self.records.running) >= self.settings.replay_concurrency:
                 break
             if attempts >= self.settings.outbox_max_attempts:
                 self._dead_letter(op_id, "attempts exhausted")
@@ -175,14 +143,14 @@ class OutboxLayer:
             if child is None:
                 self._dead_letter(op_id, f"no handler for {op_type}")
                 continue
-            self.running.add(op_id)
-            turns = self.fresh_turns.pop(op_id, None)
+            self.records.running.add(op_id)
+            turns = self.records.fresh_turns.pop(op_id, None)
             self.ports.send(child, RunOp(op_id=op_id, op_type=op_type, payload=payload, attempt=attempts + 1, turns=turns))
-        self.ctx.services.outbox.set_pending(self.ctx.name, len(self.pending))
+        self.ports.outbox_tally.set_pending(self.ports.character, len(self.records.pending))
 
     def close(self) -> None:
         # A stopped character's pending records wait on disk; the gauge counts live ones.
-        self.ctx.services.outbox.set_pending(self.ctx.name, 0)
+        self.ports.outbox_tally.set_pending(self.ports.character, 0)
         if self.outbox.held:
             # Reached without a flush only after a crash: keep what can be kept.
             try:
@@ -191,56 +159,60 @@ class OutboxLayer:
                 self.log.warning("held outbox lines not written at close; the cursor re-enqueues their rows at the next load")
 
     def _dead_letter(self, op_id: str, why: str) -> None:
-        entry = self.pending.get(op_id)
+        entry = self.records.pending.get(op_id)
         backlog = backlog_last_row(entry[1]) if entry is not None else None
         if backlog is not None:
             # A fact-backlog batch given up: recent hands out the next one (else it waits
             # for this one until the next start).
             self.ports.send(RECENT, BacklogMined(row=backlog))
-        self.outbox.done(op_id, iso(self.ctx.clock.now()), dead=True)
-        self.fresh_turns.pop(op_id, None)
-        self.held_ops.discard(op_id)
-        self.pending.pop(op_id, None)
-        self.retry_at.pop(op_id, None)
-        self.dead_count += 1
-        self.ctx.services.outbox.dead_lettered()
+        self.outbox.done(op_id, iso(self.ports.clock.now()), dead=True)
+        self.records.fresh_turns.pop(op_id, None)
+        self.group.held_ops.discard(op_id)
+        self.records.pending.pop(op_id, None)
+        self.records.retry_at.pop(op_id, None)
+        self.records.dead_count += 1
+        self.ports.outbox_tally.dead_lettered()
         self.log.warning("outbox record dead-lettered: %s", why)
 
     @handles(OpParked)
     def on_OpParked(self, msg: OpParked) -> None:
-        if msg.op_id in self.running and msg.op_id in self.pending:
-            self.running.discard(msg.op_id)
-            self.parked.add(msg.op_id)
+        if msg.op_id in self.records.running and msg.op_id in self.records.pending:
+            self.records.running.discard(msg.op_id)
+            self.records.parked.add(msg.op_id)
             self._dispatch_ready()
 
     @handles(ReclaimParked)
     def on_ReclaimParked(self, msg: ReclaimParked) -> None:
-        lost = [op_id for op_id in self.parked if op_id in self.pending and outbox_handlers().get(self.pending[op_id][0]) == msg.child]
+        lost = [
+            op_id
+            for op_id in self.records.parked
+            if op_id in self.records.pending and outbox_handlers().get(self.records.pending[op_id][0]) == msg.child
+        ]
         if lost:
-            self.parked.difference_update(lost)
+            self.records.parked.difference_update(lost)
             self.log.info("%d parked outbox records go back to a restarted %s actor", len(lost), msg.child)
             self._dispatch_ready()
 
     @handles(OpFinished)
     def on_OpFinished(self, msg: OpFinished) -> None:
-        self.running.discard(msg.op_id)
-        self.parked.discard(msg.op_id)
-        entry = self.pending.get(msg.op_id)
+        self.records.running.discard(msg.op_id)
+        self.records.parked.discard(msg.op_id)
+        entry = self.records.pending.get(msg.op_id)
         if entry is None:
             return  # a duplicate report; the record is already finished
         if msg.ok:
             self._finish(msg.op_id)
         else:
-            now_iso = iso(self.ctx.clock.now())
+            now_iso = iso(self.ports.clock.now())
             op_type, payload, attempts = entry
             self.outbox.attempt(msg.op_id, msg.error[:500], now_iso)
             attempts += 1
             if not msg.retry or attempts >= self.settings.outbox_max_attempts:
                 self._dead_letter(msg.op_id, "handler failed")
             else:
-                self.pending[msg.op_id] = (op_type, payload, attempts)
+                self.records.pending[msg.op_id] = (op_type, payload, attempts)
                 delay = backoff_delay(self.settings.outbox_retry_delay_seconds, attempts, self.settings.outbox_retry_max_delay_seconds)
-                self.retry_at[msg.op_id] = self.ctx.clock.monotonic() + delay
+                self.records.retry_at[msg.op_id] = self.ports.clock.monotonic() + delay
         self._dispatch_ready()
 
     def _finish(self, op_id: str) -> None:
@@ -249,49 +221,49 @@ class OutboxLayer:
         before (one message per group; the cursor is stored with the next turn anyway).
         Otherwise a done line, not fsync'd: handlers are idempotent, so one lost to a power
         loss costs one more run; the done line of a held record joins the next group write."""
-        held = op_id in self.held_ops
+        held = op_id in self.group.held_ops
         if not (held and self.outbox.drop_held(op_id)):
-            self.outbox.done(op_id, iso(self.ctx.clock.now()), durable=False, defer=held)
+            self.outbox.done(op_id, iso(self.ports.clock.now()), durable=False, defer=held)
             if held:
-                self._sync_later()
-        self.pending.pop(op_id, None)
-        self.retry_at.pop(op_id, None)
-        self.held_ops.discard(op_id)
-        self.done_count += 1
+                self.group.later()
+        self.records.pending.pop(op_id, None)
+        self.records.retry_at.pop(op_id, None)
+        self.group.held_ops.discard(op_id)
+        self.records.done_count += 1
 
     def due_at(self) -> float | None:
         """The earliest retry of a failed record (others are sent as soon as a slot frees)."""
-        waiting = [at for op_id, at in self.retry_at.items() if op_id in self.pending and op_id not in self.running]
+        waiting = [at for op_id, at in self.records.retry_at.items() if op_id in self.records.pending and op_id not in self.records.running]
         return min(waiting) if waiting else None
 
     def real_due_at(self) -> float | None:
         """The group fsync of the records appended without one."""
-        return self.sync_due
+        return self.group.sync_due
 
     @handles(Tick)
     def on_Tick(self, msg: Tick) -> None:
-        if self.sync_due is not None and time.monotonic() >= self.sync_due:
-            self._sync()
-        if self.pending:
+        if self.group.sync_due is not None and time.monotonic() >= self.group.sync_due:
+            self.group.sync()
+        if self.records.pending:
             self._dispatch_ready()
 
     def flush(self) -> None:
         """The group fsync now (on Flush and at stop)."""
-        self._sync()
+        self.group.sync()
 
     @handles(ScrubTexts)
     def on_ScrubTexts(self, msg: ScrubTexts) -> None:
         """An erasure: the erased texts go from the file (held lines are written first, so
         none escapes) and from the records kept in memory."""
-        self._sync()
+        self.group.sync()
         changed = self.outbox.scrub(msg.texts)
         gone = {t.strip() for t in msg.texts}
-        for op_id, (op_type, payload, attempts) in list(self.pending.items()):
+        for op_id, (op_type, payload, attempts) in list(self.records.pending.items()):
             scrubbed, hit = scrub_value(payload, msg.texts)
             if hit:
-                self.pending[op_id] = (op_type, scrubbed if isinstance(scrubbed, dict) else {}, attempts)
-        for op_id, turns in list(self.fresh_turns.items()):
-            self.fresh_turns[op_id] = [t for t in turns if t.text.strip() not in gone]
+                self.records.pending[op_id] = (op_type, scrubbed if isinstance(scrubbed, dict) else {}, attempts)
+        for op_id, turns in list(self.records.fresh_turns.items()):
+            self.records.fresh_turns[op_id] = [t for t in turns if t.text.strip() not in gone]
         if changed:
             self.log.info("erasure: %d outbox records scrubbed", changed)
         if msg.reply is not None:
@@ -303,13 +275,71 @@ class OutboxLayer:
             return
         msg.reply.ok(
             {
-                "pending": len(self.pending),
-                "running": len(self.running),
-                "parked": len(self.parked),
-                "done": self.done_count,
-                "dead": self.dead_count,
+                "pending": len(self.records.pending),
+                "running": len(self.records.running),
+                "parked": len(self.records.parked),
+                "done": self.records.done_count,
+                "dead": self.records.dead_count,
             }
         )
+
+
+class OutboxRecords:
+    """The records in memory: each pending one's (type, payload, attempts), those running
+    or parked in a handler's batch, their retry times, a fresh record's turns until its
+    first run, and how many finished or were dead-lettered since the load."""
+
+    def __init__(self) -> None:
+        # op_id -> (type, payload, attempts)
+        self.pending: dict[str, tuple[str, Mapping[str, object], int]] = {}
+        self.running: set[str] = set()
+        self.parked: set[str] = set()  # pending, held in a handler's batch
+        self.retry_at: dict[str, float] = {}
+        self.fresh_turns: dict[str, list[Turn]] = {}  # op_id -> Enqueue.turns, until its first run
+        self.done_count = 0
+        self.dead_count = 0
+
+
+class RecordedRows:
+    """The time-index row ranges of the post-turn records in the file (finished ones
+    too): RecentActor re-enqueues the rows after its cursor at load, and a range already
+    recorded must not run twice. Compaction drops finished records, so everything up to
+    the highest row seen (``floor``) is then taken as recorded."""
+
+    def __init__(self) -> None:
+        self.known: set[tuple[int, int]] = set()
+        self.floor = 0
+
+
+class GroupCommit:
+    """The group fsync of outbox.ndjson: the acknowledgements waiting for it, the
+    unfinished records whose pending line is held, and when it is due."""
+
+    def __init__(self, ports: LayerPorts, outbox: Outbox, sync_seconds: float) -> None:
+        self.ports = ports
+        self.outbox = outbox
+        self.sync_seconds = sync_seconds
+        self.unsynced: list[OutboxAck] = []  # acknowledgements waiting for the group fsync
+        self.held_ops: set[str] = set()  # unfinished records whose pending line was held
+        self.sync_due: float | None = None  # time.monotonic() of that fsync
+
+    def later(self) -> None:
+        """Arm the group fsync (if it is not armed yet)."""
+        if self.sync_due is None:
+            self.sync_due = time.monotonic() + self.sync_seconds
+
+    def sync(self) -> None:
+        """Write the held lines and fsync outbox.ndjson when lines wait for it, then
+        acknowledge their records."""
+        if self.unsynced or self.sync_due is not None or self.outbox.held:
+            self.outbox.sync()
+            self.release()
+
+    def release(self) -> None:
+        """Every appended line is durable: acknowledge the records that waited for it."""
+        acks, self.unsynced, self.sync_due = self.unsynced, [], None
+        if acks:
+            self.ports.send(RECENT, OutboxAcks(acks=acks))
 
 
 def _rows(payload: Mapping[str, object]) -> tuple[int, int] | None:

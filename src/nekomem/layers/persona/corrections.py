@@ -53,7 +53,7 @@ class CorrectionQueue:
         in flight, the queue is empty, powerful memory is off or the gate is closed."""
         if self.inflight or not self.store.corrections or not self.ports.powerful():
             return
-        if self.gate.blocked(self.ports.ctx.clock.monotonic()):
+        if self.gate.blocked(self.ports.clock.monotonic()):
             return
         batch = pl.correction_batch(self.store.corrections, self.s)
         if not batch:
@@ -76,7 +76,7 @@ class CorrectionQueue:
         self.inflight = False
         store = self.store
         item = msg.item
-        clock = self.ports.ctx.clock
+        clock = self.ports.clock
         outcome = (
             None
             if msg.error is not None

@@ -69,7 +69,6 @@ class PersonaLayer:
 
     def __init__(self, ports: LayerPorts) -> None:
         self.ports = ports
-        self.ctx = ports.ctx
         self.log = ports.log
         self.store = PersonaStore(ports)
         self.views = self.store.views
@@ -84,7 +83,7 @@ class PersonaLayer:
     def load(self) -> None:
         """Read the views and replay the journal, then sync the card entries. Raises
         OSError (or the store's decode errors)."""
-        mono = self.ctx.clock.monotonic()
+        mono = self.ports.clock.monotonic()
         self.corrections.reset(mono)
         self.next_sweep = mono + self.s.evidence_archive_sweep_initial_delay_seconds
         self.views.load()
@@ -125,8 +124,8 @@ class PersonaLayer:
         reference does on every persona load: the character's card and the master's
         profile, card fields at the head, changed texts rewritten, removed fields dropped.
         Nothing happens without a cards file, or when it cannot be read."""
-        cards = self.ctx.services.cards
-        parts = cards.parts(self.ctx.name) if cards is not None else None
+        cards = self.ports.cards
+        parts = cards.parts(self.ports.character) if cards is not None else None
         if not parts:
             return
         new = pl.sync_card(self.store.persona, parts, self.s, self.ports.now())
@@ -303,7 +302,7 @@ class PersonaLayer:
         _entity, entry = self._found(msg.id)
         self.views.record("persona.entry_deleted", {"id": msg.id})
         self.store.forget_corrections_of([entry.text])
-        self.views.erase([msg.id], [entry.text], self.ctx.paths.persona_archive_dir, msg.reply, {"deleted": msg.id})
+        self.views.erase([msg.id], [entry.text], self.ports.paths.persona_archive_dir, msg.reply, {"deleted": msg.id})
 
 
 def _answer(msg: Message, value: object) -> None:

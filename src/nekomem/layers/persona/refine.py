@@ -15,7 +15,6 @@ from nekomem.domain import refine as rf
 from nekomem.domain.persona.refinement import cluster_changed, missing_vectors, persona_clusters, with_vectors
 from nekomem.layers.persona.state import PersonaStore
 from nekomem.models.embeddings import EmbeddingService
-from nekomem.runtime.pool import PoolFull
 
 
 class RefineVectorsDone(ModelResult, frozen=True):
@@ -44,7 +43,7 @@ class PersonaRefinement:
     def due_at(self) -> float | None:
         """The next pass, unless one is still running."""
         if self.next_at is None:
-            self.next_at = self.ports.ctx.clock.monotonic() + self.s.longterm_refine_persona_initial_delay_seconds
+            self.next_at = self.ports.clock.monotonic() + self.s.longterm_refine_persona_initial_delay_seconds
         if self.inflight or self.embedding:
             return None
         return self.next_at
@@ -61,7 +60,7 @@ class PersonaRefinement:
     def _service(self) -> EmbeddingService | None:
         """The embedding service when it is ready; None (logged once at INFO when it is
         absent or disabled) otherwise."""
-        emb = self.ports.ctx.services.embeddings
+        emb = self.ports.embeddings
         if emb is not None and emb.is_ready and emb.model_id and emb.dim:
             return emb
         if (emb is None or emb.state == "disabled") and not self.off_noted:
@@ -92,9 +91,7 @@ class PersonaRefinement:
                 token=0, output=result, error=None if error is None else repr(error), items=missing, model=model, dim=dim
             )
 
-        try:
-            self.ports.ctx.submit_model_job(self.ports.child, job, wrap)
-        except PoolFull:
+        if not self.ports.run_job(job, wrap):
             return 0
         self.embedding = True
         return 0

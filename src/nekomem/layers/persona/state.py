@@ -47,8 +47,7 @@ class PersonaStore:
 
     def __init__(self, ports: LayerPorts) -> None:
         self.ports = ports
-        self.ctx = ports.ctx
-        self.s = ports.ctx.settings.longterm
+        self.s = ports.settings.longterm
         self.views = JournaledViews(ports, PERSONA, self)
         self.persona: Persona = {}
         self.corrections: list[Correction] = []
@@ -59,23 +58,23 @@ class PersonaStore:
         """Read persona.json and persona_corrections.json; entries that cannot be read are
         kept aside (and the views rewritten once without them). Raises OSError, and
         ValueError for a tokenizer encoding nekomem does not know."""
-        self.counter: TokenCounter = get_counter(self.ctx.settings.recent.recent_tokenizer_encoding)
-        raw = self.views.read_view(self.ctx.paths.persona, default={})
+        self.counter: TokenCounter = get_counter(self.ports.settings.recent.recent_tokenizer_encoding)
+        raw = self.views.read_view(self.ports.paths.persona, default={})
         rejected: list[object] = []
         self.persona = pl.ensure_sections(persona_from_disk(raw, rejected))
         if rejected:
-            keep_rejected(self.ctx.paths.persona, rejected, "persona entries")
+            keep_rejected(self.ports.paths.persona, rejected, "persona entries")
         self.corrections, rejected_corrections = read_records(
-            self.ctx.paths.persona_corrections, lambda item: msgspec.convert(item, Correction, strict=False), "corrections"
+            self.ports.paths.persona_corrections, lambda item: msgspec.convert(item, Correction, strict=False), "corrections"
         )
         self.views.changed(len(rejected) + rejected_corrections)  # rewrite the views once, without what was kept aside
         self.archived_pending = {}
 
     def write_views(self) -> None:
-        atomic_write_json(self.ctx.paths.persona, persona_to_disk(self.persona))
-        atomic_write_json(self.ctx.paths.persona_corrections, self.corrections)
+        atomic_write_json(self.ports.paths.persona, persona_to_disk(self.persona))
+        atomic_write_json(self.ports.paths.persona_corrections, self.corrections)
         for shard, entries in self.archived_pending.items():
-            path = self.ctx.paths.persona_archive_dir / shard
+            path = self.ports.paths.persona_archive_dir / shard
             existing, _ = read_json(path, default=[])
             existing = existing if isinstance(existing, list) else []
             known = {e.get("entry", {}).get("id") for e in existing if isinstance(e, dict)}
@@ -162,7 +161,7 @@ class PersonaStore:
         shard (journaled). Returns how many were archived and counted. Raises OSError."""
         result = pl.persona_archive_sweep(self.persona, now, self.s)
         if result.archived:
-            counts = shard_counts(self.ctx.paths.persona_archive_dir, self.archived_pending)
+            counts = shard_counts(self.ports.paths.persona_archive_dir, self.archived_pending)
             shards = assign_shards(counts, len(result.archived), now.date(), new_shard_suffix, self.s.evidence_archive_shard_max_entries)
             items = [
                 ("persona.entry_updated", {"entity": entity, "entry": msgspec.to_builtins(entry), "archive_shard": shard})

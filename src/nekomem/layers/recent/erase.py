@@ -61,10 +61,10 @@ def forget_turns(ports: LayerPorts, store: RecentStore, msg: ForgetTurns) -> Non
     # The window base in time_indexed.db held the erased turns too: its new value is in the
     # WAL now, and the old page goes when the WAL is copied back and truncated.
     tindex.scrub_wal()
-    scrub_ndjson_file(ports.ctx.paths.folder / EDITS_FILE, texts)
-    if ports.ctx.paths.neko_folder:
+    scrub_ndjson_file(ports.paths.folder / EDITS_FILE, texts)
+    if ports.paths.neko_folder:
         # The reference's copy of the journal held the turns too.
-        neko_folder.mirror_journal(ports.ctx.paths, ports.ctx.settings.importer.import_source_timezone)
+        neko_folder.mirror_journal(ports.paths, ports.settings.importer.import_source_timezone)
     ports.log.info("forgot %d stored turns", len(rows))
     answer = {"forgotten": len(rows), "rows": [r.id for r in rows]}
     # Through the fact actor (its extraction queue holds turns), which passes it on to the

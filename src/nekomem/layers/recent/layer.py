@@ -70,7 +70,6 @@ class RecentLayer:
 
     def __init__(self, ports: LayerPorts) -> None:
         self.ports = ports
-        self.ctx = ports.ctx
         self.log = ports.log
         self.store = RecentStore(ports)
         self.feed = PostTurnFeed(ports, self.store)
@@ -101,13 +100,13 @@ class RecentLayer:
         if self.store.is_open:
             self.feed.save_cursor()
             self.store.close()
-            paths = self.ports.ctx.paths
+            paths = self.ports.paths
             if paths.neko_folder:
                 # The reference reads its own time_indexed.db: written whole from nekomem's
                 # at every close (passivation, /release_character, /reload, shutdown). A
                 # failure leaves the previous copy and must not keep the character open.
                 try:
-                    neko_folder.mirror_journal(paths, self.ports.ctx.settings.importer.import_source_timezone)
+                    neko_folder.mirror_journal(paths, self.ports.settings.importer.import_source_timezone)
                 except (OSError, sqlite3.Error) as exc:
                     self.ports.log.warning("the reference's time_indexed.db was not rewritten: %s", type(exc).__name__)
 

@@ -44,8 +44,8 @@ class PostTurnFeed:
         """Read the backlog and post-turn cursors, enqueue again the work of the rows after
         the cursor and hand out the backlog's next batch. Raises OSError (a time-index
         write)."""
-        ctx = self.ports.ctx
-        self.backlog = FactBacklog(self.store.tindex, ctx.settings.longterm, ctx.services.backlog, ctx.name)
+        ports = self.ports
+        self.backlog = FactBacklog(self.store.tindex, ports.settings.longterm, ports.backlog, ports.character)
         self._replay()
         self.backlog.recount()  # replayed runs may span rows erased before a crash
         self.feed_backlog()

@@ -68,9 +68,8 @@ class RecentStore:
 
     def __init__(self, ports: LayerPorts) -> None:
         self.ports = ports
-        self.ctx = ports.ctx
         self.log = ports.log
-        self.settings: RecentSettings = ports.ctx.settings.recent
+        self.settings: RecentSettings = ports.settings.recent
         self.window: list[Turn] = []
         self.tokens: list[int] = []
         self.meta = RecentMeta()
@@ -79,7 +78,7 @@ class RecentStore:
         self.watch: RecentWatch
         self._tindex: TimeIndex | None = None
         # The rows each edited window item came from (a forget matches edited items by them).
-        self.sources = WindowSources(ports.ctx.paths.folder)
+        self.sources = WindowSources(ports.paths.folder)
         self._encoded: ItemCache[bytes] = ItemCache(_encode_item)
         self._encoded_body = b""
         self._shown: ItemCache[str] = ItemCache(context.shown_text)
@@ -106,8 +105,8 @@ class RecentStore:
         self._encoded_body = b""
         self._shown = ItemCache(context.shown_text)
         self._bound_known = None
-        paths = self.ctx.paths
-        self.settings = self.ctx.settings.recent
+        paths = self.ports.paths
+        self.settings = self.ports.settings.recent
         self.counter = get_counter(self.settings.recent_tokenizer_encoding)
         self.sources.load()
         window, status, unreadable = self._read_window(paths.recent)
@@ -161,7 +160,7 @@ class RecentStore:
         (see :mod:`nekomem.stores.timeindex_check`); the damage is reported to /health.
         The window base was in the damaged file: the window is then rebuilt as for a folder
         without one (recent.json as it is, or the salvaged rows when it is unreadable)."""
-        found = timeindex_check.check_journal(self.ctx.paths.time_index_db, self.meta.journal_row or 0)
+        found = timeindex_check.check_journal(self.ports.paths.time_index_db, self.meta.journal_row or 0)
         if found is None:
             return
         damage, rows = found
@@ -169,9 +168,9 @@ class RecentStore:
         # Salvaged rows had their post-turn work done or recorded before the damage.
         self.tindex.restore_rows(rows, cursors={POST_TURN_CURSOR: top})
         self.meta.journal_row = min(self.meta.journal_row or 0, top)
-        storage = self.ctx.services.storage
+        storage = self.ports.storage
         if storage is not None:
-            storage.damaged(self.ctx.name, damage.describe())
+            storage.damaged(self.ports.character, damage.describe())
 
     def _rebuild_window(self, found: list[Turn] | None) -> tuple[list[Turn], bool]:
         """The window at load (see :mod:`nekomem.domain.window_rebuild`) from the window
@@ -337,11 +336,11 @@ class RecentStore:
             # The swap file goes first, so the folder fsync of the write makes its removal
             # durable too (after a deletion no older window may come back with a power loss).
             data = self._window_bytes()
-            drop_swap(self.ctx.paths.recent)
-            written = atomic_write_bytes(self.ctx.paths.recent, data)
+            drop_swap(self.ports.paths.recent)
+            written = atomic_write_bytes(self.ports.paths.recent, data)
             self.tindex.set_window_base(data)
         else:
-            written = swap_write_bytes(self.ctx.paths.recent, self._window_bytes())
+            written = swap_write_bytes(self.ports.paths.recent, self._window_bytes())
         self.watch.remember(written)
 
     def _window_bytes(self) -> bytes:
@@ -367,14 +366,14 @@ class RecentStore:
         ``keep_ours``, only journal it before it is overwritten); True when it was changed."""
         if not self.watch.changed():
             return False
-        raw, status = read_json(self.ctx.paths.recent, default=[])
+        raw, status = read_json(self.ports.paths.recent, default=[])
         items = raw if status == "ok" and isinstance(raw, list) else []
         ours = [t.to_disk() for t in self.window]
         if keep_ours or status != "ok" or not isinstance(raw, list):
-            journal_adoption(self.ctx.paths.folder, iso(self.ctx.clock.now()), items, ours, reason + ":kept")
+            journal_adoption(self.ports.paths.folder, iso(self.ports.clock.now()), items, ours, reason + ":kept")
             self.watch.remember()
             return True
-        journal_adoption(self.ctx.paths.folder, iso(self.ctx.clock.now()), ours, items, reason)
+        journal_adoption(self.ports.paths.folder, iso(self.ports.clock.now()), ours, items, reason)
         self.window = [t for t in (from_disk(item) for item in items) if t is not None]
         self.tokens = [self.counter.count(t.text) for t in self.window]
         self.watch.remember()
@@ -383,4 +382,4 @@ class RecentStore:
         return True
 
     def save_meta(self, *, durable: bool = True) -> None:
-        atomic_write_json(self.ctx.paths.recent_meta, self.meta, durable=durable)
+        atomic_write_json(self.ports.paths.recent_meta, self.meta, durable=durable)

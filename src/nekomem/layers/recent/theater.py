@@ -28,19 +28,18 @@ class RecentTheater:
 
     def __init__(self, ports: LayerPorts, store: RecentStore) -> None:
         self.ports = ports
-        self.ctx = ports.ctx
         self.log = ports.log
         self.store = store
 
     def _marks(self) -> TheaterMarks:
         s = self.store.settings
-        return TheaterMarks(self.ctx.paths.folder, ttl_seconds=s.theater_tombstone_ttl_seconds, max_entries=s.theater_tombstones_max)
+        return TheaterMarks(self.ports.paths.folder, ttl_seconds=s.theater_tombstone_ttl_seconds, max_entries=s.theater_tombstones_max)
 
     def _reindex_theater(self, window: Sequence[Turn]) -> tuple[int, int]:
         """Rebuild the journal's theater rows from ``window``; (rows removed, rows stored)."""
         events = [
             (session_id, [(turn, theater.stored_performed_at(turn)) for turn in turns])
-            for session_id, turns in theater.journal_events(self.ctx.name, window)
+            for session_id, turns in theater.journal_events(self.ports.character, window)
         ]
         return self.store.tindex.reconcile_theater(events, theater.THEATER_SOURCE)
 
@@ -67,7 +66,7 @@ class RecentTheater:
         store = self.store
         store.adopt_outside_edit("write")
         story_id = theater.episode_key(msg.turn)[0]
-        now = self.ctx.clock.now().timestamp()
+        now = self.ports.clock.now().timestamp()
         if self._marks().write_refused(story_id, msg.archive_request_id, msg.archive_attempt, msg.forget_marker, now):
             self.log.info("dropped a theater archive write the player had declined or forgotten")
             answer(msg.reply, {"status": "retracted", "count": 0})
@@ -88,7 +87,7 @@ class RecentTheater:
         store.adopt_outside_edit("write")
         # The tombstone first: a late archive of this story is dropped even when the rest
         # of this forget fails and is retried.
-        marker = self._marks().record_forget(msg.story_id, self.ctx.clock.now().timestamp())
+        marker = self._marks().record_forget(msg.story_id, self.ports.clock.now().timestamp())
         window = theater.without_story(store.window, msg.story_id)
         removed_recent = len(store.window) - len(window)
         removed_rows, _stored = self._commit_theater(window)
@@ -106,7 +105,7 @@ class RecentTheater:
                 through_revision=msg.through_revision,
                 request_id=msg.archive_request_id,
                 attempt=msg.archive_attempt,
-                now=self.ctx.clock.now().timestamp(),
+                now=self.ports.clock.now().timestamp(),
             )
         if not any(theater.matches_retraction(t, msg.story_id, msg.session_id, msg.through_revision) for t in store.window):
             answer(msg.reply, {"ok": True, "removed_recent": 0, "removed_time_index": 0})

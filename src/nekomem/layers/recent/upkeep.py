@@ -6,14 +6,13 @@ serving, and the result (a :class:`CompressDone` or :class:`ReviewDone`) is spli
 only if the window's head is still the snapshot it summarised (or reviewed). Neither
 job is a single model call with a plain result (compression may map-reduce over several
 ``summarize_recent`` calls; a review's failure must say whether the answer ran out of
-output tokens), so both go to the pool as jobs of their own rather than through
-:meth:`LayerPorts.ask_model`.
+output tokens), so both go to the pool as jobs of their own through
+:meth:`LayerPorts.run_job` rather than through :meth:`LayerPorts.ask_model`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from nekomem.actors.messages import CompressDone, ReviewDone
@@ -25,7 +24,6 @@ from nekomem.layers.recent.state import RecentStore
 from nekomem.models.llm import LLMTaskFailed
 from nekomem.models.tasks import ReviewRecentOutput, SummarizeRecentOutput
 from nekomem.runtime.clock import iso
-from nekomem.runtime.pool import PoolFull
 from nekomem.stores.window_sources import item_key
 
 
@@ -46,7 +44,6 @@ class WindowUpkeep:
 
     def __init__(self, ports: LayerPorts, store: RecentStore) -> None:
         self.ports = ports
-        self.ctx = ports.ctx
         self.log = ports.log
         self.store = store
         self._token = 0
@@ -66,13 +63,13 @@ class WindowUpkeep:
         self._compression = None
         self._review_token = None
         self._review_snapshot = None
-        self._last_activity = self.ctx.clock.monotonic()
+        self._last_activity = self.ports.clock.monotonic()
         self._next_compress_try = 0.0
         self._last_purge = 0.0
 
     def touch(self) -> None:
         """A write came in: the idle spell starts again."""
-        self._last_activity = self.ctx.clock.monotonic()
+        self._last_activity = self.ports.clock.monotonic()
 
     @property
     def settling(self) -> bool:
@@ -96,22 +93,13 @@ class WindowUpkeep:
         self._review_snapshot = None
         return cancelled
 
-    def _submit(self, job: Callable[[], object], done: Callable[[object, BaseException | None], object]) -> bool:
-        """Run ``job`` on the model pool, its outcome coming back as ``done(result, error)``;
-        False when the pool is full."""
-        try:
-            self.ctx.submit_model_job(self.ports.child, job, done)
-        except PoolFull:
-            return False
-        return True
-
     # -- compression -----------------------------------------------------------------
     def _llm_ready(self, tier: str) -> bool:
-        llm = self.ctx.services.llm
+        llm = self.ports.llm
         return llm is not None and llm.available(tier)
 
     def _start_compression(self, *, detailed: bool, settle: bool) -> bool:
-        llm = self.ctx.services.llm
+        llm = self.ports.llm
         if llm is None or not llm.available("summary"):
             return False
         store = self.store
@@ -125,7 +113,7 @@ class WindowUpkeep:
         stale_hours = self._stale_hours()
         settings = store.settings
         counter = store.counter
-        name = self.ctx.name
+        name = self.ports.character
 
         def summarize(messages: list[dict[str, str]]) -> str:
             output = llm.run("summarize_recent", messages)
@@ -141,7 +129,7 @@ class WindowUpkeep:
         def done(result: object, error: BaseException | None) -> CompressDone:
             return CompressDone(token=token, result=result, error=None if error is None else repr(error))
 
-        if not self._submit(job, done):
+        if not self.ports.run_job(job, done):
             return False
         self._compression = _Compression(token=token, snapshot=snapshot, settle=settle, started=time.monotonic())
         return True
@@ -154,7 +142,7 @@ class WindowUpkeep:
             then = parse_timestamp(anchor)
         except ValueError:
             return None
-        return max(0.0, (self.ctx.clock.now() - then).total_seconds() / 3600.0)
+        return max(0.0, (self.ports.clock.now() - then).total_seconds() / 3600.0)
 
     def compress_done(self, msg: CompressDone) -> bool:
         """Splice a compression's memo into the window (when its head is still the
@@ -165,7 +153,7 @@ class WindowUpkeep:
         store = self.store
         store.adopt_outside_edit("compress")
         self._compression = None
-        now = self.ctx.clock.now()
+        now = self.ports.clock.now()
         result = msg.result
         if msg.error is None and isinstance(result, CompressResult):
             spliced = recent_window.splice_memo(store.window, comp.snapshot, result.memo, keep=theater.is_theater)
@@ -189,22 +177,21 @@ class WindowUpkeep:
             meta.compress_failures += 1
             meta.last_compress_error = msg.error or "summariser returned nothing"
             backoff = min(
-                self.ctx.settings.recent.recent_compress_retry_max_seconds,
-                self.ctx.settings.recent.recent_compress_retry_seconds * (2 ** (meta.compress_failures - 1)),
+                self.ports.settings.recent.recent_compress_retry_max_seconds,
+                self.ports.settings.recent.recent_compress_retry_seconds * (2 ** (meta.compress_failures - 1)),
             )
-            self._next_compress_try = self.ctx.clock.monotonic() + backoff
+            self._next_compress_try = self.ports.clock.monotonic() + backoff
             self.log.warning("compression failed (%d in a row); the hard cap keeps bounding the window", meta.compress_failures)
         store.save_meta()
         return True
 
     # -- review ----------------------------------------------------------------------
     def _maybe_review(self) -> None:
-        llm = self.ctx.services.llm
+        llm = self.ports.llm
         if self._review_token is not None or llm is None or not llm.available("correction"):
             return
         store = self.store
-        switches = self.ctx.services.switches
-        switch_on = switches.review_enabled() if switches else store.settings.review_enabled
+        switch_on = self.ports.review_enabled()
         reason = review.review_gate(
             store.meta.review,
             store.window,
@@ -220,9 +207,9 @@ class WindowUpkeep:
         snapshot = list(store.window)
         self._token += 1
         token = self._token
-        messages = review.build_review_messages(snapshot, master_name=store.settings.master_name, character_name=self.ctx.name)
-        timeout = self.ctx.settings.llm.llm_review_timeout_seconds
-        max_tokens = self.ctx.settings.llm.llm_review_max_output_tokens
+        messages = review.build_review_messages(snapshot, master_name=store.settings.master_name, character_name=self.ports.character)
+        timeout = self.ports.settings.llm.llm_review_timeout_seconds
+        max_tokens = self.ports.settings.llm.llm_review_max_output_tokens
 
         def job() -> object:
             return llm.run("review_recent", messages, max_output_tokens=max_tokens, timeout=timeout)
@@ -237,17 +224,17 @@ class WindowUpkeep:
                 exhausted=isinstance(error, LLMTaskFailed) and error.output_exhausted,
             )
 
-        if not self._submit(job, done):
+        if not self.ports.run_job(job, done):
             return
         self._review_token = token
         self._review_snapshot = snapshot
 
     def _wall(self) -> float:
         """Epoch seconds on the injectable clock (review times are stored as these)."""
-        return self.ctx.clock.now().timestamp()
+        return self.ports.clock.now().timestamp()
 
     def _last_activity_wall(self) -> float:
-        return self._wall() - (self.ctx.clock.monotonic() - self._last_activity)
+        return self._wall() - (self.ports.clock.monotonic() - self._last_activity)
 
     def review_done(self, msg: ReviewDone) -> None:
         """Apply a review's corrected dialogue to the window (when it still fits) and record
@@ -271,7 +258,7 @@ class WindowUpkeep:
             self.log.info("review failed")
             return
         corrected = [{"role": d.role, "content": d.content} for d in result.corrected_dialogue]
-        outcome = review.apply_review_detailed(store.window, snapshot, corrected, store.settings, character_name=self.ctx.name)
+        outcome = review.apply_review_detailed(store.window, snapshot, corrected, store.settings, character_name=self.ports.character)
         if outcome.window is not None and not theater.capsules_kept(store.window, outcome.window):
             # A corrected dialogue never rewrites a theater capsule: the answer is moot.
             self.log.info("review answer would have changed a theater capsule; not applied")
@@ -313,7 +300,7 @@ class WindowUpkeep:
         per idle spell) and the idempotency-key purge."""
         store = self.store
         idle_at = self._last_activity + store.settings.recent_idle_compress_seconds
-        due = [self._last_purge + self.ctx.settings.server.idempotency_purge_seconds]
+        due = [self._last_purge + self.ports.settings.server.idempotency_purge_seconds]
         if self._compression is None and self._llm_ready("summary") and recent_window.needs_compression(store.window, store.settings):
             due.append(max(idle_at, self._next_compress_try))
         if self._idle_seen != self._last_activity and self._review_token is None and store.window and self._llm_ready("correction"):
@@ -336,6 +323,6 @@ class WindowUpkeep:
             self._start_compression(detailed=True, settle=False)
         if idle >= store.settings.recent_idle_compress_seconds:
             self._maybe_review()
-        if now - self._last_purge >= self.ctx.settings.server.idempotency_purge_seconds:
+        if now - self._last_purge >= self.ports.settings.server.idempotency_purge_seconds:
             self._last_purge = now
-            store.tindex.purge_idempotency(time.time() - self.ctx.settings.server.idempotency_ttl_seconds)
+            store.tindex.purge_idempotency(time.time() - self.ports.settings.server.idempotency_ttl_seconds)

@@ -60,7 +60,6 @@ class ReflectionLayer:
 
     def __init__(self, ports: LayerPorts) -> None:
         self.ports = ports
-        self.ctx = ports.ctx
         self.state = ReflectionState(ports)
         self.synthesis = ReflectionSynthesis(ports, self.state)
         self.evidence = ReflectionEvidence(ports, self.state)
@@ -277,4 +276,4 @@ class ReflectionLayer:
         # Its surfacing records carry its text: they go with it (written by erase's flush).
         state.surfaced = [e for e in state.surfaced if e.reflection_id != msg.id]
         self.ports.send(RECALL, IndexRemove(ids=[msg.id]))
-        state.views.erase([msg.id], [text], self.ctx.paths.reflection_archive_dir, msg.reply, {"deleted": msg.id})
+        state.views.erase([msg.id], [text], self.ports.paths.reflection_archive_dir, msg.reply, {"deleted": msg.id})

@@ -45,10 +45,9 @@ class ReflectionState:
 
     def __init__(self, ports: LayerPorts) -> None:
         self.ports = ports
-        self.ctx = ports.ctx
         self.views = JournaledViews(ports, REFLECTIONS, self)
-        self.s = self.ctx.settings.longterm
-        self.counter = get_counter(self.ctx.settings.recent.recent_tokenizer_encoding)
+        self.s = self.ports.settings.longterm
+        self.counter = get_counter(self.ports.settings.recent.recent_tokenizer_encoding)
         self.refs: dict[str, Reflection] = {}
         self.surfaced: list[SurfacedEntry] = []
         self.archived_pending: dict[str, list[Reflection]] = {}  # shard -> entries not yet written
@@ -60,13 +59,13 @@ class ReflectionState:
     def load_views(self) -> None:
         """Read reflections.json and surfaced.json (records that do not decode are kept
         aside and counted as a change, so the views are rewritten once without them)."""
-        self.s = self.ctx.settings.longterm
-        self.counter = get_counter(self.ctx.settings.recent.recent_tokenizer_encoding)
+        self.s = self.ports.settings.longterm
+        self.counter = get_counter(self.ports.settings.recent.recent_tokenizer_encoding)
         self.refs = {}
-        refs, rejected = read_records(self.ctx.paths.reflections, ref_from, "reflections", on_corrupt=self.views.note_corrupt)
+        refs, rejected = read_records(self.ports.paths.reflections, ref_from, "reflections", on_corrupt=self.views.note_corrupt)
         self.refs.update((ref.id, ref) for ref in refs)
         self.surfaced, rejected_surfaced = read_records(
-            self.ctx.paths.surfaced, lambda item: msgspec.convert(item, SurfacedEntry, strict=False), "surfaced entries"
+            self.ports.paths.surfaced, lambda item: msgspec.convert(item, SurfacedEntry, strict=False), "surfaced entries"
         )
         self.views.changed(rejected + rejected_surfaced)  # rewrite the views once, without what was kept aside
         self.archived_pending = {}
@@ -74,10 +73,10 @@ class ReflectionState:
 
     def write_views(self) -> None:
         """Write both views and append the archived entries to their shards. Raises OSError."""
-        atomic_write_json(self.ctx.paths.reflections, list(self.refs.values()))
-        atomic_write_json(self.ctx.paths.surfaced, self.surfaced)
+        atomic_write_json(self.ports.paths.reflections, list(self.refs.values()))
+        atomic_write_json(self.ports.paths.surfaced, self.surfaced)
         for shard, entries in self.archived_pending.items():
-            append_to_shard(self.ctx.paths.reflection_archive_dir / shard, msgspec.to_builtins(entries), _id_of)
+            append_to_shard(self.ports.paths.reflection_archive_dir / shard, msgspec.to_builtins(entries), _id_of)
         self.archived_pending.clear()
 
     def apply_event(self, event: Event) -> None:

@@ -35,7 +35,6 @@ class ReflectionSynthesis:
 
     def __init__(self, ports: LayerPorts, state: ReflectionState) -> None:
         self.ports = ports
-        self.ctx = ports.ctx
         self.state = state
         self.reset()
 
@@ -73,7 +72,7 @@ class ReflectionSynthesis:
                 state.promotion_pass(report, msg.reply)
             return
         background = report is None
-        if background and self.synth_gate.blocked(self.ctx.clock.monotonic(), batch.backoff_key):
+        if background and self.synth_gate.blocked(self.ports.clock.monotonic(), batch.backoff_key):
             return  # answered already for these very facts, in backoff, or in flight
         messages = prompts.synthesize_reflection_messages(batch.facts, list(msg.related), now=now, settings=s, **self.ports.names())
         reply = msg.reply
@@ -97,7 +96,7 @@ class ReflectionSynthesis:
         report = msg.report
         now = self.ports.now()
         if report is None:
-            mono = self.ctx.clock.monotonic()
+            mono = self.ports.clock.monotonic()
             # A null answer is an answer: the same facts are not offered again until they change.
             if msg.error is not None:
                 self.synth_gate.failed_at(mono)

@@ -40,7 +40,6 @@ class ReflectionUpkeep:
 
     def __init__(self, ports: LayerPorts, state: ReflectionState) -> None:
         self.ports = ports
-        self.ctx = ports.ctx
         self.state = state
         self.reset()
         # Kept across a reload after a storage fault (like the model jobs in flight).
@@ -52,20 +51,20 @@ class ReflectionUpkeep:
         """The timers, the scan's failure count and cursors as after a (re)load: every pass
         waits its initial delay again."""
         s = self.state.s
-        mono = self.ctx.clock.monotonic()
+        mono = self.ports.clock.monotonic()
         self.next_promote = mono + s.reflection_auto_promote_initial_delay_seconds
         self.next_sweep = mono + s.evidence_archive_sweep_initial_delay_seconds
         self.next_rebuttal = mono + s.reflection_rebuttal_initial_delay_seconds
         self.rebuttal_inflight = False
         self.rebuttal_failures = 0
         self.rebuttal_gate = task_gate(s)
-        self.cursors = Cursors(self.ctx.paths.cursors)
+        self.cursors = Cursors(self.ports.paths.cursors)
 
     # -- periodic --------------------------------------------------------------------
     def due_at(self) -> float | None:
         """Promotion (with decay), the archive sweep, refinement and the disputation scan."""
         if self.refine_next is None:
-            self.refine_next = self.ctx.clock.monotonic() + self.state.s.longterm_refine_reflection_initial_delay_seconds
+            self.refine_next = self.ports.clock.monotonic() + self.state.s.longterm_refine_reflection_initial_delay_seconds
         due = [self.next_promote, self.next_sweep]
         if not self.refine_inflight:
             due.append(self.refine_next)
@@ -123,7 +122,7 @@ class ReflectionUpkeep:
 
     def _journal_rows(self, start_iso: str, end_iso: str) -> list[Turn]:
         """The raw journal's turns in [start, end], read-only (RecentActor is its writer)."""
-        path = self.ctx.paths.time_index_db
+        path = self.ports.paths.time_index_db
         if not path.exists():
             return []
         with TimeIndexReader.read_only(path) as journal:
@@ -136,7 +135,7 @@ class ReflectionUpkeep:
         s = self.state.s
         self.rebuttal_inflight = False
         if msg.error is not None:
-            mono = self.ctx.clock.monotonic()
+            mono = self.ports.clock.monotonic()
             self.next_rebuttal = max(self.next_rebuttal, mono + self.rebuttal_gate.failed_at(mono))
             self.rebuttal_failures += 1
             if self.rebuttal_failures >= s.longterm_liveness_max_attempts:
@@ -145,7 +144,7 @@ class ReflectionUpkeep:
                 self.cursors.set(REBUTTAL_CURSOR, msg.advance_to)
             return
         self.rebuttal_failures = 0
-        self.rebuttal_gate.answered_at(self.ctx.clock.monotonic())
+        self.rebuttal_gate.answered_at(self.ports.clock.monotonic())
         signals = ev.resolve_disputed(msg.output, msg.observations)
         ids = [sig.target_id for sig in signals if sig.target_kind == "reflection"]
         updated, changed = rl.apply_disputed(list(self.state.refs.values()), ids, self.ports.now(), s)
@@ -168,7 +167,7 @@ class ReflectionUpkeep:
         _kept, aged = rl.age_out_terminal(result.kept, now, s)
         leaving = [*result.archived, *aged]
         if leaving:
-            counts = shard_counts(self.ctx.paths.reflection_archive_dir, state.archived_pending)
+            counts = shard_counts(self.ports.paths.reflection_archive_dir, state.archived_pending)
             shards = assign_shards(counts, len(leaving), now.date(), new_shard_suffix, s.evidence_archive_shard_max_entries)
             archived = rl.with_shard_paths(leaving, shards)
             state.views.record_many(
@@ -194,7 +193,7 @@ class ReflectionUpkeep:
     def _refine_vectors(self) -> tuple[str, int] | None:
         """(model id, dim) of a ready embedding service; None (logged once at INFO when
         embeddings are absent or disabled) otherwise."""
-        emb = self.ctx.services.embeddings
+        emb = self.ports.embeddings
         if emb is not None and emb.is_ready and emb.model_id and emb.dim:
             return emb.model_id, int(emb.dim)
         if (emb is None or emb.state == "disabled") and not self.refine_off_noted:

@@ -1,0 +1,97 @@
+"""What the parts of one character's recall share: its settings, the index (rebuilt at
+every load), the owners that have fed it, the uncovered turns' corpus and the token
+sequence of its model jobs.
+
+:class:`RecallPart` is the small base of the parts (vectors, query path, maintenance
+ranking): it names the shared state under the attributes their methods always used
+(``self.index``, ``self.s``, ``self.turns``, ``self.fed``), so the methods read as they
+did when they were one class.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nekomem.actors.messages import Vectors
+from nekomem.actors.ports import LayerPorts
+from nekomem.config.recall import RecallSettings
+from nekomem.models.embeddings import EmbeddingService
+from nekomem.recall.entry import display_tz
+from nekomem.recall.index import RecallIndex
+from nekomem.recall.query_text import LexicalAnalyzer, stop_names_for
+from nekomem.recall.turn_leg import TurnCorpus
+
+
+def as_vectors(result: object) -> Vectors | None:
+    """A model job's result as the float32 rows of a vector message (None: no result)."""
+    return None if result is None else np.asarray(result, dtype=np.float32)
+
+
+class RecallState:
+    """The state every part of one character's recall reads (see the module)."""
+
+    def __init__(self, ports: LayerPorts) -> None:
+        self.ports = ports
+        # The uncovered journal turns, indexed (rebuilt when the journal or its coverage changed).
+        self.turns: TurnCorpus | None = None
+        # Owners send their complete index from their own start-up, concurrently with the
+        # first request: a query that arrives before every owner has is held (bounded by
+        # recall_index_wait_seconds), so a just-activated character never answers empty.
+        self.fed: set[str] = set()
+        self._seq = 0
+
+    def reset_index(self) -> None:
+        """A new, empty index and turn corpus, with the settings read again (at every load)."""
+        s = self.ports.settings.recall
+        self.s = s
+        names = [self.ports.settings.recent.master_name, self.ports.character, *s.recall_extra_stop_names]
+        analyzer = LexicalAnalyzer(s, stop_names_for(names))
+        self.index = RecallIndex(s, display_tz(self.ports.settings.server.display_timezone), analyzer)
+        self.turns = None
+
+    def reset_feed(self) -> None:
+        """No owner has fed the new index yet; job tokens start again."""
+        self.fed = set()
+
+    def reset_tokens(self) -> None:
+        self._seq = 0
+
+    def next_token(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def service(self) -> EmbeddingService | None:
+        """The process embedding service when it is ready and recall uses vectors."""
+        emb = self.ports.embeddings
+        if emb is None or self.s.recall_legs == "bm25":
+            return None
+        return emb if getattr(emb, "is_ready", False) else None
+
+
+class RecallPart:
+    """A part of the recall layer over the shared :class:`RecallState`."""
+
+    def __init__(self, state: RecallState) -> None:
+        self.state = state
+        self.ports = state.ports
+        self.log = state.ports.log
+
+    @property
+    def s(self) -> RecallSettings:
+        return self.state.s
+
+    @property
+    def index(self) -> RecallIndex:
+        return self.state.index
+
+    @property
+    def turns(self) -> TurnCorpus | None:
+        return self.state.turns
+
+    @turns.setter
+    def turns(self, corpus: TurnCorpus | None) -> None:
+        self.state.turns = corpus
+
+    @property
+    def fed(self) -> set[str]:
+        return self.state.fed
