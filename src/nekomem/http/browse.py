@@ -20,8 +20,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from nekomem.actors.messages import BrowseFacts, GetRecent, ListCorrections, ListEntries, RecentView, SetSuppressed
+from nekomem.actors.messages import BrowseFacts, CountEntries, EntryCounts, ListCorrections, SetSuppressed
 from nekomem.domain.browse import FACT_STATUSES, FactFilter
+from nekomem.domain.layers import layers
 from nekomem.http import browse_insight, ui_static
 from nekomem.http import browse_store as store
 from nekomem.http.bodies import character_name, read_json_object
@@ -38,7 +39,6 @@ from nekomem.stores.layout import CharacterPaths
 from nekomem.stores.origin import read_origin
 from nekomem.stores.timeindex import to_utc_iso
 
-REFLECTION_STATUSES = ("pending", "confirmed", "promoted", "denied", "merged", "promote_blocked")
 ENTITIES = ("master", "neko", "relationship")
 
 
@@ -73,23 +73,14 @@ def _page(request: Request, default: int) -> tuple[int, int]:
 
 # -- characters --------------------------------------------------------------------------
 async def _live_counts(rt: Runtime, name: str) -> dict[str, Any]:
-    """Counts asked of an active character's actors (exact, including unflushed changes)."""
-
-    async def total(child: str, status: str | None = None) -> int:
-        answer = await ask(rt, name, child, lambda reply: ListEntries(status=status, limit=1, reply=reply), JsonAnswer)
-        return int(answer["total"])
-
-    view = await ask(rt, name, "recent", lambda reply: GetRecent(reply=reply), RecentView)
-    reflections = {s: await total("reflections", s) for s in REFLECTION_STATUSES}
-    corrections = await ask(rt, name, "persona", lambda reply: ListCorrections(reply=reply), JsonAnswer)
-    return {
-        "recent": len(view.window),
-        "facts": await total("facts", "active"),
-        "facts_archived": await total("facts", "archived"),
-        "reflections": reflections,
-        "persona": await total("persona"),
-        "corrections": corrections["total"],
-    }
+    """Counts asked of an active character's actors (exact, including unflushed changes):
+    each layer that declares counts answers its own, in start order."""
+    counts: dict[str, Any] = {}
+    for spec in layers():
+        if spec.counts:
+            answer = await ask(rt, name, spec.address, lambda reply: CountEntries(reply=reply), EntryCounts)
+            counts.update(answer.counts)
+    return counts
 
 
 def _origin(paths: CharacterPaths) -> dict[str, Any] | None:
@@ -173,10 +164,7 @@ async def _row_details(request: Request, rt: Runtime, name: str, active: bool) -
     trouble = await asyncio.to_thread(store.storage_trouble, paths)
     details: dict[str, Any] = {}
     if active:
-        counts = await _live_counts(rt, name)
-        archived = await asyncio.to_thread(store.archived_reflections, paths)
-        counts["reflections"]["archived"] = len(archived)
-        details["counts"] = counts
+        details["counts"] = await _live_counts(rt, name)
         described = await asyncio.to_thread(rt.registry.describe, name)
         failed = (described or {}).get("failed", {})
         trouble += [f"{child} layer failed: {error}" for child, error in failed.items()]
