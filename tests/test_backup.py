@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from nekomem.cli.main import main as cli
+from nekomem.cli import main as cli
 from nekomem.runtime.clock import ManualClock
 from tests.support.live import LiveServer, make_settings
 from tests.support.waiting import wait_for

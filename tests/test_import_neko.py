@@ -19,7 +19,7 @@ import msgspec
 import pytest
 
 from nekomem.actors.host import ACTORS
-from nekomem.cli.main import main as cli
+from nekomem.cli import main as cli
 from nekomem.domain.records import Fact, PersonaEntry, Reflection
 from nekomem.domain.turns import from_disk
 from nekomem.runtime.runtime import Runtime

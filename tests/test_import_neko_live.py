@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from nekomem.cli.main import main as cli
+from nekomem.cli import main as cli
 from nekomem.domain.records import Fact, PersonaEntry
 from nekomem.importer.neko import plan, run_import
 from nekomem.runtime.reply import ActorFailure

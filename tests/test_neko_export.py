@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from nekomem.cli.main import main as cli
+from nekomem.cli import main as cli
 from tests.support import neko_fixture
 from tests.support.live import LiveServer, make_settings
 

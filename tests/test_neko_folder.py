@@ -28,7 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from nekomem.cli.main import main as cli
+from nekomem.cli import main as cli
 from nekomem.config import load_settings
 from nekomem.importer import neko_folder
 from nekomem.stores.layout import NEKO_FOLDER_MARKER, STATE_DIR, forget_neko_folder
