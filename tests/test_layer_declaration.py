@@ -14,7 +14,7 @@ import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
 import msgspec
 import pytest
@@ -25,6 +25,7 @@ from nekomem.actors.journaled_views import JournaledViews
 from nekomem.actors.messages import CountEntries, DeleteEntry, EntryCounts, Flush, ListEntries, Message, ScrubTexts, Tick
 from nekomem.actors.ports import LayerPorts
 from nekomem.cli import main as cli
+from nekomem.config import settings_markdown
 from nekomem.domain.index_entry import IndexEntry
 from nekomem.domain.layers import (
     Address,
@@ -35,6 +36,7 @@ from nekomem.domain.layers import (
     LayerSpec,
     character_files,
     event_owners,
+    layer_settings,
     layers,
     recall_tiers,
     register_layer,
@@ -48,11 +50,17 @@ from tests.support.live import LiveServer, make_settings
 NAME = "Mika"
 NOTES = Address("notes")
 NOTES_FILE = "notes.json"
-SAID = "the lighthouse keeper plays the oboe at dawn"
+SAID = "the keeper plays the oboe"
 
 
 class AddNote(Message, frozen=True):
     text: str
+
+
+class NoteSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """The layer's own settings section ([notes] in the TOML file)."""
+
+    note_max_chars: Annotated[int, msgspec.Meta(ge=1, description="Longest note kept; a longer one is cut there.")] = 500
 
 
 class NoteAdded(JournalEvent, frozen=True, kw_only=True):
@@ -114,8 +122,9 @@ class NoteLayer:
     @handles(AddNote)
     def on_add(self, msg: AddNote) -> None:
         note_id = f"note_{len(self.notes) + 1}"
-        self.views.record_event(NoteAdded(id=note_id, text=msg.text))
-        self.ports.index_upsert([self._entry(note_id, msg.text)])
+        text = msg.text[: self.ports.ctx.settings.section(NOTES, NoteSettings).note_max_chars]
+        self.views.record_event(NoteAdded(id=note_id, text=text))
+        self.ports.index_upsert([self._entry(note_id, text)])
         assert msg.reply is not None
         msg.reply.ok({"id": note_id})
 
@@ -176,6 +185,7 @@ SPEC = LayerSpec(
     disk_counts=note_counts,
     forget=ForgetFlag("note", "note"),
     import_counts=("notes",),
+    settings=NoteSettings,
 )
 
 
@@ -210,7 +220,9 @@ def test_a_declared_layer_gets_everything_from_its_declaration(tmp_path: Path, n
     assert event_owners()["note.added"] == NOTES and "note" in recall_tiers() and NOTES_FILE in character_files()
     # the importer's report has its row
     assert "notes" in CharacterReport(name=NAME).layers
-    settings = make_settings(tmp_path, recall_legs="bm25")
+    settings = make_settings(tmp_path, recall_legs="bm25", note_max_chars=26)
+    assert settings.section(NOTES, NoteSettings).note_max_chars == 26  # its setting, loaded as any other
+    assert "NEKOMEM_NOTE_MAX_CHARS" in settings_markdown(layer_settings())
     folder = tmp_path / NAME
     with LiveServer(settings) as srv:
         registry = srv.runtime.registry
@@ -225,25 +237,26 @@ def test_a_declared_layer_gets_everything_from_its_declaration(tmp_path: Path, n
         assert described["children"].get("notes") is True
         assert list(described["children"]).index("notes") == len(described["children"]) - 2
         # its change is a typed journal event of its own
-        for text in (SAID, "the ferry leaves at nine"):
+        for text in (SAID, "the ferry leaves at nine", "the tide tables are pinned by the door"):
             registry.ask_sync(NAME, NOTES, lambda reply, text=text: AddNote(text=text, reply=reply))
         registry.ask_sync(NAME, NOTES, lambda reply: Flush(reply=reply))
         events = [json.loads(line) for line in (folder / "events.ndjson").read_text().splitlines() if line.strip()]
         assert [e["payload"] for e in events if e["type"] == "note.added"] == [
             {"id": "note_1", "text": SAID},
             {"id": "note_2", "text": "the ferry leaves at nine"},
+            {"id": "note_3", "text": "the tide tables are pinned"},  # its setting cut it (note_max_chars=26)
         ]
         # recall searches its tier
         hits = srv.post(f"/query_memory/{NAME}", json={"query": "ferry nine"}).json().get("results", [])
         assert any("ferry leaves" in json.dumps(hit, ensure_ascii=False) for hit in hits), hits
         # the browser counts it (asked of the live actor)
-        assert browse_row(srv)["counts"]["notes"] == 2  # type: ignore[index]
+        assert browse_row(srv)["counts"]["notes"] == 3  # type: ignore[index]
         # `nekomem delete --note` forgets one of its entries, through the server
         status, said = run_cli("delete", NAME, "--note", "note_2", "--url", srv.url, "--yes")
         assert status == 0 and said.strip() == f"forgot notes entry note_2 of {NAME}", said
         assert holders(tmp_path, "ferry leaves") == []
         # listed, and documented
-        assert srv.get(f"/api/characters/{NAME}/notes").json()["total"] == 1
+        assert srv.get(f"/api/characters/{NAME}/notes").json()["total"] == 2
         enum = next(
             p["schema"]["enum"]
             for p in srv.get("/openapi.json").json()["paths"]["/api/characters/{name}/{layer}"]["get"]["parameters"]
@@ -253,7 +266,7 @@ def test_a_declared_layer_gets_everything_from_its_declaration(tmp_path: Path, n
     # restarted, the character is passive: the browser counts it from its file
     with LiveServer(settings) as srv:
         row = browse_row(srv)
-        assert row["active"] is False and row["counts"]["notes"] == 1  # type: ignore[index]
+        assert row["active"] is False and row["counts"]["notes"] == 2  # type: ignore[index]
     # a view lost behind its applied mark: replay applies its typed event again
     atomic_write_json(folder / NOTES_FILE, {})
     applied = json.loads((folder / "events_applied.json").read_text())
@@ -261,13 +274,13 @@ def test_a_declared_layer_gets_everything_from_its_declaration(tmp_path: Path, n
     (folder / "events_applied.json").write_text(json.dumps(applied))
     with LiveServer(settings) as srv:
         listed = srv.get(f"/api/characters/{NAME}/notes").json()
-        assert listed["items"] == [{"id": "note_1", "text": SAID}]
+        assert listed["items"] == [{"id": "note_1", "text": SAID}, {"id": "note_3", "text": "the tide tables are pinned"}]
         # the erasure relay passes through it: forgetting the turn erases the note quoting it
         rows = srv.get(f"/api/browse/{NAME}/journal").json()["items"]
         row_id = next(r["id"] for r in rows if r["text"] == SAID)
         forgotten = srv.client.delete(f"/api/characters/{NAME}/turns/{row_id}")
         assert forgotten.status_code == 200, forgotten.text
-        assert srv.get(f"/api/characters/{NAME}/notes").json()["total"] == 0
+        assert srv.get(f"/api/characters/{NAME}/notes").json()["items"] == [{"id": "note_3", "text": "the tide tables are pinned"}]
         assert holders(tmp_path, SAID) == []
 
 

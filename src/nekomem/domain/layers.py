@@ -8,11 +8,12 @@ it, the files of the character folder it owns, its journal events (typed payload
 :class:`JournalEvent` Struct each), the recall tiers it owns and feeds, its listing under
 ``/api/characters/{name}/{layer}``, its outbox operations, the erasures whose text it
 scrubs from its copies, its counts in the memory browser, its place in the scoped routes,
-its ``nekomem delete`` flag and its rows in the importer's report. The supervisor, the
-journal, the layout, the erasure relay, recall, the outbox, the browser, the scoped routes,
-the CLI, the importer and the OpenAPI document all read this table at use (never copied at
-import), so a new layer is its folder and one line in :data:`BUILTIN`;
-:func:`register_layer` adds one at run time (tests use it for a throw-away layer).
+its ``nekomem delete`` flag, its rows in the importer's report and its own settings
+section. The supervisor, the journal, the layout, the erasure relay, recall, the outbox,
+the browser, the scoped routes, the CLI, the importer, the settings loader and the OpenAPI
+document all read this table at use (never copied at import), so a new layer is its
+folder and one line in :data:`BUILTIN`; :func:`register_layer` adds one at run time
+(tests use it for a throw-away layer).
 
 This module sits below the layers, so it names each declaration by its module path (as a
 declaration names its actor class) and imports them on first use. A declaration module
@@ -114,6 +115,10 @@ class LayerSpec:
     scoped: Scoped | None = None  # its entries on the scoped routes
     forget: ForgetFlag | None = None  # `nekomem delete NAME --<flag> ID` forgets one of its entries
     import_counts: tuple[str, ...] = ()  # its rows in the importer's report (importer/report.py)
+    # Its own settings section (a frozen Struct of documented defaults), read as [<address>]
+    # in the TOML file and NEKOMEM_<FIELD>; the layer reads it with settings.section().
+    # The built-in layers keep theirs in config/ (config sits below every room).
+    settings: type[msgspec.Struct] | None = None
 
     @property
     def event_types(self) -> tuple[str, ...]:
@@ -237,6 +242,12 @@ def register_layer(spec: LayerSpec) -> Callable[[], None]:
 def spec_of(address: str) -> LayerSpec | None:
     """The declaration of ``address``, if one is declared."""
     return next((spec for spec in layers() if spec.address == address), None)
+
+
+def layer_settings() -> dict[str, type[msgspec.Struct]]:
+    """Layer -> the type of its own settings section, for those that declare one (what
+    ``config.load_settings(layers=...)`` reads besides the built-in sections)."""
+    return {spec.address: spec.settings for spec in layers() if spec.settings is not None}
 
 
 def event_owners() -> dict[str, Address]:
