@@ -83,9 +83,12 @@ class CharacterFolder(Protocol):
 @dataclass(frozen=True)
 class Scoped:
     """The layer's entries are filtered by subject on the scoped routes
-    (``/internal/memory/{name}/scoped_*``), listed with this ``ListEntries`` status."""
+    (``/internal/memory/{name}/scoped_*``), listed with this ``ListEntries`` status;
+    ``counts``: its (key, ``ListEntries`` status) counts in a subject's row of
+    ``scoped_subjects``."""
 
     status: str | None = None
+    counts: tuple[tuple[str, str | None], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -458,6 +458,8 @@ async def scoped_subjects(request: Request) -> Response:
         return JSONResponse({"subjects": []})
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     ids: dict[tuple[str, str], set[str]] = {}
+    # (count key, layer, ListEntries status): each scoped layer's counts, as declared.
+    counted = [(key, spec.address, status) for spec in layers() if spec.scoped is not None for key, status in spec.scoped.counts]
 
     def row_of(subject: Subject) -> dict[str, Any] | None:
         if platform and subject.subject_id.split(":", 1)[0] != platform:
@@ -468,10 +470,7 @@ async def scoped_subjects(request: Request) -> Response:
             {
                 **subject.fields(),
                 "display_name": None,
-                "facts": 0,
-                "facts_archived": 0,
-                "reflections": 0,
-                "persona": 0,
+                **{key: 0 for key, _layer, _status in counted},
                 "prompt_locale": None,
                 "corrections": 0,
                 "staged": 0,
@@ -480,12 +479,6 @@ async def scoped_subjects(request: Request) -> Response:
             },
         )
 
-    counted = (
-        ("facts", "facts", "active"),
-        ("facts_archived", "facts", "archived"),
-        ("reflections", "reflections", None),
-        ("persona", "persona", None),
-    )
     for count, layer, status in counted:
         page = await ask(rt, name, layer, _list_entries(status), JsonAnswer)
         for entry in page["items"]:

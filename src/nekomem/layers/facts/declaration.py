@@ -64,7 +64,7 @@ DECLARATION = LayerSpec(
     scrubs=("turns",),  # the extraction batch waiting for the model holds turns
     counts=("facts", "facts_archived"),
     disk_counts=disk_counts,
-    scoped=Scoped("all"),
+    scoped=Scoped("all", counts=(("facts", "active"), ("facts_archived", "archived"))),
     forget=ForgetFlag("fact", "fact"),
     import_counts=("facts", "facts_archive"),
 )

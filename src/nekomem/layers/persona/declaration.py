@@ -89,7 +89,7 @@ DECLARATION = LayerSpec(
     scrubs=("entries",),  # a queued contradiction may quote an erased reflection's text
     counts=("persona", "corrections"),
     disk_counts=disk_counts,
-    scoped=Scoped(None),
+    scoped=Scoped(None, counts=(("persona", None),)),
     forget=ForgetFlag("persona", "persona entry"),
     import_counts=("persona", "persona_corrections"),
 )

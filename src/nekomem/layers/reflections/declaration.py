@@ -82,7 +82,7 @@ DECLARATION = LayerSpec(
     listing="reflections",
     counts=("reflections",),
     disk_counts=disk_counts,
-    scoped=Scoped(None),
+    scoped=Scoped(None, counts=(("reflections", None),)),
     forget=ForgetFlag("reflection", "reflection"),
     import_counts=("reflections", "reflection_archive", "surfaced"),
 )
