@@ -5,7 +5,8 @@ folder a character, its typed journal event is journaled and replayed after a re
 takes part in the erasure relay (a forgotten turn leaves no byte of its text in the root),
 its counts are in the memory browser's character list (live and from disk), `nekomem
 delete --note` forgets one of its entries, the importer's report has its row, recall
-searches its tier, and /openapi.json lists it. Nothing else in the tree changes."""
+searches its tier, its setting is loaded like any other, /new_dialog carries its block,
+and /openapi.json lists it. Nothing else in the tree changes."""
 
 from __future__ import annotations
 
@@ -22,7 +23,17 @@ import pytest
 from nekomem.actors.base import ChildActor
 from nekomem.actors.handlers import handles
 from nekomem.actors.journaled_views import JournaledViews
-from nekomem.actors.messages import CountEntries, DeleteEntry, EntryCounts, Flush, ListEntries, Message, ScrubTexts, Tick
+from nekomem.actors.messages import (
+    CountEntries,
+    DeleteEntry,
+    EntryCounts,
+    Flush,
+    ListEntries,
+    Message,
+    RenderBlock,
+    ScrubTexts,
+    Tick,
+)
 from nekomem.actors.ports import LayerPorts
 from nekomem.cli import main as cli
 from nekomem.config import settings_markdown
@@ -154,6 +165,11 @@ class NoteLayer:
             self.views.record_event(NoteDeleted(id=note_id))
         self.views.erase(quoted, msg.texts, None, msg.reply, msg.reply_value, relay=msg)
 
+    @handles(RenderBlock)
+    def on_render(self, msg: RenderBlock) -> None:
+        assert msg.reply is not None
+        msg.reply.ok("## Notes\n" + "\n".join(f"- {text}" for text in self.notes.values()) if self.notes else "")
+
     @handles(Tick)
     def on_tick(self, msg: Tick) -> None:
         self.views.maybe_flush()
@@ -186,6 +202,7 @@ SPEC = LayerSpec(
     forget=ForgetFlag("note", "note"),
     import_counts=("notes",),
     settings=NoteSettings,
+    render=True,
 )
 
 
@@ -249,6 +266,9 @@ def test_a_declared_layer_gets_everything_from_its_declaration(tmp_path: Path, n
         # recall searches its tier
         hits = srv.post(f"/query_memory/{NAME}", json={"query": "ferry nine"}).json().get("results", [])
         assert any("ferry leaves" in json.dumps(hit, ensure_ascii=False) for hit in hits), hits
+        # its block is in the working context
+        context = srv.get(f"/new_dialog/{NAME}").text
+        assert f"## Notes\n- {SAID}\n- the ferry leaves at nine\n- the tide tables are pinned" in context, context
         # the browser counts it (asked of the live actor)
         assert browse_row(srv)["counts"]["notes"] == 3  # type: ignore[index]
         # `nekomem delete --note` forgets one of its entries, through the server

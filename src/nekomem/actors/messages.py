@@ -325,6 +325,14 @@ class PromotionResult(Message, frozen=True):
     kind: str
 
 
+class RenderBlock(Message, frozen=True):
+    """A declared layer's block of the working context (``LayerSpec.render``), answered
+    with its text ("" for none)."""
+
+    language: str = "en"
+    master_name: str = ""  # empty: the master_name setting
+
+
 class RenderContext(Message, frozen=True):
     """The long-term block of a context. ``subjects`` None: the owner's private corpus;
     otherwise only entries of those subjects (nekomem.domain.subjects)."""

@@ -8,10 +8,10 @@ it, the files of the character folder it owns, its journal events (typed payload
 :class:`JournalEvent` Struct each), the recall tiers it owns and feeds, its listing under
 ``/api/characters/{name}/{layer}``, its outbox operations, the erasures whose text it
 scrubs from its copies, its counts in the memory browser, its place in the scoped routes,
-its ``nekomem delete`` flag, its rows in the importer's report and its own settings
-section. The supervisor, the journal, the layout, the erasure relay, recall, the outbox,
-the browser, the scoped routes, the CLI, the importer, the settings loader and the OpenAPI
-document all read this table at use (never copied at import), so a new layer is its
+its ``nekomem delete`` flag, its rows in the importer's report, its own settings section
+and its block of the working context. The supervisor, the journal, the layout, the
+erasure relay, recall, the outbox, the browser, the scoped routes, the CLI, the importer,
+the settings loader, ``/new_dialog`` and the OpenAPI document all read this table at use (never copied at import), so a new layer is its
 folder and one line in :data:`BUILTIN`; :func:`register_layer` adds one at run time
 (tests use it for a throw-away layer).
 
@@ -118,6 +118,9 @@ class LayerSpec:
     scoped: Scoped | None = None  # its entries on the scoped routes
     forget: ForgetFlag | None = None  # `nekomem delete NAME --<flag> ID` forgets one of its entries
     import_counts: tuple[str, ...] = ()  # its rows in the importer's report (importer/report.py)
+    # It answers RenderBlock: its block of the working context (/new_dialog), after the
+    # long-term sections (persona and reflections render theirs as one chain, RenderContext).
+    render: bool = False
     # Its own settings section (a frozen Struct of documented defaults), read as [<address>]
     # in the TOML file and NEKOMEM_<FIELD>; the layer reads it with settings.section().
     # The built-in layers keep theirs in config/ (config sits below every room).
