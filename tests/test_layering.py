@@ -35,6 +35,9 @@ LAYERS: dict[str, int] = {
     "cluster.schemas": 4,
     "cluster.cli": 5,
 }
+# A layer's declaration (layers/<name>/declaration.py) is plain data that the rooms below
+# the layers read (nekomem.domain.layers loads it by name): it stays at their level.
+LAYERS |= {f"layers.{path.parent.name}.declaration": 1 for path in SRC.glob("layers/*/declaration.py")}
 # Packages that may import only these nekomem modules (and themselves): the client is
 # usable without the server's layers, and the MCP tools reach the server only through it.
 LEAVES: dict[str, tuple[str, ...]] = {

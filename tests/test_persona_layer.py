@@ -13,7 +13,7 @@ import pytest
 from nekomem.actors.messages import ImportCard, ListEntries, ScrubTexts
 from nekomem.config import Settings
 from nekomem.domain import persona as pl
-from nekomem.domain.layers import event_owners
+from nekomem.domain.layers import REFLECTIONS, event_owners
 from nekomem.domain.records import Correction
 from nekomem.layers.persona.corrections import CorrectionDone
 from nekomem.layers.persona.layer import PersonaLayer
@@ -108,7 +108,9 @@ def test_scrub_texts_drops_a_quoting_correction_then_passes_the_erasure_to_the_o
     layer.store.commit(pl.copy_persona(layer.store.persona), [quoting, other])
     reply = Reply()
 
-    layer.on_ScrubTexts(ScrubTexts(texts=["Mio lives at 5 Elm St"], reply_value={"deleted": "f1"}, reply=reply))
+    # A reflection's erasure passes through the persona on its way to the outbox.
+    relayed = ScrubTexts(texts=["Mio lives at 5 Elm St"], origin=REFLECTIONS, kind="entries", reply_value={"deleted": "f1"}, reply=reply)
+    layer.on_ScrubTexts(relayed)
 
     on_disk, _status = read_json(mio.paths.persona_corrections, default=[])
     assert [c["old_text"] for c in on_disk] == ["Mio is shy"]  # written at once: an erasure does not wait
@@ -120,6 +122,6 @@ def test_scrub_texts_drops_a_quoting_correction_then_passes_the_erasure_to_the_o
     assert scrub.reply_value == {"deleted": "f1"}
     assert not reply.done, "the outbox answers, once it is scrubbed too"
 
-    untouched = ScrubTexts(texts=["nothing queued says this"], reply=Reply())
+    untouched = ScrubTexts(texts=["nothing queued says this"], origin=REFLECTIONS, kind="entries", reply=Reply())
     layer.on_ScrubTexts(untouched)
     assert [message for _, message in delivered(mio)][1:] == [untouched]

@@ -17,6 +17,7 @@ import httpx
 import uvicorn
 
 from nekomem.config import Settings, load_settings
+from nekomem.domain.layers import layer_settings
 from nekomem.http.connections import uvicorn_options
 from nekomem.server.app import create_app
 from tests.support.waiting import wait_for
@@ -42,7 +43,7 @@ def make_settings(memory_root: Path, **overrides: Any) -> Settings:
         "gc_full_collection_seconds": 0,
     }
     values.update(overrides)
-    return load_settings(None, env={}, overrides=values)
+    return load_settings(None, env={}, overrides=values, layers=layer_settings())
 
 
 class LiveServer:

@@ -10,7 +10,9 @@ The flush cadence is real time, not the injectable clock: it is I/O batching, no
 time.
 
 A layer owns one :class:`JournaledViews` and gives it a :class:`ViewState`: the three
-operations that differ per layer (read the views, write them, apply one event).
+operations that differ per layer (read the views, write them, apply one event). An event
+reaches the layer typed: the payload Struct its declaration lists for its type
+(:func:`nekomem.domain.layers.decode_event`), so a layer dispatches on the class.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Protocol
 
+import msgspec
+
 from nekomem.actors.messages import ScrubTexts
 from nekomem.actors.ports import LayerPorts
-from nekomem.domain.layers import OUTBOX, PERSONA
+from nekomem.domain.layers import Address, JournalEvent, decode_event
 from nekomem.importer import neko_folder
 from nekomem.runtime.reply import ActorFailure, Reply
 from nekomem.stores.atomic import read_json
@@ -40,9 +44,9 @@ class ViewState(Protocol):
     def write_views(self) -> None:
         """Write this layer's views from memory (atomically). Raises OSError."""
 
-    def apply_event(self, event: Event) -> None:
-        """Apply one of this owner's events to the in-memory state, idempotently:
-        applying an event twice has the effect of once."""
+    def apply_event(self, event: JournalEvent) -> None:
+        """Apply one of this owner's events (its typed payload) to the in-memory state,
+        idempotently: applying an event twice has the effect of once."""
 
 
 class JournaledViews:
@@ -102,7 +106,7 @@ class JournaledViews:
         else:
             replay = self.ports.journal.unapplied_for(self.owner)
         for event in replay:
-            self.state.apply_event(event)
+            self.state.apply_event(typed(event))
         if replay:
             self.ports.log.info("re-applied %d journaled events", len(replay))
             self._last_event = replay[-1].event_id
@@ -131,9 +135,14 @@ class JournaledViews:
         """Journal one transition, apply it, and schedule the view write. Raises OSError
         (nothing is applied then)."""
         event = self.ports.journal.append(type, payload, self.ports.now_iso())
-        self.state.apply_event(event)
+        self.state.apply_event(typed(event))
         self._note(event)
         return event
+
+    def record_event(self, event: JournalEvent) -> Event:
+        """:meth:`record` a typed event (its payload is the Struct's fields). Raises OSError."""
+        payload: dict[str, object] = msgspec.to_builtins(event)
+        return self.record(event.type, payload)
 
     def record_many(self, items: Iterable[tuple[str, Mapping[str, object]]]) -> list[Event]:
         """Journal several transitions in one append (one fsync), apply them in order and
@@ -144,18 +153,28 @@ class JournaledViews:
             return []
         events = self.ports.journal.append_many(batch)
         for event in events:
-            self.state.apply_event(event)
+            self.state.apply_event(typed(event))
         self.dirty += len(events) - 1
         self._note(events[-1])
         return events
 
-    def erase(self, ids: list[str], texts: list[str], archive_dir: Path | None, reply: Reply | None, answer: object) -> None:
+    def erase(
+        self,
+        ids: list[str],
+        texts: list[str],
+        archive_dir: Path | None,
+        reply: Reply | None,
+        answer: object,
+        relay: ScrubTexts | None = None,
+    ) -> None:
         """Complete a forget whose tombstone is journaled: the views without ``ids`` go to
         disk now, then the journal drops every event about them (and every event holding
-        one of ``texts``), the archive shards in ``archive_dir`` drop them, and the persona's
-        contradiction queue and the outbox drop the texts, and the outbox answers ``reply``
-        with ``answer``. In that order, so a crash at any step leaves the erasure applied
-        (never a journal that would bring an erased entry back). Raises OSError."""
+        one of ``texts``), the archive shards in ``archive_dir`` drop them, and the layers
+        that scrub an entry erasure's text (the persona's contradiction queue, declared
+        ``scrubs``) and the outbox drop the texts, and the outbox answers ``reply`` with
+        ``answer``. In that order, so a crash at any step leaves the erasure applied (never a
+        journal that would bring an erased entry back). ``relay``: this owner is scrubbing
+        another layer's erasure, which goes on from here. Raises OSError."""
         self.dirty = max(self.dirty, 1)
         self.flush()
         dropped = self.ports.journal.purge(self.owner, ids, texts)
@@ -164,9 +183,9 @@ class JournaledViews:
             self._mirror()  # the reference's copy of the archive drops them too
         self.ports.log.info("erased %d entries: %d journal events and %d archived copies dropped", len(ids), dropped, shards)
         # The persona's contradiction queue may quote the text (a reflection's proposal):
-        # the persona actor scrubs it, then passes the message on to the outbox.
-        target = OUTBOX if self.owner == PERSONA else PERSONA
-        self.ports.send(target, ScrubTexts(texts=texts, reply_value=answer, reply=reply))
+        # the layers that keep such copies scrub them in turn; the outbox answers.
+        scrub = relay or ScrubTexts(texts=texts, origin=Address(self.owner), kind="entries", reply_value=answer, reply=reply)
+        self.ports.send(scrub.onward(Address(self.owner)), scrub)
 
     def _note(self, event: Event) -> None:
         self.dirty += 1
@@ -235,6 +254,12 @@ class JournaledViews:
         if not self.dirty:
             return None
         return self._last_flush + max(self._flush_gap, self.ports.settings.runtime.view_flush_seconds)
+
+
+def typed(event: Event) -> JournalEvent:
+    """The typed payload of a journaled event, as its layer's declaration lists it. Raises
+    msgspec.ValidationError for a payload that is not its type's shape."""
+    return decode_event(event.type, event.payload)
 
 
 def edited_text(changes: Mapping[str, object]) -> str:

@@ -19,7 +19,7 @@ import numpy.typing as npt
 from nekomem.domain.browse import FactFilter
 from nekomem.domain.evidence import ResolvedSignal, SignalSource
 from nekomem.domain.index_entry import IndexEntry
-from nekomem.domain.layers import vector_tiers
+from nekomem.domain.layers import Address, Count, Erasure, next_scrubber, vector_tiers
 from nekomem.domain.persona.corrections import CorrectionKind
 from nekomem.domain.records import Fact, Observation, Persona, Reflection
 from nekomem.domain.reflections import SynthesisBatch
@@ -117,12 +117,20 @@ class ForgetTurns(Message, frozen=True):
 
 
 class ScrubTexts(Message, frozen=True):
-    """To the outbox: remove every copy of these erased texts from its file and memory,
-    then answer ``reply`` with ``reply_value`` (the erasure's answer: it is complete only
-    once the outbox is scrubbed)."""
+    """The erasure relay: every layer that keeps copies of the text of a ``kind`` erasure
+    (declared ``scrubs``) removes them in turn, from the layer the erasure began in
+    (``origin``) on, in start order (``domain.layers.next_scrubber``); the outbox comes last
+    and answers ``reply`` with ``reply_value`` (the erasure's answer: it is complete only
+    once every copy is gone)."""
 
     texts: list[str]
+    origin: Address
+    kind: Erasure
     reply_value: object = None
+
+    def onward(self, current: Address) -> Address:
+        """The layer this message goes to after ``current`` (see ``next_scrubber``)."""
+        return next_scrubber(self.kind, self.origin, current)
 
 
 # -- outbox ------------------------------------------------------------------------------
@@ -315,6 +323,14 @@ class Promote(Message, frozen=True):
 class PromotionResult(Message, frozen=True):
     reflection: Reflection
     kind: str
+
+
+class RenderBlock(Message, frozen=True):
+    """A declared layer's block of the working context (``LayerSpec.render``), answered
+    with its text ("" for none)."""
+
+    language: str = "en"
+    master_name: str = ""  # empty: the master_name setting
 
 
 class RenderContext(Message, frozen=True):
@@ -538,6 +554,15 @@ class SetSuppressed(Message, frozen=True):
 
 class ListCorrections(Message, frozen=True):
     """The persona contradiction queue (corrections waiting for a model decision)."""
+
+
+class CountEntries(Message, frozen=True):
+    """The memory browser's counts of a layer (the keys its declaration lists in
+    ``counts``), answered with :class:`EntryCounts`: exact, unflushed changes included."""
+
+
+class EntryCounts(msgspec.Struct, frozen=True):
+    counts: dict[str, Count]
 
 
 class ExplainQuery(Message, frozen=True):

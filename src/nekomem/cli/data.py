@@ -35,11 +35,12 @@ import httpx
 import msgspec
 
 from nekomem.config import Settings
+from nekomem.domain.layers import ForgetFlag, layers
 from nekomem.stores import knowledge_backup as kb
 from nekomem.stores import rootlock
 from nekomem.stores.atomic import atomic_write_bytes
 from nekomem.stores.knowledge import KnowledgeFileError, KnowledgeFiles
-from nekomem.stores.layout import CORE_CONFIG_FILE, KNOWN_ENTRIES, CharacterPaths, InvalidName, list_characters, validate_name
+from nekomem.stores.layout import CORE_CONFIG_FILE, CharacterPaths, InvalidName, known_entries, list_characters, validate_name
 from nekomem.stores.shard_layout import SHARDS_DIR, character_root
 from nekomem.stores.snapshot import read_character, read_regular
 from nekomem.stores.snapshot_check import SnapshotError, check_character
@@ -48,7 +49,11 @@ from nekomem.stores.snapshot_write import occupied, write_characters
 COMMANDS = ("delete", "backup", "restore", "export", "import")
 EXPORT_FORMAT = "nekomem-export"
 EXPORT_VERSION = 1
-LAYERS = {"fact": "facts", "reflection": "reflections", "persona": "persona"}
+
+
+def forget_flags() -> dict[str, ForgetFlag]:
+    """Layer address -> its ``nekomem delete --<flag> ID``, as the declarations say."""
+    return {spec.address: spec.forget for spec in layers() if spec.forget is not None}
 
 
 def _holder(exc: rootlock.RootLocked) -> str:
@@ -84,9 +89,8 @@ def add_parsers(sub: Any) -> None:
 
     d = sub.add_parser("delete", help="delete a character, or forget one of its memories (through the running server)")
     d.add_argument("name", help="the character")
-    d.add_argument("--fact", metavar="ID", help="forget this fact only")
-    d.add_argument("--reflection", metavar="ID", help="forget this reflection only")
-    d.add_argument("--persona", metavar="ID", help="forget this persona entry only")
+    for flag in forget_flags().values():
+        d.add_argument(f"--{flag.flag}", metavar="ID", help=f"forget this {flag.what} only")
     d.add_argument("--turn", metavar="ROW", help="forget these stored turns only (row ids, comma-separated)")
     d.add_argument("--from", dest="start", metavar="TIME", help="forget the stored turns from this ISO 8601 time (with --to)")
     d.add_argument("--to", dest="end", metavar="TIME", help="... up to this time, inclusive")
@@ -198,7 +202,8 @@ def _confirm(args: argparse.Namespace, what: str) -> None:
 
 def _delete(args: argparse.Namespace, server: _Server | None, root: Path, out: TextIO) -> int:
     name = validate_name(args.name)
-    items = [(layer, getattr(args, flag)) for flag, layer in LAYERS.items() if getattr(args, flag)]
+    chosen = [(layer, getattr(args, flag.flag.replace("-", "_"))) for layer, flag in forget_flags().items()]
+    items = [(layer, entry) for layer, entry in chosen if entry]
     turns = args.turn or args.start or args.end
     if len(items) + bool(turns) > 1:
         raise CommandError("name one thing to forget at a time", 2)
@@ -359,7 +364,7 @@ def _backup_folders(source: Path, settings: Settings) -> list[Path]:
             continue
         if entry.is_symlink():
             raise SnapshotError(f"{entry.name} in {source} is a symbolic link; nekomem never makes one, so it is not restored")
-        if entry.is_dir(follow_symlinks=False) and any(os.path.lexists(Path(entry.path) / known) for known in KNOWN_ENTRIES):
+        if entry.is_dir(follow_symlinks=False) and any(os.path.lexists(Path(entry.path) / known) for known in known_entries()):
             folders.append(Path(entry.path))
     return folders
 
@@ -386,7 +391,7 @@ def _parents(root: Path, settings: Settings) -> Callable[[str], Path]:
     if settings.cluster.cluster_etcd_url:
         return functools.partial(character_root, root, shards=settings.cluster.cluster_shards)
     shards = root / SHARDS_DIR
-    if shards.is_dir() and not any(os.path.lexists(shards / known) for known in KNOWN_ENTRIES):
+    if shards.is_dir() and not any(os.path.lexists(shards / known) for known in known_entries()):
         raise CommandError(
             f"{root} is a cluster memory root (its characters live under {SHARDS_DIR}/): pass the cluster's settings "
             "(--config with cluster_etcd_url and cluster_shards) so each character goes into its shard; nothing was written",

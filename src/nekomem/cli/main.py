@@ -14,6 +14,7 @@ from nekomem.cli.banner import print_banner
 from nekomem.cluster import cli as cluster_cli
 from nekomem.config import SettingsError, load_settings, settings_markdown
 from nekomem.config.server import url_of
+from nekomem.domain.layers import layer_settings
 from nekomem.server.model_services import make_embeddings
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -81,7 +82,7 @@ def server_url(settings) -> str:  # type: ignore[no-untyped-def]
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "settings":
-        print(settings_markdown())
+        print(settings_markdown(layer_settings()))
         return 0
     if args.command == "neko":
         from nekomem.cli.neko_launch import main as neko_main
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         overrides.update(host=args.host, port=args.port, shutdown_enabled=args.enable_shutdown, log_level=args.log_level)
     try:
-        settings = load_settings(args.config, overrides=overrides)
+        settings = load_settings(args.config, overrides=overrides, layers=layer_settings())
     except SettingsError as exc:
         print(f"nekomem: {exc}", file=sys.stderr)
         return 2

@@ -68,6 +68,7 @@ import uvicorn
 from nekomem.cli import neko_boot
 from nekomem.config import Settings, SettingsError, load_settings, neko_models
 from nekomem.config.llm import TIERS
+from nekomem.domain.layers import layer_settings
 
 log = logging.getLogger("nekomem.neko")
 
@@ -134,16 +135,18 @@ def decide_settings(
         "shutdown_enabled": True,
         "neko_data_dir": args.neko_data_dir,
     }
-    settings = load_settings(args.config, overrides=overrides)
+    settings = load_settings(args.config, overrides=overrides, layers=layer_settings())
     if not settings.server.neko_data_dir:
         overrides["neko_data_dir"] = "auto"
-        settings = load_settings(args.config, overrides=overrides)
+        settings = load_settings(args.config, overrides=overrides, layers=layer_settings())
     data_dir = settings.server.neko_data_dir
     if not data_dir or user_set_a_model(settings):
         return settings, None
     models = neko_models.resolve(Path(data_dir), install)
     if models.tiers:
-        settings = load_settings(args.config, overrides={**overrides, "neko_data_dir": data_dir, **models.overrides()})
+        settings = load_settings(
+            args.config, overrides={**overrides, "neko_data_dir": data_dir, **models.overrides()}, layers=layer_settings()
+        )
     return settings, models
 
 

@@ -32,7 +32,6 @@ from prometheus_client.registry import Collector
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nekomem.cluster.etcd import EtcdError
@@ -44,6 +43,7 @@ from nekomem.http.bodies import convert_body, read_json_object
 from nekomem.http.errors import ApiError, error_response
 from nekomem.http.metrics import Metrics
 from nekomem.http.metrics_middleware import RouteLabels
+from nekomem.http.operations import Operation, starlette_routes
 from nekomem.runtime.runtime import Runtime
 
 _NODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -94,14 +94,22 @@ class ClusterHook:
         return dict(zip(urls, answers, strict=True))
 
 
+def operations() -> list[Operation]:
+    """The routes of cluster mode (listed in /openapi.json only then)."""
+    return [
+        Operation("/cluster/status", "GET", cluster_status, "Every node's view: nodes, shards per node, moving shards"),
+        Operation("/cluster/drain", "POST", cluster_drain, "Drain a node (its shards move to the others) or end the drain", body=DrainBody),
+    ]
+
+
 def attach(app: Starlette, runtime: Runtime, settings: Settings) -> ClusterHook:
     """Cluster mode for ``app``: the node, the cluster-wide middleware and the /cluster
     routes. Call between adding the limited-mode middleware and the request guard, then
     :func:`add_forwarding` once every other middleware is added."""
     hook = ClusterHook(app, runtime, settings)
-    app.router.routes.extend(
-        [Route("/cluster/status", cluster_status, methods=["GET"]), Route("/cluster/drain", cluster_drain, methods=["POST"])]
-    )
+    cluster_ops = operations()
+    app.router.routes.extend(starlette_routes(cluster_ops))
+    app.state.operations = [*app.state.operations, *cluster_ops]  # documented in /openapi.json too
     app.state.cluster = hook
     app.add_middleware(ClusterWideMiddleware, hook=hook)
     return hook

@@ -13,7 +13,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, get_args, get_origin, get_type_hints
+from typing import Any, TypeVar, get_args, get_origin, get_type_hints
 
 import msgspec
 
@@ -49,20 +49,45 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=
     embeddings: EmbeddingSettings = msgspec.field(default_factory=EmbeddingSettings)
     importer: ImportSettings = msgspec.field(default_factory=ImportSettings)
     cluster: ClusterSettings = msgspec.field(default_factory=ClusterSettings)
+    # The sections of the layers declared with settings of their own (a layer's
+    # ``LayerSpec.settings``), as (layer, section) pairs: the caller of load_settings hands
+    # their types down (config sits below the layers); a layer reads its own with section().
+    layers: tuple[tuple[str, Any], ...] = ()
+
+    def section(self, layer: str, cls: type[S]) -> S:
+        """The settings section of ``layer``: as loaded, or its defaults when these settings
+        were loaded without it. Raises TypeError when the loaded section is no ``cls``."""
+        for name, section in self.layers:
+            if name == layer:
+                if not isinstance(section, cls):
+                    raise TypeError(f"the settings of layer {layer} are a {type(section).__name__}, not a {cls.__name__}")
+                return section
+        return cls()
+
+
+S = TypeVar("S", bound=msgspec.Struct)
+Sections = Mapping[str, type[msgspec.Struct]]
 
 
 class SettingsError(ValueError):
     """A setting has an invalid value; the message names the setting."""
 
 
-def _sections() -> dict[str, type[msgspec.Struct]]:
-    return {f.name: f.type for f in msgspec.structs.fields(Settings)}
+def _sections(layers: Sections | None = None) -> dict[str, type[msgspec.Struct]]:
+    """The settings sections: the built-in ones, then those of ``layers`` (layer -> its
+    section's type)."""
+    builtin = {f.name: f.type for f in msgspec.structs.fields(Settings) if isinstance(f.type, type) and issubclass(f.type, msgspec.Struct)}
+    for name in layers or {}:
+        if name in builtin:
+            raise RuntimeError(f"settings section {name!r} is defined twice")
+    return {**builtin, **(layers or {})}
 
 
-def field_index() -> dict[str, tuple[str, msgspec.structs.FieldInfo, Any]]:
-    """Map every field name to (section name, field info, annotated type)."""
+def field_index(layers: Sections | None = None) -> dict[str, tuple[str, msgspec.structs.FieldInfo, Any]]:
+    """Map every field name to (section name, field info, annotated type); ``layers``: the
+    sections of declared layers to include."""
     index: dict[str, tuple[str, msgspec.structs.FieldInfo, Any]] = {}
-    for section, cls in _sections().items():
+    for section, cls in _sections(layers).items():
         hints = get_type_hints(cls, include_extras=True)
         for info in msgspec.structs.fields(cls):
             if info.name in index:
@@ -105,15 +130,19 @@ def load_settings(
     config_path: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    layers: Sections | None = None,
 ) -> Settings:
     """Build the settings from defaults, a TOML file, the environment and overrides.
 
     ``overrides`` maps field names (e.g. ``"port"``) to values and wins over everything.
-    Raises SettingsError naming the setting when a value is unknown or invalid.
+    ``layers`` maps a declared layer to the type of its own settings section
+    (``nekomem.domain.layers.layer_settings()``), read like the built-in ones
+    (``[layer]`` in the file, ``NEKOMEM_<FIELD>``). Raises SettingsError naming the
+    setting when a value is unknown or invalid.
     """
     env = os.environ if env is None else env
-    index = field_index()
-    tree: dict[str, dict[str, Any]] = {name: {} for name in _sections()}
+    index = field_index(layers)
+    tree: dict[str, dict[str, Any]] = {name: {} for name in _sections(layers)}
 
     path = config_path or env.get(ENV_PREFIX + "CONFIG") or None
     if path:
@@ -149,8 +178,22 @@ def load_settings(
 
     _fill_from_neko_data_dir(tree, index, env)
     _fill_from_model_profile(tree, index)
+    own = {name: tree.pop(name) for name in layers or {}}
+    settings = _convert(tree, Settings, index)
+    if layers:
+        sections = tuple((name, _convert(own[name], cls, index)) for name, cls in layers.items())
+        settings = msgspec.structs.replace(settings, layers=sections)
     try:
-        settings = msgspec.convert(tree, Settings, strict=False)
+        display_zone(settings.server.display_timezone)
+    except ValueError as exc:
+        raise SettingsError(f"invalid setting display_timezone: {exc}") from None
+    return settings
+
+
+def _convert(tree: Mapping[str, Any], cls: type[S], index: Mapping[str, object]) -> S:
+    """``tree`` as a ``cls``. Raises SettingsError naming the setting msgspec refused."""
+    try:
+        return msgspec.convert(tree, cls, strict=False)
     except msgspec.ValidationError as exc:
         # msgspec names the path as `$.section.field`; keep just the field.
         message = str(exc)
@@ -158,11 +201,6 @@ def load_settings(
             if f".{name}`" in message or f".{name}" in message.split("`")[-2:-1]:
                 raise SettingsError(f"invalid setting {name}: {message}") from None
         raise SettingsError(f"invalid settings: {message}") from None
-    try:
-        display_zone(settings.server.display_timezone)
-    except ValueError as exc:
-        raise SettingsError(f"invalid setting display_timezone: {exc}") from None
-    return settings
 
 
 def _refuse_unknown_variables(env: Mapping[str, str], index: Mapping[str, object]) -> None:
@@ -209,18 +247,20 @@ def _fill_from_model_profile(tree: dict[str, dict[str, Any]], index: dict[str, t
         tree[index[name][0]].setdefault(name, value)
 
 
-def settings_markdown() -> str:
+def settings_markdown(layers: Sections | None = None) -> str:
     """Every setting as Markdown: one ``### [section]`` heading and table per settings section
-    (its TOML key, environment variable, default and meaning); docs/CONFIGURATION.md holds it."""
-    defaults = Settings()
-    index = field_index()
+    (its TOML key, environment variable, default and meaning); docs/CONFIGURATION.md holds it.
+    ``layers``: the sections of declared layers to include."""
+    defaults = Settings(layers=tuple((name, cls()) for name, cls in (layers or {}).items()))
+    index = field_index(layers)
     blocks: list[str] = []
-    for section in _sections():
+    for section in _sections(layers):
         lines = [f"### `[{section}]`", "", "| setting | environment variable | default | meaning |", "|---|---|---|---|"]
         for name, (owner, _info, annotated) in index.items():
             if owner != section:
                 continue
-            value = getattr(getattr(defaults, section), name)
+            values = getattr(defaults, section) if section not in (layers or {}) else dict(defaults.layers)[section]
+            value = getattr(values, name)
             shown = "(empty)" if value == "" else repr(value) if isinstance(value, str) else str(value)
             lines.append(f"| `{name}` | `{ENV_PREFIX}{name.upper()}` | `{shown}` | {describe(annotated)} |")
         blocks.append("\n".join(lines))

@@ -18,16 +18,17 @@ from typing import Any
 import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
 
-from nekomem.actors.messages import BrowseFacts, GetRecent, ListCorrections, ListEntries, RecentView, SetSuppressed
+from nekomem.actors.messages import BrowseFacts, CountEntries, EntryCounts, ListCorrections, SetSuppressed
 from nekomem.domain.browse import FACT_STATUSES, FactFilter
-from nekomem.http import browse_insight, ui_static
+from nekomem.domain.layers import layers
+from nekomem.http import browse_insight, schemas, ui_static
 from nekomem.http import browse_store as store
 from nekomem.http.bodies import character_name, read_json_object
 from nekomem.http.character_origin import require_character
 from nekomem.http.errors import ApiError
 from nekomem.http.longterm import _int_param
+from nekomem.http.operations import BROWSE_PAGE, ID, NAME, RID, Operation, query
 from nekomem.http.readonly import character_exists
 from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
 from nekomem.http.system import _toggle_lock, fact_backlog_of
@@ -38,7 +39,6 @@ from nekomem.stores.layout import CharacterPaths
 from nekomem.stores.origin import read_origin
 from nekomem.stores.timeindex import to_utc_iso
 
-REFLECTION_STATUSES = ("pending", "confirmed", "promoted", "denied", "merged", "promote_blocked")
 ENTITIES = ("master", "neko", "relationship")
 
 
@@ -73,23 +73,14 @@ def _page(request: Request, default: int) -> tuple[int, int]:
 
 # -- characters --------------------------------------------------------------------------
 async def _live_counts(rt: Runtime, name: str) -> dict[str, Any]:
-    """Counts asked of an active character's actors (exact, including unflushed changes)."""
-
-    async def total(child: str, status: str | None = None) -> int:
-        answer = await ask(rt, name, child, lambda reply: ListEntries(status=status, limit=1, reply=reply), JsonAnswer)
-        return int(answer["total"])
-
-    view = await ask(rt, name, "recent", lambda reply: GetRecent(reply=reply), RecentView)
-    reflections = {s: await total("reflections", s) for s in REFLECTION_STATUSES}
-    corrections = await ask(rt, name, "persona", lambda reply: ListCorrections(reply=reply), JsonAnswer)
-    return {
-        "recent": len(view.window),
-        "facts": await total("facts", "active"),
-        "facts_archived": await total("facts", "archived"),
-        "reflections": reflections,
-        "persona": await total("persona"),
-        "corrections": corrections["total"],
-    }
+    """Counts asked of an active character's actors (exact, including unflushed changes):
+    each layer that declares counts answers its own, in start order."""
+    counts: dict[str, Any] = {}
+    for spec in layers():
+        if spec.counts:
+            answer = await ask(rt, name, spec.address, lambda reply: CountEntries(reply=reply), EntryCounts)
+            counts.update(answer.counts)
+    return counts
 
 
 def _origin(paths: CharacterPaths) -> dict[str, Any] | None:
@@ -173,10 +164,7 @@ async def _row_details(request: Request, rt: Runtime, name: str, active: bool) -
     trouble = await asyncio.to_thread(store.storage_trouble, paths)
     details: dict[str, Any] = {}
     if active:
-        counts = await _live_counts(rt, name)
-        archived = await asyncio.to_thread(store.archived_reflections, paths)
-        counts["reflections"]["archived"] = len(archived)
-        details["counts"] = counts
+        details["counts"] = await _live_counts(rt, name)
         described = await asyncio.to_thread(rt.registry.describe, name)
         failed = (described or {}).get("failed", {})
         trouble += [f"{child} layer failed: {error}" for child, error in failed.items()]
@@ -311,21 +299,47 @@ async def review_post(request: Request) -> Response:
     return JSONResponse({"success": True, "enabled": enabled})
 
 
-def routes() -> list[BaseRoute]:
+def operations() -> list[Operation]:
     """Every route of the memory browser; registered before the generic
     ``/api/characters/{name}/{layer}`` routes."""
-    b, i = "/api/browse", browse_insight
+    b, i = "/api/browse/{name:str}", browse_insight
+    facts_query = query("status", "entity", "importance_min", "importance_max", "absorbed", "event_from", "event_to", "q", "ids")
     return [
-        Route(f"{b}/characters", characters, methods=["GET"]),
-        Route(f"{b}/{{name:str}}/journal", journal, methods=["GET"]),
-        Route(f"{b}/{{name:str}}/facts", facts, methods=["GET"]),
-        Route(f"{b}/{{name:str}}/reflections_archived", archived_reflections, methods=["GET"]),
-        Route(f"{b}/{{name:str}}/reflections/{{reflection_id:str}}/evidence", i.evidence_history, methods=["GET"]),
-        Route(f"{b}/{{name:str}}/corrections", corrections, methods=["GET"]),
-        Route(f"{b}/{{name:str}}/persona/{{entry_id:str}}/suppress", suppress, methods=["POST"]),
-        Route(f"{b}/{{name:str}}/recall_explain", i.recall_explain, methods=["POST"]),
-        Route(f"{b}/{{name:str}}/context", i.context_sections, methods=["GET"]),
-        Route("/api/memory/review_config", review_get, methods=["GET"]),
-        Route("/api/memory/review_config", review_post, methods=["POST"]),
-        *ui_static.routes(),
+        Operation("/api/browse/characters", "GET", characters, "Every character with counts, last conversation and trouble"),
+        Operation(
+            f"{b}/journal",
+            "GET",
+            journal,
+            "A page of the raw conversation (order asc or desc)",
+            [NAME, *BROWSE_PAGE, *query("since", "until", "q", "order")],
+        ),
+        Operation(
+            f"{b}/facts",
+            "GET",
+            facts,
+            "Facts by status, entity, importance, absorbed, event time, text or ids",
+            [NAME, *BROWSE_PAGE, *facts_query],
+        ),
+        Operation(f"{b}/reflections_archived", "GET", archived_reflections, "A page of archived reflections", [NAME, *BROWSE_PAGE]),
+        Operation(
+            f"{b}/reflections/{{reflection_id:str}}/evidence",
+            "GET",
+            i.evidence_history,
+            "A reflection's evidence changes and decayed curve",
+            [NAME, RID],
+        ),
+        Operation(f"{b}/corrections", "GET", corrections, "The persona contradiction queue", [NAME]),
+        Operation(f"{b}/persona/{{entry_id:str}}/suppress", "POST", suppress, "Suppress a persona entry", [NAME, ID], schemas.SuppressBody),
+        Operation(f"{b}/recall_explain", "POST", i.recall_explain, "Recall with every leg's scores", [NAME], schemas.BrowseRecallBody),
+        Operation(f"{b}/context", "GET", i.context_sections, "The /new_dialog text by section", [NAME, *query("language", "master_name")]),
+        Operation("/api/memory/review_config", "GET", review_get, "The recent-memory review switch", answer=schemas.EnabledAnswer),
+        Operation(
+            "/api/memory/review_config",
+            "POST",
+            review_post,
+            "Set the recent-memory review switch",
+            body=schemas.ReviewConfigBody,
+            answer=schemas.ToggleAnswer,
+        ),
+        *ui_static.operations(),
     ]

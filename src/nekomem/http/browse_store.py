@@ -9,14 +9,15 @@ function here blocks: call it in a thread.
 from __future__ import annotations
 
 import sqlite3
-from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from nekomem.domain.layers import layers
 from nekomem.stores import timeindex_check
 from nekomem.stores.layout import CharacterPaths
 from nekomem.stores.timeindex_read import TimeIndexReader, to_utc_iso
+from nekomem.stores.view_counts import archived_items
 
 
 class JournalQuery(msgspec.Struct, kw_only=True, frozen=True):
@@ -72,72 +73,19 @@ def journal_summary(paths: CharacterPaths) -> tuple[int, str | None]:
         return 0, None  # unreadable, not a database, or malformed: storage_trouble says so
 
 
-def _length(path: Path) -> int:
-    """Items in a JSON list (or entries of a persona object) view; 0 when missing or unreadable."""
-    try:
-        raw = msgspec.json.decode(path.read_bytes())
-    except (OSError, msgspec.DecodeError):
-        return 0
-    if isinstance(raw, list):
-        return len(raw)
-    return 0
-
-
-def _reflection_counts(path: Path) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    try:
-        raw = msgspec.json.decode(path.read_bytes())
-    except (OSError, msgspec.DecodeError):
-        return counts
-    for item in raw if isinstance(raw, list) else []:
-        if isinstance(item, dict):
-            status = str(item.get("status", "pending"))
-            counts[status] = counts.get(status, 0) + 1
-    return counts
-
-
-def _persona_count(path: Path) -> int:
-    try:
-        raw = msgspec.json.decode(path.read_bytes())
-    except (OSError, msgspec.DecodeError):
-        return 0
-    total = 0
-    for section in raw.values() if isinstance(raw, dict) else []:
-        facts = section.get("facts") if isinstance(section, dict) else section
-        total += len(facts) if isinstance(facts, list) else 0
-    return total
-
-
 def archived_reflections(paths: CharacterPaths) -> list[dict[str, Any]]:
     """Every archived reflection in reflection_archive/ shards, newest shard first."""
-    folder = paths.reflection_archive_dir
-    items: list[dict[str, Any]] = []
-    if not folder.is_dir():
-        return items
-    for shard in sorted(folder.glob("*.json"), reverse=True):
-        try:
-            raw = msgspec.json.decode(shard.read_bytes())
-        except (OSError, msgspec.DecodeError):
-            continue
-        for item in raw if isinstance(raw, list) else []:
-            if isinstance(item, dict):
-                item.pop("embedding", None)
-                items.append({**item, "status": "archived"})
-    return items
+    return archived_items(paths.reflection_archive_dir)
 
 
 def disk_counts(paths: CharacterPaths) -> dict[str, Any]:
-    """Layer counts from the views on disk (for a character that is not active)."""
-    reflections = _reflection_counts(paths.reflections)
-    reflections["archived"] = reflections.get("archived", 0) + len(archived_reflections(paths))
-    return {
-        "recent": _length(paths.recent),
-        "facts": _length(paths.facts),
-        "facts_archived": _length(paths.facts_archive),
-        "reflections": reflections,
-        "persona": _persona_count(paths.persona),
-        "corrections": _length(paths.persona_corrections),
-    }
+    """Layer counts from the views on disk (for a character that is not active), each
+    layer's as its declaration counts them, in start order."""
+    counts: dict[str, Any] = {}
+    for spec in layers():
+        if spec.disk_counts is not None:
+            counts.update(spec.disk_counts(paths))
+    return counts
 
 
 def storage_trouble(paths: CharacterPaths) -> list[str]:

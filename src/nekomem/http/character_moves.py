@@ -19,10 +19,10 @@ from collections.abc import Callable
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
 
 from nekomem.http.bodies import character_name, decode_body
 from nekomem.http.errors import ApiError
+from nekomem.http.operations import NAME, Operation
 from nekomem.http.readonly import character_exists
 from nekomem.http.runtime_access import runtime_of
 from nekomem.http.schemas import MergeBody, RenameBody
@@ -113,8 +113,22 @@ async def merge(request: Request) -> Response:
     return JSONResponse({"name": target, "merged_from": source, "rows": rows})
 
 
-def routes() -> list[BaseRoute]:
+def operations() -> list[Operation]:
     return [
-        Route("/api/characters/{name:str}/rename", rename, methods=["POST"]),
-        Route("/api/characters/{name:str}/merge", merge, methods=["POST"]),
+        Operation(
+            "/api/characters/{name:str}/rename",
+            "POST",
+            rename,
+            "Rename a character (every layer moves; 409 when the new name exists)",
+            [NAME],
+            RenameBody,
+        ),
+        Operation(
+            "/api/characters/{name:str}/merge",
+            "POST",
+            merge,
+            "Merge a character into another existing one, then remove it",
+            [NAME],
+            MergeBody,
+        ),
     ]

@@ -23,13 +23,14 @@ from pathlib import Path
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
 
 from nekomem.actors.messages import ForgetTurns
 from nekomem.http.bodies import character_name
 from nekomem.http.errors import ApiError
+from nekomem.http.operations import NAME, Operation, Parameter
 from nekomem.http.readonly import character_exists
 from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
+from nekomem.http.schemas import ExportRequest
 from nekomem.runtime.registry import CharacterBusy
 from nekomem.stores.character_summary import summary_of
 from nekomem.stores.timeindex_read import to_utc_iso
@@ -39,15 +40,38 @@ _MAX_ROW_ID = 2**63 - 1  # SQLite's largest integer
 _DATE_ONLY = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
-def routes() -> list[BaseRoute]:
+ROW: Parameter = {"name": "row_id", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1}}
+TURNS: list[Parameter] = [
+    {"name": "ids", "in": "query", "required": False, "schema": {"type": "string"}, "description": "row ids, comma-separated"},
+    {"name": "from", "in": "query", "required": False, "schema": {"type": "string", "format": "date-time"}},
+    {"name": "to", "in": "query", "required": False, "schema": {"type": "string", "format": "date-time"}},
+]
+
+
+def operations() -> list[Operation]:
+    """Erasure and the consistent copies (``http/snapshot.py``)."""
     from nekomem.http.snapshot import export_character, export_knowledge
 
+    c = "/api/characters/{name:str}"
     return [
-        Route("/api/characters/{name:str}/export", export_character, methods=["POST"]),
-        Route("/api/knowledge/export", export_knowledge, methods=["POST"]),
-        Route("/api/characters/{name:str}", delete_character, methods=["DELETE"]),
-        Route("/api/characters/{name:str}/turns", forget_turns, methods=["DELETE"]),
-        Route("/api/characters/{name:str}/turns/{row_id:str}", forget_turns, methods=["DELETE"]),
+        Operation(
+            f"{c}/export",
+            "POST",
+            export_character,
+            "The character as a nekomem-character document (holds the character: a POST with a JSON body, never a GET)",
+            [NAME],
+            ExportRequest,
+        ),
+        Operation(
+            "/api/knowledge/export",
+            "POST",
+            export_knowledge,
+            "The knowledge packs' registry and pack files, read under the service's lock (the source of nekomem backup)",
+            body=ExportRequest,
+        ),
+        Operation(c, "DELETE", delete_character, "Delete a character: stop it and remove its folder", [NAME]),
+        Operation(f"{c}/turns", "DELETE", forget_turns, "Forget stored turns (ids or a time range)", [NAME, *TURNS]),
+        Operation(f"{c}/turns/{{row_id:str}}", "DELETE", forget_turns, "Forget one stored turn", [NAME, ROW]),
     ]
 
 

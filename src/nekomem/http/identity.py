@@ -41,12 +41,12 @@ from typing import Any, TypeVar
 import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
 
 from nekomem.actors.messages import DeleteEntry, ListEntries
 from nekomem.domain import speaker_identity as ident
 from nekomem.http.bodies import convert_body, read_json_object
 from nekomem.http.errors import ApiError
+from nekomem.http.operations import Operation, Parameter
 from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
 from nekomem.runtime.reply import Reply
 from nekomem.stores.layout import InvalidName, validate_name
@@ -244,32 +244,26 @@ async def reconcile_from_facts(request: Request) -> Response:
     return JSONResponse(await _run(lambda: pool.reconcile(events)))
 
 
-def routes() -> list[BaseRoute]:
+ACCOUNT_QUERY: Parameter = {"name": "account_id", "in": "query", "required": True, "schema": {"type": "string", "minLength": 1}}
+
+
+def operations() -> list[Operation]:
+    i, t = "/internal/identity", "/internal/trust"
     return [
-        Route("/internal/identity/scope", declare_scope, methods=["POST"]),
-        Route("/internal/identity/accounts/ensure", ensure_account, methods=["POST"]),
-        Route("/internal/identity/accounts/bind", bind_account, methods=["POST"]),
-        Route("/internal/identity/accounts/unbind", unbind_account, methods=["POST"]),
-        Route("/internal/identity/entities/merge", merge_entities, methods=["POST"]),
-        Route("/internal/identity/entities/forget", forget_entity, methods=["POST"]),
-        Route("/internal/trust/profile", trust_profile, methods=["GET"]),
-        Route("/internal/trust/import_legacy_profiles", import_legacy_profiles, methods=["POST"]),
-        Route("/internal/trust/waive_legacy_barrier", waive_legacy_barrier, methods=["POST"]),
-        Route("/internal/trust/reconcile_from_facts", reconcile_from_facts, methods=["POST"]),
+        Operation(f"{i}/scope", "POST", declare_scope, "Declare what a platform's identifiers mean", body=ScopeBody),
+        Operation(f"{i}/accounts/ensure", "POST", ensure_account, "Give an account an entity", body=AccountBody),
+        Operation(f"{i}/accounts/bind", "POST", bind_account, "Link an account to an entity (human-triggered)", body=BindBody),
+        Operation(f"{i}/accounts/unbind", "POST", unbind_account, "Move an account out into its own entity", body=UnbindBody),
+        Operation(f"{i}/entities/merge", "POST", merge_entities, "Merge two entities (human-triggered)", body=MergeBody),
+        Operation(f"{i}/entities/forget", "POST", forget_entity, "Erase an entity, its ledgers and its facts", body=EntityBody),
+        Operation(f"{t}/profile", "GET", trust_profile, "Read-only trust profile of an account", [ACCOUNT_QUERY]),
+        Operation(
+            f"{t}/import_legacy_profiles",
+            "POST",
+            import_legacy_profiles,
+            "Import a chunk of a legacy trust ledger",
+            body=LegacyImportBody,
+        ),
+        Operation(f"{t}/waive_legacy_barrier", "POST", waive_legacy_barrier, "Open a platform's legacy barrier", body=WaiveBody),
+        Operation(f"{t}/reconcile_from_facts", "POST", reconcile_from_facts, "Rebuild signal folds from fact rows", body=ReconcileBody),
     ]
-
-
-# (path, method, parameters, request type, response type, summary) for /openapi.json.
-ACCOUNT_QUERY = {"name": "account_id", "in": "query", "required": True, "schema": {"type": "string", "minLength": 1}}
-OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] = [
-    ("/internal/identity/scope", "post", [], ScopeBody, dict[str, Any], "Declare what a platform's identifiers mean"),
-    ("/internal/identity/accounts/ensure", "post", [], AccountBody, dict[str, Any], "Give an account an entity"),
-    ("/internal/identity/accounts/bind", "post", [], BindBody, dict[str, Any], "Link an account to an entity (human-triggered)"),
-    ("/internal/identity/accounts/unbind", "post", [], UnbindBody, dict[str, Any], "Move an account out into its own entity"),
-    ("/internal/identity/entities/merge", "post", [], MergeBody, dict[str, Any], "Merge two entities (human-triggered)"),
-    ("/internal/identity/entities/forget", "post", [], EntityBody, dict[str, Any], "Erase an entity, its ledgers and its facts"),
-    ("/internal/trust/profile", "get", [ACCOUNT_QUERY], None, dict[str, Any], "Read-only trust profile of an account"),
-    ("/internal/trust/import_legacy_profiles", "post", [], LegacyImportBody, dict[str, Any], "Import a chunk of a legacy trust ledger"),
-    ("/internal/trust/waive_legacy_barrier", "post", [], WaiveBody, dict[str, Any], "Open a platform's legacy barrier"),
-    ("/internal/trust/reconcile_from_facts", "post", [], ReconcileBody, dict[str, Any], "Rebuild signal folds from fact rows"),
-]

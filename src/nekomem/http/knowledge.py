@@ -24,10 +24,10 @@ from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartParser
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
 
 from nekomem.domain.knowledge_pack import MATERIAL_TYPES, MAX_PACK_BYTES
 from nekomem.http.errors import error_response
+from nekomem.http.operations import Operation
 from nekomem.http.runtime_access import runtime_of
 from nekomem.runtime.knowledge import KnowledgeService, KnowledgeUnavailable
 from nekomem.runtime.knowledge_lookup import DEFAULT_QUERY_BUDGET_MS, MAX_QUERY_BUDGET_MS
@@ -310,10 +310,6 @@ TABLE: list[tuple[str, str, Any, str]] = [
 ]
 
 
-def routes() -> list[BaseRoute]:
-    return [Route(PREFIX + path, handler, methods=[method]) for path, method, handler, _ in TABLE]
-
-
 def _param(name: str, schema: dict[str, Any], required: bool = False) -> dict[str, Any]:
     return {"name": name, "in": "query", "required": required, "schema": schema}
 
@@ -330,8 +326,11 @@ PARAMETERS: dict[str, list[dict[str, Any]]] = {
         _param("title", {"type": "string", "minLength": 1, "maxLength": 500}, True),
     ],
 }
-# (path, method, parameters, request type, response type, summary) for /openapi.json.
-OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] = [
-    (PREFIX + path, method.lower(), PARAMETERS.get(path, []), dict[str, Any] if method == "POST" else None, dict[str, Any], summary)
-    for path, method, _, summary in TABLE
-]
+
+
+def operations() -> list[Operation]:
+    """Every route of the knowledge packs (a POST takes a JSON object)."""
+    return [
+        Operation(PREFIX + path, method, handler, summary, PARAMETERS.get(path, ()), dict[str, Any] if method == "POST" else None)
+        for path, method, handler, summary in TABLE
+    ]

@@ -21,9 +21,10 @@ from nekomem.actors.messages import (
     RecentView,
     RecordSurfaced,
     ReflectNow,
+    RenderBlock,
     RenderContext,
 )
-from nekomem.domain.layers import listings
+from nekomem.domain.layers import layers, listings
 from nekomem.http.bodies import bounded_opaque, character_name, decode_body, decode_json, read_body
 from nekomem.http.character_origin import is_new, note_created, require_character
 from nekomem.http.errors import ApiError
@@ -34,10 +35,17 @@ from nekomem.runtime.runtime import Runtime
 
 
 async def render_longterm(request: Request, name: str, language: str = "en", master_name: str = "") -> str:
-    """The persona + reflection sections of /new_dialog (used by the conversation routes)."""
-    return await ask(
-        runtime_of(request), name, "persona", lambda reply: RenderContext(language=language, master_name=master_name, reply=reply), str
-    )
+    """The persona + reflection sections of /new_dialog (used by the conversation routes),
+    then the block of each layer declared with ``render``, in start order."""
+    rt = runtime_of(request)
+    text = await ask(rt, name, "persona", lambda reply: RenderContext(language=language, master_name=master_name, reply=reply), str)
+    for spec in layers():
+        if spec.render:
+            block = await ask(
+                rt, name, spec.address, lambda reply: RenderBlock(language=language, master_name=master_name, reply=reply), str
+            )
+            text = "\n\n".join(part for part in (text, block) if part)
+    return text
 
 
 # What /reflect answers for an unknown character (as for one with no facts), without creating it.

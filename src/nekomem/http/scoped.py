@@ -39,6 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from nekomem.actors.messages import AddScopedFacts, DeleteEntry, ExtractScoped, ListCorrections, ListEntries, RenderContext, ScopedMentions
+from nekomem.domain.layers import FACTS, Address, layers
 from nekomem.domain.locale.context import normalise_language
 from nekomem.domain.neko_fields import retired
 from nekomem.domain.speaker_identity import normalize_account_id
@@ -67,7 +68,6 @@ MAX_FACTS = 32
 MAX_FACT_CHARS = 2000
 MAX_HISTORY_MESSAGES = 200
 MAX_SEGMENTS = 8
-LAYER_STATUS = {"facts": "all", "reflections": None, "persona": None}
 # One lock per (character, idempotency key), dropped once no request holds or awaits it.
 _key_locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = weakref.WeakValueDictionary()
 NO_TRUST = {"resolved": None, "persisted": None, "signals_applied": 0, "activity_applied": 0, "gated": None, "channel_collision": False}
@@ -173,9 +173,15 @@ def _subjects(raw: Any) -> list[Subject]:
     return subjects
 
 
-async def _entries(request: Request, name: str, layer: str) -> list[dict[str, Any]]:
+def scoped_layers() -> dict[Address, str | None]:
+    """The layers whose entries the scoped routes filter by subject (those whose
+    declaration has ``scoped``), each with the ``ListEntries`` status it is listed by."""
+    return {spec.address: spec.scoped.status for spec in layers() if spec.scoped is not None}
+
+
+async def _entries(request: Request, name: str, layer: Address) -> list[dict[str, Any]]:
     rt = runtime_of(request)
-    status = LAYER_STATUS[layer]
+    status = scoped_layers()[layer]
     page = await ask(rt, name, layer, lambda reply: ListEntries(status=status, offset=0, limit=10**9, reply=reply), JsonAnswer)
     return [item for item in page["items"] if isinstance(item, dict)]
 
@@ -383,7 +389,7 @@ async def scoped_context(request: Request) -> Response:
         return PlainTextResponse("")
     language = normalise_language(await _context_language(request, name, subjects, body.language), "en")
     longterm = await ask(rt, name, "persona", lambda reply: RenderContext(subjects=subjects, language=language, reply=reply), str)
-    facts = [f for f in await _entries(request, name, "facts") if not f.get("archived_at") and not retired(f.get("source_ref"))]
+    facts = [f for f in await _entries(request, name, FACTS) if not f.get("archived_at") and not retired(f.get("source_ref"))]
     parts = [p for p in (longterm, _facts_block(facts, subjects, rt.settings.server.scoped_context_max_facts)) if p]
     return PlainTextResponse("\n\n".join(parts))
 
@@ -415,12 +421,13 @@ async def scoped_forget(request: Request) -> Response:
     name = character_name(request)
     body = convert_body(await read_json_object(request), ScopedForgetBody)
     subject = _subject(body.subject)
-    removed = {layer: 0 for layer in LAYER_STATUS}
+    scoped = scoped_layers()
+    removed: dict[str, int] = {layer: 0 for layer in scoped}
     # The tombstone first: a stamped write produced before this erase is dropped even
     # when the deletions below fail and the client retries the forget.
     epoch = await ep.record_forget(request, name, subject, body.forget_epoch)
     if await character_exists(request, name):
-        for layer in LAYER_STATUS:
+        for layer in scoped:
             for entry in filter_visible(await _entries(request, name, layer), [subject]):
                 await ask(rt, name, layer, _delete_entry(entry["id"]), JsonAnswer)
                 removed[layer] += 1
@@ -451,6 +458,8 @@ async def scoped_subjects(request: Request) -> Response:
         return JSONResponse({"subjects": []})
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     ids: dict[tuple[str, str], set[str]] = {}
+    # (count key, layer, ListEntries status): each scoped layer's counts, as declared.
+    counted = [(key, spec.address, status) for spec in layers() if spec.scoped is not None for key, status in spec.scoped.counts]
 
     def row_of(subject: Subject) -> dict[str, Any] | None:
         if platform and subject.subject_id.split(":", 1)[0] != platform:
@@ -461,10 +470,7 @@ async def scoped_subjects(request: Request) -> Response:
             {
                 **subject.fields(),
                 "display_name": None,
-                "facts": 0,
-                "facts_archived": 0,
-                "reflections": 0,
-                "persona": 0,
+                **{key: 0 for key, _layer, _status in counted},
                 "prompt_locale": None,
                 "corrections": 0,
                 "staged": 0,
@@ -473,13 +479,7 @@ async def scoped_subjects(request: Request) -> Response:
             },
         )
 
-    layers = (
-        ("facts", "facts", "active"),
-        ("facts_archived", "facts", "archived"),
-        ("reflections", "reflections", None),
-        ("persona", "persona", None),
-    )
-    for count, layer, status in layers:
+    for count, layer, status in counted:
         page = await ask(rt, name, layer, _list_entries(status), JsonAnswer)
         for entry in page["items"]:
             subject = entry_subject(entry) if isinstance(entry, dict) else None

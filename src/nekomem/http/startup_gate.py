@@ -37,10 +37,10 @@ from collections.abc import Callable
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
 
 from nekomem.http.bodies import decode_json, read_body
 from nekomem.http.errors import error_response
+from nekomem.http.operations import Operation
 from nekomem.http.runtime_access import runtime_of
 from nekomem.http.schemas import StartupGateBody
 
@@ -110,10 +110,17 @@ async def shutdown(request: Request) -> Response:
     return JSONResponse({"status": "shutdown_signal_received"})
 
 
-def routes() -> list[BaseRoute]:
+def operations() -> list[Operation]:
+    gate = StartupGateBody
     return [
-        Route("/internal/storage/startup/continue", continue_startup, methods=["POST"]),
-        Route("/internal/storage/startup/block", block_startup, methods=["POST"]),
-        Route("/internal/storage/startup/activate", activate_startup, methods=["POST"]),
-        Route("/shutdown", shutdown, methods=["POST"]),
+        Operation("/internal/storage/startup/continue", "POST", continue_startup, "Leave limited mode (body optional)", body=gate),
+        Operation("/internal/storage/startup/block", "POST", block_startup, "Enter limited mode again (body optional)", body=gate),
+        Operation(
+            "/internal/storage/startup/activate",
+            "POST",
+            activate_startup,
+            "Second start-up step of the newest reference",
+            body=gate,
+        ),
+        Operation("/shutdown", "POST", shutdown, "Stop the server gracefully (when shutdown_enabled)"),
     ]

@@ -29,13 +29,13 @@ import msgspec
 from msgspec import Meta
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
 
 from nekomem.actors.messages import TheaterForget, TheaterRetract, TheaterWrite
 from nekomem.domain import theater
 from nekomem.domain.turns import Turn
 from nekomem.http.bodies import character_name, decode_body
 from nekomem.http.errors import ApiError
+from nekomem.http.operations import Operation, Parameter
 from nekomem.http.readonly import character_exists
 from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
 from nekomem.http.schemas import Body, HistoryBody
@@ -209,25 +209,15 @@ async def retract(request: Request) -> Response:
     return JSONResponse(result)
 
 
-def routes() -> list[BaseRoute]:
+_NAME: Parameter = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
+
+
+def operations() -> list[Operation]:
+    t = "/internal/memory/{name:str}/theater"
     return [
-        Route("/internal/memory/{name:str}/theater/stories", stories, methods=["GET"]),
-        Route("/internal/memory/{name:str}/theater/forget", forget, methods=["POST"]),
-        Route("/internal/memory/{name:str}/theater/retract", retract, methods=["POST"]),
+        Operation(f"{t}/stories", "GET", stories, "Theater stories kept in memory", [_NAME], answer=TheaterStoriesAnswer),
+        Operation(f"{t}/forget", "POST", forget, "Forget a theater story", [_NAME], TheaterForgetBody, TheaterForgetAnswer),
+        Operation(
+            f"{t}/retract", "POST", retract, "Take back a declined theater archive", [_NAME], TheaterRetractBody, TheaterRetractAnswer
+        ),
     ]
-
-
-_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
-# Rows for nekomem.server.openapi.OPERATIONS.
-OPERATIONS: list[tuple[str, str, list[dict[str, Any]], type | None, Any, str]] = [
-    ("/internal/memory/{name}/theater/stories", "get", [_NAME], None, TheaterStoriesAnswer, "Theater stories kept in memory"),
-    ("/internal/memory/{name}/theater/forget", "post", [_NAME], TheaterForgetBody, TheaterForgetAnswer, "Forget a theater story"),
-    (
-        "/internal/memory/{name}/theater/retract",
-        "post",
-        [_NAME],
-        TheaterRetractBody,
-        TheaterRetractAnswer,
-        "Take back a declined theater archive",
-    ),
-]

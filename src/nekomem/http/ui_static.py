@@ -11,9 +11,9 @@ from pathlib import Path
 
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
-from starlette.routing import BaseRoute, Route
 
 from nekomem.http.errors import ApiError
+from nekomem.http.operations import HTML, Operation, Parameter
 
 # The page's files hold no memory, and a browser cannot attach a bearer token to a page
 # navigation: a request guard that asks for a token lets this prefix through (the API
@@ -57,9 +57,12 @@ async def asset(request: Request) -> Response:
     return FileResponse(target, media_type=TYPES[target.suffix], headers=HEADERS)
 
 
-def routes() -> list[BaseRoute]:
+ASSET: Parameter = {"name": "path", "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def operations() -> list[Operation]:
     return [
-        Route("/ui", asset, methods=["GET"]),
-        Route("/ui/", asset, methods=["GET"]),
-        Route("/ui/{path:path}", asset, methods=["GET"]),
+        Operation("/ui", "GET", asset, "The memory browser", answer=HTML),
+        Operation("/ui/", "GET", asset, "The memory browser", answer=HTML),
+        Operation("/ui/{path:path}", "GET", asset, "A file of the memory browser (scripts, styles)", [ASSET], answer=HTML),
     ]

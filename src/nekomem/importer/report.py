@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import msgspec
 
-LAYERS: tuple[str, ...] = (
-    "recent",
-    "recent_meta",
-    "journal",
-    "facts",
-    "facts_archive",
-    "reflections",
-    "reflection_archive",
-    "surfaced",
-    "persona",
-    "persona_corrections",
-    "cursors",
-)
+from nekomem.domain.layers import layers
+
+# Rows of a character's report that no layer owns: the cursors.
+SHARED_ROWS: tuple[str, ...] = ("cursors",)
+
+
+def report_rows() -> tuple[str, ...]:
+    """The rows of a character's report: every declared layer's ``import_counts`` in start
+    order, then the shared ones."""
+    return tuple(row for spec in layers() for row in spec.import_counts) + SHARED_ROWS
 
 
 class LayerCount(msgspec.Struct, kw_only=True):
@@ -44,7 +41,7 @@ class Problem(msgspec.Struct, kw_only=True):
 class CharacterReport(msgspec.Struct, kw_only=True):
     name: str
     created: bool = False
-    layers: dict[str, LayerCount] = msgspec.field(default_factory=lambda: {name: LayerCount() for name in LAYERS})
+    layers: dict[str, LayerCount] = msgspec.field(default_factory=lambda: {name: LayerCount() for name in report_rows()})
 
     def count(self, layer: str) -> LayerCount:
         return self.layers[layer]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nekomem.actors.host import ACTORS
@@ -26,6 +26,19 @@ from nekomem.http.errors import (
     os_error_handler,
 )
 from nekomem.http.guard import RequestGuard
+from nekomem.http.operations import (
+    ID,
+    LAYER,
+    NAME,
+    PAGE,
+    QUERY,
+    RELEASE_CLAIM,
+    RID,
+    SUBJECT_KEYS,
+    TEXT,
+    Operation,
+    starlette_routes,
+)
 from nekomem.http.release_fence import ReleaseFence
 from nekomem.mcp import mount_if_available
 from nekomem.runtime.clock import Clock
@@ -75,7 +88,9 @@ class LimitedModeMiddleware:
         await self.app(scope, receive, send)
 
 
-def routes() -> list[BaseRoute]:
+def operations() -> list[Operation]:
+    """The route table, in the router's order: every operation the app serves, each with
+    what /openapi.json says of it (``server/openapi.py`` reads this same table)."""
     from nekomem.http import (
         browse,
         character_moves,
@@ -94,62 +109,175 @@ def routes() -> list[BaseRoute]:
         startup_gate,
         theater,
     )
+    from nekomem.http import schemas as s
     from nekomem.server import openapi
 
-    c, s, lt = conversation, system, longterm
+    c, sy, lt, sc = conversation, system, longterm, scoped
+    ei, pl, lc = external_import, prompt_locale, lifecycle
+    m = "/internal/memory/{name:str}"
     # The router tries routes in order: the conversation routes, which carry nearly all
     # traffic, come first (no other route shares their paths).
-    table: list[BaseRoute] = [
-        Route("/cache/{name:str}", c.cache, methods=["POST"]),
-        Route("/new_dialog/{name:str}", c.new_dialog, methods=["GET"]),
-        Route("/process/{name:str}", c.process, methods=["POST"]),
-        Route("/renew/{name:str}", c.renew, methods=["POST"]),
-        Route("/settle/{name:str}", c.settle, methods=["POST"]),
-        *browse.routes(),
-        Route("/health", s.health, methods=["GET"]),
-        Route("/openapi.json", openapi.openapi, methods=["GET"]),
-        Route("/metrics", metrics.scrape, methods=["GET"]),
-        Route("/get_recent_history/{name:str}", c.get_recent_history, methods=["GET"]),
-        Route("/last_conversation_gap/{name:str}", c.last_conversation_gap, methods=["GET"]),
-        Route("/api/memory/powerful_memory_config", s.powerful_memory_get, methods=["GET"]),
-        Route("/api/memory/powerful_memory_config", s.powerful_memory_post, methods=["POST"]),
-        Route("/internal/memory/reset_confirmed_at", s.reset_confirmed_at, methods=["POST"]),
-        *startup_gate.routes(),
-        Route("/reflect/{name:str}", lt.reflect, methods=["POST"]),
-        Route("/followup_topics/{name:str}", lt.followup_topics, methods=["GET"]),
-        Route("/record_surfaced/{name:str}", lt.record_surfaced, methods=["POST"]),
-        Route("/query_memory/{name:str}", recall.query_memory, methods=["POST"]),
-        Route("/api/tools/recall_memory", recall.recall_tool, methods=["GET"]),
-        Route("/search_for_memory/{name:str}/{query:path}", recall.search_for_memory, methods=["GET"]),
-        Route("/get_persona/{name:str}", persona_json.get_persona, methods=["GET"]),
-        Route("/cancel_correction/{name:str}", lifecycle.cancel_correction, methods=["POST"]),
-        Route("/reload", lifecycle.reload, methods=["POST"]),
-        Route("/release_character/{name:str}", lifecycle.release_character, methods=["POST"]),
-        Route("/internal/memory/{name:str}/scoped_facts", scoped.scoped_facts, methods=["POST"]),
-        Route("/internal/memory/{name:str}/scoped_history", scoped.scoped_history, methods=["POST"]),
-        Route("/internal/memory/{name:str}/scoped_context", scoped.scoped_context, methods=["POST"]),
-        Route("/internal/memory/{name:str}/scoped_mentions", scoped.scoped_mentions, methods=["POST"]),
-        Route("/internal/memory/{name:str}/scoped_forget", scoped.scoped_forget, methods=["POST"]),
-        Route("/internal/memory/{name:str}/scoped_subjects", scoped.scoped_subjects, methods=["GET"]),
-        Route("/internal/memory/{name:str}/forget_epochs", scoped_epochs.forget_epochs, methods=["GET"]),
-        Route("/internal/memory/import_external_markdown", external_import.import_external_markdown, methods=["POST"]),
-        *identity.routes(),
-        *knowledge.routes(),
-        Route("/internal/memory/{name:str}/repetition_insights", repetition.repetition_insights, methods=["POST"]),
-        Route("/prompt-locale/{name:str}", prompt_locale.get_prompt_locale, methods=["GET"]),
-        Route("/prompt-locale/{name:str}", prompt_locale.put_prompt_locale, methods=["PUT"]),
-        *theater.routes(),
-        Route("/api/characters", lt.list_all_characters, methods=["GET"]),
-        Route("/api/import/neko", importing.import_neko, methods=["POST"]),
-        *erasure.routes(),
-        *character_moves.routes(),
-        Route("/api/characters/{name:str}/card", lt.import_card, methods=["POST"]),
-        Route("/api/characters/{name:str}/facts", lt.import_facts, methods=["POST"]),
-        Route("/api/characters/{name:str}/reflections/{reflection_id:str}/feedback", lt.feedback, methods=["POST"]),
-        Route("/api/characters/{name:str}/{layer:str}", lt.list_layer, methods=["GET"]),
-        Route("/api/characters/{name:str}/{layer:str}/{entry_id:str}", lt.edit_entry, methods=["PATCH", "DELETE"]),
+    return [
+        Operation("/cache/{name:str}", "POST", c.cache, "Store finished turns", [NAME], s.HistoryBody, s.WriteAnswer),
+        Operation("/new_dialog/{name:str}", "GET", c.new_dialog, "The working context", [NAME], answer=TEXT),
+        Operation("/process/{name:str}", "POST", c.process, "Store, then compress at session end", [NAME], s.HistoryBody, s.WriteAnswer),
+        Operation("/renew/{name:str}", "POST", c.renew, "Store, then compress in detailed mode", [NAME], s.HistoryBody, s.WriteAnswer),
+        Operation("/settle/{name:str}", "POST", c.settle, "Compress what is cached", [NAME], s.HistoryBody, s.WriteAnswer),
+        *browse.operations(),
+        Operation("/health", "GET", sy.health, "Liveness, launcher probe and storage state", answer=s.HealthAnswer),
+        Operation("/openapi.json", "GET", openapi.openapi, "This document"),
+        Operation("/metrics", "GET", metrics.scrape, "Prometheus metrics (text exposition format)", answer=TEXT),
+        Operation("/get_recent_history/{name:str}", "GET", c.get_recent_history, "The recent window as text", [NAME], answer=TEXT),
+        Operation(
+            "/last_conversation_gap/{name:str}",
+            "GET",
+            c.last_conversation_gap,
+            "Seconds since the last turn",
+            [NAME],
+            answer=s.GapAnswer,
+        ),
+        Operation(
+            "/api/memory/powerful_memory_config",
+            "GET",
+            sy.powerful_memory_get,
+            "The powerful-memory switch",
+            answer=s.EnabledAnswer,
+        ),
+        Operation(
+            "/api/memory/powerful_memory_config",
+            "POST",
+            sy.powerful_memory_post,
+            "Set the powerful-memory switch",
+            body=s.PowerfulMemoryBody,
+            answer=s.ToggleAnswer,
+        ),
+        Operation(
+            "/internal/memory/reset_confirmed_at",
+            "POST",
+            sy.reset_confirmed_at,
+            "Restart confirmed reflections' clocks",
+            answer=s.CountAnswer,
+        ),
+        *startup_gate.operations(),
+        Operation("/reflect/{name:str}", "POST", lt.reflect, "Synthesise and promote now", [NAME], answer=s.ReflectAnswer),
+        Operation("/followup_topics/{name:str}", "GET", lt.followup_topics, "Reflections to bring up", [NAME]),
+        Operation("/record_surfaced/{name:str}", "POST", lt.record_surfaced, "Record surfaced reflections", [NAME], s.RecordSurfacedBody),
+        Operation("/query_memory/{name:str}", "POST", recall.query_memory, "Recall", [NAME], s.QueryBody, s.RecallAnswer),
+        Operation("/api/tools/recall_memory", "GET", recall.recall_tool, "The recall_memory tool schema"),
+        Operation(
+            "/search_for_memory/{name:str}/{query:path}",
+            "GET",
+            recall.search_for_memory,
+            "The recall block for a query, as a JSON string",
+            [NAME, QUERY],
+            answer=str,
+        ),
+        Operation(
+            "/get_persona/{name:str}",
+            "GET",
+            persona_json.get_persona,
+            "The persona in the reference's persona.json shape",
+            [NAME],
+        ),
+        Operation("/cancel_correction/{name:str}", "POST", lc.cancel_correction, "Cancel pending context corrections", [NAME]),
+        Operation(
+            "/reload",
+            "POST",
+            lc.reload,
+            "Reload every character from disk, closing release claims (body optional)",
+            body=lc.ReloadBody,
+        ),
+        Operation(
+            "/release_character/{name:str}",
+            "POST",
+            lc.release_character,
+            "Release a character's files under a claim",
+            [NAME, *RELEASE_CLAIM],
+        ),
+        Operation(f"{m}/scoped_facts", "POST", sc.scoped_facts, "Add facts about a scoped subject", [NAME], sc.ScopedFactsBody),
+        Operation(f"{m}/scoped_history", "POST", sc.scoped_history, "Store scoped conversation", [NAME], sc.ScopedHistoryBody),
+        Operation(f"{m}/scoped_context", "POST", sc.scoped_context, "Context of scoped subjects", [NAME], sc.ScopedContextBody),
+        Operation(f"{m}/scoped_mentions", "POST", sc.scoped_mentions, "Record scoped mentions", [NAME], sc.ScopedMentionsBody),
+        Operation(f"{m}/scoped_forget", "POST", sc.scoped_forget, "Forget a scoped subject", [NAME], sc.ScopedForgetBody),
+        Operation(f"{m}/scoped_subjects", "GET", sc.scoped_subjects, "Scoped subjects", [NAME]),
+        Operation(
+            f"{m}/forget_epochs",
+            "GET",
+            scoped_epochs.forget_epochs,
+            "Erase generations of scoped subjects",
+            [NAME, SUBJECT_KEYS],
+        ),
+        Operation(
+            "/internal/memory/import_external_markdown",
+            "POST",
+            ei.import_external_markdown,
+            "Import OpenClaw / Hermes Markdown candidates",
+            body=ei.ExternalImportBody,
+            answer=ei.ExternalImportAnswer,
+        ),
+        *identity.operations(),
+        *knowledge.operations(),
+        Operation(
+            f"{m}/repetition_insights",
+            "POST",
+            repetition.repetition_insights,
+            "Phrases the character repeats",
+            [NAME],
+            repetition.RepetitionBody,
+        ),
+        Operation("/prompt-locale/{name:str}", "GET", pl.get_prompt_locale, "A character's context language", [NAME]),
+        Operation(
+            "/prompt-locale/{name:str}",
+            "PUT",
+            pl.put_prompt_locale,
+            "Set a character's context language",
+            [NAME],
+            pl.PromptLocaleBody,
+        ),
+        *theater.operations(),
+        Operation("/api/characters", "GET", lt.list_all_characters, "Every character", answer=s.CharactersAnswer),
+        Operation(
+            "/api/import/neko",
+            "POST",
+            importing.import_neko,
+            "Import a reference memory folder (server-side path)",
+            body=importing.ImportNekoBody,
+        ),
+        *erasure.operations(),
+        *character_moves.operations(),
+        Operation("/api/characters/{name:str}/card", "POST", lt.import_card, "Import a character card", [NAME], s.CardBody),
+        Operation("/api/characters/{name:str}/facts", "POST", lt.import_facts, "Import facts", [NAME], s.FactsBody, s.ImportAnswer),
+        Operation(
+            "/api/characters/{name:str}/reflections/{reflection_id:str}/feedback",
+            "POST",
+            lt.feedback,
+            "Confirm or deny a reflection",
+            [NAME, RID],
+            s.FeedbackBody,
+        ),
+        Operation(
+            "/api/characters/{name:str}/{layer:str}",
+            "GET",
+            lt.list_layer,
+            "List a layer",
+            [NAME, LAYER, *PAGE],
+            answer=s.PageAnswer,
+        ),
+        Operation(
+            "/api/characters/{name:str}/{layer:str}/{entry_id:str}",
+            "PATCH",
+            lt.edit_entry,
+            "Edit an entry (recent: by index, body {text})",
+            [NAME, LAYER, ID],
+            s.EntryEdit,
+        ),
+        Operation("/api/characters/{name:str}/{layer:str}/{entry_id:str}", "DELETE", lt.edit_entry, "Delete an entry", [NAME, LAYER, ID]),
     ]
-    return table
+
+
+def routes() -> list[BaseRoute]:
+    """The router's routes, from :func:`operations`."""
+    return starlette_routes(operations())
 
 
 def create_app(
@@ -179,8 +307,9 @@ def create_app(
             app.state.metrics.detach()
             rt.stop()
 
+    table = operations()
     app = Starlette(
-        routes=routes(),
+        routes=starlette_routes(table),
         lifespan=lifespan,
         exception_handlers={
             ApiError: api_error_handler,
@@ -191,6 +320,7 @@ def create_app(
         },
     )
     app.state.runtime = rt
+    app.state.operations = table  # what /openapi.json documents (cluster mode adds its own)
     mcp = mount_if_available(app, settings.server.api_token) if settings.server.mcp_enabled else None
     app.state.longterm_renderer = longterm.render_longterm
     app.add_middleware(LimitedModeMiddleware, runtime=rt)

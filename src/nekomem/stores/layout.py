@@ -24,6 +24,7 @@ import unicodedata
 from collections.abc import Collection
 from pathlib import Path
 
+from nekomem.domain.layers import character_files
 from nekomem.stores.atomic import atomic_write_json, fsync_dir
 from nekomem.stores.private import private_folder
 
@@ -96,7 +97,7 @@ def is_default_ignorable(ch: str) -> bool:
     return any(low <= code <= high for low, high in _DEFAULT_IGNORABLE)
 
 
-# Files of a character folder; a folder with at least one of them is a character.
+# Files of a character folder (each layer declares its own, see known_entries).
 RECENT_FILE = "recent.json"
 RECENT_META_FILE = "recent_meta.json"
 TIME_INDEX_FILE = "time_indexed.db"
@@ -114,26 +115,16 @@ EVENTS_APPLIED_FILE = "events_applied.json"
 CURSORS_FILE = "cursors.json"
 SELF_DISCLOSURE_FILE = "self_disclosure.json"
 STATE_FILE = "state.json"
+# The files no single layer owns: the shared event journal and its marks, the cursors and
+# the per-character flags.
+SHARED_ENTRIES: tuple[str, ...] = (EVENTS_FILE, EVENTS_APPLIED_FILE, CURSORS_FILE, STATE_FILE)
 
-KNOWN_ENTRIES: tuple[str, ...] = (
-    RECENT_FILE,
-    RECENT_META_FILE,
-    TIME_INDEX_FILE,
-    FACTS_FILE,
-    FACTS_ARCHIVE_FILE,
-    REFLECTIONS_FILE,
-    SURFACED_FILE,
-    REFLECTION_ARCHIVE_DIR,
-    PERSONA_FILE,
-    PERSONA_CORRECTIONS_FILE,
-    PERSONA_ARCHIVE_DIR,
-    OUTBOX_FILE,
-    EVENTS_FILE,
-    EVENTS_APPLIED_FILE,
-    CURSORS_FILE,
-    SELF_DISCLOSURE_FILE,
-    STATE_FILE,
-)
+
+def known_entries() -> tuple[str, ...]:
+    """The entries of a character folder nekomem knows: every declared layer's files
+    (:func:`nekomem.domain.layers.character_files`) and the shared ones; a folder holding
+    one of them is a character."""
+    return character_files() + SHARED_ENTRIES
 
 
 class InvalidName(ValueError):
@@ -378,7 +369,7 @@ class CharacterPaths:
 
 
 def _has_known_entry(folder: Path) -> bool:
-    return any((folder / entry).exists() for entry in KNOWN_ENTRIES)
+    return any((folder / entry).exists() for entry in known_entries())
 
 
 def _is_character(root: Path, name: str) -> bool:

@@ -20,8 +20,10 @@ from nekomem.actors.messages import (
     AbsorbFacts,
     AddScopedFacts,
     BrowseFacts,
+    CountEntries,
     DeleteEntry,
     EditEntry,
+    EntryCounts,
     ExtractScoped,
     ImportFacts,
     IndexRemove,
@@ -38,7 +40,7 @@ from nekomem.actors.messages import (
 from nekomem.actors.ports import LayerPorts
 from nekomem.domain import facts as fl
 from nekomem.domain.browse import page_facts
-from nekomem.domain.layers import OUTBOX, RECALL
+from nekomem.domain.layers import FACTS, RECALL
 from nekomem.domain.records import Fact, fact_hash
 from nekomem.layers.facts.duplicates import DuplicateJudge, DupsDone
 from nekomem.layers.facts.extraction import ExtractDone, FactExtraction
@@ -147,11 +149,11 @@ class FactsLayer:
     @handles(ScrubTexts)
     def on_ScrubTexts(self, msg: ScrubTexts) -> None:
         """A turn erasure: its text leaves the extraction batch waiting here (a batch
-        already with the model cannot be called back), then the outbox scrubs its copies
-        and answers."""
+        already with the model cannot be called back), then the next layer of the relay
+        scrubs its copies (the outbox last, which answers)."""
         if self.extraction.drop_texts(msg.texts):
             self.ports.log.info("erasure: forgotten turns left the extraction queue")
-        self.ports.send(OUTBOX, msg)
+        self.ports.send(msg.onward(FACTS), msg)
 
     # -- recall ----------------------------------------------------------------------
     @handles(RequestIndex)
@@ -235,6 +237,10 @@ class FactsLayer:
             pool = [f for f in pool if f.entity == msg.entity]
         page = pool[msg.offset : msg.offset + msg.limit]
         _answer(msg.reply, {"total": len(pool), "offset": msg.offset, "items": [msgspec.to_builtins(_public(f)) for f in page]})
+
+    @handles(CountEntries)
+    def on_CountEntries(self, msg: CountEntries) -> None:
+        _answer(msg.reply, EntryCounts({"facts": len(self.store.facts), "facts_archived": len(self.store.archive)}))
 
     @handles(BrowseFacts)
     def on_BrowseFacts(self, msg: BrowseFacts) -> None:

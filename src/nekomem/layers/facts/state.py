@@ -20,11 +20,12 @@ from nekomem.actors.ports import LayerPorts
 from nekomem.domain import facts as fl
 from nekomem.domain.dedup_index import DedupIndex
 from nekomem.domain.index_entry import IndexEntry
-from nekomem.domain.layers import FACTS, OUTBOX
+from nekomem.domain.layers import FACTS, OUTBOX, JournalEvent
 from nekomem.domain.neko_fields import retired
 from nekomem.domain.opaque import clip_opaque
 from nekomem.domain.records import Fact
 from nekomem.domain.subjects import is_private
+from nekomem.layers.facts.declaration import FactAbsorbed, FactAdded, FactArchived, FactDeleted, FactUpdated
 from nekomem.stores.atomic import atomic_write_json, read_records
 from nekomem.stores.journal import Event
 
@@ -141,27 +142,25 @@ class FactStore:
         atomic_write_json(self.ports.paths.facts, list(self.facts.values()))
         atomic_write_json(self.ports.paths.facts_archive, list(self.archive.values()))
 
-    def apply_event(self, event: Event) -> None:
+    def apply_event(self, event: JournalEvent) -> None:
         """Apply one ``fact.*`` event (idempotent)."""
-        p = event.payload
-        if event.type == "fact.added" or event.type == "fact.updated":
-            fact = self.fact_from(p["fact"])
-            if event.type == "fact.added" and fact.id in self.archive:
-                return
-            self.facts[fact.id] = fact
-        elif event.type == "fact.absorbed":
-            for fid in p.get("ids", []):
-                absorbed = self.facts.get(fid)
-                if absorbed is not None and not absorbed.absorbed:
-                    self.facts[fid] = msgspec.structs.replace(absorbed, absorbed=True)
-        elif event.type == "fact.archived":
-            for fid in p.get("ids", []):
-                archived = self.facts.pop(fid, None)
-                if archived is not None:
-                    self.archive[fid] = archived
-        elif event.type == "fact.deleted":
-            deleted = p.get("id")
-            if isinstance(deleted, str):  # the keys are str: any other id matches none
+        match event:
+            case FactAdded(fact=fact) | FactUpdated(fact=fact):
+                fact = self.clipped(fact)
+                if isinstance(event, FactAdded) and fact.id in self.archive:
+                    return
+                self.facts[fact.id] = fact
+            case FactAbsorbed(ids=ids):
+                for fid in ids:
+                    absorbed = self.facts.get(fid)
+                    if absorbed is not None and not absorbed.absorbed:
+                        self.facts[fid] = msgspec.structs.replace(absorbed, absorbed=True)
+            case FactArchived(ids=ids):
+                for fid in ids:
+                    archived = self.facts.pop(fid, None)
+                    if archived is not None:
+                        self.archive[fid] = archived
+            case FactDeleted(id=deleted):
                 self.facts.pop(deleted, None)
                 self.archive.pop(deleted, None)
 

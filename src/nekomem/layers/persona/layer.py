@@ -21,8 +21,10 @@ from nekomem.actors.base import ChildActor
 from nekomem.actors.handlers import handles
 from nekomem.actors.journaled_views import edited_text
 from nekomem.actors.messages import (
+    CountEntries,
     DeleteEntry,
     EditEntry,
+    EntryCounts,
     EvidencePass,
     ImportCard,
     ListCorrections,
@@ -40,7 +42,7 @@ from nekomem.actors.messages import (
 from nekomem.actors.ports import LayerPorts
 from nekomem.domain import evidence as ev
 from nekomem.domain import persona as pl
-from nekomem.domain.layers import OUTBOX, REFLECTIONS
+from nekomem.domain.layers import PERSONA, REFLECTIONS
 from nekomem.domain.records import Persona, PersonaEntry, card_entry_id, external_entry_id
 from nekomem.domain.subjects import private_persona, scoped_persona
 from nekomem.layers.persona.corrections import CorrectionDone, CorrectionQueue
@@ -234,11 +236,12 @@ class PersonaLayer:
     @handles(ScrubTexts)
     def on_ScrubTexts(self, msg: ScrubTexts) -> None:
         """Another layer's erasure: queued corrections quoting its text go (and their
-        journal events), then the outbox scrubs its copies and answers."""
+        journal events), then the next layer of the relay scrubs its copies (the outbox
+        last, which answers)."""
         if self.store.forget_corrections_of(msg.texts):
-            self.views.erase([], msg.texts, None, msg.reply, msg.reply_value)
+            self.views.erase([], msg.texts, None, msg.reply, msg.reply_value, relay=msg)
         else:
-            self.ports.send(OUTBOX, msg)
+            self.ports.send(msg.onward(PERSONA), msg)
 
     # -- API -------------------------------------------------------------------------
     @handles(ListEntries)
@@ -291,6 +294,11 @@ class PersonaLayer:
         new[entity] = [changed if e.id == msg.id else e for e in new[entity]]
         self.store.commit(new, type="persona.suppressed")
         _answer(msg, {"id": msg.id, "entity": entity, "suppress": changed.suppress, "suppressed_at": changed.suppressed_at})
+
+    @handles(CountEntries)
+    def on_CountEntries(self, msg: CountEntries) -> None:
+        entries = sum(len(section) for section in self.store.persona.values())
+        _answer(msg, EntryCounts({"persona": entries, "corrections": len(self.store.corrections)}))
 
     @handles(ListCorrections)
     def on_ListCorrections(self, msg: ListCorrections) -> None:

@@ -13,7 +13,7 @@ import msgspec
 from nekomem.actors.journaled_views import JournaledViews
 from nekomem.actors.ports import LayerPorts
 from nekomem.domain import persona as pl
-from nekomem.domain.layers import PERSONA
+from nekomem.domain.layers import PERSONA, JournalEvent
 from nekomem.domain.records import (
     Correction,
     Persona,
@@ -24,9 +24,9 @@ from nekomem.domain.records import (
     persona_to_disk,
 )
 from nekomem.domain.tokens import TokenCounter, get_counter
+from nekomem.layers.persona.declaration import CorrectionsChanged, PersonaChange, PersonaEntryDeleted
 from nekomem.stores.atomic import atomic_write_json, keep_rejected, read_json, read_records, shard_counts
 from nekomem.stores.erasure import mentions
-from nekomem.stores.journal import Event
 
 
 class ArchivedEntry(TypedDict):
@@ -82,32 +82,24 @@ class PersonaStore:
             atomic_write_json(path, existing)
         self.archived_pending.clear()
 
-    def apply_event(self, event: Event) -> None:
-        p = event.payload
-        if event.type in (
-            "persona.fact_added",
-            "persona.entry_updated",
-            "persona.evidence_updated",
-            "persona.fact_mentioned",
-            "persona.suppressed",
-        ):
-            entity = p["entity"]
-            entry = entry_from(p["entry"])
-            self._remove(entry.id)
-            if p.get("archive_shard"):
-                self.archived_pending.setdefault(p["archive_shard"], []).append({"entity": entity, "entry": p["entry"]})
-                return
-            section = list(self.persona.get(entity, []))
-            index = p.get("index")
-            if isinstance(index, int) and 0 <= index <= len(section):
-                section.insert(index, entry)
-            else:
-                section.append(entry)
-            self.persona[entity] = section
-        elif event.type == "persona.entry_deleted":
-            self._remove(p["id"])
-        elif event.type in ("correction.queued", "correction.resolved"):
-            self.corrections = [msgspec.convert(c, Correction, strict=False) for c in p["corrections"]]
+    def apply_event(self, event: JournalEvent) -> None:
+        """Apply one ``persona.*`` or ``correction.*`` event (idempotent)."""
+        match event:
+            case PersonaChange(entity=entity, entry=entry, archive_shard=shard, index=index):
+                self._remove(entry.id)
+                if shard:
+                    self.archived_pending.setdefault(shard, []).append({"entity": entity, "entry": msgspec.to_builtins(entry)})
+                    return
+                section = list(self.persona.get(entity, []))
+                if index is not None and 0 <= index <= len(section):
+                    section.insert(index, entry)
+                else:
+                    section.append(entry)
+                self.persona[entity] = section
+            case PersonaEntryDeleted(id=deleted):
+                self._remove(deleted)
+            case CorrectionsChanged(corrections=corrections):
+                self.corrections = list(corrections)
 
     def _remove(self, entry_id: str) -> None:
         for entity, entries in self.persona.items():

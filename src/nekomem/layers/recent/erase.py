@@ -17,7 +17,7 @@ import msgspec
 
 from nekomem.actors.messages import ForgetTurns, ScrubTexts
 from nekomem.actors.ports import LayerPorts
-from nekomem.domain.layers import FACTS
+from nekomem.domain.layers import RECENT
 from nekomem.domain.turns import Turn
 from nekomem.importer import neko_folder
 from nekomem.layers.recent.state import RecentStore
@@ -67,9 +67,10 @@ def forget_turns(ports: LayerPorts, store: RecentStore, msg: ForgetTurns) -> Non
         neko_folder.mirror_journal(ports.paths, ports.settings.importer.import_source_timezone)
     ports.log.info("forgot %d stored turns", len(rows))
     answer = {"forgotten": len(rows), "rows": [r.id for r in rows]}
-    # Through the fact actor (its extraction queue holds turns), which passes it on to the
-    # outbox; the outbox answers.
-    ports.send(FACTS, ScrubTexts(texts=texts, reply_value=answer, reply=msg.reply))
+    # Through every layer that holds copies of turns (the fact actor's extraction queue),
+    # as their declarations say; the outbox comes last and answers.
+    scrub = ScrubTexts(texts=texts, origin=RECENT, kind="turns", reply_value=answer, reply=msg.reply)
+    ports.send(scrub.onward(RECENT), scrub)
 
 
 def _drop_from_window(store: RecentStore, erased: list[Turn], row_ids: set[int]) -> None:

@@ -32,7 +32,9 @@ from nekomem.actors.messages import (
     BacklogMined,
     CancelCorrection,
     CompressDone,
+    CountEntries,
     EditRecent,
+    EntryCounts,
     ForgetTurns,
     GetRecent,
     OutboxAck,
@@ -254,6 +256,11 @@ class RecentLayer:
             self._settle_waiters.append(msg)
             return
         self._answer_view(msg)
+
+    @handles(CountEntries)
+    def on_CountEntries(self, msg: CountEntries) -> None:
+        self.store.adopt_outside_edit("read")
+        answer(msg.reply, EntryCounts({"recent": len(self.store.window)}))
 
     def _answer_view(self, msg: GetRecent) -> None:
         store = self.store

@@ -13,14 +13,18 @@ in :mod:`nekomem.domain.reflections`.
 
 from __future__ import annotations
 
+import collections
+
 import msgspec
 
 from nekomem.actors.handlers import handles
 from nekomem.actors.messages import (
     ApplySignals,
     CorrectionResolved,
+    CountEntries,
     DeleteEntry,
     EditEntry,
+    EntryCounts,
     Feedback,
     FollowupTopics,
     GetEntry,
@@ -48,11 +52,13 @@ from nekomem.domain.layers import RECALL
 from nekomem.domain.reflections.views import TERMINAL, EditError, edit_changes
 from nekomem.domain.render_longterm import render_longterm
 from nekomem.domain.subjects import filter_visible
+from nekomem.layers.reflections.declaration import STATUSES
 from nekomem.layers.reflections.evidence import DisputationDone, FeedbackDone, ReflectionEvidence
 from nekomem.layers.reflections.state import ReflectionState
 from nekomem.layers.reflections.synthesis import ReflectionSynthesis, SynthDone
 from nekomem.layers.reflections.upkeep import RebuttalDone, ReflectionUpkeep
 from nekomem.runtime.reply import ActorFailure
+from nekomem.stores.view_counts import archived_items
 
 
 class ReflectionLayer:
@@ -243,6 +249,14 @@ class ReflectionLayer:
         page = pool[msg.offset : msg.offset + msg.limit]
         if msg.reply is not None:
             msg.reply.ok({"total": len(pool), "offset": msg.offset, "items": [state.public(r) for r in page]})
+
+    @handles(CountEntries)
+    def on_CountEntries(self, msg: CountEntries) -> None:
+        statuses = collections.Counter[str](r.status for r in self.state.refs.values())
+        counts = {s: statuses[s] for s in STATUSES}
+        counts["archived"] = len(archived_items(self.ports.paths.reflection_archive_dir))  # the shards on disk
+        if msg.reply is not None:
+            msg.reply.ok(EntryCounts({"reflections": counts}))
 
     @handles(GetEntry)
     def on_GetEntry(self, msg: GetEntry) -> None:

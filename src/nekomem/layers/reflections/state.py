@@ -18,14 +18,14 @@ from nekomem.actors.messages import Promote, Report, VectorsComputed
 from nekomem.actors.ports import LayerPorts
 from nekomem.domain import reflections as rl
 from nekomem.domain.index_entry import IndexEntry
-from nekomem.domain.layers import PERSONA, REFLECTIONS
+from nekomem.domain.layers import PERSONA, REFLECTIONS, JournalEvent
 from nekomem.domain.records import Reflection, SurfacedEntry
 from nekomem.domain.reflections.views import index_entry, public_view
 from nekomem.domain.tokens import get_counter
+from nekomem.layers.reflections.declaration import ReflectionChange, ReflectionDeleted, ReflectionSynthesized
 from nekomem.runtime.reply import Reply
 from nekomem.stores.archive_shards import append_to_shard
 from nekomem.stores.atomic import atomic_write_json, read_records
-from nekomem.stores.journal import Event
 
 
 def ref_from(obj: object) -> Reflection:
@@ -79,21 +79,22 @@ class ReflectionState:
             append_to_shard(self.ports.paths.reflection_archive_dir / shard, msgspec.to_builtins(entries), _id_of)
         self.archived_pending.clear()
 
-    def apply_event(self, event: Event) -> None:
-        p = event.payload
-        if "reflection" in p:
-            ref = ref_from(p["reflection"])
-            if event.type == "reflection.synthesized" and ref.id in self.refs:
-                return
-            if p.get("archive_shard"):
-                self.refs.pop(ref.id, None)
-                self.archived_pending.setdefault(p["archive_shard"], []).append(ref)
-            else:
-                self.refs[ref.id] = ref
-        if "surfaced" in p:
-            self.surfaced = [msgspec.convert(x, SurfacedEntry, strict=False) for x in p["surfaced"]]
-        if event.type == "reflection.deleted":
-            self.refs.pop(p.get("id", ""), None)
+    def apply_event(self, event: JournalEvent) -> None:
+        """Apply one ``reflection.*`` event (idempotent)."""
+        match event:
+            case ReflectionDeleted(id=deleted):
+                self.refs.pop(deleted, None)
+            case ReflectionChange(reflection=ref, archive_shard=shard, surfaced=surfaced):
+                if ref is not None:
+                    if isinstance(event, ReflectionSynthesized) and ref.id in self.refs:
+                        return
+                    if shard:
+                        self.refs.pop(ref.id, None)
+                        self.archived_pending.setdefault(shard, []).append(ref)
+                    else:
+                        self.refs[ref.id] = ref
+                if surfaced is not None:
+                    self.surfaced = list(surfaced)
 
     # -- the recall feed -------------------------------------------------------------
     def index_entry(self, ref: Reflection) -> IndexEntry:
