@@ -19,7 +19,7 @@ import numpy.typing as npt
 from nekomem.domain.browse import FactFilter
 from nekomem.domain.evidence import ResolvedSignal, SignalSource
 from nekomem.domain.index_entry import IndexEntry
-from nekomem.domain.layers import vector_tiers
+from nekomem.domain.layers import Address, vector_tiers
 from nekomem.domain.persona.corrections import CorrectionKind
 from nekomem.domain.records import Fact, Observation, Persona, Reflection
 from nekomem.domain.reflections import SynthesisBatch
@@ -182,7 +182,7 @@ class ReclaimParked(Message, frozen=True):
     """Sent by a handler at load: the ops it had parked were lost with its memory, so the
     outbox dispatches them again."""
 
-    child: str
+    child: Address
 
 
 class OutboxState(Message, frozen=True):
@@ -384,7 +384,7 @@ class RankForStage2(Message, frozen=True):
     query_texts: list[str]
     candidate_ids: list[str]
     budget: int
-    reply_child: str = ""
+    reply_child: Address | None = None
     tag: str = ""
     candidate_texts: dict[str, str] = {}
 
@@ -398,7 +398,7 @@ class RelatedFacts(Message, frozen=True):
     query_texts: list[str]
     per_query_k: int
     cap: int
-    reply_child: str = ""
+    reply_child: Address | None = None
     tag: str = ""
     tiers: list[str] = msgspec.field(default_factory=lambda: list(vector_tiers()))
     exclude_ids: list[str] = []

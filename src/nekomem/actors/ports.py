@@ -36,7 +36,7 @@ class LayerPorts:
     actor is gone: a late timer or model result is then simply dropped).
     """
 
-    def __init__(self, ctx: CharacterContext, child: str, tell_self: Callable[[object], None]) -> None:
+    def __init__(self, ctx: CharacterContext, child: Address, tell_self: Callable[[object], None]) -> None:
         self.ctx = ctx
         self.child = child
         self.log = logging.getLogger(f"nekomem.actors.{child}")

@@ -22,6 +22,7 @@ from starlette.routing import BaseRoute, Route
 
 from nekomem.actors.messages import BrowseFacts, GetRecent, ListCorrections, ListEntries, RecentView, SetSuppressed
 from nekomem.domain.browse import FACT_STATUSES, FactFilter
+from nekomem.domain.layers import FACTS, PERSONA, RECENT, REFLECTIONS, Address
 from nekomem.http import browse_insight, ui_static
 from nekomem.http import browse_store as store
 from nekomem.http.bodies import character_name, read_json_object
@@ -75,19 +76,19 @@ def _page(request: Request, default: int) -> tuple[int, int]:
 async def _live_counts(rt: Runtime, name: str) -> dict[str, Any]:
     """Counts asked of an active character's actors (exact, including unflushed changes)."""
 
-    async def total(child: str, status: str | None = None) -> int:
+    async def total(child: Address, status: str | None = None) -> int:
         answer = await ask(rt, name, child, lambda reply: ListEntries(status=status, limit=1, reply=reply), JsonAnswer)
         return int(answer["total"])
 
-    view = await ask(rt, name, "recent", lambda reply: GetRecent(reply=reply), RecentView)
-    reflections = {s: await total("reflections", s) for s in REFLECTION_STATUSES}
-    corrections = await ask(rt, name, "persona", lambda reply: ListCorrections(reply=reply), JsonAnswer)
+    view = await ask(rt, name, RECENT, lambda reply: GetRecent(reply=reply), RecentView)
+    reflections = {s: await total(REFLECTIONS, s) for s in REFLECTION_STATUSES}
+    corrections = await ask(rt, name, PERSONA, lambda reply: ListCorrections(reply=reply), JsonAnswer)
     return {
         "recent": len(view.window),
-        "facts": await total("facts", "active"),
-        "facts_archived": await total("facts", "archived"),
+        "facts": await total(FACTS, "active"),
+        "facts_archived": await total(FACTS, "archived"),
         "reflections": reflections,
-        "persona": await total("persona"),
+        "persona": await total(PERSONA),
         "corrections": corrections["total"],
     }
 
@@ -254,7 +255,7 @@ async def facts(request: Request) -> Response:
         text=request.query_params.get("q", ""),
         ids=ids,
     )
-    answer = await ask(rt, name, "facts", lambda reply: BrowseFacts(filter=flt, offset=offset, limit=limit, reply=reply), JsonAnswer)
+    answer = await ask(rt, name, FACTS, lambda reply: BrowseFacts(filter=flt, offset=offset, limit=limit, reply=reply), JsonAnswer)
     return JSONResponse(answer)
 
 
@@ -272,7 +273,7 @@ async def corrections(request: Request) -> Response:
     name = character_name(request)
     if not await character_exists(request, name):
         return JSONResponse({"total": 0, "items": [], "inflight": False})
-    return JSONResponse(await ask(runtime_of(request), name, "persona", lambda reply: ListCorrections(reply=reply), JsonAnswer))
+    return JSONResponse(await ask(runtime_of(request), name, PERSONA, lambda reply: ListCorrections(reply=reply), JsonAnswer))
 
 
 async def suppress(request: Request) -> Response:
@@ -285,7 +286,7 @@ async def suppress(request: Request) -> Response:
     entry_id = request.path_params["entry_id"]
     await require_character(request, name)
     return JSONResponse(
-        await ask(runtime_of(request), name, "persona", lambda reply: SetSuppressed(id=entry_id, suppress=value, reply=reply), JsonAnswer)
+        await ask(runtime_of(request), name, PERSONA, lambda reply: SetSuppressed(id=entry_id, suppress=value, reply=reply), JsonAnswer)
     )
 
 

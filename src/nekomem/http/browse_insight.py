@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse, Response
 from nekomem.actors.messages import ExplainQuery, GetEntry, ListEntries
 from nekomem.domain import render_longterm as rlt
 from nekomem.domain.evidence import decayed
+from nekomem.domain.layers import RECALL, REFLECTIONS
 from nekomem.domain.locale import context as loc
 from nekomem.domain.tokens import get_counter
 from nekomem.domain.turns import parse_timestamp
@@ -48,7 +49,7 @@ async def _excluded_reflections(rt: Runtime, name: str) -> list[dict[str, str]]:
     out: list[dict[str, str]] = []
     offset, limit = 0, rt.settings.server.api_page_max
     while True:
-        page = await ask(rt, name, "reflections", _reflections_page(offset, limit), JsonAnswer)
+        page = await ask(rt, name, REFLECTIONS, _reflections_page(offset, limit), JsonAnswer)
         for r in page["items"]:
             reason = ""
             if r.get("status") in NOT_SEARCHABLE:
@@ -81,7 +82,7 @@ async def recall_explain(request: Request) -> Response:
     answer = await ask(
         rt,
         name,
-        "recall",
+        RECALL,
         lambda reply: ExplainQuery(query=query, time=spec, now=now, excluded=excluded, reply=reply),
         JsonAnswer,
     )
@@ -242,7 +243,7 @@ async def evidence_history(request: Request) -> Response:
     rid = request.path_params["reflection_id"]
     if not await character_exists(request, name):
         raise ApiError(404, "not_found", f"no character {name}")
-    current = await ask(rt, name, "reflections", lambda reply: GetEntry(id=rid, reply=reply), JsonAnswer)
+    current = await ask(rt, name, REFLECTIONS, lambda reply: GetEntry(id=rid, reply=reply), JsonAnswer)
     paths = rt.character_paths(name)
     snaps, oldest = await asyncio.to_thread(_journal_snapshots, paths, rid)
     now = rt.clock.now()

@@ -14,6 +14,7 @@ from nekomem.actors.messages import AppendTurns, WriteMode
 from nekomem.config.zones import display_zone
 from nekomem.domain import theater
 from nekomem.domain.context import gap_seconds, render_new_dialog, render_recent_history
+from nekomem.domain.layers import RECENT
 from nekomem.domain.locale.context import normalise_language
 from nekomem.http.bodies import character_name, decode_history, parse_history, raw_header
 from nekomem.http.character_origin import is_new, note_created
@@ -74,7 +75,7 @@ async def _write(request: Request, mode: WriteMode) -> Response:
     result = await ask(
         rt,
         name,
-        "recent",
+        RECENT,
         lambda reply: AppendTurns(turns=turns, mode=mode, session_id=_session_id(), idempotency_key=key, reply=reply),
         JsonAnswer,
         timeout=timeout,

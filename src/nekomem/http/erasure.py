@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from nekomem.actors.messages import ForgetTurns
+from nekomem.domain.layers import RECENT
 from nekomem.http.bodies import character_name
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
@@ -143,5 +144,5 @@ async def forget_turns(request: Request) -> Response:
         start, end = time_range(start, end)
     if not await character_exists(request, name):
         raise ApiError(404, "unknown_character", "no character of that name")
-    answer = await ask(rt, name, "recent", lambda reply: ForgetTurns(row_ids=ids, start=start, end=end, reply=reply), JsonAnswer)
+    answer = await ask(rt, name, RECENT, lambda reply: ForgetTurns(row_ids=ids, start=start, end=end, reply=reply), JsonAnswer)
     return JSONResponse(answer)

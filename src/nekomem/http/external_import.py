@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from nekomem.actors.messages import ImportCard, ImportFacts
+from nekomem.domain.layers import FACTS, PERSONA
 from nekomem.domain.turns import parse_iso
 from nekomem.http.bodies import decode_body
 from nekomem.http.character_origin import is_new, note_created
@@ -100,14 +101,14 @@ async def import_external_markdown(request: Request) -> Response:
         done = await ask(
             rt,
             name,
-            "persona",
+            PERSONA,
             lambda reply: ImportCard(entries=persona, source="external_import", protected=False, reply=reply),
             JsonAnswer,
             timeout=timeout,
         )
         added_persona, skipped = len(done["added"]), int(done["skipped_existing"])
     if facts:
-        done = await ask(rt, name, "facts", lambda reply: ImportFacts(facts=facts, reply=reply), JsonAnswer, timeout=timeout)
+        done = await ask(rt, name, FACTS, lambda reply: ImportFacts(facts=facts, reply=reply), JsonAnswer, timeout=timeout)
         added_facts, skipped = len(done["added"]), skipped + int(done["skipped_duplicates"])
     if new:
         await note_created(request, name)

@@ -45,6 +45,7 @@ from starlette.routing import BaseRoute, Route
 
 from nekomem.actors.messages import DeleteEntry, ListEntries
 from nekomem.domain import speaker_identity as ident
+from nekomem.domain.layers import FACTS
 from nekomem.http.bodies import convert_body, read_json_object
 from nekomem.http.errors import ApiError
 from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
@@ -170,7 +171,7 @@ def _delete(entry_id: str) -> Callable[[Reply], DeleteEntry]:
 
 async def _fact_rows(request: Request, name: str) -> list[dict[str, Any]]:
     rt = runtime_of(request)
-    page = await ask(rt, name, "facts", lambda reply: ListEntries(status="all", offset=0, limit=10**9, reply=reply), JsonAnswer)
+    page = await ask(rt, name, FACTS, lambda reply: ListEntries(status="all", offset=0, limit=10**9, reply=reply), JsonAnswer)
     return [row for row in page["items"] if isinstance(row, dict)]
 
 
@@ -182,7 +183,7 @@ async def _erase_spoken(request: Request, accounts: set[str], entities: set[str]
     for name in await asyncio.to_thread(rt.known_characters):
         for row in await _fact_rows(request, name):
             if ident.spoken_by(row, accounts, entities):
-                await ask(rt, name, "facts", _delete(str(row["id"])), JsonAnswer)
+                await ask(rt, name, FACTS, _delete(str(row["id"])), JsonAnswer)
                 erased += 1
     return erased
 

@@ -32,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from nekomem.actors.messages import CancelCorrection
+from nekomem.domain.layers import RECENT
 from nekomem.http.bodies import character_name, convert_body, read_json_object
 from nekomem.http.errors import ApiError, error_response
 from nekomem.http.readonly import character_exists
@@ -60,7 +61,7 @@ async def cancel_correction(request: Request) -> Response:
     name = character_name(request)
     if not await character_exists(request, name):
         return JSONResponse({"status": "no_task"})
-    return JSONResponse(await ask(rt, name, "recent", lambda reply: CancelCorrection(reply=reply), JsonAnswer))
+    return JSONResponse(await ask(rt, name, RECENT, lambda reply: CancelCorrection(reply=reply), JsonAnswer))
 
 
 def _names(request: Request, raw: list[str]) -> list[str]:

@@ -23,7 +23,7 @@ from nekomem.actors.messages import (
     ReflectNow,
     RenderContext,
 )
-from nekomem.domain.layers import listings
+from nekomem.domain.layers import FACTS, PERSONA, RECENT, REFLECTIONS, listings
 from nekomem.http.bodies import bounded_opaque, character_name, decode_body, decode_json, read_body
 from nekomem.http.character_origin import is_new, note_created, require_character
 from nekomem.http.errors import ApiError
@@ -36,7 +36,7 @@ from nekomem.runtime.runtime import Runtime
 async def render_longterm(request: Request, name: str, language: str = "en", master_name: str = "") -> str:
     """The persona + reflection sections of /new_dialog (used by the conversation routes)."""
     return await ask(
-        runtime_of(request), name, "persona", lambda reply: RenderContext(language=language, master_name=master_name, reply=reply), str
+        runtime_of(request), name, PERSONA, lambda reply: RenderContext(language=language, master_name=master_name, reply=reply), str
     )
 
 
@@ -56,7 +56,7 @@ async def reflect(request: Request) -> Response:
     if await is_new(request, name):
         return JSONResponse(UNKNOWN_REFLECT)
     report = await ask(
-        rt, name, "facts", lambda reply: ReflectNow(reply=reply), JsonAnswer, timeout=rt.settings.server.settle_timeout_seconds
+        rt, name, FACTS, lambda reply: ReflectNow(reply=reply), JsonAnswer, timeout=rt.settings.server.settle_timeout_seconds
     )
     synthesis = report.get("synthesis") or {}
     reflection = None
@@ -79,7 +79,7 @@ async def followup_topics(request: Request) -> Response:
     name = character_name(request)
     if not await character_exists(request, name):
         return JSONResponse({"topics": []})
-    return JSONResponse(await ask(runtime_of(request), name, "reflections", lambda reply: FollowupTopics(reply=reply), JsonAnswer))
+    return JSONResponse(await ask(runtime_of(request), name, REFLECTIONS, lambda reply: FollowupTopics(reply=reply), JsonAnswer))
 
 
 async def record_surfaced(request: Request) -> Response:
@@ -98,7 +98,7 @@ async def record_surfaced(request: Request) -> Response:
         return JSONResponse({"ok": True, "recorded": 0})  # the reference's no-op
     if not await character_exists(request, name):
         return JSONResponse({"ok": True, "recorded": 0})
-    return JSONResponse(await ask(runtime_of(request), name, "reflections", lambda reply: RecordSurfaced(ids=ids, reply=reply), JsonAnswer))
+    return JSONResponse(await ask(runtime_of(request), name, REFLECTIONS, lambda reply: RecordSurfaced(ids=ids, reply=reply), JsonAnswer))
 
 
 async def list_all_characters(request: Request) -> Response:
@@ -132,7 +132,7 @@ async def list_layer(request: Request) -> Response:
     if not await character_exists(request, name):
         raise ApiError(404, "unknown_character", "no character of that name")
     if layer == "recent":
-        view = await ask(rt, name, "recent", lambda reply: GetRecent(reply=reply), RecentView)
+        view = await ask(rt, name, RECENT, lambda reply: GetRecent(reply=reply), RecentView)
         items = [{"index": i, "role": t.role, "text": t.text, "ts": t.ts} for i, t in enumerate(view.window)]
         return JSONResponse({"total": len(items), "offset": 0, "items": items, "stored_total": view.stored_total})
     if layer not in listings():
@@ -179,7 +179,7 @@ async def edit_entry(request: Request) -> Response:
             text = None
         else:
             text = _bounded_text((await decode_body(request, RecentEdit)).text, rt)
-        view = await ask(rt, name, "recent", lambda reply: EditRecent(index=index, text=text, reply=reply), RecentView)
+        view = await ask(rt, name, RECENT, lambda reply: EditRecent(index=index, text=text, reply=reply), RecentView)
         return JSONResponse({"total": len(view.window)})
     if layer not in listings():
         raise ApiError(404, "not_found", f"no layer {layer}")
@@ -200,7 +200,7 @@ async def feedback(request: Request) -> Response:
     rid = request.path_params["reflection_id"]
     await require_character(request, name)
     return JSONResponse(
-        await ask(runtime_of(request), name, "reflections", lambda reply: Feedback(id=rid, feedback=value, reply=reply), JsonAnswer)
+        await ask(runtime_of(request), name, REFLECTIONS, lambda reply: Feedback(id=rid, feedback=value, reply=reply), JsonAnswer)
     )
 
 
@@ -211,7 +211,7 @@ async def import_card(request: Request) -> Response:
     new = await is_new(request, name)
     if new and not entries:
         return JSONResponse({"added": [], "skipped_existing": 0})  # nothing to store: nothing created
-    answer = await ask(runtime_of(request), name, "persona", lambda reply: ImportCard(entries=entries, reply=reply), JsonAnswer)
+    answer = await ask(runtime_of(request), name, PERSONA, lambda reply: ImportCard(entries=entries, reply=reply), JsonAnswer)
     if new:
         await note_created(request, name)
     return JSONResponse(answer)
@@ -233,7 +233,7 @@ async def import_facts(request: Request) -> Response:
     answer = await ask(
         rt,
         name,
-        "facts",
+        FACTS,
         lambda reply: ImportFacts(facts=facts, reply=reply),
         JsonAnswer,
         timeout=rt.settings.server.settle_timeout_seconds,

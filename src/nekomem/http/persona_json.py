@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from nekomem.actors.messages import ListEntries
+from nekomem.domain.layers import PERSONA
 from nekomem.http.bodies import character_name
 from nekomem.http.readonly import character_exists
 from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
@@ -22,7 +23,7 @@ async def get_persona(request: Request) -> Response:
     name = character_name(request)
     if not await character_exists(request, name):
         return JSONResponse({})
-    page = await ask(rt, name, "persona", lambda reply: ListEntries(status=None, offset=0, limit=10**9, reply=reply), JsonAnswer)
+    page = await ask(rt, name, PERSONA, lambda reply: ListEntries(status=None, offset=0, limit=10**9, reply=reply), JsonAnswer)
     sections: dict[str, dict[str, list[Any]]] = {}
     for item in page["items"]:
         entity = item.pop("entity", "master")

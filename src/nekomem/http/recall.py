@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 
 from nekomem.actors.messages import QueryMemory
 from nekomem.config.server import ServerSettings
+from nekomem.domain.layers import RECALL
 from nekomem.domain.recall_render import (
     no_result_text,
     normalise_language,
@@ -107,7 +108,7 @@ async def _recall(
     else:
         try:
             result = await ask(
-                rt, name, "recall", lambda reply: QueryMemory(query=query, time=spec, now=now, subjects=subjects, reply=reply), JsonAnswer
+                rt, name, RECALL, lambda reply: QueryMemory(query=query, time=spec, now=now, subjects=subjects, reply=reply), JsonAnswer
             )
         except (ActorFailure, TimeoutError) as exc:
             log.warning("recall failed for a character: %s", getattr(exc, "code", type(exc).__name__))

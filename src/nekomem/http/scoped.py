@@ -39,6 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from nekomem.actors.messages import AddScopedFacts, DeleteEntry, ExtractScoped, ListCorrections, ListEntries, RenderContext, ScopedMentions
+from nekomem.domain.layers import FACTS, PERSONA, REFLECTIONS, Address
 from nekomem.domain.locale.context import normalise_language
 from nekomem.domain.neko_fields import retired
 from nekomem.domain.speaker_identity import normalize_account_id
@@ -67,7 +68,7 @@ MAX_FACTS = 32
 MAX_FACT_CHARS = 2000
 MAX_HISTORY_MESSAGES = 200
 MAX_SEGMENTS = 8
-LAYER_STATUS = {"facts": "all", "reflections": None, "persona": None}
+LAYER_STATUS: dict[Address, str | None] = {FACTS: "all", REFLECTIONS: None, PERSONA: None}
 # One lock per (character, idempotency key), dropped once no request holds or awaits it.
 _key_locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = weakref.WeakValueDictionary()
 NO_TRUST = {"resolved": None, "persisted": None, "signals_applied": 0, "activity_applied": 0, "gated": None, "channel_collision": False}
@@ -173,7 +174,7 @@ def _subjects(raw: Any) -> list[Subject]:
     return subjects
 
 
-async def _entries(request: Request, name: str, layer: str) -> list[dict[str, Any]]:
+async def _entries(request: Request, name: str, layer: Address) -> list[dict[str, Any]]:
     rt = runtime_of(request)
     status = LAYER_STATUS[layer]
     page = await ask(rt, name, layer, lambda reply: ListEntries(status=status, offset=0, limit=10**9, reply=reply), JsonAnswer)
@@ -194,7 +195,7 @@ async def scoped_facts(request: Request) -> Response:
             raise ApiError(422, "bad_facts", f"each fact text must contain 1..{MAX_FACT_CHARS} characters")
         items.append({"text": text, "importance": item.importance, "entity": "master"})
     display_name = _display_name(body.display_name, "")
-    result = await ask(rt, name, "facts", lambda reply: AddScopedFacts(subject=subject, facts=items, reply=reply), JsonAnswer)
+    result = await ask(rt, name, FACTS, lambda reply: AddScopedFacts(subject=subject, facts=items, reply=reply), JsonAnswer)
     await _note_write(request, name, subject, display_name, body.language)
     return JSONResponse({"status": "stored", "subject": subject.fields(), **result})
 
@@ -306,7 +307,7 @@ async def _extract(
     return await ask(
         rt,
         name,
-        "facts",
+        FACTS,
         lambda reply: ExtractScoped(subject=subject, turns=turns, speaker_label=label, provenance=provenance, reply=reply),
         JsonAnswer,
         timeout=rt.settings.server.settle_timeout_seconds,
@@ -382,8 +383,8 @@ async def scoped_context(request: Request) -> Response:
     if not await character_exists(request, name):
         return PlainTextResponse("")
     language = normalise_language(await _context_language(request, name, subjects, body.language), "en")
-    longterm = await ask(rt, name, "persona", lambda reply: RenderContext(subjects=subjects, language=language, reply=reply), str)
-    facts = [f for f in await _entries(request, name, "facts") if not f.get("archived_at") and not retired(f.get("source_ref"))]
+    longterm = await ask(rt, name, PERSONA, lambda reply: RenderContext(subjects=subjects, language=language, reply=reply), str)
+    facts = [f for f in await _entries(request, name, FACTS) if not f.get("archived_at") and not retired(f.get("source_ref"))]
     parts = [p for p in (longterm, _facts_block(facts, subjects, rt.settings.server.scoped_context_max_facts)) if p]
     return PlainTextResponse("\n\n".join(parts))
 
@@ -396,7 +397,7 @@ async def scoped_mentions(request: Request) -> Response:
     if not body.response_text.strip() or not await character_exists(request, name):
         return JSONResponse({"status": "skipped", "mentioned": 0})
     return JSONResponse(
-        await ask(rt, name, "persona", lambda reply: ScopedMentions(subjects=subjects, text=body.response_text, reply=reply), JsonAnswer)
+        await ask(rt, name, PERSONA, lambda reply: ScopedMentions(subjects=subjects, text=body.response_text, reply=reply), JsonAnswer)
     )
 
 
@@ -474,10 +475,10 @@ async def scoped_subjects(request: Request) -> Response:
         )
 
     layers = (
-        ("facts", "facts", "active"),
-        ("facts_archived", "facts", "archived"),
-        ("reflections", "reflections", None),
-        ("persona", "persona", None),
+        ("facts", FACTS, "active"),
+        ("facts_archived", FACTS, "archived"),
+        ("reflections", REFLECTIONS, None),
+        ("persona", PERSONA, None),
     )
     for count, layer, status in layers:
         page = await ask(rt, name, layer, _list_entries(status), JsonAnswer)
@@ -506,7 +507,7 @@ async def scoped_subjects(request: Request) -> Response:
         written = str(record.get("last_write_at") or "")
         if written > (row["last_write_at"] or ""):
             row["last_write_at"] = written
-    corrections = (await ask(rt, name, "persona", lambda reply: ListCorrections(reply=reply), JsonAnswer)).get("items", [])
+    corrections = (await ask(rt, name, PERSONA, lambda reply: ListCorrections(reply=reply), JsonAnswer)).get("items", [])
     for marker, row in rows.items():
         row["corrections"] = sum(
             1 for c in corrections if isinstance(c, dict) and (c.get("old_entry_id") in ids[marker] or c.get("source_id") in ids[marker])

@@ -33,12 +33,14 @@ from starlette.routing import BaseRoute, Route
 
 from nekomem.actors.messages import TheaterForget, TheaterRetract, TheaterWrite
 from nekomem.domain import theater
+from nekomem.domain.layers import RECENT
 from nekomem.domain.turns import Turn
 from nekomem.http.bodies import character_name, decode_body
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
 from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
 from nekomem.http.schemas import Body, HistoryBody
+from nekomem.runtime.protocol import Message
 from nekomem.runtime.reply import Reply
 
 KEY_MAX = 160
@@ -135,9 +137,9 @@ class TheaterRetractAnswer(msgspec.Struct):
     removed_time_index: int
 
 
-async def _ask(request: Request, name: str, make: Callable[[Reply], object]) -> JsonAnswer:
+async def _ask(request: Request, name: str, make: Callable[[Reply], Message]) -> JsonAnswer:
     rt = runtime_of(request)
-    return await ask(rt, name, "recent", make, JsonAnswer, timeout=rt.settings.server.ask_timeout_seconds)
+    return await ask(rt, name, RECENT, make, JsonAnswer, timeout=rt.settings.server.ask_timeout_seconds)
 
 
 async def theater_write(request: Request, name: str, turns: list[Turn], body: HistoryBody) -> Response:

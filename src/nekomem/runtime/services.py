@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 import pykka
 
 from nekomem.config import Settings
+from nekomem.domain.layers import Address
 from nekomem.recall.pending import PendingCounter
 from nekomem.runtime.clock import Clock
 from nekomem.runtime.dispatch import Dispatcher
@@ -131,9 +132,9 @@ class Routes:
     """
 
     def __init__(self) -> None:
-        self.children: dict[str, pykka.ActorRef[pykka.Actor]] = {}
+        self.children: dict[Address, pykka.ActorRef[pykka.Actor]] = {}
 
-    def live(self, child: str) -> pykka.ActorRef[pykka.Actor] | None:
+    def live(self, child: Address) -> pykka.ActorRef[pykka.Actor] | None:
         ref = self.children.get(child)
         return ref if ref is not None and ref.is_alive() else None
 
@@ -157,7 +158,7 @@ class CharacterContext:
     def clock(self) -> Clock:
         return self.services.clock
 
-    def send(self, child: str, message: object) -> None:
+    def send(self, child: Address, message: object) -> None:
         """Deliver ``message`` to sibling ``child`` (never blocks): directly when it is
         alive, else through the supervisor. A stopped character fails the message 503."""
         ref = self.routes.live(child)
@@ -172,7 +173,7 @@ class CharacterContext:
         except pykka.ActorDeadError:
             fail_message(message, ActorFailure("character_stopped", "the character was stopped", 503))
 
-    def submit_model_job(self, child: str, job: Callable[[], object], wrap: Callable[[object, BaseException | None], object]) -> None:
+    def submit_model_job(self, child: Address, job: Callable[[], object], wrap: Callable[[object, BaseException | None], object]) -> None:
         """Run ``job`` on the model pool; its outcome comes back to ``child`` as ``wrap(result, error)``.
 
         Raises nekomem.runtime.pool.PoolFull when the pool queue is at its limit.

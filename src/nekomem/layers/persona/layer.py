@@ -40,7 +40,7 @@ from nekomem.actors.messages import (
 from nekomem.actors.ports import LayerPorts
 from nekomem.domain import evidence as ev
 from nekomem.domain import persona as pl
-from nekomem.domain.layers import OUTBOX, REFLECTIONS
+from nekomem.domain.layers import OUTBOX, PERSONA, REFLECTIONS
 from nekomem.domain.records import Persona, PersonaEntry, card_entry_id, external_entry_id
 from nekomem.domain.subjects import private_persona, scoped_persona
 from nekomem.layers.persona.corrections import CorrectionDone, CorrectionQueue
@@ -57,7 +57,7 @@ ENTITY_MAX_CHARS = 50
 class PersonaActor(ChildActor):
     """The mailbox of a character's persona (see :class:`PersonaLayer`)."""
 
-    child_name = "persona"
+    child_name = PERSONA
 
     def make_layer(self, ports: LayerPorts) -> PersonaLayer:
         return PersonaLayer(ports)

@@ -52,7 +52,7 @@ from nekomem.actors.messages import (
 )
 from nekomem.actors.ports import LayerPorts
 from nekomem.domain.index_entry import IndexEntry
-from nekomem.domain.layers import tier_owners, vector_tiers
+from nekomem.domain.layers import RECALL, tier_owners, vector_tiers
 from nekomem.models.embeddings import EmbeddingService, EmbeddingsUnavailable
 from nekomem.recall.entry import display_tz
 from nekomem.recall.explain import explain
@@ -88,7 +88,7 @@ def _vectors(result: object) -> Vectors | None:
 class RecallActor(ChildActor):
     """The mailbox of a character's recall index (see :class:`RecallLayer`)."""
 
-    child_name = "recall"
+    child_name = RECALL
 
     def make_layer(self, ports: LayerPorts) -> RecallLayer:
         return RecallLayer(ports)
@@ -663,7 +663,7 @@ class RecallLayer:
 
     # -- maintenance recall ----------------------------------------------------------
     def _answer(self, msg: MaintenanceRecall, ids: list[str]) -> None:
-        if msg.reply_child:
+        if msg.reply_child is not None:
             self.ctx.send(msg.reply_child, RankedIds(tag=msg.tag, ids=ids))
         if msg.reply is not None:
             msg.reply.ok(ids)
