@@ -63,7 +63,6 @@ from nekomem.recall.names import blend_query_vectors
 from nekomem.recall.query_plan import QueryPlan, plan_query
 from nekomem.recall.query_text import LexicalAnalyzer, forget_memoised_words, stop_names_for
 from nekomem.recall.response import (
-    RecallBody,
     empty_response,
     query_response,
     time_response,
@@ -74,6 +73,7 @@ from nekomem.runtime.deadlines import RECALL_DEADLINES
 from nekomem.runtime.pool import PoolFull
 from nekomem.runtime.protocol import Message
 from nekomem.stores.timeindex_read import TimeIndexReader
+from nekomem.wire.answers import RecallAnswer
 
 _LOADS: dict[int, int] = {}  # id(CharacterContext) -> activations of RecallActor on it
 
@@ -434,7 +434,7 @@ class RecallLayer:
             self.log.info("recall: query embedding timed out; answering from BM25 alone")
             self._finish(*pending, None)
 
-    def _journal_search(self, pending: QueryPlan) -> RecallBody:
+    def _journal_search(self, pending: QueryPlan) -> RecallAnswer:
         """No long-term entry yet: the newest journal turns ranked by BM25 (read-only;
         RecentActor is the journal's writer). See :mod:`nekomem.recall.journal_fallback`."""
         path = self.ctx.paths.time_index_db
@@ -560,7 +560,7 @@ class RecallLayer:
         if msg.reply is not None:
             msg.reply.ok(body)
 
-    def _query_search(self, pending: QueryPlan, qvec: Vectors | None) -> RecallBody | _Fused:
+    def _query_search(self, pending: QueryPlan, qvec: Vectors | None) -> RecallAnswer | _Fused:
         """The fused hits of ``pending`` (the index's legs and the uncovered turns' leg),
         deep enough for the re-ranker when one is configured; the journal fallback's body
         for a character without any long-term entry."""
@@ -655,7 +655,7 @@ class RecallLayer:
             if query.reply is not None:
                 query.reply.ok(found.body())
 
-    def _time_only(self, window: TimeWindow, spec: str, started: float, visible: set[str] | None) -> RecallBody:
+    def _time_only(self, window: TimeWindow, spec: str, started: float, visible: set[str] | None) -> RecallAnswer:
         entries, dated, inside = self.index.nearest_in_time(window, self.s.recall_time_budget, visible)
         elapsed = round((time.perf_counter() - started) * 1000, 1)
         self.log.info("recall by time: pool=%d inside=%d returned=%d elapsed_ms=%.1f", dated, inside, len(entries), elapsed)
@@ -745,7 +745,7 @@ class _Fused:
         hits = [(self.hits[i][0], scores[rank]) for rank, i in enumerate(seen)]
         return _Fused(self.plan, hits, self.sessions, self.pool_size, self.budget)
 
-    def body(self) -> RecallBody:
+    def body(self) -> RecallAnswer:
         """The answer: the first ``budget`` hits."""
         elapsed = round((time.perf_counter() - self.plan.started) * 1000, 1)
         return query_response(self.hits[: self.budget], self.plan.query, self.pool_size, elapsed, self.sessions)
