@@ -20,6 +20,8 @@ from nekomem.wire.answers import ImportAnswer as ImportAnswer
 from nekomem.wire.answers import PageAnswer as PageAnswer
 from nekomem.wire.answers import RecallAnswer as RecallAnswer
 from nekomem.wire.answers import RecallResult as RecallResult
+from nekomem.wire.answers import TheaterForgetAnswer as TheaterForgetAnswer
+from nekomem.wire.answers import TheaterRetractAnswer as TheaterRetractAnswer
 from nekomem.wire.answers import WriteAnswer as WriteAnswer
 
 NonEmpty = Annotated[str, Meta(min_length=1, pattern=r"\S")]

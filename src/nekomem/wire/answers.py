@@ -76,3 +76,20 @@ class ImportAnswer(msgspec.Struct):
 
     added: list[str]
     skipped_duplicates: int
+
+
+class TheaterForgetAnswer(msgspec.Struct):
+    """``/internal/memory/{name}/theater/forget``."""
+
+    ok: bool
+    removed_recent: int
+    removed_time_index: int
+    forget_marker: str
+
+
+class TheaterRetractAnswer(msgspec.Struct):
+    """``/internal/memory/{name}/theater/retract``."""
+
+    ok: bool
+    removed_recent: int
+    removed_time_index: int
