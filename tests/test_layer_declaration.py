@@ -20,6 +20,7 @@ from nekomem.domain.index_entry import IndexEntry
 from nekomem.domain.layers import Address, LayerSpec, event_owners, layers, recall_tiers, register_layer
 from nekomem.stores.atomic import atomic_write_json
 from nekomem.stores.journal import Event
+from nekomem.wire.answers import PageAnswer
 from tests.support.live import LiveServer, make_settings
 
 NAME = "Mika"
@@ -81,7 +82,7 @@ class NoteLayer:
     @handles(ListEntries)
     def on_list(self, msg: ListEntries) -> None:
         assert msg.reply is not None
-        msg.reply.ok({"items": [{"id": i, "text": t} for i, t in self.notes.items()], "total": len(self.notes)})
+        msg.reply.ok(PageAnswer(total=len(self.notes), offset=0, items=[{"id": i, "text": t} for i, t in self.notes.items()]))
 
     @handles(Tick)
     def on_tick(self, msg: Tick) -> None:

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from nekomem.actors.messages import BrowseFacts, GetRecent, ListCorrections, ListEntries, RecentView, SetSuppressed
+from nekomem.actors.messages import BrowseFacts, CorrectionsAnswer, GetRecent, ListCorrections, ListEntries, RecentView, SetSuppressed
 from nekomem.domain.browse import FACT_STATUSES, FactFilter
 from nekomem.domain.layers import FACTS, PERSONA, RECENT, REFLECTIONS, Address
 from nekomem.http import browse_insight, ui_static
@@ -30,14 +30,16 @@ from nekomem.http.character_origin import require_character
 from nekomem.http.errors import ApiError
 from nekomem.http.longterm import _int_param
 from nekomem.http.readonly import character_exists
-from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
+from nekomem.http.runtime_access import ask, runtime_of
 from nekomem.http.system import _toggle_lock, fact_backlog_of
+from nekomem.http.wire import answer_response
 from nekomem.runtime.runtime import Runtime
 from nekomem.runtime.switches import REVIEW, SwitchError
 from nekomem.stores.character_summary import CharacterRow, summary_of
 from nekomem.stores.layout import CharacterPaths
 from nekomem.stores.origin import read_origin
 from nekomem.stores.timeindex import to_utc_iso
+from nekomem.wire.answers import PageAnswer, SuppressAnswer
 
 REFLECTION_STATUSES = ("pending", "confirmed", "promoted", "denied", "merged", "promote_blocked")
 ENTITIES = ("master", "neko", "relationship")
@@ -77,19 +79,19 @@ async def _live_counts(rt: Runtime, name: str) -> dict[str, Any]:
     """Counts asked of an active character's actors (exact, including unflushed changes)."""
 
     async def total(child: Address, status: str | None = None) -> int:
-        answer = await ask(rt, name, child, lambda reply: ListEntries(status=status, limit=1, reply=reply), JsonAnswer)
-        return int(answer["total"])
+        answer = await ask(rt, name, child, lambda reply: ListEntries(status=status, limit=1, reply=reply), PageAnswer)
+        return answer.total
 
     view = await ask(rt, name, RECENT, lambda reply: GetRecent(reply=reply), RecentView)
     reflections = {s: await total(REFLECTIONS, s) for s in REFLECTION_STATUSES}
-    corrections = await ask(rt, name, PERSONA, lambda reply: ListCorrections(reply=reply), JsonAnswer)
+    corrections = await ask(rt, name, PERSONA, lambda reply: ListCorrections(reply=reply), CorrectionsAnswer)
     return {
         "recent": len(view.window),
         "facts": await total(FACTS, "active"),
         "facts_archived": await total(FACTS, "archived"),
         "reflections": reflections,
         "persona": await total(PERSONA),
-        "corrections": corrections["total"],
+        "corrections": corrections.total,
     }
 
 
@@ -255,8 +257,8 @@ async def facts(request: Request) -> Response:
         text=request.query_params.get("q", ""),
         ids=ids,
     )
-    answer = await ask(rt, name, FACTS, lambda reply: BrowseFacts(filter=flt, offset=offset, limit=limit, reply=reply), JsonAnswer)
-    return JSONResponse(answer)
+    answer = await ask(rt, name, FACTS, lambda reply: BrowseFacts(filter=flt, offset=offset, limit=limit, reply=reply), PageAnswer)
+    return answer_response(answer)
 
 
 # -- reflections and persona -------------------------------------------------------------
@@ -272,8 +274,8 @@ async def corrections(request: Request) -> Response:
     """``GET /api/browse/{name}/corrections``: the persona contradiction queue."""
     name = character_name(request)
     if not await character_exists(request, name):
-        return JSONResponse({"total": 0, "items": [], "inflight": False})
-    return JSONResponse(await ask(runtime_of(request), name, PERSONA, lambda reply: ListCorrections(reply=reply), JsonAnswer))
+        return answer_response(CorrectionsAnswer(total=0, items=[], inflight=False))
+    return answer_response(await ask(runtime_of(request), name, PERSONA, lambda reply: ListCorrections(reply=reply), CorrectionsAnswer))
 
 
 async def suppress(request: Request) -> Response:
@@ -285,8 +287,8 @@ async def suppress(request: Request) -> Response:
         raise ApiError(422, "bad_suppress", "'suppress' must be true or false")
     entry_id = request.path_params["entry_id"]
     await require_character(request, name)
-    return JSONResponse(
-        await ask(runtime_of(request), name, PERSONA, lambda reply: SetSuppressed(id=entry_id, suppress=value, reply=reply), JsonAnswer)
+    return answer_response(
+        await ask(runtime_of(request), name, PERSONA, lambda reply: SetSuppressed(id=entry_id, suppress=value, reply=reply), SuppressAnswer)
     )
 
 

@@ -9,7 +9,7 @@ untyped ``app.state`` and the registry's untyped replies.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar, cast, get_origin
+from typing import TypeVar
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -21,10 +21,6 @@ from nekomem.runtime.reply import ActorFailure, Reply
 from nekomem.runtime.runtime import Runtime
 
 T = TypeVar("T")
-
-# The answer most actors give a route: a JSON-shaped dict (it is encoded as it is, or read
-# field by field). Values are any JSON value. (Being replaced by reply Structs.)
-JsonAnswer = dict[str, Any]
 
 
 def app_runtime(app: Starlette) -> Runtime:
@@ -60,10 +56,9 @@ async def ask(
     value = await runtime.registry.ask(name, child, make, timeout=timeout)
     # A Reply carries any value: the answer is checked here, once, against the type the
     # caller names (a reply Struct, or str/int/bool), instead of being cast to it.
-    kind = get_origin(answer) or answer
-    if not isinstance(value, kind):
-        raise ActorFailure("unexpected_reply", f"the {child} layer answered {type(value).__name__}, not {kind.__name__}", 500)
-    return cast(T, value)
+    if not isinstance(value, answer):
+        raise ActorFailure("unexpected_reply", f"the {child} layer answered {type(value).__name__}, not {answer.__name__}", 500)
+    return value
 
 
 async def recent_view(request: Request, name: str, *, wait_settle: bool) -> RecentView:

@@ -93,3 +93,71 @@ class TheaterRetractAnswer(msgspec.Struct):
     ok: bool
     removed_recent: int
     removed_time_index: int
+
+
+class DeleteAnswer(msgspec.Struct):
+    """``DELETE /api/characters/{name}/{layer}/{id}``: answered once every copy is gone."""
+
+    deleted: str
+
+
+class ForgetTurnsAnswer(msgspec.Struct):
+    """``DELETE /api/characters/{name}/turns``: how many journal rows went, and their ids."""
+
+    forgotten: int
+    rows: list[int]
+
+
+class Topic(msgspec.Struct):
+    id: str
+    text: str
+    entity: str
+
+
+class TopicsAnswer(msgspec.Struct):
+    """``/followup_topics``: reflections the character may bring up."""
+
+    topics: list[Topic]
+
+
+class SurfacedAnswer(msgspec.Struct):
+    """``/record_surfaced``."""
+
+    ok: bool
+    recorded: int
+
+
+class CardImportAnswer(msgspec.Struct):
+    """``POST /api/characters/{name}/persona``: the entry ids added, the entries already there."""
+
+    added: list[str]
+    skipped_existing: int
+
+
+class StatusAnswer(msgspec.Struct):
+    """An answer that is a status word (``/cancel_correction``: cancelled or no_task)."""
+
+    status: str
+
+
+class MentionsAnswer(msgspec.Struct):
+    """``/scoped_mentions``: recorded (or skipped) and how many entries were mentioned."""
+
+    status: str
+    mentioned: int
+
+
+class SuppressAnswer(msgspec.Struct):
+    """The memory browser's suppression of a persona entry."""
+
+    id: str
+    entity: str
+    suppress: bool
+    suppressed_at: str | None
+
+
+class ScopedCreated(msgspec.Struct):
+    """The facts a scoped write stored (``/scoped_facts``, ``/scoped_history``)."""
+
+    created: int
+    fact_ids: list[str]

@@ -24,12 +24,14 @@ import weakref
 from collections.abc import Callable
 from datetime import datetime
 
+import msgspec
 import numpy as np
 
 from nekomem.actors.base import ChildActor
 from nekomem.actors.handlers import handles
 from nekomem.actors.messages import (
     BackfillDone,
+    ExplainAnswer,
     ExplainQuery,
     IndexRemove,
     IndexUpsert,
@@ -156,7 +158,8 @@ class RecallLayer:
         self.pending_counter.forget(self.ctx.name)
         for msg, plan in self.queries.values():
             if msg.reply is not None:
-                msg.reply.ok(empty_response(plan.query, error=True))
+                failed = empty_response(plan.query, error=True)
+                msg.reply.ok(ExplainAnswer(explanation=msgspec.to_builtins(failed)) if isinstance(msg, ExplainQuery) else failed)
         self.queries.clear()
         for query, found in self.reranks.values():
             if query.reply is not None:
@@ -547,7 +550,7 @@ class RecallLayer:
     def _finish(self, msg: QueryMemory | ExplainQuery, plan: QueryPlan, qvec: Vectors | None) -> None:
         if isinstance(msg, ExplainQuery):
             if msg.reply is not None:
-                msg.reply.ok(explain(self.index, self.s, plan, qvec, msg.excluded))
+                msg.reply.ok(ExplainAnswer(explanation=explain(self.index, self.s, plan, qvec, msg.excluded)))
             return
         try:
             found = self._query_search(plan, qvec)

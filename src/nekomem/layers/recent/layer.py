@@ -54,7 +54,7 @@ from nekomem.layers.recent.theater import RecentTheater
 from nekomem.layers.recent.upkeep import WindowUpkeep
 from nekomem.runtime.reply import ActorFailure, Reply
 from nekomem.stores.faults import classify
-from nekomem.wire.answers import WriteAnswer
+from nekomem.wire.answers import StatusAnswer, WriteAnswer
 
 RESULT_STATUS = {"cache": "cached", "process": "processed", "renew": "processed", "settle": "settled"}
 
@@ -231,7 +231,7 @@ class RecentLayer:
         """The reference's memory browser saved recent.json: adopt it, drop a running review."""
         self.store.adopt_outside_edit("cancel_correction")
         cancelled = self.upkeep.cancel_review()
-        answer(msg.reply, {"status": "cancelled" if cancelled else "no_task"})
+        answer(msg.reply, StatusAnswer(status="cancelled" if cancelled else "no_task"))
 
     # -- model results ---------------------------------------------------------------
     @handles(CompressDone)
