@@ -30,7 +30,7 @@ from nekomem.http.runtime_access import ask, runtime_of
 from nekomem.runtime.reply import Reply
 from nekomem.runtime.runtime import Runtime
 from nekomem.stores.layout import CharacterPaths
-from nekomem.wire.answers import PageAnswer
+from nekomem.wire.answers import PageAnswer, PublicEntry
 
 log = logging.getLogger("nekomem.http.browse")
 
@@ -197,7 +197,7 @@ def _journal_snapshots(paths: CharacterPaths, reflection_id: str) -> tuple[list[
     return snaps, oldest
 
 
-def _snap(ts: str, type: str, ref: dict[str, Any]) -> _Snap:
+def _snap(ts: str, type: str, ref: PublicEntry) -> _Snap:
     return _Snap(
         at=parse_timestamp(ts),
         type=type,

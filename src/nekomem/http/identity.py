@@ -52,7 +52,7 @@ from nekomem.http.runtime_access import ask, runtime_of
 from nekomem.runtime.reply import Reply
 from nekomem.stores.layout import InvalidName, validate_name
 from nekomem.stores.speaker_trust import IdentityError, SpeakerTrustPool
-from nekomem.wire.answers import DeleteAnswer, PageAnswer
+from nekomem.wire.answers import DeleteAnswer, PageAnswer, PublicEntry
 
 T = TypeVar("T")
 
@@ -170,7 +170,7 @@ def _delete(entry_id: str) -> Callable[[Reply], DeleteEntry]:
     return lambda reply: DeleteEntry(id=entry_id, reply=reply)
 
 
-async def _fact_rows(request: Request, name: str) -> list[dict[str, Any]]:
+async def _fact_rows(request: Request, name: str) -> list[PublicEntry]:
     rt = runtime_of(request)
     page = await ask(rt, name, FACTS, lambda reply: ListEntries(status="all", offset=0, limit=10**9, reply=reply), PageAnswer)
     return page.items

@@ -73,7 +73,7 @@ from nekomem.runtime.clock import iso
 from nekomem.runtime.reply import ActorFailure, Reply
 from nekomem.stores.scoped_keys import KeyStateError, ScopedKeys
 from nekomem.stores.scoped_meta import ScopedMeta
-from nekomem.wire.answers import DeleteAnswer, MentionsAnswer, PageAnswer, ScopedCreated
+from nekomem.wire.answers import DeleteAnswer, MentionsAnswer, PageAnswer, PublicEntry, ScopedCreated
 
 MAX_FACTS = 32
 MAX_FACT_CHARS = 2000
@@ -185,7 +185,7 @@ def _subjects(raw: Any) -> list[Subject]:
     return subjects
 
 
-async def _entries(request: Request, name: str, layer: Address) -> list[dict[str, Any]]:
+async def _entries(request: Request, name: str, layer: Address) -> list[PublicEntry]:
     rt = runtime_of(request)
     status = LAYER_STATUS[layer]
     page = await ask(rt, name, layer, lambda reply: ListEntries(status=status, offset=0, limit=10**9, reply=reply), PageAnswer)
@@ -367,7 +367,7 @@ async def _history_segments(
     return {"status": "processed", "segments": rows}
 
 
-def _facts_block(facts: list[dict[str, Any]], subjects: list[Subject], limit: int) -> str:
+def _facts_block(facts: list[PublicEntry], subjects: list[Subject], limit: int) -> str:
     blocks = []
     for subject in subjects:
         rows = sorted(filter_visible(facts, [subject]), key=lambda f: (-int(f.get("importance") or 0), str(f.get("created_at") or "")))
@@ -447,7 +447,7 @@ async def scoped_forget(request: Request) -> Response:
     return JSONResponse(answer)
 
 
-def _stamp(entry: dict[str, Any]) -> str:
+def _stamp(entry: PublicEntry) -> str:
     return max(str(entry.get(k) or "") for k in ("created_at", "updated_at", "archived_at"))
 
 

@@ -52,7 +52,7 @@ class ActorLayer(Protocol):
 class _Entry:
     __slots__ = ("ref", "routes", "last_used", "inflight")
 
-    def __init__(self, ref: pykka.ActorRef[Any], routes: Routes, now: float) -> None:
+    def __init__(self, ref: pykka.ActorRef[pykka.Actor], routes: Routes, now: float) -> None:
         self.ref = ref
         self.routes = routes
         self.last_used = now
@@ -88,7 +88,7 @@ class CharacterRegistry:
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         # name -> the supervisor of a stopping instance. A character is not activated
         # again until its previous instance has flushed and released its files.
-        self._stopping: dict[str, pykka.ActorRef[Any]] = {}
+        self._stopping: dict[str, pykka.ActorRef[pykka.Actor]] = {}
         # name -> event set when a hold (an import writing the character's files) ends.
         self._held: dict[str, threading.Event] = {}
         # name -> requests waiting for a hold to end: a new hold lets them in first.
@@ -142,7 +142,7 @@ class CharacterRegistry:
         self._arm_sweep()
         return entry
 
-    def _forget_when_stopped(self, name: str, ref: pykka.ActorRef[Any]) -> None:
+    def _forget_when_stopped(self, name: str, ref: pykka.ActorRef[pykka.Actor]) -> None:
         """Once the stopping instance has released its files, drop it from the stopping
         map: it holds the instance's whole state, which would otherwise stay in memory
         until the character's next activation."""
@@ -466,10 +466,10 @@ class CharacterRegistry:
         reply = Reply()
         try:
             entry.ref.tell(Describe(reply=reply))
-            described: dict[str, Any] | None = reply.result(timeout)
-            return described
+            described = reply.result(timeout)
         except (pykka.ActorDeadError, ActorFailure):
             return None
+        return described if isinstance(described, dict) else None
 
     def flush(self, name: str, timeout: float | None = None) -> bool:
         """The flush barrier of one active character: returns once every child has handled
@@ -508,7 +508,7 @@ class CharacterRegistry:
             last = handled + len(self._children_of(name))  # the next barrier's own Flushes
         raise AskTimeout("the character to become quiet", timeout)
 
-    def _children_of(self, name: str) -> list[pykka.ActorRef[Any]]:
+    def _children_of(self, name: str) -> list[pykka.ActorRef[pykka.Actor]]:
         with self._lock:
             entry = self._entries.get(name)
         return [] if entry is None else list(entry.routes.children.values())
