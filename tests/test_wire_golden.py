@@ -61,7 +61,7 @@ def record(root: Path) -> dict[str, str]:
         ]
         keep("cache_three", "post", "/cache/Lan", json={"input_history": turns})
         clock.advance(minutes=40)
-        keep("cache_one", "post", "/cache/Lan", json={"input_history": [_turn("user", "Tell me about \"quotes\" and é")]})
+        keep("cache_one", "post", "/cache/Lan", json={"input_history": [_turn("user", 'Tell me about "quotes" and é')]})
         keep("process_empty", "post", "/process/Lan", json={"input_history": []})
         keep("query_journal", "post", "/query_memory/Lan", json={"query": "green tea"})
         keep("query_journal_markdown", "post", "/query_memory/Lan", json={"query": "sister Canada", "render": "markdown", "language": "en"})
