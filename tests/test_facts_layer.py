@@ -111,7 +111,7 @@ def test_an_import_not_yet_in_the_view_comes_back_from_the_journal(character: Ch
         ImportFacts(facts=[{"text": "Master's cat is called Mochi"}, {"text": "Master's cat is called Mochi"}], reply=answer)
     )
 
-    assert answer.result(5)["skipped_duplicates"] == 1
+    assert answer.result(5).skipped_duplicates == 1
     assert not character.paths.facts.exists()  # journaled, the view not written yet
     again = character.layer()
     assert [f.text for f in again.store.facts.values()] == ["Master's cat is called Mochi"]
@@ -138,7 +138,7 @@ def test_a_wake_builds_no_dedup_index_and_the_first_write_still_dedups_against_t
     assert again.store._dedup is None
     answer = Reply()
     again.on_ImportFacts(ImportFacts(facts=[{"text": "Master's cat is called Mochi"}, {"text": "Master lives in Osaka"}], reply=answer))
-    assert answer.result(5)["skipped_duplicates"] == 1
+    assert answer.result(5).skipped_duplicates == 1
     assert sorted(f.text for f in again.store.facts.values()) == [
         "Master lives in Osaka",
         "Master plays the cello",

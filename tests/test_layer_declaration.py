@@ -56,6 +56,7 @@ from nekomem.importer.report import CharacterReport
 from nekomem.runtime.reply import ActorFailure
 from nekomem.stores.atomic import atomic_write_json
 from nekomem.stores.layout import list_characters
+from nekomem.wire.answers import DeleteAnswer, PageAnswer
 from tests.support.live import LiveServer, make_settings
 
 NAME = "Mika"
@@ -142,7 +143,7 @@ class NoteLayer:
     @handles(ListEntries)
     def on_list(self, msg: ListEntries) -> None:
         assert msg.reply is not None
-        msg.reply.ok({"items": [{"id": i, "text": t} for i, t in self.notes.items()], "total": len(self.notes)})
+        msg.reply.ok(PageAnswer(total=len(self.notes), offset=0, items=[{"id": i, "text": t} for i, t in self.notes.items()]))
 
     @handles(CountEntries)
     def on_count(self, msg: CountEntries) -> None:
@@ -155,7 +156,7 @@ class NoteLayer:
         if text is None:
             raise ActorFailure("not_found", f"no note {msg.id}", 404)
         self.views.record_event(NoteDeleted(id=msg.id))
-        self.views.erase([msg.id], [text], None, msg.reply, {"deleted": msg.id})
+        self.views.erase([msg.id], [text], None, msg.reply, DeleteAnswer(deleted=msg.id))
 
     @handles(ScrubTexts)
     def on_scrub(self, msg: ScrubTexts) -> None:

@@ -13,6 +13,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "nekomem"
 # Higher number = higher layer. Packages of one layer may import each other.
 LAYERS: dict[str, int] = {
     "config": 0,
+    "wire": 0,  # the answers in their wire shape (msgspec only): layers build them, the client reads them
     "stores": 1,
     "domain": 1,
     "recall": 1,

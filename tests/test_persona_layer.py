@@ -69,8 +69,8 @@ def test_an_imported_entry_is_journaled_written_at_flush_and_loaded_again(mio: C
     reply = Reply()
     layer.on_ImportCard(ImportCard(entries=[{"entity": "neko", "text": "  Mio is a calico  "}], reply=reply))
     answer = reply.result(5)
-    assert answer["skipped_existing"] == 0 and len(answer["added"]) == 1
-    entry_id = answer["added"][0]
+    assert answer.skipped_existing == 0 and len(answer.added) == 1
+    entry_id = answer.added[0]
     assert mio.journal.unapplied_for("persona"), "journaled before any view write"
 
     layer.flush()  # what the actor does on the supervisor's Flush
@@ -83,7 +83,7 @@ def test_an_imported_entry_is_journaled_written_at_flush_and_loaded_again(mio: C
     assert found is not None and found[0] == "neko" and found[1].protected and found[1].text == "Mio is a calico"
     listing = Reply()
     again.on_ListEntries(ListEntries(status="protected", reply=listing))
-    assert [item["id"] for item in listing.result(5)["items"]] == [entry_id]
+    assert [item["id"] for item in listing.result(5).items] == [entry_id]
 
 
 def test_a_failed_correction_counts_an_attempt_backs_off_and_survives_a_reload(mio: Character) -> None:

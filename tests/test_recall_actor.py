@@ -10,11 +10,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from nekomem.actors.host import ACTORS
 from nekomem.actors.messages import IndexEntry, IndexRemove, IndexUpsert, ListEntries, QueryMemory, RankForStage2, RelatedFacts
 from nekomem.domain import vector_codec
+from nekomem.domain.layers import RECALL
 from nekomem.models.embeddings import EmbeddingService, text_sha256
 from nekomem.recall.names import blend_query_vectors, query_vector_texts
 from nekomem.recall.query_text import lexical_text, light_stem, query_time_hint
@@ -95,7 +97,9 @@ def feed(rt: Runtime, entries: list[IndexEntry], replace_tier: str | None = None
 
 
 def query(rt: Runtime, text: str = "", when: str = "", now: datetime | None = None) -> dict[str, Any]:
-    return rt.registry.ask_sync(NAME, "recall", lambda reply: QueryMemory(query=text, time=when, now=now, reply=reply))
+    answer = rt.registry.ask_sync(NAME, RECALL, lambda reply: QueryMemory(query=text, time=when, now=now, reply=reply))
+    body: dict[str, Any] = msgspec.to_builtins(answer)  # the answer as the wire has it
+    return body
 
 
 def ids(body: dict[str, Any]) -> list[str]:

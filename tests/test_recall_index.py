@@ -61,8 +61,8 @@ def test_lexical_search_stems_and_ignores_names_and_function_words():
     index.upsert([entry("f1", "Master researched old maps"), entry("f2", "Lan likes green tea")])
     hits, legs = index.search("What did Master research?", None, None, None)
     assert [e.id for e, _ in hits] == ["f1"] and legs[1] == []
-    assert query_response(hits, "q", 2, 1.0)["results"][0]["id"] == "f1"
-    assert empty_response("q", error=True)["error_code"] == "hybrid_recall_failed"
+    assert query_response(hits, "q", 2, 1.0).results[0].id == "f1"
+    assert empty_response("q", error=True).error_code == "hybrid_recall_failed"
 
 
 def test_cached_vectors_are_adopted_and_missing_ones_wait_for_backfill():

@@ -23,7 +23,7 @@ def recall_over(tmp_path: Path) -> tuple[RecallLayer, FakePorts]:
 
 def texts(reply: Reply) -> list[str]:
     body = reply.result(5)
-    return [row["text"] for row in body["results"]]
+    return [row.text for row in body.results]
 
 
 def test_a_query_before_every_owner_fed_the_index_waits_for_them_within_the_deadline(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from nekomem.runtime.clock import ManualClock
 from nekomem.runtime.reply import Reply
 from nekomem.stores.applied import SharedJournal
 from nekomem.stores.layout import CharacterPaths
+from nekomem.wire.answers import WriteAnswer
 from tests.support.fake_ports import FakePorts
 from tests.support.live import make_settings
 
@@ -107,7 +108,7 @@ def test_a_cached_turn_is_rebuilt_from_the_journal_when_recent_json_is_lost(worl
     layer = layer_of(ch)
     reply = Reply()
     layer.on_AppendTurns(AppendTurns(turns=[turn("my cat is called Mochi")], mode="cache", session_id="s1", reply=reply))
-    assert reply.result(5) == {"status": "cached", "count": 1}
+    assert reply.result(5) == WriteAnswer(status="cached", count=1)
     # No model can extract facts: the stored turn is announced to the reflections at once.
     announced = delivered(ch, "reflections", PostTurn)
     assert [t.text for t in announced.turns] == ["my cat is called Mochi"]
@@ -132,13 +133,13 @@ def test_a_process_write_waits_for_its_ack_and_a_repeated_key_is_answered_from_t
     ack = delivered(ch, "recent", OutboxAck)
     assert ack.row == 2
     layer.on_OutboxAck(ack)
-    assert first.result(5) == {"status": "processed"}
+    assert first.result(5) == WriteAnswer(status="processed")
 
     retry = Reply()
     layer.on_AppendTurns(
         AppendTurns(turns=[turn("hello"), turn("hi Master", "ai")], mode="process", session_id="s1", idempotency_key="k1", reply=retry)
     )
-    assert retry.result(5) == {"status": "processed"}
+    assert retry.result(5) == WriteAnswer(status="processed")
     assert view_of(layer).stored_total == 2  # stored once
     layer.close()
 

@@ -81,7 +81,7 @@ def test_an_edit_is_journaled_written_at_flush_indexed_and_read_back(world: Worl
 
     reply = Reply()
     layer.on_EditEntry(EditEntry(id="ref_tea", changes={"text": "  Master loves green tea "}, reply=reply))
-    assert reply.result(5)["text"] == "Master loves green tea"
+    assert reply.result(5).entry["text"] == "Master loves green tea"
     assert on_disk(paths)["ref_tea"].text == "Master likes tea"  # one change: the view waits for its batch
     assert [e.type for e in world.journal.all_for("reflections")] == ["reflection.updated"]
 

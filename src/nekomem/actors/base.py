@@ -26,6 +26,7 @@ import pykka
 from nekomem.actors.handlers import handler_for
 from nekomem.actors.layer import Layer
 from nekomem.actors.ports import ActorPorts, LayerPorts
+from nekomem.domain.layers import Address
 from nekomem.runtime.dispatch import Completion, DispatchedActor, Dispatcher
 from nekomem.runtime.protocol import ChildCrashed, Flush, Tick, fail_message
 from nekomem.runtime.reply import ActorFailure
@@ -47,7 +48,7 @@ class ChildActor(DispatchedActor):
     earliest of the two, and the actor receives ``Tick`` only when that time has come.
     """
 
-    child_name: ClassVar[str] = ""
+    child_name: ClassVar[Address] = Address("")  # the layer's address (its declaration's; tests/test_typed_seams.py)
 
     def __init__(self, ctx: CharacterContext) -> None:
         super().__init__()

@@ -21,7 +21,7 @@ from nekomem.domain.evidence import ResolvedSignal, SignalSource
 from nekomem.domain.index_entry import IndexEntry
 from nekomem.domain.layers import Address, Count, Erasure, next_scrubber, vector_tiers
 from nekomem.domain.persona.corrections import CorrectionKind
-from nekomem.domain.records import Fact, Observation, Persona, Reflection
+from nekomem.domain.records import Correction, Fact, Observation, Persona, Reflection
 from nekomem.domain.reflections import SynthesisBatch
 from nekomem.domain.subjects import Subject
 from nekomem.domain.turns import Turn
@@ -33,10 +33,23 @@ from nekomem.runtime.protocol import Describe as Describe
 from nekomem.runtime.protocol import Flush as Flush
 from nekomem.runtime.protocol import Message
 from nekomem.runtime.protocol import Tick as Tick
+from nekomem.wire.answers import PublicEntry
 
 WriteMode = Literal["cache", "process", "renew", "settle"]
-# The answer of POST /reflect, filled in by the passes it runs (facts, reflections, persona).
-Report = dict[str, object]
+
+
+class Report(msgspec.Struct):
+    """The answer of POST /reflect, filled in by the passes it runs: the fact layer starts
+    it, the reflections fill in ``synthesis`` (``{"status", ...}``) and ``confirmed`` (the
+    ids confirmed), the persona ``promotion`` (a line per candidate), and whichever runs
+    last answers it. Mutable on purpose: it travels with the messages of one pass, held
+    by one actor at a time. The route shapes it (``nekomem.http.longterm.reflect``)."""
+
+    synthesis: dict[str, object] | None = None
+    confirmed: list[str] | None = None
+    promotion: list[dict[str, object]] | None = None
+
+
 Vectors = npt.NDArray[np.float32]
 
 
@@ -190,7 +203,7 @@ class ReclaimParked(Message, frozen=True):
     """Sent by a handler at load: the ops it had parked were lost with its memory, so the
     outbox dispatches them again."""
 
-    child: str
+    child: Address
 
 
 class OutboxState(Message, frozen=True):
@@ -400,7 +413,7 @@ class RankForStage2(Message, frozen=True):
     query_texts: list[str]
     candidate_ids: list[str]
     budget: int
-    reply_child: str = ""
+    reply_child: Address | None = None
     tag: str = ""
     candidate_texts: dict[str, str] = {}
 
@@ -414,7 +427,7 @@ class RelatedFacts(Message, frozen=True):
     query_texts: list[str]
     per_query_k: int
     cap: int
-    reply_child: str = ""
+    reply_child: Address | None = None
     tag: str = ""
     tiers: list[str] = msgspec.field(default_factory=lambda: list(vector_tiers()))
     exclude_ids: list[str] = []
@@ -591,3 +604,28 @@ class BacklogMined(Message, frozen=True):
     finished: rows up to ``row`` are mined."""
 
     row: int
+
+
+# -- replies -----------------------------------------------------------------------------
+# What a handler answers through ``reply`` when the route reshapes it (an answer the route
+# sends as it is, is a wire Struct of nekomem.wire.answers).
+class EntryAnswer(msgspec.Struct):
+    """EditEntry, Feedback, GetEntry: the entry in its API form (the route sends ``entry``)."""
+
+    entry: PublicEntry
+
+
+class CorrectionsAnswer(msgspec.Struct):
+    """ListCorrections: the persona's contradictions waiting for a model decision, and
+    whether one is with the model now."""
+
+    total: int
+    items: list[Correction]
+    inflight: bool
+
+
+class ExplainAnswer(msgspec.Struct):
+    """ExplainQuery: the recall playground's explained recall (``nekomem.recall.explain``:
+    legs, scores, the fused rows, what each filter removed), sent to the browser as it is."""
+
+    explanation: dict[str, object]

@@ -162,7 +162,7 @@ class ActorPorts:
     actor is gone: a late timer or model result is then simply dropped).
     """
 
-    def __init__(self, ctx: CharacterContext, child: str, tell_self: Callable[[object], None]) -> None:
+    def __init__(self, ctx: CharacterContext, child: Address, tell_self: Callable[[object], None]) -> None:
         self._ctx = ctx
         self._services = ctx.services
         self._child = child

@@ -29,7 +29,7 @@ def child_order() -> tuple[Address, ...]:
     return tuple(spec.address for spec in layers())
 
 
-def child_classes() -> dict[str, type[ChildActor]]:
+def child_classes() -> dict[Address, type[ChildActor]]:
     """Address -> the ChildActor class of every declared layer, importing each once."""
     return {spec.address: _actor_class(spec.actor) for spec in layers()}
 
@@ -54,9 +54,9 @@ class CharacterSupervisor(DispatchedActor):
         self.name = name
         self.services = services
         self.routes = routes if routes is not None else Routes()
-        self.children: dict[str, ActorRef[Any]] = self.routes.children
-        self.failed: dict[str, str] = {}
-        self.restarts: dict[str, collections.deque[float]] = collections.defaultdict(collections.deque)
+        self.children: dict[Address, ActorRef[DispatchedActor]] = self.routes.children
+        self.failed: dict[Address, str] = {}
+        self.restarts: dict[Address, collections.deque[float]] = collections.defaultdict(collections.deque)
         self.restart_total = 0
         self.ctx: CharacterContext | None = None
         self.start_fault: StorageFault | None = None
@@ -159,7 +159,7 @@ class CharacterSupervisor(DispatchedActor):
         if reply is not None:
             done.then(lambda: reply.ok(True))
 
-    def _flush_children(self, children: tuple[str, ...], done: Completion) -> None:
+    def _flush_children(self, children: tuple[Address, ...], done: Completion) -> None:
         parts: list[Completion] = []
         for child in children:
             if child in self.failed:
@@ -176,7 +176,7 @@ class CharacterSupervisor(DispatchedActor):
             "restarts": self.restart_total,
         }
 
-    def _deliver(self, child: str, message: Any) -> None:
+    def _deliver(self, child: Address, message: Any) -> None:
         if self.start_fault is not None:
             self.on_start()
             if self.start_fault is not None:

@@ -19,9 +19,9 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from nekomem.actors.messages import BrowseFacts, CountEntries, EntryCounts, ListCorrections, SetSuppressed
+from nekomem.actors.messages import BrowseFacts, CorrectionsAnswer, CountEntries, EntryCounts, ListCorrections, SetSuppressed
 from nekomem.domain.browse import FACT_STATUSES, FactFilter
-from nekomem.domain.layers import layers
+from nekomem.domain.layers import FACTS, PERSONA, layers
 from nekomem.http import browse_insight, schemas, ui_static
 from nekomem.http import browse_store as store
 from nekomem.http.bodies import character_name, read_json_object
@@ -30,14 +30,16 @@ from nekomem.http.errors import ApiError
 from nekomem.http.longterm import _int_param
 from nekomem.http.operations import BROWSE_PAGE, ID, NAME, RID, Operation, query
 from nekomem.http.readonly import character_exists
-from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
+from nekomem.http.runtime_access import ask, runtime_of
 from nekomem.http.system import _toggle_lock, fact_backlog_of
+from nekomem.http.wire import answer_response
 from nekomem.runtime.runtime import Runtime
 from nekomem.runtime.switches import REVIEW, SwitchError
 from nekomem.stores.character_summary import CharacterRow, summary_of
 from nekomem.stores.layout import CharacterPaths
 from nekomem.stores.origin import read_origin
 from nekomem.stores.timeindex import to_utc_iso
+from nekomem.wire.answers import PageAnswer, SuppressAnswer
 
 ENTITIES = ("master", "neko", "relationship")
 
@@ -242,8 +244,8 @@ async def facts(request: Request) -> Response:
         text=request.query_params.get("q", ""),
         ids=ids,
     )
-    answer = await ask(rt, name, "facts", lambda reply: BrowseFacts(filter=flt, offset=offset, limit=limit, reply=reply), JsonAnswer)
-    return JSONResponse(answer)
+    answer = await ask(rt, name, FACTS, lambda reply: BrowseFacts(filter=flt, offset=offset, limit=limit, reply=reply), PageAnswer)
+    return answer_response(answer)
 
 
 # -- reflections and persona -------------------------------------------------------------
@@ -259,8 +261,8 @@ async def corrections(request: Request) -> Response:
     """``GET /api/browse/{name}/corrections``: the persona contradiction queue."""
     name = character_name(request)
     if not await character_exists(request, name):
-        return JSONResponse({"total": 0, "items": [], "inflight": False})
-    return JSONResponse(await ask(runtime_of(request), name, "persona", lambda reply: ListCorrections(reply=reply), JsonAnswer))
+        return answer_response(CorrectionsAnswer(total=0, items=[], inflight=False))
+    return answer_response(await ask(runtime_of(request), name, PERSONA, lambda reply: ListCorrections(reply=reply), CorrectionsAnswer))
 
 
 async def suppress(request: Request) -> Response:
@@ -272,8 +274,8 @@ async def suppress(request: Request) -> Response:
         raise ApiError(422, "bad_suppress", "'suppress' must be true or false")
     entry_id = request.path_params["entry_id"]
     await require_character(request, name)
-    return JSONResponse(
-        await ask(runtime_of(request), name, "persona", lambda reply: SetSuppressed(id=entry_id, suppress=value, reply=reply), JsonAnswer)
+    return answer_response(
+        await ask(runtime_of(request), name, PERSONA, lambda reply: SetSuppressed(id=entry_id, suppress=value, reply=reply), SuppressAnswer)
     )
 
 

@@ -14,9 +14,10 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from nekomem.actors.messages import ExplainQuery, GetEntry, ListEntries
+from nekomem.actors.messages import EntryAnswer, ExplainAnswer, ExplainQuery, GetEntry, ListEntries
 from nekomem.domain import render_longterm as rlt
 from nekomem.domain.evidence import decayed
+from nekomem.domain.layers import RECALL, REFLECTIONS
 from nekomem.domain.locale import context as loc
 from nekomem.domain.tokens import get_counter
 from nekomem.domain.turns import parse_timestamp
@@ -25,10 +26,11 @@ from nekomem.http.conversation import context_language, display_now, master_name
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
 from nekomem.http.recall import _optional_str, checked_time
-from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
+from nekomem.http.runtime_access import ask, runtime_of
 from nekomem.runtime.reply import Reply
 from nekomem.runtime.runtime import Runtime
 from nekomem.stores.layout import CharacterPaths
+from nekomem.wire.answers import PageAnswer, PublicEntry
 
 log = logging.getLogger("nekomem.http.browse")
 
@@ -48,8 +50,8 @@ async def _excluded_reflections(rt: Runtime, name: str) -> list[dict[str, str]]:
     out: list[dict[str, str]] = []
     offset, limit = 0, rt.settings.server.api_page_max
     while True:
-        page = await ask(rt, name, "reflections", _reflections_page(offset, limit), JsonAnswer)
-        for r in page["items"]:
+        page = await ask(rt, name, REFLECTIONS, _reflections_page(offset, limit), PageAnswer)
+        for r in page.items:
             reason = ""
             if r.get("status") in NOT_SEARCHABLE:
                 reason = f"status {r['status']}"
@@ -60,7 +62,7 @@ async def _excluded_reflections(rt: Runtime, name: str) -> list[dict[str, str]]:
             if reason:
                 out.append({"id": r["id"], "tier": "reflection", "text": r.get("text", ""), "reason": reason})
         offset += limit
-        if offset >= page["total"]:
+        if offset >= page.total:
             return out
 
 
@@ -81,11 +83,11 @@ async def recall_explain(request: Request) -> Response:
     answer = await ask(
         rt,
         name,
-        "recall",
+        RECALL,
         lambda reply: ExplainQuery(query=query, time=spec, now=now, excluded=excluded, reply=reply),
-        JsonAnswer,
+        ExplainAnswer,
     )
-    return JSONResponse(answer)
+    return JSONResponse(answer.explanation)
 
 
 # -- working context ---------------------------------------------------------------------
@@ -195,7 +197,7 @@ def _journal_snapshots(paths: CharacterPaths, reflection_id: str) -> tuple[list[
     return snaps, oldest
 
 
-def _snap(ts: str, type: str, ref: dict[str, Any]) -> _Snap:
+def _snap(ts: str, type: str, ref: PublicEntry) -> _Snap:
     return _Snap(
         at=parse_timestamp(ts),
         type=type,
@@ -242,7 +244,7 @@ async def evidence_history(request: Request) -> Response:
     rid = request.path_params["reflection_id"]
     if not await character_exists(request, name):
         raise ApiError(404, "not_found", f"no character {name}")
-    current = await ask(rt, name, "reflections", lambda reply: GetEntry(id=rid, reply=reply), JsonAnswer)
+    current = (await ask(rt, name, REFLECTIONS, lambda reply: GetEntry(id=rid, reply=reply), EntryAnswer)).entry
     paths = rt.character_paths(name)
     snaps, oldest = await asyncio.to_thread(_journal_snapshots, paths, rid)
     now = rt.clock.now()

@@ -14,13 +14,15 @@ from nekomem.actors.messages import AppendTurns, WriteMode
 from nekomem.config.zones import display_zone
 from nekomem.domain import theater
 from nekomem.domain.context import gap_seconds, render_new_dialog, render_recent_history
+from nekomem.domain.layers import RECENT
 from nekomem.domain.locale.context import normalise_language
 from nekomem.http.bodies import character_name, decode_history, parse_history, raw_header
 from nekomem.http.character_origin import is_new, note_created
 from nekomem.http.errors import ApiError
 from nekomem.http.prompt_locale import remember_language, stored_language
 from nekomem.http.readonly import character_exists
-from nekomem.http.runtime_access import JsonAnswer, ask, recent_view, runtime_of
+from nekomem.http.runtime_access import ask, recent_view, runtime_of
+from nekomem.http.schemas import WriteAnswer
 from nekomem.http.theater import checked_theater_turn, theater_write
 from nekomem.runtime.clock import iso
 
@@ -31,11 +33,11 @@ _SESSION_SEQ = itertools.count(1)
 
 # What each write answers for an empty list (the reference's /cache answer; /process and
 # /renew answer "processed", /settle "settled" whatever they stored).
-EMPTY_WRITE: dict[WriteMode, dict[str, object]] = {
-    "cache": {"status": "cached", "count": 0},
-    "process": {"status": "processed"},
-    "renew": {"status": "processed"},
-    "settle": {"status": "settled"},
+EMPTY_WRITE: dict[WriteMode, WriteAnswer] = {
+    "cache": WriteAnswer(status="cached", count=0),
+    "process": WriteAnswer(status="processed"),
+    "renew": WriteAnswer(status="processed"),
+    "settle": WriteAnswer(status="settled"),
 }
 
 
@@ -59,7 +61,7 @@ async def _write(request: Request, mode: WriteMode) -> Response:
     new = await is_new(request, name)
     if new and not turns:
         # An empty write to an unknown character stores nothing, so it creates nothing.
-        return JSONResponse(EMPTY_WRITE[mode])
+        return _written(EMPTY_WRITE[mode])
     if mode == "cache" and (body.idempotency_key is not None or (len(turns) == 1 and theater.is_capsule(turns[0]))):
         answer = await theater_write(request, name, turns, body)
         if new:
@@ -74,16 +76,21 @@ async def _write(request: Request, mode: WriteMode) -> Response:
     result = await ask(
         rt,
         name,
-        "recent",
+        RECENT,
         lambda reply: AppendTurns(turns=turns, mode=mode, session_id=_session_id(), idempotency_key=key, reply=reply),
-        JsonAnswer,
+        WriteAnswer,
         timeout=timeout,
     )
     await remember_language(request, name, body.language)
     if new:
         await note_created(request, name)
-    # The actor's answer is a small dict of str/int: msgspec encodes it without json.dumps.
-    return Response(msgspec.json.encode(result), media_type="application/json")
+    return _written(result)
+
+
+def _written(answer: WriteAnswer) -> Response:
+    """The wire form of a write's answer (``count`` for /cache only: WriteAnswer leaves a
+    None out). Two short fields: msgspec encodes them without json.dumps."""
+    return Response(msgspec.json.encode(answer), media_type="application/json")
 
 
 async def cache(request: Request) -> Response:

@@ -25,15 +25,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from nekomem.actors.messages import ForgetTurns
+from nekomem.domain.layers import RECENT
 from nekomem.http.bodies import character_name
 from nekomem.http.errors import ApiError
 from nekomem.http.operations import NAME, Operation, Parameter
 from nekomem.http.readonly import character_exists
-from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
+from nekomem.http.runtime_access import ask, runtime_of
 from nekomem.http.schemas import ExportRequest
+from nekomem.http.wire import answer_response
 from nekomem.runtime.registry import CharacterBusy
 from nekomem.stores.character_summary import summary_of
 from nekomem.stores.timeindex_read import to_utc_iso
+from nekomem.wire.answers import ForgetTurnsAnswer
 
 _REMOVE_ATTEMPTS = 3
 _MAX_ROW_ID = 2**63 - 1  # SQLite's largest integer
@@ -167,5 +170,5 @@ async def forget_turns(request: Request) -> Response:
         start, end = time_range(start, end)
     if not await character_exists(request, name):
         raise ApiError(404, "unknown_character", "no character of that name")
-    answer = await ask(rt, name, "recent", lambda reply: ForgetTurns(row_ids=ids, start=start, end=end, reply=reply), JsonAnswer)
-    return JSONResponse(answer)
+    answer = await ask(rt, name, RECENT, lambda reply: ForgetTurns(row_ids=ids, start=start, end=end, reply=reply), ForgetTurnsAnswer)
+    return answer_response(answer)

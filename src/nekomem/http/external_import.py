@@ -27,14 +27,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from nekomem.actors.messages import ImportCard, ImportFacts
+from nekomem.domain.layers import FACTS, PERSONA
 from nekomem.domain.turns import parse_iso
 from nekomem.http.bodies import decode_body
 from nekomem.http.character_origin import is_new, note_created
 from nekomem.http.errors import ApiError
-from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
+from nekomem.http.runtime_access import ask, runtime_of
 from nekomem.http.schemas import Body
 from nekomem.runtime.clock import iso
 from nekomem.stores.layout import InvalidName, validate_name
+from nekomem.wire.answers import CardImportAnswer, ImportAnswer
 
 ENTITIES = ("master", "neko", "relationship")
 
@@ -97,18 +99,18 @@ async def import_external_markdown(request: Request) -> Response:
     new = await is_new(request, name)
     added_persona = skipped = added_facts = 0
     if persona:
-        done = await ask(
+        card = await ask(
             rt,
             name,
-            "persona",
+            PERSONA,
             lambda reply: ImportCard(entries=persona, source="external_import", protected=False, reply=reply),
-            JsonAnswer,
+            CardImportAnswer,
             timeout=timeout,
         )
-        added_persona, skipped = len(done["added"]), int(done["skipped_existing"])
+        added_persona, skipped = len(card.added), card.skipped_existing
     if facts:
-        done = await ask(rt, name, "facts", lambda reply: ImportFacts(facts=facts, reply=reply), JsonAnswer, timeout=timeout)
-        added_facts, skipped = len(done["added"]), skipped + int(done["skipped_duplicates"])
+        done = await ask(rt, name, FACTS, lambda reply: ImportFacts(facts=facts, reply=reply), ImportAnswer, timeout=timeout)
+        added_facts, skipped = len(done.added), skipped + done.skipped_duplicates
     if new:
         await note_created(request, name)
     return JSONResponse(

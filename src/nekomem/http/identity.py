@@ -44,13 +44,15 @@ from starlette.responses import JSONResponse, Response
 
 from nekomem.actors.messages import DeleteEntry, ListEntries
 from nekomem.domain import speaker_identity as ident
+from nekomem.domain.layers import FACTS
 from nekomem.http.bodies import convert_body, read_json_object
 from nekomem.http.errors import ApiError
 from nekomem.http.operations import Operation, Parameter
-from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
+from nekomem.http.runtime_access import ask, runtime_of
 from nekomem.runtime.reply import Reply
 from nekomem.stores.layout import InvalidName, validate_name
 from nekomem.stores.speaker_trust import IdentityError, SpeakerTrustPool
+from nekomem.wire.answers import DeleteAnswer, PageAnswer, PublicEntry
 
 T = TypeVar("T")
 
@@ -168,10 +170,10 @@ def _delete(entry_id: str) -> Callable[[Reply], DeleteEntry]:
     return lambda reply: DeleteEntry(id=entry_id, reply=reply)
 
 
-async def _fact_rows(request: Request, name: str) -> list[dict[str, Any]]:
+async def _fact_rows(request: Request, name: str) -> list[PublicEntry]:
     rt = runtime_of(request)
-    page = await ask(rt, name, "facts", lambda reply: ListEntries(status="all", offset=0, limit=10**9, reply=reply), JsonAnswer)
-    return [row for row in page["items"] if isinstance(row, dict)]
+    page = await ask(rt, name, FACTS, lambda reply: ListEntries(status="all", offset=0, limit=10**9, reply=reply), PageAnswer)
+    return page.items
 
 
 async def _erase_spoken(request: Request, accounts: set[str], entities: set[str]) -> int:
@@ -182,7 +184,7 @@ async def _erase_spoken(request: Request, accounts: set[str], entities: set[str]
     for name in await asyncio.to_thread(rt.known_characters):
         for row in await _fact_rows(request, name):
             if ident.spoken_by(row, accounts, entities):
-                await ask(rt, name, "facts", _delete(str(row["id"])), JsonAnswer)
+                await ask(rt, name, FACTS, _delete(str(row["id"])), DeleteAnswer)
                 erased += 1
     return erased
 

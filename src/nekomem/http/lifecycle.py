@@ -32,13 +32,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from nekomem.actors.messages import CancelCorrection
+from nekomem.domain.layers import RECENT
 from nekomem.http.bodies import character_name, convert_body, read_json_object
 from nekomem.http.errors import ApiError, error_response
 from nekomem.http.readonly import character_exists
-from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
+from nekomem.http.runtime_access import ask, runtime_of
+from nekomem.http.wire import answer_response
 from nekomem.importer import neko_folder
 from nekomem.runtime.runtime import Runtime
 from nekomem.stores.layout import InvalidName, is_neko_folder, validate_name
+from nekomem.wire.answers import StatusAnswer
 
 log = logging.getLogger("nekomem.lifecycle")
 
@@ -59,8 +62,8 @@ async def cancel_correction(request: Request) -> Response:
     rt = runtime_of(request)
     name = character_name(request)
     if not await character_exists(request, name):
-        return JSONResponse({"status": "no_task"})
-    return JSONResponse(await ask(rt, name, "recent", lambda reply: CancelCorrection(reply=reply), JsonAnswer))
+        return answer_response(StatusAnswer(status="no_task"))
+    return answer_response(await ask(rt, name, RECENT, lambda reply: CancelCorrection(reply=reply), StatusAnswer))
 
 
 def _names(request: Request, raw: list[str]) -> list[str]:

@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse, Response
 from nekomem.actors.messages import (
     DeleteEntry,
     EditEntry,
+    EntryAnswer,
     Feedback,
     FollowupTopics,
     GetRecent,
@@ -23,22 +24,32 @@ from nekomem.actors.messages import (
     ReflectNow,
     RenderBlock,
     RenderContext,
+    Report,
 )
-from nekomem.domain.layers import layers, listings
+from nekomem.domain.layers import FACTS, PERSONA, RECENT, REFLECTIONS, layers, listings
 from nekomem.http.bodies import bounded_opaque, character_name, decode_body, decode_json, read_body
 from nekomem.http.character_origin import is_new, note_created, require_character
 from nekomem.http.errors import ApiError
 from nekomem.http.readonly import character_exists
-from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
-from nekomem.http.schemas import CardBody, EntryEdit, FactsBody, FeedbackBody, RecentEdit, RecordSurfacedBody
+from nekomem.http.runtime_access import ask, runtime_of
+from nekomem.http.schemas import CardBody, EntryEdit, FactsBody, FeedbackBody, RecentEdit, RecordSurfacedBody, ReflectAnswer
+from nekomem.http.wire import answer_response
 from nekomem.runtime.runtime import Runtime
+from nekomem.wire.answers import (
+    CardImportAnswer,
+    DeleteAnswer,
+    ImportAnswer,
+    PageAnswer,
+    SurfacedAnswer,
+    TopicsAnswer,
+)
 
 
 async def render_longterm(request: Request, name: str, language: str = "en", master_name: str = "") -> str:
     """The persona + reflection sections of /new_dialog (used by the conversation routes),
     then the block of each layer declared with ``render``, in start order."""
     rt = runtime_of(request)
-    text = await ask(rt, name, "persona", lambda reply: RenderContext(language=language, master_name=master_name, reply=reply), str)
+    text = await ask(rt, name, PERSONA, lambda reply: RenderContext(language=language, master_name=master_name, reply=reply), str)
     for spec in layers():
         if spec.render:
             block = await ask(
@@ -49,45 +60,42 @@ async def render_longterm(request: Request, name: str, language: str = "en", mas
 
 
 # What /reflect answers for an unknown character (as for one with no facts), without creating it.
-UNKNOWN_REFLECT: dict[str, object] = {
-    "reflection": None,
-    "synthesis": {"status": "not_enough_facts"},
-    "confirmed": [],
-    "promotion": [],
-    "auto_transitions": 0,
-}
+UNKNOWN_REFLECT = ReflectAnswer(reflection=None, synthesis={"status": "not_enough_facts"}, confirmed=[], promotion=[], auto_transitions=0)
 
 
 async def reflect(request: Request) -> Response:
     rt = runtime_of(request)
     name = character_name(request)
     if await is_new(request, name):
-        return JSONResponse(UNKNOWN_REFLECT)
-    report = await ask(
-        rt, name, "facts", lambda reply: ReflectNow(reply=reply), JsonAnswer, timeout=rt.settings.server.settle_timeout_seconds
-    )
-    synthesis = report.get("synthesis") or {}
+        return answer_response(UNKNOWN_REFLECT)
+    report = await ask(rt, name, FACTS, lambda reply: ReflectNow(reply=reply), Report, timeout=rt.settings.server.settle_timeout_seconds)
+    return answer_response(_reflect_answer(report))
+
+
+def _reflect_answer(report: Report) -> ReflectAnswer:
+    """The wire form of /reflect's report: the reflection it created, if any, and how many
+    reflections changed state on their own (confirmed, promoted, merged, duplicates)."""
+    synthesis = report.synthesis or {}
     reflection = None
     if synthesis.get("status") == "created":
         reflection = {"id": synthesis["reflection_id"], "text": synthesis.get("text", "")}
-    promotion = report.get("promotion", [])
-    return JSONResponse(
-        {
-            "reflection": reflection,
-            "synthesis": synthesis,
-            "confirmed": report.get("confirmed", []),
-            "promotion": promotion,
-            "auto_transitions": len(report.get("confirmed", []))
-            + sum(1 for p in promotion if p.get("kind") in ("promoted", "merged", "duplicate")),
-        }
+    confirmed = report.confirmed or []
+    promotion = report.promotion or []
+    moved = sum(1 for p in promotion if p.get("kind") in ("promoted", "merged", "duplicate"))
+    return ReflectAnswer(
+        reflection=reflection,
+        synthesis=synthesis,
+        confirmed=list(confirmed),
+        promotion=list(promotion),
+        auto_transitions=len(confirmed) + moved,
     )
 
 
 async def followup_topics(request: Request) -> Response:
     name = character_name(request)
     if not await character_exists(request, name):
-        return JSONResponse({"topics": []})
-    return JSONResponse(await ask(runtime_of(request), name, "reflections", lambda reply: FollowupTopics(reply=reply), JsonAnswer))
+        return answer_response(TopicsAnswer(topics=[]))
+    return answer_response(await ask(runtime_of(request), name, REFLECTIONS, lambda reply: FollowupTopics(reply=reply), TopicsAnswer))
 
 
 async def record_surfaced(request: Request) -> Response:
@@ -103,10 +111,12 @@ async def record_surfaced(request: Request) -> Response:
     else:
         ids = None
     if not ids:
-        return JSONResponse({"ok": True, "recorded": 0})  # the reference's no-op
+        return answer_response(SurfacedAnswer(ok=True, recorded=0))  # the reference's no-op
     if not await character_exists(request, name):
-        return JSONResponse({"ok": True, "recorded": 0})
-    return JSONResponse(await ask(runtime_of(request), name, "reflections", lambda reply: RecordSurfaced(ids=ids, reply=reply), JsonAnswer))
+        return answer_response(SurfacedAnswer(ok=True, recorded=0))
+    return answer_response(
+        await ask(runtime_of(request), name, REFLECTIONS, lambda reply: RecordSurfaced(ids=ids, reply=reply), SurfacedAnswer)
+    )
 
 
 async def list_all_characters(request: Request) -> Response:
@@ -140,7 +150,7 @@ async def list_layer(request: Request) -> Response:
     if not await character_exists(request, name):
         raise ApiError(404, "unknown_character", "no character of that name")
     if layer == "recent":
-        view = await ask(rt, name, "recent", lambda reply: GetRecent(reply=reply), RecentView)
+        view = await ask(rt, name, RECENT, lambda reply: GetRecent(reply=reply), RecentView)
         items = [{"index": i, "role": t.role, "text": t.text, "ts": t.ts} for i, t in enumerate(view.window)]
         return JSONResponse({"total": len(items), "offset": 0, "items": items, "stored_total": view.stored_total})
     if layer not in listings():
@@ -150,13 +160,13 @@ async def list_layer(request: Request) -> Response:
     entity = request.query_params.get("entity")
     offset = _int_param(request, "offset", 0, 0, 10**9)
     limit = _int_param(request, "limit", min(100, limit_max), 1, limit_max)
-    return JSONResponse(
+    return answer_response(
         await ask(
             rt,
             name,
             listings()[layer],
             lambda reply: ListEntries(status=status, entity=entity, offset=offset, limit=limit, reply=reply),
-            JsonAnswer,
+            PageAnswer,
         )
     )
 
@@ -187,19 +197,18 @@ async def edit_entry(request: Request) -> Response:
             text = None
         else:
             text = _bounded_text((await decode_body(request, RecentEdit)).text, rt)
-        view = await ask(rt, name, "recent", lambda reply: EditRecent(index=index, text=text, reply=reply), RecentView)
+        view = await ask(rt, name, RECENT, lambda reply: EditRecent(index=index, text=text, reply=reply), RecentView)
         return JSONResponse({"total": len(view.window)})
     if layer not in listings():
         raise ApiError(404, "not_found", f"no layer {layer}")
     if request.method == "DELETE":
-        return JSONResponse(await ask(rt, name, listings()[layer], lambda reply: DeleteEntry(id=entry_id, reply=reply), JsonAnswer))
+        return answer_response(await ask(rt, name, listings()[layer], lambda reply: DeleteEntry(id=entry_id, reply=reply), DeleteAnswer))
     edit = await decode_body(request, EntryEdit)
     if isinstance(edit.text, str):
         _bounded_text(edit.text, rt)
     changes = {k: v for k, v in msgspec.structs.asdict(edit).items() if v is not msgspec.UNSET}
-    return JSONResponse(
-        await ask(rt, name, listings()[layer], lambda reply: EditEntry(id=entry_id, changes=changes, reply=reply), JsonAnswer)
-    )
+    edited = await ask(rt, name, listings()[layer], lambda reply: EditEntry(id=entry_id, changes=changes, reply=reply), EntryAnswer)
+    return JSONResponse(edited.entry)
 
 
 async def feedback(request: Request) -> Response:
@@ -207,9 +216,8 @@ async def feedback(request: Request) -> Response:
     value = (await decode_body(request, FeedbackBody)).feedback
     rid = request.path_params["reflection_id"]
     await require_character(request, name)
-    return JSONResponse(
-        await ask(runtime_of(request), name, "reflections", lambda reply: Feedback(id=rid, feedback=value, reply=reply), JsonAnswer)
-    )
+    answer = await ask(runtime_of(request), name, REFLECTIONS, lambda reply: Feedback(id=rid, feedback=value, reply=reply), EntryAnswer)
+    return JSONResponse(answer.entry)
 
 
 async def import_card(request: Request) -> Response:
@@ -218,11 +226,11 @@ async def import_card(request: Request) -> Response:
     entries = [{"entity": e.entity, "text": e.text} for e in body.entries]
     new = await is_new(request, name)
     if new and not entries:
-        return JSONResponse({"added": [], "skipped_existing": 0})  # nothing to store: nothing created
-    answer = await ask(runtime_of(request), name, "persona", lambda reply: ImportCard(entries=entries, reply=reply), JsonAnswer)
+        return answer_response(CardImportAnswer(added=[], skipped_existing=0))  # nothing to store: nothing created
+    answer = await ask(runtime_of(request), name, PERSONA, lambda reply: ImportCard(entries=entries, reply=reply), CardImportAnswer)
     if new:
         await note_created(request, name)
-    return JSONResponse(answer)
+    return answer_response(answer)
 
 
 async def import_facts(request: Request) -> Response:
@@ -237,15 +245,15 @@ async def import_facts(request: Request) -> Response:
         facts.append(fact)
     new = await is_new(request, name)
     if new and not facts:
-        return JSONResponse({"added": [], "skipped_duplicates": 0})  # nothing to store: nothing created
+        return answer_response(ImportAnswer(added=[], skipped_duplicates=0))  # nothing to store: nothing created
     answer = await ask(
         rt,
         name,
-        "facts",
+        FACTS,
         lambda reply: ImportFacts(facts=facts, reply=reply),
-        JsonAnswer,
+        ImportAnswer,
         timeout=rt.settings.server.settle_timeout_seconds,
     )
     if new:
         await note_created(request, name)
-    return JSONResponse(answer)
+    return answer_response(answer)

@@ -12,9 +12,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from nekomem.actors.messages import ListEntries
+from nekomem.domain.layers import PERSONA
 from nekomem.http.bodies import character_name
 from nekomem.http.readonly import character_exists
-from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
+from nekomem.http.runtime_access import ask, runtime_of
+from nekomem.wire.answers import PageAnswer
 
 
 async def get_persona(request: Request) -> Response:
@@ -22,9 +24,9 @@ async def get_persona(request: Request) -> Response:
     name = character_name(request)
     if not await character_exists(request, name):
         return JSONResponse({})
-    page = await ask(rt, name, "persona", lambda reply: ListEntries(status=None, offset=0, limit=10**9, reply=reply), JsonAnswer)
+    page = await ask(rt, name, PERSONA, lambda reply: ListEntries(status=None, offset=0, limit=10**9, reply=reply), PageAnswer)
     sections: dict[str, dict[str, list[Any]]] = {}
-    for item in page["items"]:
+    for item in page.items:
         entity = item.pop("entity", "master")
         item.pop("evidence_score", None)
         sections.setdefault(entity, {"facts": []})["facts"].append(item)

@@ -18,13 +18,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import datetime, tzinfo
 from typing import Any
 
+import msgspec
+from msgspec import UNSET
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from nekomem.actors.messages import QueryMemory
 from nekomem.config.server import ServerSettings
+from nekomem.domain.layers import RECALL
 from nekomem.domain.recall_render import (
     no_result_text,
     normalise_language,
@@ -36,9 +40,9 @@ from nekomem.domain.tokens import get_counter
 from nekomem.http.bodies import character_name, decode_body
 from nekomem.http.conversation import display_now
 from nekomem.http.errors import ApiError
-from nekomem.http.readonly import character_exists, localise_times
-from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
-from nekomem.http.schemas import QueryBody
+from nekomem.http.readonly import character_exists, local_iso
+from nekomem.http.runtime_access import ask, runtime_of
+from nekomem.http.schemas import QueryBody, RecallAnswer, RecallResult
 from nekomem.recall.response import empty_response
 from nekomem.recall.timewindow import relation_count
 from nekomem.runtime.reply import ActorFailure
@@ -81,8 +85,8 @@ async def query_memory(request: Request) -> Response:
         subjects = subjects_from_request(body.subjects)
     except SubjectError as exc:
         raise ApiError(422, "bad_subjects", str(exc)) from None
-    result = await _recall(request, name, (body.query or "").strip(), spec, subjects, body.render, body.language)
-    return JSONResponse(result)
+    answer = await _recall(request, name, (body.query or "").strip(), spec, subjects, body.render, body.language)
+    return JSONResponse(msgspec.to_builtins(answer))
 
 
 async def search_for_memory(request: Request) -> Response:
@@ -93,41 +97,64 @@ async def search_for_memory(request: Request) -> Response:
     name = character_name(request)
     query = str(request.path_params.get("query") or "").strip()
     language = request.query_params.get("language")
-    result = await _recall(request, name, query, "", None, "markdown", language)
-    return JSONResponse(result["markdown"])
+    answer = await _recall(request, name, query, "", None, "markdown", language)
+    return JSONResponse(answer.markdown)
 
 
 async def _recall(
     request: Request, name: str, query: str, spec: str, subjects: list[Subject] | None, render: str | None, language_raw: str | None
-) -> dict[str, Any]:
+) -> RecallAnswer:
     rt = runtime_of(request)
     now = display_now(request)
     if not query and not spec or not await character_exists(request, name):
-        result = empty_response(query)
+        answer = empty_response(query)
     else:
         try:
-            result = await ask(
-                rt, name, "recall", lambda reply: QueryMemory(query=query, time=spec, now=now, subjects=subjects, reply=reply), JsonAnswer
+            answer = await ask(
+                rt, name, RECALL, lambda reply: QueryMemory(query=query, time=spec, now=now, subjects=subjects, reply=reply), RecallAnswer
             )
         except (ActorFailure, TimeoutError) as exc:
             log.warning("recall failed for a character: %s", getattr(exc, "code", type(exc).__name__))
-            result = empty_response(query, error=True)
-        result = {**result, "results": [localise_times(row, now.tzinfo) for row in result.get("results", [])]}
-    if render == "markdown":
-        settings = rt.settings.recall
-        language = normalise_language(language_raw, settings.recall_render_language)
-        results = result.get("results", [])
-        if results:
-            counter = get_counter(rt.settings.recent.recent_tokenizer_encoding)
-            # Token counting of long texts is CPU work: off the event loop.
-            markdown, _kept = await asyncio.to_thread(
-                render_recall_block, results, now=now, language=language, counter=counter, settings=settings
-            )
-        else:
-            loosen = bool(query and spec) and "error_code" not in result
-            markdown = no_result_text(language, query, loosen=loosen)
-        result = {**result, "markdown": markdown}
-    return result
+            answer = empty_response(query, error=True)
+    return await _shaped(answer, request, now, render, language_raw, asked_both=bool(query and spec))
+
+
+async def _shaped(
+    answer: RecallAnswer, request: Request, now: datetime, render: str | None, language_raw: str | None, *, asked_both: bool
+) -> RecallAnswer:
+    """The recall layer's ``answer`` as the wire has it, finished here and only here: the
+    rows' times in the display time zone (``now``'s), and with ``render: "markdown"`` the
+    block for a model (in ``language_raw``, else the ``recall_render_language``
+    setting; no rows for a query and a time: the hint to loosen one). Encoding it is
+    ``msgspec.to_builtins`` (field order is key order, UNSET fields are left out)."""
+    tz = now.tzinfo
+    rows = [_local_row(row, tz) for row in answer.results]
+    answer = msgspec.structs.replace(answer, results=rows)
+    if render != "markdown":
+        return answer
+    rt = runtime_of(request)
+    settings = rt.settings.recall
+    language = normalise_language(language_raw, settings.recall_render_language)
+    if rows:
+        counter = get_counter(rt.settings.recent.recent_tokenizer_encoding)
+        # Token counting of long texts is CPU work: off the event loop.
+        markdown, _kept = await asyncio.to_thread(
+            render_recall_block, msgspec.to_builtins(rows), now=now, language=language, counter=counter, settings=settings
+        )
+    else:
+        loosen = asked_both and answer.error_code is UNSET
+        markdown = no_result_text(language, answer.query, loosen=loosen)
+    return msgspec.structs.replace(answer, markdown=markdown)
+
+
+def _local_row(row: RecallResult, tz: tzinfo | None) -> RecallResult:
+    """``row`` with its times in ``tz`` (a naive or unparsable time stays as stored)."""
+    return msgspec.structs.replace(
+        row,
+        created_at=local_iso(row.created_at, tz),
+        event_start_at=local_iso(row.event_start_at, tz),
+        event_end_at=local_iso(row.event_end_at, tz),
+    )
 
 
 async def recall_tool(request: Request) -> Response:

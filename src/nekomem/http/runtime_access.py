@@ -9,20 +9,18 @@ untyped ``app.state`` and the registry's untyped replies.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import TypeVar
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 
 from nekomem.actors.messages import GetRecent, RecentView
-from nekomem.runtime.reply import Reply
+from nekomem.domain.layers import RECENT, Address
+from nekomem.runtime.protocol import Message
+from nekomem.runtime.reply import ActorFailure, Reply
 from nekomem.runtime.runtime import Runtime
 
 T = TypeVar("T")
-
-# The answer most actors give a route: a JSON-shaped dict (it is encoded as it is, or read
-# field by field). Values are any JSON value, hence Any.
-JsonAnswer = dict[str, Any]
 
 
 def app_runtime(app: Starlette) -> Runtime:
@@ -40,23 +38,27 @@ def runtime_of(request: Request) -> Runtime:
 async def ask(
     runtime: Runtime,
     name: str,
-    child: str,
-    make: Callable[[Reply], object],
+    child: Address,
+    make: Callable[[Reply], Message],
     answer: type[T],
     *,
     timeout: float | None = None,
 ) -> T:
-    """Send ``make(reply)`` to actor ``child`` of character ``name`` and return its answer,
-    typed ``answer`` (:meth:`CharacterRegistry.ask`; the default timeout is the
+    """Send ``make(reply)`` to the layer at ``child`` (one of the addresses declared in
+    :mod:`nekomem.domain.layers`) of character ``name`` and return its answer, an
+    instance of ``answer`` (:meth:`CharacterRegistry.ask`; the default timeout is the
     ``ask_timeout_seconds`` setting).
 
-    Raises AskTimeout when the actor does not answer in time and ActorFailure when it
-    failed (both answered by the app's ActorFailure handler).
+    Raises AskTimeout when the actor does not answer in time, ActorFailure when it failed
+    (both answered by the app's ActorFailure handler), and ActorFailure 500
+    ``unexpected_reply`` when it answered something other than ``answer``.
     """
     value = await runtime.registry.ask(name, child, make, timeout=timeout)
-    # The registry is untyped (a Reply carries any value): this is the one place an
-    # answer gets the type its message's handler answers with, as the caller states it.
-    return cast(T, value)
+    # A Reply carries any value: the answer is checked here, once, against the type the
+    # caller names (a reply Struct, or str/int/bool), instead of being cast to it.
+    if not isinstance(value, answer):
+        raise ActorFailure("unexpected_reply", f"the {child} layer answered {type(value).__name__}, not {answer.__name__}", 500)
+    return value
 
 
 async def recent_view(request: Request, name: str, *, wait_settle: bool) -> RecentView:
@@ -64,7 +66,7 @@ async def recent_view(request: Request, name: str, *, wait_settle: bool) -> Rece
     return await ask(
         rt,
         name,
-        "recent",
+        RECENT,
         lambda reply: GetRecent(wait_settle=wait_settle, reply=reply),
         RecentView,
         timeout=rt.settings.server.settle_timeout_seconds,

@@ -14,6 +14,16 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
+# The answers a layer builds in their wire shape (re-exported: the client and the OpenAPI
+# document read them here with the other wire types).
+from nekomem.wire.answers import ImportAnswer as ImportAnswer
+from nekomem.wire.answers import PageAnswer as PageAnswer
+from nekomem.wire.answers import RecallAnswer as RecallAnswer
+from nekomem.wire.answers import RecallResult as RecallResult
+from nekomem.wire.answers import TheaterForgetAnswer as TheaterForgetAnswer
+from nekomem.wire.answers import TheaterRetractAnswer as TheaterRetractAnswer
+from nekomem.wire.answers import WriteAnswer as WriteAnswer
+
 NonEmpty = Annotated[str, Meta(min_length=1, pattern=r"\S")]
 Importance = Annotated[int, Meta(ge=1, le=10)]
 
@@ -141,11 +151,6 @@ class ErrorBody(msgspec.Struct):
     message: str
 
 
-class WriteAnswer(msgspec.Struct):
-    status: str
-    count: int | None = None
-
-
 class GapAnswer(msgspec.Struct):
     gap_seconds: float
 
@@ -164,32 +169,6 @@ class CountAnswer(msgspec.Struct):
     count: int
 
 
-class RecallResult(msgspec.Struct):
-    id: str
-    text: str
-    tier: Literal["fact", "reflection", "fact_archive", "journal"]  # journal: the fallback without long-term entries
-    entity: str | None = None
-    score: float | None = None
-    created_at: str | None = None
-    event_start_at: str | None = None
-    event_end_at: str | None = None
-    # The subject the entry belongs to (nekomem.domain.subjects): kind and id are None and
-    # scope is "legacy_private" (LEGACY_PRIVATE_SCOPE) for the owner's private entries.
-    subject_kind: str | None = None
-    subject_id: str | None = None
-    scope: str = "legacy_private"
-
-
-class RecallAnswer(msgspec.Struct):
-    results: list[RecallResult]
-    query: str
-    candidates_total: int = 0
-    elapsed_ms: float = 0.0
-    markdown: str | None = None
-    error_code: str | None = None
-    time: str | None = None  # the time expression of a recall by time alone (``query`` is then "")
-
-
 class CharacterItem(msgspec.Struct):
     name: str
     active: bool
@@ -197,17 +176,6 @@ class CharacterItem(msgspec.Struct):
 
 class CharactersAnswer(msgspec.Struct):
     characters: list[CharacterItem]
-
-
-class PageAnswer(msgspec.Struct):
-    total: int
-    offset: int
-    items: list[dict[str, Any]]
-
-
-class ImportAnswer(msgspec.Struct):
-    added: list[str]
-    skipped_duplicates: int
 
 
 class ReflectAnswer(msgspec.Struct):

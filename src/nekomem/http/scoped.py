@@ -38,8 +38,17 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from nekomem.actors.messages import AddScopedFacts, DeleteEntry, ExtractScoped, ListCorrections, ListEntries, RenderContext, ScopedMentions
-from nekomem.domain.layers import FACTS, Address, layers
+from nekomem.actors.messages import (
+    AddScopedFacts,
+    CorrectionsAnswer,
+    DeleteEntry,
+    ExtractScoped,
+    ListCorrections,
+    ListEntries,
+    RenderContext,
+    ScopedMentions,
+)
+from nekomem.domain.layers import FACTS, PERSONA, Address, layers
 from nekomem.domain.locale.context import normalise_language
 from nekomem.domain.neko_fields import retired
 from nekomem.domain.speaker_identity import normalize_account_id
@@ -58,11 +67,13 @@ from nekomem.http.character_origin import is_new, note_created
 from nekomem.http.errors import ApiError
 from nekomem.http.prompt_locale import full_code, stored_language
 from nekomem.http.readonly import character_exists
-from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
+from nekomem.http.runtime_access import ask, runtime_of
+from nekomem.http.wire import answer_response
 from nekomem.runtime.clock import iso
 from nekomem.runtime.reply import ActorFailure, Reply
 from nekomem.stores.scoped_keys import KeyStateError, ScopedKeys
 from nekomem.stores.scoped_meta import ScopedMeta
+from nekomem.wire.answers import DeleteAnswer, MentionsAnswer, PageAnswer, PublicEntry, ScopedCreated
 
 MAX_FACTS = 32
 MAX_FACT_CHARS = 2000
@@ -179,11 +190,11 @@ def scoped_layers() -> dict[Address, str | None]:
     return {spec.address: spec.scoped.status for spec in layers() if spec.scoped is not None}
 
 
-async def _entries(request: Request, name: str, layer: Address) -> list[dict[str, Any]]:
+async def _entries(request: Request, name: str, layer: Address) -> list[PublicEntry]:
     rt = runtime_of(request)
     status = scoped_layers()[layer]
-    page = await ask(rt, name, layer, lambda reply: ListEntries(status=status, offset=0, limit=10**9, reply=reply), JsonAnswer)
-    return [item for item in page["items"] if isinstance(item, dict)]
+    page = await ask(rt, name, layer, lambda reply: ListEntries(status=status, offset=0, limit=10**9, reply=reply), PageAnswer)
+    return page.items
 
 
 async def scoped_facts(request: Request) -> Response:
@@ -200,9 +211,9 @@ async def scoped_facts(request: Request) -> Response:
             raise ApiError(422, "bad_facts", f"each fact text must contain 1..{MAX_FACT_CHARS} characters")
         items.append({"text": text, "importance": item.importance, "entity": "master"})
     display_name = _display_name(body.display_name, "")
-    result = await ask(rt, name, "facts", lambda reply: AddScopedFacts(subject=subject, facts=items, reply=reply), JsonAnswer)
+    result = await ask(rt, name, FACTS, lambda reply: AddScopedFacts(subject=subject, facts=items, reply=reply), ScopedCreated)
     await _note_write(request, name, subject, display_name, body.language)
-    return JSONResponse({"status": "stored", "subject": subject.fields(), **result})
+    return JSONResponse({"status": "stored", "subject": subject.fields(), **msgspec.to_builtins(result)})
 
 
 async def scoped_history(request: Request) -> Response:
@@ -308,15 +319,18 @@ async def _provenance(request: Request, raw_id: str | None, label: str, where: s
 async def _extract(
     request: Request, name: str, subject: Subject, turns: list[Any], label: str, provenance: dict[str, str] | None = None
 ) -> dict[str, Any]:
+    """The facts extracted from one subject's turns, as the JSON fields of its answer."""
     rt = runtime_of(request)
-    return await ask(
+    created = await ask(
         rt,
         name,
-        "facts",
+        FACTS,
         lambda reply: ExtractScoped(subject=subject, turns=turns, speaker_label=label, provenance=provenance, reply=reply),
-        JsonAnswer,
+        ScopedCreated,
         timeout=rt.settings.server.settle_timeout_seconds,
     )
+    fields: dict[str, Any] = msgspec.to_builtins(created)
+    return fields
 
 
 async def _history_segments(
@@ -358,7 +372,7 @@ async def _history_segments(
     return {"status": "processed", "segments": rows}
 
 
-def _facts_block(facts: list[dict[str, Any]], subjects: list[Subject], limit: int) -> str:
+def _facts_block(facts: list[PublicEntry], subjects: list[Subject], limit: int) -> str:
     blocks = []
     for subject in subjects:
         rows = sorted(filter_visible(facts, [subject]), key=lambda f: (-int(f.get("importance") or 0), str(f.get("created_at") or "")))
@@ -388,7 +402,7 @@ async def scoped_context(request: Request) -> Response:
     if not await character_exists(request, name):
         return PlainTextResponse("")
     language = normalise_language(await _context_language(request, name, subjects, body.language), "en")
-    longterm = await ask(rt, name, "persona", lambda reply: RenderContext(subjects=subjects, language=language, reply=reply), str)
+    longterm = await ask(rt, name, PERSONA, lambda reply: RenderContext(subjects=subjects, language=language, reply=reply), str)
     facts = [f for f in await _entries(request, name, FACTS) if not f.get("archived_at") and not retired(f.get("source_ref"))]
     parts = [p for p in (longterm, _facts_block(facts, subjects, rt.settings.server.scoped_context_max_facts)) if p]
     return PlainTextResponse("\n\n".join(parts))
@@ -400,9 +414,9 @@ async def scoped_mentions(request: Request) -> Response:
     body = convert_body(await read_json_object(request), ScopedMentionsBody)
     subjects = _subjects(body.subjects)
     if not body.response_text.strip() or not await character_exists(request, name):
-        return JSONResponse({"status": "skipped", "mentioned": 0})
-    return JSONResponse(
-        await ask(rt, name, "persona", lambda reply: ScopedMentions(subjects=subjects, text=body.response_text, reply=reply), JsonAnswer)
+        return answer_response(MentionsAnswer(status="skipped", mentioned=0))
+    return answer_response(
+        await ask(rt, name, PERSONA, lambda reply: ScopedMentions(subjects=subjects, text=body.response_text, reply=reply), MentionsAnswer)
     )
 
 
@@ -429,7 +443,7 @@ async def scoped_forget(request: Request) -> Response:
     if await character_exists(request, name):
         for layer in scoped:
             for entry in filter_visible(await _entries(request, name, layer), [subject]):
-                await ask(rt, name, layer, _delete_entry(entry["id"]), JsonAnswer)
+                await ask(rt, name, layer, _delete_entry(entry["id"]), DeleteAnswer)
                 removed[layer] += 1
         async with _meta_locks.setdefault(name, asyncio.Lock()):
             await asyncio.to_thread(ScopedMeta(rt.character_paths(name).folder).forget, subject.key)
@@ -439,7 +453,7 @@ async def scoped_forget(request: Request) -> Response:
     return JSONResponse(answer)
 
 
-def _stamp(entry: dict[str, Any]) -> str:
+def _stamp(entry: PublicEntry) -> str:
     return max(str(entry.get(k) or "") for k in ("created_at", "updated_at", "archived_at"))
 
 
@@ -480,8 +494,8 @@ async def scoped_subjects(request: Request) -> Response:
         )
 
     for count, layer, status in counted:
-        page = await ask(rt, name, layer, _list_entries(status), JsonAnswer)
-        for entry in page["items"]:
+        page = await ask(rt, name, layer, _list_entries(status), PageAnswer)
+        for entry in page.items:
             subject = entry_subject(entry) if isinstance(entry, dict) else None
             row = row_of(subject) if subject is not None else None
             if subject is None or row is None:
@@ -506,10 +520,8 @@ async def scoped_subjects(request: Request) -> Response:
         written = str(record.get("last_write_at") or "")
         if written > (row["last_write_at"] or ""):
             row["last_write_at"] = written
-    corrections = (await ask(rt, name, "persona", lambda reply: ListCorrections(reply=reply), JsonAnswer)).get("items", [])
+    corrections = (await ask(rt, name, PERSONA, lambda reply: ListCorrections(reply=reply), CorrectionsAnswer)).items
     for marker, row in rows.items():
-        row["corrections"] = sum(
-            1 for c in corrections if isinstance(c, dict) and (c.get("old_entry_id") in ids[marker] or c.get("source_id") in ids[marker])
-        )
+        row["corrections"] = sum(1 for c in corrections if c.old_entry_id in ids[marker] or c.source_id in ids[marker])
         row["archived"] = row["facts_archived"] > 0 and row["facts"] == row["reflections"] == row["persona"] == 0
     return JSONResponse({"subjects": list(rows.values())})

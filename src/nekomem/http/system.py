@@ -11,6 +11,7 @@ from starlette.responses import JSONResponse, Response
 
 import nekomem
 from nekomem.actors.messages import ResetConfirmedAt
+from nekomem.domain.layers import REFLECTIONS
 from nekomem.http.bodies import decode_body
 from nekomem.http.errors import ApiError
 from nekomem.http.guard import bearer_matches
@@ -158,7 +159,7 @@ async def reset_all_confirmed_at(request: Request) -> int:
     names = await asyncio.to_thread(rt.known_characters)
     total = 0
     for name in names:
-        total += await ask(rt, name, "reflections", lambda reply: ResetConfirmedAt(reply=reply), int)
+        total += await ask(rt, name, REFLECTIONS, lambda reply: ResetConfirmedAt(reply=reply), int)
     return total
 
 

@@ -23,7 +23,7 @@ Semantics (read from the reference's memory server; the rules live in
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 from msgspec import Meta
@@ -32,14 +32,18 @@ from starlette.responses import JSONResponse, Response
 
 from nekomem.actors.messages import TheaterForget, TheaterRetract, TheaterWrite
 from nekomem.domain import theater
+from nekomem.domain.layers import RECENT
 from nekomem.domain.turns import Turn
 from nekomem.http.bodies import character_name, decode_body
 from nekomem.http.errors import ApiError
 from nekomem.http.operations import Operation, Parameter
 from nekomem.http.readonly import character_exists
-from nekomem.http.runtime_access import JsonAnswer, ask, runtime_of
-from nekomem.http.schemas import Body, HistoryBody
+from nekomem.http.runtime_access import ask, runtime_of
+from nekomem.http.schemas import Body, HistoryBody, TheaterForgetAnswer, TheaterRetractAnswer, WriteAnswer
+from nekomem.runtime.protocol import Message
 from nekomem.runtime.reply import Reply
+
+T = TypeVar("T")
 
 KEY_MAX = 160
 Ident = Annotated[str, Meta(min_length=1, max_length=256)]
@@ -122,22 +126,9 @@ class TheaterStoriesAnswer(msgspec.Struct):
     stories: list[TheaterStory]
 
 
-class TheaterForgetAnswer(msgspec.Struct):
-    ok: bool
-    removed_recent: int
-    removed_time_index: int
-    forget_marker: str
-
-
-class TheaterRetractAnswer(msgspec.Struct):
-    ok: bool
-    removed_recent: int
-    removed_time_index: int
-
-
-async def _ask(request: Request, name: str, make: Callable[[Reply], object]) -> JsonAnswer:
+async def _ask(request: Request, name: str, make: Callable[[Reply], Message], answer: type[T]) -> T:
     rt = runtime_of(request)
-    return await ask(rt, name, "recent", make, JsonAnswer, timeout=rt.settings.server.ask_timeout_seconds)
+    return await ask(rt, name, RECENT, make, answer, timeout=rt.settings.server.ask_timeout_seconds)
 
 
 async def theater_write(request: Request, name: str, turns: list[Turn], body: HistoryBody) -> Response:
@@ -146,7 +137,7 @@ async def theater_write(request: Request, name: str, turns: list[Turn], body: Hi
     if len(key) > KEY_MAX:
         raise ApiError(400, "idempotency_key_too_long", f"idempotency_key has {len(key)} characters; the limit is {KEY_MAX}")
     if not turns:
-        return JSONResponse({"status": "cached", "count": 0})
+        return JSONResponse(msgspec.to_builtins(WriteAnswer(status="cached", count=0)))
     if len(turns) != 1 or not theater.is_capsule(turns[0]):
         # Only a theater capsule write is idempotent (an upsert by story and session);
         # an ordinary batch has no such identity, so the key is refused, not ignored.
@@ -165,8 +156,9 @@ async def theater_write(request: Request, name: str, turns: list[Turn], body: Hi
             forget_marker=body.theater_forget_marker or None,
             reply=reply,
         ),
+        WriteAnswer,
     )
-    return JSONResponse(result)
+    return JSONResponse(msgspec.to_builtins(result))
 
 
 async def stories(request: Request) -> Response:
@@ -185,7 +177,9 @@ async def forget(request: Request) -> Response:
     story_id = body.story_id.strip()
     if not story_id:
         raise ApiError(422, "story_id_required", "story_id must not be blank")
-    return JSONResponse(await _ask(request, name, lambda reply: TheaterForget(story_id=story_id, reply=reply)))
+    return JSONResponse(
+        msgspec.to_builtins(await _ask(request, name, lambda reply: TheaterForget(story_id=story_id, reply=reply), TheaterForgetAnswer))
+    )
 
 
 async def retract(request: Request) -> Response:
@@ -205,8 +199,9 @@ async def retract(request: Request) -> Response:
             archive_attempt=body.archive_attempt,
             reply=reply,
         ),
+        TheaterRetractAnswer,
     )
-    return JSONResponse(result)
+    return JSONResponse(msgspec.to_builtins(result))
 
 
 _NAME: Parameter = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}

@@ -16,9 +16,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from nekomem.config.recall import RecallSettings
+from nekomem.domain.index_entry import IndexEntry
 from nekomem.models.embeddings import VectorLeg
 from nekomem.recall.fusion import rrf
 from nekomem.recall.index import RecallIndex, Vectors
@@ -29,6 +31,12 @@ from nekomem.recall.timewindow import TimeWindow
 
 # How many hits beyond a leg's budget are shown (with why they were removed).
 WIDEN = 3
+
+
+def row_json(entry: IndexEntry, score: float | None) -> dict[str, object]:
+    """A recall row as JSON (the rows here get more keys: the legs' ranks, why removed)."""
+    row: dict[str, object] = msgspec.to_builtins(hit_row(entry, score))
+    return row
 
 
 def _window(window: TimeWindow | None) -> dict[str, str] | None:
@@ -58,7 +66,7 @@ def _annotate(
             removed = "over_budget"
         else:
             kept += 1
-        rows.append({**hit_row(doc.entry, round(float(score), 6)), "removed": removed})
+        rows.append({**row_json(doc.entry, round(float(score), 6)), "removed": removed})
     return rows
 
 
@@ -148,7 +156,7 @@ def _legs_explained(
     vec_ranks = [{i: n + 1 for n, i in enumerate(leg)} for leg in legs[1 : 1 + max(1, len(vector_legs))]]
     body["fused"] = [
         {
-            **hit_row(index.docs[i].entry, round(score, 6)),
+            **row_json(index.docs[i].entry, round(score, 6)),
             "lexical_rank": lex_rank.get(i),
             "vector_ranks": [ranks.get(i) for ranks in vec_ranks] if vector_legs else [],
         }
@@ -208,7 +216,7 @@ def explain(
     }
     if not query:
         if window is not None:
-            body["fused"] = [hit_row(e, None) for e in index.nearest_in_time(window, s.recall_time_budget, visible)[0]]
+            body["fused"] = [row_json(e, None) for e in index.nearest_in_time(window, s.recall_time_budget, visible)[0]]
     else:
         _legs_explained(index, s, body, search, qvec, visible, allowed, hinted)
         body["hard_filtered"] = _hard_filtered(index, s, body.pop("lexical_query"), excluded)

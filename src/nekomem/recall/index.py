@@ -21,7 +21,7 @@ import numpy.typing as npt
 from nekomem.config.recall import RecallSettings
 from nekomem.domain import vector_codec
 from nekomem.domain.index_entry import IndexEntry
-from nekomem.domain.layers import tier_family, tier_owners, vector_tiers
+from nekomem.domain.layers import Address, tier_family, tier_owners, vector_tiers
 from nekomem.domain.subjects import Subject, SubjectIndex
 from nekomem.models.embeddings import VectorLeg, text_sha256
 from nekomem.recall.consensus import Signal, consensus_ranking, pool_of
@@ -38,7 +38,7 @@ from nekomem.recall.vectors import VectorIndex
 
 Vectors = npt.NDArray[np.float32]
 # owner child -> entry id -> (encoded vector, model id, text sha256)
-ComputedVectors = dict[str, dict[str, tuple[str, str, str]]]
+ComputedVectors = dict[Address, dict[str, tuple[str, str, str]]]
 
 
 class RecallIndex:

@@ -301,7 +301,7 @@ class Mailbox:
             stopping.then(self._terminated.done)
 
 
-A = TypeVar("A", bound="DispatchedActor")
+A = TypeVar("A", bound="DispatchedActor", covariant=True)  # a ref to a ChildActor is a ref to a DispatchedActor
 
 
 class _Stop:

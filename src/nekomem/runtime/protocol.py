@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import msgspec
 
+from nekomem.domain.layers import Address
 from nekomem.runtime.reply import Reply
 
 
@@ -20,14 +21,14 @@ class Message(msgspec.Struct, kw_only=True, frozen=True):
 class Deliver(Message, frozen=True):
     """To a supervisor: hand ``message`` to its child ``child``."""
 
-    child: str
+    child: Address
     message: object
 
 
 class ChildCrashed(Message, frozen=True):
     """From a crashed child to its supervisor, with the messages it had not handled."""
 
-    child: str
+    child: Address
     error: str
     pending: list[object]
 

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import pykka
 
+from nekomem.domain.layers import Address
 from nekomem.runtime.dispatch import ActorRef, mailbox_of
 from nekomem.runtime.protocol import Deliver, Describe, Flush
 from nekomem.runtime.reply import ActorFailure, AskTimeout, Reply
@@ -57,7 +58,7 @@ class _Entry:
         self.last_used = now
         self.inflight = 0
 
-    def tell(self, child: str, message: object) -> None:
+    def tell(self, child: Address, message: object) -> None:
         """To the live child directly, else through the supervisor; raises ActorDeadError
         when the character has stopped."""
         ref = self.routes.live(child)
@@ -286,7 +287,7 @@ class CharacterRegistry:
                 # so the wait is also bounded.
                 self._changed.wait(min(left, 0.1))
 
-    def tell(self, name: str, child: str, message: Any) -> None:
+    def tell(self, name: str, child: Address, message: object) -> None:
         """Deliver ``message`` to ``child`` of ``name``, activating the character."""
         entry = self._acquire_now(name)
         try:
@@ -299,7 +300,7 @@ class CharacterRegistry:
         finally:
             self._release(name, entry)
 
-    async def ask(self, name: str, child: str, make: Callable[[Reply], Any], timeout: float | None = None) -> Any:
+    async def ask(self, name: str, child: Address, make: Callable[[Reply], object], timeout: float | None = None) -> object:
         """Send ``make(reply)`` to ``child`` of character ``name`` and await the reply.
 
         Never blocks the event loop. Raises AskTimeout after ``timeout`` seconds (the
@@ -339,7 +340,7 @@ class CharacterRegistry:
         entry = self._acquire_now(name)
         self._release(name, entry)
 
-    def ask_sync(self, name: str, child: str, make: Callable[[Reply], Any], timeout: float | None = None) -> Any:
+    def ask_sync(self, name: str, child: Address, make: Callable[[Reply], object], timeout: float | None = None) -> object:
         """Like :meth:`ask`, for callers on plain threads."""
         reply = Reply()
         timeout = timeout or self.services.settings.server.ask_timeout_seconds
@@ -465,10 +466,10 @@ class CharacterRegistry:
         reply = Reply()
         try:
             entry.ref.tell(Describe(reply=reply))
-            described: dict[str, Any] | None = reply.result(timeout)
-            return described
+            described = reply.result(timeout)
         except (pykka.ActorDeadError, ActorFailure):
             return None
+        return described if isinstance(described, dict) else None
 
     def flush(self, name: str, timeout: float | None = None) -> bool:
         """The flush barrier of one active character: returns once every child has handled

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any
 
 
 class ActorFailure(Exception):
@@ -45,8 +44,8 @@ class Reply:
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._loop = loop
-        self._afut: asyncio.Future[Any] | None = loop.create_future() if loop else None
-        self._cfut: concurrent.futures.Future[Any] | None = None if loop else concurrent.futures.Future()
+        self._afut: asyncio.Future[object] | None = loop.create_future() if loop else None
+        self._cfut: concurrent.futures.Future[object] | None = None if loop else concurrent.futures.Future()
         self._done = False
         self._lock = threading.Lock()
 
@@ -61,7 +60,7 @@ class Reply:
             self._done = True
             return True
 
-    def ok(self, value: Any = None) -> None:
+    def ok(self, value: object = None) -> None:
         if not self._claim():
             return
         if self._afut is not None and self._loop is not None:
@@ -77,7 +76,7 @@ class Reply:
         elif self._cfut is not None:
             self._cfut.set_exception(exc)
 
-    async def wait(self, timeout: float, what: str = "the actor") -> Any:
+    async def wait(self, timeout: float, what: str = "the actor") -> object:
         """Await the reply on its loop; raises AskTimeout after ``timeout`` seconds (a
         reply that comes later is dropped). One timer handle, no extra task per wait."""
         fut, loop = self._afut, self._loop
@@ -90,7 +89,7 @@ class Reply:
         finally:
             timer.cancel()
 
-    def result(self, timeout: float, what: str = "the actor") -> Any:
+    def result(self, timeout: float, what: str = "the actor") -> object:
         """Block the calling (non-loop) thread for the reply; raises AskTimeout."""
         assert self._cfut is not None, "result() needs a Reply created without a loop"
         try:
@@ -99,16 +98,16 @@ class Reply:
             raise AskTimeout(what, timeout) from None
 
 
-def _set_result(fut: asyncio.Future[Any], value: Any) -> None:
+def _set_result(fut: asyncio.Future[object], value: object) -> None:
     if not fut.done():
         fut.set_result(value)
 
 
-def _time_out(fut: asyncio.Future[Any], what: str, seconds: float) -> None:
+def _time_out(fut: asyncio.Future[object], what: str, seconds: float) -> None:
     if not fut.done():
         fut.set_exception(AskTimeout(what, seconds))
 
 
-def _set_exception(fut: asyncio.Future[Any], exc: BaseException) -> None:
+def _set_exception(fut: asyncio.Future[object], exc: BaseException) -> None:
     if not fut.done():
         fut.set_exception(exc)

@@ -11,15 +11,16 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import pykka
 
 from nekomem.config import Settings
+from nekomem.domain.layers import Address
 from nekomem.recall.pending import PendingCounter
 from nekomem.runtime.clock import Clock
 from nekomem.runtime.deadlines import Deadlines
-from nekomem.runtime.dispatch import ActorRef, Dispatcher
+from nekomem.runtime.dispatch import ActorRef, DispatchedActor, Dispatcher
 from nekomem.runtime.pool import ModelPool
 from nekomem.runtime.protocol import Deliver, fail_message
 from nekomem.runtime.reply import ActorFailure
@@ -151,9 +152,9 @@ class Routes:
     """
 
     def __init__(self) -> None:
-        self.children: dict[str, ActorRef[Any]] = {}
+        self.children: dict[Address, ActorRef[DispatchedActor]] = {}
 
-    def live(self, child: str) -> ActorRef[Any] | None:
+    def live(self, child: Address) -> ActorRef[DispatchedActor] | None:
         ref = self.children.get(child)
         return ref if ref is not None and ref.is_alive() else None
 
@@ -178,7 +179,7 @@ class CharacterContext:
     def clock(self) -> Clock:
         return self.services.clock
 
-    def send(self, child: str, message: object) -> None:
+    def send(self, child: Address, message: object) -> None:
         """Deliver ``message`` to sibling ``child`` (never blocks): directly when it is
         alive, else through the supervisor. A stopped character fails the message 503."""
         ref = self.routes.live(child)

@@ -23,6 +23,7 @@ from nekomem.actors.messages import (
     CountEntries,
     DeleteEntry,
     EditEntry,
+    EntryAnswer,
     EntryCounts,
     ExtractScoped,
     ImportFacts,
@@ -30,6 +31,7 @@ from nekomem.actors.messages import (
     ListEntries,
     RankedIds,
     ReflectNow,
+    Report,
     RequestIndex,
     RunOp,
     ScrubTexts,
@@ -49,6 +51,7 @@ from nekomem.layers.facts.self_disclosure import DisclosureDone, SelfDisclosure
 from nekomem.layers.facts.state import FactStore, fact_index_entry
 from nekomem.layers.facts.synthesis import SynthesisPicker
 from nekomem.runtime.reply import ActorFailure, Reply
+from nekomem.wire.answers import DeleteAnswer, ImportAnswer, PageAnswer
 
 
 def _public(fact: Fact) -> Fact:
@@ -176,7 +179,7 @@ class FactsLayer:
     # -- reflections -----------------------------------------------------------------
     @handles(ReflectNow)
     def on_ReflectNow(self, msg: ReflectNow) -> None:
-        self.synthesis.start({}, msg.reply)
+        self.synthesis.start(Report(), msg.reply)
 
     @handles(AbsorbFacts)
     def on_AbsorbFacts(self, msg: AbsorbFacts) -> None:
@@ -216,7 +219,7 @@ class FactsLayer:
                 fact = msgspec.structs.replace(fact, source_ref=source)
             new.append(fact)
         added, skipped = self.store.add_facts(new)
-        _answer(msg.reply, {"added": [f.id for f in added], "skipped_duplicates": skipped + (len(new) - len(added) - skipped)})
+        _answer(msg.reply, ImportAnswer(added=[f.id for f in added], skipped_duplicates=skipped + (len(new) - len(added) - skipped)))
 
     @handles(ListEntries)
     def on_ListEntries(self, msg: ListEntries) -> None:
@@ -236,7 +239,7 @@ class FactsLayer:
         if msg.entity:
             pool = [f for f in pool if f.entity == msg.entity]
         page = pool[msg.offset : msg.offset + msg.limit]
-        _answer(msg.reply, {"total": len(pool), "offset": msg.offset, "items": [msgspec.to_builtins(_public(f)) for f in page]})
+        _answer(msg.reply, PageAnswer(total=len(pool), offset=msg.offset, items=[msgspec.to_builtins(_public(f)) for f in page]))
 
     @handles(CountEntries)
     def on_CountEntries(self, msg: CountEntries) -> None:
@@ -246,7 +249,7 @@ class FactsLayer:
     def on_BrowseFacts(self, msg: BrowseFacts) -> None:
         total, page = page_facts(list(self.store.facts.values()), list(self.store.archive.values()), msg.filter, msg.offset, msg.limit)
         items = [{**msgspec.to_builtins(_public(f)), "archived": archived} for f, archived in page]
-        _answer(msg.reply, {"total": total, "offset": msg.offset, "items": items})
+        _answer(msg.reply, PageAnswer(total=total, offset=msg.offset, items=items))
 
     @handles(EditEntry)
     def on_EditEntry(self, msg: EditEntry) -> None:
@@ -276,7 +279,7 @@ class FactsLayer:
         self.store.record("fact.updated", {"fact": msgspec.to_builtins(updated)})
         self.store.dedup.add(updated)
         self.ports.index_upsert([fact_index_entry(updated, "fact")])
-        _answer(msg.reply, msgspec.to_builtins(_public(updated)))
+        _answer(msg.reply, EntryAnswer(entry=msgspec.to_builtins(_public(updated))))
 
     @handles(DeleteEntry)
     def on_DeleteEntry(self, msg: DeleteEntry) -> None:
@@ -287,4 +290,4 @@ class FactsLayer:
         store.record("fact.deleted", {"id": msg.id})
         store.dedup.remove(msg.id)
         self.ports.send(RECALL, IndexRemove(ids=[msg.id]))
-        store.views.erase([msg.id], [fact.text], None, msg.reply, {"deleted": msg.id})
+        store.views.erase([msg.id], [fact.text], None, msg.reply, DeleteAnswer(deleted=msg.id))

@@ -21,6 +21,7 @@ from nekomem.domain.records import Fact, record_get
 from nekomem.domain.subjects import Subject
 from nekomem.layers.facts.state import FactStore, fact_index_entry
 from nekomem.runtime.reply import ActorFailure, Reply
+from nekomem.wire.answers import ScopedCreated
 
 
 class ScopedDone(ModelResult, frozen=True):
@@ -36,8 +37,8 @@ def _salt(subject: Subject) -> str:
     return f"{subject.key}|{subject.scope}|"
 
 
-def _created(facts: list[Fact]) -> dict[str, object]:
-    return {"created": len(facts), "fact_ids": [f.id for f in facts]}
+def _created(facts: list[Fact]) -> ScopedCreated:
+    return ScopedCreated(created=len(facts), fact_ids=[f.id for f in facts])
 
 
 class ScopedFacts:

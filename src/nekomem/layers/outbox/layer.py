@@ -47,7 +47,7 @@ from nekomem.actors.messages import (
 )
 from nekomem.actors.ports import LayerPorts
 from nekomem.domain.gates import backoff_delay
-from nekomem.domain.layers import RECENT, outbox_handlers
+from nekomem.domain.layers import OUTBOX, RECENT, outbox_handlers
 from nekomem.domain.turns import Turn
 from nekomem.runtime.clock import iso
 from nekomem.stores.erasure import scrub_value
@@ -58,7 +58,7 @@ from nekomem.stores.outbox import Outbox
 class OutboxActor(ChildActor):
     """The mailbox of a character's outbox (see :class:`OutboxLayer`)."""
 
-    child_name = "outbox"
+    child_name = OUTBOX
 
     def make_layer(self, ports: LayerPorts) -> OutboxLayer:
         return OutboxLayer(ports)

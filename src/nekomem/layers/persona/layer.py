@@ -21,9 +21,11 @@ from nekomem.actors.base import ChildActor
 from nekomem.actors.handlers import handles
 from nekomem.actors.journaled_views import edited_text
 from nekomem.actors.messages import (
+    CorrectionsAnswer,
     CountEntries,
     DeleteEntry,
     EditEntry,
+    EntryAnswer,
     EntryCounts,
     EvidencePass,
     ImportCard,
@@ -52,6 +54,7 @@ from nekomem.layers.persona.refine import PersonaRefinement, RefineVectorsDone
 from nekomem.layers.persona.state import PersonaStore
 from nekomem.runtime.protocol import Message
 from nekomem.runtime.reply import ActorFailure
+from nekomem.wire.answers import CardImportAnswer, DeleteAnswer, MentionsAnswer, PageAnswer, SuppressAnswer
 
 ENTITY_MAX_CHARS = 50
 
@@ -59,7 +62,7 @@ ENTITY_MAX_CHARS = 50
 class PersonaActor(ChildActor):
     """The mailbox of a character's persona (see :class:`PersonaLayer`)."""
 
-    child_name = "persona"
+    child_name = PERSONA
 
     def make_layer(self, ports: LayerPorts) -> PersonaLayer:
         return PersonaLayer(ports)
@@ -161,7 +164,7 @@ class PersonaLayer:
             new[entity] = section
             added.append(entry_id)
         self.store.commit(new)
-        _answer(msg, {"added": added, "skipped_existing": len(msg.entries) - len(added)})
+        _answer(msg, CardImportAnswer(added=added, skipped_existing=len(msg.entries) - len(added)))
 
     # -- promotion, evidence, corrections, refinement --------------------------------
     @handles(Promote)
@@ -201,7 +204,7 @@ class PersonaLayer:
     @handles(ScopedMentions)
     def on_ScopedMentions(self, msg: ScopedMentions) -> None:
         changed = self._record_mentions(scoped_persona(self.store.persona, msg.subjects), msg.text)
-        _answer(msg, {"status": "recorded", "mentioned": changed})
+        _answer(msg, MentionsAnswer(status="recorded", mentioned=changed))
 
     def _record_mentions(self, part: Persona, text: str) -> int:
         """Record mentions in ``text`` of the entries of ``part`` (a view of the persona)."""
@@ -260,7 +263,7 @@ class PersonaLayer:
                 data["evidence_score"] = score if math.isfinite(score) else None  # protected: unbounded
                 rows.append(data)
         page = rows[msg.offset : msg.offset + msg.limit]
-        _answer(msg, {"total": len(rows), "offset": msg.offset, "items": page})
+        _answer(msg, PageAnswer(total=len(rows), offset=msg.offset, items=page))
 
     def _found(self, entry_id: str) -> tuple[str, PersonaEntry]:
         """(entity, entry) of ``entry_id``. Raises ActorFailure 404 when there is none."""
@@ -279,7 +282,7 @@ class PersonaLayer:
         new = pl.copy_persona(self.store.persona)
         new[entity] = [msgspec.structs.replace(e, text=text, embedding=None) if e.id == msg.id else e for e in new[entity]]
         self.store.commit(new)
-        _answer(msg, {"id": msg.id, "entity": entity, "text": text})
+        _answer(msg, EntryAnswer(entry={"id": msg.id, "entity": entity, "text": text}))
 
     @handles(SetSuppressed)
     def on_SetSuppressed(self, msg: SetSuppressed) -> None:
@@ -293,7 +296,7 @@ class PersonaLayer:
         new = pl.copy_persona(self.store.persona)
         new[entity] = [changed if e.id == msg.id else e for e in new[entity]]
         self.store.commit(new, type="persona.suppressed")
-        _answer(msg, {"id": msg.id, "entity": entity, "suppress": changed.suppress, "suppressed_at": changed.suppressed_at})
+        _answer(msg, SuppressAnswer(id=msg.id, entity=entity, suppress=changed.suppress, suppressed_at=changed.suppressed_at))
 
     @handles(CountEntries)
     def on_CountEntries(self, msg: CountEntries) -> None:
@@ -303,14 +306,14 @@ class PersonaLayer:
     @handles(ListCorrections)
     def on_ListCorrections(self, msg: ListCorrections) -> None:
         corrections = self.store.corrections
-        _answer(msg, {"total": len(corrections), "items": msgspec.to_builtins(corrections), "inflight": self.corrections.inflight})
+        _answer(msg, CorrectionsAnswer(total=len(corrections), items=list(corrections), inflight=self.corrections.inflight))
 
     @handles(DeleteEntry)
     def on_DeleteEntry(self, msg: DeleteEntry) -> None:
         _entity, entry = self._found(msg.id)
         self.views.record("persona.entry_deleted", {"id": msg.id})
         self.store.forget_corrections_of([entry.text])
-        self.views.erase([msg.id], [entry.text], self.ports.paths.persona_archive_dir, msg.reply, {"deleted": msg.id})
+        self.views.erase([msg.id], [entry.text], self.ports.paths.persona_archive_dir, msg.reply, DeleteAnswer(deleted=msg.id))
 
 
 def _answer(msg: Message, value: object) -> None:

@@ -30,7 +30,7 @@ class PromotionRound:
         self.reply = reply
         self.results: list[PromotionLine] = []
         if report is not None:
-            report["promotion"] = self.results
+            report.promotion = self.results
 
     def maybe_answer(self) -> None:
         if self.left == 0 and self.reply is not None and self.report is not None:

@@ -39,7 +39,7 @@ from nekomem.actors.messages import (
     TurnVectorsDone,
 )
 from nekomem.actors.ports import LayerPorts
-from nekomem.domain.layers import tier_owners
+from nekomem.domain.layers import RECALL, tier_owners
 from nekomem.layers.recall.maintenance import MaintenanceRanking
 from nekomem.layers.recall.query import QueryPath
 from nekomem.layers.recall.state import RecallState
@@ -50,7 +50,7 @@ from nekomem.recall.query_text import forget_memoised_words
 class RecallActor(ChildActor):
     """The mailbox of a character's recall index (see :class:`RecallLayer`)."""
 
-    child_name = "recall"
+    child_name = RECALL
 
     def make_layer(self, ports: LayerPorts) -> RecallLayer:
         return RecallLayer(ports)

@@ -26,7 +26,7 @@ class MaintenanceRanking(RecallPart):
         self.maintenance = {}
 
     def _answer(self, msg: MaintenanceRecall, ids: list[str]) -> None:
-        if msg.reply_child:
+        if msg.reply_child is not None:
             self.ports.send(Address(msg.reply_child), RankedIds(tag=msg.tag, ids=ids))
         if msg.reply is not None:
             msg.reply.ok(ids)

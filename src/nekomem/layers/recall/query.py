@@ -10,7 +10,9 @@ import sqlite3
 import time
 from datetime import datetime
 
-from nekomem.actors.messages import ExplainQuery, QueryExpired, QueryMemory, QueryVector, Reranked, RerankExpired, Vectors
+import msgspec
+
+from nekomem.actors.messages import ExplainAnswer, ExplainQuery, QueryExpired, QueryMemory, QueryVector, Reranked, RerankExpired, Vectors
 from nekomem.domain.index_entry import IndexEntry
 from nekomem.domain.layers import tier_owners
 from nekomem.layers.recall.state import RecallPart, RecallState, as_vectors
@@ -20,11 +22,12 @@ from nekomem.recall.fusion import rrf
 from nekomem.recall.journal_fallback import journal_hits
 from nekomem.recall.names import blend_query_vectors
 from nekomem.recall.query_plan import QueryPlan, plan_query
-from nekomem.recall.response import RecallBody, empty_response, query_response, time_response
+from nekomem.recall.response import empty_response, query_response, time_response
 from nekomem.recall.timewindow import TimeWindow
 from nekomem.recall.turn_leg import TurnCorpus
 from nekomem.runtime.protocol import Message
 from nekomem.stores.timeindex_read import TimeIndexReader
+from nekomem.wire.answers import RecallAnswer
 
 
 class QueryPath(RecallPart):
@@ -48,7 +51,8 @@ class QueryPath(RecallPart):
         """Answer every query still waiting (empty, or in the fused order for a re-rank)."""
         for msg, plan in self.queries.values():
             if msg.reply is not None:
-                msg.reply.ok(empty_response(plan.query, error=True))
+                failed = empty_response(plan.query, error=True)
+                msg.reply.ok(ExplainAnswer(explanation=msgspec.to_builtins(failed)) if isinstance(msg, ExplainQuery) else failed)
         self.queries.clear()
         for query, found in self.reranks.values():
             if query.reply is not None:
@@ -136,7 +140,7 @@ class QueryPath(RecallPart):
             self.log.info("recall: query embedding timed out; answering from BM25 alone")
             self._finish(*pending, None)
 
-    def _journal_search(self, pending: QueryPlan) -> RecallBody:
+    def _journal_search(self, pending: QueryPlan) -> RecallAnswer:
         """No long-term entry yet: the newest journal turns ranked by BM25 (read-only;
         RecentActor is the journal's writer). See :mod:`nekomem.recall.journal_fallback`."""
         path = self.ports.paths.time_index_db
@@ -177,7 +181,7 @@ class QueryPath(RecallPart):
     def _finish(self, msg: QueryMemory | ExplainQuery, plan: QueryPlan, qvec: Vectors | None) -> None:
         if isinstance(msg, ExplainQuery):
             if msg.reply is not None:
-                msg.reply.ok(explain(self.index, self.s, plan, qvec, msg.excluded))
+                msg.reply.ok(ExplainAnswer(explanation=explain(self.index, self.s, plan, qvec, msg.excluded)))
             return
         try:
             found = self._query_search(plan, qvec)
@@ -190,7 +194,7 @@ class QueryPath(RecallPart):
         if msg.reply is not None:
             msg.reply.ok(body)
 
-    def _query_search(self, pending: QueryPlan, qvec: Vectors | None) -> RecallBody | _Fused:
+    def _query_search(self, pending: QueryPlan, qvec: Vectors | None) -> RecallAnswer | _Fused:
         """The fused hits of ``pending`` (the index's legs and the uncovered turns' leg),
         deep enough for the re-ranker when one is configured; the journal fallback's body
         for a character without any long-term entry."""
@@ -278,7 +282,7 @@ class QueryPath(RecallPart):
             if query.reply is not None:
                 query.reply.ok(found.body())
 
-    def _time_only(self, window: TimeWindow, spec: str, started: float, visible: set[str] | None) -> RecallBody:
+    def _time_only(self, window: TimeWindow, spec: str, started: float, visible: set[str] | None) -> RecallAnswer:
         entries, dated, inside = self.index.nearest_in_time(window, self.s.recall_time_budget, visible)
         elapsed = round((time.perf_counter() - started) * 1000, 1)
         self.log.info("recall by time: pool=%d inside=%d returned=%d elapsed_ms=%.1f", dated, inside, len(entries), elapsed)
@@ -308,7 +312,7 @@ class _Fused:
         hits = [(self.hits[i][0], scores[rank]) for rank, i in enumerate(seen)]
         return _Fused(self.plan, hits, self.sessions, self.pool_size, self.budget)
 
-    def body(self) -> RecallBody:
+    def body(self) -> RecallAnswer:
         """The answer: the first ``budget`` hits."""
         elapsed = round((time.perf_counter() - self.plan.started) * 1000, 1)
         return query_response(self.hits[: self.budget], self.plan.query, self.pool_size, elapsed, self.sessions)

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from nekomem.actors.base import ChildActor
 from nekomem.actors.ports import LayerPorts
+from nekomem.domain.layers import RECENT
 from nekomem.layers.recent.layer import RecentLayer
 
 
 class RecentActor(ChildActor):
     """Hosts one character's :class:`RecentLayer`."""
 
-    child_name = "recent"
+    child_name = RECENT
 
     def make_layer(self, ports: LayerPorts) -> RecentLayer:
         return RecentLayer(ports)

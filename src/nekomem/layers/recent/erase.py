@@ -25,6 +25,7 @@ from nekomem.runtime.reply import ActorFailure
 from nekomem.stores.erasure import scrub_ndjson_file
 from nekomem.stores.recent_watch import EDITS_FILE
 from nekomem.stores.window_sources import item_key
+from nekomem.wire.answers import ForgetTurnsAnswer
 
 # A time range that is not a range of turns is refused, not guessed at.
 _BAD_RANGE = "a time range needs both 'from' and 'to' (ISO 8601), 'from' not after 'to'"
@@ -66,7 +67,7 @@ def forget_turns(ports: LayerPorts, store: RecentStore, msg: ForgetTurns) -> Non
         # The reference's copy of the journal held the turns too.
         neko_folder.mirror_journal(ports.paths, ports.settings.importer.import_source_timezone)
     ports.log.info("forgot %d stored turns", len(rows))
-    answer = {"forgotten": len(rows), "rows": [r.id for r in rows]}
+    answer = ForgetTurnsAnswer(forgotten=len(rows), rows=[r.id for r in rows])
     # Through every layer that holds copies of turns (the fact actor's extraction queue),
     # as their declarations say; the outbox comes last and answers.
     scrub = ScrubTexts(texts=texts, origin=RECENT, kind="turns", reply_value=answer, reply=msg.reply)

@@ -56,6 +56,7 @@ from nekomem.layers.recent.theater import RecentTheater
 from nekomem.layers.recent.upkeep import WindowUpkeep
 from nekomem.runtime.reply import ActorFailure, Reply
 from nekomem.stores.faults import classify
+from nekomem.wire.answers import StatusAnswer, WriteAnswer
 
 RESULT_STATUS = {"cache": "cached", "process": "processed", "renew": "processed", "settle": "settled"}
 
@@ -63,7 +64,7 @@ RESULT_STATUS = {"cache": "cached", "process": "processed", "renew": "processed"
 @dataclass
 class _PendingWrite:
     reply: Reply | None
-    value: dict[str, object]
+    value: WriteAnswer
     wait_outbox: bool
 
 
@@ -133,7 +134,7 @@ class RecentLayer:
         if key:
             stored = store.tindex.idempotent_response(key)
             if stored is not None:
-                answer(msg.reply, msgspec.json.decode(stored))
+                answer(msg.reply, msgspec.json.decode(stored, type=WriteAnswer))
                 return
         turns = msg.turns
         if msg.mode != "cache" and turns:
@@ -141,9 +142,7 @@ class RecentLayer:
             # or the reference's /settle with the whole already-cached history) is not
             # stored twice; /cache batches are each a new turn and are stored as sent.
             turns = turns[store.overlap_with_stored_tail(turns) :]
-        value: dict[str, object] = {"status": RESULT_STATUS[msg.mode]}
-        if msg.mode == "cache":
-            value["count"] = len(msg.turns)
+        value = WriteAnswer(status=RESULT_STATUS[msg.mode], count=len(msg.turns) if msg.mode == "cache" else None)
         if turns or key:
             store.tindex.append(
                 msg.session_id,
@@ -233,7 +232,7 @@ class RecentLayer:
         """The reference's memory browser saved recent.json: adopt it, drop a running review."""
         self.store.adopt_outside_edit("cancel_correction")
         cancelled = self.upkeep.cancel_review()
-        answer(msg.reply, {"status": "cancelled" if cancelled else "no_task"})
+        answer(msg.reply, StatusAnswer(status="cancelled" if cancelled else "no_task"))
 
     # -- model results ---------------------------------------------------------------
     @handles(CompressDone)

@@ -21,6 +21,7 @@ from nekomem.domain import theater
 from nekomem.domain.turns import Turn
 from nekomem.layers.recent.state import RecentStore, answer
 from nekomem.stores.theater_marks import TheaterMarks
+from nekomem.wire.answers import TheaterForgetAnswer, TheaterRetractAnswer, WriteAnswer
 
 
 class RecentTheater:
@@ -69,7 +70,7 @@ class RecentTheater:
         now = self.ports.clock.now().timestamp()
         if self._marks().write_refused(story_id, msg.archive_request_id, msg.archive_attempt, msg.forget_marker, now):
             self.log.info("dropped a theater archive write the player had declined or forgotten")
-            answer(msg.reply, {"status": "retracted", "count": 0})
+            answer(msg.reply, WriteAnswer(status="retracted", count=0))
             return
         s = store.settings
         window, stored, _kept = theater.merge_capsule(
@@ -78,7 +79,7 @@ class RecentTheater:
         if window != store.window:
             self._commit_theater(window)
         self.log.info("theater capsule stored (%d capsules in the window)", sum(1 for t in window if theater.is_capsule(t)))
-        answer(msg.reply, {"status": "cached", "count": 1})
+        answer(msg.reply, WriteAnswer(status="cached", count=1))
 
     def forget(self, msg: TheaterForget) -> None:
         """Drop a story's capsules from the window and the journal, leaving a tombstone;
@@ -91,7 +92,9 @@ class RecentTheater:
         window = theater.without_story(store.window, msg.story_id)
         removed_recent = len(store.window) - len(window)
         removed_rows, _stored = self._commit_theater(window)
-        answer(msg.reply, {"ok": True, "removed_recent": removed_recent, "removed_time_index": removed_rows, "forget_marker": marker})
+        answer(
+            msg.reply, TheaterForgetAnswer(ok=True, removed_recent=removed_recent, removed_time_index=removed_rows, forget_marker=marker)
+        )
 
     def retract(self, msg: TheaterRetract) -> None:
         """Undo an archive of a story's session up to a revision (recording the retraction
@@ -108,9 +111,9 @@ class RecentTheater:
                 now=self.ports.clock.now().timestamp(),
             )
         if not any(theater.matches_retraction(t, msg.story_id, msg.session_id, msg.through_revision) for t in store.window):
-            answer(msg.reply, {"ok": True, "removed_recent": 0, "removed_time_index": 0})
+            answer(msg.reply, TheaterRetractAnswer(ok=True, removed_recent=0, removed_time_index=0))
             return
         window = theater.restore_retracted(store.window, msg.story_id, msg.session_id, msg.through_revision)
         removed_recent = sum(1 for t in store.window if theater.matches_retraction(t, msg.story_id, msg.session_id, msg.through_revision))
         removed_rows, _stored = self._commit_theater(window)
-        answer(msg.reply, {"ok": True, "removed_recent": removed_recent, "removed_time_index": removed_rows})
+        answer(msg.reply, TheaterRetractAnswer(ok=True, removed_recent=removed_recent, removed_time_index=removed_rows))

@@ -12,7 +12,7 @@ from nekomem.actors.ports import LayerPorts
 from nekomem.domain import evidence as ev
 from nekomem.domain import reflections as rl
 from nekomem.domain.evidence import ResolvedSignal, SignalSource
-from nekomem.domain.layers import PERSONA, RECALL
+from nekomem.domain.layers import PERSONA, RECALL, REFLECTIONS
 from nekomem.domain.prompts import longterm as prompts
 from nekomem.domain.records import Fact, Observation, Reflection
 from nekomem.domain.reflections.views import TERMINAL
@@ -67,7 +67,7 @@ class ReflectionEvidence:
                 query_texts=[f.text for f in facts],
                 candidate_ids=candidates,
                 budget=s.evidence_map_max_observations,
-                reply_child="reflections",
+                reply_child=REFLECTIONS,
                 tag=tag,
             ),
         )

@@ -24,6 +24,7 @@ from nekomem.actors.messages import (
     CountEntries,
     DeleteEntry,
     EditEntry,
+    EntryAnswer,
     EntryCounts,
     Feedback,
     FollowupTopics,
@@ -59,6 +60,7 @@ from nekomem.layers.reflections.synthesis import ReflectionSynthesis, SynthDone
 from nekomem.layers.reflections.upkeep import RebuttalDone, ReflectionUpkeep
 from nekomem.runtime.reply import ActorFailure
 from nekomem.stores.view_counts import archived_items
+from nekomem.wire.answers import DeleteAnswer, PageAnswer, SurfacedAnswer, Topic, TopicsAnswer
 
 
 class ReflectionLayer:
@@ -186,7 +188,7 @@ class ReflectionLayer:
         updated = rl.user_feedback(ref, msg.feedback, self.ports.now(), state.s)
         state.save([updated], "reflection.evidence_updated")
         if msg.reply is not None:
-            msg.reply.ok(state.public(updated))
+            msg.reply.ok(EntryAnswer(entry=state.public(updated)))
 
     # -- surfacing -------------------------------------------------------------------
     @handles(FollowupTopics)
@@ -194,7 +196,7 @@ class ReflectionLayer:
         state = self.state
         picks = rl.followup_candidates(filter_visible(state.refs.values(), None), self.ports.now(), state.s, state.rng)
         if msg.reply is not None:
-            msg.reply.ok({"topics": [{"id": r.id, "text": r.text, "entity": r.entity} for r in picks]})
+            msg.reply.ok(TopicsAnswer(topics=[Topic(id=r.id, text=r.text, entity=r.entity) for r in picks]))
 
     @handles(RecordSurfaced)
     def on_RecordSurfaced(self, msg: RecordSurfaced) -> None:
@@ -208,7 +210,7 @@ class ReflectionLayer:
         )
         self.ports.index_upsert([state.index_entry(state.refs[i]) for i in known if i in state.refs])
         if msg.reply is not None:
-            msg.reply.ok({"ok": True, "recorded": len(known)})
+            msg.reply.ok(SurfacedAnswer(ok=True, recorded=len(known)))
 
     # -- rendering -------------------------------------------------------------------
     @handles(RenderWithPersona)
@@ -248,7 +250,7 @@ class ReflectionLayer:
             pool = [r for r in pool if r.entity == msg.entity]
         page = pool[msg.offset : msg.offset + msg.limit]
         if msg.reply is not None:
-            msg.reply.ok({"total": len(pool), "offset": msg.offset, "items": [state.public(r) for r in page]})
+            msg.reply.ok(PageAnswer(total=len(pool), offset=msg.offset, items=[state.public(r) for r in page]))
 
     @handles(CountEntries)
     def on_CountEntries(self, msg: CountEntries) -> None:
@@ -264,7 +266,7 @@ class ReflectionLayer:
         if ref is None:
             raise ActorFailure("not_found", f"no reflection {msg.id}", 404)
         if msg.reply is not None:
-            msg.reply.ok(self.state.public(ref))
+            msg.reply.ok(EntryAnswer(entry=self.state.public(ref)))
 
     @handles(EditEntry)
     def on_EditEntry(self, msg: EditEntry) -> None:
@@ -278,7 +280,7 @@ class ReflectionLayer:
         updated = msgspec.structs.replace(ref, **changes)
         self.state.save([updated], "reflection.updated")
         if msg.reply is not None:
-            msg.reply.ok(self.state.public(updated))
+            msg.reply.ok(EntryAnswer(entry=self.state.public(updated)))
 
     @handles(DeleteEntry)
     def on_DeleteEntry(self, msg: DeleteEntry) -> None:
@@ -290,4 +292,4 @@ class ReflectionLayer:
         # Its surfacing records carry its text: they go with it (written by erase's flush).
         state.surfaced = [e for e in state.surfaced if e.reflection_id != msg.id]
         self.ports.send(RECALL, IndexRemove(ids=[msg.id]))
-        state.views.erase([msg.id], [text], self.ports.paths.reflection_archive_dir, msg.reply, {"deleted": msg.id})
+        state.views.erase([msg.id], [text], self.ports.paths.reflection_archive_dir, msg.reply, DeleteAnswer(deleted=msg.id))

@@ -160,11 +160,12 @@ class ReflectionState:
             self.save_changed(updated, confirmed)
             candidates = rl.time_driven_promotable(list(self.refs.values()), now, self.s)
         if report is not None:
-            report["confirmed"] = confirmed
+            report.confirmed = confirmed
         if candidates:
             self.ports.send(PERSONA, Promote(candidates=candidates, report=report, reply=reply))
         elif report is not None:
-            report.setdefault("promotion", [])
+            if report.promotion is None:
+                report.promotion = []
             if reply is not None:
                 reply.ok(report)
 

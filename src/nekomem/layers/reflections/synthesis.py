@@ -53,7 +53,7 @@ class ReflectionSynthesis:
         batch = msg.batch
         if batch is None:
             if report is not None:
-                report["synthesis"] = {"status": "not_enough_facts"}
+                report.synthesis = {"status": "not_enough_facts"}
                 state.promotion_pass(report, msg.reply)
             return
         existing = state.refs.get(batch.reflection_id)
@@ -62,13 +62,13 @@ class ReflectionSynthesis:
             # answer and the absorb): finish the absorb, create nothing.
             self.ports.send(FACTS, AbsorbFacts(ids=list(batch.source_fact_ids), reflection_id=existing.id))
             if report is not None:
-                report["synthesis"] = {"status": "exists", "reflection_id": existing.id}
+                report.synthesis = {"status": "exists", "reflection_id": existing.id}
                 state.promotion_pass(report, msg.reply)
             return
         now = self.ports.now()
         if not rl.synthesis_allowed(self.backoff, batch.backoff_key, now, s):
             if report is not None:
-                report["synthesis"] = {"status": "backoff"}
+                report.synthesis = {"status": "backoff"}
                 state.promotion_pass(report, msg.reply)
             return
         background = report is None
@@ -83,7 +83,7 @@ class ReflectionSynthesis:
         token = self.ports.ask_model("synthesize_reflection", messages, done, timeout=s.longterm_synthesis_timeout_seconds)
         if token is None:
             if report is not None:
-                report["synthesis"] = {"status": "skipped", "reason": "no summary tier or model pool full"}
+                report.synthesis = {"status": "skipped", "reason": "no summary tier or model pool full"}
                 state.promotion_pass(report, msg.reply)
         elif background:
             self.synth_gate.start(batch.backoff_key)
@@ -109,7 +109,7 @@ class ReflectionSynthesis:
             self.backoff = rl.record_synthesis_failure(self.backoff, batch.backoff_key, now)
             self.ports.log.info("reflection synthesis produced nothing (%s)", "error" if msg.error else "null answer")
             if report is not None:
-                report["synthesis"] = {"status": "failed" if msg.error else "none"}
+                report.synthesis = {"status": "failed" if msg.error else "none"}
         else:
             self.backoff = rl.clear_synthesis_backoff(self.backoff, batch.backoff_key)
             if ref.id not in state.refs:
@@ -117,6 +117,6 @@ class ReflectionSynthesis:
                 self.ports.log.info("synthesised a reflection from %d facts", len(batch.source_fact_ids))
             self.ports.send(FACTS, AbsorbFacts(ids=list(batch.source_fact_ids), reflection_id=ref.id))
             if report is not None:
-                report["synthesis"] = {"status": "created", "reflection_id": ref.id, "text": ref.text}
+                report.synthesis = {"status": "created", "reflection_id": ref.id, "text": ref.text}
         if report is not None:
             state.promotion_pass(report, msg.report_reply)
