@@ -7,6 +7,7 @@ from typing import Annotated
 import msgspec
 
 from nekomem.config.base import Section, doc
+from nekomem.config.endpoint import Endpoint
 
 RECALL_LEGS = ("both", "bm25", "vector")
 RECALL_RENDER_LANGUAGES = ("en", "ja", "zh")
@@ -251,6 +252,15 @@ class RecallSettings(Section, frozen=True):
         int,
         doc("Token budget of a whole rendered block, header included; lines past it are dropped (the first line is always kept).", ge=1),
     ] = 2204
+
+    def rerank_endpoint(self) -> Endpoint:
+        """The re-ranker (recall_rerank_base_url, _model, _api_key, _timeout_seconds)."""
+        return Endpoint(
+            base_url=self.recall_rerank_base_url,
+            model=self.recall_rerank_model,
+            api_key=self.recall_rerank_api_key,
+            timeout_seconds=self.recall_rerank_timeout_seconds,
+        )
 
     def __post_init__(self) -> None:
         if self.recall_rerank_field not in ("documents", "texts"):
