@@ -21,8 +21,9 @@ from __future__ import annotations
 import sqlite3
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import Protocol
 
 import numpy as np
 
@@ -70,6 +71,7 @@ from nekomem.recall.response import (
 )
 from nekomem.recall.timewindow import TimeWindow
 from nekomem.recall.tokenize import forget_memoised_words
+from nekomem.recall.turn_keys import TurnKeys
 from nekomem.recall.turn_leg import TURN_TIER, TurnCorpus
 from nekomem.runtime.deadlines import RECALL_DEADLINES
 from nekomem.runtime.pool import PoolFull
@@ -77,6 +79,12 @@ from nekomem.runtime.protocol import Message
 from nekomem.stores.timeindex_read import TimeIndexReader
 
 _LOADS: dict[int, int] = {}  # id(CharacterContext) -> activations of RecallActor on it
+
+class Ranker(Protocol):
+    """A re-ranker of a recall's fused candidates (the /rerank endpoint, or the chat model)."""
+
+    def rank(self, query: str, documents: Sequence[str]) -> list[int]: ...
+
 
 # A function that turns a pool job's outcome into the message that reports it.
 Wrap = Callable[[object, BaseException | None], Message]
@@ -112,6 +120,9 @@ class RecallLayer:
         self.reranks: dict[int, tuple[QueryMemory, _Fused]] = {}
         # The uncovered journal turns, indexed (rebuilt when the journal or its coverage changed).
         self.turns: TurnCorpus | None = None
+        # recall_turn_keys: the covered turns, indexed, and the facts by their source turns.
+        self.keys: TurnCorpus | None = None
+        self.turn_keys: TurnKeys | None = None
 
     # -- lifecycle -------------------------------------------------------------------
     def load(self) -> None:
@@ -212,6 +223,7 @@ class RecallLayer:
         if msg.replace_tier is not None:
             self.fed.add(tier_owners().get(msg.replace_tier, msg.replace_tier))
         self.index.upsert(msg.entries, msg.replace_tier)
+        self.turn_keys = None
         self._safe_sync()
         self.pending_counter.indexed(self.ctx.name, self._waiting(), msg.counted)
         if self.held and self.fed >= set(tier_owners().values()):
@@ -234,6 +246,7 @@ class RecallLayer:
     @handles(IndexRemove)
     def on_IndexRemove(self, msg: IndexRemove) -> None:
         self.index.remove(msg.ids)
+        self.turn_keys = None
         forget_memoised_words()
         self._publish_pending()
 
@@ -478,6 +491,45 @@ class RecallLayer:
             self.turns = None
         return self.turns
 
+    def _covered_turns(self) -> TurnCorpus | None:
+        """The newest recall_uncovered_turns covered journal turns, indexed (recall_turn_keys);
+        kept while the journal's rows and coverage are unchanged. None when the journal
+        does not track coverage."""
+        path = self.ctx.paths.time_index_db
+        limit = self.s.recall_uncovered_turns
+        if limit <= 0 or not path.exists():
+            return None
+        try:
+            with TimeIndexReader.read_only(path) as journal:
+                mined = journal.mined_ranges()
+                if not mined:
+                    return None
+                top, count = journal.shape()
+                key = (top, count, tuple(mined))
+                if self.keys is None:
+                    self.keys = TurnCorpus([], "turnkey", self.index.analyzer, self.s)
+                if self.keys.key != key:
+                    self.keys.sync(journal.covered_ids(mined, limit), journal.rows_by_id, key)
+        except sqlite3.Error:
+            self.keys = None
+        return self.keys
+
+    def _key_leg(self, pending: QueryPlan) -> list[str]:
+        """recall_turn_keys: the facts whose source turns match ``pending`` best (see
+        :mod:`nekomem.recall.turn_keys`); none for a scoped query or when off."""
+        if not self.s.recall_turn_keys or pending.scoped or not pending.search or self.s.recall_legs == "vector":
+            return []
+        corpus = self._covered_turns()
+        if corpus is None or not len(corpus):
+            return []
+        if self.turn_keys is None:
+            self.turn_keys = TurnKeys(self.index.docs, self.index.tz)
+        if not len(self.turn_keys):
+            return []
+        depth = self.s.recall_budget_each
+        hits = corpus.leg(pending.search, depth)
+        return self.turn_keys.leg([corpus.entries[doc_id].created_at for doc_id, _ in hits], depth, pending.allowed)
+
     def _turn_leg(self, pending: QueryPlan, qvec: Vectors | None) -> tuple[TurnCorpus | None, list[list[str]]]:
         """The rankings of the uncovered turns for ``pending`` (ids, best first): BM25, then
         one per embedding model when the turns have vectors; none for a scoped query (the
@@ -551,8 +603,9 @@ class RecallLayer:
                 msg.reply.ok(explain(self.index, self.s, plan, qvec, msg.excluded))
             return
         try:
-            found = self._query_search(plan, qvec)
-            if isinstance(found, _Fused) and self._rerank(msg, found):
+            ranker = self._ranker_for(msg)
+            found = self._query_search(plan, qvec, deep=ranker is not None)
+            if isinstance(found, _Fused) and ranker is not None and self._rerank(msg, found, ranker):
                 return  # answered when the re-ranker answers, or at its deadline
             body: object = found.body() if isinstance(found, _Fused) else found
         except Exception:
@@ -561,7 +614,19 @@ class RecallLayer:
         if msg.reply is not None:
             msg.reply.ok(body)
 
-    def _query_search(self, pending: QueryPlan, qvec: Vectors | None) -> RecallBody | _Fused:
+    def _ranker_for(self, msg: QueryMemory) -> Ranker | None:
+        """Who re-ranks ``msg``'s candidates: the /rerank endpoint when one is configured,
+        else, for an explicit unscoped recall, the chat model when recall_llm_rerank is on
+        and its tier has an endpoint; None: the fused order."""
+        services = self.ctx.services
+        if services.reranker is not None:
+            return services.reranker
+        llm = services.llm_reranker
+        if llm is not None and msg.explicit and msg.subjects is None and llm.ready():
+            return llm
+        return None
+
+    def _query_search(self, pending: QueryPlan, qvec: Vectors | None, deep: bool = False) -> RecallBody | _Fused:
         """The fused hits of ``pending`` (the index's legs and the uncovered turns' leg),
         deep enough for the re-ranker when one is configured; the journal fallback's body
         for a character without any long-term entry."""
@@ -571,14 +636,18 @@ class RecallLayer:
         pool_size = len(index.docs) if pending.allowed is None else len(pending.allowed)
         hits, legs = index.search(pending.search, qvec, pending.allowed, pending.hinted)
         corpus, turn_legs = self._turn_leg(pending, qvec)
-        reranking = self.ctx.services.reranker is not None and bool(pending.search)
+        key_leg = self._key_leg(pending)
+        reranking = deep and bool(pending.search)
         depth = max(self.s.recall_rerank_top_n, self.s.recall_budget_total) if reranking else self.s.recall_budget_total
         sessions: dict[str, str] = {}
-        if (corpus is not None and turn_legs) or depth > self.s.recall_budget_total:
-            # The uncovered turns are one more leg of the fusion, as the index fuses its own.
+        if (corpus is not None and turn_legs) or key_leg or depth > self.s.recall_budget_total:
+            # The uncovered turns are one more leg of the fusion, as the index fuses its own
+            # (and the facts found by their source turns another).
             turns = corpus.entries if corpus is not None else {}
             weights = [1.0] * len(legs) + [self.s.recall_turn_leg_weight] * len(turn_legs)
-            fused = rrf([*legs, *turn_legs], self.s.recall_rrf_k, depth, weights)
+            extra = [key_leg] if key_leg else []
+            weights += [self.s.recall_turn_keys_weight] * len(extra)
+            fused = rrf([*legs, *turn_legs, *extra], self.s.recall_rrf_k, depth, weights)
             hits = []
             for doc_id, score in fused:
                 entry = turns.get(doc_id)
@@ -606,12 +675,10 @@ class RecallLayer:
         return _Fused(pending, hits, sessions, pool_size, self.s.recall_budget_total)
 
     # -- re-ranking ------------------------------------------------------------------
-    def _rerank(self, msg: QueryMemory, found: _Fused) -> bool:
-        """Hand ``found``'s candidates to the re-ranker on the model pool; False (answer
-        now, in the fused order) when none is configured, there is nothing to re-order or
-        the pool is full."""
-        reranker = self.ctx.services.reranker
-        if reranker is None or len(found.hits) < 2 or msg.reply is None:
+    def _rerank(self, msg: QueryMemory, found: _Fused, reranker: Ranker) -> bool:
+        """Hand ``found``'s candidates to ``reranker`` on the model pool; False (answer
+        now, in the fused order) when there is nothing to re-order or the pool is full."""
+        if len(found.hits) < 2 or msg.reply is None:
             return False
         token = self._next_token()
         query = found.plan.search
