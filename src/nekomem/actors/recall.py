@@ -80,6 +80,7 @@ from nekomem.stores.timeindex_read import TimeIndexReader
 
 _LOADS: dict[int, int] = {}  # id(CharacterContext) -> activations of RecallActor on it
 
+
 class Ranker(Protocol):
     """A re-ranker of a recall's fused candidates (the /rerank endpoint, or the chat model)."""
 

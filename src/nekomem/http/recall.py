@@ -116,7 +116,10 @@ async def _recall(
     else:
         try:
             result = await ask(
-                rt, name, "recall", lambda reply: QueryMemory(query=query, time=spec, now=now, subjects=subjects, explicit=explicit, reply=reply),
+                rt,
+                name,
+                "recall",
+                lambda reply: QueryMemory(query=query, time=spec, now=now, subjects=subjects, explicit=explicit, reply=reply),
                 JsonAnswer,
             )
         except (ActorFailure, TimeoutError) as exc:

@@ -80,7 +80,11 @@ class LlmReranker:
         RerankError when the call fails."""
         names = list(ids) if len(ids) == len(documents) else [f"m{i + 1}" for i in range(len(documents))]
         messages = rerank_messages(
-            [query], list(zip(names, documents, strict=True)), limit=len(documents), count_tokens=self._counter.count, settings=self._longterm
+            [query],
+            list(zip(names, documents, strict=True)),
+            limit=len(documents),
+            count_tokens=self._counter.count,
+            settings=self._longterm,
         )
         sent = sum(self._counter.count(str(m.get("content", ""))) for m in messages)
         started = time.monotonic()
