@@ -32,7 +32,9 @@ of the turns it cites, so the covered turns act as more keys of their facts.
 With ``--stand-in`` a local OpenAI-compatible embedding server (:mod:`bench.embedding_server`,
 the bundled e5 without its prefixes) runs beside, and the configuration ``remote`` embeds
 through it (``embedding_model = "remote"``, e5's prefixes and threshold): compare it with
-``e5``; the server's request latencies are printed at the end.
+``e5``; and the configuration ``leg`` adds it as a leg beside the bundled use
+(``embedding_model = "use+remote"``: compare it with ``both``, use+e5 in process); the
+server's request latencies are printed at the end.
 
 Configuration sets (``--configs``): ``legs`` (BM25 only, vector only, hybrid with the
 current defaults), ``defaults`` (legs + the reference's numbers), ``ablation`` (hybrid
@@ -577,6 +579,8 @@ def main(argv: list[str] | None = None) -> int:
 
         stand_in = StandInServer().start()
         CONFIGS["remote"] = {**REMOTE_E5, "embedding_remote_base_url": stand_in.base_url}
+        # The endpoint as a leg beside the bundled use: use+e5 with e5 served over HTTP.
+        CONFIGS["leg"] = {**CONFIGS["remote"], "embedding_model": "use+remote"}
 
     folder = resolve_data(args.data)
     if smoke:
