@@ -170,3 +170,15 @@ def test_the_endpoint_as_a_leg_beside_a_bundled_model_degrades_to_the_other_leg(
             srv.wait_vectors(NAME)
             wait_for(lambda: "error" not in srv.get("/health").json()["embeddings"], what="the endpoint's error to clear")
             assert set(explain(srv, "feline")["remote"][:2]) == {FACTS[0], "Master's kitty sleeps all day"}
+
+
+def test_beside_a_bundled_model_the_profiles_leave_the_shared_thresholds_to_the_settings():
+    """e5's profile would set recall_cosine_threshold 0.8 for e5 alone; beside the endpoint
+    that setting is the endpoint leg's (e5's leg keeps its profile's own), and the whole-
+    vector dedup thresholds, a mean over models no profile knows, stay the settings'."""
+    from nekomem.config.embeddings import model_dirs, profile_settings
+
+    assert profile_settings("e5", "")["recall_cosine_threshold"] == 0.8
+    assert profile_settings("e5+remote", "") == {}
+    assert [d.name for d in model_dirs("use+e5+remote", "")] == ["use-multilingual-v3", "multilingual-e5-small"]
+    assert model_dirs("remote", "") == []
