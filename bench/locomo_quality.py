@@ -25,11 +25,16 @@ configured, so no fact covers them) and a returned turn row cites its own dia_id
 scores of the questions whose evidence lies in those sessions are printed apart. ``turns``
 in a configuration name's place keeps the default; ``no-turns`` sets
 ``recall_uncovered_turns`` to 0 (recall as it was before uncovered turns were candidates).
+``turn-keys`` (``turn-keys1``, ``turn-keys3``: weights 1 and 3) turns ``recall_turn_keys`` on: the mined
+sessions' turns are then posted too and marked covered, and each fact names the time span
+of the turns it cites, so the covered turns act as more keys of their facts.
 
 With ``--stand-in`` a local OpenAI-compatible embedding server (:mod:`bench.embedding_server`,
 the bundled e5 without its prefixes) runs beside, and the configuration ``remote`` embeds
 through it (``embedding_model = "remote"``, e5's prefixes and threshold): compare it with
-``e5``; the server's request latencies are printed at the end.
+``e5``; and the configuration ``leg`` adds it as a leg beside the bundled use
+(``embedding_model = "use+remote"``: compare it with ``both``, use+e5 in process); the
+server's request latencies are printed at the end.
 
 Configuration sets (``--configs``): ``legs`` (BM25 only, vector only, hybrid with the
 current defaults), ``defaults`` (legs + the reference's numbers), ``ablation`` (hybrid
@@ -107,6 +112,10 @@ CONFIGS: dict[str, dict[str, Any]] = {
 for _weight in (0.5, 0.75, 1.5, 2.0, 3.0):
     CONFIGS[f"tw{_weight}"] = {"recall_turn_leg_weight": _weight}
 CONFIGS["turn-bm25"] = {"recall_turn_vectors": False}  # the uncovered turns by BM25 alone
+# The covered turns as more keys of their facts (LongMemEval's key expansion), three weights.
+CONFIGS["turn-keys"] = {"recall_turn_keys": True}
+CONFIGS["turn-keys1"] = {"recall_turn_keys": True, "recall_turn_keys_weight": 1.0}
+CONFIGS["turn-keys3"] = {"recall_turn_keys": True, "recall_turn_keys_weight": 3.0}
 for _each in (4, 6, 8, 12):
     CONFIGS[f"each{_each}"] = {"recall_budget_each": _each}
 for _cos in (0.0, 0.05, 0.1, 0.15, 0.2, 0.3):
@@ -231,6 +240,78 @@ def unmined_sessions(path: Path, last: int) -> Unmined:
     return Unmined(chosen[0][0] if chosen else 10**9, requests, dict(cites))
 
 
+@dataclass(frozen=True)
+class Journal:
+    """Every session's turns of a conversation as ``/cache`` requests (as :class:`Unmined`
+    builds them), by session number, and each turn's time by dia_id: what the configurations
+    with ``recall_turn_keys`` need (the mined sessions' turns in the journal, covered, and
+    each fact naming the time span of the turns it cites)."""
+
+    requests: dict[int, list[list[dict[str, str]]]]
+    stamps: dict[str, str]
+
+
+def conversation_journal(path: Path) -> Journal:
+    """The :class:`Journal` of the conversation at ``path``."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    requests: dict[int, list[list[dict[str, str]]]] = {}
+    stamps: dict[str, str] = {}
+    n = 1
+    while f"session_{n}_date_time" in data:
+        when = session_time(data[f"session_{n}_date_time"])
+        if when is not None and data.get(f"session_{n}"):
+            start = datetime.fromisoformat(when)
+            session: list[list[dict[str, str]]] = []
+            for i, turn in enumerate(data[f"session_{n}"]):
+                role = "user" if turn["speaker"] == data["speaker_a"] else "assistant"
+                if role == "user" or not session:
+                    session.append([])
+                stamp = (start + timedelta(seconds=30 * i)).isoformat()
+                session[-1].append({"role": role, "content": turn["text"], "timestamp": stamp})
+                stamps[turn["dia_id"]] = stamp
+            requests[n] = session
+        n += 1
+    return Journal(requests, stamps)
+
+
+def with_turn_spans(facts: list[dict[str, Any]], journal: Journal) -> list[dict[str, Any]]:
+    """``facts`` whose source also names the time span of the turns they cite, as a fact
+    extracted from the journal does (``{"kind": "turns", "from", "to"}``)."""
+    out: list[dict[str, Any]] = []
+    for fact in facts:
+        times = sorted(journal.stamps[d] for d in fact["source"]["dia_ids"] if d in journal.stamps)
+        if times:
+            fact = {**fact, "source": {**fact["source"], "kind": "turns", "from": times[0], "to": times[-1]}}
+        out.append(fact)
+    return out
+
+
+def post_covered_turns(srv: LiveServer, root: Path, name: str, journal: Journal, before_session: int) -> None:
+    """Post the turns of the sessions before ``before_session`` through ``/cache`` and mark
+    them covered, as a finished extraction over them does (TurnsMined to the journal's writer)."""
+    from nekomem.actors.messages import TurnsMined
+    from nekomem.stores.timeindex_read import TimeIndexReader
+
+    for number, session in sorted(journal.requests.items()):
+        if number < before_session:
+            for request in session:
+                srv.post(f"/cache/{name}", json={"input_history": request}).raise_for_status()
+    found = sorted(root.rglob("time_indexed.db"))
+    if not found:
+        return
+    with TimeIndexReader.read_only(found[0]) as reader:
+        top, _count = reader.shape()
+    if top:
+        srv.runtime.registry.tell(name, "recent", TurnsMined(ranges=[(1, top)]))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with TimeIndexReader.read_only(found[0]) as reader:
+                if (reader.mined_ranges() or [(0, 0)])[-1][1] >= top:
+                    return
+            time.sleep(0.05)
+        raise RuntimeError("the posted turns were not marked covered")
+
+
 def without_unmined(facts: list[dict[str, Any]], unmined: Unmined) -> list[dict[str, Any]]:
     """``facts`` without the observations that cite only turns of the unmined sessions."""
     return [f for f in facts if not all(unmined.holds(d) for d in f["source"]["dia_ids"])]
@@ -298,21 +379,27 @@ def run_conversation(
     clock: Clock | None = None,
     ranked: list[RankedAnswer] | None = None,
     unmined: Unmined | None = None,
+    journal: Journal | None = None,
 ) -> tuple[list[tuple[int, float]], float]:
     """Import ``facts`` as character ``name`` of a fresh server (on ``clock``, the real one by
     default), ask every question; returns (category, share of the evidence ids cited by the
     results) per question and the p50 ms. With ``ranked``, a :class:`RankedAnswer` per
     question is appended to it (for rank measures such as recall@1). With ``unmined``, the
     facts of those sessions are left out and their turns posted through ``/cache`` instead
-    (no model: nothing covers them)."""
+    (no model: nothing covers them). With ``journal`` and ``recall_turn_keys`` on, the mined
+    sessions' turns are posted and marked covered, and each fact names its turns' span."""
     settings = bench_settings(root, **overrides)
     if isinstance(emb, Services):
         service = emb.get(settings.embeddings)  # the configuration's own model
     else:
         service = emb if settings.embeddings.embedding_enabled else EmbeddingService(settings.embeddings)
     with LiveServer(settings, embeddings=service, clock=clock) as srv:
-        r = srv.post(f"/api/characters/{name}/facts", json={"facts": facts if unmined is None else without_unmined(facts, unmined)})
+        keys = journal is not None and bool(overrides.get("recall_turn_keys"))
+        kept = facts if unmined is None else without_unmined(facts, unmined)
+        r = srv.post(f"/api/characters/{name}/facts", json={"facts": with_turn_spans(kept, journal) if keys and journal else kept})
         r.raise_for_status()
+        if keys and journal is not None:
+            post_covered_turns(srv, root, name, journal, unmined.first_session if unmined is not None else 10**9)
         for request in unmined.requests if unmined is not None else ():
             srv.post(f"/cache/{name}", json={"input_history": request}).raise_for_status()
         if unmined is not None:
@@ -492,6 +579,8 @@ def main(argv: list[str] | None = None) -> int:
 
         stand_in = StandInServer().start()
         CONFIGS["remote"] = {**REMOTE_E5, "embedding_remote_base_url": stand_in.base_url}
+        # The endpoint as a leg beside the bundled use: use+e5 with e5 served over HTTP.
+        CONFIGS["leg"] = {**CONFIGS["remote"], "embedding_model": "use+remote"}
 
     folder = resolve_data(args.data)
     if smoke:
@@ -517,6 +606,8 @@ def main(argv: list[str] | None = None) -> int:
     ceil = summarise(ceiling(facts_by_conv, questions_by_conv))
     print(" | ".join([f"{'(ceiling)':<28}"] + [f"{ceil.get(c, float('nan')):>11.3f}" for c in list(CATEGORIES.values()) + ["overall"]]))
     unmined = [unmined_sessions(f, args.unmined_last) for f in files] if args.unmined_last > 0 else []
+    wants_journal = any(overrides_of(n).get("recall_turn_keys") for n in names)
+    journals: list[Journal | None] = [conversation_journal(f) for f in files] if wants_journal else [None] * len(files)
     modes: list[str] = ([] if args.unmined_only and unmined else ["mined"]) + (["unmined"] if unmined else [])
     for name in names:
         for mode in modes:
@@ -528,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
                 for index, (facts, questions) in enumerate(loaded):
                     left = unmined[index] if mode == "unmined" else None
                     conv_scores, p50 = run_conversation(
-                        Path(tmp) / f"c{index}", overrides_of(name), services, facts, questions, unmined=left
+                        Path(tmp) / f"c{index}", overrides_of(name), services, facts, questions, unmined=left, journal=journals[index]
                     )
                     scores += conv_scores
                     if unmined:

@@ -165,3 +165,22 @@ def test_two_workers_run_two_batches_at_once() -> None:
     both_running.wait(WAIT)
     assert first.wait() == [1] and second.wait() == [2]
     batcher.close()
+
+
+def test_an_exception_as_one_requests_answer_fails_that_request_alone() -> None:
+    """A run may answer one request with an exception (the remote leg failed a passage
+    request while its batch-mates, queries, got their rows): that caller gets the error."""
+
+    def run(batch: list[Pending[int, list[int]]]) -> list[list[int] | BaseException]:
+        return [ValueError("endpoint down") if 7 in p.items else [item * 10 for item in p.items] for p in batch]
+
+    batcher: MicroBatcher[int, list[int]] = MicroBatcher(run, max_items=32, name="test-batcher")
+    try:
+        failing = batcher.submit([7])
+        fine = batcher.submit([1, 2])
+        with pytest.raises(ValueError, match="endpoint down"):
+            failing.wait()
+        assert fine.wait() == [10, 20]
+        assert batcher.call([3]) == [30]  # the worker goes on
+    finally:
+        batcher.close()

@@ -16,17 +16,16 @@ FACTS = ["Master has a kitten named Pixel", "Master plays the cello on Sundays",
 
 
 def remote_settings(tmp_path, fake: FakeEmbeddings, model: str = "fake-embed", **extra: object):
-    return make_settings(
-        tmp_path,
-        embedding_model="remote",
-        embedding_remote_base_url=fake.base_url,
-        embedding_remote_model=model,
-        embedding_remote_batch_size=2,
-        embedding_remote_retry_seconds=0.2,
-        recall_cosine_threshold=0.2,
-        recall_backfill_retry_seconds=0.2,
-        **extra,
-    )
+    values: dict[str, object] = {
+        "embedding_model": "remote",
+        "embedding_remote_base_url": fake.base_url,
+        "embedding_remote_model": model,
+        "embedding_remote_batch_size": 2,
+        "embedding_remote_retry_seconds": 0.2,
+        "recall_cosine_threshold": 0.2,
+        "recall_backfill_retry_seconds": 0.2,
+    }
+    return make_settings(tmp_path, **{**values, **extra})
 
 
 def recall(srv: LiveServer, query: str) -> list[str]:
@@ -121,3 +120,65 @@ def test_uncovered_turns_get_a_vector_leg(tmp_path):
             assert history[0]["content"] in embedded_texts(fake, "fake-embed")
             body = srv.post(f"/query_memory/{NAME}", json={"query": "feline"}).json()
             assert [(r["tier"], r["text"]) for r in body["results"]][:1] == [("turn", history[0]["content"])]
+
+
+def explain(srv: LiveServer, query: str) -> dict[str, list[str]]:
+    """The playground's vector legs for ``query``: model name -> the texts it found."""
+    body = srv.post(f"/api/browse/{NAME}/recall_explain", json={"query": query}).json()
+    return {leg["model"]: [hit["text"] for hit in leg["hits"]] for leg in body["vector_legs"]}
+
+
+def test_the_endpoint_as_a_leg_beside_a_bundled_model_degrades_to_the_other_leg(tmp_path):
+    """embedding_model = e5+remote: the endpoint's vectors are one more leg beside the
+    bundled e5's (one cached vector per entry under one model id naming both); stopped or
+    hanging, every query still answers within its deadline from the e5 leg."""
+    with FakeEmbeddings(dim=16) as fake:
+        settings = remote_settings(
+            tmp_path,
+            fake,
+            embedding_model="e5+remote",
+            embedding_remote_timeout_seconds=2.0,
+            recall_query_embed_timeout_seconds=5.0,  # the loaded test machine's e5 gets time
+        )
+        with LiveServer(settings, embeddings=EmbeddingService(settings.embeddings)) as srv:
+            srv.post(f"/api/characters/{NAME}/facts", json={"facts": [{"text": t} for t in FACTS]}).raise_for_status()
+            srv.wait_vectors(NAME)
+            health = srv.get("/health").json()["embeddings"]
+            assert health["state"] == "ready" and health["model"].startswith("multilingual-e5-small-q4+remote-fake-embed-400d-"), health
+            assert set(FACTS) <= set(embedded_texts(fake, "fake-embed"))
+            # The bundled model's texts keep its own prefixes; the endpoint gets none here.
+            assert not any(t.startswith(("query: ", "passage: ")) for t in embedded_texts(fake, "fake-embed"))
+            legs = explain(srv, "feline")
+            assert list(legs) == ["multilingual-e5-small", "remote"], legs
+            assert legs["remote"][:1] == [FACTS[0]]
+            close = "Master plays the cello on Sunday"
+            assert FACTS[1] in explain(srv, close)["multilingual-e5-small"]
+
+            fake.stop()  # mid-run: the e5 leg still answers, the endpoint's finds nothing
+            legs = explain(srv, close)
+            assert legs["remote"] == [] and FACTS[1] in legs["multilingual-e5-small"], legs
+            assert recall(srv, close)[:1] == [FACTS[1]]
+            health = srv.get("/health").json()["embeddings"]
+            assert health["state"] == "ready" and "error" in health, health
+
+            fake.hang()
+            fake.start()  # every request waits: the query gives up on it before its deadline
+            legs = explain(srv, close)
+            assert legs["remote"] == [] and FACTS[1] in legs["multilingual-e5-small"], legs
+            fake.release()
+            srv.post(f"/api/characters/{NAME}/facts", json={"facts": [{"text": "Master's kitty sleeps all day"}]}).raise_for_status()
+            srv.wait_vectors(NAME)
+            wait_for(lambda: "error" not in srv.get("/health").json()["embeddings"], what="the endpoint's error to clear")
+            assert set(explain(srv, "feline")["remote"][:2]) == {FACTS[0], "Master's kitty sleeps all day"}
+
+
+def test_beside_a_bundled_model_the_profiles_leave_the_shared_thresholds_to_the_settings():
+    """e5's profile would set recall_cosine_threshold 0.8 for e5 alone; beside the endpoint
+    that setting is the endpoint leg's (e5's leg keeps its profile's own), and the whole-
+    vector dedup thresholds, a mean over models no profile knows, stay the settings'."""
+    from nekomem.config.embeddings import model_dirs, profile_settings
+
+    assert profile_settings("e5", "")["recall_cosine_threshold"] == 0.8
+    assert profile_settings("e5+remote", "") == {}
+    assert [d.name for d in model_dirs("use+e5+remote", "")] == ["use-multilingual-v3", "multilingual-e5-small"]
+    assert model_dirs("remote", "") == []

@@ -40,6 +40,7 @@ from nekomem.stores.neko_cards import CharacterCards
 if TYPE_CHECKING:
     from nekomem.models.embeddings import EmbeddingService
     from nekomem.models.llm import LLMClient
+    from nekomem.models.llm_rerank import LlmReranker
     from nekomem.models.rerank import Reranker
 
 
@@ -67,6 +68,7 @@ class FakePorts:
         llm: LLMClient | None = None,
         embeddings: EmbeddingService | None = None,
         reranker: Reranker | None = None,
+        llm_reranker: LlmReranker | None = None,
         cards: CharacterCards | None = None,
         powerful: bool | None = None,
         pool_full: bool = False,
@@ -83,6 +85,7 @@ class FakePorts:
         self._llm = llm
         self._embeddings = embeddings
         self._reranker = reranker
+        self._llm_reranker = llm_reranker
         self._cards = cards
         self._pending = PendingCounter()
         self._backlog = BacklogTally()
@@ -141,6 +144,10 @@ class FakePorts:
     @property
     def reranker(self) -> Reranker | None:
         return self._reranker
+
+    @property
+    def llm_reranker(self) -> LlmReranker | None:
+        return self._llm_reranker
 
     @property
     def cards(self) -> CharacterCards | None:

@@ -399,6 +399,8 @@ class QueryMemory(Message, frozen=True):
     time: str = ""
     now: datetime | None = None
     subjects: list[Subject] | None = None  # None: the private corpus (nekomem.domain.subjects)
+    # An explicit recall (POST /query_memory), which recall_llm_rerank may re-rank.
+    explicit: bool = False
 
 
 class RankForStage2(Message, frozen=True):

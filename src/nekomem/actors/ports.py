@@ -41,6 +41,7 @@ from nekomem.stores.neko_cards import CharacterCards
 if TYPE_CHECKING:
     from nekomem.models.embeddings import EmbeddingService
     from nekomem.models.llm import LLMClient
+    from nekomem.models.llm_rerank import LlmReranker
     from nekomem.models.rerank import Reranker
 
 # (token, output, error) -> the typed message that brings an LLM task's outcome home.
@@ -57,7 +58,7 @@ class LayerPorts(Protocol):
     Attributes are read-only views of the character: ``character`` (its name), ``child``
     (this layer's address), ``log``, ``paths`` (its files), ``settings``, ``clock``,
     ``journal`` (the character's shared event journal), and the process services a layer
-    may use (``storage``, ``embeddings``, ``llm``, ``reranker``, ``cards`` and the tallies
+    may use (``storage``, ``embeddings``, ``llm``, ``reranker``, ``llm_reranker``, ``cards`` and the tallies
     it publishes to: ``pending``, ``backlog``, ``outbox_tally``).
     """
 
@@ -83,6 +84,8 @@ class LayerPorts(Protocol):
     def llm(self) -> LLMClient | None: ...
     @property
     def reranker(self) -> Reranker | None: ...
+    @property
+    def llm_reranker(self) -> LlmReranker | None: ...
     @property
     def cards(self) -> CharacterCards | None: ...
     @property
@@ -215,6 +218,10 @@ class ActorPorts:
     @property
     def reranker(self) -> Reranker | None:
         return self._services.reranker
+
+    @property
+    def llm_reranker(self) -> LlmReranker | None:
+        return self._services.llm_reranker
 
     @property
     def cards(self) -> CharacterCards | None:

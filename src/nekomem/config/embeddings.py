@@ -9,13 +9,16 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from nekomem.config.base import Section, doc
+from nekomem.config.endpoint import Endpoint
 
 EMBEDDING_MODEL_KINDS = ("auto", "use-string-input", "hf-tokenizer")
 EMBEDDING_POOLINGS = ("mean", "cls", "last")
 # The models scripts/fetch_model.py installs, by name -> folder (relative to the project).
 BUILTIN_MODELS = {"use": "models/use-multilingual-v3", "e5": "models/multilingual-e5-small"}
-EMBEDDING_MODELS = ("use", "e5", "use+e5", "remote")
 REMOTE_MODEL = "remote"  # an OpenAI-compatible /v1/embeddings endpoint (embedding_remote_*)
+# "remote" alone replaces the bundled models; after them ("use+e5+remote") it is one more
+# vector leg beside theirs.
+EMBEDDING_MODELS = ("use", "e5", "use+e5", REMOTE_MODEL, "use+remote", "e5+remote", "use+e5+remote")
 PROFILE_FILE = "profile.json"
 # Settings a model profile may set (when the user did not): cosines are model-specific.
 PROFILE_SETTINGS = ("recall_cosine_threshold", "fact_dedup_cosine_threshold", "longterm_refine_cosine_threshold")
@@ -26,7 +29,7 @@ class EmbeddingSettings(Section, frozen=True):
     embedding_model: Annotated[
         str,
         doc(
-            "Which model embeds: e5 (multilingual-e5-small, 4-bit), use (Universal Sentence Encoder multilingual v3), use+e5 (both; recall then runs one vector leg per model, fused by RRF), or remote (your own OpenAI-compatible /v1/embeddings endpoint, the embedding_remote_* settings; see docs/RECALL.md). An installed model's profile.json supplies its prefixes and its cosine thresholds unless those are set explicitly. Ignored when embedding_model_dir is set."
+            "Which model embeds: e5 (multilingual-e5-small, 4-bit), use (Universal Sentence Encoder multilingual v3), use+e5 (both; recall then runs one vector leg per model, fused by RRF), remote (your own OpenAI-compatible /v1/embeddings endpoint in place of the bundled models, the embedding_remote_* settings; see docs/RECALL.md), or use+remote, e5+remote, use+e5+remote (your endpoint as one more vector leg beside the bundled models; when it fails, queries answer from the other legs). An installed model's profile.json supplies its prefixes and its cosine thresholds unless those are set explicitly. Ignored when embedding_model_dir is set."
         ),
     ] = "use+e5"
     embedding_model_dir: Annotated[
@@ -135,7 +138,13 @@ class EmbeddingSettings(Section, frozen=True):
         ),
     ] = 0
     embedding_remote_batch_size: Annotated[int, doc("embedding_model remote: most texts in one request.", ge=1)] = 64
-    embedding_remote_concurrency: Annotated[int, doc("embedding_model remote: most requests in flight to the endpoint at once.", ge=1)] = 2
+    embedding_remote_concurrency: Annotated[
+        int,
+        doc(
+            "embedding_model remote: most requests in flight to the endpoint at once. Requests run on threads of their own beside the inference thread, so a query that stops waiting for a slow endpoint (at 80% of its deadline) leaves its request running there; this bounds how many such requests, and threads, there can be.",
+            ge=1,
+        ),
+    ] = 2
     embedding_remote_timeout_seconds: Annotated[
         float,
         doc(
@@ -148,8 +157,17 @@ class EmbeddingSettings(Section, frozen=True):
         doc("embedding_model remote: while the endpoint cannot be reached at start, how often to try again to learn its width.", gt=0),
     ] = 30.0
 
+    def remote_endpoint(self) -> Endpoint:
+        """The embedding endpoint (embedding_remote_base_url, _model, _api_key, _timeout_seconds)."""
+        return Endpoint(
+            base_url=self.embedding_remote_base_url,
+            model=self.embedding_remote_model,
+            api_key=self.embedding_remote_api_key,
+            timeout_seconds=self.embedding_remote_timeout_seconds,
+        )
+
     def __post_init__(self) -> None:
-        if self.embedding_model == REMOTE_MODEL and not self.embedding_model_dir:
+        if uses_remote(self.embedding_model) and not self.embedding_model_dir:
             if not self.embedding_remote_base_url.strip() or not self.embedding_remote_model.strip():
                 raise ValueError("embedding_model remote needs embedding_remote_base_url and embedding_remote_model")
         if self.embedding_model not in EMBEDDING_MODELS:
@@ -158,6 +176,11 @@ class EmbeddingSettings(Section, frozen=True):
             raise ValueError(f"embedding_model_kind must be one of {', '.join(EMBEDDING_MODEL_KINDS)}")
         if self.embedding_pooling not in EMBEDDING_POOLINGS:
             raise ValueError(f"embedding_pooling must be one of {', '.join(EMBEDDING_POOLINGS)}")
+
+
+def uses_remote(model: str) -> bool:
+    """Whether the embedding_model value names the remote endpoint (alone or as a leg)."""
+    return REMOTE_MODEL in model.split("+")
 
 
 def find_project_root(start: Path | None = None) -> Path | None:
@@ -190,12 +213,11 @@ def resolve_model_dir(value: str, project_root: Path | None = None) -> Path:
 
 def model_dirs(model: str, model_dir: str, project_root: Path | None = None) -> list[Path]:
     """The folder(s) of the configured model: the custom ``model_dir`` when set, else the
-    built-in folder of each name in ``model`` ("use", "e5" or "use+e5"); none for "remote"."""
+    built-in folder of each bundled name in ``model`` ("use", "e5", "use+e5"; "remote" has no
+    folder)."""
     if model_dir:
         return [resolve_model_dir(model_dir, project_root)]
-    if model == REMOTE_MODEL:
-        return []  # no folder: the remote endpoint
-    return [resolve_model_dir(BUILTIN_MODELS[name], project_root) for name in model.split("+")]
+    return [resolve_model_dir(BUILTIN_MODELS[name], project_root) for name in model.split("+") if name != REMOTE_MODEL]
 
 
 def read_profile(folder: Path) -> dict[str, Any]:
@@ -211,11 +233,15 @@ def profile_settings(model: str, model_dir: str, project_root: Path | None = Non
     """The PROFILE_SETTINGS the configured model's profile(s) give. With two models the value
     is their mean (one stored vector then scores the mean of the two cosines), except the
     recall threshold: each recall leg then uses its own model's. A key some profile lacks is
-    left out, as is everything when no profile is installed."""
+    left out, as is everything when no profile is installed. The remote endpoint has no
+    profile: beside a bundled model its leg takes recall_cosine_threshold, and the shared
+    dedup thresholds are left to the settings (its cosines are not known here)."""
     per_model: list[Mapping[str, Any]] = []
     for folder in model_dirs(model, model_dir, project_root):
         given = read_profile(folder).get("settings")
         per_model.append(given if isinstance(given, dict) else {})
+    if not model_dir and uses_remote(model) and per_model:
+        per_model.append({})
     out: dict[str, float] = {}
     for key in PROFILE_SETTINGS:
         if key == "recall_cosine_threshold" and len(per_model) > 1:

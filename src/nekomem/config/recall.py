@@ -7,6 +7,7 @@ from typing import Annotated
 import msgspec
 
 from nekomem.config.base import Section, doc
+from nekomem.config.endpoint import Endpoint
 
 RECALL_LEGS = ("both", "bm25", "vector")
 RECALL_RENDER_LANGUAGES = ("en", "ja", "zh")
@@ -130,6 +131,19 @@ class RecallSettings(Section, frozen=True):
             gt=0,
         ),
     ] = 0.5
+    recall_turn_keys: Annotated[
+        bool,
+        doc(
+            "Beyond the reference: the journal turns a fact was learnt from are more keys of that fact (LongMemEval's key expansion). The newest recall_uncovered_turns covered turns are searched by BM25, and each matching turn ranks the facts whose source span (the time span of the turns of their extraction) holds it, fused as one more leg weighing recall_turn_keys_weight. Only facts extracted from the journal name such a span. Off: on LoCoMo dev it gave +0.006 fully mined at weight 1, nothing with the last session unmined (docs/RECALL.md)."
+        ),
+    ] = False
+    recall_turn_keys_weight: Annotated[
+        float,
+        doc(
+            "recall_turn_keys: the weight of the facts-by-their-turns leg in the Reciprocal Rank Fusion (each of the index's legs weighs 1).",
+            gt=0,
+        ),
+    ] = 0.5
     recall_rerank_base_url: Annotated[
         str,
         doc(
@@ -150,6 +164,12 @@ class RecallSettings(Section, frozen=True):
         ),
     ] = 3.0
     recall_rerank_concurrency: Annotated[int, doc("Most re-rank requests in flight at once, over every character.", ge=1)] = 2
+    recall_llm_rerank: Annotated[
+        bool,
+        doc(
+            "Beyond the reference: when a chat model is configured (its summary tier) and no recall_rerank_base_url is, an explicit recall (POST /query_memory without subjects: what the recall_memory tool sends; never /search_for_memory or /new_dialog) asks the chat model once to re-order its fused top recall_rerank_top_n, waiting at most recall_rerank_timeout_seconds; a late, failed or nonsensical answer keeps the fused order. Costs one model call per recall (docs/RECALL.md)."
+        ),
+    ] = False
     recall_query_max_chars: Annotated[int, doc("A query longer than this many characters is cut before searching.", ge=1)] = 2000
     recall_stem_english: Annotated[
         bool, doc("Cut plain English words to a light stem (plurals, -ed, -ing, -ly, final e) in documents and queries of the lexical leg.")
@@ -251,6 +271,15 @@ class RecallSettings(Section, frozen=True):
         int,
         doc("Token budget of a whole rendered block, header included; lines past it are dropped (the first line is always kept).", ge=1),
     ] = 2204
+
+    def rerank_endpoint(self) -> Endpoint:
+        """The re-ranker (recall_rerank_base_url, _model, _api_key, _timeout_seconds)."""
+        return Endpoint(
+            base_url=self.recall_rerank_base_url,
+            model=self.recall_rerank_model,
+            api_key=self.recall_rerank_api_key,
+            timeout_seconds=self.recall_rerank_timeout_seconds,
+        )
 
     def __post_init__(self) -> None:
         if self.recall_rerank_field not in ("documents", "texts"):

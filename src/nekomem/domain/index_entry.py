@@ -36,3 +36,7 @@ class IndexEntry(msgspec.Struct, kw_only=True, frozen=True):
     subject_kind: str | None = None
     subject_id: str | None = None
     scope: str | None = None
+    # A fact's source turns: the time span (ISO 8601) of the journal turns it was learnt
+    # from, when its source_ref names one (recall_turn_keys: those turns are more keys of it).
+    source_from: str | None = None
+    source_to: str | None = None

@@ -85,7 +85,7 @@ async def query_memory(request: Request) -> Response:
         subjects = subjects_from_request(body.subjects)
     except SubjectError as exc:
         raise ApiError(422, "bad_subjects", str(exc)) from None
-    answer = await _recall(request, name, (body.query or "").strip(), spec, subjects, body.render, body.language)
+    answer = await _recall(request, name, (body.query or "").strip(), spec, subjects, body.render, body.language, explicit=True)
     return JSONResponse(msgspec.to_builtins(answer))
 
 
@@ -102,8 +102,17 @@ async def search_for_memory(request: Request) -> Response:
 
 
 async def _recall(
-    request: Request, name: str, query: str, spec: str, subjects: list[Subject] | None, render: str | None, language_raw: str | None
+    request: Request,
+    name: str,
+    query: str,
+    spec: str,
+    subjects: list[Subject] | None,
+    render: str | None,
+    language_raw: str | None,
+    explicit: bool = False,
 ) -> RecallAnswer:
+    """The recall answer for ``query``/``spec`` (``explicit``: a /query_memory call, which
+    recall_llm_rerank may re-rank)."""
     rt = runtime_of(request)
     now = display_now(request)
     if not query and not spec or not await character_exists(request, name):
@@ -111,7 +120,11 @@ async def _recall(
     else:
         try:
             answer = await ask(
-                rt, name, RECALL, lambda reply: QueryMemory(query=query, time=spec, now=now, subjects=subjects, reply=reply), RecallAnswer
+                rt,
+                name,
+                RECALL,
+                lambda reply: QueryMemory(query=query, time=spec, now=now, subjects=subjects, explicit=explicit, reply=reply),
+                RecallAnswer,
             )
         except (ActorFailure, TimeoutError) as exc:
             log.warning("recall failed for a character: %s", getattr(exc, "code", type(exc).__name__))

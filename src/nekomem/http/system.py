@@ -87,7 +87,13 @@ async def health(request: Request) -> Response:
             "config_warnings": rt.llm.config_warnings() if rt.llm is not None else [],
         },
         "embeddings": embeddings_status(rt),
-        "reranker": rt.services.reranker.status() if rt.services.reranker is not None else {"state": "unconfigured"},
+        "reranker": (
+            rt.services.reranker.status()
+            if rt.services.reranker is not None
+            else rt.services.llm_reranker.status()
+            if rt.services.llm_reranker is not None
+            else {"state": "unconfigured"}
+        ),
         "model_jobs": rt.pool.total_busy(),
         "supervision": {"child_restarts": 0, "failed_children": 0, "handler_errors": 0, **rt.services.counters.snapshot()},
         "storage": stored,

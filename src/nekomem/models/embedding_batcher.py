@@ -71,8 +71,9 @@ class Pending(Generic[Item, Answer]):
         return self.answer  # type: ignore[return-value]  # set whenever error is None
 
 
-BatchRun = Callable[[list[Pending[Item, Answer]]], list[Answer]]
-"""Runs one batch: the requests in order, answered with one answer per request."""
+BatchRun = Callable[[list[Pending[Item, Answer]]], list[Answer | BaseException]]
+"""Runs one batch: the requests in order, answered with one answer per request (an
+exception as a request's answer fails that request alone; raising fails the batch)."""
 BatchEnd = Callable[[int, int], None]
 """Told after each batch ``(requests, items)`` on the worker thread (e.g. to trim memory)."""
 
@@ -187,7 +188,10 @@ class MicroBatcher(Generic[Item, Answer]):
                 if len(answers) != len(batch):
                     raise RuntimeError(f"batch run answered {len(answers)} of {len(batch)} requests")
                 for pending, answer in zip(batch, answers, strict=True):
-                    pending.answer = answer
+                    if isinstance(answer, BaseException):
+                        pending.error = answer  # this request alone failed
+                    else:
+                        pending.answer = answer
             except BaseException as exc:  # noqa: BLE001 - every failure goes back to its callers
                 for pending in batch:
                     pending.error = exc

@@ -28,7 +28,15 @@ With ``embedding_model = "remote"`` the model is the user's own OpenAI-compatibl
 from a first request (tried again every ``embedding_remote_retry_seconds`` while the
 endpoint cannot be reached; the service stays "loading" meanwhile), and a failed request
 fails that one embedding only: the service stays ready and shows the failure as ``error``
-until a request succeeds again.
+until a request succeeds again. ``use+remote``, ``e5+remote`` and ``use+e5+remote`` put the
+endpoint's vectors beside the bundled models' as one more block of columns (one more
+recall leg, each block scaled by ``1/sqrt(n)``). Its request runs on a thread of its own
+while the bundled models infer; when it fails, or is still running at 80% of the earliest
+deadline of a batch's queries, those queries get zeros in the endpoint's columns (its leg
+finds nothing, the other legs answer) and the batch's passages fail (their backfill is
+retried, so no stored vector ever lacks the endpoint's part). With
+``embedding_remote_dimensions`` set, an endpoint that is down at start does not hold the
+bundled models back: the width is taken from the setting.
 
 Vectors come back as float32 ``[N, dim]`` rows with unit L2 norm. The model id names the
 model, its dimension and a sha256 prefix of the files (and of the settings that change the
@@ -47,6 +55,8 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import CancelledError, Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -54,7 +64,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from nekomem.config.embeddings import REMOTE_MODEL, EmbeddingSettings, find_project_root, model_dirs, read_profile, resolve_model_dir
+from nekomem.config.embeddings import EmbeddingSettings, find_project_root, model_dirs, read_profile, resolve_model_dir, uses_remote
 from nekomem.models.embedding_backends import Backend, Disable, StringInputBackend, TokenizerBackend
 from nekomem.models.embedding_batcher import BatcherClosed, MicroBatcher, Pending, RequestExpired
 from nekomem.models.embedding_remote import RemoteEmbeddingBackend, RemoteEmbeddingError
@@ -89,6 +99,9 @@ _DIGEST_CHARS = 12
 _PROBE_TEXT = "probe"
 _MODEL_ID_DIM = re.compile(r"-(\d+)d(?=-|$)")
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+# Beside bundled models, a batch of queries waits for the endpoint until this share of the
+# time left to its earliest deadline: the rest is for the answer to reach the recall.
+_REMOTE_WAIT_SHARE = 0.8
 
 
 class _TryAgain(Exception):
@@ -338,38 +351,53 @@ class EmbeddingService:
     def _load(self) -> tuple[_Slot, ...]:
         """Load every configured model; raises Disable (or anything a loader raises)."""
         s = self._settings
-        if s.embedding_model == REMOTE_MODEL and not s.embedding_model_dir:
-            return (self._load_remote(),)
         folders = model_dirs(s.embedding_model, s.embedding_model_dir, self._project_root)
-        weight = 1.0 / float(np.sqrt(len(folders)))
+        remote = uses_remote(s.embedding_model) and not s.embedding_model_dir
+        count = len(folders) + (1 if remote else 0)
+        weight = 1.0 / float(np.sqrt(count))
         slots: list[_Slot] = []
         start = 0
         for folder in folders:
             profile = read_profile(folder)
             backend, model_id, dim, prefixes = self._load_one(folder, profile)
-            threshold = (profile.get("settings") or {}).get("recall_cosine_threshold") if len(folders) > 1 else None
+            threshold = (profile.get("settings") or {}).get("recall_cosine_threshold") if count > 1 else None
             leg = VectorLeg(folder.name, start, start + dim, weight, float(threshold) if isinstance(threshold, int | float) else None)
             slots.append(_Slot(backend, model_id, dim, prefixes[0], prefixes[1], leg))
             start += dim
+        if remote:
+            try:
+                slots.append(self._load_remote(start, weight, beside=bool(folders)))
+            except BaseException:
+                for slot in slots:
+                    closer = getattr(slot.backend, "close", None)
+                    if closer is not None:
+                        closer()
+                raise
         return tuple(slots)
 
-    def _load_remote(self) -> _Slot:
-        """The remote endpoint's slot, its width learnt from one request; raises _TryAgain
-        while the endpoint cannot answer."""
+    def _load_remote(self, start: int, weight: float, beside: bool) -> _Slot:
+        """The remote endpoint's slot at column ``start``, its width learnt from one request
+        (or, ``beside`` bundled models, taken from embedding_remote_dimensions when the
+        endpoint cannot answer now); raises _TryAgain while it cannot be learnt."""
         s = self._settings
         backend = RemoteEmbeddingBackend(s)
         try:
             probe = backend.infer([s.embedding_passage_prefix + _PROBE_TEXT])
+            dim = int(probe.shape[1])
+            if not np.isfinite(probe).all():
+                backend.close()
+                raise Disable("unsupported_model", "the endpoint's probe vector is not finite")
+            self._error = None
         except RemoteEmbeddingError as exc:
-            backend.close()
-            raise _TryAgain(f"{backend.describe()}: {exc}") from None
-        if not np.isfinite(probe).all():
-            backend.close()
-            raise Disable("unsupported_model", "the endpoint's probe vector is not finite")
-        dim = int(probe.shape[1])
+            if not (beside and s.embedding_remote_dimensions):
+                backend.close()
+                raise _TryAgain(f"{backend.describe()}: {exc}") from None
+            dim = s.embedding_remote_dimensions
+            self._error = f"remote_failed: {exc}"
+            log.warning("embedding endpoint not reachable (%s); its leg waits, the bundled legs answer", exc)
         prefixes = (s.embedding_query_prefix, s.embedding_passage_prefix)
-        self._error = None
-        return _Slot(backend, backend.model_id(dim, prefixes), dim, prefixes[0], prefixes[1], VectorLeg("remote", 0, dim, 1.0, None))
+        leg = VectorLeg("remote", start, start + dim, weight, None)
+        return _Slot(backend, backend.model_id(dim, prefixes), dim, prefixes[0], prefixes[1], leg)
 
     @staticmethod
     def _combined_id(slots: Sequence[_Slot]) -> str:
@@ -382,7 +410,9 @@ class EmbeddingService:
     def _load_one(self, folder: Path, profile: dict[str, Any]) -> tuple[Backend, str, int, tuple[str, str]]:
         """Load the model in folder: (backend, model id, dim, (query prefix, passage prefix))."""
         s = self._settings
-        run = _RunSpec.of(s, profile)
+        # Beside the remote endpoint the prefix settings are the endpoint's (its model's own
+        # words, such as "search_query: "), so a bundled model takes only its profile's.
+        run = _RunSpec.of(s, profile, prefix_settings=not (uses_remote(s.embedding_model) and not s.embedding_model_dir))
         model_path = folder / MODEL_FILE
         if not model_path.is_file() or model_path.stat().st_size == 0:
             raise Disable("model_file_missing", str(model_path))
@@ -568,21 +598,40 @@ class EmbeddingService:
         limit = self._settings.embedding_max_text_chars
         return [("query" if kind == "query" else "passage", item[:limit]) for item in items], dim
 
-    def _run_batch(self, batch: list[Pending[_Item, npt.NDArray[np.float32]]]) -> list[npt.NDArray[np.float32]]:
+    def _run_batch(self, batch: list[Pending[_Item, npt.NDArray[np.float32]]]) -> list[npt.NDArray[np.float32] | BaseException]:
         """Embed the requests of one micro-batch (on the inference thread): one [n, dim]
         array per request. A model whose vectors do not depend on their batch-mates
         (``Backend.batch_invariant``) embeds all the requests' texts in one call; any other
         runs each request's texts on their own, as that request alone would have. A failure
-        disables the service and raises EmbeddingsUnavailable."""
+        of a bundled model disables the service and raises EmbeddingsUnavailable. The remote
+        endpoint's request runs on its own thread meanwhile (:meth:`_remote_rows`); when it
+        fails beside bundled models, a query request gets zeros in its columns and any other
+        request the error (EmbeddingsUnavailable) as its answer; alone, the batch raises it."""
         slots = self._slots
         if not slots:
             raise EmbeddingsUnavailable(self._state, self._reason)
         parts: list[list[np.ndarray]] = [[] for _ in batch]
+        answers: list[npt.NDArray[np.float32] | BaseException | None] = [None] * len(batch)
         started = time.monotonic()
+        texts_of = [
+            [[(slot.query_prefix if kind == "query" else slot.passage_prefix) + text for kind, text in p.items] for p in batch]
+            for slot in slots
+        ]
+        # The endpoint's request goes out first, so it runs while the bundled models infer.
+        remote = {
+            i: slot.backend.start([t for request in texts_of[i] for t in request])
+            for i, slot in enumerate(slots)
+            if isinstance(slot.backend, RemoteEmbeddingBackend)
+        }
+        remote_ok = True
         try:
-            for slot in slots:
-                texts = [[(slot.query_prefix if kind == "query" else slot.passage_prefix) + text for kind, text in p.items] for p in batch]
-                if slot.backend.batch_invariant:
+            for i, slot in enumerate(slots):
+                texts = texts_of[i]
+                raws: list[np.ndarray | None]
+                if i in remote:
+                    raws = self._remote_rows(remote[i], batch, texts, slot, alone=len(slots) == 1)
+                    remote_ok = all(raw is not None for raw in raws)
+                elif slot.backend.batch_invariant:
                     flat = [text for request in texts for text in request]
                     raw_all = slot.backend.infer(flat)
                     if raw_all.shape != (len(flat), slot.dim):
@@ -591,7 +640,13 @@ class EmbeddingService:
                     raws = [raw_all[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
                 else:
                     raws = [slot.backend.infer(request) for request in texts]
-                for part, raw, request in zip(parts, raws, texts, strict=True):
+                for j, (part, raw, request) in enumerate(zip(parts, raws, texts, strict=True)):
+                    if raw is None:
+                        if all(kind == "query" for kind, _ in batch[j].items):
+                            part.append(np.zeros((len(request), slot.dim), dtype=np.float32))  # this leg finds nothing
+                        else:
+                            answers[j] = EmbeddingsUnavailable("ready", self._error)
+                        continue
                     if raw.shape != (len(request), slot.dim):
                         raise ValueError(f"embeddings have shape {raw.shape}, expected {(len(request), slot.dim)}")
                     if not np.isfinite(raw).all():
@@ -599,13 +654,14 @@ class EmbeddingService:
                     norms = np.linalg.norm(raw, axis=1, keepdims=True)
                     part.append(raw / np.maximum(norms, np.finfo(np.float32).tiny) * slot.leg.weight)
         except RemoteEmbeddingError as exc:
-            # The user's endpoint failed this call: the service stays ready and tries again.
-            self._error = f"remote_failed: {exc}"
-            raise EmbeddingsUnavailable("ready", self._error) from exc
+            # The user's endpoint (alone) failed this call: the service stays ready and tries again.
+            raise EmbeddingsUnavailable("ready", f"remote_failed: {exc}") from exc
         except Exception as exc:
+            for future in remote.values():
+                future.cancel()
             self._disable(f"inference_raised: {type(exc).__name__}: {exc}")
             raise EmbeddingsUnavailable("disabled", self._reason) from exc
-        if self._error is not None:
+        if remote_ok and self._error is not None:
             self._error = None  # the endpoint answers again
         log.debug(
             "inference batch: %d requests, %d texts in %.1f ms",
@@ -613,7 +669,43 @@ class EmbeddingService:
             sum(len(p.items) for p in batch),
             (time.monotonic() - started) * 1000,
         )
-        return [np.concatenate(part, axis=1).astype(np.float32, copy=False) for part in parts]
+        return [
+            answer if answer is not None else np.concatenate(part, axis=1).astype(np.float32, copy=False)
+            for answer, part in zip(answers, parts, strict=True)
+        ]
+
+    def _remote_rows(
+        self,
+        future: Future[np.ndarray],
+        batch: list[Pending[_Item, npt.NDArray[np.float32]]],
+        texts: list[list[str]],
+        slot: _Slot,
+        alone: bool,
+    ) -> list[np.ndarray | None]:
+        """The endpoint's rows of each request of ``batch``, waited for until the request's
+        own timeout, or, when the batch holds requests with an expiry (queries), until
+        _REMOTE_WAIT_SHARE of the time left to the earliest one. On failure: None per
+        request beside bundled models (the failure is kept as ``error``); alone, raises
+        RemoteEmbeddingError."""
+        expiries = [p.expires for p in batch if p.expires is not None]
+        wait = None if not expiries else max(0.0, (min(expiries) - time.monotonic()) * _REMOTE_WAIT_SHARE)
+        try:
+            raw_all = future.result(timeout=wait)
+            count = sum(len(request) for request in texts)
+            if raw_all.shape != (count, slot.dim) or not np.isfinite(raw_all).all():
+                raise RemoteEmbeddingError(
+                    f"the endpoint answered shape {raw_all.shape}, expected {(count, slot.dim)}, or non-finite values"
+                )
+        except (FutureTimeout, CancelledError, RemoteEmbeddingError) as exc:
+            future.cancel()
+            reason = str(exc) if isinstance(exc, RemoteEmbeddingError) else "no answer before the queries' deadline"
+            self._error = f"remote_failed: {reason}"
+            if alone:
+                raise RemoteEmbeddingError(reason) from None
+            log.debug("embedding endpoint failed a batch (%s); its leg is left out", reason)
+            return [None] * len(batch)
+        bounds = np.cumsum([0, *(len(request) for request in texts)])
+        return [raw_all[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
 
     def _after_batch(self, requests: int, texts: int) -> None:
         """On the inference thread after each batch: when nothing else waits, give the heap
@@ -698,7 +790,7 @@ class _RunSpec:
     passage_prefix: str
 
     @classmethod
-    def of(cls, s: EmbeddingSettings, profile: dict[str, Any]) -> _RunSpec:
+    def of(cls, s: EmbeddingSettings, profile: dict[str, Any], prefix_settings: bool = True) -> _RunSpec:
         def pick(key: str, default: Any, kind: type) -> Any:
             value = profile.get(key)
             return value if isinstance(value, kind) and not isinstance(value, bool) else default
@@ -709,6 +801,6 @@ class _RunSpec:
             kind=kind if kind in ("auto", "use-string-input", "hf-tokenizer") else s.embedding_model_kind,
             pooling=pooling if pooling in ("mean", "cls", "last") else s.embedding_pooling,
             max_length=min(pick("max_length", s.embedding_max_length, int), s.embedding_max_length),
-            query_prefix=pick("query_prefix", s.embedding_query_prefix, str),
-            passage_prefix=pick("passage_prefix", s.embedding_passage_prefix, str),
+            query_prefix=pick("query_prefix", s.embedding_query_prefix if prefix_settings else "", str),
+            passage_prefix=pick("passage_prefix", s.embedding_passage_prefix if prefix_settings else "", str),
         )

@@ -9,15 +9,16 @@ wants) and a Bearer key when one is configured. Understood answers: ``{"results"
 list of ``{"index", "score" | "relevance_score"}`` (TEI). Documents the answer leaves out
 keep their fused order after the ranked ones.
 
-At most ``recall_rerank_concurrency`` requests are in flight (a semaphore shared by every
-character), each bounded by ``recall_rerank_timeout_seconds``; a failure raises
+The request goes through the shared
+:class:`~nekomem.models.endpoint_client.EndpointClient`: at most
+``recall_rerank_concurrency`` requests are in flight (shared by every character), each
+bounded by ``recall_rerank_timeout_seconds``; a failure raises
 :class:`RerankError` and the recall answers in its fused order. :meth:`Reranker.status` is
 what ``/health`` shows.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Sequence
@@ -26,10 +27,10 @@ from typing import Any
 import httpx
 
 from nekomem.config.recall import RecallSettings
-from nekomem.models.tier_health import public_url
+from nekomem.models.endpoint_client import EndpointClient, EndpointError
 
 
-class RerankError(RuntimeError):
+class RerankError(EndpointError):
     """The re-ranker could not answer: unreachable, timed out, an error status or an
     answer of an unknown shape."""
 
@@ -60,12 +61,10 @@ class Reranker:
 
     def __init__(self, settings: RecallSettings, transport: httpx.BaseTransport | None = None) -> None:
         self.s = settings
-        self.url = settings.recall_rerank_base_url.strip().rstrip("/") + "/rerank"
-        headers = {"Content-Type": "application/json"}
-        if settings.recall_rerank_api_key:
-            headers["Authorization"] = f"Bearer {settings.recall_rerank_api_key}"
-        self._client = httpx.Client(timeout=settings.recall_rerank_timeout_seconds, headers=headers, transport=transport)
-        self._gate = threading.BoundedSemaphore(settings.recall_rerank_concurrency)
+        self._client = EndpointClient(
+            settings.rerank_endpoint(), "/rerank", error=RerankError, concurrency=settings.recall_rerank_concurrency, transport=transport
+        )
+        self.url = self._client.url
         self._lock = threading.Lock()
         self._error: str | None = None
         self._calls = 0
@@ -76,22 +75,11 @@ class Reranker:
         """Every index of ``documents``, re-ordered by the endpoint (those it left out
         after, in their given order). Raises RerankError."""
         body: dict[str, object] = {"query": query, self.s.recall_rerank_field: list(documents), "top_n": len(documents)}
-        if self.s.recall_rerank_model:
-            body["model"] = self.s.recall_rerank_model
+        if self._client.model:
+            body["model"] = self._client.model
         started = time.monotonic()
         try:
-            with self._gate:
-                try:
-                    answer = self._client.post(self.url, content=json.dumps(body))
-                except httpx.HTTPError as exc:
-                    raise RerankError(f"{type(exc).__name__}: {exc}") from None
-            if answer.status_code != 200:
-                raise RerankError(f"HTTP {answer.status_code}")
-            try:
-                payload = answer.json()
-            except ValueError:
-                raise RerankError("answer is not JSON") from None
-            order = parse_ranking(payload, len(documents))
+            order = parse_ranking(self._client.post(body), len(documents))
         except RerankError as exc:
             self._note(started, str(exc))
             raise
@@ -113,7 +101,7 @@ class Reranker:
             state = "idle" if not self._calls else "failing" if self._error else "ok"
             out: dict[str, object] = {
                 "state": state,
-                "endpoint": public_url(self.url),
+                "endpoint": self._client.public_url,
                 "calls": self._calls,
                 "failures": self._failures,
                 "last_ms": self._last_ms,

@@ -15,6 +15,7 @@ from nekomem.config.server import url_of
 from nekomem.domain.speaker_identity import POOL_FILENAME
 from nekomem.domain.tokens import get_counter
 from nekomem.importer import neko_folder
+from nekomem.models.llm_rerank import LlmReranker
 from nekomem.models.rerank import Reranker
 from nekomem.runtime import fdlimit
 from nekomem.runtime.clock import Clock, SystemClock, iso
@@ -95,6 +96,11 @@ class Runtime:
             llm=llm,
             embeddings=embeddings,
             reranker=Reranker(settings.recall) if settings.recall.recall_rerank_base_url.strip() else None,
+            llm_reranker=(
+                LlmReranker(llm, settings.recall, settings.longterm, get_counter(settings.recent.recent_tokenizer_encoding))
+                if llm is not None and settings.recall.recall_llm_rerank and not settings.recall.recall_rerank_base_url.strip()
+                else None
+            ),
             switches=self.switches,
             cards=CharacterCards(Path(settings.server.character_cards_path).expanduser()) if settings.server.character_cards_path else None,
         )

@@ -35,6 +35,7 @@ from nekomem.stores.neko_cards import CharacterCards
 if TYPE_CHECKING:
     from nekomem.models.embeddings import EmbeddingService
     from nekomem.models.llm import LLMClient
+    from nekomem.models.llm_rerank import LlmReranker
     from nekomem.models.rerank import Reranker
 
 
@@ -94,6 +95,7 @@ class Services:
     llm: LLMClient | None = None
     embeddings: EmbeddingService | None = None
     reranker: Reranker | None = None  # the user's own /rerank endpoint (recall_rerank_base_url)
+    llm_reranker: LlmReranker | None = None  # the chat model re-ranking explicit recalls (recall_llm_rerank)
     switches: Switches | None = None
     cards: CharacterCards | None = None  # the chat server's characters.json (card sync)
     # Entries waiting for a vector (owners count what they send, recall what it indexes)

@@ -210,6 +210,20 @@ class TimeIndexReader:
         out.reverse()
         return out
 
+    def covered_ids(self, mined: Sequence[tuple[int, int]], limit: int) -> list[int]:
+        """The ids of the newest ``limit`` rows inside the ranges ``mined``, ascending (one
+        index-only query per range, newest range first)."""
+        out: list[int] = []
+        for first, last in sorted(mined, reverse=True):
+            if len(out) >= limit:
+                break
+            found = self._conn().execute(
+                f"SELECT id FROM {_ORIGINAL} WHERE id >= ? AND id <= ? ORDER BY id DESC LIMIT ?", (first, last, limit - len(out))
+            )
+            out += [int(r[0]) for r in found]
+        out.reverse()
+        return out
+
     def rows_by_id(self, ids: Sequence[int]) -> list[TimeIndexRow]:
         """The rows with these ids (those that exist and can be read), ascending."""
         out: list[TimeIndexRow] = []

@@ -71,7 +71,18 @@ def fact_index_entry(fact: Fact, tier: str) -> IndexEntry:
         subject_kind=fact.subject_kind,
         subject_id=fact.subject_id,
         scope=fact.scope,
+        source_from=_span_end(fact.source_ref, "from"),
+        source_to=_span_end(fact.source_ref, "to"),
     )
+
+
+def _span_end(source_ref: object, key: str) -> str | None:
+    """One end of the turn span a fact extracted from the journal names in its source_ref
+    (``{"kind": "turns", "from", "to"}``); None for any other source."""
+    if not isinstance(source_ref, dict) or source_ref.get("kind") != "turns":
+        return None
+    value = source_ref.get(key)
+    return value if isinstance(value, str) and value else None
 
 
 class FactStore:

@@ -113,6 +113,7 @@ class RecallLayer:
         if msg.replace_tier is not None:
             self.state.fed.add(tier_owners().get(msg.replace_tier, msg.replace_tier))
         self.state.index.upsert(msg.entries, msg.replace_tier)
+        self.state.turn_keys = None
         self.vectors.safe_sync()
         self.ports.pending.indexed(self.ports.character, self.vectors.waiting(), msg.counted)
         if self.query.held and self.state.fed >= set(tier_owners().values()):
@@ -135,6 +136,7 @@ class RecallLayer:
     @handles(IndexRemove)
     def on_IndexRemove(self, msg: IndexRemove) -> None:
         self.state.index.remove(msg.ids)
+        self.state.turn_keys = None
         forget_memoised_words()
         self.vectors.publish_pending()
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Sequence
 from datetime import datetime
+from typing import Protocol
 
 import msgspec
 
@@ -24,10 +26,17 @@ from nekomem.recall.names import blend_query_vectors
 from nekomem.recall.query_plan import QueryPlan, plan_query
 from nekomem.recall.response import empty_response, query_response, time_response
 from nekomem.recall.timewindow import TimeWindow
+from nekomem.recall.turn_keys import TurnKeys
 from nekomem.recall.turn_leg import TurnCorpus
 from nekomem.runtime.protocol import Message
 from nekomem.stores.timeindex_read import TimeIndexReader
 from nekomem.wire.answers import RecallAnswer
+
+
+class Ranker(Protocol):
+    """A re-ranker of a recall's fused candidates (the /rerank endpoint, or the chat model)."""
+
+    def rank(self, query: str, documents: Sequence[str]) -> list[int]: ...
 
 
 class QueryPath(RecallPart):
@@ -178,14 +187,54 @@ class QueryPath(RecallPart):
             )
         return corpus, [leg for leg in legs if leg]
 
+    def _covered_turns(self) -> TurnCorpus | None:
+        """The newest recall_uncovered_turns covered journal turns, indexed (recall_turn_keys);
+        kept while the journal's rows and coverage are unchanged. None when the journal
+        does not track coverage."""
+        path = self.ports.paths.time_index_db
+        limit = self.s.recall_uncovered_turns
+        if limit <= 0 or not path.exists():
+            return None
+        try:
+            with TimeIndexReader.read_only(path) as journal:
+                mined = journal.mined_ranges()
+                if not mined:
+                    return None
+                top, count = journal.shape()
+                key = (top, count, tuple(mined))
+                if self.state.keys is None:
+                    self.state.keys = TurnCorpus([], "turnkey", self.index.analyzer, self.s)
+                if self.state.keys.key != key:
+                    self.state.keys.sync(journal.covered_ids(mined, limit), journal.rows_by_id, key)
+        except sqlite3.Error:
+            self.state.keys = None
+        return self.state.keys
+
+    def _key_leg(self, pending: QueryPlan) -> list[str]:
+        """recall_turn_keys: the facts whose source turns match ``pending`` best (see
+        :mod:`nekomem.recall.turn_keys`); none for a scoped query or when off."""
+        if not self.s.recall_turn_keys or pending.scoped or not pending.search or self.s.recall_legs == "vector":
+            return []
+        corpus = self._covered_turns()
+        if corpus is None or not len(corpus):
+            return []
+        if self.state.turn_keys is None:
+            self.state.turn_keys = TurnKeys(self.index.docs, self.index.tz)
+        if not len(self.state.turn_keys):
+            return []
+        depth = self.s.recall_budget_each
+        hits = corpus.leg(pending.search, depth)
+        return self.state.turn_keys.leg([corpus.entries[doc_id].created_at for doc_id, _ in hits], depth, pending.allowed)
+
     def _finish(self, msg: QueryMemory | ExplainQuery, plan: QueryPlan, qvec: Vectors | None) -> None:
         if isinstance(msg, ExplainQuery):
             if msg.reply is not None:
                 msg.reply.ok(ExplainAnswer(explanation=explain(self.index, self.s, plan, qvec, msg.excluded)))
             return
         try:
-            found = self._query_search(plan, qvec)
-            if isinstance(found, _Fused) and self._rerank(msg, found):
+            ranker = self._ranker_for(msg)
+            found = self._query_search(plan, qvec, deep=ranker is not None)
+            if isinstance(found, _Fused) and ranker is not None and self._rerank(msg, found, ranker):
                 return  # answered when the re-ranker answers, or at its deadline
             body: object = found.body() if isinstance(found, _Fused) else found
         except Exception:
@@ -194,7 +243,18 @@ class QueryPath(RecallPart):
         if msg.reply is not None:
             msg.reply.ok(body)
 
-    def _query_search(self, pending: QueryPlan, qvec: Vectors | None) -> RecallAnswer | _Fused:
+    def _ranker_for(self, msg: QueryMemory) -> Ranker | None:
+        """Who re-ranks ``msg``'s candidates: the /rerank endpoint when one is configured,
+        else, for an explicit unscoped recall, the chat model when recall_llm_rerank is on
+        and its tier has an endpoint; None: the fused order."""
+        if self.ports.reranker is not None:
+            return self.ports.reranker
+        llm = self.ports.llm_reranker
+        if llm is not None and msg.explicit and msg.subjects is None and llm.ready():
+            return llm
+        return None
+
+    def _query_search(self, pending: QueryPlan, qvec: Vectors | None, deep: bool = False) -> RecallAnswer | _Fused:
         """The fused hits of ``pending`` (the index's legs and the uncovered turns' leg),
         deep enough for the re-ranker when one is configured; the journal fallback's body
         for a character without any long-term entry."""
@@ -204,14 +264,18 @@ class QueryPath(RecallPart):
         pool_size = len(index.docs) if pending.allowed is None else len(pending.allowed)
         hits, legs = index.search(pending.search, qvec, pending.allowed, pending.hinted)
         corpus, turn_legs = self._turn_leg(pending, qvec)
-        reranking = self.ports.reranker is not None and bool(pending.search)
+        key_leg = self._key_leg(pending)
+        reranking = deep and bool(pending.search)
         depth = max(self.s.recall_rerank_top_n, self.s.recall_budget_total) if reranking else self.s.recall_budget_total
         sessions: dict[str, str] = {}
-        if (corpus is not None and turn_legs) or depth > self.s.recall_budget_total:
-            # The uncovered turns are one more leg of the fusion, as the index fuses its own.
+        if (corpus is not None and turn_legs) or key_leg or depth > self.s.recall_budget_total:
+            # The uncovered turns are one more leg of the fusion, as the index fuses its own
+            # (and the facts found by their source turns another).
             turns = corpus.entries if corpus is not None else {}
             weights = [1.0] * len(legs) + [self.s.recall_turn_leg_weight] * len(turn_legs)
-            fused = rrf([*legs, *turn_legs], self.s.recall_rrf_k, depth, weights)
+            extra = [key_leg] if key_leg else []
+            weights += [self.s.recall_turn_keys_weight] * len(extra)
+            fused = rrf([*legs, *turn_legs, *extra], self.s.recall_rrf_k, depth, weights)
             hits = []
             for doc_id, score in fused:
                 entry = turns.get(doc_id)
@@ -238,12 +302,10 @@ class QueryPath(RecallPart):
         self.log.debug("recall query %r -> %s", pending.query, [entry.id for entry, _ in hits])
         return _Fused(pending, hits, sessions, pool_size, self.s.recall_budget_total)
 
-    def _rerank(self, msg: QueryMemory, found: _Fused) -> bool:
-        """Hand ``found``'s candidates to the re-ranker on the model pool; False (answer
-        now, in the fused order) when none is configured, there is nothing to re-order or
-        the pool is full."""
-        reranker = self.ports.reranker
-        if reranker is None or len(found.hits) < 2 or msg.reply is None:
+    def _rerank(self, msg: QueryMemory, found: _Fused, reranker: Ranker) -> bool:
+        """Hand ``found``'s candidates to ``reranker`` on the model pool; False (answer
+        now, in the fused order) when there is nothing to re-order or the pool is full."""
+        if len(found.hits) < 2 or msg.reply is None:
             return False
         token = self.state.next_token()
         query = found.plan.search

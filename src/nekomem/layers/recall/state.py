@@ -19,6 +19,7 @@ from nekomem.models.embeddings import EmbeddingService
 from nekomem.recall.entry import display_tz
 from nekomem.recall.index import RecallIndex
 from nekomem.recall.query_text import LexicalAnalyzer, stop_names_for
+from nekomem.recall.turn_keys import TurnKeys
 from nekomem.recall.turn_leg import TurnCorpus
 
 
@@ -34,6 +35,9 @@ class RecallState:
         self.ports = ports
         # The uncovered journal turns, indexed (rebuilt when the journal or its coverage changed).
         self.turns: TurnCorpus | None = None
+        # recall_turn_keys: the covered turns, indexed, and the facts by their source turns.
+        self.keys: TurnCorpus | None = None
+        self.turn_keys: TurnKeys | None = None
         # Owners send their complete index from their own start-up, concurrently with the
         # first request: a query that arrives before every owner has is held (bounded by
         # recall_index_wait_seconds), so a just-activated character never answers empty.
