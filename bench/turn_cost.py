@@ -5,14 +5,17 @@ waiting for the interpreter lock), counted with ``strace -c -f -e trace=futex``.
 
     python -m bench.turn_cost [--clients 16] [--characters 32] [--seconds 8] [--rounds 3] [--strace-seconds 4]
 
-Both servers run as processes of their own: the baseline (``bench/_baseline_app.py``:
-the same path, parsing the same JSON, storing nothing) and nekomem (``python -m nekomem
-serve``, temp memory root, no LLM, embeddings off, default settings). Every character is
-warmed first. The load: ``--clients`` keep-alive connections, each posting one turn at a
+Three servers run as processes of their own: the bare route (``bench/_baseline_app.py``:
+the same path, parsing the same JSON, storing nothing), the durable floor (the same route
+that also writes the body and ``fdatasync``s it on a worker thread before answering: one
+flush and one hand-off each way, what any acknowledged durable turn costs at least) and
+nekomem (``python -m nekomem serve``, temp memory root, no LLM, embeddings off, default
+settings). Every character is warmed first. The load: ``--clients`` keep-alive connections, each posting one turn at a
 time to a random character (the load generator of bench/cluster.py, on uvloop). Each round
 measures the baseline then nekomem for ``--seconds``; the CPU per turn is the server
 process's user + system CPU over the phase divided by the turns acknowledged, and the
-ratio is the median over the rounds. Then, when strace is installed (apt-get install
+ratios (nekomem against the bare route, the issue's measure, and against the durable
+floor) are the medians over the rounds. Then, when strace is installed (apt-get install
 strace), each server is traced for ``--strace-seconds`` under the same load (traced, it is
 slower: the count per turn is what matters) and the futex calls per turn are printed.
 The last line reads ``/cache: X.XXx the bare route's CPU per turn; F futex calls per turn``.
@@ -91,14 +94,20 @@ def main() -> None:
     names = [f"turn{i:03d}" for i in range(args.characters)]
     baseline = UvicornProcess("bench._baseline_app:app")
     baseline.start("/health")
+    floor = UvicornProcess("bench._baseline_app:durable_app")
+    floor.start("/health")
     with tempfile.TemporaryDirectory(prefix="nekomem-turn-cost-") as tmp:
         env = {"NEKOMEM_EMBEDDING_ENABLED": "false"}
         if args.actor_workers:
             env["NEKOMEM_ACTOR_WORKERS"] = str(args.actor_workers)
         server, _ = start_nekomem(Path(tmp) / "memory", env=env)
         try:
-            assert baseline.proc is not None and server.proc is not None
-            targets = {"bare route": (baseline.url, baseline.proc.pid), "nekomem": (server.url, server.proc.pid)}
+            assert baseline.proc is not None and floor.proc is not None and server.proc is not None
+            targets = {
+                "bare route": (baseline.url, baseline.proc.pid),
+                "bare+fsync": (floor.url, floor.proc.pid),
+                "nekomem": (server.url, server.proc.pid),
+            }
             for url, _ in targets.values():
                 warm(url, names)
                 run(load(url, names, args.clients, min(2.0, args.seconds)))  # connections and caches warm
@@ -117,8 +126,11 @@ def main() -> None:
                     futex[what] = futex_per_turn(url, pid, names, args.clients, args.strace_seconds)
         finally:
             server.stop()
+            floor.stop()
             baseline.stop()
     ratios = [n / b for b, n in zip(per_turn["bare route"], per_turn["nekomem"], strict=True) if b > 0]
+    floor_ratios = [n / f for f, n in zip(per_turn["bare+fsync"], per_turn["nekomem"], strict=True) if f > 0]
+    floor_share = [f / b for b, f in zip(per_turn["bare route"], per_turn["bare+fsync"], strict=True) if b > 0]
     for what, values in per_turn.items():
         count = futex.get(what)
         calls = f", {count:.1f} futex calls per turn" if count is not None else ""
@@ -127,6 +139,8 @@ def main() -> None:
         print("(strace is not installed: no futex count; apt-get install strace)")
     count = futex.get("nekomem")
     tail = f"; {count:.1f} futex calls per turn" if count is not None else ""
+    print(f"durable floor: {statistics.median(floor_share):.2f}x the bare route's CPU per turn")
+    print(f"nekomem: {statistics.median(floor_ratios):.2f}x the durable floor's CPU per turn")
     print(f"/cache: {statistics.median(ratios):.2f}x the bare route's CPU per turn{tail}")
 
 

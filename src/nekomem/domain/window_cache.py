@@ -9,7 +9,6 @@ so a changed item is a new object) and computes the rest.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -37,7 +36,8 @@ class ItemCache(Generic[V]):
         fn = self._fn
         if self._source is window and len(window) >= self._count:
             start = self._count
-            self._values.extend(fn(t) for t in itertools.islice(window, start, None))
+            # A slice, not islice: islice walks the known prefix to reach ``start``.
+            self._values.extend([fn(t) for t in window[start:]])
         else:
             known = {} if self._source is None else {id(t): v for t, v in zip(self._source[: self._count], self._values, strict=True)}
             start = 0

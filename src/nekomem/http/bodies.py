@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any, TypeVar
 
 import msgspec
@@ -18,18 +17,11 @@ from nekomem.stores.layout import InvalidName, validate_name
 T = TypeVar("T")
 
 
-@functools.lru_cache(maxsize=4096)
-def _valid_name(raw: str, max_length: int, max_units: int) -> str:
-    """:func:`validate_name`, remembered for names already seen (a refused name raises
-    every time: exceptions are not cached)."""
-    return validate_name(raw, max_length, max_units)
-
-
 def character_name(request: Request) -> str:
     """The ``name`` path parameter, validated and canonical; ApiError 400 when refused."""
     runtime = runtime_of(request)
     try:
-        name = _valid_name(request.path_params["name"], runtime.settings.server.name_max_length, runtime.settings.server.name_max_units)
+        name = validate_name(request.path_params["name"], runtime.settings.server.name_max_length, runtime.settings.server.name_max_units)
     except InvalidName as exc:
         raise ApiError(400, exc.code, exc.message) from None
     # One spelling per folder on a case-insensitive memory root (stores.namefold).

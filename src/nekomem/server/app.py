@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.routing import BaseRoute
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nekomem.actors.host import ACTORS
@@ -26,6 +26,7 @@ from nekomem.http.errors import (
     os_error_handler,
 )
 from nekomem.http.guard import RequestGuard
+from nekomem.http.hot_route import Handler, HotRoute
 from nekomem.http.operations import (
     ID,
     LAYER,
@@ -50,6 +51,15 @@ if TYPE_CHECKING:  # imported by the runtime when it needs them
     from nekomem.models.llm import LLMClient
 
 log = logging.getLogger("nekomem.http")
+
+# How an error a route raised is answered (an error no handler takes is answered 500
+# ``internal_error`` by the outermost layer: ``create_app`` adds it for Exception).
+ROUTE_ERROR_HANDLERS: dict[type[Exception], Handler] = {
+    ApiError: api_error_handler,
+    ActorFailure: actor_failure_handler,
+    HTTPException: not_found_handler,
+    OSError: os_error_handler,
+}
 
 # The reference memory server's limited-mode allow-list.
 UNFENCED = {
@@ -311,13 +321,7 @@ def create_app(
     app = Starlette(
         routes=starlette_routes(table),
         lifespan=lifespan,
-        exception_handlers={
-            ApiError: api_error_handler,
-            ActorFailure: actor_failure_handler,
-            HTTPException: not_found_handler,
-            OSError: os_error_handler,
-            Exception: internal_error_handler,
-        },
+        exception_handlers={**ROUTE_ERROR_HANDLERS, Exception: internal_error_handler},
     )
     app.state.runtime = rt
     app.state.operations = table  # what /openapi.json documents (cluster mode adds its own)
@@ -333,6 +337,19 @@ def create_app(
     # Added after limited mode, so it runs before it: no refused request reaches limited
     # mode or a route.
     app.add_middleware(RequestGuard, settings=settings.server)
+    if cluster is None:
+        # The turns' route past the layers above that have nothing to do for it (they are
+        # checked there; http/hot_route.py). Inside the concurrency bound and the metrics.
+        route = next(r for r in app.router.routes if isinstance(r, Route) and r.endpoint is conversation.cache)
+        app.add_middleware(
+            HotRoute,
+            runtime=rt,
+            settings=settings.server,
+            router=app.router,
+            route=route,
+            endpoint=conversation.cache,
+            handlers=ROUTE_ERROR_HANDLERS,
+        )
     # Back-pressure before anything else is done for a request (the metrics still count it).
     app.add_middleware(ConcurrencyLimit, settings=settings.server)
     # It times every request and also counts the ones the guard refuses.

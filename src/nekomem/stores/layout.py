@@ -188,6 +188,15 @@ def validate_name(raw: str, max_length: int = DEFAULT_NAME_MAX_LENGTH, max_units
     """
     if not isinstance(raw, str):
         raise InvalidName("name_invalid_chars", "the character name must be a string")
+    return _checked_name(raw, max_length, max_units)
+
+
+# Every request to a character's route checks its name, some twice (the release fence, then
+# the route): a name already accepted is answered from here (the rules are fixed; a refused
+# name raises every time, exceptions are not cached).
+@functools.lru_cache(maxsize=4096)
+def _checked_name(raw: str, max_length: int, max_units: int) -> str:
+    """:func:`validate_name` of a string."""
     # Spaces around a name are dropped (as the reference does), but not a control
     # character there: ``Lan\n`` (``Lan%0A`` in a URL) is refused, not taken for ``Lan``.
     stripped = raw.strip()

@@ -87,6 +87,20 @@ _INSERT_SQL_BY_COUNT: dict[int, str] = {}
 _ABANDONED: list[sqlite3.Connection] = []
 
 
+_UPSERT_CURSOR = "INSERT OR REPLACE INTO cursors (name, row_id) VALUES (?, ?)"
+_UPSERT_SQL_BY_COUNT: dict[int, str] = {}
+
+
+def _upsert_cursors(db: sqlite3.Connection, cursors: Mapping[str, int]) -> None:
+    """Store ``cursors`` (name -> row id) in one statement: each statement step hands the
+    interpreter lock to another thread and back, and a turn's transaction moves two."""
+    count = len(cursors)
+    sql = _UPSERT_SQL_BY_COUNT.get(count)
+    if sql is None:
+        sql = _UPSERT_SQL_BY_COUNT[count] = _UPSERT_CURSOR + ", (?, ?)" * (count - 1)
+    db.execute(sql, [v for item in cursors.items() for v in item])
+
+
 def _insert_rows_sql(count: int) -> str:
     """One INSERT statement of ``count`` rows (cached: SQLite's statement cache keys on the text)."""
     sql = _INSERT_SQL_BY_COUNT.get(count)
@@ -292,10 +306,13 @@ class TimeIndex(TimeIndexReader):
             self._account(rows)
             return len(rows)
         with self._transaction() as db:
-            # One statement per row (a conversation write holds a few): each INSERT's
-            # lastrowid is the row's id, so no SELECT last_insert_rowid() is needed.
-            for row in rows:
-                last_row_id = int(db.execute(_INSERT_ROW, row).lastrowid or 0)
+            if 0 < len(rows) <= _ONE_STATEMENT_MAX_ROWS:
+                # One statement for the rows (numbered consecutively, see above).
+                last_row_id = int(db.execute(_insert_rows_sql(len(rows)), [v for row in rows for v in row]).lastrowid or 0)
+            else:
+                # Each INSERT's lastrowid is the row's id, so no SELECT last_insert_rowid().
+                for row in rows:
+                    last_row_id = int(db.execute(_INSERT_ROW, row).lastrowid or 0)
             if idempotency_key is not None:
                 try:
                     db.execute(
@@ -305,7 +322,7 @@ class TimeIndex(TimeIndexReader):
                 except sqlite3.IntegrityError:
                     raise IdempotencyConflict(idempotency_key) from None
             if cursors:
-                db.executemany("INSERT OR REPLACE INTO cursors (name, row_id) VALUES (?, ?)", list(cursors.items()))
+                _upsert_cursors(db, cursors)
         self.last_row_id = last_row_id
         self._account(rows)
         return len(rows)
@@ -334,8 +351,10 @@ class TimeIndex(TimeIndexReader):
 
     def set_cursors(self, cursors: Mapping[str, int]) -> None:
         """Store ``cursors`` (name -> row id) in a transaction of their own."""
+        if not cursors:
+            return
         with self._transaction() as db:
-            db.executemany("INSERT OR REPLACE INTO cursors (name, row_id) VALUES (?, ?)", list(cursors.items()))
+            _upsert_cursors(db, cursors)
 
     def set_window_base(self, items: bytes) -> int:
         """Store ``items`` (recent.json's bytes) as the window base, covering every row stored

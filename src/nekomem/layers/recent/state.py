@@ -15,7 +15,6 @@ object, its known prefix is unchanged, so a write costs the new items only.
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import msgspec
@@ -279,7 +278,8 @@ class RecentStore:
         tokens = self.tokens
         known = self._bound_known
         if known is not None and known[0] is tokens and len(tokens) >= known[1]:
-            total = known[2] + sum(map(abs, itertools.islice(tokens, known[1], None)))
+            # A slice, not islice: islice walks the known prefix to reach the new counts.
+            total = known[2] + sum(map(abs, tokens[known[1] :]))
         else:
             total = sum(map(abs, tokens))
         self._bound_known = (tokens, len(tokens), total)
