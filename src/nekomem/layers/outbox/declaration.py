@@ -6,4 +6,4 @@ from __future__ import annotations
 from nekomem.domain.layers import OUTBOX, LayerSpec
 from nekomem.stores.layout import OUTBOX_FILE
 
-DECLARATION = LayerSpec(OUTBOX, "nekomem.layers.outbox.layer:OutboxActor", files=(OUTBOX_FILE,), scrubs=("turns", "entries"))
+DECLARATION = LayerSpec(OUTBOX, "nekomem.layers.outbox.actor:OutboxActor", files=(OUTBOX_FILE,), scrubs=("turns", "entries"))

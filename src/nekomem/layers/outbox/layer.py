@@ -30,7 +30,6 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from nekomem.actors.base import ChildActor
 from nekomem.actors.handlers import handles
 from nekomem.actors.messages import (
     BacklogMined,
@@ -47,21 +46,12 @@ from nekomem.actors.messages import (
 )
 from nekomem.actors.ports import LayerPorts
 from nekomem.domain.gates import backoff_delay
-from nekomem.domain.layers import OUTBOX, RECENT, outbox_handlers
+from nekomem.domain.layers import RECENT, outbox_handlers
 from nekomem.domain.turns import Turn
 from nekomem.runtime.clock import iso
 from nekomem.stores.erasure import scrub_value
 from nekomem.stores.fact_backlog import backlog_last_row
 from nekomem.stores.outbox import Outbox
-
-
-class OutboxActor(ChildActor):
-    """The mailbox of a character's outbox (see :class:`OutboxLayer`)."""
-
-    child_name = OUTBOX
-
-    def make_layer(self, ports: LayerPorts) -> OutboxLayer:
-        return OutboxLayer(ports)
 
 
 class OutboxLayer:

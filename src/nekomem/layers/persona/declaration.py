@@ -73,7 +73,7 @@ def disk_counts(paths: CharacterFolder) -> dict[str, Count]:
 
 DECLARATION = LayerSpec(
     PERSONA,
-    "nekomem.layers.persona.layer:PersonaActor",
+    "nekomem.layers.persona.actor:PersonaActor",
     files=(PERSONA_FILE, PERSONA_CORRECTIONS_FILE, PERSONA_ARCHIVE_DIR),
     events=(
         PersonaFactAdded,

@@ -17,7 +17,6 @@ import math
 
 import msgspec
 
-from nekomem.actors.base import ChildActor
 from nekomem.actors.handlers import handles
 from nekomem.actors.journaled_views import edited_text
 from nekomem.actors.messages import (
@@ -57,15 +56,6 @@ from nekomem.runtime.reply import ActorFailure
 from nekomem.wire.answers import CardImportAnswer, DeleteAnswer, MentionsAnswer, PageAnswer, SuppressAnswer
 
 ENTITY_MAX_CHARS = 50
-
-
-class PersonaActor(ChildActor):
-    """The mailbox of a character's persona (see :class:`PersonaLayer`)."""
-
-    child_name = PERSONA
-
-    def make_layer(self, ports: LayerPorts) -> PersonaLayer:
-        return PersonaLayer(ports)
 
 
 class PersonaLayer:

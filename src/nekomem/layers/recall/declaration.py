@@ -5,4 +5,4 @@ from __future__ import annotations
 
 from nekomem.domain.layers import RECALL, LayerSpec
 
-DECLARATION = LayerSpec(RECALL, "nekomem.layers.recall.layer:RecallActor")
+DECLARATION = LayerSpec(RECALL, "nekomem.layers.recall.actor:RecallActor")

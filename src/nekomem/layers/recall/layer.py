@@ -18,7 +18,6 @@ the index is rebuilt from the owners' stores at every activation.
 
 from __future__ import annotations
 
-from nekomem.actors.base import ChildActor
 from nekomem.actors.handlers import handles
 from nekomem.actors.messages import (
     BackfillDone,
@@ -39,21 +38,12 @@ from nekomem.actors.messages import (
     TurnVectorsDone,
 )
 from nekomem.actors.ports import LayerPorts
-from nekomem.domain.layers import RECALL, tier_owners
+from nekomem.domain.layers import tier_owners
 from nekomem.layers.recall.maintenance import MaintenanceRanking
 from nekomem.layers.recall.query import QueryPath
 from nekomem.layers.recall.state import RecallState
 from nekomem.layers.recall.vectors import VectorUpkeep
 from nekomem.recall.query_text import forget_memoised_words
-
-
-class RecallActor(ChildActor):
-    """The mailbox of a character's recall index (see :class:`RecallLayer`)."""
-
-    child_name = RECALL
-
-    def make_layer(self, ports: LayerPorts) -> RecallLayer:
-        return RecallLayer(ports)
 
 
 class RecallLayer:
