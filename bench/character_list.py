@@ -1,9 +1,9 @@
 """The memory browser's character list on a small and a big install, in one run.
 
-    python -m bench.character_list [--small 50] [--large 5000] [--facts 20] [--talked 10] [--smoke]
+    python -m bench.character_list [--small 50] [--large 5000] [--facts 20] [--smoke]
 
-For each size, that many characters (``--facts`` facts each, none active; every
-``--talked``-th one with a short conversation in its journal) are written straight to a
+For each size, that many characters (``--facts`` facts each and a journal of two turns,
+none active; their last conversations at 60 different times) are written straight to a
 fresh memory root and ``python -m nekomem serve`` is started on it (its start-up builds
 the per-root summary, ``character_summary.json``). The first page (50 rows) of
 ``GET /api/browse/characters`` is timed three ways: sorted by name (the default), sorted
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -42,22 +43,28 @@ WAYS = {
 ENV = {"NEKOMEM_EMBEDDING_ENABLED": "false"}
 
 
-def seed(root: Path, count: int, facts: int, talked: int) -> None:
-    """``count`` characters with ``facts`` facts each; every ``talked``-th has two turns
-    (a minute apart, later for later characters) in its journal."""
+def seed(root: Path, count: int, facts: int) -> None:
+    """``count`` characters with ``facts`` facts each and a journal of two turns, their
+    last conversations spread over 60 times (so every row of any page costs the same:
+    a page by last conversation holds characters with a journal at every size)."""
+    templates = root / ".templates"
+    templates.mkdir(parents=True, exist_ok=True)
+    for minute in range(60):
+        with TimeIndex(templates / f"{minute:02d}.db") as db:
+            db.append(
+                "seed",
+                [
+                    Turn(role="human", text="hello", ts=f"2026-01-01T08:{minute:02d}:00+00:00"),
+                    Turn(role="ai", text="hi", ts=f"2026-01-01T08:{minute:02d}:30+00:00"),
+                ],
+            )
     for c in range(count):
         paths = CharacterPaths(root, f"Char{c:05d}")
         paths.ensure()
         texts = [f"Character {c} remembers thing {i}" for i in range(facts)]
         paths.facts.write_bytes(msgspec.json.encode([Fact(id=f"f{i}", text=t, hash=fact_hash(t)) for i, t in enumerate(texts)]))
-        if talked and c % talked == 0:
-            minute = c % 60
-            turns = [
-                Turn(role="human", text="hello", ts=f"2026-01-01T{c // 60 % 24:02d}:{minute:02d}:00+00:00"),
-                Turn(role="ai", text="hi", ts=f"2026-01-01T{c // 60 % 24:02d}:{minute:02d}:30+00:00"),
-            ]
-            with TimeIndex(paths.time_index_db) as db:
-                db.append("seed", turns)
+        shutil.copyfile(templates / f"{c * 7 % 60:02d}.db", paths.time_index_db)
+    shutil.rmtree(templates)
 
 
 def timed_get(client: httpx.Client, params: dict[str, object]) -> float:
@@ -97,7 +104,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--small", type=int, default=50)
     parser.add_argument("--large", type=int, default=5_000)
     parser.add_argument("--facts", type=int, default=20)
-    parser.add_argument("--talked", type=int, default=10, help="every N-th character has a conversation (0: none)")
     smoke_option(parser, argv, small=10, large=200, facts=3)
     args = parser.parse_args(argv)
     print(f"cores {os.cpu_count()}, load {os.getloadavg()[0]:.2f}")
@@ -105,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="nekomem-list-bench-") as tmp:
         for count in (args.small, args.large):
             root = Path(tmp) / f"root-{count}"
-            seed(root, count, args.facts, args.talked)
+            seed(root, count, args.facts)
             server, _ = start_nekomem(root, env=ENV, timeout=300)
             try:
                 results[count] = time_pages(server.url)
