@@ -16,9 +16,13 @@ PERIOD_US = 100_000  # the kernel's default CFS period: 100 ms
 # A group competes for the CPU as one entity against every process outside groups, each
 # of those at the default weight (1024 / v2 100). On a machine shared with busy processes a
 # node in a group of default weight got less than its quota (0.22-0.27 of 0.45 core under
-# a load average of 12): weighted like a few busy processes, it gets its quota, which is
-# what a machine of its own would give, and no more (the quota caps it).
-WEIGHT_V1, WEIGHT_V2 = 8192, 800
+# a load average of 12), and weighted like 8 busy processes (8192 / 800) still 0.18-0.44
+# of it in the 3-node phases under a load average of 15-19: four such groups (three nodes
+# and the rest) against 15 busy processes get 8192 / (4 * 8192 + 15 * 1024) of 2 cores,
+# 0.34 core each. At the largest weight the kernel takes (v1 262144, v2 10000) a group
+# gets what it asks for up to its quota whatever else runs: what a machine of its own
+# would give, and no more (the quota caps the nodes).
+WEIGHT_V1, WEIGHT_V2 = 262144, 10000
 
 
 def _v2_root() -> Path | None:

@@ -2,11 +2,12 @@
 p99 side by side, the cost of the forwarding hop, and a failover timeline around kill -9.
 
     python -m bench.cluster [--nodes 1,2] [--seconds 10] [--clients 48] [--characters 480] [--rounds 5]
-                            [--loadgen auto|wrk|python] [--cpu-per-node F]
+                            [--loadgen auto|wrk|python] [--cpu-per-node F] [--shards 256]
 
 Each cluster is real: etcd (Debian's etcd-server) on a temp data dir, nekomem nodes as
 ``python -m nekomem serve`` processes on one shared memory root (embeddings off, no LLM,
-``--actor-workers`` threads each: by default the setting's default),
+``--actor-workers`` threads each and ``--shards`` shards: by default the settings'
+defaults),
 HAProxy with the shipped deploy/haproxy.cfg (consistent hashing on the character name,
 then the owner learnt from the answers). Every size's cluster is started (and every
 character warmed) before the first phase and runs until the last; the sizes then take
@@ -80,9 +81,10 @@ except ImportError:  # not on Windows
 from bench._cgroup import CpuQuotas, open_quotas
 from bench._common import smoke_option
 from nekomem.cluster.ring import owner_of
+from nekomem.config.cluster import ClusterSettings
 from nekomem.config.server import RuntimeSettings
 from nekomem.stores.shard_layout import shard_of
-from tests.support.cluster import SHARDS, TTL, Cluster, cluster
+from tests.support.cluster import TTL, Cluster, cluster
 
 T = TypeVar("T")
 
@@ -362,7 +364,7 @@ def hop_cost(c: Cluster, names: list[str], requests: int) -> dict[str, tuple[flo
     both alike."""
     members = sorted(n.node_id for n in c.nodes)
     a, b = c.nodes[0], c.nodes[1]
-    owned = [n for n in names if owner_of(shard_of(n, SHARDS), members) == a.node_id] or names[:1]
+    owned = [n for n in names if owner_of(shard_of(n, c.shards), members) == a.node_id] or names[:1]
     result: dict[str, tuple[float, float]] = {}
     with httpx.Client(base_url=a.url, timeout=30) as direct, httpx.Client(base_url=b.url, timeout=30) as forwarded:
         for what in ("POST /cache", "GET /get_recent_history"):
@@ -428,6 +430,13 @@ def main() -> None:
         help="what generates the throughput phases' load: wrk (auto: when installed) or this process (asyncio on uvloop); "
         "the failover timeline is always this process's",
     )
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=ClusterSettings().cluster_shards,
+        help="each node's cluster_shards (default: the setting's default, as deployed; the test fixture's nodes run 64, "
+        "which splits 480 characters among 2 or 3 nodes less evenly: the busiest node sets the pace)",
+    )
     parser.add_argument("--hop-requests", type=int, default=300)
     parser.add_argument("--failover-seconds", type=float, default=20.0)
     parser.add_argument(
@@ -440,7 +449,7 @@ def main() -> None:
         parser, None, nodes="1,2", seconds=1.0, clients=4, characters=8, rounds=1, loadgen="python", hop_requests=20, failover_seconds=3.0
     )
     args = parser.parse_args()
-    node_env = {"NEKOMEM_ACTOR_WORKERS": str(args.actor_workers)}
+    node_env = {"NEKOMEM_ACTOR_WORKERS": str(args.actor_workers), "NEKOMEM_CLUSTER_SHARDS": str(args.shards)}
     if args.loadgen == "wrk" and WRK is None:
         raise SystemExit("--loadgen wrk: wrk is not installed (apt-get install wrk)")
     generate = wrk_load if args.loadgen == "wrk" or (args.loadgen == "auto" and WRK is not None) else python_load

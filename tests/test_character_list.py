@@ -6,11 +6,15 @@ written straight to disk (a view file each) so that many are cheap."""
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from nekomem.domain.records import Fact, fact_hash
+from nekomem.runtime.clock import ManualClock
+from nekomem.stores import character_summary
 from nekomem.stores.character_summary import SUMMARY_FILE
 from nekomem.stores.layout import CharacterPaths
 from tests.support.live import LiveServer, make_settings
@@ -99,3 +103,69 @@ def test_a_deleted_character_leaves_the_summary_at_once(tmp_path: Path) -> None:
         assert srv.delete("/api/characters/Char001").status_code == 200
         assert "Char001" not in (tmp_path / SUMMARY_FILE).read_text()
         assert [c["name"] for c in srv.get("/api/browse/characters").json()["characters"]] == ["Char000", "Char002"]
+
+
+def _order(srv: LiveServer, limit: int = 3) -> list[str]:
+    page = srv.get("/api/browse/characters", params={"sort": "last_conversation", "limit": limit, "brief": "true"}).json()
+    return [c["name"] for c in page["characters"]]
+
+
+def test_last_conversation_order_follows_turns_and_a_restart_without_looking_at_every_character(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = _install(tmp_path, 40)
+    looked: list[str] = []
+    real_stamp = character_summary.stamp_of
+
+    def counting_stamp(paths: CharacterPaths) -> list[int]:
+        looked.append(paths.name)
+        return real_stamp(paths)
+
+    monkeypatch.setattr(character_summary, "stamp_of", counting_stamp)
+    clock = ManualClock(datetime(2026, 5, 1, 12, tzinfo=timezone.utc))
+
+    def post(srv: LiveServer, name: str) -> None:
+        clock.advance(60)
+        assert srv.post(f"/cache/{name}", json={"input_history": [{"role": "user", "content": "hello"}]}).status_code == 200
+
+    with LiveServer(make_settings(tmp_path), clock=clock) as srv:
+        assert _order(srv) == names[:3]  # nobody has talked yet: by name
+        post(srv, "Char030")
+        post(srv, "Char005")
+        looked.clear()
+        assert _order(srv) == ["Char005", "Char030", "Char000"]
+        # Only the characters this server may have written, and the page's rows, were looked at.
+        assert set(looked) <= {"Char005", "Char030", "Char000"}
+
+        post(srv, "Char030")
+        assert srv.runtime.registry.release("Char030")  # passivated: no longer active, told to the summary
+        looked.clear()
+        assert _order(srv) == ["Char030", "Char005", "Char000"]
+        assert "Char030" in looked and len(set(looked)) <= 4
+
+    # A restart: the summary kept on disk is checked once at start-up, then trusted.
+    with LiveServer(make_settings(tmp_path), clock=clock) as srv:
+        looked.clear()
+        assert _order(srv) == ["Char030", "Char005", "Char000"]
+        assert set(looked) <= {"Char030", "Char005", "Char000"}
+
+
+def test_a_stale_or_missing_summary_is_caught_up_at_start(tmp_path: Path) -> None:
+    _install(tmp_path, 20)
+    summary = tmp_path / SUMMARY_FILE
+    with LiveServer(make_settings(tmp_path)) as srv:
+        assert _order(srv) == ["Char000", "Char001", "Char002"]
+    assert summary.exists()
+
+    # Written while no server ran (an offline import, a restore): the kept row is stale.
+    seed_journal(tmp_path, "Char012", 3)
+    with LiveServer(make_settings(tmp_path)) as srv:
+        assert _order(srv) == ["Char012", "Char000", "Char001"]
+        assert json.loads(summary.read_text())["characters"]["Char012"]["turns"] == 3
+
+    summary.unlink()
+    seed_journal(tmp_path, "Char017", 5)  # its last turn two minutes after Char012's
+    with LiveServer(make_settings(tmp_path)) as srv:
+        assert _order(srv, 2) == ["Char017", "Char012"]
+        kept = json.loads(summary.read_text())["characters"]
+        assert kept["Char017"]["turns"] == 5 and len(kept) == 20  # rebuilt at start, every character

@@ -4,6 +4,7 @@ deploy/haproxy.cfg in front. Short leases (3 s) keep failover tests short."""
 
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from nekomem.cluster.etcd import EtcdClient
 from nekomem.cluster.ring import owner_of
 from nekomem.stores.shard_layout import shard_of
 from tests.support.cluster import PROGRESS, SETTLE, SHARDS, TTL, cluster, post_turn
@@ -137,14 +139,37 @@ def test_kill_9_under_load_loses_and_duplicates_nothing(tmp_path):
         load.start(threads=4)
         wait_for(lambda: load.count() >= 60, timeout=PROGRESS, what="load warm")
         victim = c.nodes[1]
+        theirs = {shard for shard, owner in shard_owners(c).items() if owner == "n2"}
         victim.kill()
         # The survivors take every shard over (how fast: bench/cluster.py, the failover timeline).
         wait_for(lambda: c.settled({"n1", "n3"}), timeout=SETTLE, what="the survivors to own every shard")
+        # Each survivor claimed its part of the dead node's shards together, in a transaction
+        # or two (one etcd commit each), not one transaction per shard.
+        claims = {revision for shard, revision in shard_revisions(c).items() if shard in theirs}
+        assert len(theirs) >= 10 and len(claims) <= 4, (len(theirs), sorted(claims))
         after = load.count()
         wait_for(lambda: load.count() >= after + 40, timeout=PROGRESS, what="load after failover")
         load.finish()
         assert not load.unexpected_errors(), load.unexpected_errors()[:5]
         check_every_turn_once(c, load)
+
+
+def _shard_keys(c) -> list:
+    client = EtcdClient(c.etcd.url, timeout=5)
+    try:
+        return client.range("/nekomem/shards/", prefix=True)[0]
+    finally:
+        client.close()
+
+
+def shard_owners(c) -> dict[int, str]:
+    """Shard -> the node its key in etcd names."""
+    return {int(kv.key.rsplit("/", 1)[1]): json.loads(kv.value)["node"] for kv in _shard_keys(c)}
+
+
+def shard_revisions(c) -> dict[int, int]:
+    """Shard -> the revision of the transaction that put its key (its fencing token)."""
+    return {int(kv.key.rsplit("/", 1)[1]): kv.mod_revision for kv in _shard_keys(c)}
 
 
 def owned_by(node_id: str, members: set[str], names: list[str]) -> list[str]:

@@ -177,9 +177,10 @@ class HAProxy:
 
 
 class Cluster:
-    def __init__(self, folder: Path, etcd: Etcd, nodes: list[Node], proxy: HAProxy) -> None:
+    def __init__(self, folder: Path, etcd: Etcd, nodes: list[Node], proxy: HAProxy, shards: int = SHARDS) -> None:
         self.folder, self.etcd, self.nodes, self.proxy = folder, etcd, nodes, proxy
         self.root = folder / "memory"
+        self.shards = shards  # the nodes' cluster_shards
 
     def add_node(self, node_id: str, **extra: str) -> Node:
         node = Node(self.root, self.etcd, node_id, **extra)
@@ -209,16 +210,16 @@ class Cluster:
             for node_id in owners:
                 node = self.node(node_id)
                 view = self.status(node)["nodes"][node_id]
-                if set(view["nodes"]) != members or view["moving"] or sum(view["owners"].values()) != SHARDS:
+                if set(view["nodes"]) != members or view["moving"] or sum(view["owners"].values()) != self.shards:
                     return False
                 if set(view["owners"]) != owners:
                     return False
-            return sum(self.node(n).owned() for n in owners) == SHARDS
+            return sum(self.node(n).owned() for n in owners) == self.shards
         except (httpx.HTTPError, ValueError, KeyError):
             return False
 
     def folder_of(self, name: str) -> Path:
-        return character_root(self.root, name, SHARDS) / name
+        return character_root(self.root, name, self.shards) / name
 
     def stored(self, name: str) -> list[str]:
         db_path = self.folder_of(name) / "time_indexed.db"
@@ -264,7 +265,7 @@ def cluster(tmp_path: Path, size: int = 3, **node_env: str) -> Iterator[Cluster]
             node.start(timeout=120)
         proxy = HAProxy(tmp_path, nodes)
         proxy.start()
-        c = Cluster(tmp_path, etcd, nodes, proxy)
+        c = Cluster(tmp_path, etcd, nodes, proxy, int(node_env.get("NEKOMEM_CLUSTER_SHARDS", SHARDS)))
         wait_for(lambda: c.settled({n.node_id for n in nodes}), timeout=SETTLE, what="every shard owned")
         yield c
     finally:

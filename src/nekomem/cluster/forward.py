@@ -100,7 +100,11 @@ class ForwardingMiddleware:
         self.forwarding = 0
         self.wait = c.cluster_owner_wait_seconds
         self.max_length = server.name_max_length
-        self.retry_after = str(max(1, round(node.ttl / 2)))
+        # One second: the request already waited here for an owner (cluster_owner_wait_seconds),
+        # and a retry waits again the same way, so a client told to come back soon is served
+        # as soon as the shard is (half the TTL, as before, kept a client away seconds after
+        # a failover had ended).
+        self.retry_after = "1"
         self.slot = c.cluster_proxy_slot
         self._targets: dict[tuple[str, str], Target | None] = {}
         self.pool = HopPool(max_idle=c.cluster_forward_connections, timeout=c.cluster_forward_timeout_seconds)

@@ -41,6 +41,9 @@ from nekomem.stores import fence as store_fence
 
 log = logging.getLogger("nekomem.cluster")
 
+# Shards claimed in one etcd transaction (two operations each; etcd's default --max-txn-ops is 128).
+_CLAIM_BATCH = 32
+
 
 class ClusterCounters:
     """Counters for /metrics (thread-safe enough: each is written by one thread or under
@@ -83,6 +86,9 @@ class ClusterNode:
         self._busy: set[int] = set()  # shards with a job queued or running
         self._busy_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="nekomem-shards")
+        # Characters of shards taken over are recovered here, so a shard claimed with many
+        # others (a failover) is never left unserved behind another's recovery on _pool.
+        self._recovery = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nekomem-shard-recovery")
         self.work = ShardWork(self, runtime)
         self._stop = threading.Event()
         self._wake = threading.Event()  # the watch saw a change: read the view now
@@ -130,6 +136,7 @@ class ClusterNode:
         except EtcdError:
             log.warning("the lease could not be revoked at stop (it expires by itself)")
         self._pool.shutdown(wait=False)
+        self._recovery.shutdown(wait=False, cancel_futures=True)
         self.locks.release_all()
         store_fence.install(None)
         self.etcd.close()
@@ -244,6 +251,7 @@ class ClusterNode:
 
     def _reconcile(self, members: dict[str, Member], draining: set[str], owners: dict[int, Member]) -> None:
         live = [n for n in members if n not in draining] or list(members)
+        unowned: list[int] = []
         for shard in range(self.shards):
             state = self.table.state_of(shard)
             owner = owners.get(shard)
@@ -254,15 +262,40 @@ class ClusterNode:
             elif state is None and mine:
                 self._submit(shard, self.work.give_back)  # a key of ours we do not serve
             elif state is None and owner is None and desired == self.node_id:
-                if not self._renew_if_due():
-                    return
-                self._claim(shard)
+                unowned.append(shard)
             elif state is Local.READY and desired != self.node_id and owner is not None:
                 if self._begin(shard):
                     self.table.set_local(shard, Local.LEAVING)
                     self._pool.submit(self._job, shard, self.work.hand_over)
+        # Claimed together (a failover frees a dead node's every shard at once): one etcd
+        # transaction per batch, each a commit etcd writes to its disk, instead of one per shard.
+        for start in range(0, len(unowned), _CLAIM_BATCH):
+            if not self._renew_if_due():
+                return
+            self._claim_batch(unowned[start : start + _CLAIM_BATCH])
 
     # -- shard transitions ---------------------------------------------------------------
+    def _claim_batch(self, shards: list[int]) -> None:
+        """Claim ``shards`` in one transaction that succeeds only if none of their keys
+        exists; when another node was faster for one, each is claimed on its own."""
+        if len(shards) == 1:
+            self._claim(shards[0])
+            return
+        value = encode_member(Member(self.node_id, self.url))
+        compares = [compare_revision(self.keys.shard(shard), "CREATE", 0) for shard in shards]
+        puts = [put_op(self.keys.shard(shard), value, self.lease) for shard in shards]
+        try:
+            result = self.etcd.txn(compares, puts)
+        except EtcdError as exc:
+            log.warning("claim of %d shards failed: %s", len(shards), exc)
+            return
+        if not result.succeeded:
+            for shard in shards:
+                self._claim(shard)
+            return
+        for shard in shards:
+            self._claimed(shard, result.revision)
+
     def _claim(self, shard: int) -> None:
         key = self.keys.shard(shard)
         value = encode_member(Member(self.node_id, self.url))
@@ -273,10 +306,32 @@ class ClusterNode:
             return
         if not result.succeeded:
             return  # someone else was faster; the next tick reads who
-        self._tokens[shard] = result.revision
+        self._claimed(shard, result.revision)
+
+    def _claimed(self, shard: int, revision: int) -> None:
+        """etcd accepted our claim of ``shard`` at ``revision`` (its fencing token): take it over."""
+        self._tokens[shard] = revision
         self.table.set_owner(shard, Member(self.node_id, self.url))
         self.table.set_local(shard, Local.CLAIMING)
-        self._submit(shard, self.work.take_over)
+        if self._begin(shard):
+            self._pool.submit(self._take_over, shard)
+
+    def _take_over(self, shard: int) -> None:
+        """The claimed shard served (:meth:`ShardWork.take_over`), then its characters
+        recovered on the recovery thread; the shard counts as busy until both end."""
+        try:
+            ready = self.work.take_over(shard)
+        except Exception:
+            log.exception("shard %d: the take-over failed", shard)
+            ready = False
+        if ready:
+            try:
+                self._recovery.submit(self._job, shard, self.work.recover)
+                return
+            except RuntimeError:
+                pass  # the recovery thread is shut down: the node is stopping
+        with self._busy_lock:
+            self._busy.discard(shard)
 
     def _lose(self, shard: int) -> None:
         """The key is gone or someone else's: stop writing now, then let the characters go."""

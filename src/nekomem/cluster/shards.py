@@ -61,26 +61,36 @@ class ShardWork:
         for name in self._names(shard):
             self.runtime.registry.release(name)
 
-    def take_over(self, shard: int) -> None:
+    def take_over(self, shard: int) -> bool:
+        """Take the claimed shard's folder lock, allow its writes and serve it; whether it
+        is READY now (False: dropped meanwhile). Its characters are recovered afterwards
+        (:meth:`recover`, on the node's recovery thread)."""
         node = self.node
         token = node.token(shard)
         if token is None or node.table.state_of(shard) is not Local.CLAIMING:
-            return
+            return False
         folder = shard_folder(self.runtime.memory_root, shard)
         node.locks.acquire(shard, folder, self.runtime.settings.cluster.cluster_lock_wait_seconds)
         if node.table.state_of(shard) is not Local.CLAIMING:  # dropped while waiting
             node.locks.release(shard)
-            return
+            return False
         node.fence.grant(shard, token)
         # Serve first, then recover: a character's activation runs its own recovery (the
         # journal reconciler, the outbox replay) before its first message, whether a
-        # request or this loop activates it. Recovering every character before serving
+        # request or the recovery activates it. Recovering every character before serving
         # kept the whole shard waiting for the slowest (on a failover, seconds after the
         # lease expired).
         if node.table.state_of(shard) is not Local.CLAIMING:
-            return
+            return False
         node.table.set_local(shard, Local.READY)
         node.counters.move("claimed")
+        return True
+
+    def recover(self, shard: int) -> None:
+        """Activate (and flush) each character of a shard taken over that has work left
+        over, while the shard stays READY here."""
+        node = self.node
+        folder = shard_folder(self.runtime.memory_root, shard)
         recovered = 0
         for name in list_characters(folder):
             if node.table.state_of(shard) is not Local.READY:
@@ -92,7 +102,7 @@ class ShardWork:
                     recovered += 1
             except Exception as exc:  # noqa: BLE001 - retried at the character's next activation
                 log.warning("shard %d: recovery of a character failed: %s", shard, type(exc).__name__)
-        log.info("shard %d taken over (token %d, %d characters recovered)", shard, token, recovered)
+        log.info("shard %d taken over (token %s, %d characters recovered)", shard, node.token(shard), recovered)
 
     def hand_over(self, shard: int) -> None:
         node = self.node

@@ -35,7 +35,7 @@ from nekomem.http.system import _toggle_lock, fact_backlog_of
 from nekomem.http.wire import answer_response
 from nekomem.runtime.runtime import Runtime
 from nekomem.runtime.switches import REVIEW, SwitchError
-from nekomem.stores.character_summary import CharacterRow, summary_of
+from nekomem.stores.character_summary import CharacterRow, journal_totals, summary_of
 from nekomem.stores.layout import CharacterPaths
 from nekomem.stores.origin import read_origin
 from nekomem.stores.timeindex import to_utc_iso
@@ -96,27 +96,26 @@ def _origin(paths: CharacterPaths) -> dict[str, Any] | None:
 CHARACTER_SORTS = ("name", "last_conversation")
 
 
-def _summary_read(paths: CharacterPaths) -> tuple[int, str | None, dict[str, Any]]:
-    turns, last = store.journal_summary(paths)
-    return turns, last, store.disk_counts(paths)
-
-
 def _character_rows(
     rt: Runtime, names: list[str], everyone: list[str], *, sort: str, offset: int, limit: int
 ) -> tuple[list[str], dict[str, CharacterRow]]:
     """The page of ``names`` in ``sort`` order and the summary rows of its names. Sorted by
-    name only the page's characters are looked at; by last conversation every name's
-    stamp is (a few ``stat`` calls each, no file read while the summary holds)."""
+    name only the page's characters are looked at. Sorted by last conversation, a
+    single-node server sorts by the summary's kept times, comparing only the rows of the
+    characters it may have written since (:meth:`CharacterSummary.order`); a cluster node,
+    which shares the root with other writers, compares every row (a few ``stat`` calls
+    each, no file read while the summary holds)."""
     summary = summary_of(rt.memory_root)
-    known = set(everyone)
-    if sort == "name":
-        page = names[offset : offset + limit]
-        return page, summary.rows(page, rt.character_paths, _summary_read, known)
-    rows = summary.rows(names, rt.character_paths, _summary_read, known)
-    # Newest conversation first; characters without one last, by name.
-    ordered = sorted(names, key=lambda n: rows[n].last_conversation_at or "", reverse=True)
-    page = ordered[offset : offset + limit]
-    return page, {n: rows[n] for n in page}
+    single = rt.services.character_root is None
+    if sort == "last_conversation":
+        writing: set[str] | None = None
+        if single:
+            summary.check(everyone, rt.character_paths, journal_totals)  # done at start-up: returns at once
+            writing = rt.registry.writing_names()
+        names = summary.order(names, rt.character_paths, journal_totals, writing=writing)
+    page = names[offset : offset + limit]
+    known = None if single else set(everyone)  # a single root's listing drops the rows of folders gone
+    return page, summary.rows(page, rt.character_paths, journal_totals, store.disk_counts, known)
 
 
 async def characters(request: Request) -> Response:
@@ -151,7 +150,7 @@ async def characters(request: Request) -> Response:
             "active": name in active,
             "turns": kept.turns,
             "last_conversation_at": kept.last_conversation_at,
-            "counts": dict(kept.counts),
+            "counts": dict(kept.counts or {}),
         }
         if not brief:
             row.update(await _row_details(request, rt, name, name in active))

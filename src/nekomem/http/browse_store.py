@@ -58,21 +58,6 @@ def read_journal(paths: CharacterPaths, q: JournalQuery) -> dict[str, Any]:
     return {"total": total, "offset": q.offset, "items": items}
 
 
-def journal_summary(paths: CharacterPaths) -> tuple[int, str | None]:
-    """(turn count, newest turn time) of time_indexed.db; (0, None) without one."""
-    if not paths.time_index_db.exists():
-        return 0, None
-    try:
-        with TimeIndexReader.read_only(paths.time_index_db) as reader:
-            return reader.summary()
-    except sqlite3.OperationalError:
-        # Created a moment ago by an activating character whose recent actor has not yet
-        # made its tables (it loads on an actor worker, concurrently with this read).
-        return 0, None
-    except sqlite3.Error:
-        return 0, None  # unreadable, not a database, or malformed: storage_trouble says so
-
-
 def archived_reflections(paths: CharacterPaths) -> list[dict[str, Any]]:
     """Every archived reflection in reflection_archive/ shards, newest shard first."""
     return archived_items(paths.reflection_archive_dir)

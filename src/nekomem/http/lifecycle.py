@@ -40,6 +40,7 @@ from nekomem.http.runtime_access import ask, runtime_of
 from nekomem.http.wire import answer_response
 from nekomem.importer import neko_folder
 from nekomem.runtime.runtime import Runtime
+from nekomem.stores.character_summary import summary_of
 from nekomem.stores.layout import InvalidName, is_neko_folder, validate_name
 from nekomem.wire.answers import StatusAnswer
 
@@ -116,6 +117,9 @@ def _adopt_changes(rt: Runtime, released: list[str]) -> int:
     characters whose folder is gone (renamed or deleted). Returns how many folders were
     adopted or imported again. Raises OSError."""
     report = neko_folder.adopt(rt.memory_root, rt.settings)
+    if report.adopted or report.refreshed:
+        # Written outside the registry's holds: the character list compares every row again.
+        summary_of(rt.memory_root).recheck()
     known = set(rt.known_characters())
     for name in released:
         if name not in known:

@@ -96,6 +96,10 @@ class CharacterRegistry:
         self._changed = threading.Condition(self._lock)
         self.activations = 0
         self.passivations = 0
+        # Told a name once this process may have finished changing its files: its instance
+        # stopped (or died), or a hold of it ended (the character list's summary compares
+        # that character's row again; stores/character_summary.py).
+        self.on_released: Callable[[str], None] | None = None
 
     # -- activation --------------------------------------------------------------------
     def _acquire(self, name: str, *, block: bool = True) -> _Entry | None:
@@ -120,6 +124,7 @@ class CharacterRegistry:
             if entry is not None and not entry.ref.is_alive():
                 del self._entries[name]
                 entry = None
+                self._released(name)
             if entry is None and self.released is not None and self.released(name):
                 # /release_character holds the name: its folder is being renamed or deleted,
                 # and an instance started now would reopen (or recreate) it.
@@ -152,6 +157,7 @@ class CharacterRegistry:
                 if self._stopping.get(name) is ref:
                     del self._stopping[name]
                 active = len(self._entries)
+            self._released(name)
             if self._on_stopped is not None:
                 self._on_stopped(1, active)
 
@@ -268,6 +274,7 @@ class CharacterRegistry:
                 del self._held[name]
                 self._changed.notify_all()
             event.set()
+            self._released(name)
 
     def _take_idle(self, name: str, timeout: float) -> _Entry | None:
         """Remove ``name``'s entry once it is idle; None when it is not active."""
@@ -423,7 +430,19 @@ class CharacterRegistry:
         self.passivations += 1
         log.info("passivated a character")
 
+    def _released(self, name: str) -> None:
+        """Tell :attr:`on_released` (it never blocks on a listing; see the attribute)."""
+        if self.on_released is not None:
+            self.on_released(name)
+
     # -- inspection --------------------------------------------------------------------
+    def writing_names(self) -> set[str]:
+        """The characters whose files this process may be changing now: active, stopping
+        (flushing before they release their files) or held (an import, export, move or
+        deletion running)."""
+        with self._lock:
+            return set(self._entries) | set(self._stopping) | set(self._held)
+
     def active_names(self) -> list[str]:
         with self._lock:
             return [name for name, entry in self._entries.items() if entry.ref.is_alive()]

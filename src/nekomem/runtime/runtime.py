@@ -6,6 +6,7 @@ import functools
 import logging
 import os
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,6 +31,7 @@ from nekomem.runtime.services import Services
 from nekomem.runtime.switches import Switches, core_config_file
 from nekomem.runtime.timers import Timers
 from nekomem.stores import rootlock
+from nekomem.stores.character_summary import journal_totals, summary_of
 from nekomem.stores.knowledge import KnowledgeFiles
 from nekomem.stores.layout import CharacterPaths, list_characters
 from nekomem.stores.namefold import CharacterSpellings, probe_case_insensitive
@@ -116,6 +118,10 @@ class Runtime:
         self.knowledge = KnowledgeService(KnowledgeFiles(root), lambda: iso(self.clock.now()), recall=settings.recall, embedder=embeddings)
         self.release_claims = ReleaseClaims()  # /release_character holds (see the module)
         self.registry.released = self.release_claims.held
+        if self.services.character_root is None:
+            # The character list's summary compares again the rows this process may have
+            # written (a cluster node, sharing the root, compares every row instead).
+            self.registry.on_released = summary_of(root).touch
         self.limited_reason: str | None = "runtime_initializing"
         # Set by POST /internal/storage/startup/block (the chat server could not finish
         # its own start-up): limited mode again, until /continue. None: not blocked.
@@ -187,6 +193,9 @@ class Runtime:
         self.timers.start()
         if self.collector is not None:
             self.collector.start()
+        # No row of the character list's summary is trusted until the check that follows
+        # the start-up recovery (files may have changed while no server ran).
+        summary_of(self.memory_root).recheck()
         if neko_folder.serves_neko_folder(self.settings):
             # N.E.K.O.'s own memory folder: characters not adopted yet (or changed by the
             # reference's server since) are imported first, under the server's own
@@ -244,7 +253,26 @@ class Runtime:
                 log.warning("start-up recovery of a character failed: %s", type(exc).__name__)
         if recovered or failed:
             log.info("start-up recovery: %d characters activated, %d failed", recovered, failed)
+        self._check_summary()
         self.limited_reason = None
+
+    def _check_summary(self) -> None:
+        """Compare every row of the character list's summary with its files now, before
+        serving (a few ``stat`` calls per character, like the recovery's look above), so
+        the first page sorted by last conversation reads nothing per character. A cluster
+        node compares at every listing instead. Failures are logged (a listing checks
+        again)."""
+        if self.services.character_root is not None:
+            return
+        summary = summary_of(self.memory_root)
+        started = time.perf_counter()
+        try:
+            names = summary.names(self.settings.server.name_max_length)
+            summary.check(names, self.character_paths, journal_totals)
+        except Exception:  # a listing checks again; the server serves
+            log.warning("the character list's summary could not be checked at start-up", exc_info=True)
+            return
+        log.info("character list summary checked: %d characters in %.2f s", len(names), time.perf_counter() - started)
 
     def blocking_reason(self) -> str | None:
         """Why requests are refused with 409 now (start-up recovery, its failure, or a

@@ -1,39 +1,67 @@
 """The per-root summary behind the memory browser's character list.
 
 ``<memory root>/character_summary.json`` keeps, for each character folder, what its row of
-``GET /api/browse/characters`` shows without asking its actors: the counts of its views,
-its stored turns and the time of its last one. Each entry carries the *stamp* it was read
-under: the modification times of the character's folder (an atomic view write renames a
-file in it), its view folder, its reflection archive and its journal (``time_indexed.db``
-and its WAL). A listing compares the stamps, a few ``stat`` calls per character and no
-file read, and reads again only the characters whose stamp moved: so the summary follows
-every write (a server's, an offline import's, a restore's, a hand edit's) and a missing,
-damaged or stale summary is rebuilt from the views.
+``GET /api/browse/characters`` shows without asking its actors: its stored turns, the time
+of its last one (the key of ``sort=last_conversation``) and the counts of its views. Each
+row carries the *stamp* it was read under: the modification times of the character's
+folder (an atomic view write renames a file in it), its view folder, its reflection
+archive and its journal (``time_indexed.db`` and its WAL). A row whose stamp moved is read
+again: its journal at once, its counts when the row is next shown.
+
+When the stamps are compared:
+
+- **Every row, once per start** (:meth:`CharacterSummary.check`, run by the runtime after
+  its start-up recovery, a few ``stat`` calls per character on a background thread): what
+  changed while no server ran (an offline import, a restore, a hand edit) is read again,
+  and rows of new characters are read for the first time. A summary that is missing or
+  damaged is rebuilt from the journals this way.
+- **After that, only where this process may have written**: a single-node server holds the
+  root's lock exclusive, so its own actors and holds are the only writers. The registry
+  names the characters active, stopping or held now (``writing``) and tells
+  :meth:`CharacterSummary.touch` each one whose files it released since; those rows are
+  compared at the next listing. So a page sorted by last conversation reads nothing of
+  the other characters. A cluster node shares the root with other writers: it compares
+  every row at every such listing (``writing=None``).
+- **The rows of the page shown**, always (a constant cost): a file edited by hand while
+  the server runs shows when its row does.
+
+The root folder's own listing is reused while the root's modification time holds (a
+character folder made or removed moves it), so a page does not read the directory again.
 
 The summary is derived and never authoritative: it holds names and numbers, no memory
-text, and deleting it loses nothing (the next listing rebuilds it). The stamp is taken
-before the counts are read, so a write that lands during the read leaves a stamp older
-than the files and is read again next time.
+text, and deleting it loses nothing (the next start or listing rebuilds it). A stamp is
+taken before the files are read, so a write that lands during the read leaves a stamp
+older than the files and is read again next time.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import threading
-from collections.abc import Callable, Collection, Sequence
+import time
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from nekomem.stores.atomic import atomic_write_json
-from nekomem.stores.layout import CharacterPaths, list_characters
+from nekomem.stores.layout import CharacterPaths, scan_characters
+from nekomem.stores.timeindex_read import TimeIndexReader
 
 log = logging.getLogger(__name__)
 
 SUMMARY_FILE = "character_summary.json"
 SUMMARY_VERSION = 1
+
+# A cached listing of the root is reused only when the root's modification time was older
+# than the listing by this much: a change within the file system's timestamp granularity
+# of the previous one may leave the time as it was (coarse clocks tick in milliseconds).
+_SETTLED_NS = 100_000_000
+# Rows compared per hold of the lock by a full check (listings of a page get in between).
+_CHECK_CHUNK = 256
 
 
 class CharacterRow(msgspec.Struct, kw_only=True):
@@ -42,7 +70,8 @@ class CharacterRow(msgspec.Struct, kw_only=True):
     stamp: list[int]
     turns: int = 0
     last_conversation_at: str | None = None
-    counts: dict[str, Any] = msgspec.field(default_factory=dict)
+    # None: not read since the stamp moved (read when the row is next shown).
+    counts: dict[str, Any] | None = None
 
 
 class _SummaryFile(msgspec.Struct, kw_only=True):
@@ -50,6 +79,14 @@ class _SummaryFile(msgspec.Struct, kw_only=True):
     characters: dict[str, CharacterRow] = msgspec.field(default_factory=dict)
     # The character folders of the last listing (taken as characters while they are there).
     names: list[str] = msgspec.field(default_factory=list)
+
+
+class _Scan(msgspec.Struct, frozen=True):
+    """A listing of the root folder and the root's modification time before it."""
+
+    mtime_ns: int
+    started_ns: int
+    names: tuple[str, ...]
 
 
 def _mtime(path: str) -> int:
@@ -73,7 +110,30 @@ def stamp_of(paths: CharacterPaths) -> list[int]:
     return [_mtime(p) for p in places]
 
 
-Reader = Callable[[CharacterPaths], tuple[int, str | None, dict[str, Any]]]
+def journal_totals(paths: CharacterPaths) -> tuple[int, str | None]:
+    """(turn count, newest turn time) of the character's time_indexed.db; (0, None)
+    without one or when it cannot be read (the list's storage trouble says so)."""
+    if not paths.time_index_db.exists():
+        return 0, None
+    try:
+        with TimeIndexReader.read_only(paths.time_index_db) as reader:
+            return reader.summary()
+    except sqlite3.OperationalError:
+        # Created a moment ago by an activating character whose recent actor has not yet
+        # made its tables (it loads on an actor worker, concurrently with this read).
+        return 0, None
+    except sqlite3.Error:
+        return 0, None  # unreadable, not a database, or malformed
+
+
+PathsOf = Callable[[str], CharacterPaths]
+JournalReader = Callable[[CharacterPaths], tuple[int, str | None]]
+CountsReader = Callable[[CharacterPaths], dict[str, Any]]
+
+
+def _chunks(names: Sequence[str], size: int) -> Iterable[Sequence[str]]:
+    for start in range(0, len(names), size):
+        yield names[start : start + size]
 
 
 class CharacterSummary:
@@ -82,28 +142,160 @@ class CharacterSummary:
 
     def __init__(self, root: Path) -> None:
         self.path = Path(root) / SUMMARY_FILE
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the rows, the names and the file
         self._rows: dict[str, CharacterRow] | None = None
         self._names: frozenset[str] = frozenset()
+        self._scan: _Scan | None = None
+        # Rows are trusted once a full check ran since the last recheck() (generations).
+        self._check_lock = threading.Lock()  # one full check at a time
+        self._generation = 0
+        self._checked_generation = -1
+        # Characters whose files this process released since the last listing looked.
+        self._touched_lock = threading.Lock()
+        self._touched: set[str] = set()
 
+    # -- what the runtime and the registry tell it ----------------------------------------
+    def touch(self, name: str) -> None:
+        """Note that this process may have changed ``name``'s files (its actors stopped,
+        or a hold of it ended): its row is compared at the next listing. Never blocks on
+        a listing."""
+        with self._touched_lock:
+            self._touched.add(name)
+
+    def recheck(self) -> None:
+        """Trust no row until the next full :meth:`check` (a server starts, or folders
+        were adopted from outside)."""
+        with self._lock:
+            self._generation += 1
+            self._scan = None
+
+    def checked(self) -> bool:
+        """Whether a full check ran since the last :meth:`recheck`."""
+        with self._lock:
+            return self._checked_generation == self._generation
+
+    def check(self, names: Sequence[str], paths_of: PathsOf, read_journal: JournalReader) -> None:
+        """Compare the stamp of every one of ``names`` (every character of the root), read
+        again the journal of each that moved or has no row (the rows of characters gone
+        are dropped by :meth:`names`), and write the file if anything changed; nothing when a check already ran since
+        the last :meth:`recheck`. A concurrent caller waits for a running check. Raises
+        nothing for a summary that cannot be written (logged)."""
+        with self._check_lock:
+            with self._lock:
+                generation = self._generation
+                if self._checked_generation == generation:
+                    return
+            changed = False
+            for chunk in _chunks(names, _CHECK_CHUNK):
+                changed |= self._refresh(chunk, paths_of, read_journal)
+            with self._lock:
+                self._load()
+                if changed or not self.path.exists():
+                    self._write()
+                self._checked_generation = generation
+
+    # -- listings ------------------------------------------------------------------------
     def names(self, max_length: int) -> list[str]:
         """The characters of the root (:func:`~nekomem.stores.layout.list_characters`),
         the folders of the last listing (kept in the summary) taken as characters while
-        they are there."""
+        they are there. The last listing is reused while the root's modification time
+        holds (and no folder of it was still undecided). Rows of characters gone are
+        dropped. Raises OSError for a root that cannot be read."""
+        root = self.path.parent
+        try:
+            mtime = os.stat(root).st_mtime_ns
+        except FileNotFoundError:
+            return []
         with self._lock:
             self._load()
-            settled = self._names
-        names = list_characters(self.path.parent, max_length=max_length, settled=settled)
+            scan, settled = self._scan, self._names
+        if scan is not None and scan.mtime_ns == mtime and scan.started_ns - mtime > _SETTLED_NS:
+            return list(scan.names)
+        started = time.time_ns()
+        names, undecided = scan_characters(root, max_length=max_length, settled=settled)
         with self._lock:
+            self._scan = None if undecided else _Scan(mtime, started, tuple(names))
             if set(names) != self._names:
                 self._names = frozenset(names)
+                rows = self._load()
+                for gone in [n for n in rows if n not in self._names]:
+                    del rows[gone]
                 self._write()
         return names
+
+    def order(self, names: Sequence[str], paths_of: PathsOf, read_journal: JournalReader, *, writing: Collection[str] | None) -> list[str]:
+        """``names`` newest conversation first (those without one last, by name). With
+        ``writing`` (the characters this process may be writing now: a single-node
+        server) and a full :meth:`check` done since the last recheck, the rows are
+        trusted except those of ``writing``, of characters touched since the last
+        listing and of characters without a row, which are compared; otherwise every
+        row of ``names`` is compared (with None: another process may write, a cluster
+        node)."""
+        if writing is None or not self.checked():
+            look: Sequence[str] = names
+        else:
+            with self._touched_lock:
+                touched, self._touched = self._touched, set()
+            with self._lock:
+                rows = self._load()
+                look = [n for n in names if n in touched or n in writing or n not in rows]
+        changed = False
+        for chunk in _chunks(look, _CHECK_CHUNK):
+            changed |= self._refresh(chunk, paths_of, read_journal)
+        with self._lock:
+            rows = self._load()
+            if changed:
+                self._write()
+            keys = {n: (row.last_conversation_at or "") if (row := rows.get(n)) else "" for n in names}
+        # A stable sort: characters with the same time (or none) stay in name order.
+        return sorted(names, key=keys.__getitem__, reverse=True)
+
+    def rows(
+        self,
+        page: Sequence[str],
+        paths_of: PathsOf,
+        read_journal: JournalReader,
+        read_counts: CountsReader,
+        known: Collection[str] | None = None,
+    ) -> dict[str, CharacterRow]:
+        """The row of each of ``page`` (the characters shown), its stamp compared: a row
+        that moved is read again (journal and counts), a row without counts gets them.
+        Rows of characters not in ``known`` (when given: every character on disk) are
+        dropped. The file is rewritten when a row changed; a summary file deleted since
+        the last call is rebuilt. A summary that cannot be written is logged (the rows
+        are right all the same)."""
+        with self._lock:
+            if self._rows is not None and not self.path.exists():
+                # Deleted behind our back: rebuilt from the views (and checked in full again).
+                self._rows, self._names, self._scan = None, frozenset(), None
+                self._generation += 1
+            rows = self._load()
+            changed = bool(rows) and not self.path.exists()
+            result: dict[str, CharacterRow] = {}
+            for name in page:
+                paths = paths_of(name)
+                stamp = stamp_of(paths)  # before the read: a write during it shows next time
+                row = rows.get(name)
+                if row is None or row.stamp != stamp:
+                    turns, last = read_journal(paths)
+                    row = rows[name] = CharacterRow(stamp=stamp, turns=turns, last_conversation_at=last)
+                if row.counts is None:
+                    row.counts = read_counts(paths)
+                    changed = True
+                result[name] = row
+            if known is not None:
+                for name in [n for n in rows if n not in known]:
+                    del rows[name]
+                    changed = True
+            if changed:
+                self._write()
+            return result
 
     def forget(self, name: str) -> None:
         """Drop ``name`` from the summary now (a deleted character leaves no trace in it).
         Raises nothing (a summary that cannot be written is logged)."""
         with self._lock:
+            self._scan = None
             rows = self._load()
             if name not in rows and name not in self._names:
                 return
@@ -113,6 +305,23 @@ class CharacterSummary:
                 self._write()
             else:
                 self.path.unlink(missing_ok=True)
+
+    # -- under the lock ------------------------------------------------------------------
+    def _refresh(self, names: Iterable[str], paths_of: PathsOf, read_journal: JournalReader) -> bool:
+        """Compare the stamps of ``names``; read the journal of each row that moved or is
+        missing (its counts then wait for the row to be shown). Whether a row changed."""
+        changed = False
+        with self._lock:
+            rows = self._load()
+            for name in names:
+                paths = paths_of(name)
+                stamp = stamp_of(paths)  # before the read: a write during it shows next time
+                row = rows.get(name)
+                if row is None or row.stamp != stamp:
+                    turns, last = read_journal(paths)
+                    rows[name] = CharacterRow(stamp=stamp, turns=turns, last_conversation_at=last)
+                    changed = True
+        return changed
 
     def _write(self) -> None:
         rows = self._rows or {}
@@ -136,37 +345,6 @@ class CharacterSummary:
                 log.warning("the character summary %s is unreadable: it is rebuilt from the views", self.path)
             self._rows, self._names = kept.characters, frozenset(kept.names)
         return self._rows
-
-    def rows(
-        self, names: Sequence[str], paths_of: Callable[[str], CharacterPaths], read: Reader, known: Collection[str]
-    ) -> dict[str, CharacterRow]:
-        """The row of each of ``names``: kept ones whose stamp still holds, the others read
-        again with ``read(paths) -> (turns, last, counts)``. Rows of characters not in
-        ``known`` (every character on disk) are dropped. The summary file is rewritten
-        when a row changed or a name left; a summary file deleted since the last call is
-        rebuilt from the views. A summary that cannot be written is logged (the rows are
-        right all the same)."""
-        with self._lock:
-            if self._rows is not None and not self.path.exists():
-                self._rows, self._names = None, frozenset()  # deleted behind our back: rebuilt from the views
-            rows = self._load()
-            changed = bool(rows) and not self.path.exists()
-            result: dict[str, CharacterRow] = {}
-            for name in names:
-                paths = paths_of(name)
-                stamp = stamp_of(paths)  # before the read: a write during it shows next time
-                row = rows.get(name)
-                if row is None or row.stamp != stamp:
-                    turns, last, counts = read(paths)
-                    row = rows[name] = CharacterRow(stamp=stamp, turns=turns, last_conversation_at=last, counts=counts)
-                    changed = True
-                result[name] = row
-            for name in [n for n in rows if n not in known]:
-                del rows[name]
-                changed = True
-            if changed:
-                self._write()
-            return result
 
 
 _SUMMARIES: dict[Path, CharacterSummary] = {}

@@ -401,12 +401,20 @@ def list_characters(root: Path, *, max_length: int = DEFAULT_NAME_MAX_LENGTH, se
     read, not a look into every folder. A missing root lists nothing; other OSErrors
     propagate.
     """
+    return scan_characters(root, max_length=max_length, settled=settled)[0]
+
+
+def scan_characters(root: Path, *, max_length: int = DEFAULT_NAME_MAX_LENGTH, settled: Collection[str] = ()) -> tuple[list[str], list[str]]:
+    """:func:`list_characters`, and beside it the folders with a valid name that are not
+    characters (yet): a file written into one later makes it a character without
+    changing the root folder's modification time. Raises as :func:`list_characters`."""
     root = Path(root)
     try:
         entries = list(os.scandir(root))
     except FileNotFoundError:
-        return []
+        return [], []
     names: set[str] = set()
+    undecided: list[str] = []
     for entry in entries:
         if entry.name in settled and entry.is_dir():
             names.add(entry.name)
@@ -424,4 +432,6 @@ def list_characters(root: Path, *, max_length: int = DEFAULT_NAME_MAX_LENGTH, se
             continue
         if _is_character(root, name):
             names.add(name)
-    return sorted(names)
+        else:
+            undecided.append(name)
+    return sorted(names), undecided
