@@ -20,7 +20,7 @@ import pytest
 from nekomem.config.embeddings import BUILTIN_MODELS, EmbeddingSettings
 from nekomem.recall.embedding_backends import Backend
 from nekomem.recall.embedding_batcher import Pending
-from nekomem.recall.embeddings import EmbeddingService, RequestExpired, find_project_root
+from nekomem.recall.embeddings import EmbeddingService, QueryDone, RequestExpired, find_project_root
 from tests.support.live import LiveServer, make_settings
 
 ROOT = find_project_root(Path(__file__))
@@ -134,7 +134,7 @@ class MeetingBackend:
         return self._inner.infer(texts)
 
 
-def test_with_the_default_settings_two_queries_run_their_model_calls_at_once() -> None:
+def test_with_the_default_settings_two_users_queries_run_their_model_calls_at_once() -> None:
     # e5 alone keeps the test light; the inference threads are the defaults.
     service = _service("e5")
     try:
@@ -143,21 +143,23 @@ def test_with_the_default_settings_two_queries_run_their_model_calls_at_once() -
         service._slots = (replace(service._slots[0], backend=meeting),)
         got: dict[int, np.ndarray] = {}
         failed: list[BaseException] = []
+        done = threading.Semaphore(0)
 
-        def caller(i: int) -> None:
-            try:
-                got[i] = service.embed([QUERIES[i]], "query")[0]
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                failed.append(exc)
+        def answer(i: int) -> QueryDone:
+            def on_done(vectors: np.ndarray | None, error: BaseException | None) -> None:
+                if vectors is not None:
+                    got[i] = vectors[0]
+                if error is not None:
+                    failed.append(error)
+                done.release()
 
-        first = threading.Thread(target=caller, args=(0,))
-        first.start()
+            return on_done
+
+        service.embed_for_user([QUERIES[0]], answer(0))
         # The second query is queued only once the first runs, so the two cannot share a batch.
         assert meeting.first_entered.wait(WAIT)
-        second = threading.Thread(target=caller, args=(1,))
-        second.start()
-        first.join(WAIT)
-        second.join(WAIT)
+        service.embed_for_user([QUERIES[1]], answer(1))
+        assert done.acquire(timeout=WAIT) and done.acquire(timeout=WAIT)
         assert not failed, failed
         for i in range(2):
             np.testing.assert_allclose(got[i], alone[i], atol=1e-5)
