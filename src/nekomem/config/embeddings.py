@@ -54,7 +54,7 @@ class EmbeddingSettings(Section, frozen=True):
     embedding_inference_threads: Annotated[
         int,
         doc(
-            "Model calls that may run at once (each on its own thread, each using embedding_intra_op_threads); 0 = the physical cores divided by the intra-op threads. All of them share the sessions, so a second one costs scratch memory, not a second model. Two: while one thread runs a model call the other takes the next batch on the other core (on 2 cores, 1.5-2x the queries/s of one thread under concurrent queries, see docs/EMBEDDING-INFERENCE.md).",
+            "Model calls that may run at once (each on its own thread, each using embedding_intra_op_threads); 0 = the physical cores divided by the intra-op threads. All of them share the sessions, so a second one costs scratch memory, not a second model. Two: while one thread runs a model call the other takes the next batch on the other core (on 2 cores, +6% to +58% queries/s over one thread under concurrent queries when the second core had room; see docs/EMBEDDING-INFERENCE.md). Background work (the backfill, duplicate checks) always leaves one of them to users' queries.",
             ge=0,
         ),
     ] = 2
