@@ -184,3 +184,29 @@ def test_an_exception_as_one_requests_answer_fails_that_request_alone() -> None:
         assert batcher.call([3]) == [30]  # the worker goes on
     finally:
         batcher.close()
+
+
+def test_background_batches_leave_a_worker_free_for_urgent_requests() -> None:
+    background_started = threading.Event()
+    release_background = threading.Event()
+    ran: list[list[int]] = []
+
+    def run(batch: list[Pending[int, list[int]]]) -> list[list[int]]:
+        ran.append([item for p in batch for item in p.items])
+        if batch[0].priority > 0:
+            background_started.set()
+            assert release_background.wait(WAIT)
+        return [p.items for p in batch]
+
+    batcher: MicroBatcher[int, list[int]] = MicroBatcher(run, max_items=1, name="test-batcher", workers=2, reserve=1)
+    first = batcher.submit([1], priority=1)
+    assert background_started.wait(WAIT)
+    second = batcher.submit([2], priority=2)  # background too: must wait, one worker stays free
+    urgent = batcher.submit([3], priority=0)
+    assert urgent.done.wait(WAIT) and urgent.wait() == [3]  # answered while the first background batch still runs
+    assert ran == [[1], [3]]
+    assert batcher.waiting() == 1
+    release_background.set()
+    assert first.wait() == [1] and second.wait() == [2]
+    assert ran == [[1], [3], [2]]
+    batcher.close()

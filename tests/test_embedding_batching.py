@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -17,14 +18,16 @@ import numpy as np
 import pytest
 
 from nekomem.config.embeddings import BUILTIN_MODELS, EmbeddingSettings
+from nekomem.models.embedding_backends import Backend
 from nekomem.models.embedding_batcher import Pending
-from nekomem.models.embeddings import EmbeddingService, RequestExpired, find_project_root
+from nekomem.models.embeddings import EmbeddingService, QueryDone, RequestExpired, find_project_root
 from tests.support.live import LiveServer, make_settings
 
 ROOT = find_project_root(Path(__file__))
 assert ROOT is not None
 LOAD_TIMEOUT = 120.0
 WAIT = 120.0
+MEET_WAIT = 20.0  # a lone model call gives up meeting a second one after this
 # Lengths from 1 to ~60 tokens, several scripts: e5 pads the batch to the longest one.
 QUERIES = [
     "tea",
@@ -105,6 +108,63 @@ def test_a_user_query_is_called_back_and_dropped_once_past_its_deadline(service:
     np.testing.assert_allclose(answered, service.embed([QUERIES[1]], "query"), atol=1e-5)  # type: ignore[arg-type]
     assert [type(e) for v, e in outcomes if e is not None] == [RequestExpired]
     assert service.is_ready
+
+
+class MeetingBackend:
+    """A model backend whose first two calls must both be running before either goes on:
+    they meet at a barrier, which breaks (and fails the call) unless two model calls run
+    at the same time."""
+
+    def __init__(self, inner: Backend) -> None:
+        self._inner = inner
+        self.kind = inner.kind
+        self.batch_invariant = inner.batch_invariant
+        self.meeting = threading.Barrier(2)
+        self.first_entered = threading.Event()
+        self._calls = 0
+        self._lock = threading.Lock()
+
+    def infer(self, texts: list[str]) -> np.ndarray:
+        with self._lock:
+            self._calls += 1
+            meets = self._calls <= 2
+        if meets:
+            self.first_entered.set()
+            self.meeting.wait(MEET_WAIT)
+        return self._inner.infer(texts)
+
+
+def test_with_the_default_settings_two_users_queries_run_their_model_calls_at_once() -> None:
+    # e5 alone keeps the test light; the inference threads are the defaults.
+    service = _service("e5")
+    try:
+        alone = [service.embed([q], "query")[0] for q in QUERIES[:2]]
+        meeting = MeetingBackend(service._slots[0].backend)
+        service._slots = (replace(service._slots[0], backend=meeting),)
+        got: dict[int, np.ndarray] = {}
+        failed: list[BaseException] = []
+        done = threading.Semaphore(0)
+
+        def answer(i: int) -> QueryDone:
+            def on_done(vectors: np.ndarray | None, error: BaseException | None) -> None:
+                if vectors is not None:
+                    got[i] = vectors[0]
+                if error is not None:
+                    failed.append(error)
+                done.release()
+
+            return on_done
+
+        service.embed_for_user([QUERIES[0]], answer(0))
+        # The second query is queued only once the first runs, so the two cannot share a batch.
+        assert meeting.first_entered.wait(WAIT)
+        service.embed_for_user([QUERIES[1]], answer(1))
+        assert done.acquire(timeout=WAIT) and done.acquire(timeout=WAIT)
+        assert not failed, failed
+        for i in range(2):
+            np.testing.assert_allclose(got[i], alone[i], atol=1e-5)
+    finally:
+        service.close()
 
 
 # -- a real server ------------------------------------------------------------------------

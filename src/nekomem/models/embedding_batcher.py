@@ -6,8 +6,10 @@ for its answer (or is called back). The worker threads run the batches: requests
 arrive while a batch runs wait, and the next batch takes as many of them as fit in
 ``max_items`` (a request is never split, so a request larger than that runs alone).
 Requests of a lower ``priority`` number go first (a user's query before background work);
-within a priority, first come, first served. A request whose expiry passed while queued is
-dropped, not run.
+within a priority, first come, first served. With more than one worker, ``reserve`` keeps a
+worker for urgent requests: batches led by a request of priority ``reserve`` or more run on
+at most ``workers - 1`` threads at once, so a request of a lower number never waits for one
+of them to end. A request whose expiry passed while queued is dropped, not run.
 
 Why so few threads: the model call is CPU-bound and already uses the intra-op threads of
 its session, so more calls at once only oversubscribe the cores; the order of the queue,
@@ -84,11 +86,22 @@ class MicroBatcher(Generic[Item, Answer]):
     The threads start with the first requests; :meth:`close` ends them."""
 
     def __init__(
-        self, run: BatchRun[Item, Answer], max_items: int, name: str, on_batch_end: BatchEnd | None = None, workers: int = 1
+        self,
+        run: BatchRun[Item, Answer],
+        max_items: int,
+        name: str,
+        on_batch_end: BatchEnd | None = None,
+        workers: int = 1,
+        reserve: int | None = None,
     ) -> None:
         if max_items < 1 or workers < 1:
             raise ValueError("max_items and workers must be >= 1")
         self._workers = workers
+        # Batches of priority >= reserve may hold this many workers at once (all of them
+        # with one worker: there is nothing to keep free then).
+        self._reserve = reserve
+        self._background_limit = workers - 1 if workers > 1 and reserve is not None else workers
+        self._background_running = 0
         self._run = run
         self._max_items = max_items
         self._name = name
@@ -148,12 +161,22 @@ class MicroBatcher(Generic[Item, Answer]):
             pending.error = BatcherClosed(f"{self._name} closed before the request ran")
             pending.finish()
 
+    def _is_background(self, pending: Pending[Item, Answer]) -> bool:
+        return self._reserve is not None and pending.priority >= self._reserve
+
+    def _runnable(self) -> bool:
+        """Whether this worker may take a batch now (under the lock): something urgent
+        waits, or background waits and the background batches leave a worker free."""
+        if self._background_running < self._background_limit:
+            return bool(self._queue)
+        return any(not self._is_background(p) for p in self._queue)
+
     def _take(self) -> tuple[list[Pending[Item, Answer]], list[Pending[Item, Answer]]] | None:
         """The next batch (lowest priority number first, then arrival) and the requests
         that expired meanwhile (not yet finished: the caller does that outside the lock),
         or None once closed."""
         with self._cond:
-            while not self._queue and not self._closed:
+            while not self._runnable() and not self._closed:
                 self._cond.wait()
             if self._closed:
                 return None
@@ -162,9 +185,11 @@ class MicroBatcher(Generic[Item, Answer]):
             if expired:
                 self._queue = [p for p in self._queue if p.expires is None or p.expires > now]
                 self.expired += len(expired)
-                if not self._queue:
+                if not self._runnable():
                     return [], expired
             self._queue.sort(key=lambda p: (p.priority, p.seq))
+            if self._is_background(self._queue[0]):
+                self._background_running += 1
             batch = [self._queue[0]]
             size = len(batch[0].items)
             for pending in self._queue[1:]:
@@ -196,6 +221,10 @@ class MicroBatcher(Generic[Item, Answer]):
                 for pending in batch:
                     pending.error = exc
             self.batches += 1
+            if self._is_background(batch[0]):
+                with self._cond:
+                    self._background_running -= 1
+                    self._cond.notify_all()  # a worker may wait for a background slot
             for pending in batch:
                 pending.finish()
             if self._on_batch_end is not None:

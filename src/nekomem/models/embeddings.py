@@ -192,6 +192,9 @@ class EmbeddingService:
             "nekomem-embed",
             self._after_batch,
             workers=inference_workers(settings.embedding_inference_threads, settings.embedding_intra_op_threads),
+            # Background work (duplicate checks, the vector backfill) leaves one thread free
+            # for a user's query when there are two or more.
+            reserve=_BACKGROUND_QUERIES,
         )
         self._trim = _heap_trimmer() if settings.embedding_trim_memory_seconds > 0 else None
         self._trimmed_at = 0.0
