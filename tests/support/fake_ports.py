@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nekomem.actors.messages import IndexUpsert
-from nekomem.actors.ports import LayerPorts, ResultFactory, Wrap, announce_stored_turns
+from nekomem.actors.ports import LayerPorts, ResultFactory, Wrap, announce_stored_turns, model_task
 from nekomem.config import Settings
 from nekomem.domain.index_entry import IndexEntry
 from nekomem.domain.layers import RECALL, Address, event_owners
@@ -211,16 +211,8 @@ class FakePorts:
         if llm is None or not llm.available(llm.tier_for(task)):
             return None
         self._model_seq += 1
-        token = self._model_seq
-        prompt = [dict(message) for message in messages]
-
-        def job() -> object:
-            return llm.run(task, prompt, timeout=timeout)
-
-        def wrap(result: object, error: BaseException | None) -> Message:
-            return done(token, result, None if error is None else repr(error))
-
-        return token if self.run_job(job, wrap) else None
+        job, wrap = model_task(llm, self._model_seq, task, messages, done, timeout)
+        return self._model_seq if self.run_job(job, wrap) else None
 
     def result_sender(self, done: Wrap) -> Callable[[object, BaseException | None], None]:
         def home(result: object, error: BaseException | None) -> None:

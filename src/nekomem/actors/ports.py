@@ -52,6 +52,27 @@ Wrap = Callable[[object, BaseException | None], Message]
 Done = Callable[[object, BaseException | None], None]
 
 
+def model_task(
+    llm: LLMClient,
+    token: int,
+    task: str,
+    messages: Sequence[Mapping[str, object]],
+    done: ResultFactory,
+    timeout: float | None,
+) -> tuple[Callable[[], object], Wrap]:
+    """The pool job that runs LLM ``task`` on ``messages`` (copied now: the caller may go on
+    changing its own), and the wrap that turns its outcome into ``done(token, output, error)``."""
+    prompt = [dict(message) for message in messages]
+
+    def job() -> object:
+        return llm.run(task, prompt, timeout=timeout)
+
+    def wrap(result: object, error: BaseException | None) -> Message:
+        return done(token, result, None if error is None else repr(error))
+
+    return job, wrap
+
+
 class LayerPorts(Protocol):
     """What one child layer of one character may do outside itself.
 
@@ -338,16 +359,8 @@ class ActorPorts:
         if llm is None or not llm.available(llm.tier_for(task)):
             return None
         self._model_seq += 1
-        token = self._model_seq
-        prompt = [dict(message) for message in messages]
-
-        def job() -> object:
-            return llm.run(task, prompt, timeout=timeout)
-
-        def wrap(result: object, error: BaseException | None) -> Message:
-            return done(token, result, None if error is None else repr(error))
-
-        return token if self.run_job(job, wrap) else None
+        job, wrap = model_task(llm, self._model_seq, task, messages, done, timeout)
+        return self._model_seq if self.run_job(job, wrap) else None
 
     # -- the character ---------------------------------------------------------------
     def now(self) -> datetime:

@@ -28,7 +28,7 @@ class IndexedDoc:
         self.end = end
 
 
-def _epoch(value: object, tz: tzinfo) -> float | None:
+def epoch_seconds(value: object, tz: tzinfo) -> float | None:
     """An ISO 8601 timestamp as epoch seconds (a naive one is read in ``tz``); None if unusable."""
     parsed = parse_iso(value, tz)
     if parsed is None:
@@ -43,9 +43,9 @@ def event_interval(entry: IndexEntry, tz: tzinfo) -> tuple[float | None, float |
     """The entry's event as epoch ``(start, end)``: anchor = event end, else event start,
     else created_at; the interval is [start or anchor, end or anchor], swapped if reversed.
     ``(None, None)`` when no timestamp parses."""
-    start = _epoch(entry.event_start_at, tz)
-    end = _epoch(entry.event_end_at, tz)
-    anchor = end if end is not None else start if start is not None else _epoch(entry.created_at, tz)
+    start = epoch_seconds(entry.event_start_at, tz)
+    end = epoch_seconds(entry.event_end_at, tz)
+    anchor = end if end is not None else start if start is not None else epoch_seconds(entry.created_at, tz)
     if anchor is None:
         return None, None
     s = start if start is not None else anchor

@@ -16,22 +16,11 @@ import bisect
 from collections.abc import Collection, Mapping, Sequence
 from datetime import tzinfo
 
-from nekomem.domain.turns import parse_iso
-from nekomem.recall.entry import IndexedDoc
+from nekomem.recall.entry import IndexedDoc, epoch_seconds
 
 # Spans of facts nearest before a turn that are looked at for it (spans of one character's
 # extractions barely overlap: the nearest few hold the turn if any does).
 _SPANS_LOOKED_AT = 64
-
-
-def _epoch(value: str | None, tz: tzinfo) -> float | None:
-    parsed = parse_iso(value, tz)
-    if parsed is None:
-        return None
-    try:
-        return parsed.timestamp()
-    except (OverflowError, OSError, ValueError):
-        return None
 
 
 class TurnKeys:
@@ -42,7 +31,7 @@ class TurnKeys:
         by_span: dict[tuple[float, float], list[str]] = {}
         for doc_id, doc in docs.items():
             entry = doc.entry
-            start, end = _epoch(entry.source_from, tz), _epoch(entry.source_to, tz)
+            start, end = epoch_seconds(entry.source_from, tz), epoch_seconds(entry.source_to, tz)
             if start is None or end is None:
                 continue
             by_span.setdefault((min(start, end), max(start, end)), []).append(doc_id)
@@ -69,7 +58,7 @@ class TurnKeys:
         out: list[str] = []
         seen: set[str] = set()
         for stamp in turn_times:
-            when = _epoch(stamp, self.tz)
+            when = epoch_seconds(stamp, self.tz)
             if when is None:
                 continue
             for doc_id in self.facts_at(when):
