@@ -78,7 +78,7 @@ class LayerPorts:
         self._timers.clear()
 
     # -- recall feed -----------------------------------------------------------------
-    def index_upsert(self, entries: list[IndexEntry], replace_tier: str | None = None) -> None:
+    def index_upsert(self, entries: list[IndexEntry], replace_tier: str | None = None, views: list[list[int] | None] | None = None) -> None:
         """Send ``entries`` to RecallActor. Those still lacking a vector count as pending
         embeddings from now on (so /health never reports 0 between a write's
         acknowledgement and RecallActor reading it; see :mod:`nekomem.recall.pending`)."""
@@ -91,7 +91,7 @@ class LayerPorts:
                 model = None
             counted = lacking_vectors(entries, model)
             self.ctx.services.pending.sent(self.ctx.name, counted)
-        self.send(RECALL, IndexUpsert(entries=entries, replace_tier=replace_tier, counted=counted))
+        self.send(RECALL, IndexUpsert(entries=entries, replace_tier=replace_tier, counted=counted, views=views))
 
     def announce_stored_turns(self, turns: list[Turn]) -> None:
         """Tell the reflection actor about stored turns (one ``PostTurn``, with the last

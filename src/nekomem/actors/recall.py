@@ -12,8 +12,12 @@ It answers user recall (:class:`QueryMemory`, the ``/query_memory`` contract) an
 background maintenance recall of the long-term pipeline (:class:`RankForStage2`,
 :class:`RelatedFacts`, answered with :class:`RankedIds` through ``ctx.send``). A query
 that needs its own embedding submits it to the pool and finishes when the vector comes back
-(or, after ``recall_query_embed_timeout_seconds``, from BM25 alone). Nothing is persisted:
-the index is rebuilt from the owners' stores at every activation.
+(or, after ``recall_query_embed_timeout_seconds``, from BM25 alone).
+
+The fact rows of the index are persisted (:mod:`nekomem.actors.recall_persist`): loaded at
+activation when current, so a long memory answers its first query without waiting for the
+facts' feed, and written when the actor stops. Everything else is rebuilt from the owners'
+stores at every activation.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from datetime import datetime
 
 import numpy as np
 
+from nekomem.actors import recall_persist
 from nekomem.actors.base import ChildActor
 from nekomem.actors.handlers import handles
 from nekomem.actors.messages import (
@@ -61,7 +66,6 @@ from nekomem.recall.index import RecallIndex
 from nekomem.recall.journal_fallback import journal_hits
 from nekomem.recall.names import blend_query_vectors
 from nekomem.recall.query_plan import QueryPlan, plan_query
-from nekomem.recall.query_text import LexicalAnalyzer, stop_names_for
 from nekomem.recall.response import (
     RecallBody,
     empty_response,
@@ -112,13 +116,17 @@ class RecallLayer:
         self.reranks: dict[int, tuple[QueryMemory, _Fused]] = {}
         # The uncovered journal turns, indexed (rebuilt when the journal or its coverage changed).
         self.turns: TurnCorpus | None = None
+        self.s = self.ctx.settings.recall
+        self.facts_fed = False
+        self.facts_changed = False
+        self.persisted: recall_persist.Loaded | None = None
+        self.loaded_tie: list[list[int] | None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------
     def load(self) -> None:
         s = self.ctx.settings.recall
         self.s = s
-        names = [self.ctx.settings.recent.master_name, self.ctx.name, *s.recall_extra_stop_names]
-        analyzer = LexicalAnalyzer(s, stop_names_for(names))
+        analyzer = recall_persist.analyzer_for(self.ctx.settings, self.ctx.name)
         self.index = RecallIndex(s, display_tz(self.ctx.settings.server.display_timezone), analyzer)
         self.turns = None
         self.turn_token: int | None = None  # the embedding job over uncovered turns in flight
@@ -132,6 +140,15 @@ class RecallLayer:
         # recall_index_wait_seconds), so a just-activated character never answers empty.
         self.fed: set[str] = set()
         self.held = []
+        # The fact rows mirror the facts owner (its feed came, or a current segment was
+        # loaded); only then is a segment written at close. ``persisted``: the segment
+        # loaded, until the facts' feed takes over its rows.
+        self.facts_fed = False
+        self.facts_changed = False
+        self.persisted: recall_persist.Loaded | None = None
+        self.loaded_tie: list[list[int] | None] | None = None
+        if s.recall_index_persist:
+            self._load_segment()
         tell = self.ports.tell_self
         RECALL_DEADLINES.schedule(s.recall_index_wait_seconds, lambda: tell(IndexWaitOver()))
         self.maintenance: dict[int, tuple[MaintenanceRecall, list[str], int, int, list[str]]] = {}
@@ -142,6 +159,76 @@ class RecallLayer:
             # The index died with the old instance: the owners are asked to send it again.
             for owner in dict.fromkeys(tier_owners().values()):
                 self.ports.send(owner, RequestIndex())
+
+    def _load_segment(self) -> None:
+        """Take the facts' rows from their segment when it is current (see
+        :mod:`nekomem.actors.recall_persist`); otherwise the facts' feed builds them."""
+        loaded = recall_persist.load(self.ctx.paths, self.ctx.settings, self.index.analyzer)
+        if loaded is None:
+            return
+        started = time.perf_counter()
+        try:
+            self.index.load_base(loaded.base)
+        except Exception as exc:  # a segment is only a cache: any failure means a rebuild
+            loaded.rows.close()
+            self.log.info("recall segment ignored (%s); the index is rebuilt from the views", type(exc).__name__)
+            self.index = self._fresh_index([])
+            return
+        self.persisted = loaded
+        self.loaded_tie = loaded.stamp
+        self.facts_fed = True
+        self.fed.add(tier_owners()["fact"])
+        self.log.info("recall: %d fact rows loaded from their segment in %.1f ms", len(loaded.base.ids), (time.perf_counter() - started) * 1000)
+
+    def _fresh_index(self, keep: list[IndexEntry]) -> RecallIndex:
+        """A new, empty index (same settings and analyzer) holding ``keep``."""
+        index = RecallIndex(self.s, display_tz(self.ctx.settings.server.display_timezone), self.index.analyzer)
+        index.upsert(keep)
+        return index
+
+    def _take_fact_feed(self, msg: IndexUpsert, persisted: recall_persist.Loaded) -> None:
+        """The facts' complete feed over a loaded segment: its entries taken onto the
+        segment's rows when its views are the segment's, else the fact rows rebuilt."""
+        assert msg.replace_tier is not None
+        try:
+            if msg.views is not None and msg.views == persisted.stamp[:2]:
+                self.index.adopt(msg.entries, msg.replace_tier)
+                for doc_id in self.index.unresolved():
+                    _ = self.index.docs[doc_id].entry  # none when the views are the same: read before closing
+                return
+            self.log.info("recall: the facts' views are not the segment's; rebuilding the fact rows")
+            others = [d.entry for d in self.index.docs.values() if d.tier not in recall_persist.FACT_TIERS]
+            self.index = self._fresh_index(others)
+            self.index.upsert(msg.entries, msg.replace_tier)
+        finally:
+            persisted.rows.close()
+
+    def _write_segment(self) -> None:
+        """Write the fact rows' segment when they mirror the facts' views (see
+        :mod:`nekomem.actors.recall_persist`); never raises (a missing segment only costs
+        the next wake a rebuild)."""
+        if not self.s.recall_index_persist or not self.facts_fed:
+            return
+        paths = self.ctx.paths
+        try:
+            if not self.facts_changed and recall_persist.tied_stamp(paths) == self.loaded_tie:
+                return  # the segment on disk is still current
+            if self.ctx.journal.unapplied_for(tier_owners()["fact"]):
+                recall_persist.discard(paths)
+                return
+            started = time.perf_counter()
+            data = recall_persist.encode_fact_segment(paths, self.ctx.settings, self.index.analyzer, self.index)
+            if data is None:
+                recall_persist.discard(paths)
+                return
+            recall_persist.write(paths, data)
+            self.log.info("recall segment written: %d bytes in %.1f ms", len(data), (time.perf_counter() - started) * 1000)
+        except Exception as exc:
+            self.log.warning("recall segment not written (%s); the next wake rebuilds the index", type(exc).__name__)
+            try:
+                recall_persist.discard(paths)
+            except OSError:
+                pass
 
     def _restarted(self) -> bool:
         """True when this is not the first activation on this character's context (the
@@ -154,6 +241,10 @@ class RecallLayer:
         return loads > 0
 
     def close(self) -> None:
+        self._write_segment()
+        if self.persisted is not None:
+            self.persisted.rows.close()
+            self.persisted = None
         self.pending_counter.forget(self.ctx.name)
         for msg, plan in self.queries.values():
             if msg.reply is not None:
@@ -211,7 +302,17 @@ class RecallLayer:
     def on_IndexUpsert(self, msg: IndexUpsert) -> None:
         if msg.replace_tier is not None:
             self.fed.add(tier_owners().get(msg.replace_tier, msg.replace_tier))
-        self.index.upsert(msg.entries, msg.replace_tier)
+        fact_feed = msg.replace_tier in recall_persist.FACT_TIERS
+        if fact_feed and self.persisted is not None:
+            persisted, self.persisted = self.persisted, None
+            self._take_fact_feed(msg, persisted)
+        else:
+            self.index.upsert(msg.entries, msg.replace_tier)
+        if fact_feed:
+            self.facts_fed = True
+            self.facts_changed = self.facts_changed or msg.views is None or msg.views != (self.loaded_tie or [])[:2]
+        elif any(e.tier in recall_persist.FACT_TIERS for e in msg.entries):
+            self.facts_changed = True
         self._safe_sync()
         self.pending_counter.indexed(self.ctx.name, self._waiting(), msg.counted)
         if self.held and self.fed >= set(tier_owners().values()):
@@ -233,6 +334,16 @@ class RecallLayer:
 
     @handles(IndexRemove)
     def on_IndexRemove(self, msg: IndexRemove) -> None:
+        if self.s.recall_index_persist and any(
+            (doc := self.index.docs.get(i)) is not None and doc.tier in recall_persist.FACT_TIERS for i in msg.ids
+        ):
+            # The segment on disk still has the removed rows' token hashes: gone now, written
+            # afresh when this actor stops.
+            self.facts_changed = True
+            try:
+                recall_persist.discard(self.ctx.paths)
+            except OSError:
+                self.log.warning("recall segment could not be removed after an erasure; it is rewritten at stop")
         self.index.remove(msg.ids)
         forget_memoised_words()
         self._publish_pending()
@@ -319,7 +430,11 @@ class RecallLayer:
             emb = self.ctx.services.embeddings
             if emb is None or self.s.recall_legs == "bm25" or getattr(emb, "state", "") != "loading":
                 return 0
-            return sum(1 for doc in self.index.docs.values() if doc.entry.tier in vector_tiers() and doc.entry.vector is None)
+            # A row of the segment not yet handed over by its owner counts as waiting (its
+            # entry is not read just to count it; the facts' feed follows at once).
+            return sum(
+                1 for doc in self.index.docs.values() if doc.tier in vector_tiers() and (not doc.resolved or doc.entry.vector is None)
+            )
         inflight = len(self.backfill_items) if self.backfill_token is not None else 0
         turns = 0
         if self.turns is not None and self.s.recall_turn_vectors and self.index.docs:

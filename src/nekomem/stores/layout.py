@@ -114,6 +114,8 @@ EVENTS_APPLIED_FILE = "events_applied.json"
 CURSORS_FILE = "cursors.json"
 SELF_DISCLOSURE_FILE = "self_disclosure.json"
 STATE_FILE = "state.json"
+# Derived, rebuilt when missing: the recall index of the facts (recall/segment.py), no text.
+RECALL_SEGMENT_FILE = "recall_segment.bin"
 
 KNOWN_ENTRIES: tuple[str, ...] = (
     RECENT_FILE,
@@ -325,6 +327,11 @@ class CharacterPaths:
     @functools.cached_property
     def facts_archive(self) -> Path:
         return self.folder / FACTS_ARCHIVE_FILE
+
+    @functools.cached_property
+    def recall_segment(self) -> Path:
+        """recall_segment.bin: the persisted recall index of the facts (derived; no text)."""
+        return self.folder / RECALL_SEGMENT_FILE
 
     @functools.cached_property
     def reflections(self) -> Path:
