@@ -223,8 +223,8 @@ def _base(
 
 
 def _record_ranges(path: Path) -> dict[str, tuple[int, int]] | None:
-    """id -> byte range of each record of the compact JSON list view ``path`` (empty when
-    it is missing); None when the file is not laid out as nekomem writes it."""
+    """id -> byte range of each record of the JSON list view ``path`` (empty when it is
+    missing); None when it does not decode as a list of records with ids."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -234,15 +234,18 @@ def _record_ranges(path: Path) -> dict[str, tuple[int, int]] | None:
         ids = _IDS.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
-    lengths = np.fromiter((len(r) for r in raws), dtype=np.int64, count=len(raws))
-    body = data.rstrip()
-    # Compact layout: "[" record ("," record)* "]" -- then the ranges follow from the lengths.
-    if len(body) != 2 + int(lengths.sum()) + max(len(raws) - 1, 0) or not body.startswith(b"[") or not body.endswith(b"]"):
-        return None
-    starts = 1 + np.concatenate(([0], np.cumsum(lengths + 1)[:-1])) if len(raws) else np.zeros(0, dtype=np.int64)
+    # A Raw decoded from bytes is a view into them: its address gives its place. Checked
+    # byte for byte, so a msgspec that copied would only cost the segment, never a wrong row.
+    view = memoryview(data)
+    origin = np.frombuffer(data, dtype=np.uint8).ctypes.data
     ranges: dict[str, tuple[int, int]] = {}
-    for record, start, length in zip(ids, starts.tolist(), lengths.tolist(), strict=True):
-        ranges[record.id] = (start, start + length)
+    for record, raw in zip(ids, raws, strict=True):
+        part = memoryview(raw)
+        start = np.frombuffer(part, dtype=np.uint8).ctypes.data - origin if len(part) else -1
+        end = start + len(part)
+        if start < 0 or end > len(data) or view[start:end] != part:
+            return None
+        ranges[record.id] = (start, end)
     return ranges
 
 
@@ -254,7 +257,7 @@ def encode_fact_segment(paths: CharacterPaths, settings: Settings, analyzer: Lex
     for path in _sources(paths):
         ranges = _record_ranges(path)
         if ranges is None:
-            log.info("recall segment not written: %s is not laid out as nekomem writes it", path.name)
+            log.info("recall segment not written: %s is not a list of records", path.name)
             return None
         located.append(ranges)
     ids, docs = index.family_rows(FACT_TIERS)
