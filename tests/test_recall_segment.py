@@ -172,11 +172,17 @@ def test_the_offline_import_writes_the_segment(tmp_path: Path, caplog: pytest.Lo
     facts = [{"id": f"fact_{i}", "text": t, "created_at": "2026-01-02T10:00:00+00:00"} for i, t in enumerate(TEXTS)]
     character = {"format": "nekomem-character", "version": 1, "name": "Lan", "files": {"facts.json": facts}, "logs": {}}
     character["journal"] = {"rows": [], "cursors": {}, "sequence": 0}
-    export.write_text(json.dumps({"format": "nekomem-export", "version": 1, "exported_at": "2026-12-06T00:00:00+00:00", "characters": [character]}))
+    export.write_text(
+        json.dumps({"format": "nekomem-export", "version": 1, "exported_at": "2026-12-06T00:00:00+00:00", "characters": [character]})
+    )
     root = tmp_path / "root"
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEKOMEM_")}
     done = subprocess.run(
-        [sys.executable, "-m", "nekomem", "import", str(export), "--memory-root", str(root)], cwd=ROOT, env=env, capture_output=True, text=True
+        [sys.executable, "-m", "nekomem", "import", str(export), "--memory-root", str(root)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stderr
     paths = CharacterPaths(root, "Lan")

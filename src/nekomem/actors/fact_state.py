@@ -214,7 +214,9 @@ class FactStore:
         # entries onto the segment it loaded without re-indexing them.
         views = None
         if not self.views.dirty:
-            views = [None if i is None else list(i) for i in (file_identity(self.ctx.paths.facts), file_identity(self.ctx.paths.facts_archive))]
+            views = [
+                None if i is None else list(i) for i in (file_identity(self.ctx.paths.facts), file_identity(self.ctx.paths.facts_archive))
+            ]
         self.ports.index_upsert(entries, replace_tier="fact", views=views)
 
     # -- the archive move ------------------------------------------------------------

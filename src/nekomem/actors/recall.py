@@ -117,6 +117,9 @@ class RecallLayer:
         # The uncovered journal turns, indexed (rebuilt when the journal or its coverage changed).
         self.turns: TurnCorpus | None = None
         self.s = self.ctx.settings.recall
+        # The fact rows mirror the facts owner (its feed came, or a current segment was
+        # loaded); only then is a segment written at close. ``persisted``: the segment
+        # loaded, until the facts' feed takes over its rows; ``loaded_tie``: its tie.
         self.facts_fed = False
         self.facts_changed = False
         self.persisted: recall_persist.Loaded | None = None
@@ -140,13 +143,10 @@ class RecallLayer:
         # recall_index_wait_seconds), so a just-activated character never answers empty.
         self.fed: set[str] = set()
         self.held = []
-        # The fact rows mirror the facts owner (its feed came, or a current segment was
-        # loaded); only then is a segment written at close. ``persisted``: the segment
-        # loaded, until the facts' feed takes over its rows.
         self.facts_fed = False
         self.facts_changed = False
-        self.persisted: recall_persist.Loaded | None = None
-        self.loaded_tie: list[list[int] | None] | None = None
+        self.persisted = None
+        self.loaded_tie = None
         if s.recall_index_persist:
             self._load_segment()
         tell = self.ports.tell_self
@@ -169,7 +169,7 @@ class RecallLayer:
         started = time.perf_counter()
         try:
             self.index.load_base(loaded.base)
-        except Exception as exc:  # a segment is only a cache: any failure means a rebuild
+        except Exception as exc:  # noqa: BLE001 - a segment is only a cache: any failure means a rebuild
             loaded.rows.close()
             self.log.info("recall segment ignored (%s); the index is rebuilt from the views", type(exc).__name__)
             self.index = self._fresh_index([])
@@ -178,7 +178,9 @@ class RecallLayer:
         self.loaded_tie = loaded.stamp
         self.facts_fed = True
         self.fed.add(tier_owners()["fact"])
-        self.log.info("recall: %d fact rows loaded from their segment in %.1f ms", len(loaded.base.ids), (time.perf_counter() - started) * 1000)
+        self.log.info(
+            "recall: %d fact rows loaded from their segment in %.1f ms", len(loaded.base.ids), (time.perf_counter() - started) * 1000
+        )
 
     def _fresh_index(self, keep: list[IndexEntry]) -> RecallIndex:
         """A new, empty index (same settings and analyzer) holding ``keep``."""
@@ -223,7 +225,7 @@ class RecallLayer:
                 return
             recall_persist.write(paths, data)
             self.log.info("recall segment written: %d bytes in %.1f ms", len(data), (time.perf_counter() - started) * 1000)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a stop must complete; a missing segment only costs a rebuild
             self.log.warning("recall segment not written (%s); the next wake rebuilds the index", type(exc).__name__)
             try:
                 recall_persist.discard(paths)

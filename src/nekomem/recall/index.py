@@ -23,8 +23,8 @@ from nekomem.domain import vector_codec
 from nekomem.domain.index_entry import IndexEntry
 from nekomem.domain.layers import tier_family, tier_owners, vector_tiers
 from nekomem.domain.subjects import Subject, SubjectIndex
-from nekomem.recall.doc_table import DocTable
 from nekomem.recall.consensus import Signal, consensus_ranking, pool_of
+from nekomem.recall.doc_table import DocTable
 from nekomem.recall.embeddings import VectorLeg
 from nekomem.recall.entry import (
     IndexedDoc,
