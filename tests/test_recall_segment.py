@@ -194,3 +194,21 @@ def test_the_offline_import_writes_the_segment(tmp_path: Path, caplog: pytest.Lo
     with _serve(root) as srv:
         assert _found(srv, "cello") == [TEXTS[0]]
         assert _segment_loaded(caplog)
+
+
+def test_with_vectors_a_wake_from_the_segment_keeps_the_cached_vectors(
+    tmp_path: Path, embedding_service: EmbeddingService, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="nekomem.actors")
+    settings = make_settings(tmp_path)
+    query = "what beverage does the user enjoy"  # shares no word with the tea fact: the vector leg finds it
+    with LiveServer(settings, embeddings=embedding_service) as srv:
+        assert srv.post("/api/characters/Lan/facts", json={"facts": [{"text": t} for t in TEXTS]}).status_code == 200
+        srv.wait_vectors("Lan")
+        before = _found(srv, query)
+    assert "Master likes jasmine tea more than coffee" in before
+    caplog.clear()
+    with LiveServer(settings, embeddings=embedding_service) as srv:
+        assert _found(srv, query) == before
+        assert srv.get("/health").json()["embeddings"]["pending"] == 0  # cached vectors taken, none recomputed
+        assert _segment_loaded(caplog)

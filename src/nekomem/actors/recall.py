@@ -78,6 +78,7 @@ from nekomem.recall.turn_leg import TURN_TIER, TurnCorpus
 from nekomem.runtime.deadlines import RECALL_DEADLINES
 from nekomem.runtime.pool import PoolFull
 from nekomem.runtime.protocol import Message
+from nekomem.stores.fence import FencedWrite
 from nekomem.stores.timeindex_read import TimeIndexReader
 
 _LOADS: dict[int, int] = {}  # id(CharacterContext) -> activations of RecallActor on it
@@ -177,10 +178,19 @@ class RecallLayer:
         self.persisted = loaded
         self.loaded_tie = loaded.stamp
         self.facts_fed = True
-        self.fed.add(tier_owners()["fact"])
+        if not self._uses_vectors():
+            # BM25 only: the segment answers as the facts' feed would. With vectors, queries
+            # still wait for the feed (its entries carry the cached vectors), which now costs
+            # the facts' load, not a re-indexing.
+            self.fed.add(tier_owners()["fact"])
         self.log.info(
             "recall: %d fact rows loaded from their segment in %.1f ms", len(loaded.base.ids), (time.perf_counter() - started) * 1000
         )
+
+    def _uses_vectors(self) -> bool:
+        """True when recall has, or will have, a vector side (an enabled embedding service)."""
+        emb = self.ctx.services.embeddings
+        return emb is not None and self.s.recall_legs != "bm25" and getattr(emb, "state", "") != "disabled"
 
     def _fresh_index(self, keep: list[IndexEntry]) -> RecallIndex:
         """A new, empty index (same settings and analyzer) holding ``keep``."""
@@ -225,6 +235,8 @@ class RecallLayer:
                 return
             recall_persist.write(paths, data)
             self.log.info("recall segment written: %d bytes in %.1f ms", len(data), (time.perf_counter() - started) * 1000)
+        except FencedWrite:
+            self.log.info("recall segment not written: this node no longer owns the character")
         except Exception as exc:  # noqa: BLE001 - a stop must complete; a missing segment only costs a rebuild
             self.log.warning("recall segment not written (%s); the next wake rebuilds the index", type(exc).__name__)
             try:
@@ -359,7 +371,11 @@ class RecallLayer:
         return emb if getattr(emb, "is_ready", False) else None
 
     def _sync_vectors(self) -> None:
-        """Bring the vector index in line with the embedding service, then backfill."""
+        """Bring the vector index in line with the embedding service, then backfill (once
+        the facts' feed has handed over a loaded segment's entries, which hold the cached
+        vectors: reading them from the views one by one would cost more)."""
+        if self.persisted is not None:
+            return
         emb = self._service()
         model = emb.model_id if emb is not None else None
         if model is None:
