@@ -179,10 +179,14 @@ def measure(count: int, tmp: Path, rounds: int, http: bool, batch: int, baseline
     export_file.write_bytes(json.dumps(export_document(facts)).encode())
     root = tmp / f"root-{count}"
     imported = offline_import(root, export_file)
-    facts_json = CharacterPaths(root, NAME).facts
+    paths = CharacterPaths(root, NAME)
+    facts_json = paths.facts
     parse = parse_seconds(facts_json)
+    # The import writes the facts' recall segment too (recall_index_persist); a baseline ignores it.
+    segment = f", recall segment {paths.recall_segment.stat().st_size / 1e6:.1f} MB" if paths.recall_segment.exists() else ""
     print(
-        f"{count} facts: facts.json {facts_json.stat().st_size / 1e6:.1f} MB, json.loads {parse * 1000:.0f} ms, offline import {imported:.2f} s"
+        f"{count} facts: facts.json {facts_json.stat().st_size / 1e6:.1f} MB{segment}, json.loads {parse * 1000:.0f} ms, "
+        f"offline import {imported:.2f} s"
     )
     rows: list[list[Any]] = []
     versions: list[tuple[str, str | None]] = ([("baseline", baseline)] if baseline else []) + [("this", None)]
