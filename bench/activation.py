@@ -137,10 +137,15 @@ def first_request(root: Path, src: str | None, route: str) -> float:
 
 
 def warm_p50(root: Path, src: str | None, rounds: int) -> float:
-    """p50 seconds of ``/query_memory`` once the character is awake."""
+    """p50 seconds of ``/query_memory`` once the character is awake: after a first query
+    and a facts listing (answered by the fact actor once it has loaded and sent recall its
+    complete index, so the next query comes after recall has taken it: nothing of the wake
+    is still running, whichever version answered the first query how)."""
     server, _ = start_nekomem(root, env=_env(src), timeout=120)
     try:
         with httpx.Client(base_url=server.url, timeout=600) as client:
+            client.post(f"/query_memory/{NAME}", json={"query": "warm up"}).raise_for_status()
+            client.get(f"/api/characters/{NAME}/facts", params={"limit": 1}).raise_for_status()
             client.post(f"/query_memory/{NAME}", json={"query": "warm up"}).raise_for_status()
             samples = []
             for i in range(rounds):
