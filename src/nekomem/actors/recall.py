@@ -125,6 +125,8 @@ class RecallLayer:
         self.facts_changed = False
         self.persisted: recall_persist.Loaded | None = None
         self.loaded_tie: list[list[int] | None] | None = None
+        self.segment_due = False
+        self.waiting_feeds: list[IndexUpsert] = []
 
     # -- lifecycle -------------------------------------------------------------------
     def load(self) -> None:
@@ -148,8 +150,10 @@ class RecallLayer:
         self.facts_changed = False
         self.persisted = None
         self.loaded_tie = None
-        if s.recall_index_persist:
-            self._load_segment()
+        # Loaded by the first message, not here: this start runs on an actor worker that the
+        # character's other actors (the ones /new_dialog asks) are waiting for.
+        self.segment_due = s.recall_index_persist
+        self.waiting_feeds = []
         tell = self.ports.tell_self
         RECALL_DEADLINES.schedule(s.recall_index_wait_seconds, lambda: tell(IndexWaitOver()))
         self.maintenance: dict[int, tuple[MaintenanceRecall, list[str], int, int, list[str]]] = {}
@@ -160,6 +164,16 @@ class RecallLayer:
             # The index died with the old instance: the owners are asked to send it again.
             for owner in dict.fromkeys(tier_owners().values()):
                 self.ports.send(owner, RequestIndex())
+
+    def _ensure_segment(self) -> None:
+        """Load the facts' segment if it is still due (the first message that reads or
+        feeds the index does, before anything else touches it)."""
+        if self.segment_due:
+            self.segment_due = False
+            self._load_segment()
+            waiting, self.waiting_feeds = self.waiting_feeds, []
+            for feed in waiting:
+                self.on_IndexUpsert(feed)
 
     def _load_segment(self) -> None:
         """Take the facts' rows from their segment when it is current (see
@@ -314,6 +328,12 @@ class RecallLayer:
     # -- feed ------------------------------------------------------------------------
     @handles(IndexUpsert)
     def on_IndexUpsert(self, msg: IndexUpsert) -> None:
+        if self.segment_due and msg.replace_tier not in recall_persist.FACT_TIERS:
+            # Another owner's feed (the reflections'): kept until the segment is loaded, so
+            # that loading it is left to the first message that needs the facts.
+            self.waiting_feeds.append(msg)
+            return
+        self._ensure_segment()
         if msg.replace_tier is not None:
             self.fed.add(tier_owners().get(msg.replace_tier, msg.replace_tier))
         fact_feed = msg.replace_tier in recall_persist.FACT_TIERS
@@ -348,6 +368,7 @@ class RecallLayer:
 
     @handles(IndexRemove)
     def on_IndexRemove(self, msg: IndexRemove) -> None:
+        self._ensure_segment()
         if self.s.recall_index_persist and any(
             (doc := self.index.docs.get(i)) is not None and doc.tier in recall_persist.FACT_TIERS for i in msg.ids
         ):
@@ -374,7 +395,7 @@ class RecallLayer:
         """Bring the vector index in line with the embedding service, then backfill (once
         the facts' feed has handed over a loaded segment's entries, which hold the cached
         vectors: reading them from the views one by one would cost more)."""
-        if self.persisted is not None:
+        if self.persisted is not None or self.segment_due:
             return
         emb = self._service()
         model = emb.model_id if emb is not None else None
@@ -493,6 +514,7 @@ class RecallLayer:
     # -- user recall -----------------------------------------------------------------
     @handles(QueryMemory)
     def on_QueryMemory(self, msg: QueryMemory) -> None:
+        self._ensure_segment()
         if msg.reply is None:
             return
         if not self.fed >= set(tier_owners().values()):
@@ -521,6 +543,7 @@ class RecallLayer:
     def on_ExplainQuery(self, msg: ExplainQuery) -> None:
         """The playground's recall: the plan, embedding and search of /query_memory, over
         the private corpus, answered with each leg explained."""
+        self._ensure_segment()
         if msg.reply is None:
             return
         self._sync_vectors()
@@ -810,6 +833,7 @@ class RecallLayer:
 
     @handles(RankForStage2)
     def on_RankForStage2(self, msg: RankForStage2) -> None:
+        self._ensure_segment()
         self._sync_vectors()
         candidates = list(dict.fromkeys(c for c in msg.candidate_ids if c))
         k = max(msg.budget, 0) * self.s.recall_coarse_oversample
@@ -827,6 +851,7 @@ class RecallLayer:
 
     @handles(RelatedFacts)
     def on_RelatedFacts(self, msg: RelatedFacts) -> None:
+        self._ensure_segment()
         self._sync_vectors()
         queries = [q.strip() for q in msg.query_texts if isinstance(q, str) and q.strip()]
         token = self._next_token()
