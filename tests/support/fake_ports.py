@@ -187,8 +187,8 @@ class FakePorts:
         return self.loads == 1
 
     # -- recall feed -----------------------------------------------------------------
-    def index_upsert(self, entries: list[IndexEntry], replace_tier: str | None = None) -> None:
-        self.send(RECALL, IndexUpsert(entries=entries, replace_tier=replace_tier, counted=0))
+    def index_upsert(self, entries: list[IndexEntry], replace_tier: str | None = None, views: list[list[int] | None] | None = None) -> None:
+        self.send(RECALL, IndexUpsert(entries=entries, replace_tier=replace_tier, counted=0, views=views))
 
     def announce_stored_turns(self, turns: list[Turn]) -> None:
         announce_stored_turns(self, turns)

@@ -224,6 +224,9 @@ class IndexUpsert(Message, frozen=True):
     entries: list[IndexEntry]
     replace_tier: str | None = None
     counted: int = 0  # entries the sender counted as waiting for a vector (recall.pending)
+    # With replace_tier: the identities (inode, size, mtime ns) of the owner's view files when
+    # the entries are exactly what those files hold (actors.recall_persist.views_stamp).
+    views: list[list[int] | None] | None = None
 
 
 class IndexRemove(Message, frozen=True):

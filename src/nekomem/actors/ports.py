@@ -139,8 +139,10 @@ class LayerPorts(Protocol):
         second load is a restart after a crash or a renewal)."""
 
     # -- recall feed -----------------------------------------------------------------
-    def index_upsert(self, entries: list[IndexEntry], replace_tier: str | None = None) -> None:
-        """Send ``entries`` to the recall layer, counting those still lacking a vector."""
+    def index_upsert(self, entries: list[IndexEntry], replace_tier: str | None = None, views: list[list[int] | None] | None = None) -> None:
+        """Send ``entries`` to the recall layer, counting those still lacking a vector
+        (``views``: the identities of the view files a complete feed was read from, which
+        lets recall keep the rows of a persisted segment of the same files)."""
 
     def announce_stored_turns(self, turns: list[Turn]) -> None:
         """Tell the reflection and persona layers about stored turns."""
@@ -301,7 +303,7 @@ class ActorPorts:
         return self._ctx.loads.count(self._child) == 1
 
     # -- recall feed -----------------------------------------------------------------
-    def index_upsert(self, entries: list[IndexEntry], replace_tier: str | None = None) -> None:
+    def index_upsert(self, entries: list[IndexEntry], replace_tier: str | None = None, views: list[list[int] | None] | None = None) -> None:
         """Send ``entries`` to RecallActor. Those still lacking a vector count as pending
         embeddings from now on (so /health never reports 0 between a write's
         acknowledgement and RecallActor reading it; see :mod:`nekomem.recall.pending`)."""
@@ -314,7 +316,7 @@ class ActorPorts:
                 model = None
             counted = lacking_vectors(entries, model)
             self._services.pending.sent(self._ctx.name, counted)
-        self.send(RECALL, IndexUpsert(entries=entries, replace_tier=replace_tier, counted=counted))
+        self.send(RECALL, IndexUpsert(entries=entries, replace_tier=replace_tier, counted=counted, views=views))
 
     def announce_stored_turns(self, turns: list[Turn]) -> None:
         announce_stored_turns(self, turns)

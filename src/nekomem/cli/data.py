@@ -36,6 +36,8 @@ import msgspec
 
 from nekomem.config import Settings
 from nekomem.domain.layers import ForgetFlag, layers
+from nekomem.layers.recall import persist as recall_persist
+from nekomem.recall.entry import display_tz
 from nekomem.stores import knowledge_backup as kb
 from nekomem.stores import rootlock
 from nekomem.stores.atomic import atomic_write_bytes
@@ -411,6 +413,22 @@ def _rerun_command(args: argparse.Namespace, root: Path, *, replace: bool) -> st
     return shlex.join(words)
 
 
+def _index_facts(settings: Settings, characters: list[tuple[Path, str]], out: TextIO) -> None:
+    """Write the recall segment of each character just written (see
+    :mod:`nekomem.layers.recall.persist`), so its first wake does not re-index its facts.
+    A failure costs that wake the rebuild only, so it is reported and not raised."""
+    if not settings.recall.recall_index_persist:
+        return
+    tz = display_tz(settings.server.display_timezone)
+    server = settings.server
+    for parent, name in characters:
+        paths = CharacterPaths(parent, name, max_length=server.name_max_length, max_units=server.name_max_units)
+        try:
+            recall_persist.build_offline(paths, settings, paths.name, tz)
+        except OSError as exc:
+            print(f"{name}: the recall index was not written ({type(exc).__name__}); the first wake builds it", file=out)
+
+
 def _write_into(args: argparse.Namespace, settings: Settings, root: Path, out: TextIO) -> int:
     """``restore`` and ``import``: read and check every character of the source, then
     write them all or none (:mod:`nekomem.stores.snapshot_write`)."""
@@ -470,6 +488,7 @@ def _write_into(args: argparse.Namespace, settings: Settings, root: Path, out: T
                 2,
             )
         write_characters(checked, parent_of, replace=args.replace)
+        _index_facts(settings, [(parent_of(c.name), c.name) for c in checked], out)
         try:
             packs = kb.install(root, knowledge, replace=args.replace) if knowledge is not None else []
         except (OSError, KnowledgeFileError) as exc:

@@ -65,6 +65,12 @@ class RecallSettings(Section, frozen=True):
             le=1,
         ),
     ] = 0.25
+    recall_index_persist: Annotated[
+        bool,
+        doc(
+            "Keep the facts' recall index on disk (recall_segment.bin beside facts.json: token hashes, ids and byte offsets, no memory text), written when a character stops and by the offline import, so the next wake loads it instead of re-tokenising every fact. A segment that no longer matches the views, the journal or these settings is ignored and the index rebuilt."
+        ),
+    ] = True
     recall_index_initial_capacity: Annotated[
         int, doc("Document slots (lexical) and matrix rows (vectors) allocated up front; both double when full.", ge=1)
     ] = 1024

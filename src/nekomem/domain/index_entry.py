@@ -10,7 +10,7 @@ from __future__ import annotations
 import msgspec
 
 
-class IndexEntry(msgspec.Struct, kw_only=True, frozen=True):
+class IndexEntry(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     """What the recall index needs of one searchable entry.
 
     ``tier`` is "fact", "reflection" or "fact_archive". ``searchable`` is False for entries

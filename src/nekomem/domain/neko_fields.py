@@ -30,4 +30,6 @@ def kept(record: dict[str, Any] | None, source_ref: Any, key: str) -> Any:
 
 def retired(source_ref: Any) -> bool:
     """Whether the reference retired the fact these kept fields belong to."""
+    if not isinstance(source_ref, dict):
+        return False  # nothing kept (most facts): answered without a lookup per field
     return any(kept(None, source_ref, key) for key in RETIRING_FIELDS)

@@ -87,7 +87,7 @@ class TrackedFields(EvidenceFields, kw_only=True, frozen=True):
 # --- facts ---------------------------------------------------------------------------
 
 
-class Fact(msgspec.Struct, kw_only=True, frozen=True):
+class Fact(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     """One atomic statement extracted from the conversation (facts.json item)."""
 
     id: str

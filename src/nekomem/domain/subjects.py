@@ -215,6 +215,15 @@ class SubjectIndex:
             self._by_marker.setdefault(subject.marker, set()).add(doc_id)
             self._marker_of[doc_id] = subject.marker
 
+    def put_private(self, doc_ids: Iterable[str]) -> None:
+        """Add ``doc_ids``, none indexed yet, as private entries (a persisted segment's
+        rows: their privacy is known without their entries)."""
+        self._private.update(doc_ids)
+
+    def is_private_id(self, doc_id: str) -> bool:
+        """True when ``doc_id`` is indexed as a private entry."""
+        return doc_id in self._private
+
     def remove(self, doc_id: str) -> None:
         self._private.discard(doc_id)
         self._not_private.discard(doc_id)

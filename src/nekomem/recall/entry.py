@@ -8,6 +8,8 @@ interval as epoch seconds).
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable
 from datetime import datetime, timezone, tzinfo
 
 from nekomem.config.zones import display_zone
@@ -17,15 +19,61 @@ from nekomem.domain.turns import parse_iso
 
 
 class IndexedDoc:
-    """One indexed entry and what recall needs of it, precomputed at upsert."""
+    """One indexed entry and what recall needs of it: its tier and event interval,
+    precomputed; its text's sha256 on first use (only vectors need it).
 
-    __slots__ = ("entry", "sha", "start", "end")
+    A document of a persisted segment is made without its entry: ``source(row)`` decodes it
+    the first time :attr:`entry` is read (a query's top rows), or the owner's feed hands it
+    over (:meth:`resolve`) without any decoding.
+    """
 
-    def __init__(self, entry: IndexEntry, sha: str, start: float | None, end: float | None) -> None:
-        self.entry = entry
-        self.sha = sha
+    __slots__ = ("_entry", "_sha", "_source", "_row", "tier", "start", "end")
+
+    def __init__(
+        self,
+        entry: IndexEntry | None,
+        start: float | None,
+        end: float | None,
+        *,
+        sha: str | None = None,
+        tier: str | None = None,
+        source: Callable[[int], IndexEntry] | None = None,
+        row: int = -1,
+    ) -> None:
+        if entry is None and (source is None or tier is None):
+            raise ValueError("a document without its entry needs its tier and a source")
+        self._entry = entry
+        self._sha = sha
+        self._source = source
+        self._row = row
+        self.tier: str = entry.tier if entry is not None else tier  # type: ignore[assignment]
         self.start = start
         self.end = end
+
+    @property
+    def entry(self) -> IndexEntry:
+        """The entry (decoded from its source on first use). Raises what the source raises."""
+        if self._entry is None:
+            assert self._source is not None
+            self._entry = self._source(self._row)
+            self._source = None
+        return self._entry
+
+    @property
+    def resolved(self) -> bool:
+        """True once the entry is held (given, decoded or handed over)."""
+        return self._entry is not None
+
+    def resolve(self, entry: IndexEntry) -> None:
+        """Hold ``entry`` (the owner's copy of what the source would decode)."""
+        self._entry, self._source = entry, None
+
+    @property
+    def sha(self) -> str:
+        """sha256 hex digest of the entry's UTF-8 text (the cache key of its vector)."""
+        if self._sha is None:
+            self._sha = hashlib.sha256(self.entry.text.encode("utf-8")).hexdigest()
+        return self._sha
 
 
 def epoch_seconds(value: object, tz: tzinfo) -> float | None:

@@ -23,8 +23,9 @@ from nekomem.domain import vector_codec
 from nekomem.domain.index_entry import IndexEntry
 from nekomem.domain.layers import Address, tier_family, tier_owners, vector_tiers
 from nekomem.domain.subjects import Subject, SubjectIndex
-from nekomem.models.embeddings import VectorLeg, text_sha256
+from nekomem.models.embeddings import VectorLeg
 from nekomem.recall.consensus import Signal, consensus_ranking, pool_of
+from nekomem.recall.doc_table import DocTable
 from nekomem.recall.entry import (
     IndexedDoc,
     event_interval,
@@ -33,6 +34,7 @@ from nekomem.recall.entry import (
 from nekomem.recall.fusion import leg_top, rrf, same_time_leg
 from nekomem.recall.lexical import LexicalIndex
 from nekomem.recall.query_text import LexicalAnalyzer
+from nekomem.recall.segment import LoadedBase
 from nekomem.recall.timewindow import TimeWindow
 from nekomem.recall.vectors import VectorIndex
 
@@ -48,7 +50,7 @@ class RecallIndex:
         self.s = settings
         self.tz = tz
         self.analyzer = analyzer
-        self.docs: dict[str, IndexedDoc] = {}
+        self.docs = DocTable()
         # Stop names are stripped by the analyzer, before stemming, so the index gets none.
         self.lexical = LexicalIndex(settings)
         self.vectors: VectorIndex | None = None
@@ -67,11 +69,58 @@ class RecallIndex:
         if replace_tier is not None:
             family = tier_family(replace_tier)
             keep = {e.id for e in entries}
-            for doc_id in [i for i, d in self.docs.items() if d.entry.tier in family and i not in keep]:
+            for doc_id in [i for i in self.docs.ids_in_tiers(family) if i not in keep]:
                 self._drop(doc_id)
         for entry in entries:
             self._put(entry)
         self._time_cache = None
+
+    def adopt(self, entries: Iterable[IndexEntry], replace_tier: str) -> None:
+        """:meth:`upsert` of an owner's complete feed when it is known to describe exactly
+        what the loaded base holds (the same view files): a base document takes its entry
+        as it is (no text compared, nothing tokenised); any other entry is upserted."""
+        entries = list(entries)
+        rest: list[IndexEntry] = []
+        for entry in entries:
+            doc = self.docs.get(entry.id)
+            if doc is not None and not doc.resolved and doc.tier == entry.tier and indexable(entry):
+                doc.resolve(entry)
+                self._put_vector(entry, doc, False)
+            else:
+                rest.append(entry)
+        keep = {e.id for e in entries}
+        family = tier_family(replace_tier)
+        for doc_id in [i for i in self.docs.ids_in_tiers(family) if i not in keep]:
+            self._drop(doc_id)
+        for entry in rest:
+            self._put(entry)
+        self._time_cache = None
+
+    def load_base(self, base: LoadedBase) -> None:
+        """Take the rows of a persisted segment as documents (see :class:`LoadedBase`): the
+        lexical postings as they are, each entry decoded on first use. Raises ValueError
+        when the index is not empty or the base does not hold together."""
+        if self.docs:
+            raise ValueError("a base is loaded into an empty index only")
+        id_row = dict(zip(base.ids, range(len(base.ids)), strict=True))
+        if len(id_row) != len(base.ids):
+            raise ValueError("segment ids are not unique")
+        self.lexical.load_base(base.ids, base.lexical, id_row.copy())
+        self.docs.load_base(base, id_row)
+        private = base.private.astype(bool)
+        self.subjects.put_private(base.ids if private.all() else [base.ids[row] for row in np.flatnonzero(private).tolist()])
+        for row in np.flatnonzero(~private).tolist():
+            self.subjects.put(base.ids[row], self.docs[base.ids[row]].entry)
+        self._time_cache = None
+
+    def unresolved(self) -> list[str]:
+        """Ids of base documents whose entry was neither decoded nor handed over."""
+        return self.docs.unresolved()
+
+    def family_rows(self, owner_tiers: Collection[str]) -> tuple[list[str], list[IndexedDoc]]:
+        """The ids and documents of ``owner_tiers``, in index order (a segment's rows)."""
+        ids = [i for i, d in self.docs.items() if d.tier in owner_tiers]
+        return ids, [self.docs[i] for i in ids]
 
     def remove(self, ids: Iterable[str]) -> None:
         """Drop the entries ``ids`` (unknown ids are ignored)."""
@@ -86,25 +135,28 @@ class RecallIndex:
             self._drop(entry.id)
             return
         old = self.docs.get(entry.id)
-        sha = old.sha if old is not None and old.entry.text == entry.text else text_sha256(entry.text)
+        same_text = old is not None and old.entry.text == entry.text
         start, end = event_interval(entry, self.tz)
-        self.docs[entry.id] = IndexedDoc(entry, sha, start, end)
+        doc = self.docs[entry.id] = IndexedDoc(entry, start, end, sha=old.sha if same_text and old is not None else None)
         self.subjects.put(entry.id, entry)
-        if old is None or old.entry.text != entry.text:
+        if not same_text:
             if old is not None:
                 self.lexical.remove(entry.id)
             self.lexical.add(entry.id, self.analyzer.document(entry.text))
+        self._put_vector(entry, doc, same_text)
+
+    def _put_vector(self, entry: IndexEntry, doc: IndexedDoc, same_text: bool) -> None:
         if self.vectors is None:
             return
         if entry.tier not in vector_tiers():
             self.vectors.remove(entry.id)
             self.need.pop(entry.id, None)
             return
-        if old is not None and old.sha == sha and entry.id in self.vectors:
+        if same_text and entry.id in self.vectors:
             return
-        if not self._adopt_cached(entry, sha):
+        if not self._adopt_cached(entry, doc.sha):
             self.vectors.remove(entry.id)
-            self.need[entry.id] = sha
+            self.need[entry.id] = doc.sha
 
     def _drop(self, doc_id: str) -> None:
         if self.docs.pop(doc_id, None) is None:
@@ -133,7 +185,7 @@ class RecallIndex:
         self.vector_model = model
         self.need.clear()
         for doc_id, doc in self.docs.items():
-            if doc.entry.tier in vector_tiers() and not self._adopt_cached(doc.entry, doc.sha):
+            if doc.tier in vector_tiers() and not self._adopt_cached(doc.entry, doc.sha):
                 self.need[doc_id] = doc.sha
         return True
 
@@ -172,7 +224,7 @@ class RecallIndex:
         """A batch failed: list again the entries still present and unchanged."""
         for doc_id, sha in items:
             doc = self.docs.get(doc_id)
-            if doc is not None and doc.sha == sha and doc.entry.tier in vector_tiers():
+            if doc is not None and doc.sha == sha and doc.tier in vector_tiers():
                 self.need.setdefault(doc_id, sha)
 
     def store_backfill(self, items: Sequence[tuple[str, str]], vectors: Vectors) -> ComputedVectors:
@@ -183,14 +235,14 @@ class RecallIndex:
         computed: ComputedVectors = {}
         for (doc_id, sha), row in zip(items, np.asarray(vectors), strict=False):
             doc = self.docs.get(doc_id)
-            if doc is None or doc.sha != sha or doc.entry.tier not in vector_tiers():
+            if doc is None or doc.sha != sha or doc.tier not in vector_tiers():
                 continue  # removed or rewritten meanwhile; a newer request is queued if needed
             try:
                 self.vectors.upsert(doc_id, row)
                 encoded = vector_codec.encode(row)
             except (ValueError, vector_codec.VectorCodecError):
                 continue
-            computed.setdefault(tier_owners()[doc.entry.tier], {})[doc_id] = (encoded, self.vector_model, sha)
+            computed.setdefault(tier_owners()[doc.tier], {})[doc_id] = (encoded, self.vector_model, sha)
         return computed
 
     # -- user recall ---------------------------------------------------------------------
@@ -371,7 +423,7 @@ class RecallIndex:
 
         def accept(doc_id: str) -> bool:
             doc = docs.get(doc_id)
-            return doc is not None and doc.entry.tier in tier_set and doc_id not in excluded
+            return doc is not None and doc.tier in tier_set and doc_id not in excluded
 
         per_query = [[i for i, _ in self.vectors.search(row, per_query_k, accept)] for row in vectors]
         merged: list[str] = []

@@ -36,10 +36,20 @@ Removed documents leave dead postings behind; a term's postings are compacted th
 a query reads them once the dead fraction passes ``recall_bm25_compact_dead_ratio``, and
 the document slots are renumbered (amortised, on a write) when that fraction of all slots
 is dead. Not thread-safe: one owner (an actor) calls it.
+
+A *base* (:meth:`LexicalIndex.load_base`) is a sealed set of documents loaded from a
+persisted segment (:mod:`nekomem.recall.segment`): their postings stay in the segment's
+arrays as a CSR keyed by 64-bit term hashes (:func:`~nekomem.recall.segment.term_hash`),
+they take the first slots, and documents added later go to the ordinary postings beside
+them. A query reads a term's postings from both, so the scores are exactly those of an
+index built document by document. A base document that is removed is only marked dead
+(the slots are not renumbered while a base exists); :meth:`LexicalIndex.export` writes the
+live documents back into one CSR for the next segment.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -48,6 +58,7 @@ import numpy as np
 
 from nekomem.config.recall import RecallSettings
 from nekomem.recall.fusion import top_k
+from nekomem.recall.segment import LexicalArrays, term_hash, term_hashes
 from nekomem.recall.tokenize import Tokenizer, normalise
 
 Allowed = Callable[[str], bool] | Collection[str] | None
@@ -161,6 +172,36 @@ class LexicalIndex:
         self._scratch = np.zeros(capacity, dtype=np.float64)
         self._total_len = 0
         self._dead_slots = 0
+        self._base: LexicalArrays | None = None
+        self._base_dead = 0  # base documents removed since the base was loaded
+
+    def load_base(self, ids: list[str], base: LexicalArrays, id_slot: dict[str, int] | None = None) -> None:
+        """Take the documents ``ids`` (row i of ``base`` is ``ids[i]``) from a persisted
+        segment as the first slots, without tokenising anything (``id_slot``: id -> row,
+        made by the caller when it has one, then owned by this index). Raises ValueError
+        when the index is not empty or ``ids`` and ``base`` disagree."""
+        if self._id_slot or self._slot_ids:
+            raise ValueError("a base is loaded into an empty index only")
+        n = len(ids)
+        if base.dl.shape[0] != n or (base.term_ptr.shape[0] and int(base.term_ptr[-1]) != base.rows.shape[0]):
+            raise ValueError("segment arrays do not match its ids")
+        while self._dl.shape[0] < n + 1:
+            self._grow()
+        self._slot_ids = list(ids)
+        self._slot_posts = [None] * n
+        self._id_slot = id_slot if id_slot is not None else dict(zip(ids, range(n), strict=True))
+        if len(self._id_slot) != n:
+            raise ValueError("segment ids are not unique")
+        self._dl[:n] = base.dl
+        self._alive[:n] = True
+        self._total_len = int(base.dl.sum())
+        self._base = base
+        self._base_dead = 0
+
+    @property
+    def has_base(self) -> bool:
+        """True while documents of a persisted segment are held as a base."""
+        return self._base is not None
 
     # ------------------------------------------------------------------ writes
 
@@ -179,10 +220,11 @@ class LexicalIndex:
         slot = self._id_slot.pop(doc_id, None)
         if slot is None:
             return False
-        del self._texts[doc_id]
+        self._texts.pop(doc_id, None)  # a base document has no text here
         posts = self._slot_posts[slot]
-        assert posts is not None
-        for p in posts:
+        if posts is None:
+            self._base_dead += 1
+        for p in posts or ():
             p.dead += 1
             if p.dead == p.size:
                 del self._postings[p.term]
@@ -208,6 +250,8 @@ class LexicalIndex:
         cleaned = self._clean_names(names)
         if cleaned == self._stop_names:
             return
+        if self._base is not None:
+            raise RuntimeError("the stop names of an index with a persisted base cannot change (its texts are not held)")
         self._stop_names = cleaned
         texts = list(self._texts.items())
         self._postings.clear()
@@ -230,8 +274,8 @@ class LexicalIndex:
         return doc_id in self._id_slot
 
     def ids(self) -> Iterator[str]:
-        """The indexed ids (insertion order, updates move to the end)."""
-        return iter(self._texts)
+        """The indexed ids (base documents first, then insertion order; updates move to the end)."""
+        return iter(self._id_slot)
 
     @property
     def stop_names(self) -> tuple[str, ...]:
@@ -267,15 +311,15 @@ class LexicalIndex:
         scratch = self._scratch
         for term, weight in weights.items():
             p = self._postings.get(term)
-            df = p.live if p is not None else 0
+            base = self._base_postings(term) if self._base is not None else None
+            df = (p.live if p is not None else 0) + (base[0].shape[0] if base is not None else 0)
             if not df and term in straddling:
                 continue  # most likely straddles two words of a spaceless query: no evidence either way
             idf = math.log((n_docs - df + 0.5) / (df + 0.5) + 1.0)
             denominator += weight * idf
             if not df:
                 continue
-            assert p is not None
-            slots, tfs = p.arrays(self._alive, self._dead_ratio)
+            slots, tfs = self._term_postings(p, base)
             norm = k1 * (1.0 - b + b * self._dl[slots] / avgdl)
             # Every contribution is > 0, so a zero in the scratch row marks a slot that no
             # earlier query term touched: the candidate union costs O(postings), no sort.
@@ -302,6 +346,82 @@ class LexicalIndex:
         return top_k(cand, scores, k, lambda s: slot_ids[s], accept)  # type: ignore[arg-type,return-value]
 
     # ------------------------------------------------------------------ internals
+
+    def _base_postings(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """The live base postings of ``term`` (slots, float64 term frequencies), or None."""
+        base = self._base
+        assert base is not None
+        h = np.uint64(term_hash(term))
+        i = int(np.searchsorted(base.term_hash, h))
+        if i >= base.term_hash.shape[0] or base.term_hash[i] != h:
+            return None
+        lo, hi = int(base.term_ptr[i]), int(base.term_ptr[i + 1])
+        rows, tfs = base.rows[lo:hi], base.tfs[lo:hi].astype(np.float64)
+        if self._base_dead:
+            mask = self._alive[rows]
+            rows, tfs = rows[mask], tfs[mask]
+        return (rows, tfs) if rows.shape[0] else None
+
+    def _term_postings(self, p: _Postings | None, base: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray]:
+        """A term's live postings from the base and the ordinary postings together."""
+        if p is None:
+            assert base is not None
+            return base
+        slots, tfs = p.arrays(self._alive, self._dead_ratio)
+        if base is None:
+            return slots, tfs
+        return np.concatenate((base[0], slots)), np.concatenate((base[1], tfs))
+
+    def export(self, ids: list[str]) -> LexicalArrays:
+        """The documents ``ids`` (row i is ``ids[i]``; each must be indexed) as one CSR over
+        term hashes, for a segment file. Raises KeyError for an id not indexed."""
+        used = len(self._slot_ids)
+        slots = np.array([self._id_slot[i] for i in ids], dtype=np.int64)
+        remap = np.full(max(used, 1), -1, dtype=np.int64)
+        remap[slots] = np.arange(slots.shape[0], dtype=np.int64)
+        hashes: list[np.ndarray] = []
+        rows: list[np.ndarray] = []
+        tfs: list[np.ndarray] = []
+        base = self._base
+        if base is not None and base.rows.shape[0]:
+            counts = np.diff(base.term_ptr)
+            hashes.append(np.repeat(base.term_hash, counts))
+            rows.append(remap[base.rows])
+            tfs.append(base.tfs.astype(np.int64))
+        # The ordinary postings (dead ones included: ``remap`` drops them), their terms
+        # hashed in one pass, their arrays and waiting lists joined once each.
+        postings = list(self._postings.values())
+        if postings:
+            codes = term_hashes([p.term for p in postings])
+            held = [p for p in postings if p.n]
+            if held:
+                assert all(p.slots is not None and p.tfs is not None for p in held)
+                hashes.append(np.repeat(codes[[i for i, p in enumerate(postings) if p.n]], [p.n for p in held]))
+                rows.append(remap[np.concatenate([p.slots[: p.n] for p in held])])  # type: ignore[index]
+                tfs.append(np.concatenate([p.tfs[: p.n] for p in held]).astype(np.int64))  # type: ignore[index]
+            waiting = [len(p.tail_slots) for p in postings]
+            if any(waiting):
+                hashes.append(np.repeat(codes, waiting))
+                rows.append(remap[np.fromiter(itertools.chain.from_iterable(p.tail_slots for p in postings), dtype=np.int64)])
+                tfs.append(np.fromiter(itertools.chain.from_iterable(p.tail_tfs for p in postings), dtype=np.int64))
+        if hashes:
+            all_hash, all_rows, all_tfs = np.concatenate(hashes), np.concatenate(rows), np.concatenate(tfs)
+            keep = all_rows >= 0  # dead documents and documents not asked for
+            all_hash, all_rows, all_tfs = all_hash[keep], all_rows[keep], all_tfs[keep]
+            order = np.lexsort((all_rows, all_hash))
+            all_hash, all_rows, all_tfs = all_hash[order], all_rows[order], all_tfs[order]
+            uniq, starts = np.unique(all_hash, return_index=True)
+            ptr = np.append(starts, all_hash.shape[0]).astype(np.int64)
+        else:
+            uniq, ptr = np.zeros(0, dtype=np.uint64), np.zeros(1, dtype=np.int64)
+            all_rows, all_tfs = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return LexicalArrays(
+            term_hash=uniq.astype(np.uint64),
+            term_ptr=ptr,
+            rows=all_rows.astype(np.int32),
+            tfs=all_tfs.astype(np.int32),
+            dl=self._dl[slots].astype(np.int32),
+        )
 
     def _clean_names(self, names: Iterable[str]) -> tuple[str, ...]:
         return tuple(sorted({normalise(n).strip() for n in names if n and normalise(n).strip()}))
@@ -346,7 +466,11 @@ class LexicalIndex:
             setattr(self, name, new)
 
     def _renumber(self) -> None:
-        """Drop dead slots: every live document gets a dense new slot, postings are remapped."""
+        """Drop dead slots: every live document gets a dense new slot, postings are remapped.
+        Not while a base is held (its postings are the segment's arrays): its dead slots
+        stay until the next segment is written."""
+        if self._base is not None:
+            return
         used = len(self._slot_ids)
         alive = self._alive[:used]
         remap = np.full(used, -1, dtype=np.int32)

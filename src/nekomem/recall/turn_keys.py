@@ -13,7 +13,7 @@ more leg of the fusion; the turns themselves are never returned as rows.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import tzinfo
 
 from nekomem.recall.entry import IndexedDoc, epoch_seconds
@@ -27,9 +27,9 @@ class TurnKeys:
     """The facts of an index by the time span of their source turns (built once per change
     of the index; see the module docstring)."""
 
-    def __init__(self, docs: Mapping[str, IndexedDoc], tz: tzinfo) -> None:
+    def __init__(self, docs: Iterable[tuple[str, IndexedDoc]], tz: tzinfo) -> None:
         by_span: dict[tuple[float, float], list[str]] = {}
-        for doc_id, doc in docs.items():
+        for doc_id, doc in docs:
             entry = doc.entry
             start, end = epoch_seconds(entry.source_from, tz), epoch_seconds(entry.source_to, tz)
             if start is None or end is None:

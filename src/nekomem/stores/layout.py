@@ -118,6 +118,8 @@ STATE_FILE = "state.json"
 # The files no single layer owns: the shared event journal and its marks, the cursors and
 # the per-character flags.
 SHARED_ENTRIES: tuple[str, ...] = (EVENTS_FILE, EVENTS_APPLIED_FILE, CURSORS_FILE, STATE_FILE)
+# Derived, rebuilt when missing: the recall index of the facts (recall/segment.py), no text.
+RECALL_SEGMENT_FILE = "recall_segment.bin"
 
 
 def known_entries() -> tuple[str, ...]:
@@ -325,6 +327,11 @@ class CharacterPaths:
     @functools.cached_property
     def facts_archive(self) -> Path:
         return self.folder / FACTS_ARCHIVE_FILE
+
+    @functools.cached_property
+    def recall_segment(self) -> Path:
+        """recall_segment.bin: the persisted recall index of the facts (derived; no text)."""
+        return self.folder / RECALL_SEGMENT_FILE
 
     @functools.cached_property
     def reflections(self) -> Path:

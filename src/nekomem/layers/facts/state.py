@@ -26,7 +26,7 @@ from nekomem.domain.opaque import clip_opaque
 from nekomem.domain.records import Fact
 from nekomem.domain.subjects import is_private
 from nekomem.layers.facts.declaration import FactAbsorbed, FactAdded, FactArchived, FactDeleted, FactUpdated
-from nekomem.stores.atomic import atomic_write_json, read_records
+from nekomem.stores.atomic import atomic_write_json, file_identity, read_records
 from nekomem.stores.journal import Event
 
 log = logging.getLogger(__name__)
@@ -219,7 +219,15 @@ class FactStore:
         """Send recall the complete set of fact entries (replacing what it holds)."""
         entries = [fact_index_entry(f, "fact") for f in self.facts.values()]
         entries += [fact_index_entry(f, "fact_archive") for f in self.archive.values()]
-        self.ports.index_upsert(entries, replace_tier="fact")
+        # The views' identities when they hold exactly these facts: recall then takes the
+        # entries onto the segment it loaded without re-indexing them.
+        views = None
+        if not self.views.dirty:
+            views = [
+                None if i is None else list(i)
+                for i in (file_identity(self.ports.paths.facts), file_identity(self.ports.paths.facts_archive))
+            ]
+        self.ports.index_upsert(entries, replace_tier="fact", views=views)
 
     # -- the archive move ------------------------------------------------------------
     def archive_due(self, monotonic: float, now: datetime) -> float:

@@ -12,11 +12,13 @@ It answers user recall (:class:`QueryMemory`, the ``/query_memory`` contract) an
 background maintenance recall of the long-term pipeline (:class:`RankForStage2`,
 :class:`RelatedFacts`, answered with :class:`RankedIds` through ``ports.send``). A query
 that needs its own embedding submits it to the pool and finishes when the vector comes back
-(or, after ``recall_query_embed_timeout_seconds``, from BM25 alone). Nothing is persisted:
-the index is rebuilt from the owners' stores at every activation.
+(or, after ``recall_query_embed_timeout_seconds``, from BM25 alone). The fact rows of the
+index are persisted (:mod:`nekomem.layers.recall.persist`); the rest is rebuilt from the owners' stores at every activation.
 """
 
 from __future__ import annotations
+
+import time
 
 from nekomem.actors.handlers import handles
 from nekomem.actors.messages import (
@@ -39,11 +41,13 @@ from nekomem.actors.messages import (
 )
 from nekomem.actors.ports import LayerPorts
 from nekomem.domain.layers import tier_owners
+from nekomem.layers.recall import persist
 from nekomem.layers.recall.maintenance import MaintenanceRanking
 from nekomem.layers.recall.query import QueryPath
 from nekomem.layers.recall.state import RecallState
 from nekomem.layers.recall.vectors import VectorUpkeep
 from nekomem.recall.query_text import forget_memoised_words
+from nekomem.stores.fence import FencedWrite
 
 
 class RecallLayer:
@@ -68,6 +72,7 @@ class RecallLayer:
         self.vectors.reset()
         self.query.reset()
         self.state.reset_feed()
+        self.state.reset_segment()
         self.ports.deadline(s.recall_index_wait_seconds, IndexWaitOver())
         self.maintenance.reset()
         self.state.reset_tokens()
@@ -78,7 +83,98 @@ class RecallLayer:
             for owner in dict.fromkeys(tier_owners().values()):
                 self.ports.send(owner, RequestIndex())
 
+    # -- the persisted fact rows (layers/recall/persist.py) ---------------------------
+    def _ensure_segment(self) -> None:
+        """Load the facts' segment if it is still due (the first message that reads or
+        feeds the index does, before anything else touches it)."""
+        state = self.state
+        if state.segment_due:
+            state.segment_due = False
+            self._load_segment()
+            waiting, state.waiting_feeds = state.waiting_feeds, []
+            for feed in waiting:
+                self.on_IndexUpsert(feed)
+
+    def _load_segment(self) -> None:
+        """Take the facts' rows from their segment when it is current (see
+        :mod:`nekomem.layers.recall.persist`); otherwise the facts' feed builds them."""
+        state = self.state
+        loaded = persist.load(self.ports.paths, self.ports.settings, state.index.analyzer)
+        if loaded is None:
+            return
+        started = time.perf_counter()
+        try:
+            state.index.load_base(loaded.base)
+        except Exception as exc:  # noqa: BLE001 - a segment is only a cache: any failure means a rebuild
+            loaded.rows.close()
+            self.log.info("recall segment ignored (%s); the index is rebuilt from the views", type(exc).__name__)
+            state.index = state.fresh_index([])
+            return
+        state.persisted = loaded
+        state.loaded_tie = loaded.stamp
+        state.facts_fed = True
+        if not state.uses_vectors():
+            # BM25 only: the segment answers as the facts' feed would. With vectors, queries
+            # still wait for the feed (its entries carry the cached vectors), which now costs
+            # the facts' load, not a re-indexing.
+            state.fed.add(tier_owners()["fact"])
+        self.log.info(
+            "recall: %d fact rows loaded from their segment in %.1f ms", len(loaded.base.ids), (time.perf_counter() - started) * 1000
+        )
+
+    def _take_fact_feed(self, msg: IndexUpsert, persisted: persist.Loaded) -> None:
+        """The facts' complete feed over a loaded segment: its entries taken onto the
+        segment's rows when its views are the segment's, else the fact rows rebuilt."""
+        assert msg.replace_tier is not None
+        state = self.state
+        try:
+            if msg.views is not None and msg.views == persisted.stamp[:2]:
+                state.index.adopt(msg.entries, msg.replace_tier)
+                for doc_id in state.index.unresolved():
+                    _ = state.index.docs[doc_id].entry  # none when the views are the same: read before closing
+                return
+            self.log.info("recall: the facts' views are not the segment's; rebuilding the fact rows")
+            others = [d.entry for d in state.index.docs.values() if d.tier not in persist.FACT_TIERS]
+            state.index = state.fresh_index(others)
+            state.index.upsert(msg.entries, msg.replace_tier)
+        finally:
+            persisted.rows.close()
+
+    def _write_segment(self) -> None:
+        """Write the fact rows' segment when they mirror the facts' views (see
+        :mod:`nekomem.layers.recall.persist`); never raises (a missing segment only costs
+        the next wake a rebuild)."""
+        state = self.state
+        if not state.s.recall_index_persist or not state.facts_fed:
+            return
+        paths = self.ports.paths
+        try:
+            if not state.facts_changed and persist.tied_stamp(paths) == state.loaded_tie:
+                return  # the segment on disk is still current
+            if self.ports.journal.unapplied_for(tier_owners()["fact"]):
+                persist.discard(paths)
+                return
+            started = time.perf_counter()
+            data = persist.encode_fact_segment(paths, self.ports.settings, state.index.analyzer, state.index)
+            if data is None:
+                persist.discard(paths)
+                return
+            persist.write(paths, data)
+            self.log.info("recall segment written: %d bytes in %.1f ms", len(data), (time.perf_counter() - started) * 1000)
+        except FencedWrite:
+            self.log.info("recall segment not written: this node no longer owns the character")
+        except Exception as exc:  # noqa: BLE001 - a stop must complete; a missing segment only costs a rebuild
+            self.log.warning("recall segment not written (%s); the next wake rebuilds the index", type(exc).__name__)
+            try:
+                persist.discard(paths)
+            except OSError:
+                pass
+
     def close(self) -> None:
+        self._write_segment()
+        if self.state.persisted is not None:
+            self.state.persisted.rows.close()
+            self.state.persisted = None
         self.pending_counter.forget(self.ports.character)
         self.query.close()
 
@@ -100,9 +196,26 @@ class RecallLayer:
     # -- feed ------------------------------------------------------------------------
     @handles(IndexUpsert)
     def on_IndexUpsert(self, msg: IndexUpsert) -> None:
+        state = self.state
+        if state.segment_due and msg.replace_tier not in persist.FACT_TIERS:
+            # Another owner's feed (the reflections'): kept until the segment is loaded, so
+            # that loading it is left to the first message that needs the facts.
+            state.waiting_feeds.append(msg)
+            return
+        self._ensure_segment()
         if msg.replace_tier is not None:
-            self.state.fed.add(tier_owners().get(msg.replace_tier, msg.replace_tier))
-        self.state.index.upsert(msg.entries, msg.replace_tier)
+            state.fed.add(tier_owners().get(msg.replace_tier, msg.replace_tier))
+        fact_feed = msg.replace_tier in persist.FACT_TIERS
+        if fact_feed and state.persisted is not None:
+            persisted, state.persisted = state.persisted, None
+            self._take_fact_feed(msg, persisted)
+        else:
+            state.index.upsert(msg.entries, msg.replace_tier)
+        if fact_feed:
+            state.facts_fed = True
+            state.facts_changed = state.facts_changed or msg.views is None or msg.views != (state.loaded_tie or [])[:2]
+        elif any(e.tier in persist.FACT_TIERS for e in msg.entries):
+            state.facts_changed = True
         self.state.turn_keys = None
         self.vectors.safe_sync()
         self.ports.pending.indexed(self.ports.character, self.vectors.waiting(), msg.counted)
@@ -125,7 +238,19 @@ class RecallLayer:
 
     @handles(IndexRemove)
     def on_IndexRemove(self, msg: IndexRemove) -> None:
-        self.state.index.remove(msg.ids)
+        self._ensure_segment()
+        state = self.state
+        if state.s.recall_index_persist and any(
+            (doc := state.index.docs.get(i)) is not None and doc.tier in persist.FACT_TIERS for i in msg.ids
+        ):
+            # The segment on disk still has the removed rows' token hashes: gone now, written
+            # afresh when this actor stops.
+            state.facts_changed = True
+            try:
+                persist.discard(self.ports.paths)
+            except OSError:
+                self.log.warning("recall segment could not be removed after an erasure; it is rewritten at stop")
+        state.index.remove(msg.ids)
         self.state.turn_keys = None
         forget_memoised_words()
         self.vectors.publish_pending()
@@ -142,12 +267,14 @@ class RecallLayer:
     # -- user recall -----------------------------------------------------------------
     @handles(QueryMemory)
     def on_QueryMemory(self, msg: QueryMemory) -> None:
+        self._ensure_segment()
         self.query.query_memory(msg)
 
     @handles(ExplainQuery)
     def on_ExplainQuery(self, msg: ExplainQuery) -> None:
         """The playground's recall: the plan, embedding and search of /query_memory, over
         the private corpus, answered with each leg explained."""
+        self._ensure_segment()
         self.query.explain_query(msg)
 
     @handles(QueryVector)
@@ -169,10 +296,12 @@ class RecallLayer:
     # -- maintenance recall ----------------------------------------------------------
     @handles(RankForStage2)
     def on_RankForStage2(self, msg: RankForStage2) -> None:
+        self._ensure_segment()
         self.maintenance.rank_for_stage2(msg)
 
     @handles(RelatedFacts)
     def on_RelatedFacts(self, msg: RelatedFacts) -> None:
+        self._ensure_segment()
         self.maintenance.related_facts(msg)
 
     @handles(MaintenanceVectors)

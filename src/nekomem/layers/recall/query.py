@@ -219,7 +219,7 @@ class QueryPath(RecallPart):
         if corpus is None or not len(corpus):
             return []
         if self.state.turn_keys is None:
-            self.state.turn_keys = TurnKeys(self.index.docs, self.index.tz)
+            self.state.turn_keys = TurnKeys(self.index.docs.items(), self.index.tz)
         if not len(self.state.turn_keys):
             return []
         depth = self.s.recall_budget_each

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from nekomem.actors.messages import Vectors
+from nekomem.actors.messages import IndexUpsert, Vectors
 from nekomem.actors.ports import LayerPorts
 from nekomem.config.recall import RecallSettings
+from nekomem.domain.index_entry import IndexEntry
+from nekomem.layers.recall import persist
 from nekomem.models.embeddings import EmbeddingService
 from nekomem.recall.entry import display_tz
 from nekomem.recall.index import RecallIndex
-from nekomem.recall.query_text import LexicalAnalyzer, stop_names_for
 from nekomem.recall.turn_keys import TurnKeys
 from nekomem.recall.turn_leg import TurnCorpus
 
@@ -43,15 +44,45 @@ class RecallState:
         # recall_index_wait_seconds), so a just-activated character never answers empty.
         self.fed: set[str] = set()
         self._seq = 0
+        # The fact rows mirror the facts owner (its feed came, or a current segment was
+        # loaded); only then is a segment written at close. ``persisted``: the segment
+        # loaded, until the facts' feed takes over its rows; ``loaded_tie``: its tie.
+        self.facts_fed = False
+        self.facts_changed = False
+        self.persisted: persist.Loaded | None = None
+        self.loaded_tie: list[list[int] | None] | None = None
+        self.segment_due = False
+        self.waiting_feeds: list[IndexUpsert] = []
 
     def reset_index(self) -> None:
         """A new, empty index and turn corpus, with the settings read again (at every load)."""
         s = self.ports.settings.recall
         self.s = s
-        names = [self.ports.settings.recent.master_name, self.ports.character, *s.recall_extra_stop_names]
-        analyzer = LexicalAnalyzer(s, stop_names_for(names))
+        analyzer = persist.analyzer_for(self.ports.settings, self.ports.character)
         self.index = RecallIndex(s, display_tz(self.ports.settings.server.display_timezone), analyzer)
         self.turns = None
+
+    def reset_segment(self) -> None:
+        """No segment loaded yet; one is loaded by the first message that needs the facts
+        (not at start: the start runs on an actor worker that the character's other actors,
+        those /new_dialog asks, wait for)."""
+        self.facts_fed = False
+        self.facts_changed = False
+        self.persisted = None
+        self.loaded_tie = None
+        self.segment_due = self.s.recall_index_persist
+        self.waiting_feeds = []
+
+    def fresh_index(self, keep: list[IndexEntry]) -> RecallIndex:
+        """A new, empty index (same settings and analyzer) holding ``keep``."""
+        index = RecallIndex(self.s, display_tz(self.ports.settings.server.display_timezone), self.index.analyzer)
+        index.upsert(keep)
+        return index
+
+    def uses_vectors(self) -> bool:
+        """True when recall has, or will have, a vector side (an enabled embedding service)."""
+        emb = self.ports.embeddings
+        return emb is not None and self.s.recall_legs != "bm25" and getattr(emb, "state", "") != "disabled"
 
     def reset_feed(self) -> None:
         """No owner has fed the new index yet; job tokens start again."""

@@ -63,7 +63,11 @@ class VectorUpkeep(RecallPart):
             self.log.exception("vector index upkeep failed")
 
     def sync_vectors(self) -> None:
-        """Bring the vector index in line with the embedding service, then backfill."""
+        """Bring the vector index in line with the embedding service, then backfill (once
+        the facts' feed has handed over a loaded segment's entries, which hold the cached
+        vectors: reading them from the views one by one would cost more)."""
+        if self.state.persisted is not None or self.state.segment_due:
+            return
         emb = self.state.service()
         model = emb.model_id if emb is not None else None
         if model is None:
@@ -129,7 +133,11 @@ class VectorUpkeep(RecallPart):
             emb = self.ports.embeddings
             if emb is None or self.s.recall_legs == "bm25" or getattr(emb, "state", "") != "loading":
                 return 0
-            return sum(1 for doc in self.index.docs.values() if doc.entry.tier in vector_tiers() and doc.entry.vector is None)
+            # A row of the segment not yet handed over by its owner counts as waiting (its
+            # entry is not read just to count it; the facts' feed follows at once).
+            return sum(
+                1 for doc in self.index.docs.values() if doc.tier in vector_tiers() and (not doc.resolved or doc.entry.vector is None)
+            )
         inflight = len(self.backfill_items) if self.backfill_token is not None else 0
         turns = 0
         if self.turns is not None and self.s.recall_turn_vectors and self.index.docs:
