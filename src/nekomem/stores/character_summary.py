@@ -274,11 +274,7 @@ class CharacterSummary:
             result: dict[str, CharacterRow] = {}
             for name in page:
                 paths = paths_of(name)
-                stamp = stamp_of(paths)  # before the read: a write during it shows next time
-                row = rows.get(name)
-                if row is None or row.stamp != stamp:
-                    turns, last = read_journal(paths)
-                    row = rows[name] = CharacterRow(stamp=stamp, turns=turns, last_conversation_at=last)
+                row, _ = _current_row(rows, name, paths, read_journal)
                 if row.counts is None:
                     row.counts = read_counts(paths)
                     changed = True
@@ -314,13 +310,8 @@ class CharacterSummary:
         with self._lock:
             rows = self._load()
             for name in names:
-                paths = paths_of(name)
-                stamp = stamp_of(paths)  # before the read: a write during it shows next time
-                row = rows.get(name)
-                if row is None or row.stamp != stamp:
-                    turns, last = read_journal(paths)
-                    rows[name] = CharacterRow(stamp=stamp, turns=turns, last_conversation_at=last)
-                    changed = True
+                _, moved = _current_row(rows, name, paths_of(name), read_journal)
+                changed = changed or moved
         return changed
 
     def _write(self) -> None:
@@ -359,3 +350,15 @@ def summary_of(root: Path) -> CharacterSummary:
         if summary is None:
             summary = _SUMMARIES[key] = CharacterSummary(key)
         return summary
+
+
+def _current_row(rows: dict[str, CharacterRow], name: str, paths: CharacterPaths, read_journal: JournalReader) -> tuple[CharacterRow, bool]:
+    """``name``'s row of ``rows``, read again from its journal (and put in ``rows``) when it
+    is missing or its stamp moved; whether it was."""
+    stamp = stamp_of(paths)  # before the read: a write during it shows next time
+    row = rows.get(name)
+    if row is not None and row.stamp == stamp:
+        return row, False
+    turns, last = read_journal(paths)
+    row = rows[name] = CharacterRow(stamp=stamp, turns=turns, last_conversation_at=last)
+    return row, True
