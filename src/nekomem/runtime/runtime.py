@@ -31,7 +31,7 @@ from nekomem.runtime.services import Services
 from nekomem.runtime.switches import Switches, core_config_file
 from nekomem.runtime.timers import Timers
 from nekomem.stores import rootlock
-from nekomem.stores.character_summary import journal_totals, summary_of
+from nekomem.stores.character_summary import journal_totals, recovery_stamp, settled_stamp, summary_of
 from nekomem.stores.knowledge import KnowledgeFiles
 from nekomem.stores.layout import CharacterPaths, list_characters
 from nekomem.stores.namefold import CharacterSpellings, probe_case_insensitive
@@ -233,11 +233,25 @@ class Runtime:
         # Turns stored before a model could extract facts are mined once one can.
         llm = self.llm
         mine_backlog = self.settings.longterm.fact_backlog_enabled and llm is not None and llm.available(llm.tier_for("extract_facts"))
+        # A single node's look at a character is skipped when the files it reads kept their
+        # identity since a start found nothing to finish (the summary's recovery marks): a
+        # start opens the journals of the characters written since, not of all of them.
+        summary = summary_of(self.memory_root) if self.services.character_root is None else None
+        kept = summary.recovery_marks() if summary is not None else {}
+        marks: dict[str, list[int]] = {}
+        looked_ns = time.time_ns()
         for name in names:
             # One character that cannot recover must not keep every other one in
             # limited mode: it is reported and retried at its next activation.
             try:
-                if not self.actors.has_unfinished(CharacterPaths(self.memory_root, name), mine_backlog=mine_backlog):
+                paths = CharacterPaths(self.memory_root, name)
+                stamp = [*recovery_stamp(paths), int(mine_backlog)] if summary is not None else []
+                if stamp and kept.get(name) == stamp:
+                    marks[name] = stamp
+                    continue
+                if not self.actors.has_unfinished(paths, mine_backlog=mine_backlog):
+                    if stamp and settled_stamp(stamp[:-1], looked_ns):
+                        marks[name] = stamp
                     continue
                 # Activation reconciles the journal and replays the outbox; the barrier
                 # returns once every child has loaded.
@@ -253,6 +267,8 @@ class Runtime:
                 log.warning("start-up recovery of a character failed: %s", type(exc).__name__)
         if recovered or failed:
             log.info("start-up recovery: %d characters activated, %d failed", recovered, failed)
+        if summary is not None:
+            summary.set_recovery_marks(marks)
         self._check_summary()
         self.limited_reason = None
 

@@ -28,6 +28,12 @@ When the stamps are compared:
 The root folder's own listing is reused while the root's modification time holds (a
 character folder made or removed moves it), so a page does not read the directory again.
 
+Beside the rows, the summary keeps the start-up recovery's *marks*: for each character it
+found with nothing to finish, the identity (inode, size, modification time) of every file
+that look read (:func:`recovery_stamp`). The look is a function of those files alone, so
+a character whose files kept their identity since is not looked at again: a start opens
+the journals of the characters written since the last start, not of every character.
+
 The summary is derived and never authoritative: it holds names and numbers, no memory
 text, and deleting it loses nothing (the next start or listing rebuilds it). A stamp is
 taken before the files are read, so a write that lands during the read leaves a stamp
@@ -79,6 +85,8 @@ class _SummaryFile(msgspec.Struct, kw_only=True):
     characters: dict[str, CharacterRow] = msgspec.field(default_factory=dict)
     # The character folders of the last listing (taken as characters while they are there).
     names: list[str] = msgspec.field(default_factory=list)
+    # Start-up recovery found nothing to finish under these file identities (see the module).
+    recovery_marks: dict[str, list[int]] = msgspec.field(default_factory=dict)
 
 
 class _Scan(msgspec.Struct, frozen=True):
@@ -108,6 +116,33 @@ def stamp_of(paths: CharacterPaths) -> list[int]:
         )
     )
     return [_mtime(p) for p in places]
+
+
+def recovery_stamp(paths: CharacterPaths) -> list[int]:
+    """(inode, size, modification time) of each file the start-up recovery's look at a
+    character reads (its journal and the journal's WAL, the outbox, the shared event
+    journal and its applied mark); -1s for a file that is missing, and for an empty WAL,
+    which holds what a missing one does (a read-only look at the journal makes one)."""
+    stamp: list[int] = []
+    wal = str(paths.time_index_db) + "-wal"
+    for path in (paths.time_index_db, wal, paths.outbox, paths.events, paths.events_applied):
+        try:
+            st = os.stat(path)
+        except OSError:
+            stamp += (-1, -1, -1)
+            continue
+        if path is wal and st.st_size == 0:
+            stamp += (-1, -1, -1)
+            continue
+        stamp += (st.st_ino, st.st_size, st.st_mtime_ns)
+    return stamp
+
+
+def settled_stamp(stamp: Sequence[int], now_ns: int) -> bool:
+    """Whether every modification time of a :func:`recovery_stamp` is older than ``now_ns``
+    by more than the file system's timestamp granularity (a write within the same tick
+    would leave the stamp as it was)."""
+    return all(mtime < now_ns - _SETTLED_NS for mtime in stamp[2::3])
 
 
 def journal_totals(paths: CharacterPaths) -> tuple[int, str | None]:
@@ -145,6 +180,7 @@ class CharacterSummary:
         self._lock = threading.Lock()  # the rows, the names and the file
         self._rows: dict[str, CharacterRow] | None = None
         self._names: frozenset[str] = frozenset()
+        self._marks: dict[str, list[int]] = {}
         self._scan: _Scan | None = None
         # Rows are trusted once a full check ran since the last recheck() (generations).
         self._check_lock = threading.Lock()  # one full check at a time
@@ -164,10 +200,11 @@ class CharacterSummary:
 
     def recheck(self) -> None:
         """Trust no row until the next full :meth:`check` (a server starts, or folders
-        were adopted from outside)."""
+        were adopted from outside), and read the file again at the next use."""
         with self._lock:
             self._generation += 1
             self._scan = None
+            self._rows = None
 
     def checked(self) -> bool:
         """Whether a full check ran since the last :meth:`recheck`."""
@@ -220,6 +257,8 @@ class CharacterSummary:
                 rows = self._load()
                 for gone in [n for n in rows if n not in self._names]:
                     del rows[gone]
+                for gone in [n for n in self._marks if n not in self._names]:
+                    del self._marks[gone]
                 self._write()
         return names
 
@@ -287,12 +326,30 @@ class CharacterSummary:
                 self._write()
             return result
 
+    def recovery_marks(self) -> dict[str, list[int]]:
+        """The start-up recovery's marks (a copy): name -> the stamp it found nothing to
+        finish under."""
+        with self._lock:
+            self._load()
+            return dict(self._marks)
+
+    def set_recovery_marks(self, marks: dict[str, list[int]]) -> None:
+        """Replace the marks with ``marks`` and write the file (logged when it cannot be
+        written: the next start then looks at every character again)."""
+        with self._lock:
+            self._load()
+            if marks == self._marks:
+                return
+            self._marks = dict(marks)
+            self._write()
+
     def forget(self, name: str) -> None:
         """Drop ``name`` from the summary now (a deleted character leaves no trace in it).
         Raises nothing (a summary that cannot be written is logged)."""
         with self._lock:
             self._scan = None
             rows = self._load()
+            self._marks.pop(name, None)
             if name not in rows and name not in self._names:
                 return
             rows.pop(name, None)
@@ -316,11 +373,11 @@ class CharacterSummary:
 
     def _write(self) -> None:
         rows = self._rows or {}
-        if not rows and not self._names:
+        if not rows and not self._names and not self._marks:
             return  # nothing to keep: a read of an empty root leaves it empty
         try:
             atomic_write_json(
-                self.path, _SummaryFile(characters=rows, names=sorted(self._names)), durable=False
+                self.path, _SummaryFile(characters=rows, names=sorted(self._names), recovery_marks=self._marks), durable=False
             )  # derived: rebuilt when lost
         except OSError:
             log.warning("the character summary %s could not be written", self.path, exc_info=True)
@@ -334,7 +391,7 @@ class CharacterSummary:
                 pass
             except (OSError, msgspec.DecodeError, msgspec.ValidationError):
                 log.warning("the character summary %s is unreadable: it is rebuilt from the views", self.path)
-            self._rows, self._names = kept.characters, frozenset(kept.names)
+            self._rows, self._names, self._marks = kept.characters, frozenset(kept.names), kept.recovery_marks
         return self._rows
 
 

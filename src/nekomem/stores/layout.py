@@ -142,6 +142,8 @@ class InvalidName(ValueError):
 
 
 def _char_allowed(ch: str, first: bool) -> bool:
+    if ch.isascii() and ch.isalnum():
+        return True  # the common case, decided without the Unicode tables
     if ch in _FORBIDDEN or is_default_ignorable(ch):
         return False
     category = unicodedata.category(ch)
@@ -305,7 +307,7 @@ class CharacterPaths:
 
     def exists(self) -> bool:
         """True when the folder holds at least one known file (the :func:`list_characters` rule)."""
-        return _has_known_entry(self.folder)
+        return _has_known_entry(os.fspath(self.folder))
 
     @functools.cached_property
     def recent(self) -> Path:
@@ -384,18 +386,17 @@ class CharacterPaths:
         return self.folder / STATE_FILE
 
 
-def _has_known_entry(folder: Path) -> bool:
-    return any((folder / entry).exists() for entry in known_entries())
+def _has_known_entry(folder: str) -> bool:
+    # String paths, not pathlib: a start-up listing asks this of every folder of the root.
+    exists, join = os.path.exists, os.path.join
+    return any(exists(join(folder, entry)) for entry in known_entries())
 
 
-def _is_character(root: Path, name: str) -> bool:
-    """The listing rule for one folder: a known file of nekomem's in it (in a N.E.K.O.
-    memory folder: in its state folder; the reference's files alone make no character of
-    nekomem's until adopted)."""
-    folder = root / name
-    if is_neko_folder(root):
-        return _has_known_entry(folder / STATE_DIR)
-    return _has_known_entry(folder)
+def _listed_folder(root: str, name: str, neko: bool) -> str:
+    """The listing rule looks for a known file of nekomem's in a folder; this is where (in a
+    N.E.K.O. memory folder: in its state folder; the reference's files alone make no
+    character of nekomem's until adopted)."""
+    return os.path.join(root, name, STATE_DIR) if neko else os.path.join(root, name)
 
 
 def list_characters(root: Path, *, max_length: int = DEFAULT_NAME_MAX_LENGTH, settled: Collection[str] = ()) -> list[str]:
@@ -422,6 +423,7 @@ def scan_characters(root: Path, *, max_length: int = DEFAULT_NAME_MAX_LENGTH, se
         return [], []
     names: set[str] = set()
     undecided: list[str] = []
+    base, neko = os.fspath(root), is_neko_folder(root)
     for entry in entries:
         if entry.name in settled and entry.is_dir():
             names.add(entry.name)
@@ -433,11 +435,10 @@ def scan_characters(root: Path, *, max_length: int = DEFAULT_NAME_MAX_LENGTH, se
         except InvalidName:
             log.debug("skipping folder with an invalid character name under %s", root)
             continue
-        folder = root / name
-        if name != entry.name and not folder.is_dir():
+        if name != entry.name and not os.path.isdir(os.path.join(base, name)):
             log.warning("skipping a character folder whose name is not in canonical (NFC) form")
             continue
-        if _is_character(root, name):
+        if _has_known_entry(_listed_folder(base, name, neko)):
             names.add(name)
         else:
             undecided.append(name)
