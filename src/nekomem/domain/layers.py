@@ -299,6 +299,16 @@ def listings() -> dict[str, Address]:
     return _current().listings
 
 
+def disk_counts(paths: CharacterFolder) -> dict[str, Count]:
+    """A character's counts per layer from its views on disk (for one that is not active),
+    each layer's as its declaration counts them, in start order."""
+    counts: dict[str, Count] = {}
+    for spec in layers():
+        if spec.disk_counts is not None:
+            counts.update(spec.disk_counts(paths))
+    return counts
+
+
 def character_files() -> tuple[str, ...]:
     """The entries of a character folder the layers own, in start order
     (``stores.layout.known_entries`` adds the shared ones)."""

@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, Response
 
 from nekomem.actors.messages import BrowseFacts, CorrectionsAnswer, CountEntries, EntryCounts, ListCorrections, SetSuppressed
 from nekomem.domain.browse import FACT_STATUSES, FactFilter
-from nekomem.domain.layers import FACTS, PERSONA, layers
+from nekomem.domain.layers import FACTS, PERSONA, disk_counts, layers
 from nekomem.http import browse_insight, schemas, ui_static
 from nekomem.http import browse_store as store
 from nekomem.http.bodies import character_name, read_json_object
@@ -115,7 +115,7 @@ def _character_rows(
         names = summary.order(names, rt.character_paths, journal_totals, writing=writing)
     page = names[offset : offset + limit]
     known = None if single else set(everyone)  # a single root's listing drops the rows of folders gone
-    return page, summary.rows(page, rt.character_paths, journal_totals, store.disk_counts, known)
+    return page, summary.rows(page, rt.character_paths, journal_totals, disk_counts, known)
 
 
 async def characters(request: Request) -> Response:

@@ -13,7 +13,6 @@ from typing import Any
 
 import msgspec
 
-from nekomem.domain.layers import layers
 from nekomem.stores import timeindex_check
 from nekomem.stores.layout import CharacterPaths
 from nekomem.stores.timeindex_read import TimeIndexReader, to_utc_iso
@@ -61,16 +60,6 @@ def read_journal(paths: CharacterPaths, q: JournalQuery) -> dict[str, Any]:
 def archived_reflections(paths: CharacterPaths) -> list[dict[str, Any]]:
     """Every archived reflection in reflection_archive/ shards, newest shard first."""
     return archived_items(paths.reflection_archive_dir)
-
-
-def disk_counts(paths: CharacterPaths) -> dict[str, Any]:
-    """Layer counts from the views on disk (for a character that is not active), each
-    layer's as its declaration counts them, in start order."""
-    counts: dict[str, Any] = {}
-    for spec in layers():
-        if spec.disk_counts is not None:
-            counts.update(spec.disk_counts(paths))
-    return counts
 
 
 def storage_trouble(paths: CharacterPaths) -> list[str]:

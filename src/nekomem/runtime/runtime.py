@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from nekomem.config import Settings
 from nekomem.config.server import url_of
+from nekomem.domain.layers import disk_counts
 from nekomem.domain.speaker_identity import POOL_FILENAME
 from nekomem.domain.tokens import get_counter
 from nekomem.importer import neko_folder
@@ -284,7 +285,7 @@ class Runtime:
         started = time.perf_counter()
         try:
             names = summary.names(self.settings.server.name_max_length)
-            summary.check(names, self.character_paths, journal_totals)
+            summary.check(names, self.character_paths, journal_totals, disk_counts)
         except Exception:  # a listing checks again; the server serves
             log.warning("the character list's summary could not be checked at start-up", exc_info=True)
             return

@@ -5,7 +5,8 @@
 of its last one (the key of ``sort=last_conversation``) and the counts of its views. Each
 row carries the *stamp* it was read under: the modification times of the character's
 folder (an atomic view write renames a file in it), its view folder, its reflection
-archive and its journal (``time_indexed.db`` and its WAL). A row whose stamp moved is read
+archive, each file its layers declare (one rewritten in place by hand) and its journal
+(``time_indexed.db`` and its WAL). A row whose stamp moved is read
 again: its journal at once, its counts when the row is next shown.
 
 When the stamps are compared:
@@ -13,7 +14,9 @@ When the stamps are compared:
 - **Every row, once per start** (:meth:`CharacterSummary.check`, run by the runtime after
   its start-up recovery, a few ``stat`` calls per character on a background thread): what
   changed while no server ran (an offline import, a restore, a hand edit) is read again,
-  and rows of new characters are read for the first time. A summary that is missing or
+  journal and counts, and rows of new characters are read for the first time. So any
+  first page after a start reads nothing per character (the first start on a root without
+  a summary pays for reading every character's views once). A summary that is missing or
   damaged is rebuilt from the journals this way.
 - **After that, only where this process may have written**: a single-node server holds the
   root's lock exclusive, so its own actors and holds are the only writers. The registry
@@ -54,7 +57,7 @@ from typing import Any
 import msgspec
 
 from nekomem.stores.atomic import atomic_write_json
-from nekomem.stores.layout import CharacterPaths, scan_characters
+from nekomem.stores.layout import CharacterPaths, known_entries, scan_characters
 from nekomem.stores.timeindex_read import TimeIndexReader
 
 log = logging.getLogger(__name__)
@@ -105,13 +108,17 @@ def _mtime(path: str) -> int:
 
 
 def stamp_of(paths: CharacterPaths) -> list[int]:
-    """The modification times a change to the character's views or journal moves."""
+    """The modification times a change to the character's views or journal moves: its
+    folders (an atomic write renames a file in one), every file its layers declare (a file
+    rewritten in place, by hand) and the journal with its WAL."""
+    folder = str(paths.folder)
     places = dict.fromkeys(
         (
-            str(paths.folder),
+            folder,
             str(paths.facts.parent),
             str(paths.reflection_archive_dir),
-            str(paths.time_index_db),
+            str(paths.recent),
+            *(os.path.join(folder, entry) for entry in known_entries()),
             str(paths.time_index_db) + "-wal",
         )
     )
@@ -211,12 +218,13 @@ class CharacterSummary:
         with self._lock:
             return self._checked_generation == self._generation
 
-    def check(self, names: Sequence[str], paths_of: PathsOf, read_journal: JournalReader) -> None:
+    def check(self, names: Sequence[str], paths_of: PathsOf, read_journal: JournalReader, read_counts: CountsReader | None = None) -> None:
         """Compare the stamp of every one of ``names`` (every character of the root), read
-        again the journal of each that moved or has no row (the rows of characters gone
-        are dropped by :meth:`names`), and write the file if anything changed; nothing when a check already ran since
-        the last :meth:`recheck`. A concurrent caller waits for a running check. Raises
-        nothing for a summary that cannot be written (logged)."""
+        again the journal of each that moved or has no row, and with ``read_counts`` its
+        counts too (the rows of characters gone are dropped by :meth:`names`), and write
+        the file if anything changed; nothing when a check already ran since the last
+        :meth:`recheck`. A concurrent caller waits for a running check. Raises nothing for
+        a summary that cannot be written (logged)."""
         with self._check_lock:
             with self._lock:
                 generation = self._generation
@@ -224,7 +232,7 @@ class CharacterSummary:
                     return
             changed = False
             for chunk in _chunks(names, _CHECK_CHUNK):
-                changed |= self._refresh(chunk, paths_of, read_journal)
+                changed |= self._refresh(chunk, paths_of, read_journal, read_counts)
             with self._lock:
                 self._load()
                 if changed or not self.path.exists():
@@ -360,14 +368,21 @@ class CharacterSummary:
                 self.path.unlink(missing_ok=True)
 
     # -- under the lock ------------------------------------------------------------------
-    def _refresh(self, names: Iterable[str], paths_of: PathsOf, read_journal: JournalReader) -> bool:
+    def _refresh(
+        self, names: Iterable[str], paths_of: PathsOf, read_journal: JournalReader, read_counts: CountsReader | None = None
+    ) -> bool:
         """Compare the stamps of ``names``; read the journal of each row that moved or is
-        missing (its counts then wait for the row to be shown). Whether a row changed."""
+        missing, and with ``read_counts`` the counts of each row without them (else they
+        wait for the row to be shown). Whether a row changed."""
         changed = False
         with self._lock:
             rows = self._load()
             for name in names:
-                _, moved = _current_row(rows, name, paths_of(name), read_journal)
+                paths = paths_of(name)
+                row, moved = _current_row(rows, name, paths, read_journal)
+                if read_counts is not None and row.counts is None:
+                    row.counts = read_counts(paths)
+                    moved = True
                 changed = changed or moved
         return changed
 
