@@ -7,6 +7,7 @@ it), and the layer-level tests drive FactsLayer over FakePorts."""
 
 from __future__ import annotations
 
+import errno
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -175,3 +176,22 @@ def test_views_behind_the_journal_are_read_and_repaired_at_wake(tmp_path: Path) 
     again, _ports = _layer(tmp_path, ManualClock())
     assert again.store.loads == 1  # at wake, not on first use
     assert sorted(f["text"] for f in json.loads(facts.read_bytes())) == sorted(TEXTS[:3])
+
+
+def test_a_feed_recall_asked_for_is_read_again_by_the_reload_after_a_storage_fault(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _stored(tmp_path, TEXTS)
+    layer, ports = _layer(tmp_path, ManualClock())
+    real = fact_state.read_records
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(errno.EIO, "I/O error")  # a failing disk: nothing real produces it on demand
+
+    monkeypatch.setattr(fact_state, "read_records", failing)
+    with pytest.raises(OSError):
+        layer.on_RequestIndex(RequestIndex(wake=True))
+    assert layer.store.loads == 0 and not layer.store.loaded
+    monkeypatch.setattr(fact_state, "read_records", real)
+    layer.close()
+    layer.load()  # what the actor does after a storage fault (a reload reads at once): the request is not lost
+    assert layer.store.loads == 1
+    assert any(isinstance(m, IndexUpsert) and m.replace_tier == "fact" and len(m.entries) == len(TEXTS) for _c, m in ports.sent)

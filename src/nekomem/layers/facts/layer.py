@@ -84,8 +84,9 @@ class FactsLayer:
         themselves are read by the first message that needs them (see
         :mod:`nekomem.layers.facts.state`; recall asks for them with RequestIndex when it
         has no current segment), except at once when the views are behind the journal (a
-        crash before their rewrite: repaired at wake as always) or when this is a restart
-        (recall is then fed again, as any reload does). Raises OSError."""
+        crash before their rewrite: repaired at wake as always) or when this is a reload
+        (a restart, a renewal, the retry after a storage fault: recall is fed again, and a
+        request of recall's that met the fault is not lost). Raises OSError."""
         self.extraction.reset()
         self.duplicates.reset()
         self.synthesis.reset()
