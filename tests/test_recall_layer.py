@@ -58,8 +58,12 @@ def test_the_wait_over_answers_a_held_query_with_what_is_indexed(tmp_path: Path)
 
 def test_a_second_load_is_a_restart_and_asks_every_owner_for_its_index_again(tmp_path: Path) -> None:
     layer, ports = recall_over(tmp_path)
-    assert ports.sent == []  # a first activation: the owners send their index by themselves
+    # A first activation: the reflections send their index by themselves; the facts, read
+    # only when needed, are asked for theirs at once, as no segment of them will answer.
+    assert ports.sent == [("facts", RequestIndex(wake=True))]
     layer.close()
+    ports.sent = []
 
     layer.load()
     assert sorted(child for child, message in ports.sent if isinstance(message, RequestIndex)) == ["facts", "reflections"]
+    assert not any(isinstance(message, RequestIndex) and message.wake for _child, message in ports.sent)

@@ -9,13 +9,16 @@ import logging
 import os
 import subprocess
 import sys
+from datetime import timezone
 from pathlib import Path
 
 import pytest
 
 from nekomem.config.recall import RecallSettings
+from nekomem.domain.index_entry import IndexEntry
 from nekomem.layers.recall import persist as recall_persist
 from nekomem.models.embeddings import EmbeddingService
+from nekomem.recall.index import RecallIndex
 from nekomem.recall.lexical import LexicalIndex
 from nekomem.recall.segment import SegmentError, decode_segment, encode_segment
 from nekomem.stores.layout import CharacterPaths
@@ -74,6 +77,30 @@ def test_a_damaged_or_foreign_segment_is_refused() -> None:
     for bad in (bytes(flipped), data[: len(data) // 2], b"not a segment", data.replace(b'"version": 1', b'"version": 9')):
         with pytest.raises(SegmentError):
             decode_segment(bad)
+
+
+def test_a_feed_of_another_tier_finds_only_its_own_rows_among_a_segments(tmp_path: Path) -> None:
+    """The reflections' complete feed over a loaded segment drops only reflections: none of
+    the segment's fact rows is looked at, but a row given a reflection's document is."""
+    paths = CharacterPaths(tmp_path, "Lan")
+    paths.folder.mkdir(parents=True)
+    paths.facts.write_text(json.dumps([{"id": f"fact_{i}", "text": t, "importance": 5} for i, t in enumerate(TEXTS)]))
+    settings = make_settings(tmp_path, embedding_enabled=False)
+    assert recall_persist.build_offline(paths, settings, "Lan", timezone.utc)
+    index = RecallIndex(settings.recall, timezone.utc, recall_persist.analyzer_for(settings, "Lan"))
+    loaded = recall_persist.load(paths, settings, index.analyzer)
+    assert loaded is not None
+    try:
+        index.load_base(loaded.base)
+        index.upsert([IndexEntry(id="r1", tier="reflection", text="Master is a calm musician")], replace_tier="reflection")
+        assert index.docs.ids_in_tiers(["reflection"]) == ["r1"]
+        index.upsert([IndexEntry(id="fact_3", tier="reflection", text="Master loves spring in Kyoto")])  # an id reused across tiers
+        assert index.docs.ids_in_tiers(["reflection"]) == ["fact_3", "r1"]
+        index.upsert([IndexEntry(id="r2", tier="reflection", text="Master keeps a cat")], replace_tier="reflection")
+        assert index.docs.ids_in_tiers(["reflection"]) == ["r2"] and "fact_3" not in index.docs
+        assert len(index.docs.ids_in_tiers(["fact", "fact_archive"])) == len(TEXTS) - 1
+    finally:
+        loaded.rows.close()
 
 
 def _found(srv: LiveServer, query: str) -> list[str]:

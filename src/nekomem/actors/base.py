@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import pykka
 
 from nekomem.actors.handlers import handler_for
-from nekomem.actors.layer import Layer
+from nekomem.actors.layer import DeferredLoadFailed, Layer
 from nekomem.actors.ports import ActorPorts, LayerPorts
 from nekomem.domain.layers import Address
 from nekomem.runtime.dispatch import Completion, DispatchedActor, Dispatcher
@@ -59,6 +59,9 @@ class ChildActor(DispatchedActor):
         self._wake_real = Wakeup(ctx.services.timers, self._post_tick, real=True, floor=floor)
         self._needs_reload = False
         self._fault_reported = False
+        # The message whose handling failed in the layer's deferred load: the instance
+        # that restarts this one handles it (see nekomem.actors.layer).
+        self._redeliver: list[object] = []
         # A layer renewed after a handler error gets new ports: timers and model results
         # of the old generation are dropped, never delivered to the fresh layer.
         self._generation = 0
@@ -225,6 +228,13 @@ class ChildActor(DispatchedActor):
         except ActorFailure as exc:
             fail_message(message, exc)
             return None
+        except DeferredLoadFailed as exc:
+            # The layer could not read its files on first use: a failed load, not a bad
+            # request. The actor crashes as a failed start does, this message goes with
+            # the queued ones to the instance that restarts it.
+            self.log.error("%s could not load for a character: %s", self.child_name, type(exc.cause).__name__)
+            self._redeliver = [message]
+            raise
         except Exception as exc:
             fault = classify(exc)
             if fault is not None:
@@ -277,7 +287,8 @@ class ChildActor(DispatchedActor):
         # pykka has already stopped this actor. Hand the messages still queued to the
         # supervisor, which restarts a fresh instance from disk and redelivers them.
         self._stop_timers()
-        pending: list[object] = [envelope.message for envelope in self.actor_inbox.drain()]
+        pending: list[object] = self._redeliver + [envelope.message for envelope in self.actor_inbox.drain()]
+        self._redeliver = []
         try:
             self.close()
         except Exception:

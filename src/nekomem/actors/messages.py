@@ -450,7 +450,12 @@ class RankedIds(Message, frozen=True):
 
 class RequestIndex(Message, frozen=True):
     """Sent by a restarted RecallActor to the owners: please resend your complete
-    IndexUpsert (with replace_tier), my in-memory index was lost with the crash."""
+    IndexUpsert (with replace_tier), my in-memory index was lost with the crash. With
+    ``wake``: sent by a waking RecallActor to the facts owner, which reads its facts only
+    when one needs them: recall needs their feed (no current segment of the facts, or
+    vectors to take from them); an owner that has read them already sent it then."""
+
+    wake: bool = False
 
 
 class QueryVector(Message, frozen=True):

@@ -26,6 +26,9 @@ class DocTable:
         self._base_row: dict[str, int] = {}  # live segment rows, in row order
         self._base_docs: list[IndexedDoc | None] = []  # made (or replaced) segment rows
         self._base_tiers: set[str] = set()
+        # Segment rows given a document of a tier the segment holds none of: the only rows
+        # a feed of another tier (the reflections') can find among the segment's.
+        self._base_strays: set[str] = set()
 
     def load_base(self, base: LoadedBase, id_row: dict[str, int]) -> None:
         """Hold ``base``'s rows (``id_row``: id -> row, in row order; kept as given).
@@ -36,6 +39,7 @@ class DocTable:
         self._base_row = id_row
         self._base_docs = [None] * len(base.ids)
         self._base_tiers = {base.tiers[t] for t in set(base.tier.tolist())}
+        self._base_strays = set()
 
     def _row_doc(self, row: int) -> IndexedDoc:
         doc = self._base_docs[row]
@@ -73,6 +77,10 @@ class DocTable:
             self._docs[doc_id] = doc
         else:
             self._base_docs[row] = doc
+            if doc.tier in self._base_tiers:
+                self._base_strays.discard(doc_id)
+            else:
+                self._base_strays.add(doc_id)
 
     def __contains__(self, doc_id: object) -> bool:
         return doc_id in self._docs or doc_id in self._base_row
@@ -100,6 +108,7 @@ class DocTable:
         row = self._base_row.pop(doc_id, None)
         if row is None:
             return self._docs.pop(doc_id, default)
+        self._base_strays.discard(doc_id)
         doc = self._row_doc(row)
         self._base_docs[row] = None
         return doc
@@ -117,11 +126,13 @@ class DocTable:
     # -- what a plain dict could not do cheaply ---------------------------------------
     def ids_in_tiers(self, tiers: Collection[str]) -> list[str]:
         """The ids whose document is in one of ``tiers`` (a segment's rows are looked at
-        one by one only when its tiers are partly in ``tiers``)."""
+        one by one only when its tiers are partly in ``tiers``; none of them, but the rows
+        given a document of another tier, when its tiers are not in ``tiers``)."""
         ids = [i for i, d in self._docs.items() if d.tier in tiers]
         wanted = self._base_tiers & set(tiers)
         if not wanted:
-            rows: list[str] = [i for i, r in self._base_row.items() if self._base_docs[r] is not None and self._row_doc(r).tier in tiers]
+            strays = sorted(self._base_strays, key=self._base_row.__getitem__)
+            rows: list[str] = [i for i in strays if self._row_doc(self._base_row[i]).tier in tiers]
         elif wanted == self._base_tiers and all(d is None or d.tier in tiers for d in self._base_docs):
             rows = list(self._base_row)
         else:

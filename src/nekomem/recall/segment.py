@@ -105,9 +105,9 @@ def encode_segment(header: Mapping[str, object], arrays: Mapping[str, np.ndarray
     return MAGIC + _LEN.pack(len(head)) + head + payload
 
 
-def decode_segment(data: bytes) -> tuple[dict[str, object], dict[str, np.ndarray]]:
-    """The header and the arrays (read-only views into ``data``) of a segment file's bytes.
-    Raises SegmentError when the file is not a whole, undamaged segment of this version."""
+def _decode_header(data: bytes) -> tuple[dict[str, object], int]:
+    """The header of a segment's bytes (at least its head) and where its payload starts.
+    Raises SegmentError when ``data`` does not hold a header of this version."""
     if not data.startswith(MAGIC) or len(data) < len(MAGIC) + _LEN.size:
         raise SegmentError("not a recall segment")
     (head_len,) = _LEN.unpack_from(data, len(MAGIC))
@@ -120,6 +120,28 @@ def decode_segment(data: bytes) -> tuple[dict[str, object], dict[str, np.ndarray
         raise SegmentError("unreadable header") from None
     if not isinstance(header, dict) or header.get("version") != VERSION:
         raise SegmentError("another segment version")
+    return header, start
+
+
+def read_header(path: Path, limit: int = 1 << 20) -> dict[str, object]:
+    """Only the header of the segment file ``path`` (its payload is neither read nor
+    checked: a glance at what it is tied to). Raises OSError (FileNotFoundError when
+    there is none) and SegmentError (also for a header longer than ``limit`` bytes)."""
+    with path.open("rb") as file:
+        head = file.read(len(MAGIC) + _LEN.size)
+        if not head.startswith(MAGIC) or len(head) < len(MAGIC) + _LEN.size:
+            raise SegmentError("not a recall segment")
+        (head_len,) = _LEN.unpack_from(head, len(MAGIC))
+        if head_len > limit:
+            raise SegmentError("header too long")
+        header, _start = _decode_header(head + file.read(head_len))
+    return header
+
+
+def decode_segment(data: bytes) -> tuple[dict[str, object], dict[str, np.ndarray]]:
+    """The header and the arrays (read-only views into ``data``) of a segment file's bytes.
+    Raises SegmentError when the file is not a whole, undamaged segment of this version."""
+    header, start = _decode_header(data)
     payload = memoryview(data)[start:]
     if zlib.crc32(payload) != header.get("crc32"):
         raise SegmentError("checksum mismatch")

@@ -30,6 +30,7 @@ from nekomem.actors.messages import (
     IndexRemove,
     ListEntries,
     RankedIds,
+    ReclaimParked,
     ReflectNow,
     Report,
     RequestIndex,
@@ -42,7 +43,7 @@ from nekomem.actors.messages import (
 from nekomem.actors.ports import LayerPorts
 from nekomem.domain import facts as fl
 from nekomem.domain.browse import page_facts
-from nekomem.domain.layers import FACTS, RECALL
+from nekomem.domain.layers import FACTS, OUTBOX, RECALL
 from nekomem.domain.records import Fact, fact_hash
 from nekomem.layers.facts.duplicates import DuplicateJudge, DupsDone
 from nekomem.layers.facts.extraction import ExtractDone, FactExtraction
@@ -79,14 +80,22 @@ class FactsLayer:
     # -- lifecycle (Layer) -----------------------------------------------------------
     def load(self) -> None:
         """Start afresh from disk: the passes forget their work in flight (the outbox
-        replays the records), the path-B cursor and the views are read, the journal is
-        replayed, then recall is fed. Raises OSError."""
+        replays the records, reclaimed here), the path-B cursor is read. The facts
+        themselves are read by the first message that needs them (see
+        :mod:`nekomem.layers.facts.state`; recall asks for them with RequestIndex when it
+        has no current segment), except at once when the views are behind the journal (a
+        crash before their rewrite: repaired at wake as always) or when this is a reload
+        (a restart, a renewal, the retry after a storage fault: recall is fed again, and a
+        request of recall's that met the fault is not lost). Raises OSError."""
         self.extraction.reset()
         self.duplicates.reset()
         self.synthesis.reset()
         self.disclosure.load()
-        self.store.views.load()
-        self.store.after_load()
+        self.store.unload()
+        # Records parked in a previous instance's batch were lost with it.
+        self.ports.send(OUTBOX, ReclaimParked(child=FACTS))
+        if not self.ports.first_load() or self.ports.journal.unapplied_for(FACTS):
+            self.store.require()
 
     def flush(self) -> None:
         """Write the views if they are behind the journal. Raises OSError."""
@@ -101,7 +110,10 @@ class FactsLayer:
         idle-maintenance interval)."""
         mono = self.ports.clock.monotonic()
         now = self.ports.now()
-        due = [self.synthesis.next_at, self.store.archive_due(mono, now)]
+        due = [self.synthesis.next_at]
+        archive = self.store.archive_due(mono, now)
+        if archive is not None:
+            due.append(archive)
         wait = self.extraction.wait(now)
         if wait is not None:
             due.append(mono + wait)
@@ -161,7 +173,12 @@ class FactsLayer:
     # -- recall ----------------------------------------------------------------------
     @handles(RequestIndex)
     def on_RequestIndex(self, msg: RequestIndex) -> None:
-        """A restarted RecallActor lost its index: send the complete set again."""
+        """Recall asks for the complete set: a restarted RecallActor lost its index, or a
+        waking one has no current segment of the facts (``wake``). Reading the facts sends
+        it; facts already read have sent it at their read, which a wake request needs no
+        second time."""
+        if self.store.require() or msg.wake:
+            return
         self.store.send_index()
 
     @handles(VectorsComputed)

@@ -82,6 +82,23 @@ class RecallLayer:
             # The index died with the old instance: the owners are asked to send it again.
             for owner in dict.fromkeys(tier_owners().values()):
                 self.ports.send(owner, RequestIndex())
+            self.state.fact_feed_asked = True
+        elif not self.state.segment_due or self.state.uses_vectors() or not self._segment_looks_current():
+            # The facts owner reads its facts only when a message needs them: their feed
+            # is asked for now when the segment will not answer for it (none current,
+            # persistence off, or vectors to take from the feed), so that it is read while
+            # the character wakes, not behind its first query.
+            self._ask_fact_feed()
+
+    def _segment_looks_current(self) -> bool:
+        return persist.looks_current(self.ports.paths, self.ports.settings, self.state.index.analyzer)
+
+    def _ask_fact_feed(self) -> None:
+        """Ask the facts owner for its complete feed, once per load (an owner that has read
+        its facts already sent it, and does nothing)."""
+        if not self.state.fact_feed_asked:
+            self.state.fact_feed_asked = True
+            self.ports.send(tier_owners()["fact"], RequestIndex(wake=True))
 
     # -- the persisted fact rows (layers/recall/persist.py) ---------------------------
     def _ensure_segment(self) -> None:
@@ -101,6 +118,7 @@ class RecallLayer:
         state = self.state
         loaded = persist.load(self.ports.paths, self.ports.settings, state.index.analyzer)
         if loaded is None:
+            self._ask_fact_feed()
             return
         started = time.perf_counter()
         try:
@@ -109,6 +127,7 @@ class RecallLayer:
             loaded.rows.close()
             self.log.info("recall segment ignored (%s); the index is rebuilt from the views", type(exc).__name__)
             state.index = state.fresh_index([])
+            self._ask_fact_feed()
             return
         state.persisted = loaded
         state.loaded_tie = loaded.stamp

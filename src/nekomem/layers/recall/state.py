@@ -53,6 +53,8 @@ class RecallState:
         self.loaded_tie: list[list[int] | None] | None = None
         self.segment_due = False
         self.waiting_feeds: list[IndexUpsert] = []
+        # The facts owner was asked for its feed (RequestIndex(wake=True)) by this load.
+        self.fact_feed_asked = False
 
     def reset_index(self) -> None:
         """A new, empty index and turn corpus, with the settings read again (at every load)."""
@@ -72,6 +74,7 @@ class RecallState:
         self.loaded_tie = None
         self.segment_due = self.s.recall_index_persist
         self.waiting_feeds = []
+        self.fact_feed_asked = False
 
     def fresh_index(self, keep: list[IndexEntry]) -> RecallIndex:
         """A new, empty index (same settings and analyzer) holding ``keep``."""
