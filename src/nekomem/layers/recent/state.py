@@ -55,6 +55,9 @@ class RecentMeta(msgspec.Struct, kw_only=True):
     compressions: int = 0
     hard_cap_trims: int = 0
     journal_row: int | None = None  # the last time-index row folded into recent.json
+    # timeindex_check.journal_identity of time_indexed.db after its last full check that
+    # found nothing: while it holds, an activation leaves SQLite's quick_check out.
+    journal_checked: str | None = None
     review: review.ReviewState = msgspec.field(default_factory=review.ReviewState)
 
 
@@ -115,17 +118,20 @@ class RecentStore:
         except msgspec.ValidationError:
             self.meta = RecentMeta()
         self._tindex = TimeIndex(paths.time_index_db)
-        self._check_journal()
+        checked = self._check_journal()
         self.watch = RecentWatch(paths.recent)
         found = window if status == "ok" else None  # missing, empty or torn: None
         self.window, rewrite = self._rebuild_window(found)
         self.tindex.shrink_memory()
         self.tokens = [self.counter.count(t.text) for t in self.window]
         self.meta.journal_row = self.tindex.max_row_id()
+        noted = checked and self._note_checked()  # the file exists now
         if rewrite or unreadable:
             self.enforce_cap()
             self.save_window()  # durable, and the new base (unreadable items are kept aside)
             self.save_meta()
+        elif noted:
+            self.save_meta()  # before a crash can make the check's identity matter
 
     @staticmethod
     def _read_window(path: Path) -> tuple[list[Turn], str, int]:
@@ -154,14 +160,25 @@ class RecentStore:
             self._tindex = None
 
     # -- crash catch-up --------------------------------------------------------------
-    def _check_journal(self) -> None:
+    def _check_journal(self) -> bool:
         """A damaged time_indexed.db is kept aside and its readable rows go into a new one
         (see :mod:`nekomem.stores.timeindex_check`); the damage is reported to /health.
         The window base was in the damaged file: the window is then rebuilt as for a folder
-        without one (recent.json as it is, or the salvaged rows when it is unreadable)."""
-        found = timeindex_check.check_journal(self.ports.paths.time_index_db, self.meta.journal_row or 0)
+        without one (recent.json as it is, or the salvaged rows when it is unreadable).
+
+        SQLite's full check is left out when ``meta.journal_checked`` still names the file
+        (checked before, no reboot, not replaced) and this is the layer's first load of the
+        activation: a reload after a crash (maybe SQLite reading a damaged page) or a
+        storage fault checks in full. Whether the journal is known sound now (a full check
+        found nothing, or this writer makes the file: there was none, or it replaces a
+        damaged one): its identity is then worth storing (:meth:`_note_checked`)."""
+        path = self.ports.paths.time_index_db
+        identity = timeindex_check.journal_identity(path)
+        first = self.ports.first_load()
+        full = not (first and identity is not None and identity == self.meta.journal_checked)
+        found = timeindex_check.check_journal(path, self.meta.journal_row or 0, full=full)
         if found is None:
-            return
+            return full
         damage, rows = found
         top = max((r[0] for r in rows), default=0)
         # Salvaged rows had their post-turn work done or recorded before the damage.
@@ -170,6 +187,17 @@ class RecentStore:
         storage = self.ports.storage
         if storage is not None:
             storage.damaged(self.ports.character, damage.describe())
+        return True
+
+    def _note_checked(self) -> bool:
+        """Store the open journal's identity in ``meta.journal_checked`` (after
+        :meth:`_check_journal` found it sound); whether it changed (recent_meta.json is
+        then to be saved)."""
+        identity = timeindex_check.journal_identity(self.ports.paths.time_index_db)
+        if identity is None or identity == self.meta.journal_checked:
+            return False
+        self.meta.journal_checked = identity
+        return True
 
     def _rebuild_window(self, found: list[Turn] | None) -> tuple[list[Turn], bool]:
         """The window at load (see :mod:`nekomem.domain.window_rebuild`) from the window
