@@ -29,7 +29,7 @@ from nekomem.domain.window_cache import ItemCache
 from nekomem.runtime.clock import iso
 from nekomem.runtime.reply import Reply
 from nekomem.stores import timeindex_check
-from nekomem.stores.atomic import atomic_write_bytes, atomic_write_json, drop_swap, keep_rejected, read_json, swap_write_bytes
+from nekomem.stores.atomic import atomic_write_bytes, drop_swap, encode_json, keep_rejected, read_json, swap_write_bytes
 from nekomem.stores.recent_watch import RecentWatch, journal_adoption
 from nekomem.stores.timeindex import IMPORTED_CURSOR, TimeIndex
 from nekomem.stores.window_sources import WindowSources, item_key
@@ -39,6 +39,15 @@ _item_encoder = msgspec.json.Encoder()
 
 def _encode_item(turn: Turn) -> bytes:
     return _item_encoder.encode(turn.to_disk())
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    """(inode, size, mtime in ns) of ``path``, None when it cannot be stat-ed."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def answer(reply: Reply | None, value: object) -> None:
@@ -85,6 +94,8 @@ class RecentStore:
         self._encoded_body = b""
         self._shown: ItemCache[str] = ItemCache(context.shown_text)
         self._bound_known: tuple[list[int], int, int] | None = None
+        # recent_meta.json as this store last wrote it durably (bytes, stamp): see save_meta.
+        self._meta_saved: tuple[bytes, tuple[int, int, int] | None] | None = None
 
     @property
     def tindex(self) -> TimeIndex:
@@ -107,6 +118,7 @@ class RecentStore:
         self._encoded_body = b""
         self._shown = ItemCache(context.shown_text)
         self._bound_known = None
+        self._meta_saved = None
         paths = self.ports.paths
         self.settings = self.ports.settings.recent
         self.counter = get_counter(self.settings.recent_tokenizer_encoding)
@@ -410,4 +422,14 @@ class RecentStore:
         return True
 
     def save_meta(self, *, durable: bool = True) -> None:
-        atomic_write_json(self.ports.paths.recent_meta, self.meta, durable=durable)
+        """Write recent_meta.json; nothing when this store last wrote the same bytes
+        durably and the file is still that write (a recovery's flush follows a load that
+        wrote it: one fsync'd replace fewer per recovered character). Raises OSError."""
+        path = self.ports.paths.recent_meta
+        data = encode_json(self.meta)
+        if durable and self._meta_saved is not None and self._meta_saved[0] == data and _stamp(path) == self._meta_saved[1]:
+            return
+        self._meta_saved = None
+        atomic_write_bytes(path, data, durable=durable)
+        if durable:
+            self._meta_saved = (data, _stamp(path))
