@@ -38,6 +38,7 @@ import os
 import shutil
 import sqlite3
 import tempfile
+from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -144,11 +145,13 @@ def quick_check(db: sqlite3.Connection) -> list[str]:
     return [str(row[0]) for row in db.execute("PRAGMA quick_check")]
 
 
-def inspect(path: Path, known_rows: int, *, full: bool = True) -> str | None:
+def inspect(path: Path, known_rows: int, *, full: bool = True, hold: ExitStack | None = None) -> str | None:
     """What is wrong with the journal at ``path`` (None: nothing). A missing file is wrong
     only when rows are known. ``full``: run SQLite's quick_check too (see the module
-    docstring for when it can be left out). Raises nothing for a damaged file; OSError
-    propagates."""
+    docstring for when it can be left out). ``hold``: when the journal is sound, its
+    read connection stays open until ``hold`` closes, so that the writer opened meanwhile
+    finds the WAL's index built (the first connection to a journal after a crash reads the
+    whole WAL to build it). Raises nothing for a damaged file; OSError propagates."""
     if not path.exists():
         return f"the file is missing, the views knew of {known_rows} row(s)" if known_rows > 0 else None
     header = header_problem(path)
@@ -162,6 +165,7 @@ def inspect(path: Path, known_rows: int, *, full: bool = True) -> str | None:
         db = sqlite3.connect(path.absolute().as_uri() + "?mode=ro", uri=True, timeout=5)
     except sqlite3.Error as exc:
         return f"cannot be opened: {exc}"
+    sound = False
     try:
         if full:
             problems = quick_check(db)
@@ -169,11 +173,15 @@ def inspect(path: Path, known_rows: int, *, full: bool = True) -> str | None:
                 return "SQLite's quick_check: " + "; ".join(problems[:3])
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         high = _high_water(db) if ORIGINAL_TABLE in tables else 0
+        sound = high >= known_rows
     except sqlite3.DatabaseError as exc:
         return f"unreadable: {exc}"
     finally:
-        db.close()
-    if high < known_rows:
+        if sound and hold is not None:
+            hold.callback(db.close)
+        else:
+            db.close()
+    if not sound:
         size = path.stat().st_size
         return f"it holds rows up to {high} but the views knew of {known_rows} ({size} bytes)"
     return None
@@ -233,13 +241,13 @@ def _read_rows(path: Path) -> list[tuple[int, str | None, str, str | None]]:
 
 
 def check_journal(
-    path: Path, known_rows: int, *, full: bool = True
+    path: Path, known_rows: int, *, full: bool = True, hold: ExitStack | None = None
 ) -> tuple[JournalDamage, list[tuple[int, str | None, str, str | None]]] | None:
     """None when the journal at ``path`` is sound; else keep the damaged file aside (see the
     module docstring) and return the damage and the rows salvaged from it, which the caller
-    stores into the new journal (see ``TimeIndex.restore_rows``). ``full``: as for
-    :func:`inspect`. Raises OSError when the file cannot be moved aside."""
-    reason = inspect(path, known_rows, full=full)
+    stores into the new journal (see ``TimeIndex.restore_rows``). ``full`` and ``hold``: as
+    for :func:`inspect`. Raises OSError when the file cannot be moved aside."""
+    reason = inspect(path, known_rows, full=full, hold=hold)
     if reason is None:
         return None
     copy = _set_aside(path) if path.exists() else None

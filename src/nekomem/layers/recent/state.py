@@ -15,6 +15,7 @@ object, its known prefix is unchanged, so a write costs the new items only.
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
 
 import msgspec
@@ -130,7 +131,10 @@ class RecentStore:
         except msgspec.ValidationError:
             self.meta = RecentMeta()
         self._tindex = TimeIndex(paths.time_index_db)
-        checked = self._check_journal()
+        with ExitStack() as held:
+            checked = self._check_journal(held)
+            # The writer opens while the check's connection holds the WAL index it built.
+            self.tindex.max_row_id()
         self.watch = RecentWatch(paths.recent)
         found = window if status == "ok" else None  # missing, empty or torn: None
         self.window, rewrite = self._rebuild_window(found)
@@ -172,7 +176,7 @@ class RecentStore:
             self._tindex = None
 
     # -- crash catch-up --------------------------------------------------------------
-    def _check_journal(self) -> bool:
+    def _check_journal(self, hold: ExitStack) -> bool:
         """A damaged time_indexed.db is kept aside and its readable rows go into a new one
         (see :mod:`nekomem.stores.timeindex_check`); the damage is reported to /health.
         The window base was in the damaged file: the window is then rebuilt as for a folder
@@ -188,7 +192,7 @@ class RecentStore:
         identity = timeindex_check.journal_identity(path)
         first = self.ports.first_load()
         full = not (first and identity is not None and identity == self.meta.journal_checked)
-        found = timeindex_check.check_journal(path, self.meta.journal_row or 0, full=full)
+        found = timeindex_check.check_journal(path, self.meta.journal_row or 0, full=full, hold=hold)
         if found is None:
             return full
         damage, rows = found
