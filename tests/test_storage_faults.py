@@ -40,11 +40,12 @@ def fill(point: Path) -> Path:
     """Write a filler file until the file system is full; return it."""
     filler = point / "filler.bin"
     block = b"\0" * 65536
-    with open(filler, "wb") as f:
+    # Unbuffered: a short last write leaves nothing behind in a buffer for the close to
+    # fail on (the free space is not always a multiple of the block).
+    with open(filler, "wb", buffering=0) as f:
         try:
             while True:
                 f.write(block)
-                f.flush()
         except OSError as exc:
             assert exc.errno == errno.ENOSPC
     return filler  # tmpfs allocates whole pages: the file system is now completely full

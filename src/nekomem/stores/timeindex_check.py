@@ -1,12 +1,27 @@
 """A damaged time_indexed.db found on open, kept aside, and what could be read of it salvaged.
 
-Before its writer opens the journal, :func:`check_journal` looks at it twice:
+Before its writer opens the journal, :func:`check_journal` looks at it:
 
+- its header (:func:`header_problem`): not an SQLite file, or fewer pages than the header
+  promises while no WAL holds the rest (a truncated copy);
 - SQLite's own ``PRAGMA quick_check`` (a garbage file fails with "file is not a database",
-  a truncated one with "database disk image is malformed" or a list of problems);
+  a truncated one with "database disk image is malformed" or a list of problems), unless
+  the caller knows the file was checked before and since then only written through SQLite
+  on this machine (see :func:`journal_identity`): it reads every page, which after a
+  crash or a failover made each activation several times dearer;
 - the rows the character's other files know of (``known_rows``: ``journal_row`` of
   recent_meta.json, the last row the window folded in) against the journal's high-water
   mark: a zero-length or replaced file passes SQLite's check but has lost rows.
+
+**When the full check can be left out.** A journal in WAL mode with ``synchronous=FULL``
+is not damaged by a process killed mid-write (SQLite's commit protocol), only by what
+happens below or beside it: a power cut on a disk that lies about flushes, a copy or
+restore of the file, an outside writer, a failing disk. The caller stores
+:func:`journal_identity` (the kernel's boot id, the file's device and inode) after a
+full check that found nothing; while the identity is the same, no reboot (so no power
+cut) happened and the file was not replaced, and the header and row checks are enough.
+A page damaged in place without either is found when SQLite reads it: the layer crashes,
+and its restart runs the full check (the caller asks for it on every load but the first).
 
 A damaged journal is never repaired in place nor silently replaced: the file (with its
 ``-wal`` and ``-shm``) is renamed to ``time_indexed.db.damaged-<UTC stamp>`` beside it, the
@@ -23,6 +38,7 @@ import os
 import shutil
 import sqlite3
 import tempfile
+from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -66,26 +82,106 @@ def _high_water(db: sqlite3.Connection) -> int:
     return max(int(top or 0), int(seq[0]) if seq and seq[0] is not None else 0)
 
 
-def inspect(path: Path, known_rows: int) -> str | None:
+_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+_boot: list[str | None] = []  # read once per process
+
+
+def _boot_id() -> str | None:
+    """The running kernel's boot id (a new one after every reboot), or None where the
+    system has none (the full check then always runs)."""
+    if not _boot:
+        try:
+            _boot.append(_BOOT_ID.read_text(encoding="ascii").strip() or None)
+        except OSError:
+            _boot.append(None)
+    return _boot[0]
+
+
+def journal_identity(path: Path) -> str | None:
+    """``<boot id>:<device>:<inode>`` of the journal at ``path``: equal to the value stored
+    after its last full check while this machine has not rebooted and the file was not
+    replaced (see the module docstring). None when the file is missing or the boot id
+    unknown. Raises nothing."""
+    boot = _boot_id()
+    if boot is None:
+        return None
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return f"{boot}:{st.st_dev}:{st.st_ino}"
+
+
+def header_problem(path: Path) -> str | None:
+    """What the first 100 bytes of the journal at ``path`` say is wrong (None: nothing, or
+    an empty file, which SQLite reads as an empty database): not an SQLite file, or a file
+    shorter than the pages its header counts while no WAL holds the rest. Raises OSError."""
+    size = path.stat().st_size
+    if size == 0:
+        return None
+    with path.open("rb") as fh:
+        head = fh.read(100)
+    if len(head) < 100 or not head.startswith(_SQLITE_MAGIC):
+        return "not an SQLite database (its header)"
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    if page_size < 512 or page_size & (page_size - 1):
+        return f"not an SQLite database (page size {page_size} in its header)"
+    pages = int.from_bytes(head[28:32], "big")
+    # The page count is valid when the change counter matches "version valid for" (SQLite
+    # file format, offsets 24 and 92). A WAL with frames may hold pages the file does not
+    # have yet (a checkpoint cut short): then only SQLite can tell.
+    counted = pages > 0 and head[24:28] == head[92:96]
+    wal = Path(f"{path}-wal")
+    wal_frames = wal.exists() and wal.stat().st_size > 32
+    if counted and not wal_frames and size < pages * page_size:
+        return f"truncated: its header counts {pages} pages of {page_size} bytes, the file holds {size} bytes"
+    return None
+
+
+def quick_check(db: sqlite3.Connection) -> list[str]:
+    """SQLite's ``PRAGMA quick_check`` of the open journal: ``["ok"]`` or the problems it
+    found (it reads every page). Raises sqlite3.DatabaseError for an unreadable file."""
+    return [str(row[0]) for row in db.execute("PRAGMA quick_check")]
+
+
+def inspect(path: Path, known_rows: int, *, full: bool = True, hold: ExitStack | None = None) -> str | None:
     """What is wrong with the journal at ``path`` (None: nothing). A missing file is wrong
-    only when rows are known. Raises nothing for a damaged file; OSError propagates."""
+    only when rows are known. ``full``: run SQLite's quick_check too (see the module
+    docstring for when it can be left out). ``hold``: when the journal is sound, its
+    read connection stays open until ``hold`` closes, so that the writer opened meanwhile
+    finds the WAL's index built (the first connection to a journal after a crash reads the
+    whole WAL to build it). Raises nothing for a damaged file; OSError propagates."""
     if not path.exists():
         return f"the file is missing, the views knew of {known_rows} row(s)" if known_rows > 0 else None
+    header = header_problem(path)
+    if header is not None:
+        return header
     try:
-        db = sqlite3.connect(path, timeout=5)
+        # Read-only: the last connection to close a journal in WAL mode copies the WAL
+        # back into the file (a checkpoint, with its fsyncs). After a crash that is the
+        # whole WAL, and it stalled every activation; the writer opens the file next and
+        # checkpoints as it goes.
+        db = sqlite3.connect(path.absolute().as_uri() + "?mode=ro", uri=True, timeout=5)
     except sqlite3.Error as exc:
         return f"cannot be opened: {exc}"
+    sound = False
     try:
-        problems = [str(row[0]) for row in db.execute("PRAGMA quick_check")]
-        if problems != ["ok"]:
-            return "SQLite's quick_check: " + "; ".join(problems[:3])
+        if full:
+            problems = quick_check(db)
+            if problems != ["ok"]:
+                return "SQLite's quick_check: " + "; ".join(problems[:3])
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         high = _high_water(db) if ORIGINAL_TABLE in tables else 0
+        sound = high >= known_rows
     except sqlite3.DatabaseError as exc:
         return f"unreadable: {exc}"
     finally:
-        db.close()
-    if high < known_rows:
+        if sound and hold is not None:
+            hold.callback(db.close)
+        else:
+            db.close()
+    if not sound:
         size = path.stat().st_size
         return f"it holds rows up to {high} but the views knew of {known_rows} ({size} bytes)"
     return None
@@ -144,12 +240,14 @@ def _read_rows(path: Path) -> list[tuple[int, str | None, str, str | None]]:
     return rows
 
 
-def check_journal(path: Path, known_rows: int) -> tuple[JournalDamage, list[tuple[int, str | None, str, str | None]]] | None:
+def check_journal(
+    path: Path, known_rows: int, *, full: bool = True, hold: ExitStack | None = None
+) -> tuple[JournalDamage, list[tuple[int, str | None, str, str | None]]] | None:
     """None when the journal at ``path`` is sound; else keep the damaged file aside (see the
     module docstring) and return the damage and the rows salvaged from it, which the caller
-    stores into the new journal (see ``TimeIndex.restore_rows``). Raises OSError when the
-    file cannot be moved aside."""
-    reason = inspect(path, known_rows)
+    stores into the new journal (see ``TimeIndex.restore_rows``). ``full`` and ``hold``: as
+    for :func:`inspect`. Raises OSError when the file cannot be moved aside."""
+    reason = inspect(path, known_rows, full=full, hold=hold)
     if reason is None:
         return None
     copy = _set_aside(path) if path.exists() else None

@@ -15,6 +15,7 @@ object, its known prefix is unchanged, so a write costs the new items only.
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
 
 import msgspec
@@ -29,7 +30,7 @@ from nekomem.domain.window_cache import ItemCache
 from nekomem.runtime.clock import iso
 from nekomem.runtime.reply import Reply
 from nekomem.stores import timeindex_check
-from nekomem.stores.atomic import atomic_write_bytes, atomic_write_json, drop_swap, keep_rejected, read_json, swap_write_bytes
+from nekomem.stores.atomic import atomic_write_bytes, drop_swap, encode_json, keep_rejected, read_json, swap_write_bytes
 from nekomem.stores.recent_watch import RecentWatch, journal_adoption
 from nekomem.stores.timeindex import IMPORTED_CURSOR, TimeIndex
 from nekomem.stores.window_sources import WindowSources, item_key
@@ -39,6 +40,15 @@ _item_encoder = msgspec.json.Encoder()
 
 def _encode_item(turn: Turn) -> bytes:
     return _item_encoder.encode(turn.to_disk())
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    """(inode, size, mtime in ns) of ``path``, None when it cannot be stat-ed."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def answer(reply: Reply | None, value: object) -> None:
@@ -55,6 +65,9 @@ class RecentMeta(msgspec.Struct, kw_only=True):
     compressions: int = 0
     hard_cap_trims: int = 0
     journal_row: int | None = None  # the last time-index row folded into recent.json
+    # timeindex_check.journal_identity of time_indexed.db after its last full check that
+    # found nothing: while it holds, an activation leaves SQLite's quick_check out.
+    journal_checked: str | None = None
     review: review.ReviewState = msgspec.field(default_factory=review.ReviewState)
 
 
@@ -82,6 +95,8 @@ class RecentStore:
         self._encoded_body = b""
         self._shown: ItemCache[str] = ItemCache(context.shown_text)
         self._bound_known: tuple[list[int], int, int] | None = None
+        # recent_meta.json as this store last wrote it durably (bytes, stamp): see save_meta.
+        self._meta_saved: tuple[bytes, tuple[int, int, int] | None] | None = None
 
     @property
     def tindex(self) -> TimeIndex:
@@ -104,6 +119,7 @@ class RecentStore:
         self._encoded_body = b""
         self._shown = ItemCache(context.shown_text)
         self._bound_known = None
+        self._meta_saved = None
         paths = self.ports.paths
         self.settings = self.ports.settings.recent
         self.counter = get_counter(self.settings.recent_tokenizer_encoding)
@@ -115,17 +131,23 @@ class RecentStore:
         except msgspec.ValidationError:
             self.meta = RecentMeta()
         self._tindex = TimeIndex(paths.time_index_db)
-        self._check_journal()
+        with ExitStack() as held:
+            checked = self._check_journal(held)
+            # The writer opens while the check's connection holds the WAL index it built.
+            self.tindex.max_row_id()
         self.watch = RecentWatch(paths.recent)
         found = window if status == "ok" else None  # missing, empty or torn: None
         self.window, rewrite = self._rebuild_window(found)
         self.tindex.shrink_memory()
         self.tokens = [self.counter.count(t.text) for t in self.window]
         self.meta.journal_row = self.tindex.max_row_id()
+        noted = checked and self._note_checked()  # the file exists now
         if rewrite or unreadable:
             self.enforce_cap()
             self.save_window()  # durable, and the new base (unreadable items are kept aside)
             self.save_meta()
+        elif noted:
+            self.save_meta()  # before a crash can make the check's identity matter
 
     @staticmethod
     def _read_window(path: Path) -> tuple[list[Turn], str, int]:
@@ -154,14 +176,25 @@ class RecentStore:
             self._tindex = None
 
     # -- crash catch-up --------------------------------------------------------------
-    def _check_journal(self) -> None:
+    def _check_journal(self, hold: ExitStack) -> bool:
         """A damaged time_indexed.db is kept aside and its readable rows go into a new one
         (see :mod:`nekomem.stores.timeindex_check`); the damage is reported to /health.
         The window base was in the damaged file: the window is then rebuilt as for a folder
-        without one (recent.json as it is, or the salvaged rows when it is unreadable)."""
-        found = timeindex_check.check_journal(self.ports.paths.time_index_db, self.meta.journal_row or 0)
+        without one (recent.json as it is, or the salvaged rows when it is unreadable).
+
+        SQLite's full check is left out when ``meta.journal_checked`` still names the file
+        (checked before, no reboot, not replaced) and this is the layer's first load of the
+        activation: a reload after a crash (maybe SQLite reading a damaged page) or a
+        storage fault checks in full. Whether the journal is known sound now (a full check
+        found nothing, or this writer makes the file: there was none, or it replaces a
+        damaged one): its identity is then worth storing (:meth:`_note_checked`)."""
+        path = self.ports.paths.time_index_db
+        identity = timeindex_check.journal_identity(path)
+        first = self.ports.first_load()
+        full = not (first and identity is not None and identity == self.meta.journal_checked)
+        found = timeindex_check.check_journal(path, self.meta.journal_row or 0, full=full, hold=hold)
         if found is None:
-            return
+            return full
         damage, rows = found
         top = max((r[0] for r in rows), default=0)
         # Salvaged rows had their post-turn work done or recorded before the damage.
@@ -170,6 +203,17 @@ class RecentStore:
         storage = self.ports.storage
         if storage is not None:
             storage.damaged(self.ports.character, damage.describe())
+        return True
+
+    def _note_checked(self) -> bool:
+        """Store the open journal's identity in ``meta.journal_checked`` (after
+        :meth:`_check_journal` found it sound); whether it changed (recent_meta.json is
+        then to be saved)."""
+        identity = timeindex_check.journal_identity(self.ports.paths.time_index_db)
+        if identity is None or identity == self.meta.journal_checked:
+            return False
+        self.meta.journal_checked = identity
+        return True
 
     def _rebuild_window(self, found: list[Turn] | None) -> tuple[list[Turn], bool]:
         """The window at load (see :mod:`nekomem.domain.window_rebuild`) from the window
@@ -382,4 +426,14 @@ class RecentStore:
         return True
 
     def save_meta(self, *, durable: bool = True) -> None:
-        atomic_write_json(self.ports.paths.recent_meta, self.meta, durable=durable)
+        """Write recent_meta.json; nothing when this store last wrote the same bytes
+        durably and the file is still that write (a recovery's flush follows a load that
+        wrote it: one fsync'd replace fewer per recovered character). Raises OSError."""
+        path = self.ports.paths.recent_meta
+        data = encode_json(self.meta)
+        if durable and self._meta_saved is not None and self._meta_saved[0] == data and _stamp(path) == self._meta_saved[1]:
+            return
+        self._meta_saved = None
+        atomic_write_bytes(path, data, durable=durable)
+        if durable:
+            self._meta_saved = (data, _stamp(path))
