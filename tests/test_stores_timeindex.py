@@ -279,3 +279,15 @@ def test_count_and_last_timestamp_follow_the_appends(tmp_path: Path) -> None:
     assert (db.count(), db.last_timestamp()) == (fresh.count(), fresh.last_timestamp()) == (6, "2026-01-01T00:02:00.000000+00:00")
     fresh.close()
     db.close()
+
+
+def test_the_read_only_looks_find_a_journal_under_a_path_with_uri_characters(tmp_path: Path) -> None:
+    # A memory root may sit under a folder named like "notes #2?" or "100%": the read-only
+    # looks address the file by URI, so those characters must be escaped, not parsed.
+    folder = tmp_path / "memory #2? 100%"
+    folder.mkdir()
+    db = TimeIndex(folder / "time_indexed.db")
+    db.append("s1", [Turn(role="human", text="one", ts="2026-01-01T00:00:00+00:00")])
+    db.set_cursors({"post_turn": 0})
+    db.close()
+    assert TimeIndex.rows_after_cursor(folder / "time_indexed.db", "post_turn")

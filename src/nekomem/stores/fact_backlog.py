@@ -37,7 +37,7 @@ def backlog_remaining(path: Path) -> int:
     if not Path(path).exists():
         return 0
     try:
-        db = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True, timeout=DEFAULT_BUSY_TIMEOUT_MS / 1000.0)
+        db = sqlite3.connect(Path(path).absolute().as_uri() + "?mode=ro", uri=True, timeout=DEFAULT_BUSY_TIMEOUT_MS / 1000.0)
     except sqlite3.Error:
         return 0
     try:

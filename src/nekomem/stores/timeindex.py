@@ -335,7 +335,7 @@ class TimeIndex(TimeIndexReader):
         if not Path(path).exists():
             return False
         try:
-            db = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True, timeout=DEFAULT_BUSY_TIMEOUT_MS / 1000.0)
+            db = sqlite3.connect(Path(path).absolute().as_uri() + "?mode=ro", uri=True, timeout=DEFAULT_BUSY_TIMEOUT_MS / 1000.0)
         except sqlite3.Error:
             return False
         try:
