@@ -1,10 +1,11 @@
-"""The micro-batcher of the embedding service: inference threads (one by default),
+"""The micro-batcher of the embedding service: inference threads (two by default),
 concurrent callers' texts merged into bounded batches.
 
 Every caller of :meth:`MicroBatcher.submit` hands over a request (a list of items) and waits
 for its answer (or is called back). The worker threads run the batches: requests that
 arrive while a batch runs wait, and the next batch takes as many of them as fit in
-``max_items`` (a request is never split, so a request larger than that runs alone).
+``max_items`` and in an even share of the waiting items among the workers that may run
+them (a request is never split, so a request larger than that runs alone).
 Requests of a lower ``priority`` number go first (a user's query before background work);
 within a priority, first come, first served. With more than one worker, ``reserve`` keeps a
 worker for urgent requests: batches led by a request of priority ``reserve`` or more run on
