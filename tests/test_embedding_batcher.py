@@ -210,3 +210,40 @@ def test_background_batches_leave_a_worker_free_for_urgent_requests() -> None:
     assert first.wait() == [1] and second.wait() == [2]
     assert ran == [[1], [3], [2]]
     batcher.close()
+
+
+def test_a_free_worker_takes_an_even_share_of_the_waiting_requests_not_all_of_them() -> None:
+    """Two workers, both blocked, eight requests queued: the first to come free takes half
+    of them, so the other takes the rest when it comes free instead of idling while one
+    core runs all eight (the 32-client case of bench.recall_concurrency)."""
+    gates = {-1: threading.Event(), -2: threading.Event()}
+    started = {-1: threading.Event(), -2: threading.Event()}
+    batches: list[list[int]] = []
+    third = threading.Event()
+
+    def run(batch: list[Pending[int, list[int]]]) -> list[list[int]]:
+        items = [item for p in batch for item in p.items]
+        batches.append(items)
+        if len(batches) == 3:
+            third.set()
+        if items[0] in gates:
+            started[items[0]].set()
+            assert gates[items[0]].wait(WAIT)
+        return [p.items for p in batch]
+
+    batcher: MicroBatcher[int, list[int]] = MicroBatcher(run, max_items=32, name="test-batcher", workers=2, reserve=1)
+    blocked = [batcher.submit([-1])]
+    assert started[-1].wait(WAIT)
+    blocked.append(batcher.submit([-2]))
+    assert started[-2].wait(WAIT)  # both workers are busy
+    queued = [batcher.submit([i]) for i in range(1, 9)]
+    assert batcher.waiting() == 8
+    gates[-1].set()  # one worker comes free; the other still runs its batch
+    assert third.wait(WAIT)
+    assert batches[2] == [1, 2, 3, 4]
+    gates[-2].set()
+    assert [p.wait() for p in queued] == [[i] for i in range(1, 9)]
+    assert [p.wait() for p in blocked] == [[-1], [-2]]
+    assert sorted(item for batch in batches[2:] for item in batch) == list(range(1, 9))
+    assert max(len(batch) for batch in batches) <= 4
+    batcher.close()

@@ -70,6 +70,21 @@ def test_a_micro_batch_gives_each_request_its_vectors_alone(service: EmbeddingSe
     np.testing.assert_allclose(answers[-1], pair, atol=1e-5)
 
 
+def test_a_query_vector_is_bit_for_bit_the_same_alone_and_in_any_micro_batch(service: EmbeddingService) -> None:
+    """However the waiting queries are cut into micro-batches (the share a free inference
+    thread takes depends on how many wait), each one's vector is exactly the one it gets
+    alone: batch sizes from one to all, in arrival and in reverse order."""
+    alone = [service.embed([q], "query")[0] for q in QUERIES]
+    for order in (list(range(len(QUERIES))), list(reversed(range(len(QUERIES))))):
+        for size in (1, 2, 3, 4, len(QUERIES)):
+            for lo in range(0, len(order), size):
+                ids = order[lo : lo + size]
+                batch = [Pending([("query", QUERIES[i])], 0, n) for n, i in enumerate(ids)]
+                for i, answer in zip(ids, service._run_batch(batch), strict=True):
+                    assert isinstance(answer, np.ndarray)
+                    assert np.array_equal(answer[0], alone[i]), (size, QUERIES[i])
+
+
 def test_concurrent_callers_get_their_own_vectors(service: EmbeddingService) -> None:
     alone = np.stack([service.embed([q], "query")[0] for q in QUERIES])
     passages = service.embed(QUERIES, "passage")

@@ -64,7 +64,7 @@ class EmbeddingSettings(Section, frozen=True):
     embedding_max_batch_size: Annotated[
         int,
         doc(
-            "Most texts in one inference call, and in one micro-batch: the queries of concurrent requests that arrive while a batch runs are embedded together in the next, up to this many texts.",
+            "Most texts in one inference call, and in one micro-batch: the queries of concurrent requests that arrive while a batch runs are embedded together in the next, up to this many texts (and up to an even share of the waiting texts among the inference threads, so that a free thread leaves the others their part).",
             ge=1,
         ),
     ] = 32

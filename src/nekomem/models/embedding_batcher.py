@@ -1,10 +1,11 @@
-"""The micro-batcher of the embedding service: inference threads (one by default),
+"""The micro-batcher of the embedding service: inference threads (two by default),
 concurrent callers' texts merged into bounded batches.
 
 Every caller of :meth:`MicroBatcher.submit` hands over a request (a list of items) and waits
 for its answer (or is called back). The worker threads run the batches: requests that
 arrive while a batch runs wait, and the next batch takes as many of them as fit in
-``max_items`` (a request is never split, so a request larger than that runs alone).
+``max_items`` and in an even share of the waiting items among the workers that may run
+them (a request is never split, so a request larger than that runs alone).
 Requests of a lower ``priority`` number go first (a user's query before background work);
 within a priority, first come, first served. With more than one worker, ``reserve`` keeps a
 worker for urgent requests: batches led by a request of priority ``reserve`` or more run on
@@ -171,6 +172,20 @@ class MicroBatcher(Generic[Item, Answer]):
             return bool(self._queue)
         return any(not self._is_background(p) for p in self._queue)
 
+    def _share(self, background: bool) -> int:
+        """Most items this worker takes now (under the lock): ``max_items``, and no more
+        than an even share of the waiting items among the workers this batch's class may
+        use. A worker that took every waiting request would leave the others idle until new
+        ones arrived, while its callers waited for the whole batch, one core doing the work
+        of two; with an even share the next free worker takes the rest at once. (Nothing is
+        lost by smaller batches here: a batch-invariant model's time per text does not fall
+        with the batch's size on CPU, and a batch-variant one runs each request alone.)"""
+        workers = self._background_limit if background else self._workers
+        if workers <= 1:
+            return self._max_items
+        waiting = sum(len(p.items) for p in self._queue)
+        return min(self._max_items, -(-waiting // workers))
+
     def _take(self) -> tuple[list[Pending[Item, Answer]], list[Pending[Item, Answer]]] | None:
         """The next batch (lowest priority number first, then arrival) and the requests
         that expired meanwhile (not yet finished: the caller does that outside the lock),
@@ -188,12 +203,14 @@ class MicroBatcher(Generic[Item, Answer]):
                 if not self._runnable():
                     return [], expired
             self._queue.sort(key=lambda p: (p.priority, p.seq))
-            if self._is_background(self._queue[0]):
+            background = self._is_background(self._queue[0])
+            if background:
                 self._background_running += 1
+            limit = self._share(background)
             batch = [self._queue[0]]
             size = len(batch[0].items)
             for pending in self._queue[1:]:
-                if size + len(pending.items) > self._max_items:
+                if size + len(pending.items) > limit:
                     break
                 batch.append(pending)
                 size += len(pending.items)
