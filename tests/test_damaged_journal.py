@@ -28,6 +28,16 @@ from tests.support.live import LiveServer, ServerProcess, make_settings
 TURNS = 300
 
 
+def _checkpointed(db_path):
+    """Fold the WAL into the journal file and remove the WAL and its index."""
+    db = sqlite3.connect(db_path)
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    for side in ("-wal", "-shm"):
+        if os.path.exists(f"{db_path}{side}"):
+            os.unlink(f"{db_path}{side}")
+
+
 def _fill(tmp_path):
     settings = make_settings(tmp_path)
     with LiveServer(settings) as srv:
@@ -36,12 +46,7 @@ def _fill(tmp_path):
             assert srv.post("/cache/Lan", json={"input_history": batch}).status_code == 200
         assert srv.post("/release_character/Lan?derived_task_claim_token=t&derived_task_claim_generation=0").status_code == 200
     db_path = tmp_path / "Lan" / "time_indexed.db"
-    db = sqlite3.connect(db_path)
-    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    db.close()
-    for side in ("-wal", "-shm"):
-        if os.path.exists(f"{db_path}{side}"):
-            os.unlink(f"{db_path}{side}")
+    _checkpointed(db_path)
     return settings, db_path
 
 
@@ -131,15 +136,6 @@ class _FullChecks:
             return real(db)
 
         monkeypatch.setattr(timeindex_check, "quick_check", counted)
-
-
-def _checkpointed(db_path):
-    db = sqlite3.connect(db_path)
-    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    db.close()
-    for side in ("-wal", "-shm"):
-        if os.path.exists(f"{db_path}{side}"):
-            os.unlink(f"{db_path}{side}")
 
 
 @pytest.mark.parametrize("how", ["zero_length", "truncated", "garbage"])
