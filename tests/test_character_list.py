@@ -169,3 +169,42 @@ def test_a_stale_or_missing_summary_is_caught_up_at_start(tmp_path: Path) -> Non
         assert _order(srv, 2) == ["Char017", "Char012"]
         kept = json.loads(summary.read_text())["characters"]
         assert kept["Char017"]["turns"] == 5 and len(kept) == 20  # rebuilt at start, every character
+
+
+def test_a_first_page_reads_no_backlog_the_start_up_check_has_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fact backlog of a passive character comes with its summary row (read with its
+    turns at the start-up check), so showing a row for the first time reads no backlog
+    from its journal; a summary of the version before (rows without a backlog) is read
+    again whole."""
+    from nekomem.http import system
+    from nekomem.stores.fact_backlog import BACKLOG_FROM, BACKLOG_TO
+    from nekomem.stores.timeindex import TimeIndex
+
+    _install(tmp_path, 3)
+    seed_journal(tmp_path, "Char001", 6)
+    with TimeIndex(CharacterPaths(tmp_path, "Char001").time_index_db) as db:
+        db.set_cursors({BACKLOG_FROM: 0, BACKLOG_TO: db.max_row_id()})  # every row still to mine
+    read: list[str] = []
+    real = system.backlog_remaining
+
+    def spy(path: Path) -> int:
+        read.append(Path(path).parent.name)
+        return real(path)
+
+    monkeypatch.setattr(system, "backlog_remaining", spy)
+    settings = make_settings(tmp_path, embedding_enabled=False)
+    with LiveServer(settings) as srv:
+        rows = {c["name"]: c for c in srv.get("/api/browse/characters").json()["characters"]}
+        assert rows["Char001"]["fact_backlog"] == 6 and rows["Char000"]["fact_backlog"] == 0
+        assert read == []  # from the summary rows, not from the journals
+    kept = json.loads((tmp_path / SUMMARY_FILE).read_text())
+    assert kept["version"] == 2 and kept["characters"]["Char001"]["backlog"] == 6
+
+    # A summary written by the version before: its rows had no backlog, so it is not trusted.
+    kept["version"] = 1
+    for row in kept["characters"].values():
+        del row["backlog"]
+    (tmp_path / SUMMARY_FILE).write_text(json.dumps(kept))
+    with LiveServer(settings) as srv:
+        rows = {c["name"]: c for c in srv.get("/api/browse/characters").json()["characters"]}
+        assert rows["Char001"]["fact_backlog"] == 6

@@ -153,14 +153,15 @@ async def characters(request: Request) -> Response:
             "counts": dict(kept.counts or {}),
         }
         if not brief:
-            row.update(await _row_details(request, rt, name, name in active))
+            row.update(await _row_details(request, rt, name, name in active, kept))
         rows.append(row)
     return JSONResponse({"characters": rows, "total": len(names), "offset": offset, "limit": limit, "sort": sort})
 
 
-async def _row_details(request: Request, rt: Runtime, name: str, active: bool) -> dict[str, Any]:
+async def _row_details(request: Request, rt: Runtime, name: str, active: bool, kept: CharacterRow) -> dict[str, Any]:
     """What a full row adds to the summary's: live counts of an active character, storage
-    trouble, pending vectors, the fact backlog and the origin."""
+    trouble, pending vectors, the fact backlog (an active character's published count, a
+    passive one's from its summary row ``kept``, just compared) and the origin."""
     paths = _paths(request, name)
     trouble = await asyncio.to_thread(store.storage_trouble, paths)
     details: dict[str, Any] = {}
@@ -175,7 +176,7 @@ async def _row_details(request: Request, rt: Runtime, name: str, active: bool) -
             "embeddings_pending": rt.services.pending.of(name),
             # Stored turns still waiting for fact extraction (from before a model):
             # the count /health shows (one tally, nekomem.http.system.fact_backlog_of).
-            "fact_backlog": await asyncio.to_thread(fact_backlog_of, rt, name),
+            "fact_backlog": await asyncio.to_thread(fact_backlog_of, rt, name, None if active else kept.backlog),
             "trouble": trouble,
             "damaged": store.journal_damaged(trouble),
             # When and through which route it was created, and renames/merges since

@@ -109,17 +109,20 @@ async def health(request: Request) -> Response:
     return JSONResponse(body)
 
 
-def fact_backlog_of(rt: Runtime, name: str) -> int:
+def fact_backlog_of(rt: Runtime, name: str, stored: int | None = None) -> int:
     """The stored turns of ``name`` still waiting for fact extraction: the count its
-    recent actor published (exact, kept current while it is loaded), else the count read
-    once from its journal and kept (a passive character's backlog cannot change). The
+    recent actor published (exact, kept current while it is loaded), else ``stored`` (the
+    character list's summary row, read with the journal's turns) or the count read once
+    from its journal, kept either way (a passive character's backlog cannot change). The
     memory browser's listing shows this, and /health the same tally (:func:`_fact_backlog`).
     Blocking (it may open the journal read-only): call it off the event loop."""
     tally = rt.services.backlog
     known = tally.known(name)
     if known is not None:
         return known
-    return tally.publish_stored(name, backlog_remaining(rt.character_paths(name).time_index_db))
+    if stored is None:
+        stored = backlog_remaining(rt.character_paths(name).time_index_db)
+    return tally.publish_stored(name, stored)
 
 
 def _without_names(storage: dict[str, Any]) -> dict[str, Any]:

@@ -57,13 +57,14 @@ from typing import Any
 import msgspec
 
 from nekomem.stores.atomic import atomic_write_json
+from nekomem.stores.fact_backlog import BACKLOG_FROM, BACKLOG_TO
 from nekomem.stores.layout import CharacterPaths, known_entries, scan_characters
 from nekomem.stores.timeindex_read import TimeIndexReader
 
 log = logging.getLogger(__name__)
 
 SUMMARY_FILE = "character_summary.json"
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2  # 2: rows carry the fact backlog; a summary of another version is rebuilt
 
 # A cached listing of the root is reused only when the root's modification time was older
 # than the listing by this much: a change within the file system's timestamp granularity
@@ -79,6 +80,9 @@ class CharacterRow(msgspec.Struct, kw_only=True):
     stamp: list[int]
     turns: int = 0
     last_conversation_at: str | None = None
+    # Journal rows waiting in the fact backlog (read with the turns; a passive character's
+    # cannot change, an active one's is its recent actor's to publish).
+    backlog: int = 0
     # None: not read since the stamp moved (read when the row is next shown).
     counts: dict[str, Any] | None = None
 
@@ -152,24 +156,26 @@ def settled_stamp(stamp: Sequence[int], now_ns: int) -> bool:
     return all(mtime < now_ns - _SETTLED_NS for mtime in stamp[2::3])
 
 
-def journal_totals(paths: CharacterPaths) -> tuple[int, str | None]:
-    """(turn count, newest turn time) of the character's time_indexed.db; (0, None)
-    without one or when it cannot be read (the list's storage trouble says so)."""
+def journal_totals(paths: CharacterPaths) -> tuple[int, str | None, int]:
+    """(turn count, newest turn time, rows waiting in the fact backlog) of the character's
+    time_indexed.db, in one read-only connection; (0, None, 0) without one or when it
+    cannot be read (the list's storage trouble says so)."""
     if not paths.time_index_db.exists():
-        return 0, None
+        return 0, None, 0
     try:
         with TimeIndexReader.read_only(paths.time_index_db) as reader:
-            return reader.summary()
+            turns, last = reader.summary()
+            return turns, last, reader.rows_between_cursors(BACKLOG_FROM, BACKLOG_TO)
     except sqlite3.OperationalError:
         # Created a moment ago by an activating character whose recent actor has not yet
         # made its tables (it loads on an actor worker, concurrently with this read).
-        return 0, None
+        return 0, None, 0
     except sqlite3.Error:
-        return 0, None  # unreadable, not a database, or malformed
+        return 0, None, 0  # unreadable, not a database, or malformed
 
 
 PathsOf = Callable[[str], CharacterPaths]
-JournalReader = Callable[[CharacterPaths], tuple[int, str | None]]
+JournalReader = Callable[[CharacterPaths], tuple[int, str | None, int]]
 CountsReader = Callable[[CharacterPaths], dict[str, Any]]
 
 
@@ -406,6 +412,8 @@ class CharacterSummary:
                 pass
             except (OSError, msgspec.DecodeError, msgspec.ValidationError):
                 log.warning("the character summary %s is unreadable: it is rebuilt from the views", self.path)
+            if kept.version != SUMMARY_VERSION:
+                kept = _SummaryFile()  # another version's rows lack fields: read them all again
             self._rows, self._names, self._marks = kept.characters, frozenset(kept.names), kept.recovery_marks
         return self._rows
 
@@ -431,6 +439,6 @@ def _current_row(rows: dict[str, CharacterRow], name: str, paths: CharacterPaths
     row = rows.get(name)
     if row is not None and row.stamp == stamp:
         return row, False
-    turns, last = read_journal(paths)
-    row = rows[name] = CharacterRow(stamp=stamp, turns=turns, last_conversation_at=last)
+    turns, last, backlog = read_journal(paths)
+    row = rows[name] = CharacterRow(stamp=stamp, turns=turns, last_conversation_at=last, backlog=backlog)
     return row, True

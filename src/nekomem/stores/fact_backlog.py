@@ -15,7 +15,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from nekomem.stores.timeindex_read import DEFAULT_BUSY_TIMEOUT_MS, ORIGINAL_TABLE
+from nekomem.stores.timeindex_read import TimeIndexReader
 
 BACKLOG_FROM = "fact_backlog_from"  # rows up to here are mined (or never needed it)
 BACKLOG_TO = "fact_backlog_to"  # the last row stored without a model that extracts facts
@@ -37,20 +37,10 @@ def backlog_remaining(path: Path) -> int:
     if not Path(path).exists():
         return 0
     try:
-        db = sqlite3.connect(Path(path).absolute().as_uri() + "?mode=ro", uri=True, timeout=DEFAULT_BUSY_TIMEOUT_MS / 1000.0)
+        with TimeIndexReader.read_only(Path(path)) as reader:
+            return reader.rows_between_cursors(BACKLOG_FROM, BACKLOG_TO)
     except sqlite3.Error:
         return 0
-    try:
-        found = dict(db.execute("SELECT name, row_id FROM cursors WHERE name IN (?, ?)", (BACKLOG_FROM, BACKLOG_TO)).fetchall())
-        lo, hi = found.get(BACKLOG_FROM), found.get(BACKLOG_TO)
-        if lo is None or hi is None or hi <= lo:
-            return 0
-        row = db.execute(f"SELECT COUNT(*) FROM {ORIGINAL_TABLE} WHERE id > ? AND id <= ?", (int(lo), int(hi))).fetchone()
-        return int(row[0]) if row else 0
-    except sqlite3.Error:
-        return 0
-    finally:
-        db.close()
 
 
 class BacklogTally:

@@ -135,6 +135,16 @@ class TimeIndexReader:
         and sqlite3.DatabaseError when the file is damaged (or not a database)."""
         self._conn().execute(f"SELECT 1 FROM {_ORIGINAL} LIMIT 1").fetchall()
 
+    def rows_between_cursors(self, low: str, high: str) -> int:
+        """How many rows lie after cursor ``low`` up to cursor ``high`` (0 when either is
+        missing or ``high`` is not past ``low``). Raises sqlite3.Error as the reads do."""
+        found = dict(self._conn().execute("SELECT name, row_id FROM cursors WHERE name IN (?, ?)", (low, high)).fetchall())
+        lo, hi = found.get(low), found.get(high)
+        if lo is None or hi is None or hi <= lo:
+            return 0
+        row = self._conn().execute(f"SELECT COUNT(*) FROM {_ORIGINAL} WHERE id > ? AND id <= ?", (int(lo), int(hi))).fetchone()
+        return int(row[0]) if row else 0
+
     def summary(self) -> tuple[int, str | None]:
         """(number of stored turns, the newest one's time or None), in one query."""
         count, last = self._conn().execute(f"SELECT COUNT(*), MAX(timestamp) FROM {_ORIGINAL}").fetchone()
