@@ -12,6 +12,14 @@ version, e.g. ``git archive <commit> src | tar -x -C /tmp/base``) measures that 
 server on the same root too, so before and after come from one machine at one moment.
 ``--big`` repeats the measurement at a larger size (skipped in smoke).
 
+``--embeddings MODEL`` measures the wake a default install meets: the server runs with that
+embedding model (``use+e5`` is the default setting) and every fact carries a cached vector
+of it, as the server stores them once computed (random unit vectors with the model's id
+and the text's sha256: what is timed is reading them back, not the model). The server is
+started and stopped once before the timed starts, so its recall segment describes the
+views (the vectors are written into facts.json behind its back). No HTTP import then (each
+fact would wait for the model).
+
 ``--http-import`` (on by default) also imports the same facts over HTTP,
 ``POST /api/characters/{name}/facts`` in batches of ``--batch``, into a running server, and
 prints its time beside the offline import's.
@@ -23,6 +31,7 @@ import argparse
 import json
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -32,8 +41,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 
-from bench._common import print_table, smoke_option, start_nekomem
+from bench._common import print_table, smoke_option, start_nekomem, wait_embeddings_settled
+from nekomem.domain import vector_codec
+from nekomem.models.embeddings import text_sha256
 from nekomem.stores.layout import CharacterPaths
 from tests.support.live import ROOT
 
@@ -110,17 +122,54 @@ def parse_seconds(path: Path) -> float:
     return best
 
 
-def _env(src: str | None) -> dict[str, str]:
-    """The server's environment: embeddings off; ``src`` first on the path when given."""
-    env = {"NEKOMEM_EMBEDDING_ENABLED": "false"}
+def _env(src: str | None, model: str | None = None) -> dict[str, str]:
+    """The server's environment: embeddings off, or ``model`` embedding; ``src`` first on
+    the path when given."""
+    env = {"NEKOMEM_EMBEDDING_ENABLED": "false"} if model is None else {"NEKOMEM_EMBEDDING_MODEL": model}
     if src is not None:
         env["PYTHONPATH"] = os.pathsep.join((src, str(ROOT)))
     return env
 
 
-def first_request(root: Path, src: str | None, route: str) -> float:
+def _started(root: Path, src: str | None, model: str | None) -> tuple[Any, Any]:
+    """A server on ``root`` whose embedding model (if any) has loaded: its load is not
+    the wake's."""
+    server, log = start_nekomem(root, env=_env(src, model), timeout=120)
+    if model is not None and wait_embeddings_settled(server.url, timeout=300) != "ready":
+        server.stop()
+        raise SystemExit(f"the embedding model {model} did not load:\n{log.text()}")
+    return server, log
+
+
+def cache_vectors(root: Path, tmp: Path, model: str) -> str:
+    """Give every fact of ``root`` a cached vector of ``model`` (the id a server reports,
+    random unit rows of its width); the model id."""
+    server, _ = _started(tmp / "probe", None, model)
+    try:
+        model_id = str(httpx.get(server.url + "/health", timeout=10).json()["embeddings"]["model"])
+    finally:
+        server.stop()
+    dims = re.search(r"-(\d+)d-", model_id)
+    if dims is None:
+        raise SystemExit(f"cannot tell the width of {model_id}")
+    dim = int(dims.group(1))
+    path = CharacterPaths(root, NAME).facts
+    facts = json.loads(path.read_bytes())
+    rng = np.random.default_rng(40)
+    for fact in facts:
+        vec = rng.standard_normal(dim).astype(np.float32)
+        fact.update(
+            embedding=vector_codec.encode(vec / np.linalg.norm(vec)),
+            embedding_model_id=model_id,
+            embedding_text_sha256=text_sha256(fact["text"]),
+        )
+    path.write_bytes(json.dumps(facts).encode())
+    return model_id
+
+
+def first_request(root: Path, src: str | None, route: str, model: str | None = None) -> float:
     """Start a server on ``root``, time the first ``route`` of the character, stop it."""
-    server, log = start_nekomem(root, env=_env(src), timeout=120)
+    server, log = _started(root, src, model)
     try:
         with httpx.Client(base_url=server.url, timeout=600) as client:
             started = time.perf_counter()
@@ -136,12 +185,12 @@ def first_request(root: Path, src: str | None, route: str) -> float:
         server.stop()
 
 
-def warm_p50(root: Path, src: str | None, rounds: int) -> float:
+def warm_p50(root: Path, src: str | None, rounds: int, model: str | None = None) -> float:
     """p50 seconds of ``/query_memory`` once the character is awake: after a first query
     and a facts listing (answered by the fact actor once it has loaded and sent recall its
     complete index, so the next query comes after recall has taken it: nothing of the wake
     is still running, whichever version answered the first query how)."""
-    server, _ = start_nekomem(root, env=_env(src), timeout=120)
+    server, _ = _started(root, src, model)
     try:
         with httpx.Client(base_url=server.url, timeout=600) as client:
             client.post(f"/query_memory/{NAME}", json={"query": "warm up"}).raise_for_status()
@@ -178,7 +227,7 @@ def http_import(root: Path, facts: list[dict[str, Any]], batch: int, src: str | 
         server.stop()
 
 
-def measure(count: int, tmp: Path, rounds: int, http: bool, batch: int, baseline: str | None) -> list[list[Any]]:
+def measure(count: int, tmp: Path, rounds: int, http: bool, batch: int, baseline: str | None, model: str | None = None) -> list[list[Any]]:
     facts = make_facts(count)
     export_file = tmp / f"export-{count}.json"
     export_file.write_bytes(json.dumps(export_document(facts)).encode())
@@ -186,6 +235,10 @@ def measure(count: int, tmp: Path, rounds: int, http: bool, batch: int, baseline
     imported = offline_import(root, export_file)
     paths = CharacterPaths(root, NAME)
     facts_json = paths.facts
+    if model is not None:
+        model_id = cache_vectors(root, tmp, model)
+        first_request(root, None, "query", model)  # the segment rebuilt for the views as they are now
+        print(f"{count} facts: each with a cached vector of {model_id}")
     parse = parse_seconds(facts_json)
     # The import writes the facts' recall segment too (recall_index_persist); a baseline ignores it.
     segment = f", recall segment {paths.recall_segment.stat().st_size / 1e6:.1f} MB" if paths.recall_segment.exists() else ""
@@ -196,11 +249,11 @@ def measure(count: int, tmp: Path, rounds: int, http: bool, batch: int, baseline
     rows: list[list[Any]] = []
     versions: list[tuple[str, str | None]] = ([("baseline", baseline)] if baseline else []) + [("this", None)]
     for label, src in versions:
-        query = first_request(root, src, "query")
-        dialog = first_request(root, src, "dialog")
-        warm = warm_p50(root, src, rounds)
+        query = first_request(root, src, "query", model)
+        dialog = first_request(root, src, "dialog", model)
+        warm = warm_p50(root, src, rounds, model)
         rows.append([count, label, query * 1000, query / parse, dialog * 1000, dialog / parse, warm * 1000])
-    if http:
+    if http and model is None:
         for label, src in versions:
             took = http_import(tmp / f"http-{count}-{label}", facts, batch, src)
             rate = f"{count / took:.0f} facts/s, batches of {batch}"
@@ -216,13 +269,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=5_000, help="facts per HTTP import request")
     parser.add_argument("--no-http-import", dest="http", action="store_false")
     parser.add_argument("--baseline", default=None, help="a src folder of another version, measured beside this one")
+    parser.add_argument(
+        "--embeddings",
+        default=None,
+        metavar="MODEL",
+        help="run the server with this embedding model (e.g. use+e5), every fact with a cached vector",
+    )
     smoke_option(parser, argv, facts=2_000, big=0, rounds=5, batch=500)
     args = parser.parse_args(argv)
     print(f"cores {os.cpu_count()}, load {os.getloadavg()[0]:.2f}")
     rows: list[list[Any]] = []
     with tempfile.TemporaryDirectory(prefix="nekomem-activation-bench-") as tmp:
         for count in [args.facts] + ([args.big] if args.big else []):
-            rows += measure(count, Path(tmp), args.rounds, args.http and count == args.facts, args.batch, args.baseline)
+            rows += measure(count, Path(tmp), args.rounds, args.http and count == args.facts, args.batch, args.baseline, args.embeddings)
     print_table(["facts", "server", "first query ms", "× parse", "first new_dialog ms", "× parse", "warm query p50 ms"], rows)
 
 

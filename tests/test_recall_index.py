@@ -4,19 +4,23 @@ settings, real BM25 and vector indexes; vectors are small hand-made unit vectors
 
 from __future__ import annotations
 
+import base64
 from datetime import datetime, timezone
 
+import msgspec
 import numpy as np
 import pytest
 
 from nekomem.config.settings import load_settings
 from nekomem.domain import vector_codec
 from nekomem.domain.index_entry import IndexEntry
-from nekomem.models.embeddings import text_sha256
+from nekomem.domain.layers import vector_tiers
+from nekomem.models.embeddings import VectorLeg, text_sha256
 from nekomem.recall.index import RecallIndex
 from nekomem.recall.query_plan import plan_query
 from nekomem.recall.query_text import LexicalAnalyzer, stop_names_for
 from nekomem.recall.response import empty_response, query_response
+from nekomem.recall.vectors import VectorIndex
 
 UTC = timezone.utc
 MODEL = "test-model"
@@ -41,6 +45,67 @@ def entry(id: str, text: str, tier: str = "fact", vec: np.ndarray | None = None,
     if vec is not None:
         cached = {"vector": vector_codec.encode(vec), "vector_model": MODEL, "text_sha256": text_sha256(text)}
     return IndexEntry(id=id, tier=tier, text=text, entity="master", created_at="2026-01-01T00:00:00+00:00", **cached, **kw)
+
+
+def test_a_wake_adopts_every_cached_vector_at_once_with_the_bits_of_one_by_one_adoption():
+    """attach_model decodes and stores a wake's cached vectors in one pass (issue 40: 50,000
+    of them took seconds one by one). The rows, their order, the running sum and the
+    entries left waiting for a vector must be what adopting each one by one gives: bad
+    base64, a wrong length, a zero vector, values float16 cannot hold, another model, a
+    changed text and a legacy list of floats all mixed in."""
+    dim = 24
+    rng = np.random.default_rng(40)
+    entries = []
+    for i in range(300):
+        text = f"Master note {i} about tea and trains"
+        vec = rng.standard_normal(dim).astype(np.float32) * rng.uniform(0.01, 50)
+        e = entry(f"f{i}", text, tier="fact" if i % 3 else "fact_archive", vec=vec)
+        kind = i % 23
+        if kind == 1:
+            e = IndexEntry(**{**_fields(e), "vector": "not base64!"})
+        elif kind == 2:
+            e = IndexEntry(**{**_fields(e), "vector": vector_codec.encode(np.ones(dim + 1, dtype=np.float32))})
+        elif kind == 3:
+            e = IndexEntry(**{**_fields(e), "vector": vector_codec.encode(np.zeros(dim, dtype=np.float32))})
+        elif kind == 4:
+            wire = np.full(dim, np.inf, dtype="<f2")
+            e = IndexEntry(**{**_fields(e), "vector": base64.b64encode(wire.tobytes()).decode()})
+        elif kind == 5:
+            e = IndexEntry(**{**_fields(e), "vector_model": "another-model"})
+        elif kind == 6:
+            e = IndexEntry(**{**_fields(e), "text": text + " (edited)"})
+        elif kind == 7:
+            e = IndexEntry(**{**_fields(e), "vector": [float(x) for x in vec]})
+        elif kind == 8:
+            e = IndexEntry(**{**_fields(e), "vector": None})
+        entries.append(e)
+    entries.append(entry("r1", "Master is musical", tier="reflection", vec=unit(*([1.0] * dim))))
+    index = make_index()
+    index.upsert(entries)
+    legs = (VectorLeg("a", 0, 10, 0.7, None), VectorLeg("b", 10, dim, 0.7, None))  # two column blocks
+    assert index.attach_model(MODEL, dim, legs) is True
+
+    # One by one, as before: every vector-tier entry in index order, adopted or listed.
+    reference = make_index()
+    reference.upsert(entries)
+    reference.vectors = VectorIndex(dim, reference.s, blocks=[10])
+    reference.vector_model = MODEL
+    for doc_id, doc in reference.docs.items():
+        if doc.tier in vector_tiers() and not reference._adopt_cached(doc.entry, doc.sha):
+            reference.need[doc_id] = doc.sha
+
+    assert list(index.need.items()) == list(reference.need.items())
+    assert 0 < len(index.vectors) == len(reference.vectors) < len(entries)
+    assert list(index.vectors.ids()) == list(reference.vectors.ids())
+    for doc_id in reference.vectors.ids():
+        assert index.vectors.get(doc_id).tobytes() == reference.vectors.get(doc_id).tobytes(), doc_id
+    assert index.vectors.centroid().tobytes() == reference.vectors.centroid().tobytes()
+    query = rng.standard_normal(dim).astype(np.float32)
+    assert index.vectors.search(query, 20) == reference.vectors.search(query, 20)
+
+
+def _fields(e: IndexEntry) -> dict:
+    return {f.name: getattr(e, f.name) for f in msgspec.structs.fields(e)}
 
 
 def test_feed_replace_and_remove():

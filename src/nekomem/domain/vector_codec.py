@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -74,3 +75,45 @@ def try_decode(s: object, dim: int) -> np.ndarray | None:
         return decode(s, dim)
     except VectorCodecError:
         return None
+
+
+def try_decode_many(items: Sequence[object], dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`try_decode` of every item at once (a wake adopts thousands of cached
+    vectors): (the decoded rows, float32 ``(k, dim)``, of the items that decode, in order;
+    a boolean mask over ``items`` of those). The rows are the bits :func:`try_decode` gives:
+    each norm is the row's dot product with itself, batched as a matrix product (the same
+    kernel), and the division is done in float32 as there."""
+    width = dim * _WIRE_DTYPE.itemsize
+    ok = np.zeros(len(items), dtype=bool)
+    chunks: list[bytes] = []
+    legacy: dict[int, np.ndarray] = {}  # position among the decoded rows -> a list-of-floats vector
+    for i, item in enumerate(items):
+        if isinstance(item, str) and item:
+            try:
+                raw = binascii.a2b_base64(item.encode("ascii"), strict_mode=True)
+            except (binascii.Error, UnicodeEncodeError):
+                continue
+            if len(raw) == width:
+                chunks.append(raw)
+                ok[i] = True
+        elif isinstance(item, list):
+            vec = try_decode(item, dim)
+            if vec is not None:
+                legacy[len(chunks)] = vec
+                chunks.append(bytes(width))  # a placeholder row, replaced below
+                ok[i] = True
+    rows = np.frombuffer(b"".join(chunks), dtype=_WIRE_DTYPE).reshape(len(chunks), dim).astype(np.float32)
+    # float16 values square and sum far inside float32's range, so a row's norm is finite
+    # exactly when every value of the row is.
+    norms = np.sqrt((rows[:, None, :] @ rows[:, :, None])[:, 0, 0])
+    finite = np.isfinite(norms)
+    # A zero row stays as it is (divided by 1), as try_decode returns it; in place, in float32.
+    with np.errstate(invalid="ignore"):  # rows not finite: dropped below
+        np.divide(rows, np.where(norms > 0.0, norms, np.float32(1.0))[:, None], out=rows)
+    for at, vec in legacy.items():
+        rows[at] = vec
+        finite[at] = True
+    if not finite.all():
+        ok[np.flatnonzero(ok)[~finite]] = False
+        rows = rows[finite]
+    return rows, ok

@@ -37,6 +37,7 @@ from nekomem.recall.query_text import LexicalAnalyzer
 from nekomem.recall.segment import LoadedBase
 from nekomem.recall.timewindow import TimeWindow
 from nekomem.recall.vectors import VectorIndex
+from nekomem.recall.vectors import units as vector_units
 
 Vectors = npt.NDArray[np.float32]
 # owner child -> entry id -> (encoded vector, model id, text sha256)
@@ -184,8 +185,22 @@ class RecallIndex:
         self.vectors = VectorIndex(dim, self.s, blocks=[leg.start for leg in self.vector_legs[1:]])
         self.vector_model = model
         self.need.clear()
+        # The cached vectors are decoded and stored all at once (a long memory wakes with
+        # tens of thousands): the same rows as _adopt_cached one by one, in the same order.
+        tiers = vector_tiers()
+        ids: list[str] = []
+        cached: list[object] = []
         for doc_id, doc in self.docs.items():
-            if doc.tier in vector_tiers() and not self._adopt_cached(doc.entry, doc.sha):
+            entry = doc.entry
+            if doc.tier in tiers and entry.vector is not None and entry.vector_model == model and entry.text_sha256 == doc.sha:
+                ids.append(doc_id)
+                cached.append(entry.vector)
+        rows, decoded = vector_codec.try_decode_many(cached, dim)
+        unit, kept = vector_units(rows)
+        self.vectors.add_units([ids[i] for i in np.flatnonzero(decoded)[kept].tolist()], unit)
+        vectors = self.vectors
+        for doc_id, doc in self.docs.items():
+            if doc.tier in tiers and doc_id not in vectors:
                 self.need[doc_id] = doc.sha
         return True
 
