@@ -239,3 +239,99 @@ def test_with_vectors_a_wake_from_the_segment_keeps_the_cached_vectors(
         assert _found(srv, query) == before
         assert srv.get("/health").json()["embeddings"]["pending"] == 0  # cached vectors taken, none recomputed
         assert _segment_loaded(caplog)
+
+
+def _answers(srv: LiveServer, query: str) -> list[tuple[str, float]]:
+    r = srv.post("/query_memory/Lan", json={"query": query})
+    assert r.status_code == 200, r.text
+    return [(row["id"], row["score"]) for row in r.json()["results"]]
+
+
+def test_with_vectors_a_wake_takes_the_cached_vectors_from_their_block_without_reading_the_facts(
+    tmp_path: Path, embedding_service: EmbeddingService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With embeddings on, the facts' cached vectors are kept beside the segment
+    (recall_vectors.bin): a wake takes them from there, the fact layer decodes nothing, no
+    vector is recomputed, and every answer and score is the one a wake through the facts'
+    feed gives (the block deleted). A forgotten fact takes its vector off the disk at once."""
+    from nekomem.layers.facts import state as fact_state
+
+    settings = make_settings(tmp_path)
+    paths = CharacterPaths(tmp_path, "Lan")
+    queries = ["what beverage does the user enjoy", "a pet animal", "cello", "family in another city"]
+    with LiveServer(settings, embeddings=embedding_service) as srv:
+        assert srv.post("/api/characters/Lan/facts", json={"facts": [{"text": t} for t in TEXTS]}).status_code == 200
+        srv.wait_vectors("Lan")
+    with LiveServer(settings, embeddings=embedding_service) as srv:  # the views now hold every vector
+        assert _found(srv, "cello")
+    header = recall_persist.read_header(paths.recall_vectors)
+    assert header["rows"] == len(TEXTS) and header["model"] == embedding_service.model_id
+    block = paths.recall_vectors.read_bytes()
+    for text in TEXTS:
+        assert text.split()[-1].encode() not in block  # ids and float16 rows: no memory text
+
+    reads: list[str] = []
+    real = fact_state.read_records
+
+    def spy(path: Path, *args: object, **kwargs: object) -> object:
+        reads.append(path.name)
+        return real(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fact_state, "read_records", spy)
+    with LiveServer(settings, embeddings=embedding_service) as srv:
+        from_block = {q: _answers(srv, q) for q in queries}
+        assert reads == []  # the vectors came from the block, not from the facts' feed
+        assert srv.get("/health").json()["embeddings"]["pending"] == 0
+    assert all(from_block.values())
+
+    paths.recall_vectors.unlink()  # the same wake through the facts' feed, as before the block
+    with LiveServer(settings, embeddings=embedding_service) as srv:
+        assert {q: _answers(srv, q) for q in queries} == from_block
+        assert reads[:1] == ["facts.json"]
+    assert paths.recall_vectors.exists()  # written again at stop
+
+    with LiveServer(settings, embeddings=embedding_service) as srv:
+        rows = srv.get("/api/characters/Lan/facts").json()["items"]
+        cello = next(f["id"] for f in rows if "cello" in f["text"])
+        assert srv.delete(f"/api/characters/Lan/facts/{cello}").status_code in (200, 204)
+        assert not paths.recall_vectors.exists()  # its vector went with it, before the stop
+    assert cello.encode() not in paths.recall_vectors.read_bytes()
+    assert recall_persist.read_header(paths.recall_vectors)["rows"] == len(TEXTS) - 1
+
+
+def test_a_damaged_stale_or_foreign_vector_block_is_ignored_and_the_feed_brings_the_vectors(
+    tmp_path: Path, embedding_service: EmbeddingService
+) -> None:
+    settings = make_settings(tmp_path)
+    paths = CharacterPaths(tmp_path, "Lan")
+    query = "what beverage does the user enjoy"
+    with LiveServer(settings, embeddings=embedding_service) as srv:
+        assert srv.post("/api/characters/Lan/facts", json={"facts": [{"text": t} for t in TEXTS]}).status_code == 200
+        srv.wait_vectors("Lan")
+    with LiveServer(settings, embeddings=embedding_service) as srv:
+        before = _answers(srv, query)
+    good = paths.recall_vectors.read_bytes()
+    header, arrays = decode_segment(good)
+    wire = arrays["wire"].copy()
+    wire[:8] = 0xFF  # float16 NaNs in the first vector: what a wrong block would look like
+    foreign = encode_segment(
+        {**{k: v for k, v in header.items() if k not in ("version", "arrays", "crc32")}, "model": "another-model"}, arrays
+    )
+    poisoned = encode_segment({k: v for k, v in header.items() if k not in ("version", "arrays", "crc32")}, {**arrays, "wire": wire})
+    torn = bytearray(good)
+    torn[len(torn) // 2] ^= 0xFF
+    assert recall_persist.load_vectors(paths) is not None
+    for bad in (bytes(torn), good[: len(good) // 2], foreign):
+        paths.recall_vectors.write_bytes(bad)
+        with LiveServer(settings, embeddings=embedding_service) as srv:
+            assert _answers(srv, query) == before
+            assert srv.get("/health").json()["embeddings"]["pending"] == 0
+    # A block no longer tied to the views (a fact edited while the server was down) is not
+    # trusted either, however whole: its rows are not read.
+    paths.recall_vectors.write_bytes(poisoned)
+    assert recall_persist.load_vectors(paths) is not None
+    facts = json.loads(paths.facts.read_bytes())
+    paths.facts.write_text(json.dumps(facts))  # same content, a new file
+    assert recall_persist.load_vectors(paths) is None
+    with LiveServer(settings, embeddings=embedding_service) as srv:
+        assert _answers(srv, query) == before

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 import numpy as np
 
 _WIRE_DTYPE = np.dtype("<f2")
+# The element type of a cached vector's bytes (what the base64 wraps).
+WIRE_DTYPE = _WIRE_DTYPE
 
 
 class VectorCodecError(ValueError):
@@ -77,6 +79,15 @@ def try_decode(s: object, dim: int) -> np.ndarray | None:
         return None
 
 
+def wire_bytes(s: str) -> bytes | None:
+    """The float16 bytes a cached vector's base64 ``s`` holds; None when it is not valid
+    base64 (the length is the caller's to check)."""
+    try:
+        return binascii.a2b_base64(s.encode("ascii"), strict_mode=True)
+    except (binascii.Error, UnicodeEncodeError):
+        return None
+
+
 def try_decode_many(items: Sequence[object], dim: int) -> tuple[np.ndarray, np.ndarray]:
     """:func:`try_decode` of every item at once (a wake adopts thousands of cached
     vectors): (the decoded rows, float32 ``(k, dim)``, of the items that decode, in order;
@@ -89,11 +100,8 @@ def try_decode_many(items: Sequence[object], dim: int) -> tuple[np.ndarray, np.n
     legacy: dict[int, np.ndarray] = {}  # position among the decoded rows -> a list-of-floats vector
     for i, item in enumerate(items):
         if isinstance(item, str) and item:
-            try:
-                raw = binascii.a2b_base64(item.encode("ascii"), strict_mode=True)
-            except (binascii.Error, UnicodeEncodeError):
-                continue
-            if len(raw) == width:
+            raw = wire_bytes(item)
+            if raw is not None and len(raw) == width:
                 chunks.append(raw)
                 ok[i] = True
         elif isinstance(item, list):
@@ -102,14 +110,7 @@ def try_decode_many(items: Sequence[object], dim: int) -> tuple[np.ndarray, np.n
                 legacy[len(chunks)] = vec
                 chunks.append(bytes(width))  # a placeholder row, replaced below
                 ok[i] = True
-    rows = np.frombuffer(b"".join(chunks), dtype=_WIRE_DTYPE).reshape(len(chunks), dim).astype(np.float32)
-    # float16 values square and sum far inside float32's range, so a row's norm is finite
-    # exactly when every value of the row is.
-    norms = np.sqrt((rows[:, None, :] @ rows[:, :, None])[:, 0, 0])
-    finite = np.isfinite(norms)
-    # A zero row stays as it is (divided by 1), as try_decode returns it; in place, in float32.
-    with np.errstate(invalid="ignore"):  # rows not finite: dropped below
-        np.divide(rows, np.where(norms > 0.0, norms, np.float32(1.0))[:, None], out=rows)
+    rows, finite = decode_wire_rows(np.frombuffer(b"".join(chunks), dtype=_WIRE_DTYPE).reshape(len(chunks), dim))
     for at, vec in legacy.items():
         rows[at] = vec
         finite[at] = True
@@ -117,3 +118,20 @@ def try_decode_many(items: Sequence[object], dim: int) -> tuple[np.ndarray, np.n
         ok[np.flatnonzero(ok)[~finite]] = False
         rows = rows[finite]
     return rows, ok
+
+
+def decode_wire_rows(wire: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of little-endian float16 (the bytes :func:`encode` wraps in base64), ``(k,
+    dim)``, decoded as :func:`decode` decodes one: (float32 rows, L2-normalised, a zero row
+    kept as it is; a boolean mask of the rows whose values are all finite: the others hold
+    garbage and are the caller's to drop). Each norm is the row's dot product with itself,
+    batched as a matrix product (the kernel of the one-row norm, so the same bits), and the
+    division is done in float32 as there."""
+    rows = wire.astype(np.float32)
+    # float16 values square and sum far inside float32's range, so a row's norm is finite
+    # exactly when every value of the row is.
+    norms = np.sqrt((rows[:, None, :] @ rows[:, :, None])[:, 0, 0])
+    finite = np.isfinite(norms)
+    with np.errstate(invalid="ignore"):  # rows not finite: the caller drops them
+        np.divide(rows, np.where(norms > 0.0, norms, np.float32(1.0))[:, None], out=rows)
+    return rows, finite

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import date, datetime, tzinfo
 
 import numpy as np
@@ -42,6 +43,17 @@ from nekomem.recall.vectors import units as vector_units
 Vectors = npt.NDArray[np.float32]
 # owner child -> entry id -> (encoded vector, model id, text sha256)
 ComputedVectors = dict[Address, dict[str, tuple[str, str, str]]]
+
+
+@dataclass(frozen=True)
+class StoredVectors:
+    """Cached vectors of some documents kept apart from their entries: ``wire[i]`` (little-
+    endian float16, the bytes a cached vector's base64 holds) is the vector of ``ids[i]``
+    under ``model``."""
+
+    model: str
+    ids: list[str]
+    wire: np.ndarray
 
 
 class RecallIndex:
@@ -86,7 +98,9 @@ class RecallIndex:
             doc = self.docs.get(entry.id)
             if doc is not None and not doc.resolved and doc.tier == entry.tier and indexable(entry):
                 doc.resolve(entry)
-                self._put_vector(entry, doc, False)
+                # The same record of the same view: a vector the document already holds
+                # (taken from the segment's vector block) is the one this entry caches.
+                self._put_vector(entry, doc, True)
             else:
                 rest.append(entry)
         keep = {e.id for e in entries}
@@ -174,11 +188,16 @@ class RecallIndex:
         return self.subjects.allowed(subjects)
 
     # -- vectors -------------------------------------------------------------------------
-    def attach_model(self, model: str, dim: int, legs: Sequence[VectorLeg] = ()) -> bool:
+    def attach_model(self, model: str, dim: int, legs: Sequence[VectorLeg] = (), stored: StoredVectors | None = None) -> bool:
         """Use vectors of ``model`` (``dim`` wide; ``legs``: the models inside them, when
         more than one). A new model empties the vector side and lists every vector-tier
         entry without a matching cached vector in :attr:`need`. Returns True when the
-        vector side was rebuilt."""
+        vector side was rebuilt.
+
+        ``stored``: the cached vectors of some documents read from elsewhere than their
+        entries (a persisted block, :mod:`nekomem.layers.recall.persist`), taken for
+        those documents in place of their entries' (whose entries are then not read);
+        ignored unless it is of ``model`` and ``dim``."""
         self.vector_legs = tuple(legs) if len(legs) > 1 else ()
         if self.vector_model == model and self.vectors is not None:
             return False
@@ -188,16 +207,46 @@ class RecallIndex:
         # The cached vectors are decoded and stored all at once (a long memory wakes with
         # tens of thousands): the same rows as _adopt_cached one by one, in the same order.
         tiers = vector_tiers()
-        ids: list[str] = []
+        given: dict[str, int] = {}
+        if stored is not None and stored.model == model and stored.wire.shape[1:] == (dim,):
+            docs = self.docs
+            given = {doc_id: row for row, doc_id in enumerate(stored.ids) if doc_id in docs and docs[doc_id].tier in tiers}
+        # Every document with a vector to adopt, in index order (the matrix's rows follow it,
+        # as adopting them one by one did), and where its vector comes from.
+        order: list[str] = []
+        from_block: list[int] = []  # positions in ``order`` taken from ``stored``
+        from_entry: list[int] = []  # positions in ``order`` taken from the entry's cache
         cached: list[object] = []
         for doc_id, doc in self.docs.items():
+            if doc.tier not in tiers:
+                continue
+            if doc_id in given:
+                from_block.append(len(order))
+                order.append(doc_id)
+                continue
             entry = doc.entry
-            if doc.tier in tiers and entry.vector is not None and entry.vector_model == model and entry.text_sha256 == doc.sha:
-                ids.append(doc_id)
+            if entry.vector is not None and entry.vector_model == model and entry.text_sha256 == doc.sha:
+                from_entry.append(len(order))
+                order.append(doc_id)
                 cached.append(entry.vector)
-        rows, decoded = vector_codec.try_decode_many(cached, dim)
+        entry_rows, decoded = vector_codec.try_decode_many(cached, dim)
+        if from_block:
+            assert stored is not None
+            block_rows, finite = vector_codec.decode_wire_rows(stored.wire[[given[order[i]] for i in from_block]])
+            if not from_entry:
+                rows, ok = block_rows, finite
+            else:
+                rows = np.zeros((len(order), dim), dtype=np.float32)
+                ok = np.zeros(len(order), dtype=bool)
+                rows[from_block], ok[from_block] = block_rows, finite
+                taken = np.asarray(from_entry, dtype=np.intp)[decoded]
+                rows[taken], ok[taken] = entry_rows, True
+            rows = rows[ok] if not ok.all() else rows
+        else:
+            rows, ok = entry_rows, np.zeros(len(order), dtype=bool)
+            ok[np.asarray(from_entry, dtype=np.intp)[decoded]] = True
         unit, kept = vector_units(rows)
-        self.vectors.add_units([ids[i] for i in np.flatnonzero(decoded)[kept].tolist()], unit)
+        self.vectors.add_units([order[i] for i in np.flatnonzero(ok)[kept].tolist()], unit)
         vectors = self.vectors
         for doc_id, doc in self.docs.items():
             if doc.tier in tiers and doc_id not in vectors:

@@ -118,8 +118,10 @@ STATE_FILE = "state.json"
 # The files no single layer owns: the shared event journal and its marks, the cursors and
 # the per-character flags.
 SHARED_ENTRIES: tuple[str, ...] = (EVENTS_FILE, EVENTS_APPLIED_FILE, CURSORS_FILE, STATE_FILE)
-# Derived, rebuilt when missing: the recall index of the facts (recall/segment.py), no text.
+# Derived, rebuilt when missing: the recall index of the facts (recall/segment.py), no text,
+# and the facts' cached vectors as one float16 block (layers/recall/persist.py).
 RECALL_SEGMENT_FILE = "recall_segment.bin"
+RECALL_VECTORS_FILE = "recall_vectors.bin"
 
 
 def known_entries() -> tuple[str, ...]:
@@ -334,6 +336,11 @@ class CharacterPaths:
     def recall_segment(self) -> Path:
         """recall_segment.bin: the persisted recall index of the facts (derived; no text)."""
         return self.folder / RECALL_SEGMENT_FILE
+
+    @functools.cached_property
+    def recall_vectors(self) -> Path:
+        """recall_vectors.bin: the facts' cached vectors beside their segment (derived; no text)."""
+        return self.folder / RECALL_VECTORS_FILE
 
     @functools.cached_property
     def reflections(self) -> Path:

@@ -83,22 +83,25 @@ class RecallLayer:
             for owner in dict.fromkeys(tier_owners().values()):
                 self.ports.send(owner, RequestIndex())
             self.state.fact_feed_asked = True
-        elif not self.state.segment_due or self.state.uses_vectors() or not self._segment_looks_current():
+        elif (
+            not self.state.segment_due
+            or not self._segment_looks_current()
+            or (self.state.uses_vectors() and not persist.vectors_current(self.ports.paths, None))
+        ):
             # The facts owner reads its facts only when a message needs them: their feed
             # is asked for now when the segment will not answer for it (none current,
-            # persistence off, or vectors to take from the feed), so that it is read while
-            # the character wakes, not behind its first query.
+            # persistence off, or vectors to take from the feed when no current vector
+            # block holds them), so that it is read while the character wakes, not behind
+            # its first query.
             self._ask_fact_feed()
 
     def _segment_looks_current(self) -> bool:
         return persist.looks_current(self.ports.paths, self.ports.settings, self.state.index.analyzer)
 
     def _ask_fact_feed(self) -> None:
-        """Ask the facts owner for its complete feed, once per load (an owner that has read
-        its facts already sent it, and does nothing)."""
-        if not self.state.fact_feed_asked:
-            self.state.fact_feed_asked = True
-            self.ports.send(tier_owners()["fact"], RequestIndex(wake=True))
+        """Ask the facts owner for its complete feed, once per load (see
+        :meth:`RecallState.request_fact_feed`)."""
+        self.state.request_fact_feed()
 
     # -- the persisted fact rows (layers/recall/persist.py) ---------------------------
     def _ensure_segment(self) -> None:
@@ -133,10 +136,18 @@ class RecallLayer:
         state.loaded_tie = loaded.stamp
         state.facts_fed = True
         if not state.uses_vectors():
-            # BM25 only: the segment answers as the facts' feed would. With vectors, queries
-            # still wait for the feed (its entries carry the cached vectors), which now costs
-            # the facts' load, not a re-indexing.
+            # BM25 only: the segment answers as the facts' feed would.
             state.fed.add(tier_owners()["fact"])
+        else:
+            # With vectors, the facts' cached vectors come from their block beside the
+            # segment when it is current too; else queries wait for the feed (its entries
+            # carry them), which costs the facts' load, not a re-indexing.
+            state.stored_vectors = persist.load_vectors(self.ports.paths)
+            if state.stored_vectors is None:
+                self._ask_fact_feed()
+            else:
+                state.fed.add(tier_owners()["fact"])
+                self.vectors.safe_sync()
         self.log.info(
             "recall: %d fact rows loaded from their segment in %.1f ms", len(loaded.base.ids), (time.perf_counter() - started) * 1000
         )
@@ -159,6 +170,47 @@ class RecallLayer:
         finally:
             persisted.rows.close()
 
+    def _drop_vector_block(self) -> None:
+        """Remove the facts' vector block once the fact rows changed (a forgotten fact's
+        vector must not stay on disk; it is written afresh at stop); once per load."""
+        state = self.state
+        if state.vector_block_dropped:
+            return
+        state.vector_block_dropped = True
+        try:
+            persist.discard_vectors(self.ports.paths)
+        except OSError:
+            self.log.warning("recall vectors could not be removed after a change of the facts; they are rewritten at stop")
+
+    def _write_vectors(self) -> None:
+        """Write the facts' vector block at stop when the segment is current and the block
+        is not (missing, stale, another model); never raises (a missing block only makes
+        the next wake wait for the facts' feed)."""
+        state = self.state
+        model = state.index.vector_model
+        vectors = state.index.vectors
+        if model is None or vectors is None or not state.uses_vectors():
+            return
+        paths = self.ports.paths
+        try:
+            if persist.vectors_current(paths, model):
+                return
+            started = time.perf_counter()
+            data = persist.encode_vectors(paths, model, vectors.dim)
+            if data is None:
+                persist.discard_vectors(paths)
+                return
+            persist.write_vectors(paths, data)
+            self.log.info("recall vectors written: %d bytes in %.1f ms", len(data), (time.perf_counter() - started) * 1000)
+        except FencedWrite:
+            self.log.info("recall vectors not written: this node no longer owns the character")
+        except Exception as exc:  # noqa: BLE001 - a stop must complete; a missing block only costs a slower wake
+            self.log.warning("recall vectors not written (%s)", type(exc).__name__)
+            try:
+                persist.discard_vectors(paths)
+            except OSError:
+                pass
+
     def _write_segment(self) -> None:
         """Write the fact rows' segment when they mirror the facts' views (see
         :mod:`nekomem.layers.recall.persist`); never raises (a missing segment only costs
@@ -169,7 +221,8 @@ class RecallLayer:
         paths = self.ports.paths
         try:
             if not state.facts_changed and persist.tied_stamp(paths) == state.loaded_tie:
-                return  # the segment on disk is still current
+                self._write_vectors()  # the segment on disk is still current; its block may not be
+                return
             if self.ports.journal.unapplied_for(tier_owners()["fact"]):
                 persist.discard(paths)
                 return
@@ -180,6 +233,7 @@ class RecallLayer:
                 return
             persist.write(paths, data)
             self.log.info("recall segment written: %d bytes in %.1f ms", len(data), (time.perf_counter() - started) * 1000)
+            self._write_vectors()
         except FencedWrite:
             self.log.info("recall segment not written: this node no longer owns the character")
         except Exception as exc:  # noqa: BLE001 - a stop must complete; a missing segment only costs a rebuild
@@ -235,6 +289,8 @@ class RecallLayer:
             state.facts_changed = state.facts_changed or msg.views is None or msg.views != (state.loaded_tie or [])[:2]
         elif any(e.tier in persist.FACT_TIERS for e in msg.entries):
             state.facts_changed = True
+        if state.facts_changed:
+            self._drop_vector_block()
         self.state.turn_keys = None
         self.vectors.safe_sync()
         self.ports.pending.indexed(self.ports.character, self.vectors.waiting(), msg.counted)
@@ -269,6 +325,7 @@ class RecallLayer:
                 persist.discard(self.ports.paths)
             except OSError:
                 self.log.warning("recall segment could not be removed after an erasure; it is rewritten at stop")
+            self._drop_vector_block()
         state.index.remove(msg.ids)
         self.state.turn_keys = None
         forget_memoised_words()

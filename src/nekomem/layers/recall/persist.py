@@ -38,11 +38,12 @@ import numpy as np
 
 from nekomem import __version__
 from nekomem.config.settings import Settings
+from nekomem.domain import vector_codec
 from nekomem.domain.index_entry import IndexEntry
 from nekomem.domain.layers import FACTS, tier_family
 from nekomem.domain.records import Fact
 from nekomem.layers.facts.state import clipped_fact, fact_index_entry
-from nekomem.recall.index import RecallIndex
+from nekomem.recall.index import RecallIndex, StoredVectors
 from nekomem.recall.query_text import LexicalAnalyzer, stop_names_for
 from nekomem.recall.segment import (
     LexicalArrays,
@@ -67,7 +68,18 @@ class _Id(msgspec.Struct):
     id: str
 
 
+class _Cached(msgspec.Struct):
+    """What a fact record says of its cached vector (the rest of the record is skipped)."""
+
+    id: str
+    text: str = ""
+    embedding: object = None
+    embedding_model_id: str | None = None
+    embedding_text_sha256: str | None = None
+
+
 _IDS = msgspec.json.Decoder(list[_Id])
+_CACHED = msgspec.json.Decoder(list[_Cached])
 _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
 _FACT = msgspec.json.Decoder(Fact, strict=False)
 
@@ -307,6 +319,108 @@ def encode_fact_segment(paths: CharacterPaths, settings: Settings, analyzer: Lex
         return None
     header = {"rows": count, "tiers": tiers, "tied": stamp, "fingerprint": fingerprint(settings, analyzer), "owner": FACTS}
     return encode_segment(header, arrays)
+
+
+# -- the facts' cached vectors (recall_vectors.bin) -----------------------------------
+# With embeddings on, a wake needed every fact's cached vector: the facts' feed (a decode of
+# facts.json) and a base64 decode per vector, seconds for a long memory. The vectors the
+# views cache for the model in use are kept beside the segment as one float16 block (the
+# bytes the base64 holds), tied to the same files: a wake whose segment and block are both
+# current takes the vectors from the block and never waits for the feed.
+VECTORS_KIND = "fact-vectors"
+
+
+def encode_vectors(paths: CharacterPaths, model: str, dim: int) -> bytes | None:
+    """The vector block of the facts' views for ``model`` (``dim`` wide): every record whose
+    cached vector is of that model and of its text as it is, in view order; tied to the
+    files as they are now. None when a view is not a list of records or the views changed
+    while it was made (logged at INFO). Raises OSError."""
+    stamp = tied_stamp(paths)
+    width = dim * 2
+    ids: list[str] = []
+    chunks: list[bytes] = []
+    for path in _sources(paths):
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            continue
+        try:
+            records = _CACHED.decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            log.info("recall vectors not written: %s is not a list of records", path.name)
+            return None
+        for record in records:
+            vector = record.embedding
+            if record.embedding_model_id != model or not isinstance(vector, str) or not vector:
+                continue
+            try:
+                sha = hashlib.sha256(record.text.encode("utf-8")).hexdigest()
+            except UnicodeEncodeError:
+                continue  # no vector is cached for a text that does not encode
+            if record.embedding_text_sha256 != sha:
+                continue
+            raw = vector_codec.wire_bytes(vector)
+            if raw is not None and len(raw) == width:
+                ids.append(record.id)
+                chunks.append(raw)
+    if tied_stamp(paths) != stamp:
+        log.info("recall vectors not written: the views changed while they were read")
+        return None
+    header = {"kind": VECTORS_KIND, "rows": len(ids), "dim": dim, "model": model, "tied": stamp, "owner": FACTS}
+    return encode_segment(header, {"ids": encode_ids(ids), "wire": np.frombuffer(b"".join(chunks), dtype=np.uint8)})
+
+
+def vectors_current(paths: CharacterPaths, model: str | None) -> bool:
+    """Whether the vector block's header says it is tied to the files as they are (and, when
+    ``model`` is given, of that model): a glance, nothing raises."""
+    try:
+        header = read_header(paths.recall_vectors)
+    except (OSError, SegmentError):
+        return False
+    return (
+        header.get("kind") == VECTORS_KIND and header.get("tied") == tied_stamp(paths) and (model is None or header.get("model") == model)
+    )
+
+
+def load_vectors(paths: CharacterPaths) -> StoredVectors | None:
+    """The vector block when it is whole and tied to the files as they are, else None (the
+    reason logged at INFO; nothing raises)."""
+    try:
+        header, arrays = read_segment(paths.recall_vectors)
+    except FileNotFoundError:
+        return None
+    except (OSError, SegmentError) as exc:
+        log.info("recall vectors ignored (%s); the facts' feed brings them", exc)
+        return None
+    try:
+        rows, dim, model = header["rows"], header["dim"], header["model"]
+        if header.get("kind") != VECTORS_KIND or not isinstance(rows, int) or not isinstance(dim, int) or not isinstance(model, str):
+            raise SegmentError("bad header")
+        if header.get("tied") != tied_stamp(paths):
+            log.info("recall vectors ignored (the views or the journal changed since they were written)")
+            return None
+        wire = arrays["wire"]
+        if dim <= 0 or wire.shape[0] != rows * dim * 2:
+            raise SegmentError("the block does not match its rows")
+        ids = decode_ids(arrays["ids"], rows)
+    except (KeyError, SegmentError) as exc:
+        log.info("recall vectors ignored (%s); the facts' feed brings them", exc)
+        return None
+    return StoredVectors(model=model, ids=ids, wire=wire.view(vector_codec.WIRE_DTYPE).reshape(rows, dim))
+
+
+def write_vectors(paths: CharacterPaths, data: bytes) -> None:
+    """Write a vector block's bytes (atomically and durably). Raises OSError."""
+    atomic_write_bytes(paths.recall_vectors, data)
+
+
+def discard_vectors(paths: CharacterPaths) -> None:
+    """Remove the vector block, if any: the facts changed (a forgotten fact's vector must
+    not outlive it on disk), or it could no longer be current."""
+    try:
+        paths.recall_vectors.unlink()
+    except FileNotFoundError:
+        pass
 
 
 def write(paths: CharacterPaths, data: bytes) -> None:

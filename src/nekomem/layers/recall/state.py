@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from nekomem.actors.messages import IndexUpsert, Vectors
+from nekomem.actors.messages import IndexUpsert, RequestIndex, Vectors
 from nekomem.actors.ports import LayerPorts
 from nekomem.config.recall import RecallSettings
 from nekomem.domain.index_entry import IndexEntry
+from nekomem.domain.layers import tier_owners
 from nekomem.layers.recall import persist
 from nekomem.models.embeddings import EmbeddingService
 from nekomem.recall.entry import display_tz
-from nekomem.recall.index import RecallIndex
+from nekomem.recall.index import RecallIndex, StoredVectors
 from nekomem.recall.turn_keys import TurnKeys
 from nekomem.recall.turn_leg import TurnCorpus
 
@@ -55,6 +56,11 @@ class RecallState:
         self.waiting_feeds: list[IndexUpsert] = []
         # The facts owner was asked for its feed (RequestIndex(wake=True)) by this load.
         self.fact_feed_asked = False
+        # The facts' cached vectors read from their block beside a loaded segment, until the
+        # vector side takes them (layers/recall/persist.py); and whether this load removed
+        # the block because the fact rows changed.
+        self.stored_vectors: StoredVectors | None = None
+        self.vector_block_dropped = False
 
     def reset_index(self) -> None:
         """A new, empty index and turn corpus, with the settings read again (at every load)."""
@@ -75,6 +81,15 @@ class RecallState:
         self.segment_due = self.s.recall_index_persist
         self.waiting_feeds = []
         self.fact_feed_asked = False
+        self.stored_vectors = None
+        self.vector_block_dropped = False
+
+    def request_fact_feed(self) -> None:
+        """Ask the facts owner for its complete feed, once per load (an owner that has read
+        its facts already sent it, and does nothing)."""
+        if not self.fact_feed_asked:
+            self.fact_feed_asked = True
+            self.ports.send(tier_owners()["fact"], RequestIndex(wake=True))
 
     def fresh_index(self, keep: list[IndexEntry]) -> RecallIndex:
         """A new, empty index (same settings and analyzer) holding ``keep``."""

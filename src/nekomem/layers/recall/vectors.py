@@ -11,7 +11,7 @@ import time
 
 from nekomem.actors.messages import BackfillDone, TurnVectorsDone, VectorsComputed
 from nekomem.actors.ports import Wrap
-from nekomem.domain.layers import Address, vector_tiers
+from nekomem.domain.layers import Address, tier_owners, vector_tiers
 from nekomem.layers.recall.state import RecallPart, RecallState, as_vectors
 from nekomem.models.embeddings import EmbeddingsUnavailable
 from nekomem.recall.turn_leg import TURN_TIER, TurnCorpus
@@ -65,10 +65,12 @@ class VectorUpkeep(RecallPart):
     def sync_vectors(self) -> None:
         """Bring the vector index in line with the embedding service, then backfill (once
         the facts' feed has handed over a loaded segment's entries, which hold the cached
-        vectors: reading them from the views one by one would cost more)."""
-        if self.state.persisted is not None or self.state.segment_due:
+        vectors: reading them from the views one by one would cost more), or once the
+        segment's vector block is there to give them."""
+        state = self.state
+        if state.segment_due or (state.persisted is not None and state.stored_vectors is None):
             return
-        emb = self.state.service()
+        emb = state.service()
         model = emb.model_id if emb is not None else None
         if model is None:
             service = self.ports.embeddings
@@ -77,7 +79,14 @@ class VectorUpkeep(RecallPart):
                 self.publish_pending()
             return
         assert emb is not None
-        if self.index.attach_model(model, int(emb.dim or 0), getattr(emb, "legs", ())):
+        stored, state.stored_vectors = state.stored_vectors, None
+        if stored is not None and stored.model != model:
+            # A block of another model: the entries' cached vectors decide, as before it.
+            self.log.info("recall vectors of another model ignored; the facts' feed brings the cached ones")
+            state.fed.discard(tier_owners()["fact"])
+            state.request_fact_feed()
+            return
+        if self.index.attach_model(model, int(emb.dim or 0), getattr(emb, "legs", ()), stored=stored):
             self.publish_pending()
         self._pump_backfill()
 
