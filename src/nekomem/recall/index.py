@@ -232,7 +232,10 @@ class RecallIndex:
         entry_rows, decoded = vector_codec.try_decode_many(cached, dim)
         if from_block:
             assert stored is not None
-            block_rows, finite = vector_codec.decode_wire_rows(stored.wire[[given[order[i]] for i in from_block]])
+            picked = np.fromiter((given[order[i]] for i in from_block), dtype=np.intp, count=len(from_block))
+            # The block's rows in index order: usually all of them, already in that order.
+            in_order = len(picked) == stored.wire.shape[0] and bool((picked == np.arange(len(picked))).all())
+            block_rows, finite = vector_codec.decode_wire_rows(stored.wire if in_order else stored.wire[picked])
             if not from_entry:
                 rows, ok = block_rows, finite
             else:

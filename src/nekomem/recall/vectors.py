@@ -156,9 +156,15 @@ class VectorIndex:
             while size < needed:
                 size *= 2
             self._grow(size)
-        rows = [self._take_row() for _ in range(n)]
-        # A fresh index (a wake) takes consecutive rows: written as one slice per block.
-        at: slice | np.ndarray = slice(rows[0], rows[-1] + 1) if rows[-1] - rows[0] == n - 1 == len(set(rows)) - 1 else np.asarray(rows)
+        if self._free:
+            rows = [self._take_row() for _ in range(n)]
+            at: slice | np.ndarray = np.asarray(rows, dtype=np.intp)
+        else:
+            # No free row: the next n rows, as n upserts would take them one by one.
+            first = len(self._row_ids)
+            rows = list(range(first, first + n))
+            self._row_ids.extend([None] * n)
+            at = slice(first, first + n)
         for (start, stop), block in zip(self._spans, self._blocks, strict=True):
             block[at] = units[:, start:stop]
         self._alive[at] = True

@@ -147,10 +147,17 @@ class RecallLayer:
                 self._ask_fact_feed()
             else:
                 state.fed.add(tier_owners()["fact"])
-                self.vectors.safe_sync()
         self.log.info(
             "recall: %d fact rows loaded from their segment in %.1f ms", len(loaded.base.ids), (time.perf_counter() - started) * 1000
         )
+        if state.stored_vectors is not None:
+            started = time.perf_counter()
+            count = len(state.stored_vectors.ids)
+            self.vectors.safe_sync()  # taken now when the embedding service is ready, else when it is
+            if state.stored_vectors is None:
+                self.log.info(
+                    "recall: %d cached fact vectors taken from their block in %.1f ms", count, (time.perf_counter() - started) * 1000
+                )
 
     def _take_fact_feed(self, msg: IndexUpsert, persisted: persist.Loaded) -> None:
         """The facts' complete feed over a loaded segment: its entries taken onto the
