@@ -104,6 +104,64 @@ def test_a_wake_adopts_every_cached_vector_at_once_with_the_bits_of_one_by_one_a
     assert index.vectors.search(query, 20) == reference.vectors.search(query, 20)
 
 
+def test_a_feed_adopts_its_cached_vectors_in_runs_with_the_bits_of_one_by_one_adoption():
+    """An owner's feed over an attached vector side (a wake whose segment could not serve)
+    stores its new documents' cached vectors in runs: rows, their order, the running sum
+    (already holding other vectors), the waiting list and its order must be those of taking
+    the entries one by one, whatever is mixed in (no vector, another model, bad base64, a
+    zero vector, a repeated id, a replaced text, a tier without vectors, a retired entry)."""
+    dim = 16
+    rng = np.random.default_rng(39)
+
+    def vec() -> np.ndarray:
+        return rng.standard_normal(dim).astype(np.float32) * np.float32(rng.uniform(0.1, 9))
+
+    before = [entry(f"r{i}", f"Master seems fond of item {i}", tier="reflection", vec=vec()) for i in range(7)]
+    feed: list[IndexEntry] = []
+    for i in range(400):
+        text = f"Master fact {i} about kites and rain"
+        e = entry(f"f{i % 370}", text, tier="fact" if i % 50 else "fact_archive", vec=vec())
+        kind = i % 29
+        if kind == 1:
+            e = IndexEntry(**{**_fields(e), "vector": None})
+        elif kind == 2:
+            e = IndexEntry(**{**_fields(e), "vector_model": "other"})
+        elif kind == 3:
+            e = IndexEntry(**{**_fields(e), "vector": "@@@"})
+        elif kind == 4:
+            e = IndexEntry(**{**_fields(e), "vector": vector_codec.encode(np.zeros(dim, dtype=np.float32))})
+        elif kind == 5:
+            e = IndexEntry(**{**_fields(e), "tier": "turn"})
+        elif kind == 6:
+            e = IndexEntry(**{**_fields(e), "searchable": False})
+        elif kind == 7:
+            e = IndexEntry(**{**_fields(e), "text": "", "text_sha256": text_sha256("")})
+        feed.append(e)
+        if i % 61 == 10:  # the same id again at once, another text: the first is stored first
+            feed.append(entry(e.id, text + " (again)", vec=vec()))
+    feed.append(entry("r3", "Master seems fond of item 3 now", tier="reflection", vec=vec()))
+
+    batched, single = make_index(), make_index()
+    for index in (batched, single):
+        index.attach_model(MODEL, dim)
+        index.upsert(before)
+    batched.upsert(feed, replace_tier="fact")
+    # The same feed one entry at a time through the one-by-one path (no batch).
+    family = {e.id for e in feed}
+    for doc_id in [i for i in single.docs.ids_in_tiers(("fact", "fact_archive")) if i not in family]:
+        single._drop(doc_id)
+    for e in feed:
+        single._put(e)
+
+    assert list(batched.need.items()) == list(single.need.items())
+    assert list(batched.vectors.ids()) == list(single.vectors.ids()) and len(batched.vectors) > 200
+    for doc_id in single.vectors.ids():
+        assert batched.vectors.get(doc_id).tobytes() == single.vectors.get(doc_id).tobytes(), doc_id
+    assert batched.vectors.centroid().tobytes() == single.vectors.centroid().tobytes()
+    query = rng.standard_normal(dim).astype(np.float32)
+    assert batched.vectors.search(query, 30) == single.vectors.search(query, 30)
+
+
 def _fields(e: IndexEntry) -> dict:
     return {f.name: getattr(e, f.name) for f in msgspec.structs.fields(e)}
 

@@ -45,6 +45,27 @@ Vectors = npt.NDArray[np.float32]
 ComputedVectors = dict[Address, dict[str, tuple[str, str, str]]]
 
 
+class _CachedBatch:
+    """The cached vectors of new documents met by one :meth:`RecallIndex.upsert`, in order,
+    waiting to be decoded and stored together."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.vectors: list[object] = []
+        self.shas: list[str] = []
+        self.seen: set[str] = set()
+
+    def add(self, doc_id: str, vector: object, sha: str) -> None:
+        self.ids.append(doc_id)
+        self.vectors.append(vector)
+        self.shas.append(sha)
+        self.seen.add(doc_id)
+
+    def clear(self) -> None:
+        self.ids, self.vectors, self.shas = [], [], []
+        self.seen = set()
+
+
 @dataclass(frozen=True)
 class StoredVectors:
     """Cached vectors of some documents kept apart from their entries: ``wire[i]`` (little-
@@ -84,8 +105,12 @@ class RecallIndex:
             keep = {e.id for e in entries}
             for doc_id in [i for i in self.docs.ids_in_tiers(family) if i not in keep]:
                 self._drop(doc_id)
+        # New documents' cached vectors are decoded and stored together (a wake's feed holds
+        # tens of thousands), in runs that keep every row, sum and waiting entry as one by one.
+        batch = _CachedBatch() if self.vectors is not None else None
         for entry in entries:
-            self._put(entry)
+            self._put(entry, batch)
+        self._adopt_batch(batch)
         self._time_cache = None
 
     def adopt(self, entries: Iterable[IndexEntry], replace_tier: str) -> None:
@@ -143,10 +168,11 @@ class RecallIndex:
             self._drop(doc_id)
         self._time_cache = None
 
-    def _put(self, entry: IndexEntry) -> None:
+    def _put(self, entry: IndexEntry, batch: _CachedBatch | None = None) -> None:
         if not entry.id:
             return
         if not indexable(entry):
+            self._adopt_batch(batch)
             self._drop(entry.id)
             return
         old = self.docs.get(entry.id)
@@ -158,20 +184,49 @@ class RecallIndex:
             if old is not None:
                 self.lexical.remove(entry.id)
             self.lexical.add(entry.id, self.analyzer.document(entry.text))
-        self._put_vector(entry, doc, same_text)
+        self._put_vector(entry, doc, same_text, batch)
 
-    def _put_vector(self, entry: IndexEntry, doc: IndexedDoc, same_text: bool) -> None:
+    def _put_vector(self, entry: IndexEntry, doc: IndexedDoc, same_text: bool, batch: _CachedBatch | None = None) -> None:
         if self.vectors is None:
             return
+        if batch is not None and entry.id in batch.seen:
+            self._adopt_batch(batch)  # the same id again: the first one is stored first
         if entry.tier not in vector_tiers():
+            self._adopt_batch(batch)
             self.vectors.remove(entry.id)
             self.need.pop(entry.id, None)
             return
         if same_text and entry.id in self.vectors:
             return
+        if (
+            batch is not None
+            and entry.id not in self.vectors
+            and entry.vector is not None
+            and entry.vector_model == self.vector_model
+            and entry.text_sha256 == doc.sha
+        ):
+            batch.add(entry.id, entry.vector, doc.sha)
+            return
+        # Anything else changes the rows or the waiting list: the batch goes first.
+        self._adopt_batch(batch)
         if not self._adopt_cached(entry, doc.sha):
             self.vectors.remove(entry.id)
             self.need[entry.id] = doc.sha
+
+    def _adopt_batch(self, batch: _CachedBatch | None) -> None:
+        """Store the batch's cached vectors (those that decode and have a direction) and
+        list the others as waiting, in the batch's order; empty it."""
+        if batch is None or not batch.ids or self.vectors is None:
+            return
+        rows, decoded = vector_codec.try_decode_many(batch.vectors, self.vectors.dim)
+        unit, kept = vector_units(rows)
+        stored = np.zeros(len(batch.ids), dtype=bool)
+        stored[np.flatnonzero(decoded)[kept]] = True
+        self.vectors.add_units([batch.ids[i] for i in np.flatnonzero(stored).tolist()], unit)
+        for doc_id, sha, ok in zip(batch.ids, batch.shas, stored.tolist(), strict=True):
+            if not ok:
+                self.need[doc_id] = sha
+        batch.clear()
 
     def _drop(self, doc_id: str) -> None:
         if self.docs.pop(doc_id, None) is None:

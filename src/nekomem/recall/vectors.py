@@ -171,8 +171,12 @@ class VectorIndex:
         for doc_id, row in zip(doc_ids, rows, strict=True):
             self._id_row[doc_id] = row
             self._row_ids[row] = doc_id
-        # Summed row after row along axis 0 in float64, as n upserts add them one by one.
-        self._sum += np.add.reduce(units, axis=0, dtype=np.float64)
+        # Summed row after row in float64 onto the running sum, as n upserts add them one by
+        # one (a reduction along axis 0 adds the rows in order; chunks bound the float64 copy).
+        total = self._sum
+        for lo in range(0, n, 4096):
+            total = np.add.reduce(np.concatenate([total[None, :], units[lo : lo + 4096].astype(np.float64)]), axis=0)
+        self._sum = total
         self._hub_dots.clear()
 
     def remove(self, doc_id: str) -> bool:
