@@ -16,7 +16,7 @@ from nekomem.domain import vector_codec
 from nekomem.domain.index_entry import IndexEntry
 from nekomem.domain.layers import vector_tiers
 from nekomem.models.embeddings import VectorLeg, text_sha256
-from nekomem.recall.index import RecallIndex
+from nekomem.recall.index import RecallIndex, StoredVectors
 from nekomem.recall.query_plan import plan_query
 from nekomem.recall.query_text import LexicalAnalyzer, stop_names_for
 from nekomem.recall.response import empty_response, query_response
@@ -160,6 +160,45 @@ def test_a_feed_adopts_its_cached_vectors_in_runs_with_the_bits_of_one_by_one_ad
     assert batched.vectors.centroid().tobytes() == single.vectors.centroid().tobytes()
     query = rng.standard_normal(dim).astype(np.float32)
     assert batched.vectors.search(query, 30) == single.vectors.search(query, 30)
+
+
+def test_a_vector_block_gives_the_rows_the_entries_caches_give_across_its_slices():
+    """A wake from a current vector block (StoredVectors: the float16 bytes the entries'
+    base64 holds) stores, slice after slice, exactly what adopting the entries' cached
+    vectors one by one stores, bad rows (not finite, zero) left waiting as there."""
+    dim = 8
+    rng = np.random.default_rng(41)
+    n = 20_000  # more than one slice
+    wire = (rng.standard_normal((n, dim)) * rng.uniform(0.01, 30, (n, 1))).astype("<f2")
+    wire[77] = np.inf
+    wire[9000] = 0
+    entries = [
+        IndexEntry(
+            id=f"f{i}",
+            tier="fact",
+            text=f"note {i}",
+            entity="master",
+            created_at="2026-01-01T00:00:00+00:00",
+            vector=base64.b64encode(wire[i].tobytes()).decode(),
+            vector_model=MODEL,
+            text_sha256=text_sha256(f"note {i}"),
+        )
+        for i in range(n)
+    ]
+    from_block, reference = make_index(), make_index()
+    for index in (from_block, reference):
+        index.upsert(entries)
+    stored = StoredVectors(model=MODEL, ids=[e.id for e in entries], wire=wire)
+    assert from_block.attach_model(MODEL, dim, stored=stored) is True
+    reference.vectors = VectorIndex(dim, reference.s)
+    reference.vector_model = MODEL
+    for doc_id, doc in reference.docs.items():
+        if not reference._adopt_cached(doc.entry, doc.sha):
+            reference.need[doc_id] = doc.sha
+    assert list(from_block.need) == list(reference.need) == ["f77", "f9000"]
+    assert list(from_block.vectors.ids()) == list(reference.vectors.ids())
+    assert from_block.vectors._blocks[0][: n - 2].tobytes() == reference.vectors._blocks[0][: n - 2].tobytes()
+    assert from_block.vectors.centroid().tobytes() == reference.vectors.centroid().tobytes()
 
 
 def _fields(e: IndexEntry) -> dict:

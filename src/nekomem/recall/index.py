@@ -45,6 +45,10 @@ Vectors = npt.NDArray[np.float32]
 ComputedVectors = dict[Address, dict[str, tuple[str, str, str]]]
 
 
+# Rows of a vector block decoded and stored at a time at a wake (bounds the float32 copies).
+_BLOCK_SLICE = 8192
+
+
 class _CachedBatch:
     """The cached vectors of new documents met by one :meth:`RecallIndex.upsert`, in order,
     waiting to be decoded and stored together."""
@@ -284,6 +288,21 @@ class RecallIndex:
                 from_entry.append(len(order))
                 order.append(doc_id)
                 cached.append(entry.vector)
+        if from_block and not from_entry:
+            assert stored is not None
+            picked = np.fromiter((given[order[i]] for i in from_block), dtype=np.intp, count=len(from_block))
+            if len(picked) == stored.wire.shape[0] and bool((picked == np.arange(len(picked))).all()):
+                # The whole block in index order (a wake from a current block): decoded and
+                # stored a slice at a time, so a long memory's float32 rows are never held
+                # twice (the same rows and sum: appended in order).
+                self.vectors.reserve(len(order))
+                for lo in range(0, len(order), _BLOCK_SLICE):
+                    wire_rows, wire_ok = vector_codec.decode_wire_rows(stored.wire[lo : lo + _BLOCK_SLICE])
+                    unit, kept = vector_units(wire_rows[wire_ok] if not wire_ok.all() else wire_rows)
+                    ids = [order[lo + i] for i in np.flatnonzero(wire_ok)[kept].tolist()]
+                    self.vectors.add_units(ids, unit)
+                self._list_waiting(tiers)
+                return True
         entry_rows, decoded = vector_codec.try_decode_many(cached, dim)
         if from_block:
             assert stored is not None
@@ -305,11 +324,16 @@ class RecallIndex:
             ok[np.asarray(from_entry, dtype=np.intp)[decoded]] = True
         unit, kept = vector_units(rows)
         self.vectors.add_units([order[i] for i in np.flatnonzero(ok)[kept].tolist()], unit)
+        self._list_waiting(tiers)
+        return True
+
+    def _list_waiting(self, tiers: Collection[str]) -> None:
+        """List every document of ``tiers`` without a vector in :attr:`need`, in index order."""
         vectors = self.vectors
+        assert vectors is not None
         for doc_id, doc in self.docs.items():
             if doc.tier in tiers and doc_id not in vectors:
                 self.need[doc_id] = doc.sha
-        return True
 
     def detach_model(self) -> None:
         """Forget the vector side (the embedding service was disabled)."""

@@ -149,13 +149,7 @@ class VectorIndex:
             raise ValueError("ids must be non-empty, distinct and not stored yet")
         if n == 0:
             return
-        needed = len(self._row_ids) + max(0, n - len(self._free))
-        if needed > self.capacity:
-            # One reallocation, to the size the doublings one row at a time would reach.
-            size = self.capacity
-            while size < needed:
-                size *= 2
-            self._grow(size)
+        self.reserve(n)
         if self._free:
             rows = [self._take_row() for _ in range(n)]
             at: slice | np.ndarray = np.asarray(rows, dtype=np.intp)
@@ -178,6 +172,16 @@ class VectorIndex:
             total = np.add.reduce(np.concatenate([total[None, :], units[lo : lo + 4096].astype(np.float64)]), axis=0)
         self._sum = total
         self._hub_dots.clear()
+
+    def reserve(self, n: int) -> None:
+        """Make room for ``n`` more vectors at once: one reallocation, to the size the
+        doublings one insert at a time would reach."""
+        needed = len(self._row_ids) + max(0, n - len(self._free))
+        if needed > self.capacity:
+            size = self.capacity
+            while size < needed:
+                size *= 2
+            self._grow(size)
 
     def remove(self, doc_id: str) -> bool:
         """Drop the vector of ``doc_id``; False if there was none."""
