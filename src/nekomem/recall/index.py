@@ -72,8 +72,8 @@ class _CachedBatch:
 
 @dataclass(frozen=True)
 class StoredVectors:
-    """Cached vectors of some documents kept apart from their entries: ``wire[i]`` (little-
-    endian float16, the bytes a cached vector's base64 holds) is the vector of ``ids[i]``
+    """Cached vectors of facts kept apart from their entries: ``wire[i]`` (little-endian
+    float16, the bytes a cached vector's base64 holds) is the vector of the fact ``ids[i]``
     under ``model``."""
 
     model: str
@@ -269,7 +269,8 @@ class RecallIndex:
         given: dict[str, int] = {}
         if stored is not None and stored.model == model and stored.wire.shape[1:] == (dim,):
             docs = self.docs
-            given = {doc_id: row for row, doc_id in enumerate(stored.ids) if doc_id in docs and docs[doc_id].tier in tiers}
+            facts = set(tier_family("fact")) & set(tiers)  # a block holds the facts' vectors only
+            given = {doc_id: row for row, doc_id in enumerate(stored.ids) if doc_id in docs and docs[doc_id].tier in facts}
         # Every document with a vector to adopt, in index order (the matrix's rows follow it,
         # as adopting them one by one did), and where its vector comes from.
         order: list[str] = []
