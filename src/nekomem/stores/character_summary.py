@@ -7,7 +7,8 @@ row carries the *stamp* it was read under: the modification times of the charact
 folder (an atomic view write renames a file in it), its view folder, its reflection
 archive, each file its layers declare (one rewritten in place by hand) and its journal
 (``time_indexed.db`` and its WAL). A row whose stamp moved is read
-again: its journal at once, its counts when the row is next shown.
+again: its journal at once; its counts by the start-up check below, or, after that, when
+the row is next shown.
 
 When the stamps are compared:
 
