@@ -124,6 +124,22 @@ class DocTable:
             yield doc
 
     # -- what a plain dict could not do cheaply ---------------------------------------
+    def tier_of(self, doc_id: str) -> str | None:
+        """The tier of ``doc_id``'s document (None when absent), without making a segment
+        row's document to tell it."""
+        doc = self._docs.get(doc_id)
+        if doc is not None:
+            return doc.tier
+        row = self._base_row.get(doc_id)
+        if row is None:
+            return None
+        made = self._base_docs[row]
+        if made is not None:
+            return made.tier
+        base = self._base
+        assert base is not None
+        return base.tiers[int(base.tier[row])]
+
     def ids_in_tiers(self, tiers: Collection[str]) -> list[str]:
         """The ids whose document is in one of ``tiers`` (a segment's rows are looked at
         one by one only when its tiers are partly in ``tiers``; none of them, but the rows

@@ -270,20 +270,22 @@ class RecallIndex:
         if stored is not None and stored.model == model and stored.wire.shape[1:] == (dim,):
             docs = self.docs
             facts = set(tier_family("fact")) & set(tiers)  # a block holds the facts' vectors only
-            given = {doc_id: row for row, doc_id in enumerate(stored.ids) if doc_id in docs and docs[doc_id].tier in facts}
+            given = {doc_id: row for row, doc_id in enumerate(stored.ids) if docs.tier_of(doc_id) in facts}
         # Every document with a vector to adopt, in index order (the matrix's rows follow it,
         # as adopting them one by one did), and where its vector comes from.
         order: list[str] = []
         from_block: list[int] = []  # positions in ``order`` taken from ``stored``
         from_entry: list[int] = []  # positions in ``order`` taken from the entry's cache
         cached: list[object] = []
-        for doc_id, doc in self.docs.items():
-            if doc.tier not in tiers:
-                continue
+        docs = self.docs
+        for doc_id in list(docs):
             if doc_id in given:
                 from_block.append(len(order))
                 order.append(doc_id)
                 continue
+            if docs.tier_of(doc_id) not in tiers:
+                continue
+            doc = docs[doc_id]
             entry = doc.entry
             if entry.vector is not None and entry.vector_model == model and entry.text_sha256 == doc.sha:
                 from_entry.append(len(order))
@@ -332,9 +334,10 @@ class RecallIndex:
         """List every document of ``tiers`` without a vector in :attr:`need`, in index order."""
         vectors = self.vectors
         assert vectors is not None
-        for doc_id, doc in self.docs.items():
-            if doc.tier in tiers and doc_id not in vectors:
-                self.need[doc_id] = doc.sha
+        docs = self.docs
+        for doc_id in list(docs):
+            if doc_id not in vectors and docs.tier_of(doc_id) in tiers:
+                self.need[doc_id] = docs[doc_id].sha
 
     def detach_model(self) -> None:
         """Forget the vector side (the embedding service was disabled)."""
