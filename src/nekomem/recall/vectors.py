@@ -167,10 +167,14 @@ class VectorIndex:
             self._row_ids[row] = doc_id
         # Summed row after row in float64 onto the running sum, as n upserts add them one by
         # one (a reduction along axis 0 adds the rows in order; chunks bound the float64 copy).
-        total = self._sum
-        for lo in range(0, n, 4096):
-            total = np.add.reduce(np.concatenate([total[None, :], units[lo : lo + 4096].astype(np.float64)]), axis=0)
-        self._sum = total
+        if not self._sum.any():
+            # From zero (a wake's first vectors): the rows' own sum, in the same order.
+            self._sum = self._sum + np.add.reduce(units, axis=0, dtype=np.float64)
+        else:
+            total = self._sum
+            for lo in range(0, n, 4096):
+                total = np.add.reduce(np.concatenate([total[None, :], units[lo : lo + 4096].astype(np.float64)]), axis=0)
+            self._sum = total
         self._hub_dots.clear()
 
     def reserve(self, n: int) -> None:
