@@ -120,14 +120,20 @@ def try_decode_many(items: Sequence[object], dim: int) -> tuple[np.ndarray, np.n
     return rows, ok
 
 
-def decode_wire_rows(wire: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def decode_wire_rows(wire: np.ndarray, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Rows of little-endian float16 (the bytes :func:`encode` wraps in base64), ``(k,
     dim)``, decoded as :func:`decode` decodes one: (float32 rows, L2-normalised, a zero row
     kept as it is; a boolean mask of the rows whose values are all finite: the others hold
     garbage and are the caller's to drop). Each norm is the row's dot product with itself,
     batched as a matrix product (the kernel of the one-row norm, so the same bits), and the
-    division is done in float32 as there."""
-    rows = wire.astype(np.float32)
+    division is done in float32 as there. ``out``: a float32 array of at least as many rows
+    to decode into (reused across slices, so a long block does not fault in fresh memory
+    for every one); the rows returned are then a view into it."""
+    if out is None:
+        rows = wire.astype(np.float32)
+    else:
+        rows = out[: wire.shape[0]]
+        np.copyto(rows, wire)
     # float16 values square and sum far inside float32's range, so a row's norm is finite
     # exactly when every value of the row is.
     norms = np.sqrt((rows[:, None, :] @ rows[:, :, None])[:, 0, 0])

@@ -299,8 +299,9 @@ class RecallIndex:
                 # stored a slice at a time, so a long memory's float32 rows are never held
                 # twice (the same rows and sum: appended in order).
                 self.vectors.reserve(len(order))
+                buffer = np.empty((min(_BLOCK_SLICE, len(order)), dim), dtype=np.float32)
                 for lo in range(0, len(order), _BLOCK_SLICE):
-                    wire_rows, wire_ok = vector_codec.decode_wire_rows(stored.wire[lo : lo + _BLOCK_SLICE])
+                    wire_rows, wire_ok = vector_codec.decode_wire_rows(stored.wire[lo : lo + _BLOCK_SLICE], out=buffer)
                     unit, kept = vector_units(wire_rows[wire_ok] if not wire_ok.all() else wire_rows)
                     ids = [order[lo + i] for i in np.flatnonzero(wire_ok)[kept].tolist()]
                     self.vectors.add_units(ids, unit)
