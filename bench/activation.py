@@ -16,9 +16,10 @@ server on the same root too, so before and after come from one machine at one mo
 embedding model (``use+e5`` is the default setting) and every fact carries a cached vector
 of it, as the server stores them once computed (random unit vectors with the model's id
 and the text's sha256: what is timed is reading them back, not the model). The server is
-started and stopped once before the timed starts, so its recall segment describes the
-views (the vectors are written into facts.json behind its back). No HTTP import then (each
-fact would wait for the model).
+started and stopped once before the timed starts, so its recall segment and vector block
+describe the views (the vectors are written into facts.json behind its back); that stop is
+waited for however long it takes, and its time printed (a stop after the facts changed
+writes both files). No HTTP import then (each fact would wait for the model).
 
 ``--http-import`` (on by default) also imports the same facts over HTTP,
 ``POST /api/characters/{name}/facts`` in batches of ``--batch``, into a running server, and
@@ -167,8 +168,11 @@ def cache_vectors(root: Path, tmp: Path, model: str) -> str:
     return model_id
 
 
-def first_request(root: Path, src: str | None, route: str, model: str | None = None) -> float:
-    """Start a server on ``root``, time the first ``route`` of the character, stop it."""
+def first_request(root: Path, src: str | None, route: str, model: str | None = None, stops: list[float] | None = None) -> float:
+    """Start a server on ``root``, time the first ``route`` of the character, stop it.
+    ``stops``: the stop is waited for however long it takes (it writes the recall segment
+    and vector block of the views as they are: a server killed meanwhile leaves the next
+    wake without them) and its seconds appended."""
     server, log = _started(root, src, model)
     try:
         with httpx.Client(base_url=server.url, timeout=600) as client:
@@ -182,7 +186,10 @@ def first_request(root: Path, src: str | None, route: str, model: str | None = N
                 raise SystemExit(f"{route}: {answer.status_code} {answer.text[:300]}\n{log.text()}")
             return took
     finally:
-        server.stop()
+        stopping = time.perf_counter()
+        server.stop(timeout=15.0 if stops is None else 1800.0)
+        if stops is not None:
+            stops.append(time.perf_counter() - stopping)
 
 
 def warm_p50(root: Path, src: str | None, rounds: int, model: str | None = None) -> float:
@@ -237,8 +244,10 @@ def measure(count: int, tmp: Path, rounds: int, http: bool, batch: int, baseline
     facts_json = paths.facts
     if model is not None:
         model_id = cache_vectors(root, tmp, model)
-        first_request(root, None, "query", model)  # the segment rebuilt for the views as they are now
+        stops: list[float] = []
+        first_request(root, None, "query", model, stops)  # the segment rebuilt for the views as they are now
         print(f"{count} facts: each with a cached vector of {model_id}")
+        print(f"{count} facts: the stop that wrote the recall segment and vector block took {stops[0]:.1f} s")
     parse = parse_seconds(facts_json)
     # The import writes the facts' recall segment too (recall_index_persist); a baseline ignores it.
     segment = f", recall segment {paths.recall_segment.stat().st_size / 1e6:.1f} MB" if paths.recall_segment.exists() else ""

@@ -335,3 +335,31 @@ def test_a_damaged_stale_or_foreign_vector_block_is_ignored_and_the_feed_brings_
     assert recall_persist.load_vectors(paths) is None
     with LiveServer(settings, embeddings=embedding_service) as srv:
         assert _answers(srv, query) == before
+
+
+def test_the_records_byte_ranges_are_found_in_the_servers_layout_and_in_any_other(tmp_path: Path) -> None:
+    """A stop writes the segment from each fact record's byte range in facts.json: the
+    server's own compact layout is walked record after record, any other layout (an edit
+    by hand) is found by each record's address; both give every record's exact bytes, and
+    a file that is not a list of records gives none."""
+    from nekomem.stores.atomic import encode_json
+
+    records = [{"id": f"f{i}", "text": f"text {i} \u732b", "n": i, "nested": {"a": [i, "]"]}} for i in range(300)]
+    path = tmp_path / "facts.json"
+    layouts = {
+        "server": encode_json(records),
+        "indented": json.dumps(records, indent=2, ensure_ascii=False).encode(),
+        "one record spaced": encode_json(records[:150])[:-2] + b", " + encode_json(records[150:])[1:],
+    }
+    for layout, data in layouts.items():
+        path.write_bytes(data)
+        ranges = recall_persist._record_ranges(path)
+        assert ranges is not None, layout
+        assert list(ranges) == [r["id"] for r in records], layout
+        for record in records:
+            start, end = ranges[record["id"]]
+            assert json.loads(data[start:end]) == record, layout
+    path.write_bytes(b'{"id": "f0"}')
+    assert recall_persist._record_ranges(path) is None
+    path.unlink()
+    assert recall_persist._record_ranges(path) == {}

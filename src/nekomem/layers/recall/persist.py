@@ -259,18 +259,40 @@ def _record_ranges(path: Path) -> dict[str, tuple[int, int]] | None:
         ids = _IDS.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
-    # A Raw decoded from bytes is a view into them: its address gives its place. Checked
-    # byte for byte, so a msgspec that copied would only cost the segment, never a wrong row.
-    view = memoryview(data)
+    parts = [bytes(raw) for raw in raws]
+    ranges = _compact_ranges(data, ids, parts)
+    if ranges is not None:
+        return ranges
+    # Another layout (an edit by hand, say): a Raw decoded from bytes is a view into them,
+    # so its address gives its place. Checked byte for byte, so a msgspec that copied would
+    # only cost the segment, never a wrong row.
     origin = np.frombuffer(data, dtype=np.uint8).ctypes.data
-    ranges: dict[str, tuple[int, int]] = {}
-    for record, raw in zip(ids, raws, strict=True):
-        part = memoryview(raw)
-        start = np.frombuffer(part, dtype=np.uint8).ctypes.data - origin if len(part) else -1
+    ranges = {}
+    for record, raw, part in zip(ids, raws, parts, strict=True):
+        start = np.frombuffer(memoryview(raw), dtype=np.uint8).ctypes.data - origin if part else -1
         end = start + len(part)
-        if start < 0 or end > len(data) or view[start:end] != part:
+        if start < 0 or end > len(data) or data[start:end] != part:
             return None
         ranges[record.id] = (start, end)
+    return ranges
+
+
+def _compact_ranges(data: bytes, ids: list[_Id], parts: list[bytes]) -> dict[str, tuple[int, int]] | None:
+    """The records' byte ranges when the file is laid out as the server writes its views
+    (``[`` then the records joined by ``,``, no space between), each checked byte for byte;
+    None at the first record found elsewhere. A stop writes the segment of a long memory
+    after every change of its facts: this walk costs a slice per record, where asking each
+    record's address costs an array and a ctypes object."""
+    ranges: dict[str, tuple[int, int]] = {}
+    start = 1
+    if not data.startswith(b"["):
+        return None
+    for record, part in zip(ids, parts, strict=True):
+        end = start + len(part)
+        if data[start:end] != part:
+            return None
+        ranges[record.id] = (start, end)
+        start = end + 1  # the comma (or the closing bracket after the last)
     return ranges
 
 
