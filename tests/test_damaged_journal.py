@@ -141,8 +141,8 @@ class _FullChecks:
 @pytest.mark.parametrize("how", ["zero_length", "truncated", "garbage"])
 def test_a_journal_noted_as_checked_and_damaged_in_place_is_found_without_the_full_check(tmp_path, monkeypatch, how):
     """The server that made the journal noted it as checked on this boot (``journal_checked``
-    in recent_meta.json), so the next activation leaves SQLite's full check out: the header
-    and row checks find these damages."""
+    in recent_meta.json), so the next activation leaves SQLite's full check out: SQLite's
+    first read and the row check find these damages."""
     settings, db_path = _fill(tmp_path)
     meta = json.loads((tmp_path / "Lan" / "recent_meta.json").read_text(encoding="utf-8"))
     assert meta["journal_checked"], "the server that created the journal noted it"

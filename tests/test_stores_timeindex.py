@@ -291,3 +291,36 @@ def test_the_read_only_looks_find_a_journal_under_a_path_with_uri_characters(tmp
     db.set_cursors({"post_turn": 0})
     db.close()
     assert TimeIndex.rows_after_cursor(folder / "time_indexed.db", "post_turn")
+
+
+def test_the_activation_check_keeps_this_process_locks_so_no_other_process_drops_the_wal(tmp_path: Path) -> None:
+    """The check an activation runs on the journal (``timeindex_check.check_journal``) must
+    not open the file outside SQLite: closing any descriptor of a file drops every POSIX
+    lock the process holds on it, SQLite's shared lock included, which is what tells other
+    processes the WAL is in use. A read connection open meanwhile (a browse request, the
+    listing's count) is enough for SQLite to believe it still holds the lock, so the writer
+    opened next takes none; another process's connection (a previous owner's, closed at
+    its exit) then checkpoints and deletes the WAL at its close, and every turn the writer
+    commits after that is gone for the next reader."""
+    from nekomem.stores import timeindex_check
+    from nekomem.stores.timeindex_read import TimeIndexReader
+
+    path = (tmp_path / "time_indexed.db").absolute()
+    seed = TimeIndex(path)
+    seed.append("s", [Turn(role="human", text="one", ts="2026-01-01T00:00:00+00:00")])
+    seed.close()
+    with TimeIndexReader.read_only(path) as reader:
+        assert reader.count() == 1  # a connection of this process, open
+        assert timeindex_check.check_journal(path, 1, full=False) is None
+        writer = TimeIndex(path)
+        writer.append("s", [Turn(role="human", text="two", ts="2026-01-01T00:00:01+00:00")])
+        other = "import sqlite3, sys; db = sqlite3.connect(sys.argv[1]); db.execute('SELECT COUNT(*) FROM sqlite_master').fetchall(); db.close()"
+        subprocess.run([sys.executable, "-c", other, str(path)], check=True)
+        assert os.path.exists(f"{path}-wal"), "another process checkpointed and removed the WAL under the open writer"
+        writer.append("s", [Turn(role="human", text="three", ts="2026-01-01T00:00:02+00:00")])
+        count = (
+            "import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT COUNT(*) FROM time_indexed_original').fetchone()[0])"
+        )
+        seen = subprocess.run([sys.executable, "-c", count, str(path)], check=True, capture_output=True, text=True).stdout.strip()
+        assert seen == "3"
+        writer.close()

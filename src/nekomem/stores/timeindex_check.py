@@ -1,17 +1,27 @@
 """A damaged time_indexed.db found on open, kept aside, and what could be read of it salvaged.
 
-Before its writer opens the journal, :func:`check_journal` looks at it:
+Before its writer opens the journal, :func:`check_journal` looks at it, through SQLite only:
 
-- its header (:func:`header_problem`): not an SQLite file, or fewer pages than the header
-  promises while no WAL holds the rest (a truncated copy);
-- SQLite's own ``PRAGMA quick_check`` (a garbage file fails with "file is not a database",
-  a truncated one with "database disk image is malformed" or a list of problems), unless
-  the caller knows the file was checked before and since then only written through SQLite
-  on this machine (see :func:`journal_identity`): it reads every page, which after a
-  crash or a failover made each activation several times dearer;
+- SQLite's first read: a garbage file fails with "file is not a database", a file shorter
+  than the pages its header counts (a truncated copy, no WAL holding the rest) with
+  "database disk image is malformed";
+- SQLite's own ``PRAGMA quick_check`` (it reads every page), unless the caller knows the
+  file was checked before and since then only written through SQLite on this machine (see
+  :func:`journal_identity`): after a crash or a failover it made each activation several
+  times dearer;
 - the rows the character's other files know of (``known_rows``: ``journal_row`` of
   recent_meta.json, the last row the window folded in) against the journal's high-water
   mark: a zero-length or replaced file passes SQLite's check but has lost rows.
+
+**Never a descriptor of the journal outside SQLite.** Closing any descriptor of a file drops
+every POSIX lock the process holds on it, SQLite's included; SQLite does not know and does
+not take them again. In WAL mode each connection's shared lock is what tells other
+processes the WAL is in use: without it, another process closing its connection (in a
+cluster, a previous owner's left open until it exits) checkpoints and deletes the WAL under
+this process's writer, and every turn committed after that is lost to the next reader. A
+read connection of this process may be open while an activation checks (a browse request,
+the character list's counts), so the check reads the header through SQLite, as the first
+read does, and never opens the file itself.
 
 **When the full check can be left out.** A journal in WAL mode with ``synchronous=FULL``
 is not damaged by a process killed mid-write (SQLite's commit protocol), only by what
@@ -19,7 +29,7 @@ happens below or beside it: a power cut on a disk that lies about flushes, a cop
 restore of the file, an outside writer, a failing disk. The caller stores
 :func:`journal_identity` (the kernel's boot id, the file's device and inode) after a
 full check that found nothing; while the identity is the same, no reboot (so no power
-cut) happened and the file was not replaced, and the header and row checks are enough.
+cut) happened and the file was not replaced, and SQLite's first read and the row check are enough.
 A page damaged in place without either is found when SQLite reads it: the layer crashes,
 and its restart runs the full check (the caller asks for it on every load but the first).
 
@@ -112,33 +122,6 @@ def journal_identity(path: Path) -> str | None:
     return f"{boot}:{st.st_dev}:{st.st_ino}"
 
 
-def header_problem(path: Path) -> str | None:
-    """What the first 100 bytes of the journal at ``path`` say is wrong (None: nothing, or
-    an empty file, which SQLite reads as an empty database): not an SQLite file, or a file
-    shorter than the pages its header counts while no WAL holds the rest. Raises OSError."""
-    size = path.stat().st_size
-    if size == 0:
-        return None
-    with path.open("rb") as fh:
-        head = fh.read(100)
-    if len(head) < 100 or not head.startswith(_SQLITE_MAGIC):
-        return "not an SQLite database (its header)"
-    page_size = int.from_bytes(head[16:18], "big")
-    page_size = 65536 if page_size == 1 else page_size
-    if page_size < 512 or page_size & (page_size - 1):
-        return f"not an SQLite database (page size {page_size} in its header)"
-    pages = int.from_bytes(head[28:32], "big")
-    # The page count is valid when the change counter matches "version valid for" (SQLite
-    # file format, offsets 24 and 92). A WAL with frames may hold pages the file does not
-    # have yet (a checkpoint cut short): then only SQLite can tell.
-    counted = pages > 0 and head[24:28] == head[92:96]
-    wal = Path(f"{path}-wal")
-    wal_frames = wal.exists() and wal.stat().st_size > 32
-    if counted and not wal_frames and size < pages * page_size:
-        return f"truncated: its header counts {pages} pages of {page_size} bytes, the file holds {size} bytes"
-    return None
-
-
 def quick_check(db: sqlite3.Connection) -> list[str]:
     """SQLite's ``PRAGMA quick_check`` of the open journal: ``["ok"]`` or the problems it
     found (it reads every page). Raises sqlite3.DatabaseError for an unreadable file."""
@@ -154,9 +137,6 @@ def inspect(path: Path, known_rows: int, *, full: bool = True, hold: ExitStack |
     whole WAL to build it). Raises nothing for a damaged file; OSError propagates."""
     if not path.exists():
         return f"the file is missing, the views knew of {known_rows} row(s)" if known_rows > 0 else None
-    header = header_problem(path)
-    if header is not None:
-        return header
     try:
         # Read-only: the last connection to close a journal in WAL mode copies the WAL
         # back into the file (a checkpoint, with its fsyncs). After a crash that is the
