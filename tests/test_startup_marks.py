@@ -5,6 +5,7 @@ with work by a crash."""
 from __future__ import annotations
 
 import os
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -36,9 +37,9 @@ def looked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
     real = CharacterActors.has_unfinished
 
-    def spy(self: CharacterActors, paths: CharacterPaths, *, mine_backlog: bool = False) -> bool:
+    def spy(self: CharacterActors, paths: CharacterPaths, *, mine_backlog: bool = False, hold: ExitStack | None = None) -> bool:
         seen.append(paths.name)
-        return real(self, paths, mine_backlog=mine_backlog)
+        return real(self, paths, mine_backlog=mine_backlog, hold=hold)
 
     monkeypatch.setattr(CharacterActors, "has_unfinished", spy)
     return seen

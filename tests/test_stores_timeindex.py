@@ -324,3 +324,59 @@ def test_the_activation_check_keeps_this_process_locks_so_no_other_process_drops
         seen = subprocess.run([sys.executable, "-c", count, str(path)], check=True, capture_output=True, text=True).stdout.strip()
         assert seen == "3"
         writer.close()
+
+
+def _open_descriptors(path: Path) -> int:
+    """How many of this process's descriptors are open on ``path``."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == str(path):
+                count += 1
+        except OSError:
+            continue
+    return count
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors through /proc")
+def test_a_held_look_keeps_its_connection_until_the_hold_closes_and_blocks_no_checkpoint(tmp_path: Path) -> None:
+    """Start-up recovery and a cluster take-over look at a crashed journal, then activate
+    the character: the look's read-only connection stays open until the activation has
+    loaded (its writer then finds the WAL indexed), reads no snapshot meanwhile, and is
+    closed with the hold. The answer is the one an unheld look gives."""
+    from contextlib import ExitStack
+
+    live = tmp_path / "live"
+    live.mkdir()
+    writer = TimeIndex(live / "time_indexed.db")
+    writer.append("s", [Turn(role="human", text=f"t{i}", ts="2026-01-01T00:00:00+00:00") for i in range(5)], cursors={"post_turn": 2})
+    # The files as a process killed now leaves them: the rows only in the WAL.
+    crashed = tmp_path / "crashed"
+    crashed.mkdir()
+    for suffix in ("", "-wal"):
+        (crashed / f"time_indexed.db{suffix}").write_bytes((live / f"time_indexed.db{suffix}").read_bytes())
+    writer.close()
+    path = (crashed / "time_indexed.db").absolute()
+    assert TimeIndex.rows_after_cursor(path, "post_turn")
+    assert _open_descriptors(path) == 0
+
+    with ExitStack() as held:
+        assert TimeIndex.rows_after_cursor(path, "post_turn", hold=held)
+        assert _open_descriptors(path) == 1  # the look's connection, still open
+        activation = TimeIndex(path)
+        activation.append("s", [Turn(role="ai", text="after", ts="2026-01-01T00:00:01+00:00")], cursors={"post_turn": 6})
+        # The held connection reads nothing: a checkpoint copies the whole WAL back.
+        other = sqlite3.connect(path)
+        busy, frames, done = other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        other.close()
+        assert busy == 0 and frames == done
+        assert not TimeIndex.rows_after_cursor(path, "post_turn", hold=held)  # the answer as it is now
+    # SQLite closes a file only when no other connection of the process has it open (its
+    # locks belong to the process): every descriptor is gone once the writer closes, so
+    # the held connection was closed with its hold.
+    activation.close()
+    assert _open_descriptors(path) == 0
+    # Nothing to hold when there is nothing to look at.
+    with ExitStack() as held:
+        assert not TimeIndex.rows_after_cursor(tmp_path / "none.db", "post_turn", hold=held)
+    assert not (tmp_path / "none.db").exists()

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Protocol
 
@@ -96,10 +97,13 @@ class ShardWork:
             if node.table.state_of(shard) is not Local.READY:
                 break  # lost or handed over meanwhile: its characters are someone else's
             try:
-                if self.runtime.actors.has_unfinished(self.runtime.character_paths(name)):
-                    self.runtime.registry.activate(name)
-                    self.runtime.registry.flush(name)
-                    recovered += 1
+                # The look's journal connection is held until the activation has loaded:
+                # the activation then finds the WAL indexed (see TimeIndex.rows_after_cursor).
+                with contextlib.ExitStack() as held:
+                    if self.runtime.actors.has_unfinished(self.runtime.character_paths(name), hold=held):
+                        self.runtime.registry.activate(name)
+                        self.runtime.registry.flush(name)
+                        recovered += 1
             except Exception as exc:  # noqa: BLE001 - retried at the character's next activation
                 log.warning("shard %d: recovery of a character failed: %s", shard, type(exc).__name__)
         log.info("shard %d taken over (token %s, %d characters recovered)", shard, node.token(shard), recovered)

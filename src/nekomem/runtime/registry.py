@@ -43,9 +43,11 @@ class ActorLayer(Protocol):
         date with its live children."""
         ...
 
-    def has_unfinished(self, paths: CharacterPaths, *, mine_backlog: bool = False) -> bool:
+    def has_unfinished(self, paths: CharacterPaths, *, mine_backlog: bool = False, hold: contextlib.ExitStack | None = None) -> bool:
         """Whether the character has work left over from a crash, or with ``mine_backlog``
-        turns waiting for fact extraction (start-up recovery)."""
+        turns waiting for fact extraction (start-up recovery). ``hold``: what the look
+        opened to read the journal stays open until ``hold`` closes, so that the
+        activation it decides does not read the WAL again to index it."""
         ...
 
 

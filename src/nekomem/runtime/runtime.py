@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -250,14 +251,16 @@ class Runtime:
                 if stamp and kept.get(name) == stamp:
                     marks[name] = stamp
                     continue
-                if not self.actors.has_unfinished(paths, mine_backlog=mine_backlog):
-                    if stamp and settled_stamp(stamp[:-1], looked_ns):
-                        marks[name] = stamp
-                    continue
-                # Activation reconciles the journal and replays the outbox; the barrier
-                # returns once every child has loaded.
-                self.registry.activate(name)
-                self.registry.flush(name)
+                with contextlib.ExitStack() as held:
+                    if not self.actors.has_unfinished(paths, mine_backlog=mine_backlog, hold=held):
+                        if stamp and settled_stamp(stamp[:-1], looked_ns):
+                            marks[name] = stamp
+                        continue
+                    # Activation reconciles the journal and replays the outbox; the barrier
+                    # returns once every child has loaded (the look's journal connection is
+                    # held until then: the activation finds the WAL indexed).
+                    self.registry.activate(name)
+                    self.registry.flush(name)
                 described = self.registry.describe(name)
                 if described is not None and described["failed"]:
                     raise RuntimeError(f"layers failed at recovery: {sorted(described['failed'])}")

@@ -42,7 +42,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import msgspec
@@ -328,26 +328,37 @@ class TimeIndex(TimeIndexReader):
         return len(rows)
 
     @staticmethod
-    def rows_after_cursor(path: Path, name: str) -> bool:
+    def rows_after_cursor(path: Path, name: str, *, hold: ExitStack | None = None) -> bool:
         """Whether the database at ``path`` holds rows after cursor ``name``, read through a
         read-only connection (no schema change, no writer lock). False when the file, the
-        cursor table or the cursor does not exist."""
+        cursor table or the cursor does not exist. ``hold``: the connection, once it has
+        read the journal, stays open until ``hold`` closes, so that a writer opened
+        meanwhile (the activation this look decides) finds the WAL's index built: the first
+        connection to a journal after a crash reads the whole WAL to build it, and a
+        connection that closes as the last one leaves the next to build it again."""
         if not Path(path).exists():
             return False
         try:
             db = sqlite3.connect(Path(path).absolute().as_uri() + "?mode=ro", uri=True, timeout=DEFAULT_BUSY_TIMEOUT_MS / 1000.0)
         except sqlite3.Error:
             return False
+        keep = False
         try:
-            row = db.execute("SELECT row_id FROM cursors WHERE name = ?", (name,)).fetchone()
-            if row is None or row[0] is None:
+            # fetchall: each statement ends here, so a held connection holds no read snapshot.
+            rows = db.execute("SELECT row_id FROM cursors WHERE name = ?", (name,)).fetchall()
+            keep = hold is not None
+            if not rows or rows[0][0] is None:
                 return False
-            top = db.execute(f"SELECT MAX(id) FROM {_ORIGINAL}").fetchone()
-            return top is not None and top[0] is not None and int(top[0]) > int(row[0])
+            top = db.execute(f"SELECT MAX(id) FROM {_ORIGINAL}").fetchall()
+            return bool(top) and top[0][0] is not None and int(top[0][0]) > int(rows[0][0])
         except sqlite3.Error:
+            keep = False
             return False
         finally:
-            db.close()
+            if keep and hold is not None:
+                hold.callback(db.close)
+            else:
+                db.close()
 
     def set_cursors(self, cursors: Mapping[str, int]) -> None:
         """Store ``cursors`` (name -> row id) in a transaction of their own."""
