@@ -164,7 +164,7 @@ def cache_vectors(root: Path, tmp: Path, model: str) -> str:
             embedding_model_id=model_id,
             embedding_text_sha256=text_sha256(fact["text"]),
         )
-    path.write_bytes(json.dumps(facts).encode())
+    path.write_bytes(json.dumps(facts, separators=(",", ":")).encode() + b"\n")  # laid out as the server writes its views
     return model_id
 
 
