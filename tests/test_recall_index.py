@@ -94,14 +94,8 @@ def test_a_wake_adopts_every_cached_vector_at_once_with_the_bits_of_one_by_one_a
         if doc.tier in vector_tiers() and not reference._adopt_cached(doc.entry, doc.sha):
             reference.need[doc_id] = doc.sha
 
-    assert list(index.need.items()) == list(reference.need.items())
     assert 0 < len(index.vectors) == len(reference.vectors) < len(entries)
-    assert list(index.vectors.ids()) == list(reference.vectors.ids())
-    for doc_id in reference.vectors.ids():
-        assert index.vectors.get(doc_id).tobytes() == reference.vectors.get(doc_id).tobytes(), doc_id
-    assert index.vectors.centroid().tobytes() == reference.vectors.centroid().tobytes()
-    query = rng.standard_normal(dim).astype(np.float32)
-    assert index.vectors.search(query, 20) == reference.vectors.search(query, 20)
+    _assert_same_vector_side(index, reference, rng.standard_normal(dim).astype(np.float32), 20)
 
 
 def test_a_feed_adopts_its_cached_vectors_in_runs_with_the_bits_of_one_by_one_adoption():
@@ -153,13 +147,8 @@ def test_a_feed_adopts_its_cached_vectors_in_runs_with_the_bits_of_one_by_one_ad
     for e in feed:
         single._put(e)
 
-    assert list(batched.need.items()) == list(single.need.items())
-    assert list(batched.vectors.ids()) == list(single.vectors.ids()) and len(batched.vectors) > 200
-    for doc_id in single.vectors.ids():
-        assert batched.vectors.get(doc_id).tobytes() == single.vectors.get(doc_id).tobytes(), doc_id
-    assert batched.vectors.centroid().tobytes() == single.vectors.centroid().tobytes()
-    query = rng.standard_normal(dim).astype(np.float32)
-    assert batched.vectors.search(query, 30) == single.vectors.search(query, 30)
+    assert len(batched.vectors) > 200
+    _assert_same_vector_side(batched, single, rng.standard_normal(dim).astype(np.float32), 30)
 
 
 def test_a_vector_block_gives_the_rows_the_entries_caches_give_across_its_slices():
@@ -199,6 +188,19 @@ def test_a_vector_block_gives_the_rows_the_entries_caches_give_across_its_slices
     assert list(from_block.vectors.ids()) == list(reference.vectors.ids())
     assert from_block.vectors._blocks[0][: n - 2].tobytes() == reference.vectors._blocks[0][: n - 2].tobytes()
     assert from_block.vectors.centroid().tobytes() == reference.vectors.centroid().tobytes()
+
+
+def _assert_same_vector_side(index: RecallIndex, reference: RecallIndex, query: np.ndarray, k: int) -> None:
+    """``index``'s vector side holds, bit for bit, what ``reference``'s does: the waiting
+    list and its order, the rows and their order, every vector, the running sum, and the
+    answer to ``query``."""
+    assert index.vectors is not None and reference.vectors is not None
+    assert list(index.need.items()) == list(reference.need.items())
+    assert list(index.vectors.ids()) == list(reference.vectors.ids())
+    for doc_id in reference.vectors.ids():
+        assert index.vectors.get(doc_id).tobytes() == reference.vectors.get(doc_id).tobytes(), doc_id
+    assert index.vectors.centroid().tobytes() == reference.vectors.centroid().tobytes()
+    assert index.vectors.search(query, k) == reference.vectors.search(query, k)
 
 
 def _fields(e: IndexEntry) -> dict:

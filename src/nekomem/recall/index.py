@@ -266,9 +266,9 @@ class RecallIndex:
         # The cached vectors are decoded and stored all at once (a long memory wakes with
         # tens of thousands): the same rows as _adopt_cached one by one, in the same order.
         tiers = vector_tiers()
+        docs = self.docs
         given: dict[str, int] = {}
         if stored is not None and stored.model == model and stored.wire.shape[1:] == (dim,):
-            docs = self.docs
             facts = set(tier_family("fact")) & set(tiers)  # a block holds the facts' vectors only
             given = {doc_id: row for row, doc_id in enumerate(stored.ids) if docs.tier_of(doc_id) in facts}
         # Every document with a vector to adopt, in index order (the matrix's rows follow it,
@@ -277,7 +277,6 @@ class RecallIndex:
         from_block: list[int] = []  # positions in ``order`` taken from ``stored``
         from_entry: list[int] = []  # positions in ``order`` taken from the entry's cache
         cached: list[object] = []
-        docs = self.docs
         for doc_id in list(docs):
             if doc_id in given:
                 from_block.append(len(order))
@@ -291,28 +290,30 @@ class RecallIndex:
                 from_entry.append(len(order))
                 order.append(doc_id)
                 cached.append(entry.vector)
-        if from_block and not from_entry:
-            assert stored is not None
-            picked = np.fromiter((given[order[i]] for i in from_block), dtype=np.intp, count=len(from_block))
-            if len(picked) == stored.wire.shape[0] and bool((picked == np.arange(len(picked))).all()):
-                # The whole block in index order (a wake from a current block): decoded and
-                # stored a slice at a time, so a long memory's float32 rows are never held
-                # twice (the same rows and sum: appended in order).
-                self.vectors.reserve(len(order))
-                buffer = np.empty((min(_BLOCK_SLICE, len(order)), dim), dtype=np.float32)
-                for lo in range(0, len(order), _BLOCK_SLICE):
-                    wire_rows, wire_ok = vector_codec.decode_wire_rows(stored.wire[lo : lo + _BLOCK_SLICE], out=buffer)
-                    unit, kept = vector_units(wire_rows[wire_ok] if not wire_ok.all() else wire_rows)
-                    ids = [order[lo + i] for i in np.flatnonzero(wire_ok)[kept].tolist()]
-                    self.vectors.add_units(ids, unit)
-                self._list_waiting(tiers)
-                return True
-        entry_rows, decoded = vector_codec.try_decode_many(cached, dim)
+        picked = np.empty(0, dtype=np.intp)
+        in_order = False
         if from_block:
             assert stored is not None
             picked = np.fromiter((given[order[i]] for i in from_block), dtype=np.intp, count=len(from_block))
             # The block's rows in index order: usually all of them, already in that order.
             in_order = len(picked) == stored.wire.shape[0] and bool((picked == np.arange(len(picked))).all())
+        if in_order and not from_entry:
+            assert stored is not None
+            # The whole block in index order (a wake from a current block): decoded and
+            # stored a slice at a time, so a long memory's float32 rows are never held
+            # twice (the same rows and sum: appended in order).
+            self.vectors.reserve(len(order))
+            buffer = np.empty((min(_BLOCK_SLICE, len(order)), dim), dtype=np.float32)
+            for lo in range(0, len(order), _BLOCK_SLICE):
+                wire_rows, wire_ok = vector_codec.decode_wire_rows(stored.wire[lo : lo + _BLOCK_SLICE], out=buffer)
+                unit, kept = vector_units(wire_rows[wire_ok] if not wire_ok.all() else wire_rows)
+                ids = [order[lo + i] for i in np.flatnonzero(wire_ok)[kept].tolist()]
+                self.vectors.add_units(ids, unit)
+            self._list_waiting(tiers)
+            return True
+        entry_rows, decoded = vector_codec.try_decode_many(cached, dim)
+        if from_block:
+            assert stored is not None
             block_rows, finite = vector_codec.decode_wire_rows(stored.wire if in_order else stored.wire[picked])
             if not from_entry:
                 rows, ok = block_rows, finite

@@ -342,21 +342,21 @@ class TimeIndex(TimeIndexReader):
             db = sqlite3.connect(Path(path).absolute().as_uri() + "?mode=ro", uri=True, timeout=DEFAULT_BUSY_TIMEOUT_MS / 1000.0)
         except sqlite3.Error:
             return False
-        keep = False
+        keeper: ExitStack | None = None  # set once the journal was read
         try:
             # fetchall: each statement ends here, so a held connection holds no read snapshot.
             rows = db.execute("SELECT row_id FROM cursors WHERE name = ?", (name,)).fetchall()
-            keep = hold is not None
+            keeper = hold
             if not rows or rows[0][0] is None:
                 return False
             top = db.execute(f"SELECT MAX(id) FROM {_ORIGINAL}").fetchall()
             return bool(top) and top[0][0] is not None and int(top[0][0]) > int(rows[0][0])
         except sqlite3.Error:
-            keep = False
+            keeper = None
             return False
         finally:
-            if keep and hold is not None:
-                hold.callback(db.close)
+            if keeper is not None:
+                keeper.callback(db.close)
             else:
                 db.close()
 
