@@ -352,9 +352,11 @@ def test_output_exhausted_is_reported(fake, client):
 
 def test_timeout_is_retried(fake, client):
     fake.queue("check_feedback", Reply.delay(2.0, then={"feedback": []}))
-    out = client.run("check_feedback", MSGS, timeout=0.2)
+    out = client.run("check_feedback", MSGS, timeout=0.5)
     assert out.feedback == []
-    assert len(fake.calls("check_feedback")) == 2
+    # The first call timed out and was tried again. On a loaded machine the second may miss
+    # the bound too (a loopback answer slower than 0.5 s): a third then answers.
+    assert 2 <= len(fake.calls("check_feedback")) <= 3
 
 
 def test_timeouts_exhaust_attempts(fake, client):
