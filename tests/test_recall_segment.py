@@ -299,6 +299,40 @@ def test_with_vectors_a_wake_takes_the_cached_vectors_from_their_block_without_r
     assert recall_persist.read_header(paths.recall_vectors)["rows"] == len(TEXTS) - 1
 
 
+def test_an_erasure_is_answered_only_once_the_recall_files_holding_the_entry_are_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fact actor tells RecallActor to drop the row, and the erasure's relay passes
+    through RecallActor before the outbox answers: so the DELETE's answer comes after the
+    segment that held the fact's token hashes is off the disk, however late the recall
+    mailbox gets to it (here held back on purpose)."""
+    import threading
+
+    settings = make_settings(tmp_path)
+    paths = CharacterPaths(tmp_path, "Lan")
+    with LiveServer(settings) as srv:
+        assert srv.post("/api/characters/Lan/facts", json={"facts": [{"text": t} for t in TEXTS]}).status_code == 200
+    assert paths.recall_segment.exists()
+
+    order: list[str] = []
+    never = threading.Event()
+    real = recall_persist.discard
+
+    def late_discard(p: CharacterPaths) -> None:
+        never.wait(0.5)  # widens the window a reply would slip through; the order is asserted, not the time
+        real(p)
+        order.append("segment gone")
+
+    monkeypatch.setattr(recall_persist, "discard", late_discard)
+    with LiveServer(settings) as srv:
+        rows = srv.get("/api/characters/Lan/facts").json()["items"]
+        cello = next(f["id"] for f in rows if "cello" in f["text"])
+        assert srv.delete(f"/api/characters/Lan/facts/{cello}").status_code in (200, 204)
+        order.append("answered")
+        assert not paths.recall_segment.exists()
+    assert order == ["segment gone", "answered"]
+
+
 def test_a_damaged_stale_or_foreign_vector_block_is_ignored_and_the_feed_brings_the_vectors(
     tmp_path: Path, embedding_service: EmbeddingService
 ) -> None:

@@ -36,11 +36,12 @@ from nekomem.actors.messages import (
     RequestIndex,
     Reranked,
     RerankExpired,
+    ScrubTexts,
     Tick,
     TurnVectorsDone,
 )
 from nekomem.actors.ports import LayerPorts
-from nekomem.domain.layers import tier_owners
+from nekomem.domain.layers import RECALL, tier_owners
 from nekomem.layers.recall import persist
 from nekomem.layers.recall.maintenance import MaintenanceRanking
 from nekomem.layers.recall.query import QueryPath
@@ -337,6 +338,13 @@ class RecallLayer:
         self.state.turn_keys = None
         forget_memoised_words()
         self.vectors.publish_pending()
+
+    @handles(ScrubTexts)
+    def on_ScrubTexts(self, msg: ScrubTexts) -> None:
+        """An entry erasure's relay. Its owner told this mailbox the IndexRemove before it
+        started the relay, so the row, its segment and its vector block are gone by now;
+        passing the relay on from here makes the erasure's answer wait for that."""
+        self.ports.send(msg.onward(RECALL), msg)
 
     # -- vectors ---------------------------------------------------------------------
     @handles(BackfillDone)
