@@ -154,6 +154,144 @@ def test_kill_9_under_load_loses_and_duplicates_nothing(tmp_path):
         check_every_turn_once(c, load)
 
 
+def _prepared(url: str) -> dict[str, float]:
+    """A node's nekomem_cluster_prepared_characters_total by outcome."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(httpx.get(url + "/metrics", timeout=10).text):
+        for sample in family.samples:
+            if sample.name == "nekomem_cluster_prepared_characters_total":
+                out[sample.labels["outcome"]] = sample.value
+    return out
+
+
+def test_a_dead_owners_characters_are_loaded_during_its_lease_written_only_after_the_claim(tmp_path):
+    """kill -9 of an owner: the first request a survivor cannot forward to it makes the
+    survivor take the dead node's folder locks and load the characters it will inherit
+    while the lease runs out, writing nothing; after the claim they are served as loaded
+    (their files did not change), every acknowledged turn is there once, and the survivor's
+    first write to each is under its claim's token."""
+    with cluster(tmp_path) as c:
+        members = {"n1", "n2", "n3"}
+        victim, heir = c.node("n2"), c.node("n1")
+        inherited = [n for n in owned_by("n2", members, NAMES) if owner_of(shard_of(n, SHARDS), ["n1", "n3"]) == "n1"][:10]
+        assert len(inherited) >= 5
+        acked: list[tuple[str, str]] = []
+        with httpx.Client(timeout=30) as client:
+            for name in inherited:
+                for j in range(2):
+                    r = post_turn(client, victim.url, name, f"{name}-before-{j}")
+                    assert r.status_code == 200 and r.headers["x-nekomem-node"] == "n2", r.text
+                    acked.append((name, f"{name}-before-{j}"))
+        victim.kill()
+        # The survivor's forward to the dead owner fails: it starts preparing; this request
+        # waits in the survivor until the shard is claimed, then is served there.
+        with httpx.Client(timeout=60) as client:
+            r = post_turn(client, heir.url, inherited[0], f"{inherited[0]}-after")
+        assert r.status_code == 200 and r.headers["x-nekomem-node"] == "n1", r.text
+        acked.append((inherited[0], f"{inherited[0]}-after"))
+        wait_for(lambda: c.settled({"n1", "n3"}), timeout=SETTLE, what="the survivors to own every shard")
+        counts = _prepared(heir.url)
+        assert counts.get("prepared", 0) >= 1, counts
+        # Nothing wrote to the dead node's files between the preparing and the claim.
+        assert counts.get("adopted", 0) == counts["prepared"] and counts.get("stale", 0) == 0, counts
+        with httpx.Client(timeout=30) as client:
+            for name in inherited:
+                r = post_turn(client, heir.url, name, f"{name}-later")
+                assert r.status_code == 200 and r.headers["x-nekomem-node"] == "n1", r.text
+                acked.append((name, f"{name}-later"))
+                history = client.get(f"{heir.url}/get_recent_history/{name}")
+                assert history.status_code == 200 and f"{name}-before-1" in history.text, history.text
+        for name in inherited:
+            assert sorted(c.stored(name)) == sorted(t for n, t in acked if n == name)
+            writers = c.writers(name)
+            assert [w["node"] for w in writers] == ["n2", "n1"], writers
+            assert writers[1]["token"] > writers[0]["token"] > 0, writers
+
+
+def test_a_prepared_character_whose_files_change_before_the_claim_is_loaded_again(tmp_path):
+    """The comparison at the claim: a turn committed to a prepared character's journal after
+    it was loaded (what a previous owner still writing would leave) makes the survivor load
+    it again once the shard is its own, so the answer holds that turn; the others are served
+    as loaded. A longer lease leaves time to write between the preparing and the claim."""
+    import sqlite3
+
+    ttl = 8
+    with cluster(tmp_path, NEKOMEM_CLUSTER_LEASE_TTL_SECONDS=str(ttl), NEKOMEM_CLUSTER_OWNER_WAIT_SECONDS=str(ttl + 6)) as c:
+        members = {"n1", "n2", "n3"}
+        victim, heir = c.node("n2"), c.node("n1")
+        inherited = [n for n in owned_by("n2", members, NAMES) if owner_of(shard_of(n, SHARDS), ["n1", "n3"]) == "n1"][:6]
+        assert len(inherited) >= 3
+        with httpx.Client(timeout=30) as client:
+            for name in inherited:
+                assert post_turn(client, victim.url, name, f"{name}-before").status_code == 200
+        victim.kill()
+        answers: list[httpx.Response] = []
+        waiting = threading.Thread(
+            target=lambda: answers.append(post_turn(httpx.Client(timeout=60), heir.url, inherited[1], f"{inherited[1]}-after"))
+        )
+        waiting.start()  # cannot be forwarded: the survivor prepares, this waits for the claim
+        wait_for(lambda: _prepared(heir.url).get("prepared", 0) >= len(inherited), timeout=ttl, what="the inherited characters prepared")
+        assert not c.settled({"n1", "n3"})  # still the dead node's lease
+        late = inherited[0]
+        db = sqlite3.connect(c.folder_of(late) / "time_indexed.db")
+        try:
+            session, message, ts = db.execute(
+                "SELECT session_id, message, timestamp FROM time_indexed_original ORDER BY rowid DESC LIMIT 1"
+            ).fetchone()
+            row = json.loads(message)
+            row["data"]["content"] = f"{late}-late"
+            db.execute(
+                "INSERT INTO time_indexed_original (session_id, message, timestamp) VALUES (?, ?, ?)", (session, json.dumps(row), ts)
+            )
+            db.commit()
+        finally:
+            db.close()
+        waiting.join(timeout=60)
+        assert answers and answers[0].status_code == 200 and answers[0].headers["x-nekomem-node"] == "n1", answers
+        wait_for(lambda: c.settled({"n1", "n3"}), timeout=SETTLE, what="the survivors to own every shard")
+        with httpx.Client(timeout=30) as client:
+            history = client.get(f"{heir.url}/get_recent_history/{late}")
+            assert history.status_code == 200 and f"{late}-late" in history.text and f"{late}-before" in history.text, history.text
+            other = client.get(f"{heir.url}/get_recent_history/{inherited[2]}")
+            assert other.status_code == 200 and f"{inherited[2]}-before" in other.text, other.text
+        counts = _prepared(heir.url)
+        assert counts.get("stale", 0) >= 1 and counts.get("adopted", 0) >= len(inherited) - 1, counts
+
+
+def test_a_node_stopped_while_it_prepares_writes_nothing_to_the_shards_it_never_claimed(tmp_path):
+    """SIGTERM of a survivor while the dead owner's lease still runs: its prepared
+    characters are let go while the fence still refuses their writes (the runtime flushes
+    what is left active after the cluster has stopped), so the dead node's folders are as it
+    left them, and the other survivor takes them over with every turn."""
+    from nekomem.cluster.prepare import folder_stamp
+
+    ttl = 10
+    # A request waits 1 s for an owner, then is refused: none is in flight when the node
+    # stops (uvicorn lets in-flight requests finish first, and one would wait for the claim).
+    with cluster(tmp_path, NEKOMEM_CLUSTER_LEASE_TTL_SECONDS=str(ttl), NEKOMEM_CLUSTER_OWNER_WAIT_SECONDS="1") as c:
+        members = {"n1", "n2", "n3"}
+        victim, heir = c.node("n2"), c.node("n1")
+        inherited = [n for n in owned_by("n2", members, NAMES) if owner_of(shard_of(n, SHARDS), ["n1", "n3"]) == "n1"][:6]
+        with httpx.Client(timeout=30) as client:
+            for name in inherited:
+                assert post_turn(client, victim.url, name, f"{name}-before").status_code == 200
+        victim.kill()
+        stamps = {name: folder_stamp(c.folder_of(name)) for name in inherited}
+        with httpx.Client(timeout=30) as client:
+            refused = client.post(f"{heir.url}/cache/{inherited[0]}", json={"input_history": [{"role": "user", "content": "refused"}]})
+        assert refused.status_code == 503 and refused.json()["error_code"] == "shard_unavailable", refused.text
+        wait_for(lambda: _prepared(heir.url).get("prepared", 0) >= len(inherited), timeout=ttl, what="the inherited characters prepared")
+        assert not c.settled({"n1", "n3"})
+        heir.stop()
+        assert {name: folder_stamp(c.folder_of(name)) for name in inherited} == stamps
+        wait_for(lambda: c.settled({"n3"}), timeout=SETTLE, what="the last node to own every shard")
+        with httpx.Client(timeout=30) as client:
+            for name in inherited:
+                history = client.get(f"{c.node('n3').url}/get_recent_history/{name}")
+                assert history.status_code == 200 and f"{name}-before" in history.text, history.text
+                assert [w["node"] for w in c.writers(name)] == ["n2", "n3"], c.writers(name)
+
+
 def _shard_keys(c) -> list:
     client = EtcdClient(c.etcd.url, timeout=5)
     try:

@@ -58,3 +58,38 @@ def test_a_failed_record_is_retried_after_its_backoff_then_dead_lettered(tmp_pat
     assert layer.records.pending == {}
     assert ports.outbox_tally.snapshot() == (0, 1)
     assert Outbox(ports.paths.outbox).pending() == []
+
+
+def test_records_of_a_character_this_node_may_not_write_wait_for_the_fence(tmp_path: Path) -> None:
+    """Cluster mode, a take-over being prepared: the records found at load are not sent to
+    their handlers (they would write); they are looked at again after
+    cluster_fenced_retry_seconds, and the first look after the claim sends them."""
+    from nekomem.stores import fence as store_fence
+    from nekomem.stores.fence import FencedWrite
+
+    clock = ManualClock()
+    layer, ports = outbox_over(tmp_path, clock, outbox_sync_seconds=0.0, cluster_fenced_retry_seconds=2.0)
+    layer.on_Enqueue(Enqueue(op_type="extract_facts", payload={"note": "x"}))
+    [run] = ports.sent_to("facts")  # the previous owner's record, left pending by its crash
+    allowed = [False]
+
+    def guard(path: Path) -> None:
+        if not allowed[0]:
+            raise FencedWrite(path, "shard not owned")
+
+    store_fence.install(guard, probe=lambda path: allowed[0])
+    try:
+        ports.sent.clear()
+        layer.load()  # the heir's activation while the lease runs out
+        assert ports.sent_to("facts") == [] and list(layer.records.pending) == [run.op_id]
+        assert layer.due_at() == clock.monotonic() + 2.0
+        clock.advance(2.0)
+        layer.on_Tick(Tick(monotonic=clock.monotonic()))
+        assert ports.sent_to("facts") == []
+        allowed[0] = True  # claimed
+        clock.advance(2.0)
+        layer.on_Tick(Tick(monotonic=clock.monotonic()))  # the next look (due_at)
+        [again] = ports.sent_to("facts")
+        assert isinstance(again, RunOp) and again.op_id == run.op_id and layer.due_at() is None
+    finally:
+        store_fence.install(None)

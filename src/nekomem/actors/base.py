@@ -18,6 +18,7 @@ marks it failed once the restart budget is spent (its storage is what failed).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -32,6 +33,7 @@ from nekomem.runtime.protocol import ChildCrashed, Flush, Tick, fail_message
 from nekomem.runtime.reply import ActorFailure
 from nekomem.runtime.services import CharacterContext, Counters, Services
 from nekomem.runtime.timers import Wakeup
+from nekomem.stores import fence
 from nekomem.stores.faults import StorageFault, classify
 
 __all__ = ["CharacterContext", "ChildActor", "Counters", "Services", "fail_message"]
@@ -59,6 +61,13 @@ class ChildActor(DispatchedActor):
         self._wake_real = Wakeup(ctx.services.timers, self._post_tick, real=True, floor=floor)
         self._needs_reload = False
         self._fault_reported = False
+        # Not loaded on a storage fault: when (time.monotonic()) the load is tried again by
+        # itself, and the wait after that one (doubling, see _schedule_reload).
+        self._reload_at: float | None = None
+        self._reload_delay: float | None = None
+        # Real time of the next look when the cluster fence refused this character's
+        # periodic work (see on_receive); None when it was allowed.
+        self._fenced_until: float | None = None
         # The message whose handling failed in the layer's deferred load: the instance
         # that restarts this one handles it (see nekomem.actors.layer).
         self._redeliver: list[object] = []
@@ -125,7 +134,18 @@ class ChildActor(DispatchedActor):
             storage.report(self.ctx.name, self.child_name, fault)
         self._fault_reported = True
         self._needs_reload = True
-        self._reload()
+        if self._reload() is not None:
+            self._schedule_reload()
+
+    def _schedule_reload(self) -> None:
+        """The next reload attempt of a layer left unloaded by a storage fault: after
+        storage_reload_retry_seconds, doubling per failed attempt up to its maximum. Nothing
+        on a fixed tick: a disk that stays full costs at most one load a minute
+        (storage_reload_retry_max_seconds)."""
+        rt = self.ctx.settings.runtime
+        delay = self._reload_delay if self._reload_delay is not None else rt.storage_reload_retry_seconds
+        self._reload_at = time.monotonic() + delay
+        self._reload_delay = min(delay * 2, rt.storage_reload_retry_max_seconds)
 
     def _reload(self) -> StorageFault | None:
         """Reload this layer from disk; the fault that stopped it, or None on success."""
@@ -141,6 +161,7 @@ class ChildActor(DispatchedActor):
                 raise
             return fault
         self._needs_reload = False
+        self._reload_at = self._reload_delay = None
         self.log.info("%s reloaded from disk after a storage fault", self.child_name)
         return None
 
@@ -191,9 +212,15 @@ class ChildActor(DispatchedActor):
 
     def _rearm(self) -> None:
         if self._needs_reload:
-            # Not loaded (a storage fault): nothing is due; the next message retries the load.
+            # Not loaded (a storage fault): nothing of the layer is due; the next message
+            # retries the load, and so does a Tick when the backoff's time comes.
             self._wake.want(None)
-            self._wake_real.want(None)
+            self._wake_real.want(self._reload_at)
+            return
+        if self._fenced_until is not None:
+            # Fenced (see on_receive): one look when the retry is due, whatever is due before.
+            self._wake.want(None)
+            self._wake_real.want(self._fenced_until)
             return
         self._wake.want(self.due_at())
         self._wake_real.want(self.real_due_at())
@@ -211,9 +238,20 @@ class ChildActor(DispatchedActor):
         if handler is None:
             fail_message(message, ActorFailure("unknown_message", f"{self.child_name} cannot handle {type(message).__name__}"))
             return None
+        if isinstance(message, Tick):
+            if not fence.permits(self.ctx.paths.folder):
+                # Cluster mode, a character this node may not write now (a take-over being
+                # prepared while the dead owner's lease runs out, a shard being let go): the
+                # periodic work of every layer writes (views, upkeep, a model's result), so
+                # it waits, and is looked at again after cluster_fenced_retry_seconds.
+                self._fenced_until = time.monotonic() + self.ctx.settings.cluster.cluster_fenced_retry_seconds
+                self._rearm()
+                return None
+            self._fenced_until = None
         if self._needs_reload:
             fault = self._reload()
             if fault is not None:
+                self._schedule_reload()
                 fail_message(message, ActorFailure(fault.code, fault.message, fault.status))
                 return None
         try:

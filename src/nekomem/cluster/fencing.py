@@ -49,6 +49,9 @@ class Fence:
         self._lock = threading.Lock()
         self._deadline = 0.0  # nothing may be written before the first keepalive
         self._tokens: dict[int, int] = {}  # shard -> fencing token (the claim's revision)
+        # Shards being prepared for a take-over (their folder lock held, no claim yet):
+        # their journals may be opened, nothing may be committed.
+        self._preparing: set[int] = set()
         self.refusals = 0
 
     # -- the deadline --------------------------------------------------------------------
@@ -77,6 +80,15 @@ class Fence:
     def revoke(self, shard: int) -> None:
         with self._lock:
             self._tokens.pop(shard, None)
+
+    def prepare(self, shard: int) -> None:
+        """Let this node open ``shard``'s journals (no commit) before it may write it."""
+        with self._lock:
+            self._preparing.add(shard)
+
+    def unprepare(self, shard: int) -> None:
+        with self._lock:
+            self._preparing.discard(shard)
 
     def token(self, shard: int) -> int | None:
         return self._tokens.get(shard)
@@ -108,6 +120,19 @@ class Fence:
             raise FencedWrite(path, why)
         if folder is not None:
             self._record_writer(folder, shard)
+
+    def guard_open(self, path: Path) -> None:
+        """The check before a writer connection opens (:func:`nekomem.stores.fence.check_open`):
+        the write guard's, except that a shard being prepared may be opened."""
+        placement = self._placement(path)
+        if placement is not None and placement[0] in self._preparing:
+            return
+        self.guard(path)
+
+    def permits(self, path: Path) -> bool:
+        """Whether a write to ``path`` is allowed now (nothing counted, nothing recorded)."""
+        placement = self._placement(path)
+        return placement is None or self.may_write(placement[0]) is None
 
     def _placement(self, path: Path) -> tuple[int, Path | None] | None:
         """(shard, character folder or None) of ``path``, or None outside every shard."""

@@ -227,6 +227,7 @@ class ForwardingMiddleware:
             status, answer_headers, content = await self.pool.request(route.url, scope["method"], target, headers, body)
         except Unreachable:
             self.node.counters.forward("unreachable")
+            self.node.suspect(route.node)  # its shards may soon be ours: load them meanwhile
             return None
         except Lost as exc:
             # Sent, then lost: it may have been stored. Only the client can retry safely

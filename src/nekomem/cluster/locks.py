@@ -50,6 +50,22 @@ class ShardLocks:
                     return False
                 time.sleep(0.05)
 
+    def try_acquire(self, shard: int, folder: Path) -> bool:
+        """Take shard ``shard``'s lock if no process holds it, without waiting; True when
+        held (taking it proves that the process which held it is gone or let it go)."""
+        if shard in self._fds:
+            return True
+        if not folder.is_dir():
+            return False
+        fd = os.open(folder / SHARD_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._fds[shard] = fd
+        return True
+
     def release(self, shard: int) -> None:
         fd = self._fds.pop(shard, None)
         if fd is not None:

@@ -31,6 +31,7 @@ from nekomem.cluster.etcd import EtcdClient, EtcdError, EtcdUnavailable, LeaseLo
 from nekomem.cluster.fencing import Fence
 from nekomem.cluster.keys import Keys, Member, decode_member, encode_member, tail
 from nekomem.cluster.locks import ShardLocks
+from nekomem.cluster.prepare import TakeoverPrep
 from nekomem.cluster.ring import owner_of
 from nekomem.cluster.shards import ShardWork
 from nekomem.cluster.table import ClusterTable, Local
@@ -90,6 +91,8 @@ class ClusterNode:
         # others (a failover) is never left unserved behind another's recovery on _pool.
         self._recovery = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nekomem-shard-recovery")
         self.work = ShardWork(self, runtime)
+        # A dead owner's shards prepared while its lease runs out (nekomem.cluster.prepare).
+        self.prep = TakeoverPrep(self, runtime, self.ttl)
         self._stop = threading.Event()
         self._wake = threading.Event()  # the watch saw a change: read the view now
         self.watch = KeyWatch(
@@ -107,7 +110,7 @@ class ClusterNode:
     def start(self) -> None:
         """Install the write fence, take a lease, register, and start the loop. Raises
         EtcdError when etcd cannot be reached at start (the server does not start)."""
-        store_fence.install(self.fence.guard)
+        store_fence.install(self.fence.guard, opener=self.fence.guard_open, probe=self.fence.permits)
         self._new_lease()
         self._thread = threading.Thread(target=self._run, name="nekomem-cluster", daemon=True)
         self._thread.start()
@@ -122,6 +125,11 @@ class ClusterNode:
         self.watch.stop()
         if self._thread is not None:
             self._thread.join(timeout)
+        # Prepared shards never claimed are let go while the fence still refuses their
+        # writes: the runtime stops (and flushes) whatever is still active after this.
+        self.prep.stop()
+        for shard in self.prep.held():
+            self.prep.abandon(shard)
         for shard in self.table.owned():
             self.table.set_local(shard, Local.LEAVING)
         jobs = [self._pool.submit(self.work.hand_over, shard) for shard in self.table.owned()]
@@ -251,6 +259,8 @@ class ClusterNode:
 
     def _reconcile(self, members: dict[str, Member], draining: set[str], owners: dict[int, Member]) -> None:
         live = [n for n in members if n not in draining] or list(members)
+        for shard in self.prep.review(owners, live):
+            self._submit(shard, self.prep.abandon)
         unowned: list[int] = []
         for shard in range(self.shards):
             state = self.table.state_of(shard)
@@ -375,6 +385,14 @@ class ClusterNode:
                 self._busy.discard(shard)
 
     # -- used by the shard work ----------------------------------------------------------
+    def suspect(self, peer: str) -> None:
+        """A request could not reach ``peer``: prepare a take-over of what would be ours
+        if it is gone (:mod:`nekomem.cluster.prepare`; returns at once)."""
+        self.prep.suspect(peer)
+
+    def adopt_prepared(self, shard: int) -> set[str]:
+        return self.prep.adopt(shard)
+
     def token(self, shard: int) -> int | None:
         return self._tokens.get(shard)
 

@@ -291,6 +291,19 @@ class ClusterCollector(Collector):
             "Shards taken over while a paused previous owner held the folder lock",
             value=n.locks.overrides,
         )
+        prepared = CounterMetricFamily(
+            "nekomem_cluster_prepared_characters",
+            "Characters loaded while a dead owner's lease ran out: prepared, then adopted at the claim or loaded again (stale)",
+            labels=["outcome"],
+        )
+        for outcome, count in (("prepared", n.prep.prepared), ("adopted", n.prep.adopted), ("stale", n.prep.stale)):
+            prepared.add_metric([outcome], count)
+        yield prepared
+        yield CounterMetricFamily(
+            "nekomem_cluster_prepared_abandoned",
+            "Shards prepared for a take-over that went elsewhere or never came",
+            value=n.prep.abandoned,
+        )
         snap = n.table.snapshot()
         yield GaugeMetricFamily("nekomem_cluster_shards_owned", "Shards this node serves", value=float(snap["shards_owned"]))  # type: ignore[arg-type]
         yield GaugeMetricFamily("nekomem_cluster_nodes", "Live nodes in the cluster", value=float(len(snap["nodes"])))  # type: ignore[arg-type]

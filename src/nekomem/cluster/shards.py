@@ -41,6 +41,7 @@ class ShardHolder(Protocol):
     def counters(self) -> ShardCounters: ...
 
     def token(self, shard: int) -> int | None: ...
+    def adopt_prepared(self, shard: int) -> set[str]: ...
     def delete_key(self, shard: int) -> bool: ...
     def forget_token(self, shard: int) -> None: ...
 
@@ -53,6 +54,9 @@ class ShardWork:
     def __init__(self, node: ShardHolder, runtime: Runtime) -> None:
         self.node = node
         self.runtime = runtime
+        # shard -> characters loaded while the previous owner's lease ran out and kept at
+        # the claim: active already, their recovery replayed in memory (see recover()).
+        self._adopted: dict[int, set[str]] = {}
 
     def _names(self, shard: int) -> list[str]:
         registry = self.runtime.registry
@@ -75,6 +79,9 @@ class ShardWork:
         if node.table.state_of(shard) is not Local.CLAIMING:  # dropped while waiting
             node.locks.release(shard)
             return False
+        # Characters loaded while the previous owner's lease ran out are kept when their
+        # files did not change; checked before any write is allowed.
+        self._adopted[shard] = node.adopt_prepared(shard)
         node.fence.grant(shard, token)
         # Serve first, then recover: a character's activation runs its own recovery (the
         # journal reconciler, the outbox replay) before its first message, whether a
@@ -93,9 +100,16 @@ class ShardWork:
         node = self.node
         folder = shard_folder(self.runtime.memory_root, shard)
         recovered = 0
+        adopted = self._adopted.pop(shard, set())
         for name in list_characters(folder):
             if node.table.state_of(shard) is not Local.READY:
                 break  # lost or handed over meanwhile: its characters are someone else's
+            if name in adopted and self.runtime.registry.is_active(name):
+                # Loaded (its recovery replayed in memory) while the lease ran out: its layers
+                # write what the recovery changed at their next flush, and its withheld outbox
+                # records go out at the outbox's next look (cluster_fenced_retry_seconds).
+                recovered += 1
+                continue
             try:
                 # The look's journal connection is held until the activation has loaded:
                 # the activation then finds the WAL indexed (see TimeIndex.rows_after_cursor).

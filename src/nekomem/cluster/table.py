@@ -90,6 +90,11 @@ class ClusterTable:
                 "draining": sorted(self.draining),
             }
 
+    def view(self) -> tuple[dict[str, Member], set[str], dict[int, Member]]:
+        """Copies of the members, the drained nodes and the shard owners, as last read."""
+        with self._lock:
+            return dict(self.members), set(self.draining), dict(self.owners)
+
     def state_of(self, shard: int) -> Local | None:
         with self._lock:
             return self.local.get(shard)

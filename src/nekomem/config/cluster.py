@@ -83,6 +83,15 @@ class ClusterSettings(Section, frozen=True):
             ge=0,
         ),
     ] = 2.0
+    cluster_fenced_retry_seconds: Annotated[
+        float,
+        doc(
+            "The periodic work of a character this node may not write now (a take-over being prepared while the dead owner's "
+            "lease runs out, or a shard being let go): every layer's timers and the outbox's records wait, and are looked at "
+            "again after this long.",
+            gt=0,
+        ),
+    ] = 1.0
     cluster_aggregate_timeout_seconds: Annotated[
         float,
         doc(

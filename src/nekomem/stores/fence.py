@@ -7,6 +7,10 @@ the append of an ndjson batch, the COMMIT of an SQLite transaction), so a proces
 paused past its lease writes nothing once it wakes. In single-node mode no guard is
 installed and :func:`check` costs one global read.
 
+Opening a journal's writer connection is checked separately (:func:`check_open`): a node
+preparing a shard whose owner is gone may open it, and still commit nothing, before etcd
+gives it the shard (``nekomem.cluster.prepare``).
+
 A refused write raises :class:`FencedWrite`, a :class:`~nekomem.stores.faults.StorageError`
 with the ``shard_fenced`` fault: the actors treat it as any storage fault (the write is
 refused, the in-memory state stays equal to the disk) and the HTTP layer answers 503 with
@@ -23,6 +27,10 @@ from nekomem.stores.faults import FENCED, StorageError
 # The installed guard: raises FencedWrite for a path this process may not write now.
 WriteGuard = Callable[[Path], None]
 _guard: WriteGuard | None = None
+# The check before a writer connection opens (None: the guard's), and a look that counts no
+# refusal (None: :func:`allowed`).
+_opener: WriteGuard | None = None
+_probe: Callable[[Path], bool] | None = None
 
 
 class FencedWrite(StorageError):
@@ -34,10 +42,14 @@ class FencedWrite(StorageError):
         self.why = why
 
 
-def install(guard: WriteGuard | None) -> None:
-    """Install ``guard`` as the process-wide write fence (None removes it)."""
-    global _guard
+def install(guard: WriteGuard | None, *, opener: WriteGuard | None = None, probe: Callable[[Path], bool] | None = None) -> None:
+    """Install ``guard`` as the process-wide write fence (None removes it, with the rest).
+    ``opener``: the check of :func:`check_open` (default: ``guard``); ``probe``: the look of
+    :func:`permits` (default: :func:`allowed`)."""
+    global _guard, _opener, _probe
     _guard = guard
+    _opener = opener if guard is not None else None
+    _probe = probe if guard is not None else None
 
 
 def installed() -> WriteGuard | None:
@@ -55,6 +67,24 @@ def allowed(path: Path) -> bool:
     except FencedWrite:
         return False
     return True
+
+
+def permits(path: Path) -> bool:
+    """Whether a write to ``path`` would pass :func:`check` now, counting no refusal: for
+    work that waits until it may write (the outbox's dispatch)."""
+    probe = _probe
+    if probe is not None:
+        return probe(path)
+    return allowed(path)
+
+
+def check_open(path: Path) -> None:
+    """Raise :class:`FencedWrite` when this process may not open a writer connection on
+    ``path`` now. Opening commits nothing of its own (the commits are checked by
+    :func:`check`); a node preparing a take-over may open what it may not yet write."""
+    opener = _opener or _guard
+    if opener is not None:
+        opener(path)
 
 
 def check(path: Path) -> None:

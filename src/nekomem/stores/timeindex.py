@@ -223,7 +223,8 @@ class TimeIndex(TimeIndexReader):
             db.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
             db.execute("BEGIN IMMEDIATE")
             try:
-                fence.check(self.path)
+                fence.check_open(self.path)
+                schema = db.execute("PRAGMA schema_version").fetchone()[0]
                 for statement in _SCHEMA:
                     db.execute(statement)
                 for table in (_ORIGINAL, _COMPRESSED):
@@ -232,6 +233,10 @@ class TimeIndex(TimeIndexReader):
                         db.execute(f"ALTER TABLE {table} ADD COLUMN timestamp DATETIME")
                 db.execute(_TIMESTAMP_INDEX)
                 rehashed = _hash_idempotency_keys(db)
+                if rehashed or created or db.execute("PRAGMA schema_version").fetchone()[0] != schema:
+                    # The open changes the file (a new one, an older one's schema or keys):
+                    # that is a write, checked as every commit is.
+                    fence.check(self.path)
                 db.execute("COMMIT")
                 if rehashed:
                     # The plaintext keys' old page images are in the WAL until it is

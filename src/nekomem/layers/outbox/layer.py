@@ -49,6 +49,7 @@ from nekomem.domain.gates import backoff_delay
 from nekomem.domain.layers import RECENT, outbox_handlers
 from nekomem.domain.turns import Turn
 from nekomem.runtime.clock import iso
+from nekomem.stores import fence
 from nekomem.stores.erasure import scrub_value
 from nekomem.stores.fact_backlog import backlog_last_row
 from nekomem.stores.outbox import Outbox
@@ -120,6 +121,12 @@ class OutboxLayer:
         self._dispatch_ready()
 
     def _dispatch_ready(self) -> None:
+        if self.records.pending and not fence.permits(self.ports.paths.outbox):
+            # Cluster mode, a character this node may not write yet (a take-over being
+            # prepared) or any more: its records wait for a later look (see due_at).
+            self.records.withheld = True
+            return
+        self.records.withheld = False
         now = self.ports.clock.monotonic()
         for op_id, (op_type, payload, attempts) in list(self.records.pending.items()):
             if op_id in self.records.running or op_id in self.records.parked or self.records.retry_at.get(op_id, 0.0) > now:
@@ -222,8 +229,11 @@ class OutboxLayer:
         self.records.done_count += 1
 
     def due_at(self) -> float | None:
-        """The earliest retry of a failed record (others are sent as soon as a slot frees)."""
+        """The earliest retry of a failed record (others are sent as soon as a slot frees), or
+        the next look at records withheld by the cluster fence."""
         waiting = [at for op_id, at in self.records.retry_at.items() if op_id in self.records.pending and op_id not in self.records.running]
+        if self.records.withheld:  # looked at again later (the fence may allow them by then)
+            waiting.append(self.ports.clock.monotonic() + self.ports.settings.cluster.cluster_fenced_retry_seconds)
         return min(waiting) if waiting else None
 
     def real_due_at(self) -> float | None:
@@ -288,6 +298,7 @@ class OutboxRecords:
         self.fresh_turns: dict[str, list[Turn]] = {}  # op_id -> Enqueue.turns, until its first run
         self.done_count = 0
         self.dead_count = 0
+        self.withheld = False  # pending records kept back: their shard may not be written yet
 
 
 class RecordedRows:
