@@ -180,3 +180,56 @@ def test_a_real_sqlite_full_error_is_classified(small_fs):
             db.commit()
     db.close()
     assert classify(caught.value).code == "storage_full"
+
+
+def test_a_sound_journal_met_on_a_full_disk_is_not_taken_for_damaged(small_fs):
+    # A journal closed cleanly has no -shm left; the first connection after that needs room
+    # for one, and on a full disk SQLite's first read fails (SQLITE_IOERR_SHMSIZE). That is
+    # the disk's fault, not the file's: the check raises the classified fault and leaves
+    # the journal where it is.
+    from nekomem.stores import timeindex_check
+    from nekomem.stores.faults import StorageError
+
+    path = small_fs / "time_indexed.db"
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("CREATE TABLE time_indexed_original (id INTEGER PRIMARY KEY, session_id TEXT, message TEXT, timestamp TEXT)")
+    db.executemany(
+        "INSERT INTO time_indexed_original (session_id, message, timestamp) VALUES ('s', ?, NULL)", [(f"m{i}",) for i in range(5)]
+    )
+    db.commit()
+    db.close()
+    assert not Path(f"{path}-shm").exists()
+    filler = fill(small_fs)
+    with pytest.raises(StorageError) as caught:
+        timeindex_check.check_journal(path, 5)
+    assert caught.value.fault.code == "storage_full"  # SQLITE_IOERR_SHMSIZE on a full disk
+    assert path.exists() and timeindex_check.damaged_copies(small_fs) == []
+    filler.unlink()
+    assert timeindex_check.check_journal(path, 5) is None
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT count(*) FROM time_indexed_original").fetchone() == (5,)
+    db.close()
+
+
+def test_a_layer_that_could_not_load_on_a_full_disk_loads_by_itself_once_it_is_freed(small_fs):
+    root = small_fs / "memory"
+    settings = make_settings(root, storage_reload_retry_seconds=0.2, storage_reload_retry_max_seconds=0.5)
+    with LiveServer(settings) as srv:
+        assert srv.post("/cache/Lan", json=turn("before the disk filled")).status_code == 200
+    # Stopped cleanly: the journal's -wal and -shm are gone, so its next open needs room,
+    # and the disk is full before the server starts (its start-up opens the journal).
+    assert not (root / "Lan" / "time_indexed.db-shm").exists()
+    filler = fill(small_fs)
+    with LiveServer(settings) as srv:
+        answer = srv.post("/cache/Lan", json=turn("lost"))
+        assert answer.status_code == 507 and answer.json()["error_code"] == "storage_full", answer.text
+        faults = srv.get("/health").json()["storage"]["faults"]
+        assert {"character": "Lan", "layer": "recent"} in [{k: f[k] for k in ("character", "layer")} for f in faults], faults
+        filler.unlink()
+        # No request to Lan: the layer's own retry loads it, and /health clears.
+        wait_for(lambda: srv.get("/health").json()["storage"]["faults"] == [], what="the recent layer loaded again by itself")
+        health = srv.get("/health").json()["storage"]
+        assert health["damaged_journals"] == [] and health["state"] == "ok", health
+        assert recent_texts(srv) == ["before the disk filled"]
+    assert not [n for n in os.listdir(root / "Lan") if ".damaged-" in n]

@@ -273,6 +273,14 @@ class RuntimeSettings(Section, frozen=True):
             ge=1,
         ),
     ] = 32
+    storage_reload_retry_seconds: Annotated[
+        float,
+        doc(
+            "A layer that could not load its files on a storage fault (full, read-only or failing disk) loads them again after this many seconds by itself, doubling per failure, so /health and background work recover once the disk does, without waiting for a request.",
+            gt=0,
+        ),
+    ] = 2.0
+    storage_reload_retry_max_seconds: Annotated[float, doc("Longest wait between two such reload attempts of one layer.", gt=0)] = 60.0
     timer_retry_floor_seconds: Annotated[
         float,
         doc(

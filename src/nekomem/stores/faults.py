@@ -21,6 +21,10 @@ from typing import Any
 
 # SQLite primary result codes (the low byte of an extended code).
 _SQLITE_PERM, _SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_FULL, _SQLITE_CANTOPEN = 3, 8, 10, 13, 14
+# SQLITE_IOERR_SHMSIZE: the WAL index (-shm) could not be grown. SQLite writes to the file
+# to grow it, so that no room on the disk shows as this error rather than a crash: on a
+# full disk it is the first error a journal's reopening meets, and it means "full".
+_SQLITE_IOERR_SHMSIZE = 4874
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,8 @@ def classify(exc: BaseException | None) -> StorageFault | None:
             # descriptors is told apart by trying to open one.
             if (code is not None and code & 0xFF == _SQLITE_CANTOPEN or "unable to open" in str(exc).lower()) and out_of_fds():
                 return TOO_MANY_FILES
+            if code == _SQLITE_IOERR_SHMSIZE:
+                return FULL
             if code is not None and code & 0xFF in _SQLITE:
                 return _SQLITE[code & 0xFF]
             text = str(exc).lower()
@@ -153,6 +159,11 @@ class StorageHealth:
         """Layers currently reporting a storage fault."""
         with self._lock:
             return len(self._faults)
+
+    def has_fault(self, character: str) -> bool:
+        """Whether a layer of ``character`` reports a storage fault now."""
+        with self._lock:
+            return any(c == character for c, _layer in self._faults)
 
     def clear(self, character: str, layer: str) -> None:
         with self._lock:

@@ -33,6 +33,13 @@ cut) happened and the file was not replaced, and SQLite's first read and the row
 A page damaged in place without either is found when SQLite reads it: the layer crashes,
 and its restart runs the full check (the caller asks for it on every load but the first).
 
+**The environment's faults are not damage.** A full disk, a read-only mount or a failing
+disk makes SQLite's first read fail too (a WAL journal opened with no ``-shm`` left needs
+room for one: ``SQLITE_IOERR_SHMSIZE`` on a full disk). Those raise the classified
+:class:`~nekomem.stores.faults.StorageError` instead: the file is sound, the layer answers
+with the fault and loads again once the disk recovers. Keeping a sound journal aside
+because the disk was full would serve an empty one in its place.
+
 A damaged journal is never repaired in place nor silently replaced: the file (with its
 ``-wal`` and ``-shm``) is renamed to ``time_indexed.db.damaged-<UTC stamp>`` beside it, the
 rows that can still be read from that copy are copied, with their ids, into a new journal,
@@ -55,6 +62,7 @@ from pathlib import Path
 import msgspec
 
 from nekomem.stores.atomic import fsync_dir
+from nekomem.stores.faults import StorageError, classify
 from nekomem.stores.timeindex_read import ORIGINAL_TABLE
 
 log = logging.getLogger("nekomem.stores.timeindex")
@@ -134,7 +142,9 @@ def inspect(path: Path, known_rows: int, *, full: bool = True, hold: ExitStack |
     docstring for when it can be left out). ``hold``: when the journal is sound, its
     read connection stays open until ``hold`` closes, so that the writer opened meanwhile
     finds the WAL's index built (the first connection to a journal after a crash reads the
-    whole WAL to build it). Raises nothing for a damaged file; OSError propagates."""
+    whole WAL to build it). Raises nothing for a damaged file; raises StorageError (an
+    OSError) when SQLite's failure is the environment's (see the module docstring), and
+    OSError propagates."""
     if not path.exists():
         return f"the file is missing, the views knew of {known_rows} row(s)" if known_rows > 0 else None
     try:
@@ -144,6 +154,7 @@ def inspect(path: Path, known_rows: int, *, full: bool = True, hold: ExitStack |
         # checkpoints as it goes.
         db = sqlite3.connect(path.absolute().as_uri() + "?mode=ro", uri=True, timeout=5)
     except sqlite3.Error as exc:
+        _raise_environmental(exc)
         return f"cannot be opened: {exc}"
     sound = False
     try:
@@ -155,6 +166,7 @@ def inspect(path: Path, known_rows: int, *, full: bool = True, hold: ExitStack |
         high = _high_water(db) if ORIGINAL_TABLE in tables else 0
         sound = high >= known_rows
     except sqlite3.DatabaseError as exc:
+        _raise_environmental(exc)
         return f"unreadable: {exc}"
     finally:
         if sound and hold is not None:
@@ -165,6 +177,13 @@ def inspect(path: Path, known_rows: int, *, full: bool = True, hold: ExitStack |
         size = path.stat().st_size
         return f"it holds rows up to {high} but the views knew of {known_rows} ({size} bytes)"
     return None
+
+
+def _raise_environmental(exc: sqlite3.Error) -> None:
+    """Raise StorageError when SQLite failed on a fault of the disk, not of the file."""
+    fault = classify(exc)
+    if fault is not None:
+        raise StorageError(fault, exc) from exc
 
 
 def _set_aside(path: Path) -> Path:
