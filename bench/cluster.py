@@ -37,7 +37,9 @@ Failover timeline (the largest cluster, at least 2 nodes, after the rounds): thi
 load (it buckets answers by second and kind) runs through HAProxy, one node is killed with SIGKILL after 5 s, and requests / errors per
 second are printed (errors: 503 with Retry-After, the only error a client should see).
 After the kill it prints when the rate came back: the first second whose rate reaches 90% of
-the survivors' (the median of the timeline's last half), against the lease TTL + 2 s.
+the survivors' (the median of the timeline's last half), against the lease TTL + 2 s; and
+the same without whole-second buckets (answers by the time they were given, one-second
+windows sliding by 0.1 s: a second's bucket rounds the answer up by up to a second).
 The last lines read ``2 nodes: X.XXx the throughput of 1 node`` (and 3 nodes, when run).
 
 ``--cpu-per-node F`` measures the cluster as separate machines: each node is put in a
@@ -55,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import contextlib
 import os
 import random
@@ -135,9 +138,11 @@ async def load(
     seconds: float,
     timeline: dict[int, list[int]] | None = None,
     kinds: Counter[str] | None = None,
+    finished: list[float] | None = None,
 ) -> tuple[int, list[float], int]:
     """(acknowledged requests, latencies in seconds, error answers) over ``seconds``;
-    ``kinds`` counts the errors by status (and Retry-After) or exception.
+    ``kinds`` counts the errors by status (and Retry-After) or exception; ``finished``
+    gets the time (seconds from the start) each acknowledged request was answered.
 
     Each client is one keep-alive HTTP/1.1 connection speaking the protocol itself (the
     request bytes formatted, the answer framed by its Content-Length): an httpx client
@@ -190,6 +195,8 @@ async def load(
             second = int(t0 - start)
             if ok:
                 latencies.append(time.monotonic() - t0)
+                if finished is not None:
+                    finished.append(time.monotonic() - start)
             else:
                 errors += 1
             if timeline is not None:
@@ -386,16 +393,36 @@ def hop_cost(c: Cluster, names: list[str], requests: int) -> dict[str, tuple[flo
 
 
 async def failover(
-    c: Cluster, names: list[str], clients: int, seconds: float, timeline: dict[int, list[int]], kinds: Counter[str]
+    c: Cluster,
+    names: list[str],
+    clients: int,
+    seconds: float,
+    timeline: dict[int, list[int]],
+    kinds: Counter[str],
+    finished: list[float] | None = None,
 ) -> float:
     """The load through HAProxy with the last node killed (SIGKILL) 5 s in (a quarter of the
     way through a shorter run); the kill's second."""
     kill_at = min(5.0, seconds / 4)
-    task = asyncio.create_task(load(c.proxy.url, names, clients, seconds, timeline, kinds))
+    task = asyncio.create_task(load(c.proxy.url, names, clients, seconds, timeline, kinds, finished))
     await asyncio.sleep(kill_at)
     c.nodes[-1].kill()
     await task
     return kill_at
+
+
+def prepared_counts(c: Cluster) -> dict[str, dict[str, int]]:
+    """Each live node's characters loaded ahead of a claim while the dead node's lease ran
+    out (nekomem_cluster_prepared_characters_total, by outcome)."""
+    counts: dict[str, dict[str, int]] = {}
+    for node in c.nodes[:-1]:
+        try:
+            text = httpx.get(node.url + "/metrics", timeout=10).text
+        except httpx.HTTPError:
+            continue
+        for match in re.finditer(r'^nekomem_cluster_prepared_characters_total\{outcome="(\w+)"\} ([0-9.e+]+)$', text, re.M):
+            counts.setdefault(node.node_id, {})[match.group(1)] = int(float(match.group(2)))
+    return counts
 
 
 def main() -> None:
@@ -469,8 +496,10 @@ def main() -> None:
     rows: dict[int, list[tuple[float, float, float, int]]] = {size: [] for size in sizes}  # (req/s, p50, p99, errors)
     hop: dict[str, tuple[float, float]] = {}
     timeline: dict[int, list[int]] = {}
+    finished: list[float] = []
     kinds: Counter[str] = Counter()
     killed_at = 0.0
+    prepared: dict[str, dict[str, int]] = {}
     with contextlib.ExitStack() as stack:
         if quotas is not None:
             stack.callback(quotas.close)
@@ -511,7 +540,8 @@ def main() -> None:
         if several:
             hop = hop_cost(clusters[several[0]], names, args.hop_requests)
         if several and args.failover_seconds > 0:
-            killed_at = run(failover(clusters[max(sizes)], names, args.clients, args.failover_seconds, timeline, kinds))
+            killed_at = run(failover(clusters[max(sizes)], names, args.clients, args.failover_seconds, timeline, kinds, finished))
+            prepared = prepared_counts(clusters[max(sizes)])
     print()
     print(f"{'nodes':>5} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}   (median of {args.rounds} round(s))")
     for size, runs in rows.items():
@@ -536,6 +566,17 @@ def main() -> None:
             + (", ".join(f"{k}: {n}" for k, n in kinds.most_common()) or "none")
         )
         print("  " + recovery(timeline, killed_at, TTL))
+        print("  " + recovery_fine(finished, killed_at, TTL))
+        print(
+            "  loaded ahead of the claim while the lease ran out: "
+            + (
+                ", ".join(
+                    f"{node} {n.get('prepared', 0)} (served as loaded {n.get('adopted', 0)}, loaded again {n.get('stale', 0)})"
+                    for node, n in sorted(prepared.items())
+                )
+                or "none"
+            )
+        )
     for size in sorted(s for s in rows if s >= 2):
         if not rows.get(1) or not rows[size]:
             continue
@@ -564,6 +605,32 @@ def recovery(timeline: dict[int, list[int]], killed: float, ttl: int) -> str:
     return (
         f"full rate again ({was}survivors {after:.0f}/s): by the end of second {back}, {took:.1f} s after the kill "
         f"({verdict} the lease TTL {ttl} s + 2 s)"
+    )
+
+
+def recovery_fine(finished: list[float], killed: float, ttl: int, step: float = 0.1) -> str:
+    """When the rate came back, without the whole-second buckets of :func:`recovery` (they
+    put up to a second of rounding on the answer): answers counted by the time they were
+    given, in one-second windows sliding by ``step``. The survivors' rate is the median of
+    the whole windows in the last half after the kill; the rate is back at the end of the
+    first window from the kill that reaches 90% of it."""
+    times = sorted(finished)
+    end = times[-1] if times else 0.0
+    if end - killed < 4:
+        return "full rate again (answers, 1 s windows sliding by 0.1 s): the run is too short to tell"
+
+    def count(lo: float) -> int:
+        return bisect.bisect_left(times, lo + 1.0) - bisect.bisect_left(times, lo)
+
+    starts = [killed + i * step for i in range(int((end - 1.0 - killed) / step) + 1)]
+    half = starts[len(starts) // 2 :]
+    after = statistics.median(count(t) for t in half)
+    back = next((t for t in starts if count(t) >= 0.9 * after), starts[-1])
+    took = back + 1.0 - killed
+    verdict = "within" if took <= ttl + 2 else "NOT within"
+    return (
+        f"full rate again (answers by the time given, 1 s windows sliding by {step} s; survivors {after:.0f}/s): "
+        f"the window from {back - killed:.1f} s after the kill, so by {took:.1f} s ({verdict} the lease TTL {ttl} s + 2 s)"
     )
 
 
