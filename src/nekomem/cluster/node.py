@@ -274,9 +274,7 @@ class ClusterNode:
             elif state is None and owner is None and desired == self.node_id:
                 unowned.append(shard)
             elif state is Local.READY and desired != self.node_id and owner is not None:
-                if self._begin(shard):
-                    self.table.set_local(shard, Local.LEAVING)
-                    self._pool.submit(self._job, shard, self.work.hand_over)
+                self._submit(shard, self._leave)
         # Claimed together (a failover frees a dead node's every shard at once): one etcd
         # transaction per batch, each a commit etcd writes to its disk, instead of one per shard.
         for start in range(0, len(unowned), _CLAIM_BATCH):
@@ -342,6 +340,28 @@ class ClusterNode:
                 pass  # the recovery thread is shut down: the node is stopping
         with self._busy_lock:
             self._busy.discard(shard)
+
+    def _leave(self, shard: int) -> None:
+        """Hand ``shard`` over to the node rendezvous now gives it, when its turn on the move
+        pool comes. It is marked LEAVING (its requests wait for the new owner) only then, not
+        when the move is queued: a join or a drain moves a third of the shards or more at
+        once, and a shard queued behind the others' hand-overs goes on serving meanwhile
+        instead of holding its requests for all of them. Nothing happens when, by then, the
+        shard is no longer READY here or rendezvous keeps it here (the joiner left)."""
+        state = self.table.state_of(shard)
+        if state is Local.LEAVING and not self._stop.is_set():
+            # Lost while queued (_lose): its drop could not be queued behind this job.
+            self.work.drop(shard)
+            return
+        if state is not Local.READY:
+            return  # stopping: stop() hands it over itself
+        members, draining, owners = self.table.view()
+        live = [n for n in members if n not in draining] or list(members)
+        owner = owners.get(shard)
+        if owner is None or owner.node != self.node_id or owner_of(shard, live) == self.node_id:
+            return
+        self.table.set_local(shard, Local.LEAVING)
+        self.work.hand_over(shard)
 
     def _lose(self, shard: int) -> None:
         """The key is gone or someone else's: stop writing now, then let the characters go."""
