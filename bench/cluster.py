@@ -69,7 +69,7 @@ import subprocess
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 from urllib.parse import urlsplit
@@ -87,7 +87,7 @@ from nekomem.cluster.ring import owner_of
 from nekomem.config.cluster import ClusterSettings
 from nekomem.config.server import RuntimeSettings
 from nekomem.stores.shard_layout import shard_of
-from tests.support.cluster import TTL, Cluster, cluster
+from tests.support.cluster import TTL, Cluster, Node, cluster
 
 T = TypeVar("T")
 
@@ -425,6 +425,153 @@ def prepared_counts(c: Cluster) -> dict[str, dict[str, int]]:
     return counts
 
 
+class JoinRun(NamedTuple):
+    """One join under load: answer times (seconds from the load's start) of the characters
+    whose shard stays where it is and of those whose shard moves to the new node, the
+    latencies of each, their error answers, and when the node was started and when every
+    shard was settled again."""
+
+    stay: list[float]
+    move: list[float]
+    stay_latency: list[float]
+    move_latency: list[float]
+    errors: tuple[int, int]
+    kinds: Counter[str]
+    started: float
+    ready: float
+    settled: float
+
+
+async def join(
+    c: Cluster, names: list[str], clients: int, seconds: float, env: dict[str, str], confine: Callable[[Node], None] | None
+) -> JoinRun | None:
+    """Load through HAProxy on ``c`` while a node joins 3 s in: the characters that stay
+    and those that move to it are loaded by clients of their own (two thirds and one third
+    of ``clients``), as independent users would be, so that a request waiting on a moving
+    shard does not hold up a client of the others. The node gets ``env`` as the others did,
+    and the proxy's next server slot when its configuration has one left (else the proxy
+    does not know it and its characters reach it through a hop); ``confine`` puts it under
+    its CPU quota once it is up. None when no character moves
+    (or none stays)."""
+    shards = c.shards
+    before = sorted(n.node_id for n in c.nodes)
+    joiner = f"n{len(c.nodes) + 1}"
+    after = sorted([*before, joiner])
+    move = [n for n in names if owner_of(shard_of(n, shards), before) != owner_of(shard_of(n, shards), after)]
+    stay = [n for n in names if n not in set(move)]
+    if not move or not stay:
+        return None
+    movers = max(1, clients // 3)
+    stay_times: list[float] = []
+    move_times: list[float] = []
+    kinds: Counter[str] = Counter()
+    marks: dict[str, float] = {}
+    start = time.monotonic()
+
+    # The proxy's configuration names three servers: a joiner of a smaller cluster takes
+    # the next one's port and slot, so that the proxy sends its characters to it as it
+    # would to a node added to a deployment.
+    slot = len(c.nodes) + 1
+    address = c.proxy.env.get(f"NEKOMEM_NODE{slot}", "")
+    joined_env = dict(env)
+    port: int | None = None
+    if slot <= 3 and address:
+        port = int(address.rsplit(":", 1)[1])
+        joined_env["NEKOMEM_CLUSTER_PROXY_SLOT"] = str(slot)
+
+    def add() -> None:
+        marks["started"] = time.monotonic() - start
+        node = c.add_node(joiner, port=port, **joined_env)
+        marks["ready"] = time.monotonic() - start
+        if confine is not None:
+            confine(node)
+        deadline = time.monotonic() + 60
+        while not c.settled(set(after)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        marks["settled"] = time.monotonic() - start
+
+    async def later() -> None:
+        await asyncio.sleep(3.0)
+        await asyncio.to_thread(add)
+
+    (_, stay_lat, stay_err), (_, move_lat, move_err), _ = await asyncio.gather(
+        load(c.proxy.url, stay, clients - movers, seconds, kinds=kinds, finished=stay_times),
+        load(c.proxy.url, move, movers, seconds, kinds=kinds, finished=move_times),
+        later(),
+    )
+    return JoinRun(
+        stay_times,
+        move_times,
+        stay_lat,
+        move_lat,
+        (stay_err, move_err),
+        kinds,
+        marks.get("started", 3.0),
+        marks.get("ready", seconds),
+        marks.get("settled", seconds),
+    )
+
+
+def join_report(r: JoinRun) -> list[str]:
+    """What the others' traffic saw while a node joined: the rate of the staying
+    characters in one-second windows sliding by 0.1 s, the lowest from the node's start
+    until 1 s after the shards settled against the median before it, and the longest time
+    without any answer to them, before and during; for the moving ones, the longest
+    request (their wait for the hand-over) and how many answered."""
+    lines: list[str] = []
+    end = max([*r.stay, *r.move], default=0.0)
+    lo, hi = r.started, min(r.settled + 1.0, end)
+
+    def windows(times: list[float], a: float, b: float) -> list[int]:
+        t = sorted(times)
+        return [
+            bisect.bisect_left(t, x + 1.0) - bisect.bisect_left(t, x)
+            for x in (a + i * 0.1 for i in range(max(0, int((b - 1.0 - a) / 0.1)) + 1))
+        ]
+
+    def gap(times: list[float], a: float, b: float) -> float:
+        t = [x for x in sorted(times) if a <= x <= b]
+        return max((y - x for x, y in zip(t, t[1:], strict=False)), default=b - a)
+
+    before = windows(r.stay, 0.5, lo)
+    during = windows(r.stay, lo, hi)
+    if not before or not during:
+        return ["join: the run is too short to tell"]
+    base = statistics.median(before)
+    low = min(during)
+    lines.append(
+        f"staying characters: {base:.0f}/s before the join; lowest one-second window from the node's start to 1 s after "
+        f"the shards settled ({hi - lo:.1f} s): {low:.0f}/s = {low / base:.0%}"
+    )
+    # load() appends an answer's latency and its time together: the same index.
+    lat_before = [x for x, t in zip(r.stay_latency, r.stay, strict=True) if t < lo]
+    lat_during = [x for x, t in zip(r.stay_latency, r.stay, strict=True) if lo <= t <= hi]
+    lines.append(
+        f"staying characters: longest time without an answer {gap(r.stay, 0.5, lo) * 1000:.0f} ms before the join, "
+        f"{gap(r.stay, lo, hi) * 1000:.0f} ms during it; p99 latency {pct(lat_before, 0.99) * 1000:.1f} ms before, "
+        f"{pct(lat_during, 0.99) * 1000:.1f} ms during (longest {max(lat_during, default=0.0) * 1000:.0f} ms); "
+        f"errors {r.errors[0]}"
+    )
+    longest = max(range(len(r.move_latency)), key=r.move_latency.__getitem__, default=None)
+    when = "" if longest is None else f", answered {r.move[longest] - r.started:.1f} s after the node's start"
+    lines.append(
+        f"moving characters: {len(r.move)} answers, longest request {max(r.move_latency, default=0.0) * 1000:.0f} ms "
+        f"(waiting for the hand-over{when}), errors {r.errors[1]}"
+    )
+    if r.kinds:
+        lines.append("errors by kind (both groups): " + ", ".join(f"{k}: {n}" for k, n in r.kinds.most_common()))
+    # A pause: a time with no answer at all to the characters that do not move (bound
+    # 250 ms, a few times the latency under this load); beside it, the rate they kept.
+    stalled = gap(r.stay, lo, hi)
+    verdict = "no pause" if stalled <= 0.25 and not r.errors[0] else "a PAUSE"
+    kept = "kept" if low >= 0.9 * base else "NOT kept"
+    lines.append(
+        f"the others' traffic while a node joined: {verdict} (longest time without an answer {stalled * 1000:.0f} ms, "
+        f"bound 250 ms; errors {r.errors[0]}); their rate {kept} (lowest window {low / base:.0%} of the rate before, bound 90%)"
+    )
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", default="1,2", help="cluster sizes, comma-separated (1 to 3: the shipped HAProxy config names three)")
@@ -467,13 +614,29 @@ def main() -> None:
     parser.add_argument("--hop-requests", type=int, default=300)
     parser.add_argument("--failover-seconds", type=float, default=20.0)
     parser.add_argument(
+        "--join-seconds",
+        type=float,
+        default=12.0,
+        help="load while a node joins the smallest cluster of 2 or more nodes, 3 s in (0: no join)",
+    )
+    parser.add_argument(
         "--cpu-per-node",
         type=float,
         default=0.0,
         help="a CPU quota of this many cores for each node, in a cgroup of its own (0: none): the cluster as separate machines",
     )
     smoke_option(
-        parser, None, nodes="1,2", seconds=1.0, clients=4, characters=8, rounds=1, loadgen="python", hop_requests=20, failover_seconds=3.0
+        parser,
+        None,
+        nodes="1,2",
+        seconds=1.0,
+        clients=4,
+        characters=8,
+        rounds=1,
+        loadgen="python",
+        hop_requests=20,
+        failover_seconds=3.0,
+        join_seconds=6.0,
     )
     args = parser.parse_args()
     node_env = {"NEKOMEM_ACTOR_WORKERS": str(args.actor_workers), "NEKOMEM_CLUSTER_SHARDS": str(args.shards)}
@@ -500,6 +663,8 @@ def main() -> None:
     kinds: Counter[str] = Counter()
     killed_at = 0.0
     prepared: dict[str, dict[str, int]] = {}
+    joined: JoinRun | None = None
+    joined_size = 0
     with contextlib.ExitStack() as stack:
         if quotas is not None:
             stack.callback(quotas.close)
@@ -539,6 +704,17 @@ def main() -> None:
         several = [size for size in sizes if size >= 2]
         if several:
             hop = hop_cost(clusters[several[0]], names, args.hop_requests)
+        if several and args.join_seconds > 0:
+            confine: Callable[[Node], None] | None = None
+            if quotas is not None:
+                q = quotas
+
+                def confine(node: Node) -> None:  # the joiner under its quota, as the others
+                    assert node.proc is not None
+                    q.confine(node.proc.pid, f"join-{node.node_id}", args.cpu_per_node)
+
+            joined_size = several[0]
+            joined = run(join(clusters[joined_size], names, args.clients, args.join_seconds, node_env, confine))
         if several and args.failover_seconds > 0:
             killed_at = run(failover(clusters[max(sizes)], names, args.clients, args.failover_seconds, timeline, kinds, finished))
             prepared = prepared_counts(clusters[max(sizes)])
@@ -577,6 +753,15 @@ def main() -> None:
                 or "none"
             )
         )
+    if joined is not None:
+        print(
+            f"\na node joining the {joined_size}-node cluster under load (started {joined.started:.1f} s in, serving "
+            f"{joined.ready - joined.started:.1f} s later, every shard settled {joined.settled - joined.started:.1f} s after its start):"
+        )
+        for line in join_report(joined):
+            print("  " + line)
+    elif args.join_seconds > 0 and len([s for s in sizes if s >= 2]):
+        print("\njoin: no character moves to the new node (or none stays); nothing to compare")
     for size in sorted(s for s in rows if s >= 2):
         if not rows.get(1) or not rows[size]:
             continue

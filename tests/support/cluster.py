@@ -109,8 +109,8 @@ class Etcd:
 
 
 class Node(ServerProcess):
-    def __init__(self, memory_root: Path, etcd: Etcd, node_id: str, **extra: str) -> None:
-        port = free_port()
+    def __init__(self, memory_root: Path, etcd: Etcd, node_id: str, port: int | None = None, **extra: str) -> None:
+        port = port or free_port()
         env = {
             "NEKOMEM_EMBEDDING_ENABLED": "false",  # four interpreters on two cores: no model
             "NEKOMEM_CLUSTER_ETCD_URL": etcd.url,
@@ -182,8 +182,10 @@ class Cluster:
         self.root = folder / "memory"
         self.shards = shards  # the nodes' cluster_shards
 
-    def add_node(self, node_id: str, **extra: str) -> Node:
-        node = Node(self.root, self.etcd, node_id, **extra)
+    def add_node(self, node_id: str, port: int | None = None, **extra: str) -> Node:
+        """Start one more node (on ``port`` when given: the port of a server the proxy's
+        configuration names and nobody serves yet, so that the proxy routes to it)."""
+        node = Node(self.root, self.etcd, node_id, port=port, **extra)
         node.start(timeout=120)
         self.nodes.append(node)
         return node
