@@ -40,6 +40,13 @@ After the kill it prints when the rate came back: the first second whose rate re
 the survivors' (the median of the timeline's last half), against the lease TTL + 2 s; and
 the same without whole-second buckets (answers by the time they were given, one-second
 windows sliding by 0.1 s: a second's bucket rounds the answer up by up to a second).
+A node joining (the smallest cluster of 2 or more nodes, after the hop, ``--join-seconds``
+of load with the start 3 s in): the node takes the proxy's next server slot (so the proxy
+learns it) and its own CPU quota once it is up; the characters whose shard stays and those
+whose shard moves to it are loaded by clients of their own (two thirds and one third), and
+it prints the staying characters' rate in one-second windows sliding by 0.1 s and their
+longest time without an answer, before and during the moves, and the moving characters'
+longest wait.
 The last lines read ``2 nodes: X.XXx the throughput of 1 node`` (and 3 nodes, when run).
 
 ``--cpu-per-node F`` measures the cluster as separate machines: each node is put in a
