@@ -465,7 +465,8 @@ async def join(
     joiner = f"n{len(c.nodes) + 1}"
     after = sorted([*before, joiner])
     move = [n for n in names if owner_of(shard_of(n, shards), before) != owner_of(shard_of(n, shards), after)]
-    stay = [n for n in names if n not in set(move)]
+    moving = set(move)
+    stay = [n for n in names if n not in moving]
     if not move or not stay:
         return None
     movers = max(1, clients // 3)
@@ -529,19 +530,13 @@ def join_report(r: JoinRun) -> list[str]:
     end = max([*r.stay, *r.move], default=0.0)
     lo, hi = r.started, min(r.settled + 1.0, end)
 
-    def windows(times: list[float], a: float, b: float) -> list[int]:
-        t = sorted(times)
-        return [
-            bisect.bisect_left(t, x + 1.0) - bisect.bisect_left(t, x)
-            for x in (a + i * 0.1 for i in range(max(0, int((b - 1.0 - a) / 0.1)) + 1))
-        ]
-
     def gap(times: list[float], a: float, b: float) -> float:
         t = [x for x in sorted(times) if a <= x <= b]
         return max((y - x for x, y in zip(t, t[1:], strict=False)), default=b - a)
 
-    before = windows(r.stay, 0.5, lo)
-    during = windows(r.stay, lo, hi)
+    stay = sorted(r.stay)
+    before = [n for _, n in sliding_counts(stay, 0.5, lo)]
+    during = [n for _, n in sliding_counts(stay, lo, hi)]
     if not before or not during:
         return ["join: the run is too short to tell"]
     base = statistics.median(before)
@@ -800,6 +795,13 @@ def recovery(timeline: dict[int, list[int]], killed: float, ttl: int) -> str:
     )
 
 
+def sliding_counts(times: list[float], first: float, last: float, step: float = 0.1) -> list[tuple[float, int]]:
+    """(start, answers) of the one-second windows ``[t, t + 1)`` for ``t`` = ``first``,
+    ``first + step``, ... while a window ends by ``last`` (at least one); ``times`` sorted."""
+    starts = [first + i * step for i in range(max(0, int((last - 1.0 - first) / step)) + 1)]
+    return [(t, bisect.bisect_left(times, t + 1.0) - bisect.bisect_left(times, t)) for t in starts]
+
+
 def recovery_fine(finished: list[float], killed: float, ttl: int, step: float = 0.1) -> str:
     """When the rate came back, without the whole-second buckets of :func:`recovery` (they
     put up to a second of rounding on the answer): answers counted by the time they were
@@ -811,13 +813,9 @@ def recovery_fine(finished: list[float], killed: float, ttl: int, step: float = 
     if end - killed < 4:
         return "full rate again (answers, 1 s windows sliding by 0.1 s): the run is too short to tell"
 
-    def count(lo: float) -> int:
-        return bisect.bisect_left(times, lo + 1.0) - bisect.bisect_left(times, lo)
-
-    starts = [killed + i * step for i in range(int((end - 1.0 - killed) / step) + 1)]
-    half = starts[len(starts) // 2 :]
-    after = statistics.median(count(t) for t in half)
-    back = next((t for t in starts if count(t) >= 0.9 * after), starts[-1])
+    windows = sliding_counts(times, killed, end, step)
+    after = statistics.median(n for _, n in windows[len(windows) // 2 :])
+    back = next((t for t, n in windows if n >= 0.9 * after), windows[-1][0])
     took = back + 1.0 - killed
     verdict = "within" if took <= ttl + 2 else "NOT within"
     return (

@@ -35,28 +35,24 @@ class ShardLocks:
         if shard in self._fds:
             return True
         folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder / SHARD_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
         end = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self._fds[shard] = fd
-                return True
-            except BlockingIOError:
-                if time.monotonic() >= end:
-                    os.close(fd)
-                    self.overrides += 1
-                    log.warning("shard %d: its previous owner still holds the folder lock; relying on the etcd fence", shard)
-                    return False
-                time.sleep(0.05)
+        while not self._take(shard, folder):
+            if time.monotonic() >= end:
+                self.overrides += 1
+                log.warning("shard %d: its previous owner still holds the folder lock; relying on the etcd fence", shard)
+                return False
+            time.sleep(0.05)
+        return True
 
     def try_acquire(self, shard: int, folder: Path) -> bool:
         """Take shard ``shard``'s lock if no process holds it, without waiting; True when
         held (taking it proves that the process which held it is gone or let it go)."""
         if shard in self._fds:
             return True
-        if not folder.is_dir():
-            return False
+        return folder.is_dir() and self._take(shard, folder)
+
+    def _take(self, shard: int, folder: Path) -> bool:
+        """One attempt at the lock (no wait); True when taken."""
         fd = os.open(folder / SHARD_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -65,6 +65,12 @@ class ClusterCounters:
         self.moves[kind] = self.moves.get(kind, 0) + 1
 
 
+def live_nodes(members: dict[str, Member], draining: set[str]) -> list[str]:
+    """The nodes rendezvous gives shards to: the members not being drained (all of them
+    when every one is)."""
+    return [n for n in members if n not in draining] or list(members)
+
+
 class ClusterNode:
     def __init__(self, settings: Settings, runtime: Runtime, *, node_id: str, url: str) -> None:
         c = settings.cluster
@@ -258,7 +264,7 @@ class ClusterNode:
         return members, draining, owners
 
     def _reconcile(self, members: dict[str, Member], draining: set[str], owners: dict[int, Member]) -> None:
-        live = [n for n in members if n not in draining] or list(members)
+        live = live_nodes(members, draining)
         for shard in self.prep.review(owners, live):
             self._submit(shard, self.prep.abandon)
         unowned: list[int] = []
@@ -356,7 +362,7 @@ class ClusterNode:
         if state is not Local.READY:
             return  # stopping: stop() hands it over itself
         members, draining, owners = self.table.view()
-        live = [n for n in members if n not in draining] or list(members)
+        live = live_nodes(members, draining)
         owner = owners.get(shard)
         if owner is None or owner.node != self.node_id or owner_of(shard, live) == self.node_id:
             return
